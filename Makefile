@@ -1,0 +1,30 @@
+# The two commands a new user needs:  make demo  and  make test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup clean bench
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## make demo: set up, generate a small synthetic corpus (with a few bad files), convert it, show the result
+demo: $(STAMP)
+	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
+	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
+	$(BIN)/python scripts/show_shards.py demo/shards/v1/224
+
+## make test: set up and run the test suite
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_convert.py
+
+clean:
+	rm -rf $(VENV) demo bench-data

@@ -1,0 +1,38 @@
+"""Shared fixtures: small real corpora written as real JPEG files."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from wds_tools.synth import jpeg_bytes, photo_like
+
+
+def write_manifest(path: Path, rows: list[dict], fields=("key", "path", "label", "split")) -> Path:
+    fields = [f for f in fields if any(f in r for r in rows)]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def make_images(root: Path, n: int, *, classes=("a", "b", "c"), size=(96, 72), seed=0) -> list[dict]:
+    """n small photo-like JPEGs under root/img/; returns manifest rows (no split column)."""
+    rows = []
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        rel = f"img/s{i:04d}.jpg"
+        (root / rel).write_bytes(jpeg_bytes(photo_like(*size, seed=seed * 7919 + i), quality=90))
+        rows.append({"key": f"s{i:04d}", "path": rel, "label": classes[i % len(classes)]})
+    return rows
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A manifest of 40 good JPEGs in 3 classes, splits from the key hash."""
+    root = tmp_path / "corpus"
+    rows = make_images(root, 40)
+    return write_manifest(root / "manifest.csv", rows)

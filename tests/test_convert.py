@@ -1,0 +1,281 @@
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+import wds_tools.convert as convert_mod
+from conftest import make_images, write_manifest
+from wds_tools.convert import TooManyErrorsError, convert, parse_max_errors
+from wds_tools.decode import decode_file
+from wds_tools.errors import OptionError, OutputExistsError
+from wds_tools.index import load_index
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _run(corpus, out, **kw):
+    kw.setdefault("shard_size", 8)
+    kw.setdefault("workers", 1)
+    return convert(corpus, version="v1", size=32, out=out, progress=False, **kw)
+
+
+def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
+    res = _run(corpus, tmp_path / "out", val_fraction=0.25)
+    dest = tmp_path / "out" / "v1" / "32"
+    assert res.out_dir == str(dest) and res.samples_written == 40 and res.failed == 0
+    idx = load_index(dest)
+    rows = {r["key"]: r for r in __import__("csv").DictReader(open(corpus))}
+    seen = {}
+    for shard in idx.shards:
+        with tarfile.open(dest / shard["name"]) as tf:
+            names = tf.getnames()
+            data = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+        keys = list(dict.fromkeys(n.split(".")[0] for n in names))
+        assert names == [f"{k}.{ext}" for k in keys for ext in ("cls", "json", "npy")]
+        for k in keys:
+            arr = np.load(io.BytesIO(data[f"{k}.npy"]))
+            meta = json.loads(data[f"{k}.json"])
+            src = corpus.parent / rows[k]["path"]
+            assert arr.dtype == np.uint8 and arr.shape == (32, 32, 3) and arr.flags.c_contiguous
+            assert np.array_equal(arr, decode_file(str(src), 32).pixels)
+            assert idx.classes[int(data[f"{k}.cls"])] == rows[k]["label"] == meta["label"]
+            assert meta["source_path"] == rows[k]["path"] and (meta["width"], meta["height"]) == (96, 72)
+            assert meta["fingerprint"].startswith("xxh3_128:")
+            seen[k] = shard["name"]
+    assert sorted(seen) == sorted(rows)  # every row exactly once
+    # the sample table points at the right bytes
+    s = idx.samples
+    assert len(s) == 40 and sorted(s.keys) == sorted(rows)
+    for i in (0, 17, 39):
+        shard = idx.shards[int(s["shard"][i])]
+        blob = (dest / shard["name"]).read_bytes()
+        off, n = int(s["npy_offset"][i]), int(s["npy_length"][i])
+        assert np.array_equal(np.load(io.BytesIO(blob[off:off + n])),
+                              decode_file(str(corpus.parent / rows[s.keys[i]]["path"]), 32).pixels)
+        assert blob[int(s["cls_offset"][i]):int(s["cls_offset"][i]) + int(s["cls_length"][i])] == str(s["label"][i]).encode()
+        assert s.source_path(i) == rows[s.keys[i]]["path"]
+    meta = idx.meta
+    assert meta["samples"] == 40 and sum(meta["class_counts"]) == 40
+    assert {sp: v["samples"] for sp, v in meta["splits"].items()} == dict(
+        Counter(seen[k].split("-")[0] for k in seen))
+    assert all(0 < m < 1 for m in meta["mean"]) and all(0 < v < 0.5 for v in meta["std"])
+    for shard in idx.shards:
+        assert shard["bytes"] == (dest / shard["name"]).stat().st_size
+    assert not (dest / ".wds-tools-work").exists()
+
+
+def test_mean_std_match_the_pixels(corpus, tmp_path):
+    _run(corpus, tmp_path / "out", val_fraction=0.0)
+    idx = load_index(tmp_path / "out/v1/32")
+    url = idx.url_pattern("train")
+    arrs = np.stack([a for (a,) in wds.WebDataset(url, shardshuffle=False).decode().to_tuple("npy")])
+    px = arrs.reshape(-1, 3).astype(np.float64) / 255
+    assert np.allclose(idx.meta["mean"], px.mean(0), atol=1e-5)
+    assert np.allclose(idx.meta["std"], px.std(0), atol=1e-5)
+
+
+def test_stock_webdataset_reads_the_shards(corpus, tmp_path):
+    res = _run(corpus, tmp_path / "out", val_fraction=0.0)
+    ds = wds.WebDataset(res.splits["train"]["urls"], shardshuffle=False).decode().to_tuple("__key__", "npy", "cls", "json")
+    samples = list(ds)
+    assert len(samples) == 40
+    key, arr, cls, meta = samples[0]
+    assert arr.shape == (32, 32, 3) and isinstance(cls, int) and meta["key"] == key
+
+
+def test_balanced_shards(tmp_path):
+    root = tmp_path / "c"
+    rows = make_images(root, 53, classes=("a", "b", "c", "d"))
+    manifest = write_manifest(root / "m.csv", rows)
+    _run(manifest, tmp_path / "out", shard_size=10, val_fraction=0.0)
+    idx = load_index(tmp_path / "out/v1/32")
+    counts = [s["samples"] for s in idx.shards]
+    assert len(counts) == 6 and max(counts) - min(counts) <= 1
+    labels, shards = idx.samples["label"], idx.samples["shard"]
+    for c in range(4):
+        per_shard = [int(((labels == c) & (shards == s)).sum()) for s in range(6)]
+        assert max(per_shard) - min(per_shard) <= 1
+
+
+def test_determinism_two_runs_byte_identical(corpus, tmp_path):
+    _run(corpus, tmp_path / "a", workers=2)
+    _run(corpus, tmp_path / "b", workers=1)
+    a, b = _files(tmp_path / "a/v1/32"), _files(tmp_path / "b/v1/32")
+    assert a.keys() == b.keys() and len([n for n in a if n.endswith(".tar")]) >= 5
+    for name in a:
+        if name != "index.json":
+            assert a[name] == b[name], name
+    ia, ib = json.loads(a["index.json"]), json.loads(b["index.json"])
+    assert ia == ib  # identical but for nothing: the out folder is not recorded
+    assert a["index.json"] == b["index.json"]
+
+
+def test_bad_files_are_skipped_and_reported(tmp_path):
+    root = tmp_path / "c"
+    rows = make_images(root, 30)
+    (root / "img/empty.jpg").write_bytes(b"")
+    (root / "img/text.jpg").write_text("hello")
+    good = (root / "img/s0000.jpg").read_bytes()
+    (root / "img/trunc.jpg").write_bytes(good[: len(good) // 2])
+    rows += [{"key": "missing", "path": "img/none.jpg", "label": "a"},
+             {"key": "empty", "path": "img/empty.jpg", "label": "a"},
+             {"key": "text", "path": "img/text.jpg", "label": "b"},
+             {"key": "trunc", "path": "img/trunc.jpg", "label": "c"}]
+    manifest = write_manifest(root / "m.csv", rows)
+    res = _run(manifest, tmp_path / "out", max_errors="20%")
+    assert res.samples_written == 30 and res.failed == 4 and not res.max_errors_exceeded
+    errors = [json.loads(line) for line in open(res.errors_file)]
+    reasons = {e["key"]: e["error"] for e in errors}
+    assert reasons["missing"] == "missing file"
+    assert reasons["empty"] == "empty file"
+    assert "not an image" in reasons["text"]
+    assert "truncated" in reasons["trunc"]
+    assert all(e["path"].startswith("img/") and e["line"] > 1 for e in errors)
+    assert "trunc" not in load_index(res.out_dir).samples.keys
+    # the same errors over a lower threshold: the run completes but says so
+    res2 = _run(manifest, tmp_path / "out2", max_errors="3")
+    assert res2.failed == 4 and res2.max_errors_exceeded and res2.samples_written == 30
+
+
+def test_too_many_unreadable_files_stops_before_writing(tmp_path):
+    root = tmp_path / "c"
+    rows = make_images(root, 5) + [{"key": f"gone{i}", "path": f"nope/{i}.jpg", "label": "a"} for i in range(5)]
+    manifest = write_manifest(root / "m.csv", rows)
+    with pytest.raises(TooManyErrorsError, match="5 of 10 source files are unreadable.*nothing was converted"):
+        _run(manifest, tmp_path / "out")
+    dest = tmp_path / "out/v1/32"
+    assert sorted(p.name for p in dest.iterdir()) == ["errors.jsonl"]
+    # fixing the manifest and running again works in the same folder
+    write_manifest(root / "m.csv", rows[:5])
+    assert _run(manifest, tmp_path / "out").samples_written == 5
+
+
+def test_parse_max_errors():
+    assert parse_max_errors("25") == ("count", 25)
+    assert parse_max_errors("1%") == ("fraction", 0.01)
+    assert parse_max_errors("0.05") == ("fraction", 0.05)
+    for bad in ("many", "150%", "-1"):
+        with pytest.raises(OptionError, match="--max-errors"):
+            parse_max_errors(bad)
+
+
+def test_options_are_validated(corpus, tmp_path):
+    with pytest.raises(OptionError, match="--version"):
+        convert(corpus, version="a/b", size=32, out=tmp_path)
+    with pytest.raises(OptionError, match="--size"):
+        convert(corpus, version="v1", size=3, out=tmp_path)
+    with pytest.raises(OptionError, match="--resize"):
+        convert(corpus, version="v1", size=32, out=tmp_path, resize="stretch")
+    assert not (tmp_path / "v1").exists()
+
+
+def test_rerun_is_a_no_op_and_other_options_are_refused(corpus, tmp_path):
+    _run(corpus, tmp_path / "out")
+    dest = tmp_path / "out/v1/32"
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in dest.iterdir()}
+    again = _run(corpus, tmp_path / "out")
+    assert again.already_complete and again.samples_written == 40
+    with pytest.raises(OutputExistsError, match="resize: existing 'center-crop', requested 'pad'"):
+        _run(corpus, tmp_path / "out", resize="pad")
+    with pytest.raises(OutputExistsError, match="shard_size: existing 8, requested 9"):
+        _run(corpus, tmp_path / "out", shard_size=9)
+    rows = list(__import__("csv").DictReader(open(corpus)))
+    other = write_manifest(corpus.parent / "other.csv", rows[:-1])
+    with pytest.raises(OutputExistsError, match="source.digest"):
+        _run(other, tmp_path / "out")
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in dest.iterdir()} == before
+
+
+def test_foreign_folder_is_refused(corpus, tmp_path):
+    dest = tmp_path / "out/v1/32"
+    dest.mkdir(parents=True)
+    (dest / "precious.txt").write_text("keep me")
+    with pytest.raises(OutputExistsError, match="precious.txt"):
+        _run(corpus, tmp_path / "out")
+    assert (dest / "precious.txt").read_text() == "keep me"
+
+
+def test_resume_after_an_interrupted_run_is_byte_identical(corpus, tmp_path, monkeypatch):
+    _run(corpus, tmp_path / "ref")
+    real = convert_mod._write_shard
+    calls = []
+
+    def flaky(task):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(task.name)
+        return real(task)
+
+    monkeypatch.setattr(convert_mod, "_write_shard", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        _run(corpus, tmp_path / "out")
+    dest = tmp_path / "out/v1/32"
+    assert not (dest / "index.json").exists() and len(list(dest.glob("*.tar"))) == 2
+    # a different command cannot take over the unfinished folder
+    with pytest.raises(OutputExistsError, match="unfinished conversion"):
+        _run(corpus, tmp_path / "out", resize="squash")
+    monkeypatch.setattr(convert_mod, "_write_shard", real)
+    res = _run(corpus, tmp_path / "out")
+    assert res.shards_resumed == 2 and res.decoded == 40 - sum(
+        s["samples"] for s in load_index(dest).shards if s["name"] in calls)
+    assert _files(dest) == _files(tmp_path / "ref/v1/32")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_cli_run_resumes_byte_identical(tmp_path, sig):
+    root = tmp_path / "c"
+    rows = make_images(root, 120, size=(640, 480))
+    manifest = write_manifest(root / "m.csv", rows)
+    def command(out):
+        return [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--version", "v1",
+                "--size", "64", "--out", str(out), "--shard-size", "6", "--workers", "1", "--quiet"]
+
+    cmd = command(tmp_path / "out")
+    dest = tmp_path / "out/v1/64"
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not list(dest.glob("*.tar")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert not (dest / "index.json").exists(), "the run finished before it could be interrupted"
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and b"run the same command again to resume" in err
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ref = subprocess.run(command(tmp_path / "ref"), cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    assert _files(dest) == _files(tmp_path / "ref/v1/64")
+    assert not list(dest.glob(".*"))
+
+
+def test_image_folder_source(tmp_path):
+    from wds_tools.synth import jpeg_bytes, photo_like
+    from PIL import Image
+    root = tmp_path / "photos"
+    for i in range(6):
+        label = ("cat", "dog")[i % 2]
+        (root / label).mkdir(parents=True, exist_ok=True)
+        photo_like(50, 40, i).save(root / label / f"p{i}.png") if i % 3 == 0 else \
+            (root / label / f"p{i}.jpg").write_bytes(jpeg_bytes(photo_like(50, 40, i)))
+    res = _run(root, tmp_path / "out", val_fraction=0.0)
+    assert res.samples_written == 6
+    idx = load_index(res.out_dir)
+    assert idx.classes == ["cat", "dog"] and idx.meta["build"]["source"]["kind"] == "image-folder"
+    sample = next(iter(wds.WebDataset(res.splits["train"]["urls"], shardshuffle=False).decode()))
+    assert sample["json"]["original_key"].split("/")[0] in ("cat", "dog")

@@ -1,0 +1,501 @@
+"""Tests of wds_tools.decode: source bytes -> uint8 [size, size, 3] pixels.
+
+Every image is made here, in memory, with PIL: uniform colours or big uniform regions, so the
+expected pixel values are known exactly (lossless formats) or within a small tolerance (JPEG,
+lossy WebP). Checks sample well inside uniform regions so the resampling filter cannot blur them.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from wds_tools.decode import RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, probe_image
+from wds_tools.errors import DecodeError, OptionError
+from wds_tools.synth import jpeg_bytes, photo_like
+
+RED = (255, 0, 0)
+GREEN = (0, 255, 0)
+BLUE = (0, 0, 255)
+WHITE = (255, 255, 255)
+BLACK = (0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def encode(im: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def two_halves(mode: str, size: tuple[int, int], left, right) -> Image.Image:
+    """An image of ``mode`` whose left half is ``left`` and right half is ``right``."""
+    w, h = size
+    im = Image.new(mode, size, left)
+    im.paste(right, (w // 2, 0, w, h))
+    return im
+
+
+def assert_colour(region: np.ndarray, expected, tol: int = 0) -> None:
+    """Every pixel of ``region`` ([..., 3] uint8) is within ``tol`` of ``expected`` per channel."""
+    region = np.asarray(region).reshape(-1, 3).astype(np.int16)
+    diff = np.abs(region - np.asarray(expected, dtype=np.int16))
+    assert diff.max() <= tol, (
+        f"expected {tuple(expected)} +-{tol}, got values from {region.min(axis=0)} to "
+        f"{region.max(axis=0)} (max diff {diff.max()})"
+    )
+
+
+def left_right(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Interior of the left and right half of a square output (away from the seam and edges)."""
+    s = pixels.shape[0]
+    q = s // 4
+    return pixels[q : s - q, 1 : s // 2 - 3], pixels[q : s - q, s // 2 + 3 : s - 1]
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG with a valid IHDR claiming ``width`` x ``height`` grey pixels, and no pixel data."""
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="module")
+def photo_jpeg() -> bytes:
+    """A 2016x1512 photo-like JPEG (half of a 12 MP phone photo per side): draft mode kicks in."""
+    return jpeg_bytes(photo_like(2016, 1512, seed=7), quality=92)
+
+
+@pytest.fixture(scope="module")
+def small_jpeg() -> bytes:
+    return jpeg_bytes(photo_like(160, 120, seed=3), quality=90)
+
+
+# --------------------------------------------------------------------------------------------
+# modes -> RGB
+
+
+def test_mode_L_grey_becomes_equal_channels():
+    im = two_halves("L", (64, 32), 37, 201)
+    d = decode_image(encode(im, "PNG"), 32, "squash")
+    left, right = left_right(d.pixels)
+    assert_colour(left, (37, 37, 37))
+    assert_colour(right, (201, 201, 201))
+
+
+@pytest.mark.parametrize("mode", ["LA", "RGBA"])
+def test_alpha_modes_composite_over_white_by_default(mode):
+    if mode == "LA":
+        transparent, opaque, opaque_rgb = (90, 0), (140, 255), (140, 140, 140)
+    else:
+        transparent, opaque, opaque_rgb = (10, 200, 30, 0), (10, 200, 30, 255), (10, 200, 30)
+    im = two_halves(mode, (64, 32), transparent, opaque)
+    raw = encode(im, "PNG")
+    assert Image.open(io.BytesIO(raw)).mode == mode
+    d = decode_image(raw, 32, "squash")
+    left, right = left_right(d.pixels)
+    assert_colour(left, WHITE)  # not the hidden colour under alpha 0
+    assert_colour(right, opaque_rgb)
+
+
+@pytest.mark.parametrize("mode", ["LA", "RGBA"])
+def test_alpha_background_setting_is_used(mode):
+    transparent = (90, 0) if mode == "LA" else (10, 200, 30, 0)
+    raw = encode(Image.new(mode, (16, 16), transparent), "PNG")
+    d = decode_image(raw, 8, "squash", DecodeSettings(alpha_background=(12, 34, 56)))
+    assert_colour(d.pixels, (12, 34, 56))
+
+
+def test_semi_transparent_pixels_are_blended():
+    raw = encode(Image.new("RGBA", (16, 16), (255, 0, 0, 128)), "PNG")
+    d = decode_image(raw, 8, "squash")  # over white: 255 * (1 - 128/255) = 127
+    assert_colour(d.pixels, (255, 127, 127), tol=1)
+    d = decode_image(raw, 8, "squash", DecodeSettings(alpha_background=(0, 0, 0)))
+    assert_colour(d.pixels, (128, 0, 0), tol=1)
+
+
+def _palette_image() -> Image.Image:
+    im = Image.new("P", (64, 32), 0)
+    im.putpalette([10, 20, 30, 200, 100, 50] + [0, 0, 0] * 254)
+    im.paste(1, (32, 0, 64, 32))
+    return im
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF", "BMP"])
+def test_mode_P_palette_colours(fmt):
+    raw = encode(_palette_image(), fmt)
+    assert Image.open(io.BytesIO(raw)).mode == "P"
+    d = decode_image(raw, 32, "squash")
+    left, right = left_right(d.pixels)
+    assert_colour(left, (10, 20, 30))
+    assert_colour(right, (200, 100, 50))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "GIF"])
+def test_mode_P_transparency_index_over_background(fmt):
+    raw = encode(_palette_image(), fmt, transparency=0)  # index 0 = (10, 20, 30) is transparent
+    opened = Image.open(io.BytesIO(raw))
+    assert opened.mode == "P" and opened.info.get("transparency") == 0
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, WHITE)
+    assert_colour(right, (200, 100, 50))
+    left, _ = left_right(decode_image(raw, 32, "squash", DecodeSettings(alpha_background=(1, 2, 3))).pixels)
+    assert_colour(left, (1, 2, 3))
+
+
+@pytest.mark.parametrize("fmt, tol", [("TIFF", 0), ("JPEG", 2)])
+def test_mode_CMYK(fmt, tol):
+    im = two_halves("CMYK", (64, 32), (255, 0, 0, 0), (0, 0, 0, 255))  # pure cyan | pure black
+    raw = encode(im, fmt, **({"quality": 100} if fmt == "JPEG" else {}))
+    assert Image.open(io.BytesIO(raw)).mode == "CMYK"
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, (0, 255, 255), tol)
+    assert_colour(right, BLACK, tol)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "TIFF"])
+def test_mode_I16_keeps_top_8_bits(fmt):
+    arr = np.full((32, 64), 40000, dtype=np.uint16)
+    arr[:, 32:] = 1000
+    raw = encode(Image.fromarray(arr), fmt)
+    assert Image.open(io.BytesIO(raw)).mode.startswith("I;16")
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, (156, 156, 156))  # 40000 >> 8, not clipped to 255
+    assert_colour(right, (3, 3, 3))  # 1000 >> 8, not clipped to 255 either
+
+
+def test_mode_F_is_clipped_and_rounded():
+    arr = np.full((32, 64), 100.4, dtype=np.float32)
+    arr[:, 32:] = 1e6
+    raw = encode(Image.fromarray(arr, "F"), "TIFF")
+    assert Image.open(io.BytesIO(raw)).mode == "F"
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, (100, 100, 100))
+    assert_colour(right, (255, 255, 255))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "BMP", "TIFF"])
+def test_mode_1_black_and_white(fmt):
+    im = two_halves("1", (64, 32), 0, 1)
+    raw = encode(im, fmt)
+    assert Image.open(io.BytesIO(raw)).mode == "1"
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, BLACK)
+    assert_colour(right, WHITE)
+
+
+@pytest.mark.parametrize(
+    "mode, key, other, other_rgb",
+    [("L", 50, 200, (200, 200, 200)), ("RGB", (1, 2, 3), (200, 0, 0), (200, 0, 0))],
+)
+def test_png_trns_colour_key_is_transparent(mode, key, other, other_rgb):
+    raw = encode(two_halves(mode, (64, 32), key, other), "PNG", transparency=key)
+    assert Image.open(io.BytesIO(raw)).info.get("transparency") == key
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(right, other_rgb)
+    assert_colour(left, WHITE)
+
+
+# --------------------------------------------------------------------------------------------
+# formats
+
+C1, C2 = (200, 30, 40), (20, 160, 220)
+
+
+@pytest.mark.parametrize(
+    "fmt, kw, tol",
+    [
+        ("PNG", {}, 0),
+        ("WEBP", {"lossless": True}, 0),
+        ("WEBP", {"quality": 95}, 8),
+        ("GIF", {}, 0),
+        ("TIFF", {}, 0),
+        ("TIFF", {"compression": "tiff_lzw"}, 0),
+        ("BMP", {}, 0),
+        ("JPEG", {"quality": 95, "subsampling": 0}, 3),
+        ("JPEG", {"quality": 95, "progressive": True}, 3),
+    ],
+    ids=["png", "webp-lossless", "webp-lossy", "gif", "tiff", "tiff-lzw", "bmp", "jpeg", "jpeg-progressive"],
+)
+@pytest.mark.parametrize("size", [32, 48])
+def test_formats_decode_to_shape_and_colour(fmt, kw, tol, size):
+    raw = encode(two_halves("RGB", (96, 48), C1, C2), fmt, **kw)
+    opened = Image.open(io.BytesIO(raw))
+    assert opened.format == fmt
+    if kw.get("progressive"):
+        assert opened.info.get("progressive"), "the test image is not a progressive JPEG"
+    d = decode_image(raw, size, "squash")
+    assert isinstance(d, Decoded)
+    assert d.pixels.shape == (size, size, 3) and d.pixels.dtype == np.uint8
+    assert (d.width, d.height) == (96, 48)
+    left, right = left_right(d.pixels)
+    assert_colour(left, C1, tol)
+    assert_colour(right, C2, tol)
+
+
+def test_animated_gif_decodes_first_frame():
+    frames = [Image.new("RGB", (32, 32), c) for c in (RED, BLUE, GREEN)]
+    raw = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    assert getattr(Image.open(io.BytesIO(raw)), "n_frames", 1) == 3
+    d = decode_image(raw, 16, "squash")
+    assert_colour(d.pixels, RED)
+
+
+# --------------------------------------------------------------------------------------------
+# EXIF orientation
+
+# Where the red top-left quadrant of the stored image is displayed, per EXIF orientation (row, col).
+_RED_QUADRANT = {1: (0, 0), 2: (0, 1), 3: (1, 1), 4: (1, 0), 5: (0, 0), 6: (0, 1), 7: (1, 1), 8: (1, 0)}
+
+
+def _marked_image() -> Image.Image:
+    im = Image.new("RGB", (96, 48), BLUE)
+    im.paste(RED, (0, 0, 48, 24))
+    return im
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation(orientation, fmt):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    kw = {"quality": 95, "subsampling": 0} if fmt == "JPEG" else {}
+    raw = encode(_marked_image(), fmt, exif=exif.tobytes(), **kw)
+
+    # the reference: where PIL's exif_transpose puts the red quadrant
+    ref = ImageOps.exif_transpose(Image.open(io.BytesIO(raw)))
+    ref_arr = np.asarray(ref.convert("RGB"))
+    rh, rw = ref_arr.shape[:2]
+    red_ref = {(r, c) for r in (0, 1) for c in (0, 1)
+               if ref_arr[rh // 4 + r * rh // 2, rw // 4 + c * rw // 2, 0] > 128}
+    assert red_ref == {_RED_QUADRANT[orientation]}  # the table agrees with PIL
+
+    transposed = orientation in (5, 6, 7, 8)
+    expected_size = (48, 96) if transposed else (96, 48)
+    assert ref.size == expected_size
+
+    d = decode_image(raw, 32, "squash")
+    assert (d.width, d.height) == expected_size
+    assert probe_image(raw) == expected_size
+    for r in (0, 1):
+        for c in (0, 1):
+            block = d.pixels[r * 16 + 4 : r * 16 + 12, c * 16 + 4 : c * 16 + 12]
+            want = RED if (r, c) == _RED_QUADRANT[orientation] else BLUE
+            assert_colour(block, want, tol=8 if fmt == "JPEG" else 0)
+
+
+@pytest.mark.parametrize("value", [0, 9])
+def test_invalid_exif_orientation_is_ignored(value):
+    exif = Image.Exif()
+    exif[0x0112] = value
+    raw = encode(_marked_image(), "PNG", exif=exif.tobytes())
+    d = decode_image(raw, 32, "squash")
+    assert (d.width, d.height) == (96, 48)
+    assert_colour(d.pixels[4:12, 4:12], RED)
+    assert_colour(d.pixels[4:12, 20:28], BLUE)
+
+
+# --------------------------------------------------------------------------------------------
+# resize modes
+
+
+def test_squash_keeps_left_right_and_shape():
+    raw = encode(two_halves("RGB", (128, 64), RED, BLUE), "PNG")
+    for size in (16, 33, 64):
+        d = decode_image(raw, size, "squash")
+        assert d.pixels.shape == (size, size, 3)
+        left, right = left_right(d.pixels)
+        assert_colour(left, RED)
+        assert_colour(right, BLUE)
+
+
+@pytest.mark.parametrize("orient", ["wide", "tall"])
+def test_center_crop_keeps_the_centre(orient):
+    im = Image.new("RGB", (300, 100), RED)
+    im.paste(GREEN, (100, 0, 200, 100))
+    if orient == "tall":
+        im = im.transpose(Image.Transpose.ROTATE_90)
+    d = decode_image(encode(im, "PNG"), 32, "center-crop")
+    assert d.pixels.shape == (32, 32, 3)
+    assert (d.width, d.height) == im.size
+    assert_colour(d.pixels[2:-2, 2:-2], GREEN, tol=2)  # Lanczos lobes reach past the crop box
+    # the filter may blend in a trace of the margins at the very edge, never a red column
+    assert d.pixels[..., 0].max() < 64
+
+
+def test_center_crop_is_the_default():
+    im = Image.new("RGB", (300, 100), RED)
+    im.paste(GREEN, (100, 0, 200, 100))
+    raw = encode(im, "PNG")
+    np.testing.assert_array_equal(decode_image(raw, 32).pixels, decode_image(raw, 32, "center-crop").pixels)
+
+
+def test_pad_wide_image_gets_bands_top_and_bottom():
+    raw = encode(Image.new("RGB", (128, 64), GREEN), "PNG")
+    px = decode_image(raw, 32, "pad").pixels  # content 32x16 at rows 8..23
+    assert px.shape == (32, 32, 3)
+    assert_colour(px[:8], BLACK)
+    assert_colour(px[24:], BLACK)
+    assert_colour(px[8:24], GREEN)
+
+
+def test_pad_tall_image_uses_pad_fill_left_and_right():
+    raw = encode(Image.new("RGB", (40, 80), GREEN), "PNG")
+    px = decode_image(raw, 32, "pad", DecodeSettings(pad_fill=(9, 8, 7))).pixels  # content 16x32 at cols 8..23
+    assert_colour(px[:, :8], (9, 8, 7))
+    assert_colour(px[:, 24:], (9, 8, 7))
+    assert_colour(px[:, 8:24], GREEN)
+
+
+@pytest.mark.parametrize("filt", ["lanczos", "bicubic", "bilinear", "box"])
+def test_every_filter_keeps_uniform_regions(filt):
+    raw = encode(two_halves("RGB", (128, 64), RED, BLUE), "PNG")
+    left, right = left_right(decode_image(raw, 32, "squash", DecodeSettings(filter=filt)).pixels)
+    assert_colour(left, RED)
+    assert_colour(right, BLUE)
+
+
+def test_unknown_filter_is_an_option_error():
+    with pytest.raises(OptionError, match="lanczos"):
+        DecodeSettings(filter="nearest")
+
+
+# --------------------------------------------------------------------------------------------
+# draft mode
+
+
+@pytest.mark.parametrize("resize", RESIZE_MODES)
+def test_draft_is_close_to_full_decode(photo_jpeg, resize):
+    drafted = decode_image(photo_jpeg, 256, resize).pixels
+    full = decode_image(photo_jpeg, 256, resize, DecodeSettings(draft=False)).pixels
+    diff = np.abs(drafted.astype(np.int16) - full.astype(np.int16))
+    # measured (Pillow 13 / libjpeg-turbo): mean ~0.3-0.5, max 3-4
+    assert diff.mean() < 1.5, f"draft decode drifts from the full decode: mean abs diff {diff.mean():.2f}"
+    assert diff.max() <= 24
+    # ...and the draft path was really taken (DCT-domain scaling is not bit-identical)
+    assert not np.array_equal(drafted, full)
+
+
+def test_draft_reports_full_source_size(photo_jpeg):
+    d = decode_image(photo_jpeg, 64, "center-crop")
+    assert (d.width, d.height) == (2016, 1512)
+    assert probe_image(photo_jpeg) == (2016, 1512)
+
+
+# --------------------------------------------------------------------------------------------
+# determinism and layout
+
+
+@pytest.mark.parametrize("resize", RESIZE_MODES)
+def test_deterministic_contiguous_uint8(small_jpeg, resize):
+    a = decode_image(small_jpeg, 48, resize)
+    b = decode_image(bytes(small_jpeg), 48, resize)
+    assert a.pixels.dtype == np.uint8
+    assert a.pixels.shape == (48, 48, 3)
+    assert a.pixels.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(a.pixels, b.pixels)
+    assert (a.width, a.height) == (b.width, b.height) == (160, 120)
+
+
+def test_decode_file_matches_decode_image(tmp_path, small_jpeg):
+    path = tmp_path / "x.jpg"
+    path.write_bytes(small_jpeg)
+    a = decode_file(str(path), 40, "pad")
+    b = decode_image(small_jpeg, 40, "pad")
+    np.testing.assert_array_equal(a.pixels, b.pixels)
+    assert (a.width, a.height) == (160, 120)
+
+
+def test_probe_image_accepts_open_file(tmp_path, small_jpeg):
+    path = tmp_path / "x.jpg"
+    path.write_bytes(small_jpeg)
+    with open(path, "rb") as f:
+        assert probe_image(f) == (160, 120)
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+def test_empty_bytes():
+    with pytest.raises(DecodeError, match="empty"):
+        decode_image(b"", 32)
+    with pytest.raises(DecodeError, match="empty"):
+        probe_image(b"")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"this is a text file, not a JPEG\n" * 4, np.random.default_rng(0).bytes(4096)],
+    ids=["text", "random"],
+)
+def test_not_an_image(data):
+    with pytest.raises(DecodeError, match="not an image"):
+        decode_image(data, 32)
+    with pytest.raises(DecodeError, match="not an image"):
+        probe_image(data)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.9])
+@pytest.mark.parametrize("draft", [True, False])
+def test_truncated_jpeg(small_jpeg, fraction, draft):
+    cut = small_jpeg[: int(len(small_jpeg) * fraction)]
+    assert probe_image(cut) == (160, 120)  # the header is intact...
+    with pytest.raises(DecodeError, match="truncated"):  # ...the pixels are not
+        decode_image(cut, 32, settings=DecodeSettings(draft=draft))
+
+
+def test_truncated_png():
+    arr = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    raw = encode(Image.fromarray(arr), "PNG")
+    with pytest.raises(DecodeError, match="truncated"):
+        decode_image(raw[: len(raw) // 2], 32)
+
+
+def test_decompression_bomb_guard(small_jpeg):
+    settings = DecodeSettings(max_pixels=160 * 120 - 1)
+    with pytest.raises(DecodeError, match="decompression bomb.*160x120"):
+        decode_image(small_jpeg, 32, settings=settings)
+    with pytest.raises(DecodeError, match="decompression bomb"):
+        probe_image(small_jpeg, settings)
+    # exactly at the limit is allowed
+    assert probe_image(small_jpeg, DecodeSettings(max_pixels=160 * 120)) == (160, 120)
+    decode_image(small_jpeg, 32, settings=DecodeSettings(max_pixels=160 * 120))
+
+
+def test_decompression_bomb_header_only():
+    bomb = png_header_only(20_000, 20_000)  # 400 MP > default max_pixels; 60 bytes of file
+    with pytest.raises(DecodeError, match="decompression bomb"):
+        probe_image(bomb)
+    with pytest.raises(DecodeError, match="decompression bomb"):
+        decode_image(bomb, 32)
+
+
+def test_max_pixels_setting_governs_not_pillow_default():
+    header = png_header_only(15_000, 15_000)  # 225 MP < default max_pixels 256 MP
+    assert DecodeSettings().max_pixels > 225_000_000
+    assert probe_image(header) == (15_000, 15_000)
+
+
+def test_invalid_resize_mode(small_jpeg):
+    with pytest.raises(OptionError, match="center-crop, squash, pad") as e:
+        decode_image(small_jpeg, 32, "fit")
+    assert "'fit'" in str(e.value)
+
+
+def test_decode_file_missing_path(tmp_path):
+    missing = tmp_path / "nope" / "missing.jpg"
+    with pytest.raises(DecodeError, match="missing.jpg") as e:
+        decode_file(str(missing), 32)
+    assert str(missing) in str(e.value)

@@ -1,0 +1,57 @@
+import json
+
+import numpy as np
+import pytest
+
+from wds_tools.errors import IndexFormatError
+from wds_tools.index import (
+    FORMAT_VERSION, SAMPLE_COLUMNS, load_index, pack_strings, read_npz, write_index, write_npz,
+)
+
+
+def _columns(n: int) -> dict:
+    cols = {name: np.arange(n).astype(dtype) for name, dtype in SAMPLE_COLUMNS.items()
+            if name not in ("key", "fingerprint", "path_offsets", "path_data")}
+    cols["key"] = np.array([f"k{i}".encode() for i in range(n)], dtype="S")
+    cols["fingerprint"] = np.arange(n * 16, dtype=np.uint8).reshape(n, 16)
+    cols["path_offsets"], cols["path_data"] = pack_strings([f"p/ü{i}.jpg" for i in range(n)])
+    return cols
+
+
+def test_npz_is_deterministic_and_readable(tmp_path):
+    a, b = write_npz(_columns(10)), write_npz(_columns(10))
+    assert a == b
+    (tmp_path / "x.npz").write_bytes(a)
+    back = read_npz(tmp_path / "x.npz")
+    assert back["key"].tolist()[3] == b"k3"
+
+
+def test_write_and_load_index_round_trip(tmp_path):
+    meta = {"format": "wds-tools-index", "format_version": FORMAT_VERSION, "splits": {
+        "train": {"urls": "train-000000.tar"}}, "shards": [{"name": "train-000000.tar", "split": "train"}],
+        "classes": ["a"]}
+    written = write_index(tmp_path, meta, _columns(5))
+    assert written["samples_file"]["name"] == "samples.npz"
+    idx = load_index(tmp_path)
+    assert load_index(tmp_path / "index.json").meta == idx.meta
+    assert idx.samples.keys == ["k0", "k1", "k2", "k3", "k4"]
+    assert idx.samples.source_path(2) == "p/ü2.jpg"
+    assert idx.samples.key_positions["k4"] == 4
+    assert idx.samples.fingerprint_hex(1) == bytes(range(16, 32)).hex()
+    assert idx.url_pattern("train") == str(tmp_path / "train-000000.tar")
+    with pytest.raises(IndexFormatError, match="no split 'val'"):
+        idx.url_pattern("val")
+
+
+def test_load_index_errors(tmp_path):
+    with pytest.raises(IndexFormatError, match="no index at"):
+        load_index(tmp_path)
+    (tmp_path / "index.json").write_text("{}")
+    with pytest.raises(IndexFormatError, match="not a wds-tools index"):
+        load_index(tmp_path)
+    (tmp_path / "index.json").write_text(json.dumps({"format": "wds-tools-index", "format_version": 99}))
+    with pytest.raises(IndexFormatError, match="format_version 99"):
+        load_index(tmp_path)
+    (tmp_path / "index.json").write_text("{broken")
+    with pytest.raises(IndexFormatError, match="cannot read index"):
+        load_index(tmp_path)

@@ -1,0 +1,137 @@
+"""The ``wds-tools`` command line: parse options, call one library function, print its result."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from . import __version__
+from .config import CONFIG_FILE, default_map, load_config
+from .decode import RESIZE_MODES
+from .errors import WdsToolsError
+
+__all__ = ["cli", "main"]
+
+
+def _fail(e: WdsToolsError) -> None:
+    raise click.ClickException(str(e))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="wds-tools")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help=f"Options file (TOML). Default: ./{CONFIG_FILE} when it exists.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """Convert image corpora once into versioned WebDataset shards of pre-decoded uint8 arrays.
+
+    \b
+    Typical use:
+      wds-tools convert --source data/manifest.csv --version v1 --size 224
+      -> shards/v1/224/train-000000.tar ... plus index.json, samples.npz
+
+    Options can also come from a wds-tools.toml in the working directory:
+
+    \b
+      source = "data/manifest.csv"   # used by every command that takes it
+      out = "shards"
+      [convert]
+      workers = 8
+    """
+    try:
+        ctx.default_map = default_map(load_config(config_path))
+    except WdsToolsError as e:
+        _fail(e)
+
+
+@cli.command()
+@click.option("--source", type=click.Path(), required=True,
+              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split]; paths relative to the "
+                   "manifest's folder) or an image folder ROOT/<label>/<file>.")
+@click.option("--version", "version", required=True,
+              help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/.")
+@click.option("--size", type=int, required=True, help="Side of the square output images in pixels, e.g. 224.")
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Decoding processes. Default: all cores.")
+@click.option("--shard-size", default=None,
+              help="Samples per shard (2000) or a target size (256MB). Default: ~256 MB per shard.")
+@click.option("--resize", type=click.Choice(RESIZE_MODES), default="center-crop", show_default=True,
+              help="center-crop: scale the short side to SIZE and crop the middle; squash: scale "
+                   "both sides to SIZE, ignoring aspect; pad: fit the long side and pad with black.")
+@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1,
+              show_default=True, help="Fraction of keys put in split 'val' when the manifest has no split column.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the key hash that orders samples and assigns splits.")
+@click.option("--sanitize-keys", is_flag=True,
+              help="Map invalid or clashing keys to valid ones instead of refusing them "
+                   "(the original key is kept in each sample's json).")
+@click.option("--max-errors", default="1%", show_default=True,
+              help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
+                   "Past it the command exits non-zero.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
+            sanitize_keys, max_errors, as_json, quiet) -> None:
+    """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
+
+    Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
+    (source path, original size, label name, source fingerprint). An index (index.json +
+    samples.npz) is written beside the shards, and bad source files are skipped and listed in
+    errors.jsonl.
+
+    Running the same command again resumes an interrupted conversion; a folder made with other
+    options or another source is refused, never overwritten.
+
+    \b
+    Examples:
+      wds-tools convert --source data/manifest.csv --version v1 --size 224
+      wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
+      wds-tools convert --version v1 --size 224 --json      # source and out from wds-tools.toml
+    """
+    from .convert import convert as run_convert
+
+    try:
+        result = run_convert(source, version=version, size=size, out=out, workers=workers,
+                             shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
+                             sanitize_keys=sanitize_keys, max_errors=max_errors,
+                             progress=not quiet)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
+        sys.exit(130)
+    except WdsToolsError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+    else:
+        _print_convert(result)
+    if result.max_errors_exceeded:
+        raise click.ClickException(
+            f"{result.failed} source files failed, more than --max-errors allows ({result.max_errors_allowed}); "
+            f"see {result.errors_file}"
+        )
+
+
+def _print_convert(r) -> None:
+    if r.already_complete:
+        click.echo(f"{r.out_dir} is already converted with these options; nothing to do.")
+    else:
+        resumed = f", {r.shards_resumed} kept from an interrupted run" if r.shards_resumed else ""
+        click.echo(f"Converted {r.samples_written:,} images into {r.shards} shards{resumed} in {r.out_dir} "
+                   f"({r.seconds:.1f} s, {r.images_per_second:,.1f} images/s)")
+    width = max([len(s) for s in r.splits] + [5])
+    for name, sp in r.splits.items():
+        click.echo(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+    if r.failed:
+        click.echo(f"  failed: {r.failed} (reasons in {r.errors_file})")
+
+
+def main() -> None:
+    cli(prog_name="wds-tools")
+
+
+if __name__ == "__main__":
+    main()

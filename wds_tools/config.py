@@ -1,0 +1,53 @@
+"""``wds-tools.toml``: defaults for the CLI's options, read from the working directory."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from .errors import OptionError
+
+__all__ = ["CONFIG_FILE", "load_config", "default_map"]
+
+CONFIG_FILE = "wds-tools.toml"
+_TOP_LEVEL = {"source", "out"}  # shared by every command that takes them
+_PATH_KEYS = {"source", "out"}
+_COMMANDS = {"convert", "stats", "verify", "diff"}
+
+
+def load_config(path: str | os.PathLike | None = None) -> dict:
+    """Read a config file (default: ./wds-tools.toml if present); {} when there is none."""
+    explicit = path is not None
+    p = Path(path) if explicit else Path.cwd() / CONFIG_FILE
+    if not p.exists():
+        if explicit:
+            raise OptionError(f"--config {p}: no such file")
+        return {}
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise OptionError(f"{p}: not valid TOML: {e}") from None
+    for key, value in data.items():
+        if key not in _TOP_LEVEL and key not in _COMMANDS:
+            raise OptionError(
+                f"{p}: unknown key {key!r}; expected {', '.join(sorted(_TOP_LEVEL))} or a "
+                f"[{'] / ['.join(sorted(_COMMANDS))}] table"
+            )
+        if key in _COMMANDS and not isinstance(value, dict):
+            raise OptionError(f"{p}: {key!r} must be a table, e.g. [{key}]")
+    base = p.parent.resolve()
+
+    def resolve(d: dict) -> dict:
+        return {k: (str(base / v) if k in _PATH_KEYS and isinstance(v, str) and "://" not in v else v)
+                for k, v in d.items()}
+
+    return {"_path": str(p), **resolve({k: v for k, v in data.items() if k in _TOP_LEVEL}),
+            **{c: resolve(data[c]) for c in _COMMANDS if c in data}}
+
+
+def default_map(config: dict) -> dict:
+    """click's default_map: top-level keys feed every command, [command] tables override."""
+    shared = {k: config[k] for k in _TOP_LEVEL if k in config}
+    return {c: {**shared, **{k.replace("-", "_"): v for k, v in config.get(c, {}).items()}}
+            for c in _COMMANDS}

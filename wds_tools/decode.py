@@ -1,0 +1,230 @@
+"""The pixels of a sample: source bytes -> uint8 array [size, size, 3].
+
+``decode_image`` is the project's single reference for what a converted sample holds; the
+converter, the tests and the incremental re-sharding all call it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import BinaryIO
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from .errors import DecodeError, OptionError
+
+__all__ = [
+    "RESIZE_MODES",
+    "DecodeSettings",
+    "Decoded",
+    "decode_image",
+    "decode_file",
+    "probe_image",
+    "decoder_versions",
+]
+
+RESIZE_MODES = ("center-crop", "squash", "pad")
+
+_FILTERS = {
+    "lanczos": Image.Resampling.LANCZOS,
+    "bicubic": Image.Resampling.BICUBIC,
+    "bilinear": Image.Resampling.BILINEAR,
+    "box": Image.Resampling.BOX,
+}
+
+# EXIF orientations that swap width and height.
+_TRANSPOSED_ORIENTATIONS = {5, 6, 7, 8}
+_EXIF_ORIENTATION_TAG = 0x0112
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How source bytes become pixels; recorded in the index as ``decode``."""
+
+    draft: bool = True  # JPEG: let libjpeg downscale by 1/2, 1/4 or 1/8 in the DCT domain
+    filter: str = "lanczos"  # antialiased resampling filter for the final resize
+    alpha_background: tuple[int, int, int] = (255, 255, 255)  # transparent pixels land on this
+    pad_fill: tuple[int, int, int] = (0, 0, 0)  # border colour of resize mode "pad"
+    max_pixels: int = 256_000_000  # decompression-bomb guard, checked on the header
+
+    def __post_init__(self) -> None:
+        if self.filter not in _FILTERS:
+            raise OptionError(f"filter must be one of {', '.join(_FILTERS)}, not {self.filter!r}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["alpha_background"] = list(self.alpha_background)
+        d["pad_fill"] = list(self.pad_fill)
+        return d
+
+
+@dataclass(frozen=True)
+class Decoded:
+    pixels: np.ndarray  # uint8 [size, size, 3], C order
+    width: int  # of the source image as displayed (after EXIF orientation)
+    height: int
+
+
+def decoder_versions() -> dict[str, str]:
+    """Library versions that can change pixels; recorded in the index for provenance."""
+    from PIL import __version__ as pil_version
+    from PIL import features
+
+    return {"pillow": pil_version, "libjpeg": str(features.version("jpg"))}
+
+
+def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        if not data:
+            raise DecodeError("empty file")
+        data = io.BytesIO(data)
+    # settings.max_pixels is the guard (checked by the callers on the header); Pillow's own,
+    # at 2 x Image.MAX_IMAGE_PIXELS, must not refuse images below it.
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    if pillow_limit is not None and 2 * pillow_limit < settings.max_pixels:
+        Image.MAX_IMAGE_PIXELS = settings.max_pixels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return Image.open(data)
+    except Image.DecompressionBombError as e:
+        raise DecodeError(f"decompression bomb refused: {e}") from None
+    except Image.UnidentifiedImageError:
+        raise DecodeError("not an image: the format is not recognised") from None
+    except Exception as e:  # SyntaxError, struct.error, ... from a damaged header
+        raise DecodeError(f"not an image: {e}") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        value = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+        return int(value) if int(value) in range(1, 9) else 1
+    except Exception:  # a broken EXIF block must not lose an otherwise good image
+        return 1
+
+
+def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSettings()) -> tuple[int, int]:
+    """Read only the header (of bytes or an open binary file); return the displayed (width, height) or raise ``DecodeError``."""
+    im = _open(data, settings)
+    w, h = im.size
+    if w <= 0 or h <= 0:
+        raise DecodeError(f"image has no pixels ({w}x{h})")
+    if w * h > settings.max_pixels:
+        raise DecodeError(
+            f"decompression bomb refused: {w}x{h} = {w * h} pixels > max_pixels {settings.max_pixels}"
+        )
+    if _orientation(im) in _TRANSPOSED_ORIENTATIONS:
+        w, h = h, w
+    return w, h
+
+
+def _resize_scale(w: int, h: int, size: int, resize: str) -> tuple[float, float]:
+    if resize == "squash":
+        return size / w, size / h
+    s = size / min(w, h) if resize == "center-crop" else size / max(w, h)
+    return s, s
+
+
+def _to_rgb(im: Image.Image, settings: DecodeSettings) -> Image.Image:
+    mode = im.mode
+    if mode in ("L", "RGB") and "transparency" in im.info:  # PNG tRNS colour key
+        im = im.convert("RGBA")
+    elif mode == "RGB":
+        return im
+    if mode.startswith("I;16") or mode == "I":
+        # 16-bit grey: keep the top 8 bits (PIL's own convert would clip at 255 instead).
+        arr = np.asarray(im).astype(np.int64)
+        arr = (np.clip(arr, 0, 65535) >> 8).astype(np.uint8)
+        return Image.fromarray(arr, "L").convert("RGB")
+    if mode == "F":
+        arr = np.clip(np.nan_to_num(np.asarray(im)), 0, 255).round().astype(np.uint8)
+        return Image.fromarray(arr, "L").convert("RGB")
+    if mode == "P":
+        im = im.convert("RGBA") if "transparency" in im.info else im.convert("RGB")
+    elif mode in ("LA", "La", "PA", "RGBa"):
+        im = im.convert("RGBA")
+    if im.mode == "RGBA":
+        background = Image.new("RGB", im.size, settings.alpha_background)
+        background.paste(im, mask=im.getchannel("A"))
+        return background
+    try:
+        return im.convert("RGB")
+    except ValueError as e:
+        raise DecodeError(f"unsupported image mode {mode}: {e}") from None
+
+
+def decode_image(
+    data: bytes,
+    size: int,
+    resize: str = "center-crop",
+    settings: DecodeSettings = DecodeSettings(),
+) -> Decoded:
+    """Decode image bytes to uint8 RGB pixels of shape [size, size, 3].
+
+    JPEGs are decoded in draft mode (DCT-domain downscale to the smallest power-of-two
+    reduction that still covers the final size), then resized with an antialiased filter.
+    EXIF orientation is applied; every mode becomes RGB, transparency over
+    ``settings.alpha_background``. Raises ``DecodeError`` for anything that is not a readable image.
+    """
+    if resize not in RESIZE_MODES:
+        raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
+    im = _open(data, settings)
+    w0, h0 = im.size
+    if w0 * h0 > settings.max_pixels:
+        raise DecodeError(
+            f"decompression bomb refused: {w0}x{h0} = {w0 * h0} pixels > max_pixels {settings.max_pixels}"
+        )
+    orientation = _orientation(im)
+    swap = orientation in _TRANSPOSED_ORIENTATIONS
+    w, h = (h0, w0) if swap else (w0, h0)
+    sx, sy = _resize_scale(w, h, size, resize)
+    try:
+        if settings.draft and im.format == "JPEG":
+            need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
+            im.draft(im.mode, (need[1], need[0]) if swap else need)
+        im.load()
+        if orientation != 1:
+            im = ImageOps.exif_transpose(im)
+        im = _to_rgb(im, settings)
+    except DecodeError:
+        raise
+    except Exception as e:  # truncated data, broken chunks: OSError, SyntaxError, ValueError...
+        raise DecodeError(f"truncated or corrupt image data: {e}") from None
+    return Decoded(_resize(im, size, resize, settings), w, h)
+
+
+def _resize(im: Image.Image, size: int, resize: str, settings: DecodeSettings) -> np.ndarray:
+    resample = _FILTERS[settings.filter]
+    w, h = im.size  # may be smaller than the source after draft; proportions are kept
+    if resize == "squash":
+        out = im.resize((size, size), resample)
+    elif resize == "center-crop":
+        side = min(w, h)
+        left, top = (w - side) / 2, (h - side) / 2
+        out = im.resize((size, size), resample, box=(left, top, left + side, top + side))
+    else:  # pad
+        s = size / max(w, h)
+        nw, nh = max(1, round(w * s)), max(1, round(h * s))
+        out = Image.new("RGB", (size, size), settings.pad_fill)
+        out.paste(im.resize((nw, nh), resample), ((size - nw) // 2, (size - nh) // 2))
+    arr = np.asarray(out, dtype=np.uint8)
+    if arr.shape != (size, size, 3):  # an invariant of the code above, not of the input
+        raise AssertionError(f"resize produced {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+def decode_file(path: str, size: int, resize: str = "center-crop",
+                settings: DecodeSettings = DecodeSettings()) -> Decoded:
+    """``decode_image`` on a file's bytes: the reference pixels of a source file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DecodeError(f"cannot read {path}: {e.strerror or e}") from None
+    return decode_image(data, size, resize, settings)

@@ -1,0 +1,46 @@
+"""The exception tree of wds-tools: every error a user can cause is a ``WdsToolsError``."""
+
+from __future__ import annotations
+
+__all__ = [
+    "WdsToolsError",
+    "OptionError",
+    "SourceError",
+    "InvalidKeyError",
+    "DecodeError",
+    "OutputExistsError",
+    "IndexFormatError",
+    "ShardError",
+]
+
+
+class WdsToolsError(Exception):
+    """Base class: the CLI prints the message and exits non-zero, without a traceback."""
+
+
+class OptionError(WdsToolsError):
+    """An option or configuration value is out of range or malformed."""
+
+
+class SourceError(WdsToolsError):
+    """The corpus (manifest or image folder) cannot be read as given."""
+
+
+class InvalidKeyError(SourceError):
+    """Sample keys are invalid or duplicated; the message names the rows."""
+
+
+class DecodeError(WdsToolsError):
+    """One source image cannot be turned into pixels (missing, empty, truncated, not an image)."""
+
+
+class OutputExistsError(WdsToolsError):
+    """The output folder holds a conversion made with other options or another source."""
+
+
+class IndexFormatError(WdsToolsError):
+    """An index file is missing, unreadable or of an unsupported format version."""
+
+
+class ShardError(WdsToolsError):
+    """A shard is missing, truncated or does not match its index entry."""

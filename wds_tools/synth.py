@@ -1,0 +1,67 @@
+"""Synthetic, photo-like corpora for the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["photo_like", "jpeg_bytes", "write_corpus"]
+
+
+def photo_like(width: int, height: int, seed: int) -> Image.Image:
+    """A smooth colour field with blobs and sensor-like noise: compresses like a photo."""
+    rng = np.random.default_rng(seed)
+    gw, gh = max(2, width // 64), max(2, height // 64)
+    coarse = rng.integers(0, 256, (gh, gw, 3), dtype=np.uint8)
+    im = Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC)
+    arr = np.asarray(im).astype(np.int16)
+    arr += rng.integers(-10, 11, (height, width, 1), dtype=np.int16)  # luminance noise
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
+
+
+def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=quality, **kw)
+    return buf.getvalue()
+
+
+def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...] = ("benign", "malignant", "nevus"),
+                 sizes: tuple[tuple[int, int], ...] = ((640, 480), (480, 640), (800, 600), (1024, 768)),
+                 bad: bool = True, seed: int = 0, quality: int = 92) -> Path:
+    """Write ``count`` JPEGs under ``out/images/<class>/`` and ``out/manifest.csv``.
+
+    With ``bad``, four extra rows point at a missing, an empty, a truncated and a non-image file.
+    Returns the manifest path.
+    """
+    out = Path(out)
+    rows = []
+    for i in range(count):
+        label = classes[i % len(classes)]
+        w, h = sizes[i % len(sizes)]
+        rel = f"images/{label}/img_{i:06d}.jpg"
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        data = jpeg_bytes(photo_like(w, h, seed * 1_000_003 + i), quality=quality,
+                          progressive=(i % 7 == 3))
+        (out / rel).write_bytes(data)
+        rows.append((f"img_{i:06d}", rel, label))
+    if bad:
+        (out / "images/bad").mkdir(parents=True, exist_ok=True)
+        (out / "images/bad/empty.jpg").write_bytes(b"")
+        good = jpeg_bytes(photo_like(640, 480, seed + 99))
+        (out / "images/bad/truncated.jpg").write_bytes(good[: len(good) // 3])
+        (out / "images/bad/not_an_image.jpg").write_text("this is a text file, not a JPEG\n")
+        rows += [("bad_missing", "images/bad/missing.jpg", classes[0]),
+                 ("bad_empty", "images/bad/empty.jpg", classes[0]),
+                 ("bad_truncated", "images/bad/truncated.jpg", classes[1 % len(classes)]),
+                 ("bad_not_an_image", "images/bad/not_an_image.jpg", classes[2 % len(classes)])]
+    manifest = out / "manifest.csv"
+    with open(manifest, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["key", "path", "label"])
+        writer.writerows(rows)
+    return manifest

@@ -1,0 +1,102 @@
+"""Deterministic ustar shard writing: fixed headers, known offsets, atomic rename."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["ShardWriter", "npy_header", "MTIME", "partial_path"]
+
+BLOCK = 512
+RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
+MTIME = 0  # every member: mtime 0, uid/gid 0, no user/group names, mode 0644
+
+
+@lru_cache(maxsize=64)
+def npy_header(shape: tuple[int, ...], dtype: str = "|u1") -> bytes:
+    """The NPY 1.0 header (magic through padding) numpy writes for a C-order array."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
+    )
+    return buf.getvalue()
+
+
+def _member_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = MTIME
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="ascii", errors="strict")
+
+
+def partial_path(path: str) -> str:
+    """Where a shard is written before it is complete: a hidden name no '*.tar' glob matches."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.partial")
+
+
+class ShardWriter:
+    """Write one tar shard under a temporary name; ``close()`` renames it into place.
+
+    ``add`` returns the byte offset of the member's data, so the index can point at it.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.tmp = partial_path(path)
+        self._f = open(self.tmp, "wb")
+        self._sha = hashlib.sha256()
+        self.offset = 0
+
+    def _write(self, data) -> None:
+        self._f.write(data)
+        self._sha.update(data)
+        self.offset += len(data)
+
+    def add(self, name: str, *parts: bytes | memoryview) -> tuple[int, int]:
+        """Add a regular file made of ``parts``; return (data offset, data length)."""
+        size = sum(len(p) for p in parts)
+        self._write(_member_header(name, size))
+        start = self.offset
+        for p in parts:
+            self._write(p)
+        pad = -size % BLOCK
+        if pad:
+            self._write(bytes(pad))
+        return start, size
+
+    def close(self) -> tuple[int, str]:
+        """Finish the archive, fsync, rename into place; return (bytes, sha256 hex)."""
+        self._write(bytes(2 * BLOCK))
+        pad = -self.offset % RECORD
+        if pad:
+            self._write(bytes(pad))
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self.tmp, self.path)
+        return self.offset, self._sha.hexdigest()
+
+    def abort(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
