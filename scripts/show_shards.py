@@ -15,7 +15,7 @@ def main(path: str) -> None:
     print(f"classes: {', '.join(f'{c}={n}' for c, n in zip(m['classes'], m['class_counts']))}")
     print(f"mean {m['mean']}  std {m['std']}  (0-1 units, split {m['stats_split']})")
     for name, sp in m["splits"].items():
-        print(f"  {name}: {sp['samples']} samples, {sp['shards']} shards -> {sp['urls']}")
+        print(f"  {name}: {sp['samples']} samples, {sp['shards']} shard(s) -> {sp['urls']}")
     url = idx.url_pattern(next(iter(m["splits"])))
     key, arr, cls, meta = next(iter(wds.WebDataset(url, shardshuffle=False).decode().to_tuple("__key__", "npy", "cls", "json")))
     print(f"stock webdataset reads {url}: first sample {key}: npy {arr.dtype}{list(arr.shape)}, "

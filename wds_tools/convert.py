@@ -9,6 +9,7 @@ import os
 import queue as queue_mod
 import re
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -91,11 +92,19 @@ def _allowed_errors(max_errors: tuple[str, float], total: int) -> int:
 # ---------------------------------------------------------------- worker side
 
 _progress: Callable[[int], None] | None = None
+_parent_pid: int | None = None
 
 
 def _init_worker(q) -> None:
-    global _progress
+    global _progress, _parent_pid
     _progress = q.put
+    _parent_pid = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
+def _orphaned() -> bool:
+    """True in a pool worker whose parent has died (kill -9): stop rather than race a rerun."""
+    return _parent_pid is not None and os.getppid() != _parent_pid
 
 
 def _scan_chunk(paths: list[str], settings: DecodeSettings) -> list[str | None]:
@@ -118,8 +127,6 @@ def _scan_chunk(paths: list[str], settings: DecodeSettings) -> list[str | None]:
             out.append(f"unreadable file: {e.strerror or e}")
         except DecodeError as e:
             out.append(str(e))
-    if _progress is not None:
-        _progress(len(paths))
     return out
 
 
@@ -165,6 +172,8 @@ def _write_shard(task: _ShardTask) -> dict:
     pending = 0
     with ShardWriter(os.path.join(task.dest, task.name)) as w:
         for s in task.samples:
+            if _orphaned():
+                raise SystemExit(1)
             try:
                 with open(s.path, "rb") as f:
                     st = os.fstat(f.fileno())
@@ -334,9 +343,13 @@ class _Runner:
                 return
 
     def close(self, cancel: bool = False) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
-            self.pool = None
+        if self.pool is None:
+            return
+        if cancel:  # interrupted: stop the workers now instead of letting their shards finish
+            for proc in list(getattr(self.pool, "_processes", {}).values()):
+                proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+        self.pool = None
 
 
 def _bar(total: int, desc: str, unit: str, enabled: bool):
@@ -460,7 +473,8 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
         def on_scan(j: int, out: list) -> None:
             start = chunks[j][0]
             scan[start:start + len(out)] = out
-        runner.map(_scan_chunk, [(paths, settings) for _, paths in chunks], bar.update, on_scan)
+            bar.update(len(out))
+        runner.map(_scan_chunk, [(paths, settings) for _, paths in chunks], lambda n: None, on_scan)
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
     if len(failures) > result.max_errors_allowed:
@@ -504,6 +518,8 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
     with _bar(sum(len(t.samples) for t in pending), "convert", "img", progress) as bar:
         runner.map(_write_shard, [(t,) for t in pending], bar.update,
                    lambda i, meta: metas.__setitem__(pending[i].name, meta))
+        bar.n = bar.total  # per-image messages may trail the last result; the work is done
+        bar.refresh()
     write_seconds = time.perf_counter() - t_write
     result.decoded = sum(len(t.samples) for t in pending)
 
@@ -514,7 +530,7 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
     result.errors_file = _write_errors(dest, failures)
     planned = {t.name for t in tasks}
     for p in dest.iterdir():  # leftovers of an interrupted run whose plan has since changed
-        if (p.suffix == ".tar" and p.name not in planned) or p.name.endswith(".partial"):
+        if (p.suffix == ".tar" and p.name not in planned) or ".partial" in p.name:
             p.unlink()
     shutil.rmtree(work, ignore_errors=True)
 

@@ -39,9 +39,13 @@ def _member_header(name: str, size: int) -> bytes:
 
 
 def partial_path(path: str) -> str:
-    """Where a shard is written before it is complete: a hidden name no '*.tar' glob matches."""
+    """Where a shard is written before it is complete: a hidden name no '*.tar' glob matches.
+
+    The process id keeps two writers of the same shard (a rerun racing a leftover worker)
+    from writing into one file; both produce the same bytes and rename atomically.
+    """
     head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.partial")
+    return os.path.join(head, f".{tail}.partial-{os.getpid()}")
 
 
 class ShardWriter:
