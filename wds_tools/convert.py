@@ -102,6 +102,10 @@ def _init_worker(q) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
+def _noop() -> None:
+    """Submitted once per worker so the pool starts every process up front."""
+
+
 def _orphaned() -> bool:
     """True in a pool worker whose parent has died (kill -9): stop rather than race a rerun."""
     return _parent_pid is not None and os.getppid() != _parent_pid
@@ -302,6 +306,10 @@ class _Runner:
             self.queue = ctx.Queue()
             self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                             initargs=(self.queue,))
+            # The pool spawns a process only when a task finds no idle one; start them all now,
+            # while the source is scanned, instead of one by one during the first shards.
+            for _ in range(workers):
+                self.pool.submit(_noop)
 
     def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
             on_result: Callable[[int, object], None]) -> None:
