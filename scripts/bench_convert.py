@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import PIL
@@ -63,28 +64,32 @@ def machine() -> dict[str, str]:
             "platform": platform.platform()}
 
 
+def _make_jpeg(i: int, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(jpeg_bytes(photo_like(WIDTH, HEIGHT, seed=1000 + i), quality=QUALITY))
+    tmp.replace(path)
+
+
 def ensure_corpus(data: Path, count: int) -> tuple[Path, list[Path]]:
-    """Write missing JPEGs (seed = index, so every file differs) and the manifest."""
+    """Write missing JPEGs (seed = index, so every file differs, on all cores) and the manifest."""
     img_dir = data / "images"
     img_dir.mkdir(parents=True, exist_ok=True)
-    rows, paths, made = [], [], 0
+    rows, paths = [], []
     t0 = time.perf_counter()
     for i in range(count):
         rel = f"images/img_{i:05d}.jpg"
-        path = data / rel
-        if not _is_valid(path):
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(jpeg_bytes(photo_like(WIDTH, HEIGHT, seed=1000 + i), quality=QUALITY))
-            tmp.replace(path)
-            made += 1
         rows.append((f"img_{i:05d}", rel, CLASSES[i % len(CLASSES)]))
-        paths.append(path)
+        paths.append(data / rel)
+    missing = [(i, p) for i, p in enumerate(paths) if not _is_valid(p)]
+    if missing:
+        with ProcessPoolExecutor() as pool:
+            list(pool.map(_make_jpeg, *zip(*missing)))
     manifest = data / "manifest.csv"
     with open(manifest, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["key", "path", "label"])
         w.writerows(rows)
-    print(f"corpus: {count} JPEGs in {data} ({made} generated, {count - made} reused, "
+    print(f"corpus: {count} JPEGs in {data} ({len(missing)} generated, {count - len(missing)} reused, "
           f"{time.perf_counter() - t0:.1f} s)", flush=True)
     return manifest, paths
 

@@ -72,10 +72,18 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--max-errors", default="1%", show_default=True,
               help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
                    "Past it the command exits non-zero.")
+@click.option("--from", "base", default=None,
+              help="Reuse pixels from this earlier version (same --size and decode settings). "
+                   "Default: the newest such version under --out.")
+@click.option("--no-reuse", is_flag=True, help="Decode every image, even those an earlier version holds.")
+@click.option("--trust-mtime", is_flag=True,
+              help="Take a source file as unchanged when its path, size and mtime equal the base's, "
+                   "without reading it. Faster; misses an edit that kept size and mtime.")
+@click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
-            sanitize_keys, max_errors, as_json, quiet) -> None:
+            sanitize_keys, max_errors, base, no_reuse, trust_mtime, dry_run, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -86,9 +94,15 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     Running the same command again resumes an interrupted conversion; a folder made with other
     options or another source is refused, never overwritten.
 
+    A new version is built incrementally: when OUT holds an earlier version with the same size
+    and decode settings, every source whose bytes it already holds is copied from its shards
+    (checked against its index) instead of decoded; only new and changed images are decoded.
+    The result is identical to a full conversion.
+
     \b
     Examples:
       wds-tools convert --source data/manifest.csv --version v1 --size 224
+      wds-tools convert --source data/manifest_v2.csv --version v2 --size 224 --dry-run
       wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
       wds-tools convert --version v1 --size 224 --json      # source and out from wds-tools.toml
     """
@@ -97,8 +111,8 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     try:
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
-                             sanitize_keys=sanitize_keys, max_errors=max_errors,
-                             progress=not quiet)
+                             sanitize_keys=sanitize_keys, max_errors=max_errors, reuse=not no_reuse,
+                             base=base, trust_mtime=trust_mtime, dry_run=dry_run, progress=not quiet)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
         sys.exit(130)
@@ -118,6 +132,9 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
 def _print_convert(r) -> None:
     if r.already_complete:
         click.echo(f"{r.out_dir} is already converted with these options; nothing to do.")
+    elif r.dry_run:
+        click.echo(f"Dry run, nothing written: {r.out_dir} would hold {sum(s['samples'] for s in r.splits.values()):,} "
+                   f"samples in {r.shards} shards")
     else:
         resumed = f", {r.shards_resumed} kept from an interrupted run" if r.shards_resumed else ""
         click.echo(f"Converted {r.samples_written:,} images into {r.shards} shards{resumed} in {r.out_dir} "
@@ -125,8 +142,48 @@ def _print_convert(r) -> None:
     width = max([len(s) for s in r.splits] + [5])
     for name, sp in r.splits.items():
         click.echo(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+    if r.base is not None or r.dry_run:
+        click.echo(f"  from base {r.base or '(none)'}: {r.reused:,} reused, {r.relabeled:,} relabeled, "
+                   f"{r.decoded:,} decoded, {r.removed:,} removed")
+    for p in r.reuse_problems[:5]:
+        click.echo(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: {p['error']}")
     if r.failed:
-        click.echo(f"  failed: {r.failed} (reasons in {r.errors_file})")
+        where = f" (reasons in {r.errors_file})" if r.errors_file else ""
+        click.echo(f"  failed: {r.failed}{where}")
+
+
+
+@cli.command()
+@click.argument("old", type=click.Path(exists=True))
+@click.argument("new", type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the full key lists as one JSON object.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Keys listed per category in the text output.")
+def diff(old, new, as_json, limit) -> None:
+    """List keys added, removed, changed (other source bytes) and relabeled between two versions.
+
+    OLD and NEW are shards folders (or their index.json).
+
+    \b
+    Example:
+      wds-tools diff shards/v1/224 shards/v2/224
+    """
+    from .diff import diff_versions
+
+    try:
+        result = diff_versions(old, new)
+    except WdsToolsError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        return
+    click.echo(f"{result.old} -> {result.new}: {len(result.added):,} added, {len(result.removed):,} removed, "
+               f"{len(result.changed):,} changed, {len(result.relabeled):,} relabeled, {result.unchanged:,} unchanged")
+    for name in ("added", "removed", "changed", "relabeled"):
+        keys = getattr(result, name)
+        if keys and limit:
+            more = f" ... and {len(keys) - limit:,} more" if len(keys) > limit else ""
+            click.echo(f"  {name}: {' '.join(keys[:limit])}{more}")
 
 
 def main() -> None:

@@ -6,37 +6,34 @@ import hashlib
 import json
 import math
 import os
-import queue as queue_mod
 import re
 import shutil
-import signal
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Iterable
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
-from . import __version__
-from .decode import RESIZE_MODES, DecodeSettings, DecodeError, decode_image, decoder_versions, probe_image
+from . import __version__, write
+from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
 from .errors import OptionError, OutputExistsError, WdsToolsError
 from .fsutil import atomic_write_bytes, atomic_write_json, dumps_canonical
-from .index import (
-    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, SAMPLES_FILE,
-    load_index, pack_strings, read_npz, write_index, write_npz,
-)
+from .index import ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, load_index, read_npz, write_index
 from .plan import parse_shard_size, plan_split, url_pattern
+from .reuse import Base, find_base
+from .runner import Runner
 from .source import Source, SourceRow, read_source
-from .tarwrite import ShardWriter, npy_header
+from .write import SampleTask, ShardTask, fingerprint_files, scan_files
 
 __all__ = ["convert", "ConvertResult", "TooManyErrorsError", "parse_max_errors", "WORK_DIR"]
 
 WORK_DIR = ".wds-tools-work"
 _VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_SCAN_CHUNK = 256
+_SCAN_CHUNK = 256  # rows per header-scan task
+_HASH_CHUNK = 32  # rows per fingerprint task: whole files are read, so keep tasks small
+_BUILD_RECORD_ONLY = ("source_path", "base")  # recorded in index.json, not part of what is built
 
 
 class TooManyErrorsError(WdsToolsError):
@@ -54,7 +51,13 @@ class ConvertResult:
     failed: int = 0
     shards: int = 0
     shards_resumed: int = 0
-    decoded: int = 0
+    base: str | None = None  # the version whose pixels were reused
+    decoded: int = 0  # samples decoded from source in this run
+    reused: int = 0  # samples copied from the base, label unchanged
+    relabeled: int = 0  # samples copied from the base with a new label
+    removed: int = 0  # base samples absent from this version
+    reuse_problems: list[dict] = field(default_factory=list)  # base samples that failed their check
+    dry_run: bool = False
     seconds: float = 0.0
     images_per_second: float = 0.0
     splits: dict[str, dict] = field(default_factory=dict)
@@ -89,149 +92,6 @@ def _allowed_errors(max_errors: tuple[str, float], total: int) -> int:
     return int(v) if kind == "count" else math.floor(v * total + 1e-9)
 
 
-# ---------------------------------------------------------------- worker side
-
-_progress: Callable[[int], None] | None = None
-_parent_pid: int | None = None
-
-
-def _init_worker(q) -> None:
-    global _progress, _parent_pid
-    _progress = q.put
-    _parent_pid = os.getppid()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-
-
-def _noop() -> None:
-    """Submitted once per worker so the pool starts every process up front."""
-
-
-def _orphaned() -> bool:
-    """True in a pool worker whose parent has died (kill -9): stop rather than race a rerun."""
-    return _parent_pid is not None and os.getppid() != _parent_pid
-
-
-def _scan_chunk(paths: list[str], settings: DecodeSettings) -> list[str | None]:
-    """Check that each file exists, is non-empty and has a readable image header."""
-    out: list[str | None] = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    raise DecodeError("empty file")
-                probe_image(f, settings)  # reads only as far as the header
-            out.append(None)
-        except FileNotFoundError:
-            out.append("missing file")
-        except PermissionError:
-            out.append("unreadable file: permission denied")
-        except IsADirectoryError:
-            out.append("is a directory, not a file")
-        except OSError as e:
-            out.append(f"unreadable file: {e.strerror or e}")
-        except DecodeError as e:
-            out.append(str(e))
-    return out
-
-
-@dataclass(frozen=True)
-class _Sample:
-    key: str
-    path: str
-    source_path: str
-    label: int
-    label_name: str
-    line: int
-    original_key: str | None
-
-
-@dataclass(frozen=True)
-class _ShardTask:
-    dest: str
-    work: str
-    name: str
-    split: str
-    digest: str
-    size: int
-    resize: str
-    settings: DecodeSettings
-    samples: tuple[_Sample, ...]
-
-
-def _sample_json(s: _Sample, width: int, height: int, fingerprint: str) -> bytes:
-    meta = {"key": s.key, "label": s.label_name, "source_path": s.source_path,
-            "width": width, "height": height, "fingerprint": f"xxh3_128:{fingerprint}"}
-    if s.original_key is not None:
-        meta["original_key"] = s.original_key
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _write_shard(task: _ShardTask) -> dict:
-    """Decode a shard's samples and write the tar, its columns and its meta (in that order)."""
-    header = npy_header((task.size, task.size, 3))
-    rows: list[tuple] = []
-    failed: list[dict] = []
-    hist = np.zeros(768, dtype=np.int64)
-    channel = np.tile(np.array([0, 256, 512], dtype=np.uint16), task.size * task.size)
-    pending = 0
-    with ShardWriter(os.path.join(task.dest, task.name)) as w:
-        for s in task.samples:
-            if _orphaned():
-                raise SystemExit(1)
-            try:
-                with open(s.path, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    data = f.read()
-                dec = decode_image(data, task.size, task.resize, task.settings)
-            except (OSError, DecodeError) as e:
-                reason = str(e) if isinstance(e, DecodeError) else f"unreadable file: {e.strerror or e}"
-                failed.append({"key": s.key, "path": s.source_path, "line": s.line,
-                               "stage": "decode", "error": reason})
-            else:
-                fp = xxhash.xxh3_128_digest(data)
-                flat = dec.pixels.reshape(-1)
-                hist += np.bincount(flat + channel, minlength=768)
-                npy_hash = xxhash.xxh3_64(header)
-                npy_hash.update(flat)
-                cls_off, cls_len = w.add(f"{s.key}.cls", str(s.label).encode())
-                json_off, json_len = w.add(f"{s.key}.json", _sample_json(s, dec.width, dec.height, fp.hex()))
-                npy_off, npy_len = w.add(f"{s.key}.npy", header, flat.data)
-                rows.append((s.key, s.label, fp, dec.width, dec.height, st.st_size, st.st_mtime_ns,
-                             cls_off, cls_len, json_off, json_len, npy_off, npy_len,
-                             npy_hash.intdigest(), s.source_path))
-            pending += 1
-            if _progress is not None and pending >= 8:
-                _progress(pending)
-                pending = 0
-        nbytes, sha = w.close()
-    if _progress is not None and pending:
-        _progress(pending)
-    cols = _rows_to_columns(rows)
-    atomic_write_bytes(os.path.join(task.work, task.name + ".npz"), write_npz(cols))
-    meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
-            "sha256": sha, "samples": len(rows), "failed": failed, "histogram": hist.tolist()}
-    atomic_write_json(os.path.join(task.work, task.name + ".json"), meta)
-    return meta
-
-
-def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
-    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns",
-             "cls_offset", "cls_length", "json_offset", "json_length", "npy_offset", "npy_length",
-             "npy_xxh3"]
-    cols: dict[str, np.ndarray] = {}
-    for j, name in enumerate(names):
-        values = [r[j] for r in rows]
-        if name == "key":
-            cols[name] = np.array([v.encode() for v in values], dtype="S") if values else np.zeros(0, "S1")
-        elif name == "fingerprint":
-            cols[name] = np.frombuffer(b"".join(values), dtype="u1").reshape(len(values), 16)
-        else:
-            cols[name] = np.array(values, dtype=SAMPLE_COLUMNS[name])
-    cols["shard"] = np.zeros(len(rows), dtype="<u4")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r[14] for r in rows])
-    return cols
-
-
 # ---------------------------------------------------------------- main side
 
 def _spec(source: Source, *, version: str, size: int, resize: str, shard_size: int, seed: int,
@@ -262,7 +122,7 @@ def _prepare_dest(dest: Path, spec: dict) -> str:
     if (dest / INDEX_FILE).exists():
         meta = load_index(dest).meta
         old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
-        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k != "source_path"}
+        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in _BUILD_RECORD_ONLY}
         diffs = _spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(
@@ -292,72 +152,6 @@ def _prepare_dest(dest: Path, spec: dict) -> str:
                 "nothing was changed. Choose another --version or --out, or remove the folder."
             )
     return "fresh"
-
-
-class _Runner:
-    """Runs functions in-process (workers=1) or in a spawn process pool, with progress."""
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.pool: ProcessPoolExecutor | None = None
-        self.queue = None
-        if workers > 1:
-            ctx = get_context("spawn")
-            self.queue = ctx.Queue()
-            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(self.queue,))
-            # The pool spawns a process only when a task finds no idle one; start them all now,
-            # while the source is scanned, instead of one by one during the first shards.
-            for _ in range(workers):
-                self.pool.submit(_noop)
-
-    def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, object], None]) -> None:
-        """Call fn(*args) for each, at most 2 x workers in flight; results in completion order."""
-        global _progress
-        if self.pool is None:
-            _progress = on_progress
-            try:
-                for i, args in enumerate(args_list):
-                    on_result(i, fn(*args))
-            finally:
-                _progress = None
-            return
-        todo = iter(enumerate(args_list))
-        running: dict[Future, int] = {}
-
-        def fill() -> None:
-            while len(running) < 2 * self.workers:
-                nxt = next(todo, None)
-                if nxt is None:
-                    return
-                running[self.pool.submit(fn, *nxt[1])] = nxt[0]
-
-        fill()
-        while running:
-            done, _ = wait(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
-            self._drain(on_progress)
-            for fut in done:
-                i = running.pop(fut)
-                on_result(i, fut.result())
-            fill()
-        self._drain(on_progress)
-
-    def _drain(self, on_progress: Callable[[int], None]) -> None:
-        while True:
-            try:
-                on_progress(self.queue.get_nowait())
-            except queue_mod.Empty:
-                return
-
-    def close(self, cancel: bool = False) -> None:
-        if self.pool is None:
-            return
-        if cancel:  # interrupted: stop the workers now instead of letting their shards finish
-            for proc in list(getattr(self.pool, "_processes", {}).values()):
-                proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=cancel)
-        self.pool = None
 
 
 def _bar(total: int, desc: str, unit: str, enabled: bool):
@@ -392,14 +186,14 @@ def _write_errors(dest: Path, failures: list[dict]) -> str | None:
     return str(path)
 
 
-def _task_digest(spec_digest: str, name: str, samples: Iterable[_Sample]) -> str:
+def _task_digest(spec_digest: str, name: str, samples: Iterable[SampleTask]) -> str:
     h = hashlib.sha256(f"{spec_digest}\n{name}\n".encode())
     for s in samples:
         h.update(f"{s.key}\t{s.path}\t{s.source_path}\t{s.label}\t{s.label_name}\t{s.original_key}\n".encode())
     return h.hexdigest()
 
 
-def _finished_meta(task: _ShardTask) -> dict | None:
+def _finished_meta(task: ShardTask) -> dict | None:
     """The meta of a shard a previous run finished with the same plan, else None."""
     try:
         meta = json.loads(Path(task.work, task.name + ".json").read_text())
@@ -409,6 +203,18 @@ def _finished_meta(task: _ShardTask) -> dict | None:
         return meta if ok else None
     except (OSError, ValueError, KeyError):
         return None
+
+
+def _select_base(out: Path, version: str, size: int, resize: str, settings: DecodeSettings,
+                 reuse: bool, base: str | None) -> Base | None:
+    if not reuse:
+        if base is not None:
+            raise OptionError("--from and --no-reuse contradict each other; pass one of them")
+        return None
+    wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
+              "decoder_versions": decoder_versions()}
+    found = find_base(out, version, wanted, base)
+    return Base(found) if found is not None else None
 
 
 def convert(
@@ -425,12 +231,20 @@ def convert(
     sanitize_keys: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
+    reuse: bool = True,
+    base: str | None = None,
+    trust_mtime: bool = False,
+    dry_run: bool = False,
     progress: bool = True,
 ) -> ConvertResult:
     """Convert ``source`` into ``out/version/size/<split>-NNNNNN.tar`` shards plus their index.
 
-    Resumes an interrupted run with the same arguments; refuses a folder made with other
-    options or another source. Bad source files are skipped and listed in errors.jsonl.
+    When an earlier version with the same size and decode settings exists (``base`` names one;
+    default: the newest), samples whose source bytes it already holds are copied from its
+    shards instead of decoded (``reuse=False`` decodes everything). ``trust_mtime`` takes a
+    source as unchanged when its path, size and mtime are. ``dry_run`` reports the plan and
+    writes nothing. Resumes an interrupted run with the same arguments; refuses a folder made
+    with other options or another source. Bad source files are skipped and listed in errors.jsonl.
     """
     t0 = time.perf_counter()
     if not _VERSION_PATTERN.fullmatch(str(version)):
@@ -452,17 +266,27 @@ def convert(
                  val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
     state = _prepare_dest(dest, spec)
     result = ConvertResult(out_dir=str(dest), dataset_version=version, size=size,
-                           max_errors_allowed=_allowed_errors(max_err, len(src.rows)))
+                           max_errors_allowed=_allowed_errors(max_err, len(src.rows)), dry_run=dry_run)
     if state == "complete":
         return _result_from_index(result, dest, t0)
+    base_index = _select_base(Path(out), str(version), size, resize, decode, reuse, base)
+    result.base = base_index.version if base_index is not None else None
 
     work = dest / WORK_DIR
-    work.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(work / "run.json", spec)
-    runner = _Runner(workers)
+    if not dry_run:
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(work / "run.json", spec)
+    runner = Runner(workers)
     try:
-        return _run(src, dest, work, spec, runner, result, n_per_shard=n_per_shard, seed=seed,
-                    size=size, resize=resize, settings=decode, progress=progress, t0=t0)
+        return _run(src, dest, work, spec, runner, result, base_index, n_per_shard=n_per_shard,
+                    seed=seed, size=size, resize=resize, settings=decode, trust_mtime=trust_mtime,
+                    dry_run=dry_run, progress=progress, t0=t0)
+    except BrokenProcessPool:
+        runner.close(cancel=True)
+        raise WdsToolsError(
+            "a worker process died (killed, or out of memory?); finished shards are kept. "
+            "Run the same command again to resume, with fewer --workers if memory is short."
+        ) from None
     except BaseException:
         runner.close(cancel=True)
         raise
@@ -470,22 +294,45 @@ def convert(
         runner.close()
 
 
-def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, result: ConvertResult, *,
-         n_per_shard: int, seed: int, size: int, resize: str, settings: DecodeSettings,
-         progress: bool, t0: float) -> ConvertResult:
-    rows = src.rows
-    # 1. scan: cheap header checks, so the plan only holds readable images
-    scan: list[str | None] = [None] * len(rows)
-    chunks = [(i, [r.path for r in rows[i:i + _SCAN_CHUNK]]) for i in range(0, len(rows), _SCAN_CHUNK)]
-    with _bar(len(rows), "scan", "file", progress) as bar:
-        def on_scan(j: int, out: list) -> None:
-            start = chunks[j][0]
-            scan[start:start + len(out)] = out
+def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, settings: DecodeSettings,
+          trust_mtime: bool, progress: bool) -> tuple[list[str | None], list[tuple]]:
+    """Check every source; with a base, also fingerprint it. Returns (errors, (fp, size, mtime))."""
+    errors: list[str | None] = [None] * len(rows)
+    stats: list[tuple] = [(None, 0, 0)] * len(rows)
+    chunk = _SCAN_CHUNK if base is None else _HASH_CHUNK
+    starts = list(range(0, len(rows), chunk))
+    if base is None:
+        fn, args = scan_files, [([r.path for r in rows[i:i + chunk]], settings) for i in starts]
+    else:
+        def item(r: SourceRow) -> tuple:
+            return (r.path, *base.trusted_stat(r.source_path)) if trust_mtime else (r.path, None, None)
+        fn, args = fingerprint_files, [([item(r) for r in rows[i:i + chunk]], settings) for i in starts]
+    with _bar(len(rows), "scan" if base is None else "fingerprint", "file", progress) as bar:
+        def on_result(j: int, out: list) -> None:
+            for k, res in enumerate(out, starts[j]):
+                if base is None:
+                    errors[k] = res
+                else:
+                    err, fp, size, mtime = res
+                    if err is None and fp is None:  # unchanged by --trust-mtime
+                        fp = base.fingerprint_of(rows[k].source_path)
+                    errors[k], stats[k] = err, (fp, size, mtime)
             bar.update(len(out))
-        runner.map(_scan_chunk, [(paths, settings) for _, paths in chunks], lambda n: None, on_scan)
+        runner.map(fn, args, lambda n: None, on_result)
+    return errors, stats
+
+
+def _run(src: Source, dest: Path, work: Path, spec: dict, runner: Runner, result: ConvertResult,
+         base: Base | None, *, n_per_shard: int, seed: int, size: int, resize: str,
+         settings: DecodeSettings, trust_mtime: bool, dry_run: bool, progress: bool,
+         t0: float) -> ConvertResult:
+    rows = src.rows
+    # 1. scan: header checks (and fingerprints when a base can be reused), so the plan only
+    #    holds readable images
+    scan, stats = _scan(rows, runner, base, settings, trust_mtime, progress)
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
-    if len(failures) > result.max_errors_allowed:
+    if len(failures) > result.max_errors_allowed and not dry_run:
         errors_file = _write_errors(dest, failures)
         shutil.rmtree(work, ignore_errors=True)
         raise TooManyErrorsError(
@@ -494,25 +341,32 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
             f"{errors_file}. First: {failures[0]['path']}: {failures[0]['error']}"
         )
 
-    # 2. plan: pure function of the good rows
+    # 2. plan: a pure function of the good rows, whatever a base holds
     labels = src.label_index()
     spec_digest = hashlib.sha256(dumps_canonical(spec).encode()).hexdigest()
-    by_split: dict[str, list[SourceRow]] = {}
-    for r, err in zip(rows, scan):
+    by_split: dict[str, list[int]] = {}
+    for i, (r, err) in enumerate(zip(rows, scan)):
         if err is None:
-            by_split.setdefault(r.split, []).append(r)
-    tasks: list[_ShardTask] = []
+            by_split.setdefault(r.split, []).append(i)
+    tasks: list[ShardTask] = []
     for split in sorted(by_split):
         members = by_split[split]
-        for plan in plan_split(split, [(r.key, labels[r.label]) for r in members],
+        for plan in plan_split(split, [(rows[i].key, labels[rows[i].label]) for i in members],
                                shard_size=n_per_shard, seed=seed):
-            samples = tuple(
-                _Sample(r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key)
-                for r in (members[i] for i in plan.members)
-            )
-            tasks.append(_ShardTask(str(dest), str(work), plan.name, split,
-                                    _task_digest(spec_digest, plan.name, samples), size, resize,
-                                    settings, samples))
+            samples = []
+            for i in (members[j] for j in plan.members):
+                r, (fp, src_size, mtime) = rows[i], stats[i]
+                samples.append(SampleTask(
+                    r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
+                    reuse=base.reuse(fp, r.label) if base is not None and fp is not None else None,
+                    src_size=src_size, src_mtime_ns=mtime))
+            tasks.append(ShardTask(str(dest), str(work), plan.name, split,
+                                   _task_digest(spec_digest, plan.name, samples), size, resize,
+                                   settings, tuple(samples)))
+    if base is not None:
+        result.removed = base.removed({r.key for r in rows})
+    if dry_run:
+        return _dry_run_result(result, tasks, failures, t0)
 
     # 3. write: shards a previous run finished are kept
     metas: dict[str, dict] = {}
@@ -524,17 +378,22 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
     pending = [t for t in tasks if t.name not in metas]
     t_write = time.perf_counter()
     with _bar(sum(len(t.samples) for t in pending), "convert", "img", progress) as bar:
-        runner.map(_write_shard, [(t,) for t in pending], bar.update,
+        runner.map(write.write_shard, [(t,) for t in pending], bar.update,
                    lambda i, meta: metas.__setitem__(pending[i].name, meta))
         bar.n = bar.total  # per-image messages may trail the last result; the work is done
         bar.refresh()
     write_seconds = time.perf_counter() - t_write
-    result.decoded = sum(len(t.samples) for t in pending)
+    for t in pending:
+        counts = metas[t.name]["counts"]
+        result.decoded += counts["decoded"]
+        result.reused += counts["reused"]
+        result.relabeled += counts["relabeled"]
+        result.reuse_problems += metas[t.name]["reuse_problems"]
 
     # 4. index: written last, from the per-shard columns
     for t in tasks:
         failures += metas[t.name]["failed"]
-    _assemble_index(dest, work, tasks, metas, spec, src, settings)
+    _assemble_index(dest, work, tasks, metas, spec, src, settings, base)
     result.errors_file = _write_errors(dest, failures)
     planned = {t.name for t in tasks}
     for p in dest.iterdir():  # leftovers of an interrupted run whose plan has since changed
@@ -545,13 +404,38 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: _Runner, resul
     result = _result_from_index(result, dest, t0)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
-    result.images_per_second = round(result.decoded / write_seconds, 2) if write_seconds > 0 and result.decoded else 0.0
+    written = result.decoded + result.reused + result.relabeled
+    result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0
     result.already_complete = False
     return result
 
 
-def _assemble_index(dest: Path, work: Path, tasks: list[_ShardTask], metas: dict[str, dict],
-                    spec: dict, src: Source, settings: DecodeSettings) -> None:
+def _dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
+                    t0: float) -> ConvertResult:
+    """What a run would do: counts only, nothing written."""
+    for t in tasks:
+        for s in t.samples:
+            if s.reuse is None:
+                result.decoded += 1
+            elif s.reuse.relabeled:
+                result.relabeled += 1
+            else:
+                result.reused += 1
+        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
+        sp["samples"] += len(t.samples)
+        sp["shards"] += 1
+    for name, sp in result.splits.items():
+        sp["urls"] = str(Path(result.out_dir) / url_pattern(name, sp["shards"]))
+    result.samples_written = 0
+    result.shards = len(tasks)
+    result.failed = len(failures)
+    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.seconds = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def _assemble_index(dest: Path, work: Path, tasks: list[ShardTask], metas: dict[str, dict],
+                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None) -> None:
     parts = []
     for shard_id, t in enumerate(tasks):
         cols = read_npz(work / (t.name + ".npz"))
@@ -566,10 +450,10 @@ def _assemble_index(dest: Path, work: Path, tasks: list[_ShardTask], metas: dict
             width = max([a.dtype.itemsize for a in arrays] + [1])
             arrays = [a.astype(f"S{width}") for a in arrays]
         columns[name] = np.concatenate(arrays) if arrays else np.zeros(0, SAMPLE_COLUMNS[name])
-    offsets, base = [np.zeros(1, "<u8")], 0
+    offsets, path_base = [np.zeros(1, "<u8")], 0
     for p in parts:
-        offsets.append(p["path_offsets"][1:] + base)
-        base += int(p["path_offsets"][-1])
+        offsets.append(p["path_offsets"][1:] + path_base)
+        path_base += int(p["path_offsets"][-1])
     columns["path_offsets"] = np.concatenate(offsets).astype("<u8")
     columns["path_data"] = np.concatenate([p["path_data"] for p in parts] + [np.zeros(0, "u1")])
     if columns["fingerprint"].ndim == 1:
@@ -602,7 +486,8 @@ def _assemble_index(dest: Path, work: Path, tasks: list[_ShardTask], metas: dict
         "created_by": f"wds-tools {__version__}",
         **{k: spec[k] for k in ("dataset_version", "size", "resize", "decode")},
         "decoder_versions": decoder_versions(),
-        "build": {**spec["build"], "source_path": str(Path(src.path).resolve())},
+        "build": {**spec["build"], "source_path": str(Path(src.path).resolve()),
+                  "base": base.version if base is not None else None},
         "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
                    "npy_shape": [spec["size"], spec["size"], 3]},
         "classes": src.classes,

@@ -1,0 +1,45 @@
+import json
+
+from click.testing import CliRunner
+
+from conftest import make_images, write_manifest
+from wds_tools.cli import cli
+from wds_tools.convert import convert
+from wds_tools.diff import diff_versions
+from wds_tools.synth import jpeg_bytes, photo_like
+
+
+def _versions(tmp_path):
+    root = tmp_path / "c"
+    rows = make_images(root, 12)
+    out = tmp_path / "out"
+    convert(write_manifest(root / "v1.csv", rows), version="v1", size=32, out=out, workers=1, progress=False)
+    v2 = [dict(r) for r in rows[1:]]  # s0000 removed
+    v2[0]["label"] = "z"  # s0001 relabeled
+    (root / "img/s0002.jpg").write_bytes(jpeg_bytes(photo_like(96, 72, seed=999)))  # s0002 changed
+    (root / "img/extra.jpg").write_bytes(jpeg_bytes(photo_like(96, 72, seed=1000)))
+    v2.append({"key": "extra", "path": "img/extra.jpg", "label": "a"})  # added
+    convert(write_manifest(root / "v2.csv", v2), version="v2", size=32, out=out, workers=1, progress=False)
+    return out / "v1/32", out / "v2/32"
+
+
+def test_diff_versions(tmp_path):
+    a, b = _versions(tmp_path)
+    d = diff_versions(a, b)
+    assert (d.added, d.removed, d.changed, d.relabeled, d.unchanged) == (
+        ["extra"], ["s0000"], ["s0002"], ["s0001"], 9)
+    assert diff_versions(a, a).unchanged == 12
+
+
+def test_diff_cli_text_and_json(tmp_path):
+    a, b = _versions(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["diff", str(a), str(b)])
+    assert res.exit_code == 0
+    assert "1 added, 1 removed, 1 changed, 1 relabeled, 9 unchanged" in res.output
+    assert "relabeled: s0001" in res.output
+    res = runner.invoke(cli, ["diff", str(a), str(b), "--json"])
+    data = json.loads(res.output)
+    assert data["changed"] == ["s0002"] and data["added"] == ["extra"]
+    res = runner.invoke(cli, ["diff", str(a), str(tmp_path)])
+    assert res.exit_code == 1 and "no index at" in res.output

@@ -1,0 +1,49 @@
+"""Compare two converted versions by key: added, removed, changed pixels, changed labels."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from .index import load_index
+
+__all__ = ["DiffResult", "diff_versions"]
+
+
+@dataclass
+class DiffResult:
+    old: str
+    new: str
+    added: list[str] = field(default_factory=list)  # keys only in new
+    removed: list[str] = field(default_factory=list)  # keys only in old
+    changed: list[str] = field(default_factory=list)  # same key, other source bytes
+    relabeled: list[str] = field(default_factory=list)  # same key and bytes, other label
+    unchanged: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
+    """Diff two shards folders (or index files) by sample key, source fingerprint and label name."""
+    a, b = load_index(old), load_index(new)
+    sa, sb = a.samples, b.samples
+    pos_a = sa.key_positions
+    fa, fb = sa["fingerprint"], sb["fingerprint"]
+    la, lb = sa["label"], sb["label"]
+    res = DiffResult(old=str(a.root), new=str(b.root))
+    for j, key in enumerate(sb.keys):
+        i = pos_a.get(key)
+        if i is None:
+            res.added.append(key)
+        elif fa[i].tobytes() != fb[j].tobytes():
+            res.changed.append(key)
+        elif a.classes[int(la[i])] != b.classes[int(lb[j])]:
+            res.relabeled.append(key)
+        else:
+            res.unchanged += 1
+    keys_b = sb.key_positions
+    res.removed = [k for k in sa.keys if k not in keys_b]
+    for name in ("added", "removed", "changed", "relabeled"):
+        getattr(res, name).sort()
+    return res

@@ -1,0 +1,109 @@
+"""Incremental conversion: pick a base version and find which samples' pixels it already holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from .errors import OptionError
+from .index import INDEX_FILE, DatasetIndex, load_index
+from .write import Reuse
+
+__all__ = ["Base", "find_base", "base_incompatibilities"]
+
+# What must match for stored pixels to equal a fresh decode.
+_PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
+
+
+def base_incompatibilities(meta: dict, wanted: dict) -> list[str]:
+    """Differences that make a version's pixels unusable for another: size, resize, decode, decoder."""
+    return [f"{k}: {meta.get(k)!r} there, {wanted[k]!r} here"
+            for k in _PIXEL_FIELDS if meta.get(k) != wanted[k]]
+
+
+def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> DatasetIndex | None:
+    """The version to reuse pixels from: ``explicit`` (--from), else the newest compatible one.
+
+    "Newest" is the most recently written index.json among OUT/*/SIZE other than ``version``.
+    """
+    size = str(wanted["size"])
+    if explicit is not None:
+        path = out / explicit / size
+        if not (path / INDEX_FILE).exists():
+            raise OptionError(f"--from {explicit}: no finished conversion at {path} (no {INDEX_FILE})")
+        base = load_index(path)
+        diffs = base_incompatibilities(base.meta, wanted)
+        if diffs:
+            raise OptionError(
+                f"--from {explicit}: its pixels were made differently ({'; '.join(diffs)}); "
+                "reusing them would not equal a fresh conversion. Pass --no-reuse to decode everything."
+            )
+        return base
+    candidates = []
+    if out.is_dir():
+        for vdir in out.iterdir():
+            index_path = vdir / size / INDEX_FILE
+            if vdir.name != version and index_path.exists():
+                candidates.append((index_path.stat().st_mtime_ns, vdir.name, index_path.parent))
+    for _, _, path in sorted(candidates, reverse=True):
+        try:
+            base = load_index(path)
+        except Exception:  # an unreadable neighbour is no base, and no reason to fail
+            continue
+        if not base_incompatibilities(base.meta, wanted):
+            return base
+    return None
+
+
+@dataclass
+class Base:
+    """Lookups into a base index by source fingerprint and by source path."""
+
+    index: DatasetIndex
+
+    @property
+    def version(self) -> str:
+        return self.index.meta["dataset_version"]
+
+    @cached_property
+    def by_fingerprint(self) -> dict[bytes, int]:
+        fps = self.index.samples["fingerprint"]
+        out: dict[bytes, int] = {}
+        for i in range(len(fps)):
+            out.setdefault(fps[i].tobytes(), i)
+        return out
+
+    @cached_property
+    def by_source_path(self) -> dict[str, int]:
+        s = self.index.samples
+        return {s.source_path(i): i for i in range(len(s))}
+
+    def trusted_stat(self, source_path: str) -> tuple[int | None, int | None]:
+        """(size, mtime_ns) recorded for a source path, for --trust-mtime; (None, None) if unknown."""
+        i = self.by_source_path.get(source_path)
+        if i is None:
+            return None, None
+        s = self.index.samples
+        return int(s["src_size"][i]), int(s["src_mtime_ns"][i])
+
+    def fingerprint_of(self, source_path: str) -> bytes:
+        return self.index.samples["fingerprint"][self.by_source_path[source_path]].tobytes()
+
+    def reuse(self, fingerprint: bytes, label_name: str) -> Reuse | None:
+        """Where the pixels of a source with this fingerprint are stored, or None."""
+        i = self.by_fingerprint.get(fingerprint)
+        if i is None:
+            return None
+        s, idx = self.index.samples, self.index
+        shard = idx.shards[int(s["shard"][i])]
+        return Reuse(
+            shard_path=str(Path(idx.root) / shard["name"]), shard_bytes=int(shard["bytes"]),
+            npy_offset=int(s["npy_offset"][i]), npy_length=int(s["npy_length"][i]),
+            npy_xxh3=int(s["npy_xxh3"][i]), width=int(s["width"][i]), height=int(s["height"][i]),
+            fingerprint=fingerprint, relabeled=idx.classes[int(s["label"][i])] != label_name,
+        )
+
+    def removed(self, keys: set[str]) -> int:
+        """Base samples whose key is absent from the new version."""
+        return sum(1 for k in self.index.samples.keys if k not in keys)
