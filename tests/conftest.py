@@ -31,6 +31,36 @@ def make_images(root: Path, n: int, *, classes=("a", "b", "c"), size=(96, 72), s
 
 
 @pytest.fixture
+def interrupt_writes(monkeypatch):
+    """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt.
+
+    Returns the list the written shard names are appended to; call ``.restore()`` on it
+    (or let the fixture end) to write normally again.
+    """
+    import wds_tools.write as write_mod
+
+    real = write_mod.write_shard
+
+    class Written(list):
+        def restore(self) -> None:
+            monkeypatch.setattr(write_mod, "write_shard", real)
+
+    def arm(n: int) -> Written:
+        written = Written()
+
+        def flaky(task):
+            if len(written) == n:
+                raise KeyboardInterrupt
+            written.append(task.name)
+            return real(task)
+
+        monkeypatch.setattr(write_mod, "write_shard", flaky)
+        return written
+
+    return arm
+
+
+@pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     """A manifest of 40 good JPEGs in 3 classes, splits from the key hash."""
     root = tmp_path / "corpus"

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import webdataset as wds
 
-import wds_tools.write as write_mod
 from conftest import make_images, write_manifest
 from wds_tools.convert import TooManyErrorsError, convert, parse_max_errors
 from wds_tools.decode import decode_file
@@ -209,18 +208,9 @@ def test_foreign_folder_is_refused(corpus, tmp_path):
     assert (dest / "precious.txt").read_text() == "keep me"
 
 
-def test_resume_after_an_interrupted_run_is_byte_identical(corpus, tmp_path, monkeypatch):
+def test_resume_after_an_interrupted_run_is_byte_identical(corpus, tmp_path, interrupt_writes):
     _run(corpus, tmp_path / "ref")
-    real = write_mod.write_shard
-    calls = []
-
-    def flaky(task):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(task.name)
-        return real(task)
-
-    monkeypatch.setattr(write_mod, "write_shard", flaky)
+    calls = interrupt_writes(2)
     with pytest.raises(KeyboardInterrupt):
         _run(corpus, tmp_path / "out")
     dest = tmp_path / "out/v1/32"
@@ -228,7 +218,7 @@ def test_resume_after_an_interrupted_run_is_byte_identical(corpus, tmp_path, mon
     # a different command cannot take over the unfinished folder
     with pytest.raises(OutputExistsError, match="unfinished conversion"):
         _run(corpus, tmp_path / "out", resize="squash")
-    monkeypatch.setattr(write_mod, "write_shard", real)
+    calls.restore()
     res = _run(corpus, tmp_path / "out")
     assert res.shards_resumed == 2 and res.decoded == 40 - sum(
         s["samples"] for s in load_index(dest).shards if s["name"] in calls)

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wds_tools.write as write_mod
 from conftest import make_images, write_manifest
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
@@ -142,21 +141,13 @@ def test_corrupt_base_shard_is_decoded_again_and_reported(v1, tmp_path):
     _assert_same_as_fresh(manifest, out, tmp_path)  # nothing bad was copied
 
 
-def test_interrupted_incremental_run_resumes_identically(v1, tmp_path, monkeypatch):
+def test_interrupted_incremental_run_resumes_identically(v1, tmp_path, interrupt_writes):
     root, rows, out = v1
     manifest = write_manifest(root / "v2.csv", _edit(root, rows, add=2, remove=1, replace=1, relabel=1))
-    real, calls = write_mod.write_shard, []
-
-    def flaky(task):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(task.name)
-        return real(task)
-
-    monkeypatch.setattr(write_mod, "write_shard", flaky)
+    written = interrupt_writes(2)
     with pytest.raises(KeyboardInterrupt):
         _convert(manifest, out, "v2")
-    monkeypatch.setattr(write_mod, "write_shard", real)
+    written.restore()
     res = _convert(manifest, out, "v2")
     assert res.shards_resumed == 2
     _assert_same_as_fresh(manifest, out, tmp_path)
