@@ -80,10 +80,17 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Take a source file as unchanged when its path, size and mtime equal the base's, "
                    "without reading it. Faster; misses an edit that kept size and mtime.")
 @click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool on this machine; ray: Ray tasks on the cluster ray.init "
+                   "reaches (needs the 'ray' extra; sources and --out must be visible to every node).")
+@click.option("--ray-address", default=None,
+              help="Ray cluster address for --executor ray, e.g. ray://head:10001 or auto. "
+                   "Default: start a local Ray instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
-            sanitize_keys, max_errors, base, no_reuse, trust_mtime, dry_run, as_json, quiet) -> None:
+            sanitize_keys, max_errors, base, no_reuse, trust_mtime, dry_run, executor, ray_address,
+            as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -103,6 +110,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     Examples:
       wds-tools convert --source data/manifest.csv --version v1 --size 224
       wds-tools convert --source data/manifest_v2.csv --version v2 --size 224 --dry-run
+      wds-tools convert --source data/manifest.csv --version v1 --size 224 --executor ray --ray-address auto
       wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
       wds-tools convert --version v1 --size 224 --json      # source and out from wds-tools.toml
     """
@@ -112,7 +120,8 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, max_errors=max_errors, reuse=not no_reuse,
-                             base=base, trust_mtime=trust_mtime, dry_run=dry_run, progress=not quiet)
+                             base=base, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
+                             ray_address=ray_address, progress=not quiet)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
         sys.exit(130)

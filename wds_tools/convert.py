@@ -23,7 +23,7 @@ from .fsutil import atomic_write_bytes, atomic_write_json, dumps_canonical
 from .index import ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, load_index, read_npz, write_index
 from .plan import parse_shard_size, plan_split, url_pattern
 from .reuse import Base, find_base
-from .runner import Runner
+from .runner import EXECUTORS, make_runner
 from .source import Source, SourceRow, read_source
 from .write import SampleTask, ShardTask, fingerprint_files, scan_files
 
@@ -235,6 +235,8 @@ def convert(
     base: str | None = None,
     trust_mtime: bool = False,
     dry_run: bool = False,
+    executor: str = "local",
+    ray_address: str | None = None,
     progress: bool = True,
 ) -> ConvertResult:
     """Convert ``source`` into ``out/version/size/<split>-NNNNNN.tar`` shards plus their index.
@@ -243,7 +245,8 @@ def convert(
     default: the newest), samples whose source bytes it already holds are copied from its
     shards instead of decoded (``reuse=False`` decodes everything). ``trust_mtime`` takes a
     source as unchanged when its path, size and mtime are. ``dry_run`` reports the plan and
-    writes nothing. Resumes an interrupted run with the same arguments; refuses a folder made
+    writes nothing. ``executor="ray"`` runs the shard tasks on a Ray cluster (``ray_address``;
+    default: a local instance) with the same plan and bytes. Resumes an interrupted run with the same arguments; refuses a folder made
     with other options or another source. Bad source files are skipped and listed in errors.jsonl.
     """
     t0 = time.perf_counter()
@@ -253,9 +256,11 @@ def convert(
         raise OptionError(f"--size {size!r}: expected an integer between 8 and 8192 pixels, e.g. 224")
     if resize not in RESIZE_MODES:
         raise OptionError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
-    if workers is None:
+    if executor not in EXECUTORS:
+        raise OptionError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if workers is None and executor == "local":
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if not isinstance(workers, int) or workers < 1:
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise OptionError(f"--workers {workers!r}: expected a positive integer")
     n_per_shard = parse_shard_size(shard_size, size)
     max_err = parse_max_errors(max_errors)
@@ -276,7 +281,7 @@ def convert(
     if not dry_run:
         work.mkdir(parents=True, exist_ok=True)
         atomic_write_json(work / "run.json", spec)
-    runner = Runner(workers)
+    runner = make_runner(executor, workers, ray_address)
     try:
         return _run(src, dest, work, spec, runner, result, base_index, n_per_shard=n_per_shard,
                     seed=seed, size=size, resize=resize, settings=decode, trust_mtime=trust_mtime,
@@ -294,7 +299,7 @@ def convert(
         runner.close()
 
 
-def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, settings: DecodeSettings,
+def _scan(rows: list[SourceRow], runner, base: Base | None, settings: DecodeSettings,
           trust_mtime: bool, progress: bool) -> tuple[list[str | None], list[tuple]]:
     """Check every source; with a base, also fingerprint it. Returns (errors, (fp, size, mtime))."""
     errors: list[str | None] = [None] * len(rows)
@@ -322,7 +327,7 @@ def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, settings: De
     return errors, stats
 
 
-def _run(src: Source, dest: Path, work: Path, spec: dict, runner: Runner, result: ConvertResult,
+def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: ConvertResult,
          base: Base | None, *, n_per_shard: int, seed: int, size: int, resize: str,
          settings: DecodeSettings, trust_mtime: bool, dry_run: bool, progress: bool,
          t0: float) -> ConvertResult:
@@ -378,8 +383,11 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner: Runner, result
     pending = [t for t in tasks if t.name not in metas]
     t_write = time.perf_counter()
     with _bar(sum(len(t.samples) for t in pending), "convert", "img", progress) as bar:
-        runner.map(write.write_shard, [(t,) for t in pending], bar.update,
-                   lambda i, meta: metas.__setitem__(pending[i].name, meta))
+        def on_written(i: int, meta: dict) -> None:
+            metas[pending[i].name] = meta
+            if not runner.streams_progress:
+                bar.update(len(pending[i].samples))
+        runner.map(write.write_shard, [(t,) for t in pending], bar.update, on_written)
         bar.n = bar.total  # per-image messages may trail the last result; the work is done
         bar.refresh()
     write_seconds = time.perf_counter() - t_write

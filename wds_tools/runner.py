@@ -9,7 +9,9 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
-__all__ = ["Runner", "report_progress", "orphaned"]
+__all__ = ["Runner", "RayRunner", "make_runner", "report_progress", "orphaned", "EXECUTORS"]
+
+EXECUTORS = ("local", "ray")
 
 _progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
@@ -37,8 +39,17 @@ def _noop() -> None:
     """Submitted once per worker so the pool starts every process up front."""
 
 
+def make_runner(executor: str, workers: int | None, ray_address: str | None = None):
+    """A Runner for ``executor`` ("local" or "ray")."""
+    if executor == "ray":
+        return RayRunner(workers, ray_address)
+    return Runner(workers or 1)
+
+
 class Runner:
     """Calls functions in-process (workers=1) or in a spawn process pool."""
+
+    streams_progress = True  # work functions' report_progress() calls reach on_progress
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -101,3 +112,57 @@ class Runner:
                 proc.terminate()
         self.pool.shutdown(wait=True, cancel_futures=cancel)
         self.pool = None
+
+
+class RayRunner:
+    """Calls functions as Ray tasks on whatever cluster ``ray.init`` reaches.
+
+    Progress follows completed tasks: Ray workers have no channel back for per-item messages.
+    """
+
+    streams_progress = False
+
+    def __init__(self, workers: int | None, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            from .errors import OptionError
+
+            raise OptionError("--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'") from None
+        import logging
+
+        self._ray = ray
+        self._owns = not ray.is_initialized()
+        if self._owns:
+            ray.init(address=address, num_cpus=workers if address is None else None,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.workers = max(1, min(workers, cpus) if workers else cpus)
+        self._running: dict = {}
+
+    def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
+            on_result: Callable[[int, object], None]) -> None:
+        ray = self._ray
+        remote = ray.remote(num_cpus=1, max_retries=2)(fn)
+        todo = iter(enumerate(args_list))
+        running = self._running
+        while True:
+            while len(running) < 2 * self.workers:
+                nxt = next(todo, None)
+                if nxt is None:
+                    break
+                running[remote.remote(*nxt[1])] = nxt[0]
+            if not running:
+                return
+            done, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
+            for ref in done:
+                on_result(running.pop(ref), ray.get(ref))
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in list(self._running):
+                self._ray.cancel(ref, force=True)
+        self._running.clear()
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
+            self._owns = False
