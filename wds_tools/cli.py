@@ -161,7 +161,6 @@ def _print_convert(r) -> None:
         click.echo(f"  failed: {r.failed}{where}")
 
 
-
 @cli.command()
 @click.argument("old", type=click.Path(exists=True))
 @click.argument("new", type=click.Path(exists=True))
@@ -193,6 +192,102 @@ def diff(old, new, as_json, limit) -> None:
         if keys and limit:
             more = f" ... and {len(keys) - limit:,} more" if len(keys) > limit else ""
             click.echo(f"  {name}: {' '.join(keys[:limit])}{more}")
+
+
+# ---------------------------------------------------------------- stats and verify
+
+@cli.command()
+@click.argument("path", required=False)
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions; without PATH, the newest version under it is used.")
+@click.option("--world-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Training ranks (processes) the shards are split over, shard i to rank i % R.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="DataLoader workers per rank. Default: this machine's cores.")
+@click.option("--scan", is_flag=True,
+              help="Read the tars instead of the index (works without index.json; reads every byte, slower).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw samples per shard and a class-share heatmap into this PNG "
+                   "(needs the plot extra: pip install 'wds-tools[plot]').")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
+    """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
+
+    PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
+    (shards/v1/224/train-{000000..000041}.tar). Default: the newest OUT/<version>/<size>/.
+
+    Per split: shard count; samples and bytes per shard (min, median, max, max/min, coefficient
+    of variation); the class distribution and each shard's largest deviation from it; shards and
+    samples per rank and per worker for --world-size × --workers, with a warning when some get
+    none or ranks get unequal sample counts, and the nearest shard counts that divide evenly.
+    Also the dataset's mean/std and its size on disk.
+
+    \b
+    Examples:
+      wds-tools stats shards/v1/224
+      wds-tools stats --world-size 8 --workers 6          # newest version under ./shards
+      wds-tools stats shards/v1/224/index.json --json
+      wds-tools stats "shards/v1/224/train-{000000..000009}.tar" --scan --plot shards.png
+    """
+    from .stats import compute_stats, plot_stats, require_matplotlib
+
+    try:
+        if plot_path:
+            require_matplotlib()
+        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan)
+        if plot_path:
+            plot_stats(report, plot_path)
+    except WdsToolsError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+    else:
+        click.echo(report.to_text())
+        if plot_path:
+            click.echo(f"\nplot written to {plot_path}")
+
+
+@cli.command()
+@click.argument("path", required=False)
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions; without PATH, the newest version under it is used.")
+@click.option("--quick", is_flag=True,
+              help="Check sizes and headers only (tar member table, .npy headers); no sha256, small reads.")
+@click.option("--scan", is_flag=True,
+              help="No index: check the tars' structure, .npy headers and unique keys against each other.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Shards checked at once. Default: this machine's cores.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+def verify(path, out, quick, scan, threads, as_json) -> None:
+    """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
+
+    PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
+    (shards/v1/224/train-{000000..000041}.tar). Default: the newest OUT/<version>/<size>/.
+
+    Checks each shard's size and sha256 against the index, every member's name, offset and length
+    against samples.npz, every .npy header (dtype |u1, shape [S, S, 3]) and that every key is
+    present exactly once. A missing, truncated or altered shard, or one with an extra or missing
+    member, is reported by name.
+
+    \b
+    Examples:
+      wds-tools verify shards/v1/224
+      wds-tools verify --quick                             # newest version under ./shards
+      wds-tools verify "shards/v1/224/val-{000000..000003}.tar" --json
+      wds-tools verify old-shards/ --scan                  # no index.json there
+    """
+    from .verify import verify as run_verify
+
+    try:
+        report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads)
+    except WdsToolsError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), sort_keys=True))
+    else:
+        click.echo(report.to_text())
+    if not report.ok:
+        sys.exit(1)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ __all__ = [
     "OutputExistsError",
     "IndexFormatError",
     "ShardError",
+    "ExtraNotInstalledError",
 ]
 
 
@@ -44,3 +45,7 @@ class IndexFormatError(WdsToolsError):
 
 class ShardError(WdsToolsError):
     """A shard is missing, truncated or does not match its index entry."""
+
+
+class ExtraNotInstalledError(WdsToolsError):
+    """A feature needs an optional extra that is not installed; the message names the extra."""

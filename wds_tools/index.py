@@ -10,6 +10,7 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import IndexFormatError
-from .fsutil import atomic_write_bytes, atomic_write_json
+from .fsutil import atomic_write_bytes, dumps_canonical
+from .storage import join
 
 __all__ = [
     "FORMAT_NAME",
@@ -86,10 +88,17 @@ def write_npz(columns: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def read_npz(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Every column of a .npz, or only ``names`` (the others are not read)."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {name: z[name] for name in z.files}
+            if names is None:
+                return {name: z[name] for name in z.files}
+            names = tuple(names)
+            missing = [n for n in names if n not in z.files]
+            if missing:
+                raise IndexFormatError(f"sample table {path} has no column {missing[0]!r}")
+            return {name: z[name] for name in names}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise IndexFormatError(f"cannot read sample table {path}: {e}") from None
 
@@ -182,17 +191,20 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
     return DatasetIndex(index_path.parent, meta)
 
 
-def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray]) -> dict:
-    """Write samples.npz, then index.json (last, so an index always names complete files)."""
-    dest = Path(dest)
+def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,
+                write_bytes: Callable[[str, bytes], None] = atomic_write_bytes) -> dict:
+    """Write samples.npz, then index.json (last, so an index always names complete files).
+
+    ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
+    """
     missing = set(SAMPLE_COLUMNS) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
     data = write_npz({name: columns[name] for name in SAMPLE_COLUMNS})
-    atomic_write_bytes(dest / SAMPLES_FILE, data)
+    write_bytes(join(dest, SAMPLES_FILE), data)
     meta = dict(meta)
     meta["samples_file"] = {
         "name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
     }
-    atomic_write_json(dest / INDEX_FILE, meta)
+    write_bytes(join(dest, INDEX_FILE), (dumps_canonical(meta) + "\n").encode())
     return meta

@@ -1,0 +1,239 @@
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_images, write_manifest
+from shardkit import build_dataset, copy_tars
+from wds_tools.cli import cli
+from wds_tools.convert import convert
+from wds_tools.errors import IndexFormatError, OptionError, ShardError
+from wds_tools.index import load_index
+from wds_tools.stats import SCHEMA, compute_stats, distribute
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """40 real JPEGs converted at 32 px into 8-sample shards (train and val)."""
+    root = tmp_path_factory.mktemp("stats")
+    manifest = write_manifest(root / "c" / "m.csv", make_images(root / "c", 40))
+    convert(manifest, version="v1", size=32, out=root / "out", shard_size=8, workers=1, val_fraction=0.25,
+            progress=False)
+    return root / "out" / "v1" / "32"
+
+
+@pytest.fixture
+def unbalanced(tmp_path):
+    """train: three shards of 10 (classes mixed) and one of 2 (all class b); val: one shard of 3."""
+    mixed = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+    return build_dataset(tmp_path / "unbal", {"train": [mixed, mixed, mixed, [1, 1]], "val": [[0, 1, 2]]})
+
+
+# ------------------------------------------------------------------ rank / worker arithmetic
+
+def test_distribute_even_split():
+    d = distribute([10] * 8, world_size=2, workers=2)
+    assert d.rank_shards == [4, 4] and d.rank_samples == [40, 40]
+    assert d.worker_shards == [[2, 2], [2, 2]] and d.worker_samples == [[20, 20], [20, 20]]
+    assert d.idle_workers == 0 and d.warnings == []
+    assert (d.even_shards_below, d.even_shards_above) == (8, 8)
+
+
+def test_distribute_follows_split_by_node_then_worker():
+    # rank r gets shards r, r+R, ...; its j-th shard goes to worker j % W
+    d = distribute([1, 2, 4, 8, 16, 32, 64], world_size=2, workers=2)
+    # rank 0: shards 0, 2, 4, 6 -> workers 0: 0, 4 (1 + 16); 1: 2, 6 (4 + 64)
+    # rank 1: shards 1, 3, 5    -> workers 0: 1, 5 (2 + 32); 1: 3 (8)
+    assert d.worker_samples == [[17, 68], [34, 8]] and d.worker_shards == [[2, 2], [2, 1]]
+    assert d.rank_samples == [85, 42]
+    assert (d.even_shards_below, d.even_shards_above) == (4, 8)
+    assert any("unequal sample counts per epoch (42 to 85)" in w and "4 or 8" in w for w in d.warnings)
+
+
+def test_distribute_fewer_shards_than_readers():
+    d = distribute([5, 5, 5], world_size=2, workers=4)
+    assert d.rank_shards == [2, 1] and d.idle_workers == 5
+    assert d.even_shards_below is None and d.even_shards_above == 8
+    assert d.warnings[0] == "3 shards for 2 ranks × 4 workers = 8 readers: 5 readers get no shard; use at least 8 shards"
+    assert "unequal sample counts per epoch (5 to 10)" in d.warnings[1]
+
+
+def test_distribute_fewer_shards_than_ranks():
+    d = distribute([7], world_size=3, workers=1)
+    assert d.rank_shards == [1, 0, 0] and d.rank_samples == [7, 0, 0]
+    assert "ranks without any shard: 2" in d.warnings[0]
+    assert d.even_shards_above == 3
+
+
+def test_distribute_uneven_counts_even_shards_warns_on_samples_only():
+    d = distribute([10, 10, 9, 9], world_size=2, workers=1)
+    assert d.rank_samples == [19, 19] and d.warnings == []
+    d = distribute([10, 10, 10, 9], world_size=2, workers=1)
+    assert d.rank_samples == [20, 19] and len(d.warnings) == 1 and "(19 to 20)" in d.warnings[0]
+
+
+def test_distribute_no_shards_and_bad_arguments():
+    d = distribute([], world_size=2, workers=2)
+    assert d.shards == 0 and d.rank_samples == [0, 0] and d.even_shards_above == 4
+    with pytest.raises(OptionError, match="world_size 0: expected an integer >= 1"):
+        distribute([1], world_size=0, workers=1)
+    with pytest.raises(OptionError, match="workers -2: expected an integer >= 1"):
+        distribute([1], world_size=1, workers=-2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 50), max_size=40), st.integers(1, 9), st.integers(1, 6))
+def test_distribute_properties(counts, r, w):
+    d = distribute(counts, world_size=r, workers=w)
+    assert sum(d.rank_samples) == sum(counts) and sum(d.rank_shards) == len(counts)
+    assert max(d.rank_shards) - min(d.rank_shards) <= 1
+    assert [sum(row) for row in d.worker_shards] == d.rank_shards
+    assert [sum(row) for row in d.worker_samples] == d.rank_samples
+    assert d.idle_workers == sum(x == 0 for row in d.worker_shards for x in row)
+    assert d.even_shards_above % (r * w) == 0 and d.even_shards_above >= len(counts)
+    assert d.even_shards_above - len(counts) < r * w or not counts
+    if d.even_shards_below is not None:
+        assert d.even_shards_below % (r * w) == 0 and 0 < d.even_shards_below <= len(counts)
+    assert (len(counts) < r * w) == any("get no shard" in x or "gets no shard" in x for x in d.warnings)
+
+
+# ------------------------------------------------------------------ reports
+
+def test_balanced_converted_set(converted):
+    meta = load_index(converted).meta
+    r = compute_stats(converted, world_size=1, workers=2)
+    d = r.to_dict()
+    assert d["source"] == "index" and d["samples"] == 40 and d["shards"] == len(meta["shards"])
+    assert d["mean"] == meta["mean"] and d["std"] == meta["std"] and d["size"] == 32
+    train = d["splits"]["train"]
+    assert train["samples"] == meta["splits"]["train"]["samples"]
+    assert train["class_counts"] == meta["splits"]["train"]["class_counts"]
+    spread = train["samples_per_shard"]
+    assert spread["max"] - spread["min"] <= 1  # the planner deals round-robin
+    assert train["bytes"] == sum(s["bytes"] for s in meta["shards"] if s["split"] == "train")
+    assert d["bytes"]["total"] == sum(s["bytes"] for s in meta["shards"]) + meta["samples_file"]["bytes"] + \
+        (converted / "index.json").stat().st_size
+    # class drift is bounded by one sample in a shard of 8: 1/8 = 12.5 pp
+    assert 0 <= train["class_drift"]["max_pp"] <= 12.5 + 1e-9
+
+
+def test_unbalanced_counts_and_class_drift(unbalanced):
+    r = compute_stats(unbalanced, world_size=2, workers=1)
+    train = r.to_dict()["splits"]["train"]
+    assert train["samples_per_shard"] == {"min": 2, "median": 10.0, "max": 10, "imbalance": 5.0,
+                                          "cv": round(float(np.std([10, 10, 10, 2]) / 8), 4)}
+    # split share: a 12/32, b 11/32... shard 3 is 100% b: drift = (1 - b share) in pp
+    share_b = (3 * 3 + 2) / 32
+    worst = train["class_drift"]["worst"][0]
+    assert worst == {"shard": "train-000003.tar", "pp": round((1 - share_b) * 100, 3), "class": "b"}
+    assert train["per_shard"][3]["drift_class"] == "b"
+    assert train["distribution"]["rank_samples"] == [20, 12]
+    assert any("unequal sample counts" in w for w in r.warnings)
+    text = r.to_text()
+    assert "train-000003.tar" in text and "5.000" in text and "warning: ranks get unequal" in text
+
+
+def test_scan_agrees_with_index(converted, unbalanced, tmp_path):
+    for folder in (converted, unbalanced):
+        a = compute_stats(folder, workers=3, world_size=2).to_dict()
+        b = compute_stats(copy_tars(folder, tmp_path / ("scan-" + folder.name)), workers=3, world_size=2, scan=True).to_dict()
+        assert b["source"] == "scan" and b["index"] is None and b["bytes"]["index"] == 0
+        for key in ("classes", "samples", "shards", "size", "stats_split", "splits"):
+            assert a[key] == b[key], key
+        assert a["bytes"]["shards"] == b["bytes"]["shards"]
+        np.testing.assert_allclose(a["mean"], b["mean"], atol=2e-6)
+        np.testing.assert_allclose(a["std"], b["std"], atol=2e-6)
+
+
+def test_json_schema_is_stable(converted, runner):
+    res = runner.invoke(cli, ["stats", str(converted), "--json", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["schema"] == SCHEMA == "wds-tools-stats/1"
+    assert set(d) == {"schema", "source", "path", "root", "index", "dataset_version", "size", "classes",
+                      "samples", "shards", "bytes", "mean", "std", "stats_split", "world_size", "workers",
+                      "splits", "warnings", "seconds"}
+    assert set(d["bytes"]) == {"shards", "index", "total"}
+    sp = d["splits"]["train"]
+    assert set(sp) == {"shards", "samples", "bytes", "samples_per_shard", "bytes_per_shard", "class_counts",
+                       "class_share", "class_drift", "mean", "std", "distribution", "per_shard"}
+    assert set(sp["samples_per_shard"]) == {"min", "median", "max", "imbalance", "cv"}
+    assert set(sp["bytes_per_shard"]) == {"min", "median", "max"}
+    assert set(sp["class_drift"]) == {"max_pp", "median_pp", "worst"}
+    assert set(sp["class_drift"]["worst"][0]) == {"shard", "pp", "class"}
+    assert set(sp["distribution"]) == {"world_size", "workers", "shards", "samples", "rank_shards",
+                                       "rank_samples", "worker_shards", "worker_samples", "idle_workers",
+                                       "even_shards_below", "even_shards_above", "warnings"}
+    assert set(sp["per_shard"][0]) == {"name", "samples", "bytes", "drift_pp", "drift_class"}
+
+
+# ------------------------------------------------------------------ which shards
+
+def test_paths_index_file_pattern_and_newest(converted, tmp_path):
+    whole = compute_stats(converted / "index.json")
+    assert whole.shards == len(load_index(converted).shards)
+    pattern = str(converted / "train-{000000..000001}.tar")
+    part = compute_stats(pattern)
+    assert list(part.splits) == ["train"] and part.splits["train"].shard_names == ["train-000000.tar",
+                                                                                    "train-000001.tar"]
+    # no PATH: the most recently modified OUT/<version>/<size>/index.json
+    out = tmp_path / "out"
+    old = build_dataset(out / "v1" / "4", {"train": [[0, 1]]})
+    new = build_dataset(out / "v2" / "4", {"train": [[0, 1, 2]]})
+    os.utime(old / "index.json", (time.time() + 100, time.time() + 100))
+    assert compute_stats(out=out).root == str(old)
+    os.utime(new / "index.json", (time.time() + 200, time.time() + 200))
+    assert compute_stats(out=out).root == str(new)
+
+
+def test_path_errors(converted, tmp_path):
+    with pytest.raises(IndexFormatError, match=r"no converted dataset under .*nowhere .*pass a PATH"):
+        compute_stats(out=tmp_path / "nowhere")
+    with pytest.raises(OptionError, match="missing: no such shards folder, index file or shard pattern"):
+        compute_stats(tmp_path / "missing")
+    with pytest.raises(OptionError, match="only local paths"):
+        compute_stats("https://example.com/train-{0..3}.tar")
+    tars = copy_tars(converted, tmp_path / "noindex")
+    with pytest.raises(IndexFormatError, match=r"no index at .*noindex/index.json; pass --scan"):
+        compute_stats(tars)
+    with pytest.raises(IndexFormatError, match="not in .*index.json .*use --scan"):
+        compute_stats(str(converted / "train-{000000..000099}.tar"))
+    with pytest.raises(OptionError, match="workers 0"):
+        compute_stats(converted, workers=0)
+    (tars / "train-000001.tar").write_bytes((tars / "train-000001.tar").read_bytes()[:3000])
+    with pytest.raises(ShardError, match="train-000001.tar: truncated.*run `wds-tools verify`"):
+        compute_stats(tars, scan=True)
+
+
+# ------------------------------------------------------------------ CLI
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_cli_text_and_plot_needs_extra(converted, runner):
+    res = runner.invoke(cli, ["stats", str(converted), "--world-size", "4", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    assert "per shard" in res.output and "per rank" in res.output and "warning:" in res.output
+    res = runner.invoke(cli, ["stats", str(converted), "--plot", "x.png"])
+    assert res.exit_code == 1 and "pip install 'wds-tools[plot]'" in res.output and "Traceback" not in res.output
+
+
+def test_cli_out_from_config_and_scan_flag(converted, runner, tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    build_dataset(proj / "myshards" / "v9" / "4", {"train": [[0, 1], [2, 2]]})
+    (proj / "wds-tools.toml").write_text('out = "myshards"\n')
+    monkeypatch.chdir(proj)
+    res = runner.invoke(cli, ["stats", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["dataset_version"] == "t" and json.loads(res.stdout)["shards"] == 2
+    res = runner.invoke(cli, ["stats", "--scan", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["source"] == "scan"
+    res = runner.invoke(cli, ["stats", "nothere"])
+    assert res.exit_code == 1 and "nothere: no such shards folder" in res.output
