@@ -1,8 +1,29 @@
-"""training_adapter: turns wds-tools shards into a PyTorch loader (see the loader issue).
+"""training_adapter: streams wds-tools (plain WebDataset) shards into PyTorch at memory speed.
 
-Only the index helpers exist so far; ``make_loader`` arrives with the streaming loader.
+Data flow: ``shardlist`` (which shards) -> ``tarread`` (tar -> samples) -> ``augment`` (random
+transforms) -> ``loader`` (batches); ``config`` reads a trainer config. Submodules import torch
+on first use, so ``import training_adapter`` stays light.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
 
 from wds_tools.index import DatasetIndex, load_index
 
-__all__ = ["DatasetIndex", "load_index"]
+__all__ = [
+    "make_loader", "to_device", "augment_batch", "load_config", "AugmentConfig", "ShardLoader",
+    "resolve_urls", "sample_params", "DatasetIndex", "load_index",
+]
+
+_LAZY = {
+    "make_loader": "loader", "to_device": "loader", "ShardLoader": "loader",
+    "augment_batch": "augment", "AugmentConfig": "augment", "sample_params": "augment",
+    "load_config": "config", "resolve_urls": "shardlist",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,286 @@
+"""Loader throughput: training_adapter against stock webdataset, per-file .npy, HDF5, JPEG shards, raw reads.
+
+Builds one corpus of photo-like JPEGs, converts it to 224 px shards with wds_tools.convert, writes the
+same pixels in each baseline's layout, then times every loader in this one run, with num_workers 0
+and with all cores. Rates are samples/s counted from the first batch (worker start-up excluded),
+median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
+rate of one process. Everything is read from the page cache (the data fits in memory).
+
+    .venv/bin/python scripts/bench_loader.py [--samples 2048] [--batch 64] [--work /tmp/wds-bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import tarfile
+import time
+import uuid
+import warnings
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training_adapter import make_loader  # noqa: E402
+from wds_tools.convert import convert  # noqa: E402
+from wds_tools.synth import jpeg_bytes, photo_like  # noqa: E402
+
+SIZE = 224
+
+
+# --- data ---------------------------------------------------------------------------------------
+def build(work: Path, n: int) -> Path:
+    """JPEG corpus -> shards (cached in work/ between runs)."""
+    shards = work / "shards" / "v1" / str(SIZE)
+    if (shards / "index.json").exists():
+        return shards
+    src = work / "corpus"
+    (src / "img").mkdir(parents=True, exist_ok=True)
+    rows = ["key,path,label,split"]
+    for i in range(n):
+        (src / "img" / f"{i:06d}.jpg").write_bytes(jpeg_bytes(photo_like(300, 300, seed=i), quality=90))
+        rows.append(f"k{i:06d},img/{i:06d}.jpg,c{i % 7},train")
+    (src / "manifest.csv").write_text("\n".join(rows) + "\n")
+    convert(src / "manifest.csv", version="v1", size=SIZE, out=work / "shards", shard_size="64MB", progress=False)
+    return shards
+
+
+def stored_samples(shards: Path):
+    for tar in sorted(shards.glob("train-*.tar")):
+        with tarfile.open(tar) as tf:
+            members = {m.name: m for m in tf}
+            for name, m in members.items():
+                if name.endswith(".npy"):
+                    key = name[:-4]
+                    arr = np.load(io.BytesIO(tf.extractfile(m).read()))
+                    label = int(tf.extractfile(members[key + ".cls"]).read())
+                    yield key, arr, label
+
+
+def build_baselines(work: Path, shards: Path) -> dict:
+    import h5py
+    import webdataset as wds
+
+    npy_dir, h5, jpg = work / "npycache", work / "images.h5", work / "jpeg_shards"
+    if not (work / "baselines.done").exists():
+        samples = list(stored_samples(shards))
+        n = len(samples)
+        root = npy_dir / "v1" / str(SIZE)
+        with h5py.File(h5, "w") as f:
+            images = f.create_dataset("images", (n, SIZE, SIZE, 3), dtype="u1")
+            labels = f.create_dataset("labels", (n,), dtype="i8")
+            for i, (key, arr, label) in enumerate(samples):
+                images[i] = arr
+                labels[i] = label
+        index = []
+        for key, arr, label in samples:  # seed 000's cache: <version>/<size>/<uuid[:2]>/<uuid>.npy
+            u = uuid.uuid5(uuid.NAMESPACE_URL, key).hex
+            (root / u[:2]).mkdir(parents=True, exist_ok=True)
+            np.save(root / u[:2] / f"{u}.npy", arr)
+            index.append(f"{u[:2]}/{u}.npy\t{label}")
+        (root / "index.tsv").write_text("\n".join(index) + "\n")
+        jpg.mkdir(exist_ok=True)
+        with wds.ShardWriter(str(jpg / "jpg-%06d.tar"), maxcount=512, verbose=0) as w:
+            for key, arr, label in samples:
+                w.write({"__key__": key, "jpg": jpeg_bytes(__import__("PIL.Image").Image.fromarray(arr), quality=90),
+                         "cls": str(label).encode()})
+        (work / "baselines.done").write_text("ok")
+    return {"npy": npy_dir / "v1" / str(SIZE), "h5": h5, "jpg": sorted(str(p) for p in jpg.glob("*.tar"))}
+
+
+# --- baselines ------------------------------------------------------------------------------------
+def _stack(samples):
+    imgs, labels = zip(*samples)
+    return torch.stack(imgs), torch.tensor(labels)
+
+
+def _npy_to_chw(sample):
+    arr, label = sample
+    return torch.from_numpy(arr).permute(2, 0, 1), int(label)
+
+
+def _pil_to_chw(sample):
+    im, label = sample
+    return torch.from_numpy(np.asarray(im)).permute(2, 0, 1), int(label)
+
+
+def stock_wds(urls: list[str], batch: int, workers: int):
+    import webdataset as wds
+
+    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode().to_tuple("npy", "cls")
+          .map(_npy_to_chw).batched(batch, collation_fn=_stack, partial=True))
+    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+
+
+def jpeg_wds(urls: list[str], batch: int, workers: int):
+    import webdataset as wds
+
+    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil").to_tuple("jpg", "cls")
+          .map(_pil_to_chw).batched(batch, collation_fn=_stack, partial=True))
+    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+
+
+class NpyCache(torch.utils.data.Dataset):
+    def __init__(self, root: Path):
+        self.root = root
+        self.rows = [line.split("\t") for line in (root / "index.tsv").read_text().splitlines()]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        rel, label = self.rows[i]
+        return torch.from_numpy(np.load(self.root / rel)).permute(2, 0, 1), int(label)
+
+
+class H5(torch.utils.data.Dataset):
+    def __init__(self, path: Path):
+        import h5py
+
+        self.path, self.f = path, None
+        with h5py.File(path, "r") as f:
+            self.n = len(f["labels"])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import h5py
+
+        if self.f is None:  # opened per worker process
+            self.f = h5py.File(self.path, "r")
+        return torch.from_numpy(self.f["images"][i]).permute(2, 0, 1), int(self.f["labels"][i])
+
+
+def _read_files(paths: list[str]) -> int:
+    buf = bytearray(8 << 20)
+    total = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+    return total
+
+
+# --- timing ---------------------------------------------------------------------------------------
+def rate(make, repeats: int) -> float:
+    """samples/s from the first batch to the end, median over repeats."""
+    rates = []
+    for _ in range(repeats):
+        it = iter(make())
+        next(it)
+        t0, n = time.perf_counter(), 0
+        for b in it:
+            n += len(b[1])
+        rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def read_limit(urls: list[str], n_samples: int, workers: int, repeats: int) -> float:
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if workers <= 1:
+            _read_files(urls)
+        else:
+            with get_context("fork").Pool(workers) as pool:
+                pool.map(_read_files, [urls[i::workers] for i in range(workers)])
+        rates.append(n_samples / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work", default="/tmp/wds-bench")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    work = Path(args.work)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    t0 = time.perf_counter()
+    shards = build(work, args.samples)
+    base = build_baselines(work, shards)
+    urls = sorted(str(p) for p in shards.glob("train-*.tar"))
+    n = args.samples
+    print(f"{n} samples of {SIZE}x{SIZE}x3 uint8 in {len(urls)} shards, batch {args.batch}, {cores} cores "
+          f"(data built in {time.perf_counter() - t0:.0f} s)\n", flush=True)
+    B = args.batch
+    ours = dict(batch_size=B, shuffle_buffer=0, drop_last=False, split="train")
+    rows = [
+        ("training_adapter, eval (uint8)", "eval",
+         lambda w: make_loader(str(shards), train=False, num_workers=w, **ours)),
+        ("training_adapter, train, default CPU augmentation (uint8)", "train",
+         lambda w: make_loader(str(shards), train=True, num_workers=w, **ours)),
+        ("training_adapter, train, device_augment (read + batch only)", "train",
+         lambda w: make_loader(str(shards), train=True, device_augment=True, num_workers=w, **ours)),
+        ("stock webdataset .decode().to_tuple('npy','cls') + torch.stack", "eval",
+         lambda w: stock_wds(urls, B, w)),
+        ("per-file .npy cache, np.load", "eval",
+         lambda w: torch.utils.data.DataLoader(NpyCache(base["npy"]), batch_size=B, num_workers=w)),
+        ("HDF5 via h5py, per index", "eval",
+         lambda w: torch.utils.data.DataLoader(H5(base["h5"]), batch_size=B, num_workers=w)),
+        ("webdataset, 224 px JPEG decoded by PIL", "eval",
+         lambda w: jpeg_wds(base["jpg"], B, w)),
+    ]
+    results: dict[str, dict[int, float]] = {}
+    for name, _, make in rows:
+        results[name] = {w: rate(lambda: make(w), args.repeats) for w in (0, cores)}
+        print(f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in results[name].values()), file=sys.stderr, flush=True)
+    results["read limit: shard files, 8 MiB readinto, no parsing"] = {
+        w: read_limit(urls, n, max(1, w), args.repeats) for w in (0, cores)}
+    stock = results[rows[3][0]]
+    print(f"| loader | samples/s, num_workers 0 | samples/s, num_workers {cores} | vs stock webdataset (0 / {cores}) |")
+    print("|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r[0]:,.0f} | {r[cores]:,.0f} | {r[0] / stock[0]:.2f}x / {r[cores] / stock[cores]:.2f}x |")
+    ev, tr = results[rows[0][0]], results[rows[1][0]]
+    baselines = [results[r[0]] for r in rows[3:]]
+    checks = [
+        ("eval >= 4x stock webdataset (both worker counts)", min(ev[0] / stock[0], ev[cores] / stock[cores]) >= 4),
+        ("train (default CPU augmentation) >= 3,000 samples/s per worker process (num_workers 0)", tr[0] >= 3000),
+        ("eval ahead of every baseline", all(ev[w] > b[w] for b in baselines for w in (0, cores))),
+        ("train ahead of every baseline (which do no augmentation)",
+         all(tr[w] > b[w] for b in baselines for w in (0, cores))),
+    ]
+    print()
+    for text, ok in checks:
+        print(f"- {'PASS' if ok else 'FAIL'}: {text}")
+    if torch.cuda.is_available():
+        device_bench(B)
+
+
+def device_bench(B: int) -> None:
+    from training_adapter import AugmentConfig, augment_batch
+
+    dev = torch.device("cuda")
+    x = torch.randint(0, 256, (256, 3, SIZE, SIZE), dtype=torch.uint8, device=dev)
+    keys = [f"k{i}" for i in range(256)]
+    for cfg in (AugmentConfig(), AugmentConfig(affine_p=1.0, saturation=0.2)):
+        from training_adapter.augment import batch_params
+
+        p = torch.as_tensor(batch_params(cfg, seed=0, epoch=0, keys=keys, src_size=SIZE), dtype=torch.float32,
+                            device=dev)
+        for _ in range(3):
+            augment_batch(x, p, config=cfg, mean=[0.5] * 3, std=[0.25] * 3)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            augment_batch(x, p, config=cfg, mean=[0.5] * 3, std=[0.25] * 3)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        print(f"- {torch.cuda.get_device_name()}: augment_batch + normalize, batch 256, {cfg.affine_p=}, "
+              f"{cfg.saturation=}: {20 * 256 / dt:,.0f} samples/s")
+
+
+if __name__ == "__main__":
+    main()

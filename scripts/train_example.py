@@ -1,0 +1,97 @@
+"""A minimal trainer on wds-tools shards: config -> loaders -> uint8 batches -> normalise on the device.
+
+    .venv/bin/python scripts/train_example.py --config train.yaml [--epochs 2] [--steps 20]
+
+The config's ``dataset:`` block is all the loader needs (see README, Training). Runs on CUDA when
+available, else the CPU; with ``device_augment: true`` the random geometry runs on the device too.
+Under torchrun it uses DDP (gloo on CPU, nccl on CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training_adapter import augment_batch, load_config, to_device  # noqa: E402
+
+
+def small_cnn(classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: whole epoch)")
+    args = ap.parse_args()
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    distributed = "WORLD_SIZE" in os.environ
+    if distributed:
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    cfg = load_config(args.config).dataset
+    train = cfg.train_loader()  # the one line a trainer changes: shards instead of an image folder
+    val = cfg.val_loader() if cfg.val_urls else None
+    mean, std = train.mean, train.std  # from index.json when the urls lead to one
+    if mean is None:
+        mean, std = [0.5] * 3, [0.25] * 3
+    classes = 1 + max(b[1].max().item() for _, b in zip(range(4), train))
+
+    model = small_cnn(classes).to(device).to(memory_format=torch.channels_last)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(args.epochs):
+        train.set_epoch(epoch)
+        model.train()
+        t0, seen = time.perf_counter(), 0
+        for step, batch in enumerate(train):
+            if cfg.loader.get("device_augment"):
+                images, labels, params = batch  # raw uint8 + per-sample transform params
+                x = augment_batch(images.to(device, non_blocking=True), params, config=cfg.augment,
+                                  mean=mean, std=std)
+            elif cfg.loader.get("normalize"):
+                images, labels = batch  # already normalised float32
+                x = images.to(device, non_blocking=True)
+            else:
+                images, labels = batch  # augmented uint8
+                x = to_device(images, device, mean, std)
+            loss = loss_fn(model(x), labels.to(device, non_blocking=True))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            seen += len(labels)
+            if args.steps and step + 1 >= args.steps:
+                break
+        rate = seen / (time.perf_counter() - t0)
+        msg = f"epoch {epoch}: loss {loss.item():.3f}, {seen} samples, {rate:,.0f} samples/s"
+        if val is not None:
+            model.eval()
+            correct = total = 0
+            with torch.no_grad():
+                for images, labels in val:
+                    pred = model(to_device(images, device, mean, std)).argmax(1).cpu()
+                    correct += int((pred == labels).sum())
+                    total += len(labels)
+            msg += f", val accuracy {correct / max(total, 1):.3f} ({total} samples)"
+        print(msg, flush=True)
+    if distributed:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

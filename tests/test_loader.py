@@ -1,0 +1,236 @@
+"""loader: eval pixels, per-sample augmentation, epochs, workers, DDP, http and damaged shards."""
+
+from __future__ import annotations
+
+import functools
+import io
+import http.server
+import json
+import logging
+import tarfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_images, write_manifest
+from training_adapter import AugmentConfig, augment_batch, make_loader, to_device
+from wds_tools.convert import convert
+from wds_tools.errors import OptionError, ShardError
+
+S = 32
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("loader")
+    rows = make_images(root, 48)
+    for i, r in enumerate(rows):
+        r["split"] = "val" if i % 8 == 0 else "train"
+    convert(write_manifest(root / "m.csv", rows), version="v1", size=S, out=root / "shards", shard_size=5,
+            workers=1, progress=False)
+    return root / "shards" / "v1" / str(S)
+
+
+def stored(folder: Path, split: str) -> dict[str, np.ndarray]:
+    out = {}
+    for tar in sorted(folder.glob(f"{split}-*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".npy"):
+                    out[m.name[:-4]] = np.load(io.BytesIO(tf.extractfile(m).read()))
+    return out
+
+
+def by_key(loader) -> dict[str, torch.Tensor]:
+    out = {}
+    for batch in loader:
+        images, keys = batch[0], batch[-1]
+        for i, k in enumerate(keys):
+            assert k not in out
+            out[k] = images[i].clone()
+    return out
+
+
+def test_eval_pixels_equal_the_stored_arrays(folder):
+    loader = make_loader(folder, batch_size=4, train=False, num_workers=0, return_keys=True)
+    ref = stored(folder, "val")
+    seen = 0
+    for images, labels, keys in loader:
+        assert images.dtype == torch.uint8 and labels.dtype == torch.int64
+        assert images.shape[1:] == (3, S, S) and images.is_contiguous(memory_format=torch.channels_last)
+        for i, k in enumerate(keys):
+            assert np.array_equal(images[i].permute(1, 2, 0).numpy(), ref[k])
+            seen += 1
+    assert seen == len(ref) == 6 and len(loader) == 2
+
+
+def test_train_is_reproducible_and_changes_per_epoch(folder):
+    def run(epoch, seed=0):
+        ld = make_loader(folder, batch_size=4, train=True, num_workers=0, seed=seed, shuffle_buffer=8,
+                         return_keys=True)
+        ld.set_epoch(epoch)
+        return [(b[0].clone(), b[2]) for b in ld]
+
+    a, b = run(1), run(1)
+    assert [k for _, k in a] == [k for _, k in b] and all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+    c = run(2)
+    assert [k for _, k in a] != [k for _, k in c]  # shard order and buffer shuffle change
+    ka = {k: x[i] for x, ks in a for i, k in enumerate(ks)}
+    kc = {k: x[i] for x, ks in c for i, k in enumerate(ks)}
+    common = set(ka) & set(kc)
+    assert common and all(not torch.equal(ka[k], kc[k]) for k in common)  # new transforms per epoch
+    imgs = list(ka.values())
+    assert not torch.equal(imgs[0], imgs[1])
+    assert len(a) == len(make_loader(folder, batch_size=4, train=True, num_workers=0))  # drop_last: 42 // 4
+
+
+def test_augmentation_does_not_depend_on_workers(folder):
+    kw = dict(batch_size=3, train=True, seed=7, return_keys=True, shuffle_buffer=0)
+    one = by_key(make_loader(folder, num_workers=0, **kw))
+    two = by_key(make_loader(folder, num_workers=2, **kw))
+    common = set(one) & set(two)
+    assert len(common) >= 30
+    assert all(torch.equal(one[k], two[k]) for k in common)
+
+
+def test_epoch_advances_with_non_persistent_workers(folder):
+    ld = make_loader(folder, batch_size=2, train=True, num_workers=2, shuffle_buffer=0, return_keys=True)
+    first = [k for b in ld for k in b[2]]
+    second = [k for b in ld for k in b[2]]  # no set_epoch: advances by itself
+    assert first != second and ld.epoch == 1
+    ld.set_epoch(0)
+    assert [k for b in ld for k in b[2]] == first
+
+
+def test_device_augment_matches_cpu_path(folder):
+    cfg = AugmentConfig(saturation=0.0)
+    kw = dict(batch_size=6, train=True, num_workers=0, seed=3, shuffle_buffer=0, return_keys=True, augment=cfg)
+    cpu = by_key(make_loader(folder, **kw))
+    ld = make_loader(folder, device_augment=True, **kw)
+    n = 0
+    for raw, labels, params, keys in ld:
+        assert params.shape == (len(keys), 14)
+        out = augment_batch(raw, params, config=cfg).round()
+        same = augment_batch(raw, keys, config=cfg, seed=3, epoch=0).round()
+        assert torch.equal(out, same)
+        for i, k in enumerate(keys):
+            diff = (out[i] - cpu[k].float()).abs()
+            assert diff[:, 4:-4, 4:-4].max() <= 3 and diff.mean() < 0.6
+            n += 1
+    assert n >= 30
+
+
+def test_cpu_affine_and_normalize_options(folder):
+    cfg = AugmentConfig(affine_p=1.0)
+    ld = make_loader(folder, batch_size=4, train=True, num_workers=0, augment=cfg, normalize=True)
+    images, labels = next(iter(ld))
+    assert images.dtype == torch.float32 and images.shape == (4, 3, S, S)
+    assert -5 < images.mean() < 5
+    raw, _ = next(iter(make_loader(folder, batch_size=4, train=False, num_workers=0)))
+    x = to_device(raw, "cpu", ld.mean, ld.std)
+    manual = (raw.float() / 255 - torch.tensor(ld.mean).view(1, 3, 1, 1)) / torch.tensor(ld.std).view(1, 3, 1, 1)
+    assert torch.allclose(x, manual, atol=1e-5)
+
+
+def _ddp_worker(rank: int, init: str, folder: str, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        ld = make_loader(folder, batch_size=4, train=True, num_workers=1, return_keys=True, shuffle_buffer=4)
+        result = {}
+        for epoch in (0, 1):
+            ld.set_epoch(epoch)
+            keys = [k for b in ld for k in b[2]]
+            result[epoch] = {"keys": keys, "batches": len(keys) // 4, "len": len(ld)}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_distributed(folder, tmp_path):
+    import torch.multiprocessing as tmp
+
+    tmp.spawn(_ddp_worker, args=(f"file://{tmp_path}/init", str(folder), str(tmp_path)), nprocs=2, join=True)
+    r = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
+    for epoch in ("0", "1"):
+        a, b = r[0][epoch], r[1][epoch]
+        assert a["batches"] == b["batches"] == a["len"] == b["len"] > 0
+        assert not set(a["keys"]) & set(b["keys"])  # disjoint coverage
+        assert len(set(a["keys"])) == len(a["keys"])  # no repeats within a rank
+    assert r[0]["0"]["keys"] != r[0]["1"]["keys"]
+
+
+@pytest.fixture
+def http_url(folder):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_urls(folder, http_url):
+    local = by_key(make_loader(folder, batch_size=4, train=False, num_workers=0, return_keys=True))
+    pattern = by_key(make_loader(f"{http_url}/val-{{000000..000001}}.tar", batch_size=4, train=False,
+                                 num_workers=0, return_keys=True))
+    index = make_loader(f"{http_url}/index.json", batch_size=4, train=False, num_workers=0, return_keys=True)
+    assert index.mean is not None and len(index) == 2
+    via_index = by_key(index)
+    assert set(local) == set(pattern) == set(via_index)
+    assert all(torch.equal(local[k], pattern[k]) and torch.equal(local[k], via_index[k]) for k in local)
+
+
+def test_http_missing_shard_names_url(http_url):
+    ld = make_loader(f"{http_url}/nope-000000.tar", batch_size=4, train=False, num_workers=0)
+    with pytest.raises(ShardError, match=r"nope-000000.tar"):
+        list(ld)
+
+
+@pytest.fixture
+def damaged(folder, tmp_path) -> Path:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for tar in sorted(folder.glob("val-*.tar")):
+        (bad / tar.name).write_bytes(tar.read_bytes())
+    first = bad / "val-000000.tar"
+    first.write_bytes(first.read_bytes()[:7000])
+    return bad
+
+
+def test_corrupt_shard_error_names_url_and_offset(damaged):
+    ld = make_loader(str(damaged / "val-{000000..000001}.tar"), batch_size=2, train=False, num_workers=0)
+    with pytest.raises(ShardError, match=rf"{damaged}/val-000000.tar: truncated at byte \d+"):
+        list(ld)
+
+
+def test_on_error_skip_logs_and_goes_on(damaged, caplog):
+    ld = make_loader(str(damaged / "val-{000000..000001}.tar"), batch_size=1, train=False, num_workers=0,
+                     on_error="skip", return_keys=True)
+    with caplog.at_level(logging.WARNING, logger="training_adapter"):
+        keys = [k for b in ld for k in b[2]]
+    assert len(keys) == 3  # the second shard; the cut one's only complete sample was still an open group
+    assert "val-000000.tar: truncated at byte" in caplog.text
+
+
+def test_option_errors(folder):
+    with pytest.raises(OptionError, match=r"7 shards cannot feed 1 ranks x 8 workers"):
+        make_loader(str(folder / "val-{000000..000001}.tar") + "::" + str(folder / "train-{000000..000004}.tar"),
+                    batch_size=2, train=True, num_workers=8)
+    with pytest.raises(OptionError, match="batch_size=0"):
+        make_loader(folder, batch_size=0, train=True, num_workers=0)
+    with pytest.raises(OptionError, match="on_error='ignore'"):
+        make_loader(folder, batch_size=2, train=True, num_workers=0, on_error="ignore")
+    with pytest.raises(OptionError, match="normalize=True needs mean and std"):
+        make_loader(f"pipe:cat {folder}/val-000000.tar", batch_size=2, train=False, num_workers=0, normalize=True)
+
+
+def test_resampled_yields_exact_batches(folder):
+    ld = make_loader(folder, batch_size=4, train=True, num_workers=0, resampled=True, epoch_batches=20)
+    assert len(ld) == 20 and sum(1 for _ in ld) == 20

@@ -1,0 +1,108 @@
+"""shardlist: URL resolution and the pure per-epoch plan (ranks, workers, equal batch counts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_images, write_manifest
+from training_adapter.shardlist import plan_epoch, resolve_urls, shard_order
+from wds_tools.convert import convert
+from wds_tools.errors import IndexFormatError, OptionError, ShardError
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("shardlist")
+    rows = make_images(root, 30)
+    for i, r in enumerate(rows):
+        r["split"] = "val" if i % 6 == 0 else "train"
+    convert(write_manifest(root / "m.csv", rows), version="v1", size=16, out=root / "shards", shard_size=4,
+            workers=1, progress=False)
+    return root / "shards" / "v1" / "16"
+
+
+def test_folder_index_and_pattern_agree(folder):
+    a = resolve_urls(folder)
+    b = resolve_urls(folder / "index.json")
+    c = resolve_urls(str(folder / "train-{000000..000006}.tar"))
+    assert a.urls == b.urls == c.urls and len(a) == 7
+    assert a.counts == c.counts and sum(a.counts) == 25
+    assert a.mean == c.mean and len(a.mean) == 3 and a.size == 16
+    v = resolve_urls(folder, split="val")
+    assert sum(v.counts) == 5 and all("/val-" in u for u in v.urls)
+
+
+def test_joined_patterns_and_lists(folder):
+    one = str(folder / "train-{000000..000001}.tar")
+    two = str(folder / "train-000005.tar")
+    assert resolve_urls(f"{one}::{two}").urls == resolve_urls([one, two]).urls
+    assert len(resolve_urls([one, two]).counts) == 3
+
+
+def test_remote_and_pipe_pass_through():
+    assert resolve_urls("pipe:cat a-{0..2}.tar").urls == ["pipe:cat a-0.tar", "pipe:cat a-1.tar", "pipe:cat a-2.tar"]
+    r = resolve_urls("http://127.0.0.1:1/x-{00..01}.tar")
+    assert r.urls == ["http://127.0.0.1:1/x-00.tar", "http://127.0.0.1:1/x-01.tar"] and r.counts is None
+
+
+def test_errors(folder, tmp_path):
+    with pytest.raises(ShardError, match=r"1 of 8 shards do not exist, e.g. .*train-000007.tar"):
+        resolve_urls(str(folder / "train-{000000..000007}.tar"))
+    with pytest.raises(IndexFormatError, match=r"no split 'test'; the index has"):
+        resolve_urls(folder, split="test")
+    with pytest.raises(IndexFormatError, match="no index at"):
+        resolve_urls(tmp_path)
+    with pytest.raises(OptionError, match="no shard given"):
+        resolve_urls([])
+
+
+def test_shard_order_is_a_seeded_permutation():
+    a = shard_order(50, seed=3, epoch=1, shuffle=True)
+    assert sorted(a) == list(range(50))
+    assert a == shard_order(50, seed=3, epoch=1, shuffle=True)
+    assert a != shard_order(50, seed=3, epoch=2, shuffle=True)
+    assert a != shard_order(50, seed=4, epoch=1, shuffle=True)
+    assert shard_order(5, seed=3, epoch=1, shuffle=False) == [0, 1, 2, 3, 4]
+
+
+def test_too_few_shards_names_numbers_and_fix():
+    with pytest.raises(OptionError, match=r"6 shards cannot feed 2 ranks x 4 workers = 8 readers.*"
+                                          r"num_workers <= 3.*resampled=True"):
+        plan_epoch(6, [10] * 6, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=4,
+                   shuffle=True, drop_last=True)
+
+
+def test_ddp_needs_counts():
+    with pytest.raises(OptionError, match="2 ranks need the samples per shard"):
+        plan_epoch(6, None, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=1,
+                   shuffle=True, drop_last=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=24), world=st.integers(1, 4),
+       workers=st.integers(1, 3), batch=st.integers(1, 9), epoch=st.integers(0, 5))
+def test_plan_gives_equal_batches_and_disjoint_shards(counts, world, workers, batch, epoch):
+    if len(counts) < world * workers:
+        return
+    plans = [plan_epoch(len(counts), counts, batch_size=batch, seed=1, epoch=epoch, rank=r, world=world,
+                        num_workers=workers, shuffle=True, drop_last=True) for r in range(world)]
+    totals = {sum(p.batches for p in rank_plans) for rank_plans in plans}
+    assert len(totals) == 1  # every rank the same number of batches
+    shards = [s for rank_plans in plans for p in rank_plans for s in p.shards]
+    assert sorted(shards) == list(range(len(counts)))  # each shard read by exactly one worker
+    for rank_plans in plans:
+        for p in rank_plans:  # a worker never has to yield more full batches than it holds
+            assert p.batches * batch <= sum(counts[s] for s in p.shards)
+
+
+def test_resampled_plan_splits_epoch_batches():
+    plans = plan_epoch(1, None, batch_size=4, seed=0, epoch=0, rank=0, world=3, num_workers=2,
+                       shuffle=True, drop_last=True, resampled=True, epoch_batches=7)
+    assert [p.batches for p in plans] == [4, 3]
+    with pytest.raises(OptionError, match="resampled=True needs epoch_batches"):
+        plan_epoch(1, None, batch_size=4, seed=0, epoch=0, rank=0, world=3, num_workers=2,
+                   shuffle=True, drop_last=True, resampled=True)

@@ -1,0 +1,307 @@
+"""Augment: random per-sample transforms in plain torch, on uint8 images.
+
+Parameters are a pure function of (config, seed, epoch, sample key, source size): the same sample
+gets the same transform in the same epoch whatever the number of workers, ranks or batch order.
+
+Order of operations (both paths): random resized crop -> small affine (rotation, translation,
+scale about the centre) -> horizontal flip -> vertical flip -> ``k`` quarter turns -> colour jitter
+(brightness, contrast, saturation, fused into one per-pixel linear map).
+
+Two ways to apply them:
+
+- ``augment_into`` (per sample, CPU, in the loader's workers): flips and quarter turns as views of
+  the crop, bilinear resize on uint8 with ``F.interpolate`` (torch's vectorised uint8 kernel),
+  written straight into the batch, then the jitter on a cache-sized float copy. The affine step is
+  not in this fast path: with ``affine_p > 0`` the loader applies ``augment_batch`` on the CPU.
+- ``augment_batch`` (a whole batch, any device): every geometric step composed into one 2x3 matrix
+  per sample, one ``affine_grid`` + ``grid_sample`` pass, then the fused jitter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wds_tools.errors import OptionError
+
+__all__ = [
+    "AugmentConfig", "PARAM_NAMES", "sample_params", "batch_params", "augment_into", "augment_batch", "normalize",
+]
+
+# One row of a params array, in this order.
+PARAM_NAMES = ("top", "left", "height", "width", "hflip", "vflip", "rot90", "angle", "tx", "ty", "scale",
+               "brightness", "contrast", "saturation")
+_P = {n: i for i, n in enumerate(PARAM_NAMES)}
+_GRAY = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as PIL and torchvision use
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Training augmentation settings; each step is switched off by its zero/False value.
+
+    Defaults (all fast enough for the CPU path): random resized crop with scale (0.08, 1) and
+    ratio (3/4, 4/3) to ``size`` (None: the stored size), horizontal and vertical flips with
+    probability 0.5, random quarter turns, brightness and contrast jitter of ±0.2.
+    Off by default because of their CPU cost, and free with ``device_augment``: saturation
+    (a per-pixel grey term, ~0.3 ms per 224 px sample on the CPU) and the small affine
+    (``affine_p``; on the CPU the loader then runs ``augment_batch``, ~3 ms per sample).
+    """
+
+    size: int | None = None
+    crop: bool = True
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    hflip: float = 0.5
+    vflip: float = 0.5
+    rot90: bool = True
+    affine_p: float = 0.0
+    affine_degrees: float = 10.0
+    affine_translate: float = 0.05
+    affine_scale: tuple[float, float] = (0.9, 1.1)
+    brightness: float = 0.2
+    contrast: float = 0.2
+    saturation: float = 0.0
+
+    def __post_init__(self) -> None:
+        def pair(name: str, lo: float, hi: float | None) -> None:
+            v = getattr(self, name)
+            try:
+                a, b = (float(x) for x in v)
+            except (TypeError, ValueError):
+                raise OptionError(f"augment.{name}={v!r}: expected two numbers [min, max]") from None
+            if not (lo <= a <= b and (hi is None or b <= hi)):
+                raise OptionError(f"augment.{name}={v!r}: expected {lo} <= min <= max"
+                                  + (f" <= {hi}" if hi is not None else ""))
+            object.__setattr__(self, name, (a, b))
+
+        pair("crop_scale", 1e-6, 1.0)
+        pair("crop_ratio", 1e-3, None)
+        pair("affine_scale", 1e-3, None)
+        for name in ("hflip", "vflip", "affine_p"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise OptionError(f"augment.{name}={v!r}: expected a probability between 0 and 1")
+        for name in ("brightness", "contrast", "saturation", "affine_degrees", "affine_translate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise OptionError(f"augment.{name}={v!r}: expected a number >= 0 (0 switches it off)")
+        for name in ("brightness", "contrast", "saturation"):
+            if getattr(self, name) > 1:
+                raise OptionError(f"augment.{name}={getattr(self, name)!r}: expected at most 1 (factor 1 ± value)")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1):
+            raise OptionError(f"augment.size={self.size!r}: expected a positive number of pixels or null")
+        for name in ("crop", "rot90"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"augment.{name}={getattr(self, name)!r}: expected true or false")
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> AugmentConfig:
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise OptionError(f"augment: unknown setting {', '.join(map(repr, unknown))}; "
+                              f"expected some of {', '.join(sorted(known))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def jitter(self) -> bool:
+        return bool(self.brightness or self.contrast or self.saturation)
+
+
+def _uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
+    """16 uniforms in [0, 1) from BLAKE2b-512 of (seed, epoch, key): pure and worker-independent."""
+    h = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}".encode(), digest_size=64).digest()
+    return np.frombuffer(h, dtype="<u4") * (1.0 / 2**32)
+
+
+def sample_params(cfg: AugmentConfig, *, seed: int, epoch: int, key: str, src_size: int) -> np.ndarray:
+    """The transform of one sample as a float64 row (``PARAM_NAMES``); crop box in source pixels."""
+    u = _uniforms(seed, epoch, key)
+    S = src_size
+    p = np.zeros(len(PARAM_NAMES))
+    if cfg.crop:
+        lo, hi = cfg.crop_scale
+        area = S * S * (lo + (hi - lo) * u[0])
+        lr0, lr1 = math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1])
+        ratio = math.exp(lr0 + (lr1 - lr0) * u[1])
+        w = min(S, max(1, int(round(math.sqrt(area * ratio)))))
+        h = min(S, max(1, int(round(math.sqrt(area / ratio)))))
+        top, left = int(u[2] * (S - h + 1)), int(u[3] * (S - w + 1))
+    else:
+        top, left, h, w = 0, 0, S, S
+    p[0:4] = top, left, h, w
+    p[_P["hflip"]] = u[4] < cfg.hflip
+    p[_P["vflip"]] = u[5] < cfg.vflip
+    p[_P["rot90"]] = int(u[6] * 4) if cfg.rot90 else 0
+    p[_P["scale"]] = 1.0
+    if u[7] < cfg.affine_p:
+        p[_P["angle"]] = cfg.affine_degrees * (2 * u[8] - 1)
+        p[_P["tx"]] = cfg.affine_translate * (2 * u[9] - 1)
+        p[_P["ty"]] = cfg.affine_translate * (2 * u[10] - 1)
+        s0, s1 = cfg.affine_scale
+        p[_P["scale"]] = s0 + (s1 - s0) * u[11]
+    p[_P["brightness"]] = 1 + cfg.brightness * (2 * u[12] - 1)
+    p[_P["contrast"]] = 1 + cfg.contrast * (2 * u[13] - 1)
+    p[_P["saturation"]] = 1 + cfg.saturation * (2 * u[14] - 1)
+    return p
+
+
+def batch_params(cfg: AugmentConfig, *, seed: int, epoch: int, keys: Sequence[str], src_size: int) -> np.ndarray:
+    """``sample_params`` for each key: float64 [B, len(PARAM_NAMES)]."""
+    if not keys:
+        return np.zeros((0, len(PARAM_NAMES)))
+    return np.stack([sample_params(cfg, seed=seed, epoch=epoch, key=k, src_size=src_size) for k in keys])
+
+
+def augment_into(src_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor, cfg: AugmentConfig) -> None:
+    """Crop, resize, flip, turn and jitter one uint8 [S, S, 3] image into ``out_hwc`` [O, O, 3].
+
+    Everything stays in uint8 except the jitter, done per sample on a cache-sized float copy
+    (a batch-wide float pass is several times slower on the CPU: it is memory-bound).
+    """
+    top, left, h, w = (int(v) for v in p[0:4])
+    O = out_hwc.shape[0]
+    img = src_hwc[top:top + h, left:left + w]
+    if p[4]:
+        img = img.flip(1)
+    if p[5]:
+        img = img.flip(0)
+    k = int(p[6])
+    if k:
+        img = torch.rot90(img, k, dims=(0, 1))  # turning before the resize: fewer pixels to move
+    if img.shape[0] != O or img.shape[1] != O:
+        chw = img.permute(2, 0, 1).unsqueeze(0)  # channels-last strides: torch's fast uint8 kernel
+        img = F.interpolate(chw, size=(O, O), mode="bilinear", antialias=True, align_corners=False)[0].permute(1, 2, 0)
+    out_hwc.copy_(img)
+    if cfg.jitter:
+        _jitter_sample_(out_hwc, p)
+
+
+def _gray_mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean luma of [B, 3, H, W], over every 4th row and column (cheap on the CPU; both paths use it)."""
+    w = torch.tensor(_GRAY, dtype=torch.float32, device=x.device)
+    return x[:, :, ::4, ::4].float().mean((2, 3)) @ w
+
+
+_SCRATCH: dict[tuple, torch.Tensor] = {}
+
+
+def _scratch(shape: torch.Size) -> torch.Tensor:
+    """A reused float buffer per shape and process: a fresh 600 KB array costs page faults every time."""
+    t = _SCRATCH.get(tuple(shape))
+    if t is None:
+        t = _SCRATCH[tuple(shape)] = torch.empty(shape)
+    return t
+
+
+def _jitter_sample_(img_hwc: torch.Tensor, p: np.ndarray) -> None:
+    b, c, s = float(p[_P["brightness"]]), float(p[_P["contrast"]]), float(p[_P["saturation"]])
+    if b == 1 and c == 1 and s == 1:
+        return
+    mean = float(_gray_mean(img_hwc.permute(2, 0, 1).unsqueeze(0))[0])
+    K, D = c * b, (1 - c) * b * mean
+    flat = img_hwc.view(-1, 3)
+    x = _scratch(flat.shape)
+    x.copy_(flat)
+    if s != 1:  # the per-pixel grey term: a 3x3 map (the slow case, about 0.3 ms at 224 px)
+        m = torch.full((3, 3), 0.0)
+        m += torch.tensor(_GRAY).view(3, 1) * (K * (1 - s))
+        m += torch.eye(3) * (K * s)
+        x = x @ m
+        x.add_(D)
+    else:
+        x.mul_(K).add_(D)
+    x.clamp_(0, 255).round_()
+    np.copyto(flat.numpy(), x.numpy(), casting="unsafe")  # numpy's float->uint8 is ~6x torch's here
+
+
+def _jitter_float(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Fused jitter on float [B, 3, H, W] in 0..255 (not clamped)."""
+    b, c, s = p[:, _P["brightness"]], p[:, _P["contrast"]], p[:, _P["saturation"]]
+    K = c * b
+    D = (1 - c) * b * _gray_mean(x)
+    w = torch.tensor(_GRAY, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    gray = (x * w).sum(1, keepdim=True)
+    return x * (K * s).view(-1, 1, 1, 1) + (gray * (K * (1 - s)).view(-1, 1, 1, 1) + D.view(-1, 1, 1, 1))
+
+
+def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
+    """Per-sample 2x3 matrices mapping output to source coordinates (normalised, align_corners=False)."""
+    dt = p.dtype
+    B = p.shape[0]
+    eye = torch.eye(3, dtype=dt, device=p.device).expand(B, 3, 3)
+
+    def mat(a, b, c, d, e, f):
+        m = torch.zeros(B, 3, 3, dtype=dt, device=p.device)
+        m[:, 0, 0], m[:, 0, 1], m[:, 0, 2] = a, b, c
+        m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = d, e, f
+        m[:, 2, 2] = 1
+        return m
+
+    one, zero = torch.ones(B, dtype=dt, device=p.device), torch.zeros(B, dtype=dt, device=p.device)
+    # quarter turns: torch.rot90(k=1, dims=(H, W)) samples input (x, y) = (-y, x) of the output
+    k = p[:, _P["rot90"]].round().long() % 4
+    cos_k = torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=dt, device=p.device)[k]
+    sin_k = torch.tensor([0.0, 1.0, 0.0, -1.0], dtype=dt, device=p.device)[k]
+    rot = mat(cos_k, -sin_k, zero, sin_k, cos_k, zero)
+    fx = torch.where(p[:, _P["hflip"]] > 0, -one, one)
+    fy = torch.where(p[:, _P["vflip"]] > 0, -one, one)
+    flip = mat(fx, zero, zero, zero, fy, zero)
+    # inverse affine: x_r = R(-angle) (x_a - t) / s
+    a = torch.deg2rad(p[:, _P["angle"]])
+    s = p[:, _P["scale"]]
+    ca, sa = torch.cos(a) / s, torch.sin(a) / s
+    tx, ty = 2 * p[:, _P["tx"]], 2 * p[:, _P["ty"]]
+    aff = mat(ca, sa, -(ca * tx + sa * ty), -sa, ca, -(-sa * tx + ca * ty))
+    # crop: crop-normalised -> source-normalised
+    top, left, h, w = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
+    crop = mat(w / src_size, zero, (2 * left + w) / src_size - 1, zero, h / src_size, (2 * top + h) / src_size - 1)
+    m = crop @ aff @ flip @ rot if B else eye
+    return m[:, :2, :]
+
+
+def augment_batch(images: torch.Tensor, keys_or_params, *, config: AugmentConfig | None = None, seed: int = 0,
+                  epoch: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
+                  ) -> torch.Tensor:
+    """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.
+
+    ``keys_or_params`` is a list of sample keys (the params are drawn from ``config``, ``seed`` and
+    ``epoch``) or the params array the loader yields with ``device_augment``. Returns float32
+    [B, 3, O, O] in 0..255, or normalised with ``mean``/``std`` (0-1 units, as in index.json).
+    """
+    cfg = config or AugmentConfig()
+    if images.dim() != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
+        raise OptionError(f"augment_batch: expected images [B, 3, S, S], got {list(images.shape)}")
+    B, _, S, _ = images.shape
+    if len(keys_or_params) and isinstance(keys_or_params[0], str):
+        params = batch_params(cfg, seed=seed, epoch=epoch, keys=list(keys_or_params), src_size=S)
+    else:
+        params = keys_or_params
+    p = torch.as_tensor(params, dtype=torch.float32).to(images.device, non_blocking=True)
+    if p.shape != (B, len(PARAM_NAMES)):
+        raise OptionError(f"augment_batch: expected params [{B}, {len(PARAM_NAMES)}], got {list(p.shape)}")
+    out = cfg.size or S
+    x = images.float()
+    grid = F.affine_grid(_theta(p, S), [B, 3, out, out], align_corners=False)
+    x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    x = _jitter_float(x, p).clamp_(0, 255)
+    if mean is not None and std is not None:
+        x = normalize(x, mean, std, scale=255.0)
+    return x
+
+
+def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], *, scale: float = 255.0) -> torch.Tensor:
+    """(x / scale - mean) / std per channel, for float [B, 3, H, W]; mean/std in 0-1 units."""
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1) * scale
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1) * scale
+    return (x - m) / s

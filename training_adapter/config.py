@@ -1,0 +1,125 @@
+"""Trainer config: the ``dataset:`` block of a YAML or TOML trainer config, turned into loaders."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from wds_tools.errors import OptionError
+
+from .augment import AugmentConfig
+
+__all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
+
+# make_loader options a dataset block may set (train_urls / val_urls / augment are handled apart)
+LOADER_KEYS = {
+    "batch_size", "num_workers", "seed", "device_augment", "normalize", "shuffle_buffer", "shuffle_shards",
+    "resampled", "epoch_batches", "drop_last", "on_error", "pin_memory", "persistent_workers",
+    "prefetch_factor", "mean", "std",
+}
+
+
+@dataclass
+class DatasetConfig:
+    """The ``dataset:`` block: shard URLs, loader options and augmentation settings."""
+
+    train_urls: str | list[str]
+    val_urls: str | list[str] | None = None
+    loader: dict = field(default_factory=dict)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def train_loader(self, **overrides):
+        """``make_loader(train_urls, train=True, ...)`` with this block's options."""
+        from .loader import make_loader
+
+        return make_loader(self.train_urls, train=True, augment=self.augment, **{**self.loader, **overrides})
+
+    def val_loader(self, **overrides):
+        """``make_loader(val_urls, train=False, ...)`` with this block's options (no augmentation)."""
+        from .loader import make_loader
+
+        if self.val_urls is None:
+            raise OptionError("dataset.val_urls is not set in the config")
+        opts = {k: v for k, v in {**self.loader, **overrides}.items() if k not in ("device_augment", "resampled")}
+        return make_loader(self.val_urls, train=False, **opts)
+
+
+@dataclass
+class TrainerConfig:
+    """A whole trainer config: ``dataset`` parsed, everything else as read (``raw``)."""
+
+    path: str
+    dataset: DatasetConfig
+    raw: dict
+
+
+def _resolve(url: str, base: Path) -> str:
+    """A relative local pattern/folder is taken relative to the config file; URLs pass through."""
+    scheme = urlparse(url).scheme
+    if len(scheme) > 1 or os.path.isabs(os.path.expanduser(url)):
+        return os.path.expanduser(url)
+    return str(base / url)
+
+
+def _read(p: Path) -> dict:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OptionError(f"config {p}: no such file") from None
+    if p.suffix.lower() == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise OptionError(f"config {p}: not valid TOML: {e}") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise OptionError("reading a YAML config needs pyyaml: pip install 'wds-tools[train]'") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise OptionError(f"config {p}: not valid YAML: {e}") from None
+        return data if data is not None else {}
+    raise OptionError(f"config {p}: unknown extension {p.suffix!r}; expected .yaml, .yml or .toml")
+
+
+def load_config(path: str | os.PathLike) -> TrainerConfig:
+    """Read a trainer config (.yaml/.yml/.toml) whose ``dataset`` block names the shards."""
+    p = Path(path)
+    data = _read(p)
+    if not isinstance(data, dict):
+        raise OptionError(f"config {p}: expected a mapping at the top level")
+    block = data.get("dataset")
+    if not isinstance(block, dict):
+        raise OptionError(f"config {p}: no 'dataset' block; add one with train_urls (and val_urls), e.g. "
+                          f"train_urls: shards/v1/224/train-{{000000..000041}}.tar")
+    if "train_urls" not in block:
+        raise OptionError(f"config {p}: dataset.train_urls is missing; a WebDataset pattern, a shards "
+                          f"folder or its index.json")
+    unknown = sorted(set(block) - LOADER_KEYS - {"train_urls", "val_urls", "augment"})
+    if unknown:
+        raise OptionError(f"config {p}: unknown dataset setting {', '.join(map(repr, unknown))}; expected "
+                          f"train_urls, val_urls, augment or {', '.join(sorted(LOADER_KEYS))}")
+    base = p.resolve().parent
+
+    def urls(v, name):
+        if isinstance(v, str):
+            return _resolve(v, base)
+        if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            return [_resolve(x, base) for x in v]
+        raise OptionError(f"config {p}: dataset.{name}={v!r}: expected a URL pattern or a list of them")
+
+    augment = block.get("augment") or {}
+    if not isinstance(augment, dict):
+        raise OptionError(f"config {p}: dataset.augment must be a mapping of settings")
+    ds = DatasetConfig(
+        train_urls=urls(block["train_urls"], "train_urls"),
+        val_urls=urls(block["val_urls"], "val_urls") if block.get("val_urls") is not None else None,
+        loader={k: v for k, v in block.items() if k in LOADER_KEYS},
+        augment=AugmentConfig.from_dict(augment),
+    )
+    return TrainerConfig(str(p), ds, data)

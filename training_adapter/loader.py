@@ -1,0 +1,362 @@
+"""Batch: shards -> samples -> (shuffle buffer) -> augmented uint8 batches, collated inside each worker.
+
+Each DataLoader worker reads its shards with ``tarread``, writes every sample's pixels straight
+into a preallocated uint8 batch (in shared memory when it runs in a worker, so the hand-over to the
+main process copies nothing), and yields whole batches; the DataLoader runs with
+``batch_size=None``. Normalising to float is left to ``to_device`` on the accelerator by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from wds_tools.errors import OptionError, ShardError
+
+from .augment import AugmentConfig, augment_batch, augment_into, normalize, sample_params
+from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
+from .tarread import DEFAULT_CHUNK, iter_samples
+
+__all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
+
+log = logging.getLogger("training_adapter")
+_NPY_HEADER = 128
+
+
+@dataclass
+class _Sample:
+    key: str
+    label: int
+    pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
+
+
+def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
+    import io
+
+    f = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+    except ValueError as e:
+        raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}") from None
+    if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3 or shape[0] != shape[1]:
+        raise ShardError(f"{url}: sample {key!r}: .npy holds {dtype} {shape}{' (Fortran order)' if fortran else ''}; "
+                         f"expected uint8 (S, S, 3) in C order as wds-tools writes it")
+    if f.tell() != _NPY_HEADER:
+        raise ShardError(f"{url}: sample {key!r}: .npy header is {f.tell()} bytes; expected {_NPY_HEADER}")
+    return shape
+
+
+class ShardDataset(IterableDataset):
+    """Yields whole batches: ``(images uint8 [B, 3, H, W] channels-last, labels int64 [B])``.
+
+    With ``device_augment`` a third item, the float32 params [B, 14] for ``augment_batch``; with
+    ``return_keys`` a last item, the list of sample keys.
+    """
+
+    def __init__(self, shards: ShardList, *, batch_size: int, train: bool, seed: int = 0,
+                 augment: AugmentConfig | None = None, device_augment: bool = False, normalize: bool = False,
+                 shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
+                 epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
+                 return_keys: bool = False, read_size: int = DEFAULT_CHUNK):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise OptionError(f"batch_size={batch_size!r}: expected a positive integer")
+        if on_error not in ("raise", "skip"):
+            raise OptionError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
+            raise OptionError(f"shuffle_buffer={shuffle_buffer!r}: expected a number of samples >= 0")
+        if normalize and (shards.mean is None or shards.std is None):
+            raise OptionError("normalize=True needs mean and std: point urls at the shards folder or its "
+                              "index.json, or pass mean= and std=")
+        self.shards = shards
+        self.batch_size = batch_size
+        self.train = train
+        self.seed = seed
+        self.augment = (augment or AugmentConfig()) if train else None
+        self.device_augment = device_augment and train
+        self.normalize = normalize
+        self.shuffle_buffer = shuffle_buffer if train else 0
+        self.shuffle_shards = shuffle_shards and train
+        self.resampled = resampled
+        self.epoch_batches = epoch_batches
+        self.drop_last = train if drop_last is None else drop_last
+        self.on_error = on_error
+        self.return_keys = return_keys
+        self.read_size = read_size
+        self._shape: tuple[int, ...] | None = None
+        self.rank_world: tuple[int, int] | None = None
+        self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.value = int(epoch)
+
+    def plans(self, *, rank: int, world: int, num_workers: int, epoch: int | None = None) -> list[WorkerPlan]:
+        return plan_epoch(len(self.shards), self.shards.counts, batch_size=self.batch_size, seed=self.seed,
+                          epoch=self.epoch if epoch is None else epoch, rank=rank, world=world,
+                          num_workers=num_workers, shuffle=self.shuffle_shards, drop_last=self.drop_last,
+                          resampled=self.resampled, epoch_batches=self.epoch_batches)
+
+    # --- sample stream -------------------------------------------------------------------------
+    def _read_shard(self, url: str) -> Iterator[_Sample]:
+        header: bytes | None = None
+        try:
+            for key, members, offset in iter_samples(url, chunk_size=self.read_size):
+                npy, cls = members.get("npy"), members.get("cls")
+                if npy is None or cls is None:
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
+                                     f"expected .npy and .cls members")
+                h = bytes(npy[:_NPY_HEADER])
+                if h != header:
+                    shape = _npy_shape(h, url, key)
+                    if self._shape is None:
+                        self._shape = shape
+                    elif shape != self._shape:
+                        raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
+                                         f"earlier samples {self._shape}; a batch needs one size")
+                    header = h
+                try:
+                    label = int(bytes(cls))
+                except ValueError:
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
+                                     f"expected decimal digits") from None
+                yield _Sample(key, label, npy[_NPY_HEADER:])
+        except ShardError as e:
+            if self.on_error == "raise":
+                raise
+            log.warning("skipping the rest of a shard: %s", e)
+
+    def _samples(self, urls: Sequence[str], rng: np.random.Generator, resample: bool) -> Iterator[_Sample]:
+        if resample:
+            while True:
+                yield from self._read_shard(urls[int(rng.integers(len(urls)))])
+        for u in urls:
+            yield from self._read_shard(u)
+
+    def _shuffled(self, samples: Iterator[_Sample], rng: np.random.Generator) -> Iterator[_Sample]:
+        """A shuffle buffer of ``shuffle_buffer`` samples, kept in one preallocated uint8 array."""
+        n = self.shuffle_buffer
+        slots: np.ndarray | None = None
+        meta: list[tuple[str, int]] = []
+        for s in samples:
+            if slots is None:
+                slots = np.empty((n, len(s.pixels)), np.uint8)
+            if len(meta) < n:
+                slots[len(meta)] = np.frombuffer(s.pixels, np.uint8)
+                meta.append((s.key, s.label))
+                continue
+            j = int(rng.integers(n))
+            key, label = meta[j]
+            yield _Sample(key, label, slots[j])  # consumed before the slot is refilled
+            slots[j] = np.frombuffer(s.pixels, np.uint8)
+            meta[j] = (s.key, s.label)
+        for j in rng.permutation(len(meta)):
+            yield _Sample(*meta[j], slots[j])
+
+    # --- batches -------------------------------------------------------------------------------
+    def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
+        nbytes = int(np.prod(shape))
+        if get_worker_info() is not None:  # shared memory: the queue to the main process copies nothing
+            storage = torch.UntypedStorage._new_shared(nbytes)
+            return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+        return torch.empty(shape, dtype=torch.uint8)
+
+    def _batches(self, samples: Iterator[_Sample], limit: int | None, epoch: int) -> Iterator[tuple]:
+        B = self.batch_size
+        cfg = self.augment
+        made = 0
+        buf: list[_Sample] = []
+        for s in samples:
+            buf.append(s)
+            if len(buf) == B:
+                yield self._collate(buf, epoch, cfg)
+                buf = []
+                made += 1
+                if limit is not None and made >= limit:
+                    return
+        if buf and not self.drop_last and (limit is None or made < limit):
+            yield self._collate(buf, epoch, cfg)
+
+    def _collate(self, samples: list[_Sample], epoch: int, cfg: AugmentConfig | None) -> tuple:
+        n = len(samples)
+        S = self._shape[0]
+        labels = torch.tensor([s.label for s in samples], dtype=torch.int64)
+        keys = [s.key for s in samples]
+        params = None
+        if cfg is not None:
+            params = np.stack([sample_params(cfg, seed=self.seed, epoch=epoch, key=k, src_size=S) for k in keys])
+        fast_cpu = cfg is not None and not self.device_augment and not cfg.affine_p
+        O = (cfg.size or S) if fast_cpu else S
+        hwc = self._alloc((n, O, O, 3))
+        if fast_cpu:
+            for i, s in enumerate(samples):
+                src = torch.from_numpy(np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3))
+                augment_into(src, params[i], hwc[i], cfg)
+        else:
+            flat = hwc.numpy().reshape(n, -1)
+            for i, s in enumerate(samples):
+                flat[i] = np.frombuffer(s.pixels, np.uint8)
+        images = hwc.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
+        if cfg is not None and not self.device_augment and cfg.affine_p:
+            x = augment_batch(images, params, config=cfg).round_()
+            images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
+        if self.normalize:
+            images = normalize(images.float(), self.shards.mean, self.shards.std)
+        out: tuple = (images, labels)
+        if self.device_augment:
+            out += (torch.from_numpy(params.astype(np.float32)),)
+        if self.return_keys:
+            out += (keys,)
+        return out
+
+    def __iter__(self) -> Iterator[tuple]:
+        rank, world, worker, num_workers = worker_info()
+        if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
+            rank, world = self.rank_world
+        epoch = self.epoch
+        self._shape = None
+        plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
+        rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
+        if self.resampled:
+            urls = self.shards.urls
+        else:
+            urls = [self.shards.urls[i] for i in plan.shards]
+        made = 0
+        for attempt in range(3):
+            samples = self._samples(urls, rng, self.resampled)
+            if self.shuffle_buffer > 1:
+                samples = self._shuffled(samples, rng)
+            limit = None if plan.batches is None else plan.batches - made
+            got = 0
+            for batch in self._batches(samples, limit, epoch):
+                got += 1
+                yield batch
+            made += got
+            if plan.batches is None or made >= plan.batches:
+                return
+            if got == 0 or self.on_error == "raise":
+                break
+            # skipped damage left this worker short: repeat its shards so every rank still has
+            # the same number of batches (DDP would hang otherwise)
+            log.warning("worker %d of rank %d is %d batches short after skipped errors; re-reading its shards",
+                        worker, rank, plan.batches - made)
+        if plan.batches is not None and made < plan.batches:
+            raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
+                             f"{len(urls)} shards; the index's sample counts do not match the shards "
+                             f"(re-convert, or check with wds-tools verify)")
+
+
+def _world() -> tuple[int, int]:
+    rank, world, _, _ = worker_info()
+    return rank, world
+
+
+class ShardLoader:
+    """A DataLoader over a ShardDataset with ``set_epoch``, ``len`` (when the index gives counts), ``mean``/``std``.
+
+    Without a ``set_epoch`` call between two iterations the epoch advances by one, so the shard
+    order and the augmentation change every epoch either way.
+    """
+
+    def __init__(self, dataset: ShardDataset, *, num_workers: int, pin_memory: bool = False,
+                 persistent_workers: bool = False, prefetch_factor: int | None = None,
+                 multiprocessing_context=None):
+        self.dataset = dataset
+        self.num_workers = num_workers
+        kw = {}
+        if num_workers:
+            kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor or 2,
+                      multiprocessing_context=multiprocessing_context)
+        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **kw)
+        self._iterated = False
+        self._epoch_set = False
+
+    @property
+    def mean(self) -> list[float] | None:
+        return self.dataset.shards.mean
+
+    @property
+    def std(self) -> list[float] | None:
+        return self.dataset.shards.std
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+        self._epoch_set = True
+
+    def __len__(self) -> int:
+        rank, world = self.dataset.rank_world or _world()
+        plans = self.dataset.plans(rank=rank, world=world, num_workers=max(1, self.num_workers))
+        if any(p.batches is None for p in plans):
+            raise TypeError("the number of batches is unknown: the shards come without an index giving "
+                            "their sample counts")
+        return sum(p.batches for p in plans)
+
+    def __iter__(self):
+        if self._iterated and not self._epoch_set:
+            self.dataset.set_epoch(self.dataset.epoch + 1)
+        self._iterated, self._epoch_set = True, False
+        self.dataset.rank_world = _world()
+        return iter(self.loader)
+
+
+def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None = None, seed: int = 0,
+                augment: AugmentConfig | dict | None = None, device_augment: bool = False,
+                normalize: bool = False, shuffle_buffer: int | None = None, shuffle_shards: bool = True,
+                resampled: bool = False, epoch_batches: int | None = None, drop_last: bool | None = None,
+                on_error: str = "raise", return_keys: bool = False, pin_memory: bool = False,
+                persistent_workers: bool = False, prefetch_factor: int | None = None,
+                mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                split: str | None = None, read_size: int = DEFAULT_CHUNK,
+                multiprocessing_context=None) -> ShardLoader:
+    """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
+
+    ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
+    (its ``split``: ``train`` or ``val`` by ``train``), ``pipe:`` or ``http(s)://`` URLs.
+    ``shuffle_buffer`` (train only, default 1000 samples) costs that many samples of memory per
+    worker (150 KB each at 224 px: 150 MB for 1000).
+    """
+    shards = resolve_urls(urls, split=split or ("train" if train else "val"))
+    if mean is not None:
+        shards.mean = list(mean)
+    if std is not None:
+        shards.std = list(std)
+    if num_workers is None:
+        num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
+    if isinstance(augment, dict):
+        augment = AugmentConfig.from_dict(augment)
+    ds = ShardDataset(shards, batch_size=batch_size, train=train, seed=seed, augment=augment,
+                      device_augment=device_augment, normalize=normalize,
+                      shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
+                      shuffle_shards=shuffle_shards, resampled=resampled, epoch_batches=epoch_batches,
+                      drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size)
+    rank, world = _world()
+    ds.plans(rank=rank, world=world, num_workers=max(1, num_workers))  # fail now, not inside a worker
+    return ShardLoader(ds, num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                       prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context)
+
+
+def to_device(images: torch.Tensor, device, mean: Sequence[float] | None = None,
+              std: Sequence[float] | None = None, *, non_blocking: bool = True) -> torch.Tensor:
+    """Move a uint8 batch to ``device`` and return float32 there, normalised when mean/std are given."""
+    x = images.to(device, non_blocking=non_blocking).float()
+    if mean is None or std is None:
+        return x
+    return normalize(x, mean, std)
+
