@@ -77,6 +77,30 @@ def _remote_index(url: str, split: str) -> ShardList:
     return _from_index_meta(meta, posixpath.dirname(url), split, url, lambda b, n: f"{b}/{n}")
 
 
+def _object_store(spec: str, split: str) -> ShardList:
+    """A folder, index.json or shard pattern in object storage; counts from the index beside the shards."""
+    from wds_tools.storage import read_input
+
+    if spec.endswith(".tar") or "{" in spec:
+        urls, index_url = _expand(spec), f"{posixpath.dirname(spec)}/{INDEX_FILE}"
+    else:
+        urls, index_url = None, spec if spec.endswith(INDEX_FILE) else f"{spec}/{INDEX_FILE}"
+    try:
+        meta = json.loads(read_input(index_url))
+    except FileNotFoundError:
+        if urls is None:
+            raise IndexFormatError(f"{index_url}: no index there; point at a shard pattern instead") from None
+        return ShardList(urls)
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{index_url}: cannot read the index: {e}") from None
+    base = posixpath.dirname(index_url)
+    if urls is None:
+        return _from_index_meta(meta, base, split, index_url, lambda b, n: f"{b}/{n}")
+    by_name = {f"{base}/{s['name']}": int(s["samples"]) for s in meta.get("shards", [])}
+    counts = [by_name[u] for u in urls] if all(u in by_name for u in urls) else None
+    return ShardList(urls, counts, meta.get("mean"), meta.get("std"), meta.get("size"), meta.get("classes"))
+
+
 def _local_counts(urls: list[str]) -> ShardList:
     """Counts and stats for local shards whose folder holds an index naming every one of them."""
     folder = Path(urls[0]).parent
@@ -102,8 +126,8 @@ def _resolve_one(spec: str, split: str) -> ShardList:
         if spec.rstrip("/").endswith(INDEX_FILE):
             return _remote_index(spec.rstrip("/"), split)
         return ShardList(_expand(spec))
-    if scheme not in ("", "file"):
-        return ShardList(_expand(spec))  # gs://, s3 via pipe rewriting...: gopen decides
+    if scheme not in ("", "file"):  # s3://, gs://...: read through fsspec
+        return _object_store(spec.rstrip("/"), split)
     path = urlparse(spec).path if scheme == "file" else spec
     p = Path(os.path.expanduser(path))
     if p.is_dir() or p.name == INDEX_FILE:

@@ -32,6 +32,10 @@ def split_name(name: str) -> tuple[str | None, str | None]:
     return (m.group(1), m.group(2)) if m else (None, None)
 
 
+# Schemes webdataset's gopen opens itself (pipe: runs a command; http(s) streams with curl).
+_GOPEN_SCHEMES = {"pipe", "http", "https", "sftp", "ftps", "scp", "ais", "hf", "htgs"}
+
+
 def open_url(url: str):
     """Open a shard for reading: unbuffered for a local path, webdataset's ``gopen`` otherwise."""
     scheme = urlparse(url).scheme
@@ -40,6 +44,10 @@ def open_url(url: str):
             return open(url, "rb", buffering=0)
         if scheme == "file":
             return open(url2pathname(urlparse(url).path), "rb", buffering=0)
+        if scheme not in _GOPEN_SCHEMES:  # s3://, gs://, az://...: stream through fsspec
+            from wds_tools.storage import open_input
+
+            return open_input(url, block_size=DEFAULT_CHUNK)
         from webdataset.gopen import gopen
 
         return gopen(url, "rb", bufsize=DEFAULT_CHUNK)

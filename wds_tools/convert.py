@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
@@ -19,11 +19,12 @@ import numpy as np
 from . import __version__, write
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
 from .errors import OptionError, OutputExistsError, WdsToolsError
-from .fsutil import atomic_write_bytes, atomic_write_json, dumps_canonical
-from .index import ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, load_index, read_npz, write_index
+from .fsutil import dumps_canonical
+from .index import ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, read_npz, write_index
 from .plan import parse_shard_size, plan_split, url_pattern
 from .reuse import Base, find_base
 from .runner import EXECUTORS, make_runner
+from .storage import Store, is_remote, join
 from .source import Source, SourceRow, read_source
 from .write import SampleTask, ShardTask, fingerprint_files, scan_files
 
@@ -116,11 +117,22 @@ def _spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return diffs
 
 
-def _prepare_dest(dest: Path, spec: dict) -> str:
+def _read_meta(store: Store) -> dict:
+    path = store.join(INDEX_FILE)
+    try:
+        meta = json.loads(store.read_bytes(path))
+    except ValueError as e:
+        raise OutputExistsError(f"{path} is not a readable index ({e}); nothing was changed") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise OutputExistsError(f"{path} is not a wds-tools index; nothing was changed")
+    return meta
+
+
+def _prepare_dest(store: Store, spec: dict) -> str:
     """'complete', 'resume' or 'fresh'; refuse a folder made with other options or another source."""
-    work = dest / WORK_DIR
-    if (dest / INDEX_FILE).exists():
-        meta = load_index(dest).meta
+    dest, run_file = store.root, store.join(WORK_DIR, "run.json")
+    if store.exists(store.join(INDEX_FILE)):
+        meta = _read_meta(store)
         old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
         old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in _BUILD_RECORD_ONLY}
         diffs = _spec_differences(old, spec)
@@ -131,9 +143,9 @@ def _prepare_dest(dest: Path, spec: dict) -> str:
                 f"or remove {dest} to convert again."
             )
         return "complete"
-    if (work / "run.json").exists():
+    if store.exists(run_file):
         try:
-            old = json.loads((work / "run.json").read_text())
+            old = json.loads(store.read_bytes(run_file))
         except ValueError:
             old = {}
         diffs = _spec_differences(old, spec)
@@ -144,13 +156,12 @@ def _prepare_dest(dest: Path, spec: dict) -> str:
                 f"{dest} to start over."
             )
         return "resume"
-    if dest.exists():
-        others = sorted(p.name for p in dest.iterdir() if p.name not in (ERRORS_FILE, WORK_DIR))
-        if others:
-            raise OutputExistsError(
-                f"{dest} exists and holds files wds-tools did not write ({', '.join(others[:5])}); "
-                "nothing was changed. Choose another --version or --out, or remove the folder."
-            )
+    others = [name for name in store.names(dest) if name not in (ERRORS_FILE, WORK_DIR)]
+    if others:
+        raise OutputExistsError(
+            f"{dest} exists and holds files wds-tools did not write ({', '.join(others[:5])}); "
+            "nothing was changed. Choose another --version or --out, or remove the folder."
+        )
     return "fresh"
 
 
@@ -174,16 +185,15 @@ def _mean_std(hist: np.ndarray) -> tuple[list[float], list[float]]:
     return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
 
 
-def _write_errors(dest: Path, failures: list[dict]) -> str | None:
-    path = dest / ERRORS_FILE
+def _write_errors(store: Store, failures: list[dict]) -> str | None:
+    path = store.join(ERRORS_FILE)
     if not failures:
-        if path.exists():
-            path.unlink()
+        store.remove(path)
         return None
     failures = sorted(failures, key=lambda e: (e["line"], e["key"]))
     data = "".join(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n" for e in failures)
-    atomic_write_bytes(path, data.encode())
-    return str(path)
+    store.write_bytes(path, data.encode())
+    return path
 
 
 def _task_digest(spec_digest: str, name: str, samples: Iterable[SampleTask]) -> str:
@@ -193,27 +203,32 @@ def _task_digest(spec_digest: str, name: str, samples: Iterable[SampleTask]) -> 
     return h.hexdigest()
 
 
-def _finished_meta(task: ShardTask) -> dict | None:
-    """The meta of a shard a previous run finished with the same plan, else None."""
+def _finished_meta(store: Store, task: ShardTask) -> dict | None:
+    """The meta of a shard a previous run finished (and uploaded) with the same plan, else None."""
     try:
-        meta = json.loads(Path(task.work, task.name + ".json").read_text())
+        meta = json.loads(store.read_bytes(join(task.work, task.name + ".json")))
         ok = (meta.get("digest") == task.digest
-              and os.path.getsize(os.path.join(task.dest, task.name)) == meta["bytes"]
-              and os.path.exists(os.path.join(task.work, task.name + ".npz")))
+              and store.size(join(task.dest, task.name)) == meta["bytes"]
+              and store.exists(join(task.work, task.name + ".npz")))
         return meta if ok else None
     except (OSError, ValueError, KeyError):
         return None
 
 
-def _select_base(out: Path, version: str, size: int, resize: str, settings: DecodeSettings,
+def _select_base(out: str, version: str, size: int, resize: str, settings: DecodeSettings,
                  reuse: bool, base: str | None) -> Base | None:
     if not reuse:
         if base is not None:
             raise OptionError("--from and --no-reuse contradict each other; pass one of them")
         return None
+    if is_remote(out):  # reading a base's shards by offset is implemented for local folders only
+        if base is not None:
+            raise OptionError(f"--from {base}: reusing pixels from object storage is not supported; "
+                              "convert with --no-reuse, or into a local --out")
+        return None
     wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
               "decoder_versions": decoder_versions()}
-    found = find_base(out, version, wanted, base)
+    found = find_base(Path(out), version, wanted, base)
     return Base(found) if found is not None else None
 
 
@@ -266,24 +281,25 @@ def convert(
     max_err = parse_max_errors(max_errors)
 
     src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys)
-    dest = Path(out) / str(version) / str(size)
+    dest = join(out, str(version), str(size))
+    store = Store(dest)
     spec = _spec(src, version=version, size=size, resize=resize, shard_size=n_per_shard, seed=seed,
                  val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
-    state = _prepare_dest(dest, spec)
+    state = _prepare_dest(store, spec)
     result = ConvertResult(out_dir=str(dest), dataset_version=version, size=size,
                            max_errors_allowed=_allowed_errors(max_err, len(src.rows)), dry_run=dry_run)
     if state == "complete":
-        return _result_from_index(result, dest, t0)
-    base_index = _select_base(Path(out), str(version), size, resize, decode, reuse, base)
+        return _result_from_index(result, store, t0)
+    base_index = _select_base(os.fspath(out), str(version), size, resize, decode, reuse, base)
     result.base = base_index.version if base_index is not None else None
 
-    work = dest / WORK_DIR
+    work = store.join(WORK_DIR)
     if not dry_run:
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(work / "run.json", spec)
+        store.makedirs(work)
+        store.write_bytes(join(work, "run.json"), (dumps_canonical(spec) + "\n").encode())
     runner = make_runner(executor, workers, ray_address)
     try:
-        return _run(src, dest, work, spec, runner, result, base_index, n_per_shard=n_per_shard,
+        return _run(src, store, work, spec, runner, result, base_index, n_per_shard=n_per_shard,
                     seed=seed, size=size, resize=resize, settings=decode, trust_mtime=trust_mtime,
                     dry_run=dry_run, progress=progress, t0=t0)
     except BrokenProcessPool:
@@ -327,7 +343,7 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, settings: DecodeSett
     return errors, stats
 
 
-def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: ConvertResult,
+def _run(src: Source, store: Store, work: str, spec: dict, runner, result: ConvertResult,
          base: Base | None, *, n_per_shard: int, seed: int, size: int, resize: str,
          settings: DecodeSettings, trust_mtime: bool, dry_run: bool, progress: bool,
          t0: float) -> ConvertResult:
@@ -338,8 +354,8 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: Conver
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
     if len(failures) > result.max_errors_allowed and not dry_run:
-        errors_file = _write_errors(dest, failures)
-        shutil.rmtree(work, ignore_errors=True)
+        errors_file = _write_errors(store, failures)
+        store.rmtree(work)
         raise TooManyErrorsError(
             f"{len(failures)} of {len(rows)} source files are unreadable, more than --max-errors allows "
             f"({result.max_errors_allowed}); nothing was converted. The files and reasons are in "
@@ -365,7 +381,7 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: Conver
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
                     reuse=base.reuse(fp, r.label) if base is not None and fp is not None else None,
                     src_size=src_size, src_mtime_ns=mtime))
-            tasks.append(ShardTask(str(dest), str(work), plan.name, split,
+            tasks.append(ShardTask(store.root, work, plan.name, split,
                                    _task_digest(spec_digest, plan.name, samples), size, resize,
                                    settings, tuple(samples)))
     if base is not None:
@@ -376,7 +392,7 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: Conver
     # 3. write: shards a previous run finished are kept
     metas: dict[str, dict] = {}
     for t in tasks:
-        meta = _finished_meta(t)
+        meta = _finished_meta(store, t)
         if meta is not None:
             metas[t.name] = meta
     result.shards_resumed = len(metas)
@@ -401,15 +417,15 @@ def _run(src: Source, dest: Path, work: Path, spec: dict, runner, result: Conver
     # 4. index: written last, from the per-shard columns
     for t in tasks:
         failures += metas[t.name]["failed"]
-    _assemble_index(dest, work, tasks, metas, spec, src, settings, base)
-    result.errors_file = _write_errors(dest, failures)
+    _assemble_index(store, work, tasks, metas, spec, src, settings, base)
+    result.errors_file = _write_errors(store, failures)
     planned = {t.name for t in tasks}
-    for p in dest.iterdir():  # leftovers of an interrupted run whose plan has since changed
-        if (p.suffix == ".tar" and p.name not in planned) or ".partial" in p.name:
-            p.unlink()
-    shutil.rmtree(work, ignore_errors=True)
+    for name in store.names(store.root):  # leftovers of an interrupted run whose plan has since changed
+        if (name.endswith(".tar") and name not in planned) or ".partial" in name:
+            store.remove(store.join(name))
+    store.rmtree(work)
 
-    result = _result_from_index(result, dest, t0)
+    result = _result_from_index(result, store, t0)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
@@ -433,7 +449,7 @@ def _dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: lis
         sp["samples"] += len(t.samples)
         sp["shards"] += 1
     for name, sp in result.splits.items():
-        sp["urls"] = str(Path(result.out_dir) / url_pattern(name, sp["shards"]))
+        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
     result.samples_written = 0
     result.shards = len(tasks)
     result.failed = len(failures)
@@ -442,11 +458,11 @@ def _dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: lis
     return result
 
 
-def _assemble_index(dest: Path, work: Path, tasks: list[ShardTask], metas: dict[str, dict],
+def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
                     spec: dict, src: Source, settings: DecodeSettings, base: Base | None) -> None:
     parts = []
     for shard_id, t in enumerate(tasks):
-        cols = read_npz(work / (t.name + ".npz"))
+        cols = read_npz(io.BytesIO(store.read_bytes(join(work, t.name + ".npz"))))
         cols["shard"] = np.full(len(cols["key"]), shard_id, dtype="<u4")
         parts.append(cols)
     columns: dict[str, np.ndarray] = {}
@@ -494,7 +510,7 @@ def _assemble_index(dest: Path, work: Path, tasks: list[ShardTask], metas: dict[
         "created_by": f"wds-tools {__version__}",
         **{k: spec[k] for k in ("dataset_version", "size", "resize", "decode")},
         "decoder_versions": decoder_versions(),
-        "build": {**spec["build"], "source_path": str(Path(src.path).resolve()),
+        "build": {**spec["build"], "source_path": src.path if is_remote(src.path) else str(Path(src.path).resolve()),
                   "base": base.version if base is not None else None},
         "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
                    "npy_shape": [spec["size"], spec["size"], 3]},
@@ -508,22 +524,21 @@ def _assemble_index(dest: Path, work: Path, tasks: list[ShardTask], metas: dict[
         "shards": shard_entries,
         "errors_file": None,
     }
-    failed = sum(len(m["failed"]) for m in metas.values())
-    if failed or (dest / ERRORS_FILE).exists():
+    if any(m["failed"] for m in metas.values()) or store.exists(store.join(ERRORS_FILE)):
         meta["errors_file"] = ERRORS_FILE
-    write_index(dest, meta, columns)
+    write_index(store.root, meta, columns, write_bytes=store.write_bytes)
 
 
-def _result_from_index(result: ConvertResult, dest: Path, t0: float) -> ConvertResult:
-    meta = load_index(dest).meta
+def _result_from_index(result: ConvertResult, store: Store, t0: float) -> ConvertResult:
+    meta = _read_meta(store)
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
     result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
-                            "urls": str(dest / sp["urls"])} for name, sp in meta["splits"].items()}
-    result.errors_file = str(dest / ERRORS_FILE) if (dest / ERRORS_FILE).exists() else None
+                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}
+    errors = store.join(ERRORS_FILE)
+    result.errors_file = errors if store.exists(errors) else None
     if result.errors_file:
-        with open(result.errors_file, encoding="utf-8") as f:
-            result.failed = sum(1 for _ in f)
+        result.failed = store.read_bytes(errors).count(b"\n")
     result.already_complete = True
     result.seconds = round(time.perf_counter() - t0, 3)
     return result

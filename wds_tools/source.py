@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from .errors import InvalidKeyError, SourceError
 from .plan import assign_split
+from .storage import is_remote, join, open_input
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -115,11 +117,17 @@ def _classes(labels: set[str]) -> list[str]:
     return sorted(labels)
 
 
-def _manifest_records(path: Path) -> tuple[str, list[tuple[int, dict]]]:
-    suffix = path.suffix.lower()
+def _open_text(path: str):
+    if is_remote(path):
+        return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
+    return open(path, newline="", encoding="utf-8-sig")
+
+
+def _manifest_records(path: str) -> tuple[str, list[tuple[int, dict]]]:
+    suffix = os.path.splitext(path)[1].lower()
     records: list[tuple[int, dict]] = []
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with _open_text(path) as f:
             if suffix in (".jsonl", ".ndjson"):
                 for line_no, line in enumerate(f, 1):
                     if not line.strip():
@@ -162,11 +170,11 @@ def _field(obj: dict, name: str, path: Path, line: int, required: bool = True) -
     return str(value).strip()
 
 
-def _read_manifest(path: Path, *, val_fraction: float, seed: int, sanitize: bool) -> Source:
+def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool) -> Source:
     kind, records = _manifest_records(path)
     if not records:
         raise SourceError(f"{path}: the manifest has no rows")
-    base = path.parent.resolve()
+    base = path.rsplit("/", 1)[0] if is_remote(path) else str(Path(path).parent.resolve())
     originals, raw = [], []
     for line, obj in records:
         key = _field(obj, "key", path, line)
@@ -181,9 +189,14 @@ def _read_manifest(path: Path, *, val_fraction: float, seed: int, sanitize: bool
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
     rows = []
     for (line, rel, label, split), key, orig in zip(raw, keys, originals):
-        full = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        if is_remote(rel):
+            full = rel
+        elif is_remote(base):
+            full = join(base, rel)
+        else:
+            full = os.path.normpath(rel if os.path.isabs(rel) else os.path.join(base, rel))
         rows.append(SourceRow(
-            key=key, path=os.path.normpath(full), source_path=rel, label=label,
+            key=key, path=full, source_path=rel, label=label,
             split=split or assign_split(key, seed=seed, val_fraction=val_fraction),
             line=line, original_key=orig if orig != key else None,
         ))
@@ -219,12 +232,17 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int) -> Source:
 
 def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0,
                 sanitize_keys: bool = False) -> Source:
-    """Read a manifest (.csv/.tsv/.jsonl with key,path,label[,split]) or an image folder."""
-    p = Path(path)
+    """Read a manifest (.csv/.tsv/.jsonl with key,path,label[,split]) or an image folder.
+
+    The manifest and the paths in it may be fsspec URLs (s3://...); an image folder is local.
+    """
     if not 0.0 <= val_fraction < 1.0:
         raise SourceError(f"val_fraction must be in [0, 1), not {val_fraction}")
+    if is_remote(path):
+        return _read_manifest(os.fspath(path), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys)
+    p = Path(path)
     if p.is_dir():
         return _read_folder(p, val_fraction=val_fraction, seed=seed)
     if not p.exists():
         raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
-    return _read_manifest(p, val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys)
+    return _read_manifest(str(p), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys)

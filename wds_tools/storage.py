@@ -51,9 +51,16 @@ def _fs(path: str):
     return _filesystem(path.split("://", 1)[0])
 
 
-def open_input(path: str):
-    """Open a source or shard for reading: a local path, or a URL through fsspec."""
-    return _fs(path).open(path, "rb") if is_remote(path) else open(_local(path), "rb")
+def open_input(path: str, block_size: int | None = None):
+    """Open a source or shard for reading: a local path, or a URL through fsspec.
+
+    A URL is read in ranged requests of ``block_size`` as the reader goes (no whole-file
+    download first).
+    """
+    if not is_remote(path):
+        return open(_local(path), "rb")
+    kw = {"block_size": block_size, "cache_type": "readahead"} if block_size else {}
+    return _fs(path).open(path, "rb", **kw)
 
 
 def read_input(path: str) -> bytes:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import xxhash
 
 from .decode import DecodeError, DecodeSettings, decode_image, probe_image
-from .fsutil import atomic_write_bytes, atomic_write_json
+from .fsutil import dumps_canonical
 from .index import SAMPLE_COLUMNS, pack_strings, write_npz
 from .runner import orphaned, report_progress
+from .storage import Store, is_remote, join, open_input
 from .tarwrite import ShardWriter, npy_header
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "scan_files", "fingerprint_files", "write_shard",
@@ -74,13 +77,24 @@ def _os_reason(e: OSError) -> str:
     return f"unreadable file: {e.strerror or e}"
 
 
+def _open_source(path: str):
+    """(binary file, size, mtime_ns) of a local file or an fsspec URL (mtime 0 for URLs)."""
+    if is_remote(path):
+        f = open_input(path)
+        return f, int(f.size), 0
+    f = open(path, "rb", buffering=0)
+    st = os.fstat(f.fileno())
+    return f, st.st_size, st.st_mtime_ns
+
+
 def scan_files(paths: list[str], settings: DecodeSettings) -> list[str | None]:
     """For each file: None when it has a readable image header, else the reason it is unusable."""
     out: list[str | None] = []
     for path in paths:
         try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
+            f, size, _ = _open_source(path)
+            with io.BufferedReader(f, 1 << 16) if not is_remote(path) else f:
+                if size == 0:
                     raise DecodeError("empty file")
                 probe_image(f, settings)  # reads only as far as the header
             out.append(None)
@@ -104,19 +118,19 @@ def fingerprint_files(items: list[tuple[str, int | None, int | None]], settings:
     view = memoryview(buf)
     for path, size, mtime in items:
         try:
-            with open(path, "rb", buffering=0) as raw:
-                st = os.fstat(raw.fileno())
-                if size is not None and st.st_size == size and st.st_mtime_ns == mtime:
-                    out.append((None, None, st.st_size, st.st_mtime_ns))
+            raw, st_size, st_mtime = _open_source(path)
+            with raw:
+                if size is not None and st_size == size and st_mtime == mtime:
+                    out.append((None, None, st_size, st_mtime))
                     continue
-                if st.st_size == 0:
+                if st_size == 0:
                     raise DecodeError("empty file")
                 h = xxhash.xxh3_128()
                 while n := raw.readinto(buf):
                     h.update(view[:n])
                 raw.seek(0)
-                probe_image(io.BufferedReader(raw, 1 << 16), settings)
-            out.append((None, h.digest(), st.st_size, st.st_mtime_ns))
+                probe_image(io.BufferedReader(raw, 1 << 16) if not is_remote(path) else raw, settings)
+            out.append((None, h.digest(), st_size, st_mtime))
         except OSError as e:
             out.append((_os_reason(e), None, 0, 0))
         except DecodeError as e:
@@ -179,9 +193,12 @@ def write_shard(task: ShardTask) -> dict:
     hist = np.zeros(768, dtype=np.int64)
     channel = np.tile(np.array([0, 256, 512], dtype=np.uint16), task.size * task.size)
     base = _BaseShards()
+    store = Store(task.dest)
+    final = store.join(task.name)
+    staging = tempfile.mkdtemp(prefix="wds-tools-") if store.remote else None
     pending = 0
     try:
-        with ShardWriter(os.path.join(task.dest, task.name)) as w:
+        with ShardWriter(os.path.join(staging, task.name) if staging else final) as w:
             for s in task.samples:
                 if orphaned():
                     raise SystemExit(1)
@@ -200,8 +217,8 @@ def write_shard(task: ShardTask) -> dict:
                     counts["relabeled" if r.relabeled else "reused"] += 1
                 else:
                     try:
-                        with open(s.path, "rb") as f:
-                            st = os.fstat(f.fileno())
+                        f, src_size, mtime = _open_source(s.path)
+                        with f:
                             data = f.read()
                         dec = decode_image(data, task.size, task.resize, task.settings)
                     except (OSError, DecodeError) as e:
@@ -213,7 +230,6 @@ def write_shard(task: ShardTask) -> dict:
                         fp, width, height = xxhash.xxh3_128_digest(data), dec.width, dec.height
                         flat = dec.pixels.reshape(-1)
                         npy = (header, flat.data)
-                        src_size, mtime = st.st_size, st.st_mtime_ns
                         h = xxhash.xxh3_64(header)
                         h.update(flat)
                         npy_x = h.intdigest()
@@ -231,15 +247,19 @@ def write_shard(task: ShardTask) -> dict:
                     report_progress(pending)
                     pending = 0
             nbytes, sha = w.close()
+        if staging:  # object storage: the shard appears whole, or not at all
+            store.upload(os.path.join(staging, task.name), final)
     finally:
         base.close()
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
     if pending:
         report_progress(pending)
-    atomic_write_bytes(os.path.join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(rows)))
+    store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(rows)))
     meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
             "sha256": sha, "samples": len(rows), "failed": failed, "histogram": hist.tolist(),
             "counts": counts, "reuse_problems": problems}
-    atomic_write_json(os.path.join(task.work, task.name + ".json"), meta)
+    store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
     return meta
 
 
