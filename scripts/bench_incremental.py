@@ -63,7 +63,10 @@ def main() -> None:
     out, fresh_out = Path("bench-data/incremental-out"), Path("bench-data/incremental-fresh")
     for d in (out, fresh_out):
         shutil.rmtree(d, ignore_errors=True)
-    common = dict(size=args.size, workers=args.workers, progress=False, val_fraction=0.1)
+    # enough shards for every worker to stay busy (the default ~256 MB shards would make this
+    # corpus two shards, and the full conversion mostly single-core)
+    common = dict(size=args.size, workers=args.workers, progress=False, val_fraction=0.1,
+                  shard_size=max(1, n // (4 * args.workers)))
     t = time.perf_counter()
     r1 = convert(m1, version="v1", out=out, **common)
     print(f"v1: {r1.samples_written} samples in {time.perf_counter() - t:.1f} s", flush=True)
@@ -82,7 +85,7 @@ def main() -> None:
     m = machine()
     print(f"\nMachine: {m['cores usable (affinity)']} cores, {m['CPU']}, Python {m['Python']}, Pillow {m['Pillow']}")
     print(f"v1 {n} images; v2 {len(v2)} rows: {added} added, {removed} removed, {replaced} replaced, "
-          f"{relabeled} relabeled; size {args.size}, {args.workers} workers\n")
+          f"{relabeled} relabeled; size {args.size}, {args.workers} workers, {inc.shards} shards\n")
     print("| run | seconds | decoded | reused | relabeled | removed |\n|---|---|---|---|---|---|")
     print(f"| full v2 (--no-reuse) | {t_full:.2f} | {full.decoded} | {full.reused} | {full.relabeled} | - |")
     print(f"| incremental v2 (base v1) | {t_inc:.2f} | {inc.decoded} | {inc.reused} | {inc.relabeled} | {inc.removed} |")
