@@ -6,8 +6,10 @@ from an S3-compatible server against local disk.
    into a fresh folder. Rate = ConvertResult.images_per_second (decode + write phase); Ray is
    started before timing, as a cluster would be. Target: Ray >= 85% of local.
 2. Loader: 224 px shards (bench_loader.py's corpus) read by training_adapter in eval mode
-   (num_workers 0, batch 64) from local disk and from moto's S3 server started on 127.0.0.1 in
-   its own process. Target: S3 >= 50% of local disk.
+   (num_workers 0, batch 64) from local disk (each shard's cached pages dropped with
+   posix_fadvise before a run, so the bytes come from the disk), from the page cache (for
+   reference), and from moto's S3 server started on 127.0.0.1 in its own process.
+   Target: S3 >= 50% of local disk.
 """
 
 from __future__ import annotations
@@ -87,12 +89,21 @@ def loader(work: Path, samples: int, repeats: int) -> tuple[float, float]:
                 fs.put_file(str(p), f"bench/v1/224/{p.name}")
         local = rate(lambda: make_loader(str(shards), batch_size=64, train=False, num_workers=0, split="train"),
                      repeats)
+
+        def cold_loader():  # local disk, not the page cache: drop each shard's cached pages first
+            for p in shards.glob("*.tar"):
+                fd = os.open(p, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            return make_loader(str(shards), batch_size=64, train=False, num_workers=0, split="train")
+
+        cold = rate(cold_loader, repeats)
         remote = rate(lambda: make_loader("s3://bench/v1/224", batch_size=64, train=False, num_workers=0,
                                           split="train"), repeats)
     finally:
         server.terminate()
         server.wait()
-    return local, remote
+    return local, cold, remote
 
 
 def main() -> None:
@@ -108,15 +119,16 @@ def main() -> None:
 
     torch.set_num_threads(1)
     local_ips, ray_ips = converter(Path(args.data), args.count, args.repeats)
-    disk, s3 = loader(Path(args.work), args.samples, args.repeats)
+    disk, cold, s3 = loader(Path(args.work), args.samples, args.repeats)
     m = machine()
     print(f"\nMachine: {m['cores usable (affinity)']} cores, {m['CPU']}, Python {m['Python']}; medians of {args.repeats}")
     print("| measure | local | scale-out | ratio | target |\n|---|---|---|---|---|")
-    ok_ray, ok_s3 = ray_ips >= RAY_TARGET * local_ips, s3 >= S3_TARGET * disk
+    ok_ray, ok_s3 = ray_ips >= RAY_TARGET * local_ips, s3 >= S3_TARGET * cold
     print(f"| convert images/s: process pool vs Ray executor | {local_ips:.1f} | {ray_ips:.1f} | "
           f"{ray_ips / local_ips:.2f} | >= {RAY_TARGET} {'PASS' if ok_ray else 'FAIL'} |")
-    print(f"| loader samples/s: local disk vs S3 (moto, 127.0.0.1) | {disk:,.0f} | {s3:,.0f} | "
-          f"{s3 / disk:.2f} | >= {S3_TARGET} {'PASS' if ok_s3 else 'FAIL'} |")
+    print(f"| loader samples/s: local disk (pages dropped) vs S3 (moto, 127.0.0.1) | {cold:,.0f} | {s3:,.0f} | "
+          f"{s3 / cold:.2f} | >= {S3_TARGET} {'PASS' if ok_s3 else 'FAIL'} |")
+    print(f"| loader samples/s: page cache vs S3 (for reference) | {disk:,.0f} | {s3:,.0f} | {s3 / disk:.2f} | |")
     if args.check and not (ok_ray and ok_s3):
         sys.exit(1)
 

@@ -32,6 +32,9 @@ def split_name(name: str) -> tuple[str | None, str | None]:
     return (m.group(1), m.group(2)) if m else (None, None)
 
 
+# Object-store reads: one ranged request per block; larger blocks amortize request latency.
+REMOTE_BLOCK = 32 << 20
+
 # Schemes webdataset's gopen opens itself (pipe: runs a command; http(s) streams with curl).
 _GOPEN_SCHEMES = {"pipe", "http", "https", "sftp", "ftps", "scp", "ais", "hf", "htgs"}
 
@@ -47,7 +50,7 @@ def open_url(url: str):
         if scheme not in _GOPEN_SCHEMES:  # s3://, gs://, az://...: stream through fsspec
             from wds_tools.storage import open_input
 
-            return open_input(url, block_size=DEFAULT_CHUNK)
+            return open_input(url, block_size=REMOTE_BLOCK)
         from webdataset.gopen import gopen
 
         return gopen(url, "rb", bufsize=DEFAULT_CHUNK)
