@@ -37,3 +37,12 @@ def test_ray_executor_is_byte_identical_to_local(corpus, tmp_path):
     ray_res = convert(corpus, out=tmp_path / "ray", executor="ray", workers=2, **common)
     assert ray_res.samples_written == local.samples_written == 40
     assert _files(tmp_path / "ray/v1/32") == _files(tmp_path / "local/v1/32")
+
+
+def test_ray_executor_without_ray_names_the_extra(corpus, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    with pytest.raises(OptionError, match=r"pip install 'wds-tools\[ray\]'"):
+        convert(corpus, version="v1", size=32, out=tmp_path, executor="ray", progress=False)
+    assert not (tmp_path / "v1").exists()  # nothing written

@@ -293,12 +293,12 @@ def convert(
     base_index = _select_base(os.fspath(out), str(version), size, resize, decode, reuse, base)
     result.base = base_index.version if base_index is not None else None
 
+    runner = make_runner(executor, workers, ray_address)  # before writing: a missing extra leaves nothing
     work = store.join(WORK_DIR)
-    if not dry_run:
-        store.makedirs(work)
-        store.write_bytes(join(work, "run.json"), (dumps_canonical(spec) + "\n").encode())
-    runner = make_runner(executor, workers, ray_address)
     try:
+        if not dry_run:
+            store.makedirs(work)
+            store.write_bytes(join(work, "run.json"), (dumps_canonical(spec) + "\n").encode())
         return _run(src, store, work, spec, runner, result, base_index, n_per_shard=n_per_shard,
                     seed=seed, size=size, resize=resize, settings=decode, trust_mtime=trust_mtime,
                     dry_run=dry_run, progress=progress, t0=t0)
