@@ -6,7 +6,7 @@ and with all cores. Rates are samples/s counted from the first batch (worker sta
 median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
 rate of one process. Everything is read from the page cache (the data fits in memory).
 
-    .venv/bin/python scripts/bench_loader.py [--samples 2048] [--batch 64] [--work /tmp/wds-bench]
+    .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--work /tmp/wds-bench]
 """
 
 from __future__ import annotations
@@ -198,14 +198,14 @@ def read_limit(urls: list[str], n_samples: int, workers: int, repeats: int) -> f
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=2048)
+    ap.add_argument("--samples", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", default="/tmp/wds-bench")
     args = ap.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    work = Path(args.work)
+    work = Path(args.work) / f"n{args.samples}"  # a corpus per size: longer epochs amortize worker start-up
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     t0 = time.perf_counter()
     shards = build(work, args.samples)

@@ -234,3 +234,27 @@ def test_option_errors(folder):
 def test_resampled_yields_exact_batches(folder):
     ld = make_loader(folder, batch_size=4, train=True, num_workers=0, resampled=True, epoch_batches=20)
     assert len(ld) == 20 and sum(1 for _ in ld) == 20
+
+
+def test_worker_batches_through_the_ring_are_never_overwritten(folder):
+    """Batches from worker processes pass through reused shared slots: held batches stay intact."""
+    ref = stored(folder, "train")
+    loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
+                         prefetch_factor=1)
+    held = list(loader)  # every batch kept while the workers go on filling (and reusing) their slots
+    assert len(held) > 2 * (1 + 2)  # more batches than slots per worker: slots were reused
+    seen = {}
+    for images, labels, keys in held:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, S, S)
+        for im, k in zip(images, keys):
+            seen[k] = im
+    assert seen.keys() == ref.keys()
+    assert all(np.array_equal(seen[k].permute(1, 2, 0).numpy(), ref[k]) for k in ref)
+
+
+def test_abandoned_epoch_does_not_block_the_next(folder):
+    loader = make_loader(folder, batch_size=2, train=True, num_workers=2, shuffle_buffer=0)
+    it = iter(loader)
+    next(it)  # walk away mid-epoch with batches in flight
+    del it
+    assert sum(len(labels) for _, labels in loader) > 0
