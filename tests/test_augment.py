@@ -35,9 +35,9 @@ def marked() -> torch.Tensor:
 
 
 def run(img: torch.Tensor, p: np.ndarray, cfg: AugmentConfig = OFF, size: int = S) -> torch.Tensor:
-    out = torch.empty(size, size, 3, dtype=torch.uint8)
+    out = torch.empty(3, size, size, dtype=torch.uint8)
     augment_into(img, p, out, cfg)
-    return out
+    return out.permute(1, 2, 0)
 
 
 def red(img) -> tuple[int, int]:

@@ -58,10 +58,11 @@ def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
 class _Slot:
     """Stands in a worker's batch for images left in a ``_BatchRing`` slot."""
 
-    __slots__ = ("worker", "slot", "shape")
+    __slots__ = ("worker", "slot", "shape", "planar")
 
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]):
+    def __init__(self, worker: int, slot: int, shape: tuple[int, ...], planar: bool):
         self.worker, self.slot, self.shape = worker, slot, shape
+        self.planar = planar  # shape is [B, 3, H, W]; else [B, H, W, 3]
 
 
 class _BatchRing:
@@ -82,7 +83,7 @@ class _BatchRing:
         self.busy = torch.zeros(workers * slots, dtype=torch.int32).share_memory_()
         self.next = [0] * workers  # per worker process, its own copy
 
-    def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[_Slot, torch.Tensor] | None:
+    def acquire(self, worker: int, shape: tuple[int, ...], planar: bool) -> tuple[_Slot, torch.Tensor] | None:
         nbytes = int(np.prod(shape))
         if nbytes > self.slot_bytes:
             return None
@@ -99,20 +100,19 @@ class _BatchRing:
             time.sleep(0.0005)
         self.next[worker] = (s + 1) % self.slots
         start = i * self.slot_bytes
-        return _Slot(worker, s, shape), self.data[start:start + nbytes].view(shape)
+        return _Slot(worker, s, shape, planar), self.data[start:start + nbytes].view(shape)
 
     def publish(self, ref: _Slot) -> None:
         self.busy[ref.worker * self.slots + ref.slot] = 1
 
     def take(self, ref: _Slot, pin: bool) -> torch.Tensor:
-        """Copy a slot's images out ([B, 3, H, W], channels-last) and free the slot."""
-        n, h, w, c = ref.shape
+        """Copy a slot's images out as [B, 3, H, W] and free the slot."""
         i = ref.worker * self.slots + ref.slot
         start = i * self.slot_bytes
-        out = torch.empty((n, h, w, c), dtype=torch.uint8, pin_memory=pin)
-        out.copy_(self.data[start:start + n * h * w * c].view(ref.shape))
+        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=pin)
+        out.copy_(self.data[start:start + out.numel()].view(ref.shape))
         self.busy[i] = 0
-        return out.permute(0, 3, 1, 2)
+        return out if ref.planar else out.permute(0, 3, 1, 2)
 
 
 class ShardDataset(IterableDataset):
@@ -263,20 +263,24 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         uses_ring = (self.ring is not None and info is not None and not self.normalize
                      and not (cfg is not None and not self.device_augment and cfg.affine_p))
-        got = self.ring.acquire(info.id, (n, O, O, 3)) if uses_ring else None
+        # augmented on the CPU: planar [B, 3, O, O] (the resize writes planar); else the stored
+        # [S, S, 3] arrays copied as they are: [B, S, S, 3] seen as [B, 3, S, S] channels-last
+        shape = (n, 3, O, O) if fast_cpu else (n, O, O, 3)
+        got = self.ring.acquire(info.id, shape, fast_cpu) if uses_ring else None
         if got is not None:
-            ref, hwc = got
+            ref, buf = got
         else:
-            hwc = self._alloc((n, O, O, 3))
+            buf = self._alloc(shape)
         if fast_cpu:
             for i, s in enumerate(samples):
                 src = torch.from_numpy(np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3))
-                augment_into(src, params[i], hwc[i], cfg)
+                augment_into(src, params[i], buf[i], cfg)
+            images = buf
         else:
-            flat = hwc.numpy().reshape(n, -1)
+            flat = buf.numpy().reshape(n, -1)
             for i, s in enumerate(samples):
                 flat[i] = np.frombuffer(s.pixels, np.uint8)
-        images = hwc.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
+            images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cfg is not None and not self.device_augment and cfg.affine_p:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
