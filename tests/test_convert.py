@@ -1,6 +1,5 @@
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -256,7 +255,6 @@ def test_killed_cli_run_resumes_byte_identical(tmp_path, sig):
 
 def test_image_folder_source(tmp_path):
     from wds_tools.synth import jpeg_bytes, photo_like
-    from PIL import Image
     root = tmp_path / "photos"
     for i in range(6):
         label = ("cat", "dog")[i % 2]

@@ -10,7 +10,6 @@ The epoch plan is a pure function of (sample counts, seed, epoch, rank, world si
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.index import INDEX_FILE, load_index
+from wds_tools.index import INDEX_FILE, load_index, parse_index_meta
 
 __all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
 
@@ -71,9 +70,10 @@ def _remote_index(url: str, split: str) -> ShardList:
 
     try:
         with gopen(url, "rb") as f:
-            meta = json.loads(f.read())
+            data = f.read()
     except (OSError, ValueError) as e:
         raise IndexFormatError(f"{url}: cannot read the index: {e}") from None
+    meta = parse_index_meta(data, url)
     return _from_index_meta(meta, posixpath.dirname(url), split, url, lambda b, n: f"{b}/{n}")
 
 
@@ -86,13 +86,14 @@ def _object_store(spec: str, split: str) -> ShardList:
     else:
         urls, index_url = None, spec if spec.endswith(INDEX_FILE) else f"{spec}/{INDEX_FILE}"
     try:
-        meta = json.loads(read_input(index_url))
+        data = read_input(index_url)
     except FileNotFoundError:
         if urls is None:
             raise IndexFormatError(f"{index_url}: no index there; point at a shard pattern instead") from None
         return ShardList(urls)
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise IndexFormatError(f"{index_url}: cannot read the index: {e}") from None
+    meta = parse_index_meta(data, index_url)
     base = posixpath.dirname(index_url)
     if urls is None:
         return _from_index_meta(meta, base, split, index_url, lambda b, n: f"{b}/{n}")

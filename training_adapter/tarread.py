@@ -17,6 +17,7 @@ from urllib.request import url2pathname
 import numpy as np
 
 from wds_tools.errors import ShardError
+from wds_tools.tarscan import TarChecksumError, TarHeaderError, decode_header
 
 __all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name"]
 
@@ -102,17 +103,6 @@ class _Chunks:
         self.mv, self.start, self.end = new, 0, filled
 
 
-def _octal(field: memoryview, url: str, offset: int) -> int:
-    raw = bytes(field)
-    if raw[0] & 0x80:  # GNU base-256 for sizes >= 8 GiB
-        return int.from_bytes(raw[1:], "big")
-    text = raw.rstrip(b"\0 ").lstrip(b" ")
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise ShardError(f"{url}: corrupt tar header at byte {offset}: size field {raw!r} is not octal") from None
-
-
 def _pax_path(data: memoryview) -> str | None:
     """The ``path`` record of a PAX extended header, if any."""
     raw, pos, path = bytes(data), 0, None
@@ -147,30 +137,25 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
         hdr = buf.mv[s:s + _BLOCK]
         if hdr == _ZERO_BLOCK:
             return
-        raw = bytes(hdr)
-        stored = _octal(hdr[148:156], url, offset)
-        if sum(raw) - sum(raw[148:156]) + 8 * 32 != stored:
+        try:
+            name, size, kind = decode_header(hdr, offset)
+        except TarChecksumError:
             raise ShardError(f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
-                             f"the shard is damaged: re-copy or re-convert it")
-        size = _octal(hdr[124:136], url, offset)
-        kind = raw[156:157]
-        name = raw[0:100].split(b"\0", 1)[0]
-        if raw[257:262] == b"ustar":
-            prefix = raw[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name = prefix + b"/" + name
+                             f"the shard is damaged: re-copy or re-convert it") from None
+        except TarHeaderError as e:
+            raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}") from None
         padded = (size + _BLOCK - 1) // _BLOCK * _BLOCK
         if not buf.have(_BLOCK + padded):
             have = buf.end - buf.start - _BLOCK
             raise ShardError(
-                f"{url}: truncated at byte {offset}: member {name.decode('utf-8', 'replace')!r} needs "
+                f"{url}: truncated at byte {offset}: member {name!r} needs "
                 f"{size} bytes of data, the stream has {max(have, 0)} (incomplete download or copy?)"
             )
         s = buf.start
         data = buf.mv[s + _BLOCK:s + _BLOCK + size]
         buf.start = s + _BLOCK + padded
         if kind in (b"0", b"\0", b"7"):
-            yield (long_name if long_name is not None else name.decode("utf-8")), offset, data
+            yield (long_name if long_name is not None else name), offset, data
             long_name = None
         elif kind == b"L":  # GNU long name for the next member
             long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8")

@@ -19,6 +19,11 @@ def _fail(e: WdsToolsError) -> None:
     raise click.ClickException(str(e))
 
 
+def _emit(report, as_json: bool) -> None:
+    """Print a result object: one JSON object with --json, else its own text."""
+    click.echo(json.dumps(report.to_dict(), sort_keys=True) if as_json else report.to_text())
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="wds-tools")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
@@ -239,12 +244,9 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
             plot_stats(report, plot_path)
     except WdsToolsError as e:
         _fail(e)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), sort_keys=True))
-    else:
-        click.echo(report.to_text())
-        if plot_path:
-            click.echo(f"\nplot written to {plot_path}")
+    _emit(report, as_json)
+    if plot_path and not as_json:
+        click.echo(f"\nplot written to {plot_path}")
 
 
 @cli.command()
@@ -282,10 +284,7 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
         report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads)
     except WdsToolsError as e:
         _fail(e)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), sort_keys=True))
-    else:
-        click.echo(report.to_text())
+    _emit(report, as_json)
     if not report.ok:
         sys.exit(1)
 

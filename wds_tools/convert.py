@@ -18,9 +18,11 @@ import numpy as np
 
 from . import __version__, write
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
-from .errors import OptionError, OutputExistsError, WdsToolsError
+from .errors import IndexFormatError, OptionError, OutputExistsError, WdsToolsError
 from .fsutil import dumps_canonical
-from .index import ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, read_npz, write_index
+from .index import (
+    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, parse_index_meta, read_npz, write_index,
+)
 from .plan import parse_shard_size, plan_split, url_pattern
 from .reuse import Base, find_base
 from .runner import EXECUTORS, make_runner
@@ -120,12 +122,9 @@ def _spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 def _read_meta(store: Store) -> dict:
     path = store.join(INDEX_FILE)
     try:
-        meta = json.loads(store.read_bytes(path))
-    except ValueError as e:
-        raise OutputExistsError(f"{path} is not a readable index ({e}); nothing was changed") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise OutputExistsError(f"{path} is not a wds-tools index; nothing was changed")
-    return meta
+        return parse_index_meta(store.read_bytes(path), path)
+    except IndexFormatError as e:
+        raise OutputExistsError(f"{e}; nothing was changed") from None
 
 
 def _prepare_dest(store: Store, spec: dict) -> str:
@@ -417,7 +416,7 @@ def _run(src: Source, store: Store, work: str, spec: dict, runner, result: Conve
     # 4. index: written last, from the per-shard columns
     for t in tasks:
         failures += metas[t.name]["failed"]
-    _assemble_index(store, work, tasks, metas, spec, src, settings, base)
+    meta = _assemble_index(store, work, tasks, metas, spec, src, settings, base)
     result.errors_file = _write_errors(store, failures)
     planned = {t.name for t in tasks}
     for name in store.names(store.root):  # leftovers of an interrupted run whose plan has since changed
@@ -425,7 +424,7 @@ def _run(src: Source, store: Store, work: str, spec: dict, runner, result: Conve
             store.remove(store.join(name))
     store.rmtree(work)
 
-    result = _result_from_index(result, store, t0)
+    result = _result_from_index(result, store, t0, meta)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
@@ -459,7 +458,7 @@ def _dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: lis
 
 
 def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
-                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None) -> None:
+                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None) -> dict:
     parts = []
     for shard_id, t in enumerate(tasks):
         cols = read_npz(io.BytesIO(store.read_bytes(join(work, t.name + ".npz"))))
@@ -526,11 +525,12 @@ def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict
     }
     if any(m["failed"] for m in metas.values()) or store.exists(store.join(ERRORS_FILE)):
         meta["errors_file"] = ERRORS_FILE
-    write_index(store.root, meta, columns, write_bytes=store.write_bytes)
+    return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
 
 
-def _result_from_index(result: ConvertResult, store: Store, t0: float) -> ConvertResult:
-    meta = _read_meta(store)
+def _result_from_index(result: ConvertResult, store: Store, t0: float, meta: dict | None = None) -> ConvertResult:
+    """Fill ``result`` from the index (``meta`` when the caller just wrote it, else read)."""
+    meta = meta if meta is not None else _read_meta(store)
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
     result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],

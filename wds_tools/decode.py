@@ -109,8 +109,8 @@ def _orientation(im: Image.Image) -> int:
         return 1
 
 
-def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSettings()) -> tuple[int, int]:
-    """Read only the header (of bytes or an open binary file); return the displayed (width, height) or raise ``DecodeError``."""
+def _open_checked(data: bytes | BinaryIO, settings: DecodeSettings) -> tuple[Image.Image, int, int, int]:
+    """Open and check the header: (image, orientation, displayed width, displayed height)."""
     im = _open(data, settings)
     w, h = im.size
     if w <= 0 or h <= 0:
@@ -119,8 +119,15 @@ def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSetting
         raise DecodeError(
             f"decompression bomb refused: {w}x{h} = {w * h} pixels > max_pixels {settings.max_pixels}"
         )
-    if _orientation(im) in _TRANSPOSED_ORIENTATIONS:
+    orientation = _orientation(im)
+    if orientation in _TRANSPOSED_ORIENTATIONS:
         w, h = h, w
+    return im, orientation, w, h
+
+
+def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSettings()) -> tuple[int, int]:
+    """Read only the header (of bytes or an open binary file); return the displayed (width, height) or raise ``DecodeError``."""
+    _, _, w, h = _open_checked(data, settings)
     return w, h
 
 
@@ -174,15 +181,8 @@ def decode_image(
     """
     if resize not in RESIZE_MODES:
         raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
-    im = _open(data, settings)
-    w0, h0 = im.size
-    if w0 * h0 > settings.max_pixels:
-        raise DecodeError(
-            f"decompression bomb refused: {w0}x{h0} = {w0 * h0} pixels > max_pixels {settings.max_pixels}"
-        )
-    orientation = _orientation(im)
+    im, orientation, w, h = _open_checked(data, settings)
     swap = orientation in _TRANSPOSED_ORIENTATIONS
-    w, h = (h0, w0) if swap else (w0, h0)
     sx, sy = _resize_scale(w, h, size, resize)
     try:
         if settings.draft and im.format == "JPEG":

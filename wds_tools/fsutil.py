@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "dumps_canonical"]
+__all__ = ["atomic_write_bytes", "dumps_canonical"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -29,7 +29,3 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def dumps_canonical(obj) -> str:
     """JSON with sorted keys and fixed separators, so equal data gives equal bytes."""
     return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False)
-
-
-def atomic_write_json(path: str | os.PathLike, obj) -> None:
-    atomic_write_bytes(path, (dumps_canonical(obj) + "\n").encode())

@@ -31,6 +31,7 @@ __all__ = [
     "DatasetIndex",
     "SampleTable",
     "load_index",
+    "parse_index_meta",
     "write_index",
     "write_npz",
     "read_npz",
@@ -157,9 +158,6 @@ class DatasetIndex:
     def classes(self) -> list[str]:
         return self.meta["classes"]
 
-    def shard_paths(self, split: str) -> list[str]:
-        return [str(self.root / s["name"]) for s in self.shards if s["split"] == split]
-
     def url_pattern(self, split: str) -> str:
         """Absolute WebDataset URL pattern of a split, e.g. /data/shards/v1/224/train-{000000..000041}.tar."""
         if split not in self.splits:
@@ -174,21 +172,30 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
     p = Path(path)
     index_path = p / INDEX_FILE if p.is_dir() else p
     try:
-        meta = json.loads(index_path.read_text(encoding="utf-8"))
+        data = index_path.read_bytes()
     except FileNotFoundError:
         raise IndexFormatError(
             f"no index at {index_path}; convert first, or point at a folder holding {INDEX_FILE}"
         ) from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise IndexFormatError(f"cannot read index {index_path}: {e}") from None
+    return DatasetIndex(index_path.parent, parse_index_meta(data, index_path))
+
+
+def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
+    """index.json's bytes -> its dict, checking it is a wds-tools index of a version this code reads."""
+    try:
+        meta = json.loads(data)
+    except ValueError as e:
+        raise IndexFormatError(f"cannot read index {where}: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise IndexFormatError(f"{index_path} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
+        raise IndexFormatError(f"{where} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexFormatError(
-            f"{index_path} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
+            f"{where} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
         )
-    return DatasetIndex(index_path.parent, meta)
+    return meta
 
 
 def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,

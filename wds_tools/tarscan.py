@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["BLOCK", "CHUNK", "Member", "TarWalker", "TarHeaderError", "parse_header", "walk_headers",
-           "scan_file", "read_full"]
+__all__ = ["BLOCK", "CHUNK", "Member", "TarWalker", "TarHeaderError", "TarChecksumError", "decode_header",
+           "parse_header", "walk_headers", "scan_file", "read_full"]
 
 BLOCK = 512
 CHUNK = 16 << 20  # large reads: near plain-read speed, and hashlib releases the GIL on them
@@ -22,6 +22,10 @@ _REGULAR = (b"0", b"\0")
 
 class TarHeaderError(ValueError):
     """A 512-byte block where a ustar header should be is not one."""
+
+
+class TarChecksumError(TarHeaderError):
+    """A header's checksum does not match its bytes."""
 
 
 @dataclass(slots=True)
@@ -35,6 +39,8 @@ class Member:
 
 
 def _octal(field: bytes, what: str, pos: int) -> int:
+    if field[0] & 0x80:  # GNU base-256, for sizes of 8 GiB and more
+        return int.from_bytes(field[1:], "big")
     digits = field.rstrip(b"\0 ").lstrip(b" ")
     try:
         return int(digits, 8) if digits else 0
@@ -42,30 +48,41 @@ def _octal(field: bytes, what: str, pos: int) -> int:
         raise TarHeaderError(f"bad {what} field {field!r} in the header at offset {pos}") from None
 
 
-def parse_header(block: bytes | memoryview, pos: int = 0) -> tuple[str, int] | None:
-    """(name, size) of the ustar header ``block`` (at file offset ``pos``); None for a zero block."""
+def decode_header(block: bytes | memoryview, pos: int = 0) -> tuple[str, int, bytes] | None:
+    """(name, size, type flag) of any tar header at file offset ``pos``, checksum verified;
+    None for a zero block. The name includes the ustar prefix."""
     block = bytes(block)
     if len(block) < BLOCK:
         raise TarHeaderError(f"the header at offset {pos} is cut short ({len(block)} of {BLOCK} bytes)")
     if block.count(0) == BLOCK:
         return None
-    if block[257:262] != b"ustar":
-        raise TarHeaderError(f"no ustar header at offset {pos} (magic {block[257:265]!r})")
-    checksum = _octal(block[148:156], "checksum", pos)
-    if checksum != sum(block[:148]) + 256 + sum(block[156:]):
-        raise TarHeaderError(f"the header at offset {pos} fails its checksum")
-    kind = block[156:157]
+    if _octal(block[148:156], "checksum", pos) != sum(block[:148]) + 256 + sum(block[156:]):
+        raise TarChecksumError(f"the header at offset {pos} fails its checksum")
     name = block[:100].split(b"\0", 1)[0]
-    prefix = block[345:500].split(b"\0", 1)[0]
-    if prefix:
-        name = prefix + b"/" + name
-    text = name.decode("utf-8", "replace")
+    if block[257:262] == b"ustar":
+        prefix = block[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return name.decode("utf-8", "replace"), _octal(block[124:136], "size", pos), block[156:157]
+
+
+def parse_header(block: bytes | memoryview, pos: int = 0) -> tuple[str, int] | None:
+    """(name, size) of the ustar header of a regular file at file offset ``pos``; None for a zero block.
+
+    Strict, for shards wds-tools wrote: anything but a plain ustar regular file is an error.
+    """
+    if len(block) >= BLOCK and bytes(block[257:262]) != b"ustar" and bytes(block).count(0) != BLOCK:
+        raise TarHeaderError(f"no ustar header at offset {pos} (magic {bytes(block[257:265])!r})")
+    head = decode_header(block, pos)
+    if head is None:
+        return None
+    name, size, kind = head
     if kind not in _REGULAR:
         raise TarHeaderError(
-            f"member {text!r} at offset {pos} has type {kind!r}; shards hold regular files only "
+            f"member {name!r} at offset {pos} has type {kind!r}; shards hold regular files only "
             "(no PAX, GNU or link records)"
         )
-    return text, _octal(block[124:136], "size", pos)
+    return name, size
 
 
 @dataclass
@@ -109,18 +126,21 @@ class TarWalker:
             if head is None:
                 self.ended = True
                 return
-            name, size = head
-            m = Member(name, at + BLOCK, size)
-            self.members.append(m)
-            self._next = m.offset + size + (-size % BLOCK)
-            want = self.capture(name) if self.capture else 0
-            want = size if want < 0 else min(want, size)
+            m, want = self._add(at, *head)
+            self._next = m.offset + m.size + (-m.size % BLOCK)
             if want:
                 take = min(want, max(0, end - m.offset))
                 m.data = bytes(mv[m.offset - base:m.offset - base + take])
                 self._want = want - take
                 if self._want:
                     return  # the member runs past this buffer
+
+    def _add(self, at: int, name: str, size: int) -> tuple[Member, int]:
+        """Record the member whose header is at ``at``; return it and how many data bytes to capture."""
+        m = Member(name, at + BLOCK, size)
+        self.members.append(m)
+        want = self.capture(name) if self.capture else 0
+        return m, (size if want < 0 else min(want, size))
 
     def finish(self) -> TarWalker:
         """Record a missing end marker, or a member whose data runs past the end, as ``error``."""
@@ -163,17 +183,13 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
             if head is None:
                 walker.ended = True
                 break
-            name, msize = head
-            m = Member(name, at + BLOCK, msize)
-            want = capture(name) if capture else 0
-            want = msize if want < 0 else min(want, msize)
+            m, want = walker._add(at, *head)
             if want:
                 if m.offset + want <= win_start + len(win):
                     m.data = win[m.offset - win_start:m.offset - win_start + want]
                 else:
                     m.data = os.pread(fd, want, m.offset)
-            walker.members.append(m)
-            at = m.offset + msize + (-msize % BLOCK)
+            at = m.offset + m.size + (-m.size % BLOCK)
     walker.pos, walker._next = size, at
     return walker.finish()
 
