@@ -59,3 +59,22 @@ def test_pax_records_are_refused(tmp_path):
         tf.addfile(info, io.BytesIO(b"1"))
     w = scan_file(p)
     assert w.members == [] and "has type b'x'" in w.error and "regular files only" in w.error
+
+
+def test_header_byte_sum_is_exact_for_any_block():
+    import random
+
+    from wds_tools.tarscan import _byte_sum
+
+    rng = random.Random(0)
+    blocks = [bytes(512), b"\xff" * 512, b"\xff" * 256 + bytes(256)]
+    blocks += [bytes(rng.randrange(256) for _ in range(512)) for _ in range(200)]
+    for b in blocks:
+        assert _byte_sum(b) == sum(b)
+
+
+def test_a_header_checksum_off_by_one_is_caught(shard):
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1  # the first member's name changes by one bit: the sum differs by one
+    with pytest.raises(TarHeaderError, match="checksum"):
+        parse_header(bytes(data[:512]), 0)

@@ -258,7 +258,7 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
 @click.option("--scan", is_flag=True,
               help="No index: check the tars' structure, .npy headers and unique keys against each other.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Shards checked at once. Default: this machine's cores.")
+              help="Shards checked at once. Default: twice this machine's cores (reads and hashing overlap).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
 def verify(path, out, quick, scan, threads, as_json) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.

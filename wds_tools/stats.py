@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
 from .index import INDEX_FILE, DatasetIndex, read_npz
 from .shardlist import Target, resolve_target, shard_split
-from .tarscan import CHUNK, TarWalker, read_full
+from .tarscan import CHUNK, TarWalker, iter_chunks
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
@@ -375,15 +375,12 @@ def _scan_shard(path: Path) -> _ShardScan:
             i += 1
         return i
 
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as f:
-            base = 0
-            while n := read_full(f, view):
-                walker.feed(view[:n])
-                done = count_pixels(base, view[:n])
-                base += n
+        base = 0
+        for part in iter_chunks(path):
+            walker.feed(part)
+            done = count_pixels(base, part)
+            base += len(part)
     except OSError as e:
         raise ShardError(f"cannot read shard {path}: {e.strerror or e}") from None
     walker.finish()

@@ -9,14 +9,19 @@ reads instead, for checks that need the member table but not the data.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["BLOCK", "CHUNK", "Member", "TarWalker", "TarHeaderError", "TarChecksumError", "decode_header",
-           "parse_header", "walk_headers", "scan_file", "read_full"]
+           "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks"]
 
 BLOCK = 512
-CHUNK = 16 << 20  # large reads: near plain-read speed, and hashlib releases the GIL on them
+# Reads of 1 MiB: on a cold page cache the kernel's read-ahead overlaps them with the caller's
+# work, where one 16 MiB read waits for all its pages; hashlib still releases the GIL on each.
+# (verify on 4 threads, 2 cores, cold cache: 0.86 of cat's speed with 1 MiB reads, 0.79 with
+# 2 MiB, 0.73 with 4 MiB)
+CHUNK = 1 << 20
 _REGULAR = (b"0", b"\0")
 
 
@@ -48,6 +53,12 @@ def _octal(field: bytes, what: str, pos: int) -> int:
         raise TarHeaderError(f"bad {what} field {field!r} in the header at offset {pos}") from None
 
 
+def _byte_sum(block: bytes) -> int:
+    """Sum of a 512-byte block's bytes, 10x faster than ``sum``: adler32's low half is 1 + the byte
+    sum mod 65521, exact for a 256-byte half (at most 256 * 255 = 65280)."""
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+
+
 def decode_header(block: bytes | memoryview, pos: int = 0) -> tuple[str, int, bytes] | None:
     """(name, size, type flag) of any tar header at file offset ``pos``, checksum verified;
     None for a zero block. The name includes the ustar prefix."""
@@ -56,7 +67,7 @@ def decode_header(block: bytes | memoryview, pos: int = 0) -> tuple[str, int, by
         raise TarHeaderError(f"the header at offset {pos} is cut short ({len(block)} of {BLOCK} bytes)")
     if block.count(0) == BLOCK:
         return None
-    if _octal(block[148:156], "checksum", pos) != sum(block[:148]) + 256 + sum(block[156:]):
+    if _octal(block[148:156], "checksum", pos) != _byte_sum(block) - sum(block[148:156]) + 256:
         raise TarChecksumError(f"the header at offset {pos} fails its checksum")
     name = block[:100].split(b"\0", 1)[0]
     if block[257:262] == b"ustar":
@@ -198,15 +209,25 @@ def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = No
               on_chunk: Callable[[memoryview], None] | None = None, *, chunk: int = CHUNK) -> TarWalker:
     """Read a whole tar in large chunks, feeding each to ``on_chunk`` (e.g. a hash) and to a walker."""
     walker = TarWalker(capture)
-    buf = bytearray(chunk)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := read_full(f, view):
-            part = view[:n]
-            if on_chunk is not None:
-                on_chunk(part)
-            walker.feed(part)
+    for part in iter_chunks(path, chunk):
+        if on_chunk is not None:
+            on_chunk(part)
+        walker.feed(part)
     return walker.finish()
+
+
+def iter_chunks(path: str | os.PathLike, chunk: int = CHUNK) -> Iterator[memoryview]:
+    """Yield a file's bytes start to end as consecutive views of ``chunk`` bytes (the last may be short).
+
+    The views share one buffer: each is valid until the next is yielded, so a caller keeps bytes
+    by copying them.
+    """
+    if chunk % BLOCK:
+        raise ValueError(f"chunk must be a multiple of {BLOCK} bytes, got {chunk}")
+    buf = memoryview(bytearray(chunk))
+    with open(path, "rb", buffering=0) as f:
+        while n := read_full(f, buf):
+            yield buf[:n]
 
 
 def read_full(f, view: memoryview) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ import xxhash
 
 from .index import INDEX_FILE, read_npz
 from .shardlist import Target, resolve_target
-from .tarscan import BLOCK, CHUNK, TarWalker, read_full, walk_headers
+from .tarscan import BLOCK, TarWalker, iter_chunks, scan_file, walk_headers
 from .tarwrite import npy_header
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
@@ -147,7 +146,9 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
     """Check every shard named by PATH (folder, index.json, shard pattern; None: newest under ``out``)."""
     t0 = time.perf_counter()
     target = resolve_target(path, out=out, need_index=not scan)
-    threads = threads or os.cpu_count() or 1
+    # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
+    # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
+    threads = threads or 2 * (os.cpu_count() or 1)
     if scan or target.index is None:
         report = _verify_scan(target, quick, threads)
     else:
@@ -260,15 +261,6 @@ def _duplicate_keys_in_index(keys: np.ndarray, shard: np.ndarray, shards: list[d
     return problems
 
 
-_local = threading.local()
-
-
-def _buffer() -> memoryview:
-    if getattr(_local, "buf", None) is None:
-        _local.buf = memoryview(bytearray(CHUNK))
-    return _local.buf
-
-
 def _capture_npy(name: str) -> int:
     return NPY_HEADER if name.endswith(".npy") else 0
 
@@ -276,23 +268,18 @@ def _capture_npy(name: str) -> int:
 def _check_full(job: _Job) -> _Result:
     import hashlib
 
+    sha = hashlib.sha256()
+    walker = TarWalker(_capture_npy)
+    size = 0
     try:
-        f = open(job.path, "rb", buffering=0)
+        for part in iter_chunks(job.path):
+            sha.update(part)  # releases the GIL: another thread's shard is walked meanwhile
+            walker.feed(part)
+            size += len(part)
     except FileNotFoundError:
         return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
     except OSError as e:
-        return _Result([Problem(job.name, "missing", f"cannot open {job.path}: {e.strerror or e}")], 0, 0)
-    sha = hashlib.sha256()
-    walker = TarWalker(_capture_npy)
-    view = _buffer()
-    size = 0
-    with f:
-        _sequential(f)
-        while n := read_full(f, view):
-            part = view[:n]
-            sha.update(part)
-            walker.feed(part)
-            size += n
+        return _Result([Problem(job.name, "missing", f"cannot read {job.path}: {e.strerror or e}")], size, 0)
     walker.finish()
     problems = _size_problem(job, size)
     digest = sha.hexdigest()
@@ -307,15 +294,6 @@ def _check_full(job: _Job) -> _Result:
             problems.append(Problem(job.name, "sample_data", "the data of every indexed member matches; the "
                                     "damage is in tar headers, padding or the end blocks"))
     return _Result(problems, size, len(job.keys))
-
-
-def _sequential(f) -> None:
-    """Ask the kernel for a larger read-ahead on a file read start to end (Linux; a hint only)."""
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
 
 
 def _check_quick(job: _Job) -> _Result:
@@ -471,16 +449,8 @@ def _check_scan(path: Path, quick: bool) -> _ScanResult:
         size = path.stat().st_size
         read = len(walker.members) * BLOCK
     else:
-        walker = TarWalker(_capture_npy)
-        view = _buffer()
-        size = 0
-        with open(path, "rb", buffering=0) as f:
-            _sequential(f)
-            while n := read_full(f, view):
-                walker.feed(view[:n])
-                size += n
-        walker.finish()
-        read = size
+        walker = scan_file(path, _capture_npy)
+        size = read = walker.pos
     problems = []
     name = path.name
     if walker.error:
