@@ -35,9 +35,9 @@ def marked() -> torch.Tensor:
 
 
 def run(img: torch.Tensor, p: np.ndarray, cfg: AugmentConfig = OFF, size: int = S) -> torch.Tensor:
-    out = torch.empty(3, size, size, dtype=torch.uint8)
+    out = torch.empty(size, size, 3, dtype=torch.uint8)
     augment_into(img, p, out, cfg)
-    return out.permute(1, 2, 0)
+    return out
 
 
 def red(img) -> tuple[int, int]:
@@ -166,3 +166,64 @@ def test_augment_batch_shape_errors():
         augment_batch(torch.zeros(2, 4, 4, 3, dtype=torch.uint8), ["a", "b"])
     with pytest.raises(OptionError, match=r"expected params \[2, 14\]"):
         augment_batch(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), np.zeros((3, 14)))
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+@pytest.mark.parametrize("hflip", [0, 1])
+@pytest.mark.parametrize("vflip", [0, 1])
+def test_flips_and_turns_compose_like_torch(hflip, vflip, k):
+    """The CPU path folds flips and turns into one flip and a transpose: same pixels as doing each."""
+    img = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (S, S, 3), dtype=np.uint8))
+    want = img
+    if hflip:
+        want = want.flip(1)
+    if vflip:
+        want = want.flip(0)
+    want = torch.rot90(want, k, dims=(0, 1))
+    assert torch.equal(run(img, params(hflip=hflip, vflip=vflip, rot90=k)), want)
+    # with a crop and a resize as well: the same as resizing the transformed crop
+    box = (3, 5, 20, 14)
+    crop = img[3:23, 5:19]
+    if hflip:
+        crop = crop.flip(1)
+    if vflip:
+        crop = crop.flip(0)
+    crop = torch.rot90(crop, k, dims=(0, 1))
+    ref = torch.nn.functional.interpolate(crop.permute(2, 0, 1)[None].float(), size=(S, S), mode="bilinear",
+                                          antialias=True, align_corners=False)[0].permute(1, 2, 0)
+    got = run(img, params(crop=box, hflip=hflip, vflip=vflip, rot90=k)).float()
+    assert (got - ref).abs().max() <= 1
+
+
+def test_resize_writes_the_batch_like_interpolate():
+    from training_adapter.augment import _resize_into
+
+    x = torch.from_numpy(np.random.default_rng(2).integers(0, 256, (1, 3, 40, 27), dtype=np.uint8))
+    x = x.contiguous(memory_format=torch.channels_last)
+    for size in (64, 16):  # up and down (antialiased)
+        out = torch.empty(size, size, 3, dtype=torch.uint8)
+        _resize_into(x, out)
+        ref = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
+                                              align_corners=False)
+        assert torch.equal(out, ref[0].permute(1, 2, 0))
+
+
+@pytest.mark.parametrize("b, c", [(1.2, 0.8), (0.8, 1.2), (1.0, 1.2), (2.0, 2.0), (0.05, 1.9)])
+def test_fixed_point_jitter_is_within_rounding_of_float(b, c):
+    """int16 (default ranges) and int32 (wide ranges) fixed point against the float map."""
+    from training_adapter.augment import _jitter, _jitter_float, _luma_mean
+
+    img = torch.from_numpy(np.random.default_rng(3).integers(0, 256, (S, S, 3), dtype=np.uint8))
+    p = params(brightness=b, contrast=c)
+    out = torch.empty_like(img)
+    assert _jitter(img, p, out) is out
+    assert abs(_luma_mean(img) - float(_gray_mean_ref(img))) < 1e-3
+    ref = _jitter_float(img.permute(2, 0, 1)[None].float(), torch.as_tensor(p[None], dtype=torch.float32))
+    ref = ref.clamp(0, 255)[0].permute(1, 2, 0)
+    assert (out.float() - ref).abs().max() <= 1
+
+
+def _gray_mean_ref(img_hwc):
+    from training_adapter.augment import _gray_mean
+
+    return _gray_mean(img_hwc.permute(2, 0, 1)[None])[0]

@@ -258,3 +258,33 @@ def test_abandoned_epoch_does_not_block_the_next(folder):
     next(it)  # walk away mid-epoch with batches in flight
     del it
     assert sum(len(labels) for _, labels in loader) > 0
+
+
+def test_buffer_pool_reuses_only_batches_nobody_holds():
+    from training_adapter.loader import _BufferPool
+
+    pool = _BufferPool(limit=2)
+    a = pool.get((2, 4, 4, 3))
+    a.fill_(7)
+    b = pool.get((2, 4, 4, 3))
+    assert b.data_ptr() != a.data_ptr()  # a is held
+    view = a.permute(0, 3, 1, 2)[1]  # a view keeps a's memory alive after a itself is gone
+    ptr_a, ptr_b = a.data_ptr(), b.data_ptr()
+    del a, b
+    c = pool.get((2, 4, 4, 3))
+    assert c.data_ptr() == ptr_b  # b's buffer is free again; a's is not
+    c.fill_(1)
+    assert (view == 7).all()
+    del view, c
+    assert pool.get((2, 4, 4, 3)).data_ptr() == ptr_a
+
+
+def test_main_process_batches_held_by_the_caller_are_never_overwritten(folder):
+    """num_workers=0 reuses batch buffers: every batch kept by the caller stays intact."""
+    ref = stored(folder, "train")
+    loader = make_loader(folder, batch_size=2, train=False, num_workers=0, return_keys=True, split="train")
+    held = list(loader)
+    assert len(held) > 4  # more batches than the pool keeps
+    seen = {k: im for images, _, keys in held for im, k in zip(images, keys)}
+    assert seen.keys() == ref.keys()
+    assert all(np.array_equal(seen[k].permute(1, 2, 0).numpy(), ref[k]) for k in ref)

@@ -9,9 +9,9 @@ scale about the centre) -> horizontal flip -> vertical flip -> ``k`` quarter tur
 
 Two ways to apply them:
 
-- ``augment_into`` (per sample, CPU, in the loader's workers): flips and quarter turns as views of
-  the crop, bilinear resize on uint8 with ``F.interpolate`` (torch's vectorised uint8 kernel),
-  written straight into the batch, then the jitter on a cache-sized float copy. The affine step is
+- ``augment_into`` (per sample, CPU, in the loader's workers): flips, quarter turns and the jitter
+  (fixed point) on the crop, then torch's vectorised uint8 bilinear resize in channels-last
+  memory, written straight into the batch. The affine step is
   not in this fast path: with ``affine_p > 0`` the loader applies ``augment_batch`` on the CPU.
 - ``augment_batch`` (a whole batch, any device): every geometric step composed into one 2x3 matrix
   per sample, one ``affine_grid`` + ``grid_sample`` pass, then the fused jitter.
@@ -163,70 +163,105 @@ def batch_params(cfg: AugmentConfig, *, seed: int, epoch: int, keys: Sequence[st
     return np.stack([sample_params(cfg, seed=seed, epoch=epoch, key=k, src_size=src_size) for k in keys])
 
 
-def augment_into(src_hwc: torch.Tensor, p: np.ndarray, out_chw: torch.Tensor, cfg: AugmentConfig) -> None:
-    """Crop, resize, flip, turn and jitter one uint8 [S, S, 3] image into ``out_chw`` [3, O, O].
+def augment_into(src_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor, cfg: AugmentConfig) -> None:
+    """Crop, flip, turn, resize and jitter one uint8 [S, S, 3] image into ``out_hwc`` [O, O, 3].
 
-    Flips and quarter turns are views of the crop; torch's uint8 bilinear resize reads them and
-    writes planar [3, O, O] output, which lands in the (planar) batch with a plain copy. The jitter
-    is integer arithmetic on the output (a batch-wide float pass is several times slower on the
-    CPU: it is memory-bound).
+    Flips and quarter turns fold into at most one flip and one transpose of the crop (smaller than
+    the output on average), made real by the copy that lays it out channels-last; torch's
+    vectorised uint8 kernel resizes that straight into the batch, and the jitter (fixed point)
+    runs in place there. The result matches ``augment_batch`` within interpolation and rounding.
     """
     top, left, h, w = (int(v) for v in p[0:4])
-    O = out_chw.shape[-1]
-    img = src_hwc[top:top + h, left:left + w]
-    if p[4]:
-        img = img.flip(1)
-    if p[5]:
-        img = img.flip(0)
-    k = int(p[6])
-    if k:
-        img = torch.rot90(img, k, dims=(0, 1))  # turning before the resize: fewer pixels to move
-    chw = img.permute(2, 0, 1)
-    if chw.shape[1] != O or chw.shape[2] != O:
-        chw = F.interpolate(chw.unsqueeze(0), size=(O, O), mode="bilinear", antialias=True,
-                            align_corners=False)[0]
-    out_chw.copy_(chw)
+    O = out_hwc.shape[0]
+    crop = src_hwc[top:top + h, left:left + w]
+    k = int(p[6]) % 4
+    # hflip, vflip, then k quarter turns (torch.rot90: k=1 flips W then transposes, k=2 flips both,
+    # k=3 flips H then transposes) = one flip of the dims below, then a transpose when k is odd
+    dims = [d for d, on in ((1, bool(p[4]) != (k in (1, 2))), (0, bool(p[5]) != (k in (2, 3)))) if on]
+    img = crop.flip(dims) if dims else crop
+    if k % 2:
+        img = img.transpose(0, 1)
+    if h != O or w != O:
+        chw = img.permute(2, 0, 1).unsqueeze(0)
+        if not chw.is_contiguous(memory_format=torch.channels_last):
+            chw = chw.contiguous(memory_format=torch.channels_last)
+        _resize_into(chw, out_hwc)
+        img = out_hwc
     if cfg.jitter:
-        _jitter_sample_(out_chw, p)
+        img = _jitter(img, p, out_hwc)
+    if img is not out_hwc:
+        out_hwc.copy_(img)
+
+
+def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
+    """Bilinear (antialiased) resize of a channels-last uint8 [1, 3, h, w] into ``out_hwc`` [O, O, 3]."""
+    dst = out_hwc.permute(2, 0, 1).unsqueeze(0)  # channels-last view of the batch slot
+    try:  # F.interpolate's own op, writing into the batch instead of a new tensor
+        torch.ops.aten._upsample_bilinear2d_aa.out(chw, list(dst.shape[2:]), False, None, None, out=dst)
+    except (AttributeError, RuntimeError):  # a torch without that overload: interpolate, then copy
+        dst.copy_(F.interpolate(chw, size=tuple(dst.shape[2:]), mode="bilinear", antialias=True,
+                                align_corners=False))
+
+
+_MEAN_STEP = 8  # the contrast jitter's mean luma is taken over every 8th row and column
 
 
 def _gray_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean luma of [B, 3, H, W], over every 4th row and column (cheap on the CPU; both paths use it)."""
+    """Mean luma of [B, 3, H, W] over every ``_MEAN_STEP``-th row and column (``_luma_mean`` on the CPU)."""
     w = torch.tensor(_GRAY, dtype=torch.float32, device=x.device)
-    return x[:, :, ::4, ::4].float().mean((2, 3)) @ w
+    return x[:, :, ::_MEAN_STEP, ::_MEAN_STEP].float().mean((2, 3)) @ w
 
 
-_SCRATCH: dict[tuple, torch.Tensor] = {}
+def _luma_mean(img_hwc: torch.Tensor) -> float:
+    """``_gray_mean`` of one uint8 [H, W, 3] image, from integer sums (no float copy)."""
+    sub = img_hwc[::_MEAN_STEP, ::_MEAN_STEP]
+    sums = sub.sum((0, 1), dtype=torch.int64).tolist()
+    n = sub.shape[0] * sub.shape[1]
+    return (sums[0] * _GRAY[0] + sums[1] * _GRAY[1] + sums[2] * _GRAY[2]) / n
 
 
-def _scratch(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-    """A reused buffer per shape, dtype and process: a fresh 600 KB array costs page faults every time."""
-    t = _SCRATCH.get((tuple(shape), dtype))
-    if t is None:
-        t = _SCRATCH[(tuple(shape), dtype)] = torch.empty(shape, dtype=dtype)
-    return t
+_SCRATCH: dict[tuple[torch.dtype, int], torch.Tensor] = {}
 
 
-def _jitter_sample_(img_chw: torch.Tensor, p: np.ndarray) -> None:
-    """Brightness/contrast/saturation of one uint8 [3, H, W] image, in place (``_jitter_float``'s map)."""
+def _scratch(shape: tuple[int, ...], dtype: torch.dtype, slot: int = 0) -> torch.Tensor:
+    """A reused buffer per dtype and process, grown as needed (a fresh array costs page faults)."""
+    n = math.prod(shape)
+    t = _SCRATCH.get((dtype, slot))
+    if t is None or t.numel() < n:
+        t = _SCRATCH[(dtype, slot)] = torch.empty(n, dtype=dtype)
+    return t[:n].view(shape)
+
+
+def _jitter(img_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor) -> torch.Tensor:
+    """Brightness/contrast/saturation of a uint8 [H, W, 3] image (any strides, or ``out_hwc``
+    itself) into ``out_hwc``, as ``_jitter_float`` maps it; returns ``img_hwc`` untouched when
+    there is nothing to do, else ``out_hwc``."""
     b, c, s = float(p[_P["brightness"]]), float(p[_P["contrast"]]), float(p[_P["saturation"]])
     if b == 1 and c == 1 and s == 1:
-        return
-    mean = float(_gray_mean(img_chw.unsqueeze(0))[0])
-    K, D = c * b, (1 - c) * b * mean
-    if s != 1:  # the per-pixel grey term: a 3x3 map (the slow case, about 0.3 ms at 224 px)
-        m = torch.tensor(_GRAY).view(1, 3) * (K * (1 - s)) + torch.eye(3) * (K * s)
-        x = _scratch(img_chw.shape, torch.float32).view(3, -1)
-        torch.mm(m, img_chw.reshape(3, -1).float(), out=x)
-        x.add_(D).clamp_(0, 255).round_()
-        img_chw.view(3, -1).copy_(x)
-        return
-    # K*x + D rounded, in 16.16 fixed point: ~2x faster than float here, within rounding of it
-    x = _scratch(img_chw.shape, torch.int32).view(-1)
-    x.copy_(img_chw.view(-1))
-    x.mul_(int(round(K * 65536))).add_(int(round(D * 65536)) + 32768)
-    x.bitwise_right_shift_(16).clamp_(0, 255)
-    img_chw.view(-1).copy_(x)
+        return img_hwc
+    shape = tuple(img_hwc.shape)
+    dst = out_hwc
+    K, D = c * b, (1 - c) * b * _luma_mean(img_hwc)
+    if s != 1:  # the per-pixel grey term: a 3x3 map (the slow case)
+        m = torch.tensor(_GRAY).view(3, 1) * (K * (1 - s)) + torch.eye(3) * (K * s)
+        x = _scratch(shape, torch.float32)
+        y = _scratch(shape, torch.float32, 1)
+        x.copy_(img_hwc)
+        torch.mm(x.view(-1, 3), m, out=y.view(-1, 3))
+        y.add_(D).clamp_(0, 255).round_()
+        dst.copy_(y)
+        return dst
+    # K*x + D rounded, in fixed point with 8 fractional bits: x + ((K-1)*x + D) in int16 when the
+    # terms fit (the default ranges), else int32; about 2x faster than float here
+    k1, d = int(round((K - 1) * 256)), int(round(D * 256)) + 128
+    small = abs(k1) * 255 + abs(d) < 32000
+    x = _scratch(shape, torch.int16 if small else torch.int32)
+    y = _scratch(shape, x.dtype, 1)
+    x.copy_(img_hwc)
+    torch.add(torch.tensor(d, dtype=x.dtype), x, alpha=k1, out=y)
+    y.bitwise_right_shift_(8).add_(x).clamp_(0, 255)
+    dst.copy_(y)
+    return dst
 
 
 def _jitter_float(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

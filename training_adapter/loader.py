@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -55,14 +56,42 @@ def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
     return shape
 
 
+class _BufferPool:
+    """Batch buffers reused once the caller has let go of every tensor made from them.
+
+    A fresh 9.6 MB batch costs a page fault per 4 KB on its first write, about as much as
+    augmenting the batch's samples takes; reusing buffers removes that. A buffer is a numpy array
+    and each batch a ``torch.from_numpy`` view of it: the view's storage holds a reference to the
+    array until the last tensor sharing it (views, slices) is gone, so the array's reference count
+    says, without any private API, when no batch the caller could still read is in it.
+    """
+
+    def __init__(self, limit: int = 4):
+        self.limit = limit
+        self._bufs: list[np.ndarray] = []
+
+    def get(self, shape: tuple[int, ...]) -> torch.Tensor:
+        nbytes = int(np.prod(shape))
+        for i in range(len(self._bufs)):
+            # 2 references: this list and getrefcount's argument; a tensor alive somewhere adds one
+            if self._bufs[i].size == nbytes and sys.getrefcount(self._bufs[i]) == 2:
+                return torch.from_numpy(self._bufs[i]).view(shape)
+        arr = np.empty(nbytes, np.uint8)
+        if len(self._bufs) < self.limit:
+            self._bufs.append(arr)
+        elif self._bufs:  # the caller keeps many batches, or sizes change: replace the oldest
+            self._bufs.pop(0)
+            self._bufs.append(arr)
+        return torch.from_numpy(arr).view(shape)
+
+
 class _Slot:
     """Stands in a worker's batch for images left in a ``_BatchRing`` slot."""
 
-    __slots__ = ("worker", "slot", "shape", "planar")
+    __slots__ = ("worker", "slot", "shape")
 
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...], planar: bool):
-        self.worker, self.slot, self.shape = worker, slot, shape
-        self.planar = planar  # shape is [B, 3, H, W]; else [B, H, W, 3]
+    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]):
+        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3]
 
 
 class _BatchRing:
@@ -83,7 +112,7 @@ class _BatchRing:
         self.busy = torch.zeros(workers * slots, dtype=torch.int32).share_memory_()
         self.next = [0] * workers  # per worker process, its own copy
 
-    def acquire(self, worker: int, shape: tuple[int, ...], planar: bool) -> tuple[_Slot, torch.Tensor] | None:
+    def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[_Slot, torch.Tensor] | None:
         nbytes = int(np.prod(shape))
         if nbytes > self.slot_bytes:
             return None
@@ -100,19 +129,19 @@ class _BatchRing:
             time.sleep(0.0005)
         self.next[worker] = (s + 1) % self.slots
         start = i * self.slot_bytes
-        return _Slot(worker, s, shape, planar), self.data[start:start + nbytes].view(shape)
+        return _Slot(worker, s, shape), self.data[start:start + nbytes].view(shape)
 
     def publish(self, ref: _Slot) -> None:
         self.busy[ref.worker * self.slots + ref.slot] = 1
 
-    def take(self, ref: _Slot, pin: bool) -> torch.Tensor:
-        """Copy a slot's images out as [B, 3, H, W] and free the slot."""
+    def take(self, ref: _Slot, pin: bool, pool: _BufferPool) -> torch.Tensor:
+        """Copy a slot's images out as [B, 3, H, W] (channels-last memory) and free the slot."""
         i = ref.worker * self.slots + ref.slot
         start = i * self.slot_bytes
-        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=pin)
+        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
         out.copy_(self.data[start:start + out.numel()].view(ref.shape))
         self.busy[i] = 0
-        return out if ref.planar else out.permute(0, 3, 1, 2)
+        return out.permute(0, 3, 1, 2)
 
 
 class ShardDataset(IterableDataset):
@@ -155,6 +184,7 @@ class ShardDataset(IterableDataset):
         self.rank_world: tuple[int, int] | None = None
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
         self.ring: _BatchRing | None = None  # set by ShardLoader for its worker processes
+        self._pool = _BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
 
     @property
     def epoch(self) -> int:
@@ -231,7 +261,7 @@ class ShardDataset(IterableDataset):
         if get_worker_info() is not None:  # shared memory: the queue to the main process copies nothing
             storage = torch.UntypedStorage._new_shared(nbytes)
             return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
-        return torch.empty(shape, dtype=torch.uint8)
+        return self._pool.get(shape)
 
     def _batches(self, samples: Iterator[_Sample], limit: int | None, epoch: int) -> Iterator[tuple]:
         B = self.batch_size
@@ -263,10 +293,10 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         uses_ring = (self.ring is not None and info is not None and not self.normalize
                      and not (cfg is not None and not self.device_augment and cfg.affine_p))
-        # augmented on the CPU: planar [B, 3, O, O] (the resize writes planar); else the stored
-        # [S, S, 3] arrays copied as they are: [B, S, S, 3] seen as [B, 3, S, S] channels-last
-        shape = (n, 3, O, O) if fast_cpu else (n, O, O, 3)
-        got = self.ring.acquire(info.id, shape, fast_cpu) if uses_ring else None
+        # [B, O, O, 3] in memory, seen as [B, 3, O, O] channels-last: augmented on the CPU, or the
+        # stored [S, S, 3] arrays copied as they are
+        shape = (n, O, O, 3)
+        got = self.ring.acquire(info.id, shape) if uses_ring else None
         if got is not None:
             ref, buf = got
         else:
@@ -275,12 +305,11 @@ class ShardDataset(IterableDataset):
             for i, s in enumerate(samples):
                 src = torch.from_numpy(np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3))
                 augment_into(src, params[i], buf[i], cfg)
-            images = buf
         else:
             flat = buf.numpy().reshape(n, -1)
             for i, s in enumerate(samples):
                 flat[i] = np.frombuffer(s.pixels, np.uint8)
-            images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
+        images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cfg is not None and not self.device_augment and cfg.affine_p:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
@@ -408,7 +437,7 @@ class ShardLoader:
         try:
             for batch in self.loader:
                 if isinstance(batch[0], _Slot):
-                    batch = (ring.take(batch[0], self.pin_memory), *batch[1:])
+                    batch = (ring.take(batch[0], self.pin_memory, ds._pool), *batch[1:])
                 yield batch
         finally:
             ds.ring = None
