@@ -288,3 +288,25 @@ def test_main_process_batches_held_by_the_caller_are_never_overwritten(folder):
     seen = {k: im for images, _, keys in held for im, k in zip(images, keys)}
     assert seen.keys() == ref.keys()
     assert all(np.array_equal(seen[k].permute(1, 2, 0).numpy(), ref[k]) for k in ref)
+
+
+def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
+    """A caller that lets go of each batch gets the workers' shared slots themselves (no copy), and
+    the slots come back for reuse; pixels stay right throughout."""
+    ref = stored(folder, "train")
+    loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
+                         prefetch_factor=1)
+    lent = batches = 0
+    seen = set()
+    for images, labels, keys in loader:
+        batches += 1
+        ring = loader.dataset.ring
+        start = ring.data.data_ptr()
+        lent += start <= images.data_ptr() < start + ring.data.numel()
+        for im, k in zip(images, keys):
+            assert np.array_equal(im.permute(1, 2, 0).numpy(), ref[k])
+            seen.add(k)
+        del images
+    assert seen == ref.keys()
+    slots = 2 * (1 + 2 + 2)
+    assert lent == batches > slots  # every batch lent, more batches than slots: slots were reclaimed

@@ -9,9 +9,9 @@ scale about the centre) -> horizontal flip -> vertical flip -> ``k`` quarter tur
 
 Two ways to apply them:
 
-- ``augment_into`` (per sample, CPU, in the loader's workers): flips, quarter turns and the jitter
-  (fixed point) on the crop, then torch's vectorised uint8 bilinear resize in channels-last
-  memory, written straight into the batch. The affine step is
+- ``augment_into`` (per sample, CPU, in the loader's workers): flips and quarter turns folded into
+  one flip and one transpose of the crop, a uint8 bilinear resize written straight into the
+  batch, then the jitter in place (OpenCV when installed, else torch). The affine step is
   not in this fast path: with ``affine_p > 0`` the loader applies ``augment_batch`` on the CPU.
 - ``augment_batch`` (a whole batch, any device): every geometric step composed into one 2x3 matrix
   per sample, one ``affine_grid`` + ``grid_sample`` pass, then the fused jitter.
@@ -27,6 +27,11 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+try:  # the train extra installs it; without it the same transforms run in torch, about 2x slower
+    import cv2 as _cv2
+except ImportError:  # pragma: no cover - exercised by monkeypatching _cv2 in the tests
+    _cv2 = None
 
 from wds_tools.errors import OptionError
 
@@ -167,30 +172,49 @@ def augment_into(src_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor, cf
     """Crop, flip, turn, resize and jitter one uint8 [S, S, 3] image into ``out_hwc`` [O, O, 3].
 
     Flips and quarter turns fold into at most one flip and one transpose of the crop (smaller than
-    the output on average), made real by the copy that lays it out channels-last; torch's
-    vectorised uint8 kernel resizes that straight into the batch, and the jitter (fixed point)
-    runs in place there. The result matches ``augment_batch`` within interpolation and rounding.
+    the output on average); the crop is then resized straight into the batch and the jitter runs
+    in place there. OpenCV does this when it is installed (the ``train`` extra; about twice as
+    fast as torch here); otherwise, and for crops larger than the output (torch antialiases when
+    it shrinks), torch does. Either matches ``augment_batch`` within interpolation and rounding.
     """
     top, left, h, w = (int(v) for v in p[0:4])
     O = out_hwc.shape[0]
     crop = src_hwc[top:top + h, left:left + w]
     k = int(p[6]) % 4
     # hflip, vflip, then k quarter turns (torch.rot90: k=1 flips W then transposes, k=2 flips both,
-    # k=3 flips H then transposes) = one flip of the dims below, then a transpose when k is odd
-    dims = [d for d, on in ((1, bool(p[4]) != (k in (1, 2))), (0, bool(p[5]) != (k in (2, 3)))) if on]
-    img = crop.flip(dims) if dims else crop
-    if k % 2:
-        img = img.transpose(0, 1)
-    if h != O or w != O:
-        chw = img.permute(2, 0, 1).unsqueeze(0)
-        if not chw.is_contiguous(memory_format=torch.channels_last):
-            chw = chw.contiguous(memory_format=torch.channels_last)
-        _resize_into(chw, out_hwc)
-        img = out_hwc
+    # k=3 flips H then transposes) = a flip of W and/or H, then a transpose when k is odd
+    flip_w, flip_h, transpose = bool(p[4]) != (k in (1, 2)), bool(p[5]) != (k in (2, 3)), k % 2 == 1
+    if _cv2 is not None and h <= O and w <= O:
+        _geometry_cv2(crop.numpy(), flip_w, flip_h, transpose, out_hwc.numpy())
+    else:
+        _geometry_torch(crop, flip_w, flip_h, transpose, out_hwc)
     if cfg.jitter:
-        img = _jitter(img, p, out_hwc)
-    if img is not out_hwc:
+        _jitter_(out_hwc, p)
+
+
+def _geometry_cv2(crop: np.ndarray, flip_w: bool, flip_h: bool, transpose: bool, out: np.ndarray) -> None:
+    if flip_w or flip_h:
+        crop = _cv2.flip(crop, -1 if flip_w and flip_h else (1 if flip_w else 0))
+    if transpose:
+        crop = _cv2.transpose(crop)
+    if crop.shape[:2] == out.shape[:2]:
+        np.copyto(out, crop)
+    else:  # bilinear, pixel centres as torch's align_corners=False; writes into the batch
+        _cv2.resize(crop, (out.shape[1], out.shape[0]), dst=out, interpolation=_cv2.INTER_LINEAR)
+
+
+def _geometry_torch(crop: torch.Tensor, flip_w: bool, flip_h: bool, transpose: bool, out_hwc: torch.Tensor) -> None:
+    dims = [d for d, on in ((1, flip_w), (0, flip_h)) if on]
+    img = crop.flip(dims) if dims else crop
+    if transpose:
+        img = img.transpose(0, 1)
+    if img.shape == out_hwc.shape:
         out_hwc.copy_(img)
+        return
+    chw = img.permute(2, 0, 1).unsqueeze(0)
+    if not chw.is_contiguous(memory_format=torch.channels_last):
+        chw = chw.contiguous(memory_format=torch.channels_last)
+    _resize_into(chw, out_hwc)
 
 
 def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
@@ -203,21 +227,19 @@ def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
                                 align_corners=False))
 
 
-_MEAN_STEP = 8  # the contrast jitter's mean luma is taken over every 8th row and column
-
-
 def _gray_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean luma of [B, 3, H, W] over every ``_MEAN_STEP``-th row and column (``_luma_mean`` on the CPU)."""
+    """Mean luma of each image of [B, 3, H, W] (``_luma_mean`` on the CPU path)."""
     w = torch.tensor(_GRAY, dtype=torch.float32, device=x.device)
-    return x[:, :, ::_MEAN_STEP, ::_MEAN_STEP].float().mean((2, 3)) @ w
+    return x.float().mean((2, 3)) @ w
 
 
 def _luma_mean(img_hwc: torch.Tensor) -> float:
-    """``_gray_mean`` of one uint8 [H, W, 3] image, from integer sums (no float copy)."""
-    sub = img_hwc[::_MEAN_STEP, ::_MEAN_STEP]
-    sums = sub.sum((0, 1), dtype=torch.int64).tolist()
-    n = sub.shape[0] * sub.shape[1]
-    return (sums[0] * _GRAY[0] + sums[1] * _GRAY[1] + sums[2] * _GRAY[2]) / n
+    """Mean luma of one contiguous uint8 [H, W, 3] image."""
+    if _cv2 is not None:
+        m = _cv2.mean(img_hwc.numpy())
+    else:
+        m = img_hwc.view(-1, 3).float().mean(0).tolist()
+    return m[0] * _GRAY[0] + m[1] * _GRAY[1] + m[2] * _GRAY[2]
 
 
 _SCRATCH: dict[tuple[torch.dtype, int], torch.Tensor] = {}
@@ -232,15 +254,13 @@ def _scratch(shape: tuple[int, ...], dtype: torch.dtype, slot: int = 0) -> torch
     return t[:n].view(shape)
 
 
-def _jitter(img_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor) -> torch.Tensor:
-    """Brightness/contrast/saturation of a uint8 [H, W, 3] image (any strides, or ``out_hwc``
-    itself) into ``out_hwc``, as ``_jitter_float`` maps it; returns ``img_hwc`` untouched when
-    there is nothing to do, else ``out_hwc``."""
+def _jitter_(img_hwc: torch.Tensor, p: np.ndarray) -> None:
+    """Brightness/contrast/saturation of a contiguous uint8 [H, W, 3] image in place, as
+    ``_jitter_float`` maps it (rounded, clamped to 0..255)."""
     b, c, s = float(p[_P["brightness"]]), float(p[_P["contrast"]]), float(p[_P["saturation"]])
     if b == 1 and c == 1 and s == 1:
-        return img_hwc
+        return
     shape = tuple(img_hwc.shape)
-    dst = out_hwc
     K, D = c * b, (1 - c) * b * _luma_mean(img_hwc)
     if s != 1:  # the per-pixel grey term: a 3x3 map (the slow case)
         m = torch.tensor(_GRAY).view(3, 1) * (K * (1 - s)) + torch.eye(3) * (K * s)
@@ -249,8 +269,12 @@ def _jitter(img_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor) -> torc
         x.copy_(img_hwc)
         torch.mm(x.view(-1, 3), m, out=y.view(-1, 3))
         y.add_(D).clamp_(0, 255).round_()
-        dst.copy_(y)
-        return dst
+        img_hwc.copy_(y)
+        return
+    if _cv2 is not None:  # saturate(K*x + D), rounded, vectorised, in place
+        a = img_hwc.numpy()
+        _cv2.addWeighted(a, K, a, 0.0, D, dst=a)
+        return
     # K*x + D rounded, in fixed point with 8 fractional bits: x + ((K-1)*x + D) in int16 when the
     # terms fit (the default ranges), else int32; about 2x faster than float here
     k1, d = int(round((K - 1) * 256)), int(round(D * 256)) + 128
@@ -260,8 +284,7 @@ def _jitter(img_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor) -> torc
     x.copy_(img_hwc)
     torch.add(torch.tensor(d, dtype=x.dtype), x, alpha=k1, out=y)
     y.bitwise_right_shift_(8).add_(x).clamp_(0, 255)
-    dst.copy_(y)
-    return dst
+    img_hwc.copy_(y)
 
 
 def _jitter_float(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

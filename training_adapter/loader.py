@@ -9,9 +9,11 @@ main process copies nothing), and yields whole batches; the DataLoader runs with
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
 
-from .augment import AugmentConfig, augment_batch, augment_into, normalize, sample_params
+from .augment import _cv2, AugmentConfig, augment_batch, augment_into, normalize, sample_params
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, iter_samples
 
@@ -98,50 +100,71 @@ class _BatchRing:
     """Preallocated shared memory through which workers hand uint8 batches to the main process.
 
     A fresh shared-memory tensor per batch costs page faults on every batch (8 ms for 64 images
-    at 224 px here, more than reading them); a slot is filled in place instead, and the main
-    process copies it out and frees it before the batch reaches the caller, so nothing the caller
-    holds is ever overwritten. A worker never has more than ``prefetch_factor`` batches requested
-    and not yet taken, so ``prefetch_factor + 2`` slots per worker are enough; a worker that still
-    finds no free slot waits, and after a minute raises instead of hanging.
+    at 224 px here, more than reading them); a worker fills one of its slots in place instead.
+    The main process lends the slot itself to the caller (no copy) and frees it once nothing the
+    caller holds refers to it any more, which the reference count of the slot's numpy array tells
+    (as in ``_BufferPool``). At most ``LEND`` slots per worker are lent; beyond that a batch is
+    copied out and its slot freed at once, so a caller that keeps many batches never starves a
+    worker. A worker has at most ``prefetch_factor`` batches requested, plus one just received,
+    so ``prefetch_factor + 2 + LEND`` slots per worker always leave it a free one; a worker that
+    still finds none waits, and after a minute raises instead of hanging.
     """
 
-    def __init__(self, workers: int, slots: int, slot_bytes: int):
-        self.slots, self.slot_bytes = slots, slot_bytes
-        storage = torch.UntypedStorage._new_shared(workers * slots * slot_bytes)
-        self.data = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (workers * slots * slot_bytes,))
-        self.busy = torch.zeros(workers * slots, dtype=torch.int32).share_memory_()
-        self.next = [0] * workers  # per worker process, its own copy
+    LEND = 2
+
+    def __init__(self, workers: int, prefetch: int, slot_bytes: int):
+        self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
+        storage = torch.UntypedStorage._new_shared(workers * self.slots * slot_bytes)
+        self.data = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (workers * self.slots * slot_bytes,))
+        self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
+        self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
+        self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
 
     def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[_Slot, torch.Tensor] | None:
-        nbytes = int(np.prod(shape))
+        nbytes = math.prod(shape)
         if nbytes > self.slot_bytes:
             return None
-        s = self.next[worker]
-        i = worker * self.slots + s
+        first = worker * self.slots
         deadline = None
-        while int(self.busy[i]):
+        while True:
+            free = (self.busy[first:first + self.slots] == 0).nonzero()
+            if len(free):
+                break
             if deadline is None:
-                import time
                 deadline = time.monotonic() + 60
             elif time.monotonic() > deadline:
                 raise ShardError(f"worker {worker}: no free batch slot for a minute; the main process stopped "
                                  "taking batches")
             time.sleep(0.0005)
-        self.next[worker] = (s + 1) % self.slots
-        start = i * self.slot_bytes
+        s = int(free[0])
+        start = (first + s) * self.slot_bytes
         return _Slot(worker, s, shape), self.data[start:start + nbytes].view(shape)
 
     def publish(self, ref: _Slot) -> None:
         self.busy[ref.worker * self.slots + ref.slot] = 1
 
     def take(self, ref: _Slot, pin: bool, pool: _BufferPool) -> torch.Tensor:
-        """Copy a slot's images out as [B, 3, H, W] (channels-last memory) and free the slot."""
+        """The slot's images as [B, 3, H, W] (channels-last memory): the slot itself, lent, or a copy."""
+        self._reclaim()
         i = ref.worker * self.slots + ref.slot
-        start = i * self.slot_bytes
+        nbytes = math.prod(ref.shape)
+        if not pin and sum(1 for w in self._lent.values() if w == ref.worker) < self.LEND:
+            if self._arrays is None:
+                flat = self.data.numpy()
+                self._arrays = [flat[j * self.slot_bytes:(j + 1) * self.slot_bytes] for j in range(len(self.busy))]
+            self._lent[i] = ref.worker
+            return torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape).permute(0, 3, 1, 2)
         out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
-        out.copy_(self.data[start:start + out.numel()].view(ref.shape))
+        start = i * self.slot_bytes
+        out.copy_(self.data[start:start + nbytes].view(ref.shape))
         self.busy[i] = 0
         return out.permute(0, 3, 1, 2)
+
+    def _reclaim(self) -> None:
+        """Free the lent slots no tensor refers to any more (2 references: the list and the argument)."""
+        for i in [i for i in self._lent if sys.getrefcount(self._arrays[i]) == 2]:
+            del self._lent[i]
+            self.busy[i] = 0
 
 
 class ShardDataset(IterableDataset):
@@ -326,6 +349,8 @@ class ShardDataset(IterableDataset):
         return out
 
     def __iter__(self) -> Iterator[tuple]:
+        if get_worker_info() is not None and _cv2 is not None:
+            _cv2.setNumThreads(0)  # one worker process per core already; no OpenCV threads after fork
         rank, world, worker, num_workers = worker_info()
         if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
             rank, world = self.rank_world
@@ -385,7 +410,7 @@ class ShardLoader:
                       multiprocessing_context=multiprocessing_context)
         self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **kw)
         self.pin_memory = pin_memory and torch.cuda.is_available()
-        self._ring_slots = (prefetch_factor or 2) + 2
+        self._prefetch = prefetch_factor or 2
         # persistent workers keep the dataset they started with, so a ring could not be renewed
         # per epoch; they use one shared-memory tensor per batch instead
         self._use_ring = bool(num_workers) and not persistent_workers
@@ -433,7 +458,7 @@ class ShardLoader:
             yield from self.loader
             return
         # a new ring every epoch: workers of an abandoned iterator can never write into this one
-        ring = ds.ring = _BatchRing(self.num_workers, self._ring_slots, ds.batch_size * out * out * 3)
+        ring = ds.ring = _BatchRing(self.num_workers, self._prefetch, ds.batch_size * out * out * 3)
         try:
             for batch in self.loader:
                 if isinstance(batch[0], _Slot):
