@@ -114,6 +114,29 @@ def test_extra_member(shards):
     assert [(x.kind, x.key) for x in r.problems] == [("incomplete_sample", "intruder")]
 
 
+def test_read_error_mid_file_is_reported_by_name(shards, monkeypatch):
+    import errno
+
+    import wds_tools.tarscan
+    import wds_tools.verify
+
+    real = wds_tools.tarscan.iter_chunks
+
+    def failing(path, *a, **kw):
+        for i, part in enumerate(real(path, 4096)):
+            if str(path).endswith("train-000001.tar") and i == 3:
+                raise OSError(errno.EIO, "Input/output error")
+            yield part
+
+    monkeypatch.setattr(wds_tools.verify, "iter_chunks", failing)
+    monkeypatch.setattr(wds_tools.tarscan, "iter_chunks", failing)  # scan_file, for --scan
+    for kw in ({}, {"scan": True}):
+        r = verify(shards, **kw)
+        assert not r.ok and r.bad_shards == ["train-000001.tar"], kw
+        assert _kinds(r, "train-000001.tar") == {"unreadable"}
+        assert "Input/output error" in r.to_text()
+
+
 def test_missing_member(shards):
     key, _ = _row(shards, 2, 1)
     rewrite_tar(shards / "train-000002.tar", lambda ms: [m for m in ms if m[0].name != f"{key}.json"])

@@ -103,20 +103,23 @@ class _BatchRing:
     at 224 px here, more than reading them); a worker fills one of its slots in place instead.
     The main process lends the slot itself to the caller (no copy) and frees it once nothing the
     caller holds refers to it any more, which the reference count of the slot's numpy array tells
-    (as in ``_BufferPool``). At most ``LEND`` slots per worker are lent; beyond that a batch is
-    copied out and its slot freed at once, so a caller that keeps many batches never starves a
-    worker. A worker has at most ``prefetch_factor`` batches requested, plus one just received,
-    so ``prefetch_factor + 2 + LEND`` slots per worker always leave it a free one; a worker that
-    still finds none waits, and after a minute raises instead of hanging.
+    (as in ``_BufferPool``). Each slot is its own shared-memory block, so a batch the caller keeps
+    keeps only its slot alive, not the epoch's ring. At most ``LEND`` slots per worker are lent;
+    beyond that a batch is copied out and its slot freed at once, so a caller that keeps many
+    batches never starves a worker. A worker that finds none of its slots free (at an epoch's end
+    the DataLoader may queue more batches on the last workers) waits for the main process to take
+    one, for as long as the main process lives.
     """
 
     LEND = 2
 
     def __init__(self, workers: int, prefetch: int, slot_bytes: int):
         self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
-        storage = torch.UntypedStorage._new_shared(workers * self.slots * slot_bytes)
-        self.data = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (workers * self.slots * slot_bytes,))
+        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(slot_bytes), 0,
+                                                                (slot_bytes,))
+                        for _ in range(workers * self.slots)]
         self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
+        self._parent = os.getpid()
         self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
         self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
 
@@ -125,20 +128,14 @@ class _BatchRing:
         if nbytes > self.slot_bytes:
             return None
         first = worker * self.slots
-        deadline = None
-        while True:
-            free = (self.busy[first:first + self.slots] == 0).nonzero()
-            if len(free):
-                break
-            if deadline is None:
-                deadline = time.monotonic() + 60
-            elif time.monotonic() > deadline:
-                raise ShardError(f"worker {worker}: no free batch slot for a minute; the main process stopped "
-                                 "taking batches")
+        waited = 0
+        while not len(free := (self.busy[first:first + self.slots] == 0).nonzero()):
             time.sleep(0.0005)
+            waited += 1
+            if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second
+                raise ShardError(f"worker {worker}: the main process is gone")
         s = int(free[0])
-        start = (first + s) * self.slot_bytes
-        return _Slot(worker, s, shape), self.data[start:start + nbytes].view(shape)
+        return _Slot(worker, s, shape), self.buffers[first + s][:nbytes].view(shape)
 
     def publish(self, ref: _Slot) -> None:
         self.busy[ref.worker * self.slots + ref.slot] = 1
@@ -150,13 +147,11 @@ class _BatchRing:
         nbytes = math.prod(ref.shape)
         if not pin and sum(1 for w in self._lent.values() if w == ref.worker) < self.LEND:
             if self._arrays is None:
-                flat = self.data.numpy()
-                self._arrays = [flat[j * self.slot_bytes:(j + 1) * self.slot_bytes] for j in range(len(self.busy))]
+                self._arrays = [b.numpy() for b in self.buffers]
             self._lent[i] = ref.worker
             return torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape).permute(0, 3, 1, 2)
         out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
-        start = i * self.slot_bytes
-        out.copy_(self.data[start:start + nbytes].view(ref.shape))
+        out.copy_(self.buffers[i][:nbytes].view(ref.shape))
         self.busy[i] = 0
         return out.permute(0, 3, 1, 2)
 

@@ -34,6 +34,7 @@ MAX_PER_KIND = 20  # problems of one kind listed per shard; the rest are summed 
 
 PROBLEM_KINDS = {
     "missing": "the shard file does not exist",
+    "unreadable": "the shard file cannot be opened or read to its end (permissions, I/O error)",
     "size": "the file size differs from the index",
     "sha256": "the file's SHA-256 differs from the index",
     "truncated": "the archive ends inside a member, inside a header, or without its end blocks",
@@ -279,7 +280,8 @@ def _check_full(job: _Job) -> _Result:
     except FileNotFoundError:
         return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
     except OSError as e:
-        return _Result([Problem(job.name, "missing", f"cannot read {job.path}: {e.strerror or e}")], size, 0)
+        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path} (after {size:,} bytes): "
+                                f"{e.strerror or e}")], size, 0)
     walker.finish()
     problems = _size_problem(job, size)
     digest = sha.hexdigest()
@@ -300,7 +302,10 @@ def _check_quick(job: _Job) -> _Result:
     if not job.path.is_file():
         return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
     size = job.path.stat().st_size
-    walker = walk_headers(job.path, _capture_npy)
+    try:
+        walker = walk_headers(job.path, _capture_npy)
+    except OSError as e:
+        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path}: {e.strerror or e}")], 0, 0)
     problems = _size_problem(job, size) + _compare(job, walker)
     return _Result(problems, len(walker.members) * BLOCK, len(job.keys))
 
@@ -444,13 +449,17 @@ class _ScanResult:
 def _check_scan(path: Path, quick: bool) -> _ScanResult:
     if not path.is_file():
         return _ScanResult(path.name, [Problem(path.name, "missing", f"{path} does not exist")], [], {}, 0, 0)
-    if quick:
-        walker = walk_headers(path, _capture_npy)
-        size = path.stat().st_size
-        read = len(walker.members) * BLOCK
-    else:
-        walker = scan_file(path, _capture_npy)
-        size = read = walker.pos
+    try:
+        if quick:
+            walker = walk_headers(path, _capture_npy)
+            size = path.stat().st_size
+            read = len(walker.members) * BLOCK
+        else:
+            walker = scan_file(path, _capture_npy)
+            size = read = walker.pos
+    except OSError as e:
+        return _ScanResult(path.name, [Problem(path.name, "unreadable", f"cannot read {path}: {e.strerror or e}")],
+                           [], {}, 0, 0)
     problems = []
     name = path.name
     if walker.error:
