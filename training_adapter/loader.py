@@ -22,15 +22,16 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
+from wds_tools.plan import NPY_HEADER_BYTES
+from wds_tools.tarwrite import read_npy_header
 
-from .augment import _cv2, AugmentConfig, augment_batch, augment_into, normalize, sample_params
+from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, iter_samples
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
 
 log = logging.getLogger("training_adapter")
-_NPY_HEADER = 128
 
 
 @dataclass
@@ -41,21 +42,22 @@ class _Sample:
 
 
 def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
-    import io
-
-    f = io.BytesIO(header)
     try:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(f)
+        _, shape, fortran, dtype, length = read_npy_header(header)
     except ValueError as e:
         raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}") from None
     if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3 or shape[0] != shape[1]:
         raise ShardError(f"{url}: sample {key!r}: .npy holds {dtype} {shape}{' (Fortran order)' if fortran else ''}; "
                          f"expected uint8 (S, S, 3) in C order as wds-tools writes it")
-    if f.tell() != _NPY_HEADER:
-        raise ShardError(f"{url}: sample {key!r}: .npy header is {f.tell()} bytes; expected {_NPY_HEADER}")
+    if length != NPY_HEADER_BYTES:
+        raise ShardError(f"{url}: sample {key!r}: .npy header is {length} bytes; expected {NPY_HEADER_BYTES}")
     return shape
+
+
+def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
+    """True when ``arrays[i]`` is referenced by that list alone: no tensor made from it is alive
+    (``torch.from_numpy`` keeps a reference to the array for as long as its memory is in use)."""
+    return sys.getrefcount(arrays[i]) == 2  # the list and getrefcount's own argument
 
 
 class _BufferPool:
@@ -73,10 +75,9 @@ class _BufferPool:
         self._bufs: list[np.ndarray] = []
 
     def get(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = int(np.prod(shape))
+        nbytes = math.prod(shape)
         for i in range(len(self._bufs)):
-            # 2 references: this list and getrefcount's argument; a tensor alive somewhere adds one
-            if self._bufs[i].size == nbytes and sys.getrefcount(self._bufs[i]) == 2:
+            if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i):
                 return torch.from_numpy(self._bufs[i]).view(shape)
         arr = np.empty(nbytes, np.uint8)
         if len(self._bufs) < self.limit:
@@ -156,8 +157,8 @@ class _BatchRing:
         return out.permute(0, 3, 1, 2)
 
     def _reclaim(self) -> None:
-        """Free the lent slots no tensor refers to any more (2 references: the list and the argument)."""
-        for i in [i for i in self._lent if sys.getrefcount(self._arrays[i]) == 2]:
+        """Free the lent slots no tensor refers to any more."""
+        for i in [i for i in self._lent if _unreferenced(self._arrays, i)]:
             del self._lent[i]
             self.busy[i] = 0
 
@@ -226,7 +227,7 @@ class ShardDataset(IterableDataset):
                 if npy is None or cls is None:
                     raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
                                      f"expected .npy and .cls members")
-                h = bytes(npy[:_NPY_HEADER])
+                h = bytes(npy[:NPY_HEADER_BYTES])
                 if h != header:
                     shape = _npy_shape(h, url, key)
                     if self._shape is None:
@@ -240,7 +241,7 @@ class ShardDataset(IterableDataset):
                 except ValueError:
                     raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
                                      f"expected decimal digits") from None
-                yield _Sample(key, label, npy[_NPY_HEADER:])
+                yield _Sample(key, label, npy[NPY_HEADER_BYTES:])
         except ShardError as e:
             if self.on_error == "raise":
                 raise
@@ -275,7 +276,7 @@ class ShardDataset(IterableDataset):
 
     # --- batches -------------------------------------------------------------------------------
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = int(np.prod(shape))
+        nbytes = math.prod(shape)
         if get_worker_info() is not None:  # shared memory: the queue to the main process copies nothing
             storage = torch.UntypedStorage._new_shared(nbytes)
             return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
@@ -302,15 +303,13 @@ class ShardDataset(IterableDataset):
         S = self._shape[0]
         labels = torch.tensor([s.label for s in samples], dtype=torch.int64)
         keys = [s.key for s in samples]
-        params = None
-        if cfg is not None:
-            params = np.stack([sample_params(cfg, seed=self.seed, epoch=epoch, key=k, src_size=S) for k in keys])
-        fast_cpu = cfg is not None and not self.device_augment and not cfg.affine_p
+        params = None if cfg is None else batch_params(cfg, seed=self.seed, epoch=epoch, keys=keys, src_size=S)
+        on_cpu = cfg is not None and not self.device_augment  # the workers augment
+        fast_cpu, cpu_affine = on_cpu and not cfg.affine_p, on_cpu and bool(cfg.affine_p)
         O = (cfg.size or S) if fast_cpu else S
         ref = None
         info = get_worker_info()
-        uses_ring = (self.ring is not None and info is not None and not self.normalize
-                     and not (cfg is not None and not self.device_augment and cfg.affine_p))
+        uses_ring = self.ring is not None and info is not None and not self.normalize and not cpu_affine
         # [B, O, O, 3] in memory, seen as [B, 3, O, O] channels-last: augmented on the CPU, or the
         # stored [S, S, 3] arrays copied as they are
         shape = (n, O, O, 3)
@@ -328,14 +327,14 @@ class ShardDataset(IterableDataset):
             for i, s in enumerate(samples):
                 flat[i] = np.frombuffer(s.pixels, np.uint8)
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
-        if cfg is not None and not self.device_augment and cfg.affine_p:
+        if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
         if self.normalize:
             images = normalize(images.float(), self.shards.mean, self.shards.std)
         if ref is not None:
             self.ring.publish(ref)
-            images = ref  # the main process swaps the slot's copy back in (ShardLoader.__iter__)
+            images = ref  # the main process puts the slot's images in its place (ShardLoader._through_ring)
         out: tuple = (images, labels)
         if self.device_augment:
             out += (torch.from_numpy(params.astype(np.float32)),)

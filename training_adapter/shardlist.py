@@ -21,6 +21,7 @@ import numpy as np
 
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.index import INDEX_FILE, load_index, parse_index_meta
+from wds_tools.shardlist import expand_pattern
 
 __all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
 
@@ -45,12 +46,6 @@ class ShardList:
 def _scheme(url: str) -> str:
     s = urlparse(url).scheme
     return "" if len(s) <= 1 else s
-
-
-def _expand(pattern: str) -> list[str]:
-    import braceexpand
-
-    return list(braceexpand.braceexpand(pattern))
 
 
 def _from_index_meta(meta: dict, base: str, split: str, where: str, join) -> ShardList:
@@ -82,7 +77,7 @@ def _object_store(spec: str, split: str) -> ShardList:
     from wds_tools.storage import read_input
 
     if spec.endswith(".tar") or "{" in spec:
-        urls, index_url = _expand(spec), f"{posixpath.dirname(spec)}/{INDEX_FILE}"
+        urls, index_url = expand_pattern(spec), f"{posixpath.dirname(spec)}/{INDEX_FILE}"
     else:
         urls, index_url = None, spec if spec.endswith(INDEX_FILE) else f"{spec}/{INDEX_FILE}"
     try:
@@ -97,8 +92,13 @@ def _object_store(spec: str, split: str) -> ShardList:
     base = posixpath.dirname(index_url)
     if urls is None:
         return _from_index_meta(meta, base, split, index_url, lambda b, n: f"{b}/{n}")
-    by_name = {f"{base}/{s['name']}": int(s["samples"]) for s in meta.get("shards", [])}
-    counts = [by_name[u] for u in urls] if all(u in by_name for u in urls) else None
+    return _with_meta(urls, [u.rsplit("/", 1)[1] if posixpath.dirname(u) == base else None for u in urls], meta)
+
+
+def _with_meta(urls: list[str], names: list[str | None], meta: dict) -> ShardList:
+    """``urls`` (shard file ``names``) with the index's samples per shard, when it lists them all, and stats."""
+    by_name = {s["name"]: int(s["samples"]) for s in meta.get("shards", [])}
+    counts = [by_name[n] for n in names] if all(n in by_name for n in names) else None
     return ShardList(urls, counts, meta.get("mean"), meta.get("std"), meta.get("size"), meta.get("classes"))
 
 
@@ -111,22 +111,18 @@ def _local_counts(urls: list[str]) -> ShardList:
         idx = load_index(folder)
     except IndexFormatError:
         return ShardList(urls)
-    by_name = {s["name"]: int(s["samples"]) for s in idx.shards}
-    names = [Path(u).name for u in urls]
-    counts = [by_name[n] for n in names] if all(n in by_name for n in names) else None
-    m = idx.meta
-    return ShardList(urls, counts, m.get("mean"), m.get("std"), m.get("size"), m.get("classes"))
+    return _with_meta(urls, [Path(u).name for u in urls], idx.meta)
 
 
 def _resolve_one(spec: str, split: str) -> ShardList:
     spec = spec.strip()
     scheme = _scheme(spec)
     if scheme == "pipe":
-        return ShardList(_expand(spec))
+        return ShardList(expand_pattern(spec))
     if scheme in _REMOTE:
         if spec.rstrip("/").endswith(INDEX_FILE):
             return _remote_index(spec.rstrip("/"), split)
-        return ShardList(_expand(spec))
+        return ShardList(expand_pattern(spec))
     if scheme not in ("", "file"):  # s3://, gs://...: read through fsspec
         return _object_store(spec.rstrip("/"), split)
     path = urlparse(spec).path if scheme == "file" else spec
@@ -134,7 +130,7 @@ def _resolve_one(spec: str, split: str) -> ShardList:
     if p.is_dir() or p.name == INDEX_FILE:
         idx = load_index(p)
         return _from_index_meta(idx.meta, str(idx.root), split, str(p), lambda b, n: str(Path(b) / n))
-    urls = _expand(str(p))
+    urls = expand_pattern(str(p))
     missing = [u for u in urls if not Path(u).is_file()]
     if missing:
         raise ShardError(f"{spec}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "

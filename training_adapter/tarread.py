@@ -17,12 +17,12 @@ from urllib.request import url2pathname
 import numpy as np
 
 from wds_tools.errors import ShardError
+from wds_tools.tarscan import BLOCK as _BLOCK
 from wds_tools.tarscan import TarChecksumError, TarHeaderError, decode_header
 
 __all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name"]
 
 DEFAULT_CHUNK = 8 << 20
-_BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
 _NAME_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from .errors import IndexFormatError, OptionError
 from .index import INDEX_FILE, DatasetIndex, load_index
 
-__all__ = ["Target", "resolve_target", "newest_dataset", "shard_split"]
+__all__ = ["Target", "resolve_target", "newest_dataset", "shard_split", "expand_pattern"]
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
 
@@ -52,7 +52,8 @@ def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> Path:
     return max(found, key=lambda t: (t[0], str(t[1])))[1]
 
 
-def _expand(pattern: str) -> list[str]:
+def expand_pattern(pattern: str) -> list[str]:
+    """A webdataset brace pattern (``train-{000000..000041}.tar``) as its list of names."""
     import braceexpand  # installed with webdataset
 
     return list(braceexpand.braceexpand(pattern))
@@ -77,7 +78,7 @@ def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "
         idx = load_index(p)
         return Target(text, idx.root, idx, [idx.root / s["name"] for s in idx.shards])
     if "{" in text or p.suffix == ".tar":
-        files = [Path(f) for f in _expand(text)] if "{" in text else [p]
+        files = [Path(f) for f in expand_pattern(text)] if "{" in text else [p]
         if not files:
             raise OptionError(f"{text}: the pattern names no files")
         folders = {f.parent for f in files}

@@ -21,13 +21,14 @@ import numpy as np
 from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
 from .index import INDEX_FILE, DatasetIndex, read_npz
 from .shardlist import Target, resolve_target, shard_split
+from .plan import NPY_HEADER_BYTES
 from .tarscan import CHUNK, TarWalker, iter_chunks
+from .tarwrite import read_npy_header
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
 
 SCHEMA = "wds-tools-stats/1"
-NPY_HEADER = 128
 TOP_DRIFT = 5  # shards named as deviating most, per split
 TEXT_CLASSES = 20  # classes listed in the text table; --json has them all
 
@@ -353,7 +354,7 @@ def _scan_shard(path: Path) -> _ShardScan:
     hist = np.zeros(768, dtype=np.int64)
 
     def capture(name: str) -> int:
-        return NPY_HEADER if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else 0)
+        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else 0)
 
     walker = TarWalker(capture)
     done = 0  # members before this one are fully counted
@@ -364,11 +365,11 @@ def _scan_shard(path: Path) -> _ShardScan:
         i = done
         while i < len(walker.members):
             m = walker.members[i]
-            if m.name.endswith(".npy") and m.size > NPY_HEADER:
-                lo, hi = max(m.offset + NPY_HEADER, base), min(m.offset + m.size, end)
+            if m.name.endswith(".npy") and m.size > NPY_HEADER_BYTES:
+                lo, hi = max(m.offset + NPY_HEADER_BYTES, base), min(m.offset + m.size, end)
                 if lo < hi:
                     arr = np.frombuffer(chunk[lo - base:hi - base], dtype=np.uint8)
-                    phase = (lo - m.offset - NPY_HEADER) % 3
+                    phase = (lo - m.offset - NPY_HEADER_BYTES) % 3
                     np.add(hist, np.bincount(arr + _channels()[phase:phase + len(arr)], minlength=768), out=hist)
                 if m.offset + m.size > end:
                     break  # it goes on in the next chunk
@@ -408,14 +409,11 @@ def _scan_shard(path: Path) -> _ShardScan:
 
 
 def _npy_side(header: bytes) -> int | None:
-    import ast
-
     try:
-        d = ast.literal_eval(header[10:].decode("latin1").strip())
-        shape = d["shape"]
-        return int(shape[0]) if len(shape) == 3 and shape[0] == shape[1] else None
-    except (ValueError, SyntaxError, KeyError, TypeError, IndexError):
+        shape = read_npy_header(header)[1]
+    except (ValueError, EOFError):
         return None
+    return int(shape[0]) if len(shape) == 3 and shape[0] == shape[1] else None
 
 
 def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:

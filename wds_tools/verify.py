@@ -8,7 +8,6 @@ with small reads; without an index (``scan``) the tars are checked against each 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -23,12 +22,12 @@ import xxhash
 from .index import INDEX_FILE, read_npz
 from .shardlist import Target, resolve_target
 from .tarscan import BLOCK, TarWalker, iter_chunks, scan_file, walk_headers
-from .tarwrite import npy_header
+from .plan import NPY_HEADER_BYTES
+from .tarwrite import npy_header, read_npy_header
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
 SCHEMA = "wds-tools-verify/1"
-NPY_HEADER = 128
 MEMBERS = ("cls", "json", "npy")
 MAX_PER_KIND = 20  # problems of one kind listed per shard; the rest are summed up in one more
 
@@ -263,7 +262,7 @@ def _duplicate_keys_in_index(keys: np.ndarray, shard: np.ndarray, shards: list[d
 
 
 def _capture_npy(name: str) -> int:
-    return NPY_HEADER if name.endswith(".npy") else 0
+    return NPY_HEADER_BYTES if name.endswith(".npy") else 0
 
 
 def _check_full(job: _Job) -> _Result:
@@ -336,7 +335,7 @@ def _compare(job: _Job, walker: TarWalker) -> list[Problem]:
     act = [(m.name, m.offset, m.size) for m in walker.members]
     seen = Counter(n for n, _, _ in act)
     # members past the point where the walk stopped were not reached: the damage there covers them
-    reach = walker.members[-1].offset + walker.members[-1].size if walker.members else 0
+    reach = walker.reached
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
     if walker.error:
         kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
@@ -393,7 +392,7 @@ def _damaged_samples(job: _Job, walker: TarWalker, size: int) -> list[Problem]:
     indexed members past that point that lie within the file.
     """
     at = {(m.name, m.offset, m.size) for m in walker.members}
-    reach = walker.members[-1].offset + walker.members[-1].size if walker.members else 0
+    reach = walker.reached
 
     def readable(name: str, o: int, n: int) -> bool:
         return (name, o, n) in at or (walker.error is not None and o >= reach and o + n <= size)
@@ -424,13 +423,11 @@ def _damaged_samples(job: _Job, walker: TarWalker, size: int) -> list[Problem]:
 
 def _describe_npy(header: bytes) -> str:
     try:
-        buf = io.BytesIO(header)
-        version = np.lib.format.read_magic(buf)
-        if version != (1, 0):
-            return f"NPY version {version[0]}.{version[1]}"
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(buf)
+        version, shape, fortran, dtype, _ = read_npy_header(header)
     except (ValueError, EOFError):
         return "no valid NPY header"
+    if version != (1, 0):
+        return f"NPY version {version[0]}.{version[1]}"
     return f"dtype {dtype.str}, shape {list(shape)}" + (", Fortran order" if fortran else "")
 
 
