@@ -144,6 +144,7 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert "truncated" in reasons["trunc"]
     assert all(e["path"].startswith("img/") and e["line"] > 1 for e in errors)
     assert "trunc" not in load_index(res.out_dir).samples.keys
+    assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"
     # the same errors over a lower threshold: the run completes but says so
     res2 = _run(manifest, tmp_path / "out2", max_errors="3")
     assert res2.failed == 4 and res2.max_errors_exceeded and res2.samples_written == 30
@@ -267,3 +268,12 @@ def test_image_folder_source(tmp_path):
     assert idx.classes == ["cat", "dog"] and idx.meta["build"]["source"]["kind"] == "image-folder"
     sample = next(iter(wds.WebDataset(res.splits["train"]["urls"], shardshuffle=False).decode()))
     assert sample["json"]["original_key"].split("/")[0] in ("cat", "dog")
+
+
+def test_index_names_the_errors_file_when_only_the_scan_failed(tmp_path):
+    """A file missing at the header scan (never sent to a shard task) is still named by the index."""
+    root = tmp_path / "c"
+    rows = make_images(root, 6) + [{"key": "missing", "path": "img/none.jpg", "label": "a"}]
+    res = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", max_errors="1")
+    assert res.failed == 1 and Path(res.errors_file).is_file()
+    assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"

@@ -127,8 +127,9 @@ def _read_meta(store: Store) -> dict:
         raise OutputExistsError(f"{e}; nothing was changed") from None
 
 
-def _prepare_dest(store: Store, spec: dict) -> str:
-    """'complete', 'resume' or 'fresh'; refuse a folder made with other options or another source."""
+def _prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
+    """('complete', its index meta), ('resume', None) or ('fresh', None); refuse a folder made with
+    other options or another source."""
     dest, run_file = store.root, store.join(WORK_DIR, "run.json")
     if store.exists(store.join(INDEX_FILE)):
         meta = _read_meta(store)
@@ -141,7 +142,7 @@ def _prepare_dest(store: Store, spec: dict) -> str:
                 f"({'; '.join(diffs[:6])}). Nothing was changed. Choose another --version or --out, "
                 f"or remove {dest} to convert again."
             )
-        return "complete"
+        return "complete", meta
     if store.exists(run_file):
         try:
             old = json.loads(store.read_bytes(run_file))
@@ -154,14 +155,14 @@ def _prepare_dest(store: Store, spec: dict) -> str:
                 f"({'; '.join(diffs[:6])}). Run the original command again to finish it, or remove "
                 f"{dest} to start over."
             )
-        return "resume"
+        return "resume", None
     others = [name for name in store.names(dest) if name not in (ERRORS_FILE, WORK_DIR)]
     if others:
         raise OutputExistsError(
             f"{dest} exists and holds files wds-tools did not write ({', '.join(others[:5])}); "
             "nothing was changed. Choose another --version or --out, or remove the folder."
         )
-    return "fresh"
+    return "fresh", None
 
 
 def _bar(total: int, desc: str, unit: str, enabled: bool):
@@ -284,11 +285,18 @@ def convert(
     store = Store(dest)
     spec = _spec(src, version=version, size=size, resize=resize, shard_size=n_per_shard, seed=seed,
                  val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
-    state = _prepare_dest(store, spec)
+    state, done_meta = _prepare_dest(store, spec)
     result = ConvertResult(out_dir=str(dest), dataset_version=version, size=size,
                            max_errors_allowed=_allowed_errors(max_err, len(src.rows)), dry_run=dry_run)
     if state == "complete":
-        return _result_from_index(result, store, t0)
+        _result_from_index(result, store, done_meta)
+        errors = store.join(ERRORS_FILE)
+        result.errors_file = errors if store.exists(errors) else None
+        if result.errors_file:
+            result.failed = store.read_bytes(errors).count(b"\n")
+        result.already_complete = True
+        result.seconds = round(time.perf_counter() - t0, 3)
+        return result
     base_index = _select_base(os.fspath(out), str(version), size, resize, decode, reuse, base)
     result.base = base_index.version if base_index is not None else None
 
@@ -416,20 +424,20 @@ def _run(src: Source, store: Store, work: str, spec: dict, runner, result: Conve
     # 4. index: written last, from the per-shard columns
     for t in tasks:
         failures += metas[t.name]["failed"]
-    meta = _assemble_index(store, work, tasks, metas, spec, src, settings, base)
-    result.errors_file = _write_errors(store, failures)
+    result.errors_file = _write_errors(store, failures)  # before the index, which names it
+    meta = _assemble_index(store, work, tasks, metas, spec, src, settings, base, result.errors_file is not None)
     planned = {t.name for t in tasks}
     for name in store.names(store.root):  # leftovers of an interrupted run whose plan has since changed
         if (name.endswith(".tar") and name not in planned) or ".partial" in name:
             store.remove(store.join(name))
     store.rmtree(work)
 
-    result = _result_from_index(result, store, t0, meta)
+    _result_from_index(result, store, meta)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
     result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0
-    result.already_complete = False
+    result.seconds = round(time.perf_counter() - t0, 3)
     return result
 
 
@@ -458,7 +466,8 @@ def _dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: lis
 
 
 def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
-                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None) -> dict:
+                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None,
+                    has_errors: bool) -> dict:
     parts = []
     for shard_id, t in enumerate(tasks):
         cols = read_npz(io.BytesIO(store.read_bytes(join(work, t.name + ".npz"))))
@@ -521,24 +530,14 @@ def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict
         "stats_split": stats_split or "all",
         "splits": dict(sorted(splits.items())),
         "shards": shard_entries,
-        "errors_file": None,
+        "errors_file": ERRORS_FILE if has_errors else None,
     }
-    if any(m["failed"] for m in metas.values()) or store.exists(store.join(ERRORS_FILE)):
-        meta["errors_file"] = ERRORS_FILE
     return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
 
 
-def _result_from_index(result: ConvertResult, store: Store, t0: float, meta: dict | None = None) -> ConvertResult:
-    """Fill ``result`` from the index (``meta`` when the caller just wrote it, else read)."""
-    meta = meta if meta is not None else _read_meta(store)
+def _result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
+    """Fill ``result``'s totals from an index's meta."""
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
     result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
                             "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}
-    errors = store.join(ERRORS_FILE)
-    result.errors_file = errors if store.exists(errors) else None
-    if result.errors_file:
-        result.failed = store.read_bytes(errors).count(b"\n")
-    result.already_complete = True
-    result.seconds = round(time.perf_counter() - t0, 3)
-    return result
