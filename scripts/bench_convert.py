@@ -42,6 +42,7 @@ from PIL import Image
 
 from wds_tools.convert import convert
 from wds_tools.decode import decode_file
+from wds_tools.runner import usable_cpus
 from wds_tools.synth import jpeg_bytes, photo_like
 
 WIDTH, HEIGHT, QUALITY = 4032, 3024, 92
@@ -58,8 +59,7 @@ def machine() -> dict[str, str]:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cores (os.cpu_count)": str(os.cpu_count()), "cores usable (affinity)": str(affinity),
+    return {"cores (os.cpu_count)": str(os.cpu_count()), "cores usable (affinity)": str(usable_cpus()),
             "CPU": cpu, "Python": platform.python_version(), "Pillow": PIL.__version__,
             "platform": platform.platform()}
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import statistics
 import sys
 import tarfile
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_adapter import make_loader  # noqa: E402
 from wds_tools.convert import convert  # noqa: E402
+from wds_tools.runner import usable_cpus  # noqa: E402
 from wds_tools.synth import jpeg_bytes, photo_like  # noqa: E402
 
 SIZE = 224
@@ -221,7 +221,7 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     work = Path(args.work) / f"n{args.samples}"  # a corpus per size: longer epochs amortize worker start-up
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cpus()
     t0 = time.perf_counter()
     shards = build(work, args.samples)
     base = build_baselines(work, shards)

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_convert import ensure_corpus, machine  # noqa: E402
 from bench_loader import build, rate  # noqa: E402
+from bench_verify import drop_cache  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
 
@@ -91,10 +92,7 @@ def loader(work: Path, samples: int, repeats: int) -> tuple[float, float]:
                      repeats)
 
         def cold_loader():  # local disk, not the page cache: drop each shard's cached pages first
-            for p in shards.glob("*.tar"):
-                fd = os.open(p, os.O_RDONLY)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                os.close(fd)
+            drop_cache(sorted(shards.glob("*.tar")))
             return make_loader(str(shards), batch_size=64, train=False, num_workers=0, split="train")
 
         cold = rate(cold_loader, repeats)

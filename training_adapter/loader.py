@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.plan import NPY_HEADER_BYTES
+from wds_tools.runner import usable_cpus
 from wds_tools.tarwrite import read_npy_header
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
@@ -484,7 +485,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     if std is not None:
         shards.std = list(std)
     if num_workers is None:
-        num_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        num_workers = usable_cpus()
     if not isinstance(num_workers, int) or num_workers < 0:
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
     if isinstance(augment, dict):

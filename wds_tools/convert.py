@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
@@ -21,11 +20,12 @@ from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
 from .errors import IndexFormatError, OptionError, OutputExistsError, WdsToolsError
 from .fsutil import dumps_canonical
 from .index import (
-    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, parse_index_meta, read_npz, write_index,
+    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, histogram_mean_std, parse_index_meta,
+    read_npz, write_index,
 )
 from .plan import parse_shard_size, plan_split, url_pattern
 from .reuse import Base, find_base
-from .runner import EXECUTORS, make_runner
+from .runner import EXECUTORS, make_runner, usable_cpus
 from .storage import Store, is_remote, join
 from .source import Source, SourceRow, read_source
 from .write import SampleTask, ShardTask, fingerprint_files, scan_files
@@ -33,6 +33,7 @@ from .write import SampleTask, ShardTask, fingerprint_files, scan_files
 __all__ = ["convert", "ConvertResult", "TooManyErrorsError", "parse_max_errors", "WORK_DIR"]
 
 WORK_DIR = ".wds-tools-work"
+_NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
 _VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SCAN_CHUNK = 256  # rows per header-scan task
 _HASH_CHUNK = 32  # rows per fingerprint task: whole files are read, so keep tasks small
@@ -172,19 +173,6 @@ def _bar(total: int, desc: str, unit: str, enabled: bool):
                 dynamic_ncols=True, leave=True)
 
 
-def _mean_std(hist: np.ndarray) -> tuple[list[float], list[float]]:
-    """Per-channel mean and std in [0, 1] units from a [3, 256] histogram."""
-    hist = hist.reshape(3, 256).astype(np.float64)
-    v = np.arange(256, dtype=np.float64)
-    n = hist.sum(axis=1)
-    if not n.all():
-        return [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
-    mean = (hist @ v) / n
-    var = (hist @ (v * v)) / n - mean * mean
-    std = np.sqrt(np.maximum(var, 0.0))
-    return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
-
-
 def _write_errors(store: Store, failures: list[dict]) -> str | None:
     path = store.join(ERRORS_FILE)
     if not failures:
@@ -274,7 +262,7 @@ def convert(
     if executor not in EXECUTORS:
         raise OptionError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
     if workers is None and executor == "local":
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = usable_cpus()
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise OptionError(f"--workers {workers!r}: expected a positive integer")
     n_per_shard = parse_shard_size(shard_size, size)
@@ -470,7 +458,8 @@ def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict
                     has_errors: bool) -> dict:
     parts = []
     for shard_id, t in enumerate(tasks):
-        cols = read_npz(io.BytesIO(store.read_bytes(join(work, t.name + ".npz"))))
+        part = join(work, t.name + ".npz")
+        cols = read_npz(part, data=store.read_bytes(part))
         cols["shard"] = np.full(len(cols["key"]), shard_id, dtype="<u4")
         parts.append(cols)
     columns: dict[str, np.ndarray] = {}
@@ -507,10 +496,10 @@ def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict
         hist_by_split[t.split] = hist_by_split.get(t.split, np.zeros(768, np.int64)) + np.array(meta["histogram"], np.int64)
     for split, sp in splits.items():
         sp["urls"] = url_pattern(split, sp["shards"])
-        sp["mean"], sp["std"] = _mean_std(hist_by_split[split])
+        sp["mean"], sp["std"] = histogram_mean_std(hist_by_split[split], empty=_NO_PIXELS)
     stats_split = "train" if "train" in splits else None
     total_hist = hist_by_split["train"] if stats_split else sum(hist_by_split.values(), np.zeros(768, np.int64))
-    mean, std = _mean_std(total_hist)
+    mean, std = histogram_mean_std(total_hist, empty=_NO_PIXELS)
     class_counts = [sum(sp["class_counts"][c] for sp in splits.values()) for c in range(n_classes)]
     meta = {
         "format": FORMAT_NAME,

@@ -32,6 +32,7 @@ __all__ = [
     "SampleTable",
     "load_index",
     "parse_index_meta",
+    "histogram_mean_std",
     "write_index",
     "write_npz",
     "read_npz",
@@ -89,10 +90,12 @@ def write_npz(columns: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def read_npz(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """Every column of a .npz, or only ``names`` (the others are not read)."""
+def read_npz(path: str | os.PathLike, names: Iterable[str] | None = None, *,
+             data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Every column of a .npz, or only ``names`` (the others are not read); from ``data`` when the
+    caller already holds the file's bytes (``path`` then only names it in errors)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as z:
             if names is None:
                 return {name: z[name] for name in z.files}
             names = tuple(names)
@@ -196,6 +199,20 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
             f"{where} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
         )
     return meta
+
+
+def histogram_mean_std(hist: np.ndarray, empty=(None, None)):
+    """Per-channel mean and std in [0, 1] units (index.json's ``mean``/``std``) from a [3, 256] pixel
+    value histogram; ``empty`` when a channel has no pixels."""
+    hist = hist.reshape(3, 256).astype(np.float64)
+    n = hist.sum(axis=1)
+    if not n.all():
+        return empty
+    v = np.arange(256, dtype=np.float64)
+    mean = (hist @ v) / n
+    var = (hist @ (v * v)) / n - mean * mean
+    std = np.sqrt(np.maximum(var, 0.0))
+    return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
 
 
 def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,

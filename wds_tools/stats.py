@@ -13,16 +13,17 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
-from .index import INDEX_FILE, DatasetIndex, read_npz
+from .index import INDEX_FILE, DatasetIndex, histogram_mean_std, read_npz
 from .shardlist import Target, resolve_target, shard_split
 from .plan import NPY_HEADER_BYTES
-from .tarscan import CHUNK, TarWalker, iter_chunks
+from .runner import usable_cpus
+from .tarscan import CHUNK, TarWalker, scan_file
 from .tarwrite import read_npy_header
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
@@ -133,7 +134,7 @@ class SplitStats:
     def samples(self) -> int:
         return int(self.shard_samples.sum())
 
-    @property
+    @cached_property
     def class_counts(self) -> np.ndarray:
         return self.shard_class_counts.sum(axis=0)
 
@@ -142,21 +143,24 @@ class SplitStats:
         total = self.class_counts.sum()
         return self.class_counts / total if total else np.zeros(len(self.class_counts))
 
+    @cached_property
+    def _deviation(self) -> np.ndarray:
+        """[shards, classes]: |class share in the shard - share in the split| (0 for an empty shard)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = self.shard_class_counts / self.shard_samples[:, None]
+        return np.nan_to_num(np.abs(share - self.class_share[None, :]), nan=0.0)
+
     @property
     def drift(self) -> np.ndarray:
         """Per shard, the largest |class share - split share| in percentage points (NaN: empty shard)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = self.shard_class_counts / self.shard_samples[:, None]
-        dev = np.abs(share - self.class_share[None, :]) * 100
+        dev = self._deviation
         if dev.shape[1] == 0:
             return np.zeros(len(dev))
-        return np.where(self.shard_samples > 0, np.nanmax(np.nan_to_num(dev, nan=0.0), axis=1), np.nan)
+        return np.where(self.shard_samples > 0, dev.max(axis=1) * 100, np.nan)
 
     @property
     def drift_class(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = self.shard_class_counts / self.shard_samples[:, None]
-        dev = np.nan_to_num(np.abs(share - self.class_share[None, :]), nan=0.0)
+        dev = self._deviation
         return dev.argmax(axis=1) if dev.shape[1] else np.zeros(len(dev), dtype=np.int64)
 
     def to_dict(self, classes: list[str]) -> dict:
@@ -271,7 +275,7 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte).
     """
     t0 = time.perf_counter()
-    workers = (os.cpu_count() or 1) if workers is None else workers
+    workers = usable_cpus() if workers is None else workers
     distribute([], world_size, workers)  # validate before any reading
     target = resolve_target(path, out=out, need_index=not scan)
     if scan:
@@ -330,19 +334,6 @@ class _ShardScan:
     size: int | None
 
 
-def _mean_std(hist: np.ndarray) -> tuple[list[float], list[float]] | tuple[None, None]:
-    """Per-channel mean and std in [0, 1] units from a [3, 256] histogram (as the converter computes them)."""
-    hist = hist.reshape(3, 256).astype(np.float64)
-    n = hist.sum(axis=1)
-    if not n.all():
-        return None, None
-    v = np.arange(256, dtype=np.float64)
-    mean = (hist @ v) / n
-    var = (hist @ (v * v)) / n - mean * mean
-    std = np.sqrt(np.maximum(var, 0.0))
-    return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
-
-
 @lru_cache(maxsize=1)
 def _channels() -> np.ndarray:
     """0, 256, 512 repeated over a chunk: pixel byte + this = its bin in an R|G|B histogram."""
@@ -376,15 +367,14 @@ def _scan_shard(path: Path) -> _ShardScan:
             i += 1
         return i
 
+    def on_chunk(part: memoryview) -> None:
+        nonlocal done
+        done = count_pixels(walker.pos - len(part), part)
+
     try:
-        base = 0
-        for part in iter_chunks(path):
-            walker.feed(part)
-            done = count_pixels(base, part)
-            base += len(part)
+        scan_file(path, on_chunk=on_chunk, walker=walker)
     except OSError as e:
         raise ShardError(f"cannot read shard {path}: {e.strerror or e}") from None
-    walker.finish()
     if walker.error:
         raise ShardError(f"{path}: {walker.error}; run `wds-tools verify` for a full report")
     labels: list[int] = []
@@ -421,7 +411,7 @@ def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:
     missing = [p for p in paths if not p.is_file()]
     if missing:
         raise ShardError(f"{len(missing)} shard(s) missing, first: {missing[0]}; run `wds-tools verify`")
-    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1) or 1) as ex:
+    with ThreadPoolExecutor(max_workers=min(len(paths), usable_cpus()) or 1) as ex:
         scans = list(ex.map(_scan_shard, paths))
     n_classes = max((max(s.labels) + 1 for s in scans if s.labels), default=0)
     names: dict[int, str] = {}
@@ -439,13 +429,13 @@ def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:
         counts = np.array([np.bincount(np.array(s.labels, dtype=np.int64), minlength=n_classes)
                            for s in group], dtype=np.int64).reshape(len(group), n_classes)
         hists[name] = sum((s.hist for s in group), np.zeros(768, np.int64))
-        mean, std = _mean_std(hists[name])
+        mean, std = histogram_mean_std(hists[name])
         splits[name] = SplitStats(name, [s.name for s in group], samples,
                                   np.array([s.bytes for s in group], dtype=np.int64), counts, mean, std,
                                   distribute(samples, world_size, workers))
     stats_split = "train" if "train" in hists else "all"
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))
-    mean, std = _mean_std(total)
+    mean, std = histogram_mean_std(total)
     sizes = {s.size for s in scans if s.size is not None}
     return StatsReport("scan", target.path, str(target.root), None, None,
                        sizes.pop() if len(sizes) == 1 else None, classes, splits,

@@ -212,13 +212,16 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
 
 
 def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
-              on_chunk: Callable[[memoryview], None] | None = None, *, chunk: int = CHUNK) -> TarWalker:
-    """Read a whole tar in large chunks, feeding each to ``on_chunk`` (e.g. a hash) and to a walker."""
-    walker = TarWalker(capture)
+              on_chunk: Callable[[memoryview], None] | None = None, *, chunk: int = CHUNK,
+              walker: TarWalker | None = None) -> TarWalker:
+    """Read a whole tar in large chunks, feeding each to a walker, then to ``on_chunk`` (e.g. a hash;
+    the walker already lists the members that start in it). Pass ``walker`` to keep what it saw
+    when the read fails (``walker.pos``: the bytes read)."""
+    walker = walker if walker is not None else TarWalker(capture)
     for part in iter_chunks(path, chunk):
+        walker.feed(part)
         if on_chunk is not None:
             on_chunk(part)
-        walker.feed(part)
     return walker.finish()
 
 

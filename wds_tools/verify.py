@@ -21,8 +21,9 @@ import xxhash
 
 from .index import INDEX_FILE, read_npz
 from .shardlist import Target, resolve_target
-from .tarscan import BLOCK, TarWalker, iter_chunks, scan_file, walk_headers
+from .tarscan import BLOCK, TarWalker, scan_file, walk_headers
 from .plan import NPY_HEADER_BYTES
+from .runner import usable_cpus
 from .tarwrite import npy_header, read_npy_header
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
@@ -148,7 +149,7 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
     target = resolve_target(path, out=out, need_index=not scan)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
-    threads = threads or 2 * (os.cpu_count() or 1)
+    threads = threads or 2 * usable_cpus()
     if scan or target.index is None:
         report = _verify_scan(target, quick, threads)
     else:
@@ -186,10 +187,11 @@ def _verify_index(target: Target, quick: bool, threads: int) -> VerifyReport:
     idx = target.index
     meta = idx.meta
     report = VerifyReport(target.path, str(idx.root), str(idx.root / INDEX_FILE), "quick" if quick else "full")
-    report.problems += _check_samples_file(idx.root, meta, quick)
+    problems, table = _check_samples_file(idx.root, meta, quick)
+    report.problems += problems
     names = ["key", "label", "shard", "npy_xxh3"] + [f"{m}_{w}" for m in MEMBERS for w in ("offset", "length")]
     try:
-        cols = read_npz(idx.root / meta["samples_file"]["name"], names=names)
+        cols = read_npz(idx.root / meta["samples_file"]["name"], names=names, data=table)
     except Exception as e:  # noqa: BLE001 - any damage to the table is reported, not raised
         report.problems.append(Problem(meta["samples_file"]["name"], "index", str(e)))
         return report
@@ -230,23 +232,25 @@ def _verify_index(target: Target, quick: bool, threads: int) -> VerifyReport:
     return report
 
 
-def _check_samples_file(root: Path, meta: dict, quick: bool) -> list[Problem]:
+def _check_samples_file(root: Path, meta: dict, quick: bool) -> tuple[list[Problem], bytes | None]:
+    """Problems with samples.npz (size; sha256 unless quick), and its bytes when they were read for the hash."""
     info = meta.get("samples_file") or {}
     name = info.get("name", "samples.npz")
     p = root / name
     if not p.is_file():
-        return [Problem(name, "index", f"{p} does not exist")]
+        return [Problem(name, "index", f"{p} does not exist")], None
     size = p.stat().st_size
     if size != info.get("bytes"):
-        return [Problem(name, "index", f"{size:,} bytes, index.json says {info.get('bytes')}")]
-    if not quick:
-        import hashlib
+        return [Problem(name, "index", f"{size:,} bytes, index.json says {info.get('bytes')}")], None
+    if quick:
+        return [], None
+    import hashlib
 
-        with open(p, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-        if digest != info.get("sha256"):
-            return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(info.get('sha256'))[:16]}...")]
-    return []
+    data = p.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != info.get("sha256"):
+        return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(info.get('sha256'))[:16]}...")], None
+    return [], data
 
 
 def _duplicate_keys_in_index(keys: np.ndarray, shard: np.ndarray, shards: list[dict]) -> list[Problem]:
@@ -268,20 +272,16 @@ def _capture_npy(name: str) -> int:
 def _check_full(job: _Job) -> _Result:
     import hashlib
 
-    sha = hashlib.sha256()
+    sha = hashlib.sha256()  # update releases the GIL: another thread's shard is walked meanwhile
     walker = TarWalker(_capture_npy)
-    size = 0
     try:
-        for part in iter_chunks(job.path):
-            sha.update(part)  # releases the GIL: another thread's shard is walked meanwhile
-            walker.feed(part)
-            size += len(part)
+        scan_file(job.path, on_chunk=sha.update, walker=walker)
     except FileNotFoundError:
         return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
     except OSError as e:
-        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path} (after {size:,} bytes): "
-                                f"{e.strerror or e}")], size, 0)
-    walker.finish()
+        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path} (after {walker.pos:,} bytes): "
+                                f"{e.strerror or e}")], walker.pos, 0)
+    size = walker.pos
     problems = _size_problem(job, size)
     digest = sha.hexdigest()
     if digest != job.sha256:
@@ -521,8 +521,9 @@ def _verify_scan(target: Target, quick: bool, threads: int) -> VerifyReport:
 
 
 def _is_image_header(h: bytes) -> bool:
-    d = _describe_npy(h)
-    if not d.startswith("dtype |u1, shape [") or "Fortran" in d:
+    try:
+        version, shape, fortran, dtype, _ = read_npy_header(h)
+    except (ValueError, EOFError):
         return False
-    shape = json.loads(d.split("shape ", 1)[1])
-    return len(shape) == 3 and shape[0] == shape[1] and shape[2] == 3
+    return (version == (1, 0) and dtype.str == "|u1" and not fortran and len(shape) == 3
+            and shape[0] == shape[1] and shape[2] == 3)
