@@ -11,6 +11,7 @@ from . import __version__
 from .config import CONFIG_FILE, default_map, load_config
 from .decode import RESIZE_MODES
 from .errors import WdsToolsError
+from .runner import EXECUTORS
 
 __all__ = ["cli", "main"]
 
@@ -19,9 +20,9 @@ def _fail(e: WdsToolsError) -> None:
     raise click.ClickException(str(e))
 
 
-def _emit(report, as_json: bool) -> None:
+def _emit(report, as_json: bool, **text_options) -> None:
     """Print a result object: one JSON object with --json, else its own text."""
-    click.echo(json.dumps(report.to_dict(), sort_keys=True) if as_json else report.to_text())
+    click.echo(json.dumps(report.to_dict(), sort_keys=True) if as_json else report.to_text(**text_options))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -85,7 +86,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Take a source file as unchanged when its path, size and mtime equal the base's, "
                    "without reading it. Faster; misses an edit that kept size and mtime.")
 @click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="local: a process pool on this machine; ray: Ray tasks on the cluster ray.init "
                    "reaches (needs the 'ray' extra; sources and --out must be visible to every node).")
 @click.option("--ray-address", default=None,
@@ -132,38 +133,12 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         sys.exit(130)
     except WdsToolsError as e:
         _fail(e)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True))
-    else:
-        _print_convert(result)
+    _emit(result, as_json)
     if result.max_errors_exceeded:
         raise click.ClickException(
             f"{result.failed} source files failed, more than --max-errors allows ({result.max_errors_allowed}); "
             f"see {result.errors_file}"
         )
-
-
-def _print_convert(r) -> None:
-    if r.already_complete:
-        click.echo(f"{r.out_dir} is already converted with these options; nothing to do.")
-    elif r.dry_run:
-        click.echo(f"Dry run, nothing written: {r.out_dir} would hold {sum(s['samples'] for s in r.splits.values()):,} "
-                   f"samples in {r.shards} shards")
-    else:
-        resumed = f", {r.shards_resumed} kept from an interrupted run" if r.shards_resumed else ""
-        click.echo(f"Converted {r.samples_written:,} images into {r.shards} shards{resumed} in {r.out_dir} "
-                   f"({r.seconds:.1f} s, {r.images_per_second:,.1f} images/s)")
-    width = max([len(s) for s in r.splits] + [5])
-    for name, sp in r.splits.items():
-        click.echo(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
-    if r.base is not None or r.dry_run:
-        click.echo(f"  from base {r.base or '(none)'}: {r.reused:,} reused, {r.relabeled:,} relabeled, "
-                   f"{r.decoded:,} decoded, {r.removed:,} removed")
-    for p in r.reuse_problems[:5]:
-        click.echo(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: {p['error']}")
-    if r.failed:
-        where = f" (reasons in {r.errors_file})" if r.errors_file else ""
-        click.echo(f"  failed: {r.failed}{where}")
 
 
 @cli.command()
@@ -187,16 +162,7 @@ def diff(old, new, as_json, limit) -> None:
         result = diff_versions(old, new)
     except WdsToolsError as e:
         _fail(e)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), sort_keys=True))
-        return
-    click.echo(f"{result.old} -> {result.new}: {len(result.added):,} added, {len(result.removed):,} removed, "
-               f"{len(result.changed):,} changed, {len(result.relabeled):,} relabeled, {result.unchanged:,} unchanged")
-    for name in ("added", "removed", "changed", "relabeled"):
-        keys = getattr(result, name)
-        if keys and limit:
-            more = f" ... and {len(keys) - limit:,} more" if len(keys) > limit else ""
-            click.echo(f"  {name}: {' '.join(keys[:limit])}{more}")
+    _emit(result, as_json, limit=limit)
 
 
 # ---------------------------------------------------------------- stats and verify

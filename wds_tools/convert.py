@@ -70,6 +70,32 @@ class ConvertResult:
     max_errors_exceeded: bool = False
     already_complete: bool = False
 
+    def to_text(self) -> str:
+        """What the run did (or would do), per split, with reuse and failure counts."""
+        if self.already_complete:
+            lines = [f"{self.out_dir} is already converted with these options; nothing to do."]
+        elif self.dry_run:
+            lines = [f"Dry run, nothing written: {self.out_dir} would hold "
+                     f"{sum(s['samples'] for s in self.splits.values()):,} samples in {self.shards} shards"]
+        else:
+            resumed = f", {self.shards_resumed} kept from an interrupted run" if self.shards_resumed else ""
+            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards{resumed} in "
+                     f"{self.out_dir} ({self.seconds:.1f} s, {self.images_per_second:,.1f} images/s)"]
+        width = max([len(s) for s in self.splits] + [5])
+        for name, sp in self.splits.items():
+            lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
+                         f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+        if self.base is not None or self.dry_run:
+            lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
+                         f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
+        for p in self.reuse_problems[:5]:
+            lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: "
+                         f"{p['error']}")
+        if self.failed:
+            where = f" (reasons in {self.errors_file})" if self.errors_file else ""
+            lines.append(f"  failed: {self.failed}{where}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

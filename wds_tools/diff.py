@@ -23,6 +23,17 @@ class DiffResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_text(self, limit: int = 20) -> str:
+        """A summary line, then up to ``limit`` keys per kind of change."""
+        lines = [f"{self.old} -> {self.new}: {len(self.added):,} added, {len(self.removed):,} removed, "
+                 f"{len(self.changed):,} changed, {len(self.relabeled):,} relabeled, {self.unchanged:,} unchanged"]
+        for name in ("added", "removed", "changed", "relabeled"):
+            keys = getattr(self, name)
+            if keys and limit:
+                more = f" ... and {len(keys) - limit:,} more" if len(keys) > limit else ""
+                lines.append(f"  {name}: {' '.join(keys[:limit])}{more}")
+        return "\n".join(lines)
+
 
 def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
     """Diff two shards folders (or index files) by sample key, source fingerprint and label name."""
