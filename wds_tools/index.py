@@ -32,6 +32,7 @@ __all__ = [
     "SampleTable",
     "load_index",
     "parse_index_meta",
+    "indexes_newest_first",
     "histogram_mean_std",
     "write_index",
     "write_npz",
@@ -183,6 +184,12 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
     except OSError as e:
         raise IndexFormatError(f"cannot read index {index_path}: {e}") from None
     return DatasetIndex(index_path.parent, parse_index_meta(data, index_path))
+
+
+def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
+    """The folders ``OUT/<version>/<size>/`` that hold an index.json, the most recently written first."""
+    found = [(p.stat().st_mtime_ns, str(p.parent), p.parent) for p in Path(out).glob(f"*/{size}/{INDEX_FILE}")]
+    return [folder for _, _, folder in sorted(found, reverse=True)]
 
 
 def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:

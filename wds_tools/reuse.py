@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 
 from .errors import OptionError
-from .index import INDEX_FILE, DatasetIndex, load_index
+from .index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 from .write import Reuse
 
 __all__ = ["Base", "find_base", "base_incompatibilities"]
@@ -40,13 +40,9 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
                 "reusing them would not equal a fresh conversion. Pass --no-reuse to decode everything."
             )
         return base
-    candidates = []
-    if out.is_dir():
-        for vdir in out.iterdir():
-            index_path = vdir / size / INDEX_FILE
-            if vdir.name != version and index_path.exists():
-                candidates.append((index_path.stat().st_mtime_ns, vdir.name, index_path.parent))
-    for _, _, path in sorted(candidates, reverse=True):
+    for path in indexes_newest_first(out, size):
+        if path.parent.name == version:
+            continue
         try:
             base = load_index(path)
         except Exception:  # an unreadable neighbour is no base, and no reason to fail

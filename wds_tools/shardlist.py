@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import IndexFormatError, OptionError
-from .index import INDEX_FILE, DatasetIndex, load_index
+from .index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 
 __all__ = ["Target", "resolve_target", "newest_dataset", "shard_split", "expand_pattern"]
 
@@ -39,8 +39,11 @@ def shard_split(name: str) -> str:
 def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> Path:
     """The most recently modified ``OUT/<version>/<size>/`` holding index.json (or, if not needed, tars)."""
     out = Path(out)
-    found = [(p.stat().st_mtime, p.parent) for p in out.glob(f"*/*/{INDEX_FILE}")]
-    if not found and not need_index:
+    indexed = indexes_newest_first(out)
+    if indexed:
+        return indexed[0]
+    found = []
+    if not need_index:
         found = [(max(t.stat().st_mtime for t in d.glob("*.tar")), d)
                  for d in out.glob("*/*") if d.is_dir() and any(d.glob("*.tar"))]
     if not found:
