@@ -30,6 +30,24 @@ def make_images(root: Path, n: int, *, classes=("a", "b", "c"), size=(96, 72), s
     return rows
 
 
+def convert_images(root: Path, n: int, *, size: int, shard_size: int, val_every: int | None = None,
+                   **convert_options) -> Path:
+    """n photo-like JPEGs under root/c converted (one worker) into root/out/v1/<size>, which is returned.
+
+    ``val_every``: every so many rows go to val (from row 0); otherwise ``convert_options`` may set
+    ``val_fraction``.
+    """
+    from wds_tools.convert import convert
+
+    rows = make_images(root / "c", n)
+    if val_every:
+        for i, r in enumerate(rows):
+            r["split"] = "val" if i % val_every == 0 else "train"
+    convert(write_manifest(root / "c" / "m.csv", rows), version="v1", size=size, out=root / "out",
+            shard_size=shard_size, workers=1, progress=False, **convert_options)
+    return root / "out" / "v1" / str(size)
+
+
 @pytest.fixture
 def interrupt_writes(monkeypatch):
     """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt.

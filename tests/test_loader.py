@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_images, write_manifest
+from conftest import convert_images
 from training_adapter import AugmentConfig, augment_batch, make_loader, to_device
-from wds_tools.convert import convert
 from wds_tools.errors import OptionError, ShardError
 
 S = 32
@@ -25,13 +24,7 @@ S = 32
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("loader")
-    rows = make_images(root, 48)
-    for i, r in enumerate(rows):
-        r["split"] = "val" if i % 8 == 0 else "train"
-    convert(write_manifest(root / "m.csv", rows), version="v1", size=S, out=root / "shards", shard_size=5,
-            workers=1, progress=False)
-    return root / "shards" / "v1" / str(S)
+    return convert_images(tmp_path_factory.mktemp("loader"), 48, size=S, shard_size=5, val_every=8)
 
 
 def stored(folder: Path, split: str) -> dict[str, np.ndarray]:

@@ -8,21 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_images, write_manifest
+from conftest import convert_images
 from training_adapter.shardlist import plan_epoch, resolve_urls, shard_order
-from wds_tools.convert import convert
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("shardlist")
-    rows = make_images(root, 30)
-    for i, r in enumerate(rows):
-        r["split"] = "val" if i % 6 == 0 else "train"
-    convert(write_manifest(root / "m.csv", rows), version="v1", size=16, out=root / "shards", shard_size=4,
-            workers=1, progress=False)
-    return root / "shards" / "v1" / "16"
+    return convert_images(tmp_path_factory.mktemp("shardlist"), 30, size=16, shard_size=4, val_every=6)
 
 
 def test_folder_index_and_pattern_agree(folder):

@@ -8,10 +8,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_images, write_manifest
+from conftest import convert_images
 from shardkit import build_dataset, copy_tars
 from wds_tools.cli import cli
-from wds_tools.convert import convert
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.index import load_index
 from wds_tools.stats import SCHEMA, compute_stats, distribute
@@ -20,11 +19,7 @@ from wds_tools.stats import SCHEMA, compute_stats, distribute
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """40 real JPEGs converted at 32 px into 8-sample shards (train and val)."""
-    root = tmp_path_factory.mktemp("stats")
-    manifest = write_manifest(root / "c" / "m.csv", make_images(root / "c", 40))
-    convert(manifest, version="v1", size=32, out=root / "out", shard_size=8, workers=1, val_fraction=0.25,
-            progress=False)
-    return root / "out" / "v1" / "32"
+    return convert_images(tmp_path_factory.mktemp("stats"), 40, size=32, shard_size=8, val_fraction=0.25)
 
 
 @pytest.fixture

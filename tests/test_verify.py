@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import make_images, write_manifest
+from conftest import convert_images
 from shardkit import build_dataset, copy_tars, member, rewrite_tar
 from wds_tools.cli import cli
-from wds_tools.convert import convert
 from wds_tools.errors import IndexFormatError
 from wds_tools.index import load_index
 from wds_tools.verify import PROBLEM_KINDS, SCHEMA, verify
@@ -16,11 +15,7 @@ from wds_tools.verify import PROBLEM_KINDS, SCHEMA, verify
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
-    root = tmp_path_factory.mktemp("verify")
-    manifest = write_manifest(root / "c" / "m.csv", make_images(root / "c", 30))
-    convert(manifest, version="v1", size=32, out=root / "out", shard_size=10, workers=1, val_fraction=0.0,
-            progress=False)
-    return root / "out" / "v1" / "32"
+    return convert_images(tmp_path_factory.mktemp("verify"), 30, size=32, shard_size=10, val_fraction=0.0)
 
 
 @pytest.fixture
