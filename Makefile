@@ -13,13 +13,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-## make demo: set up, generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result
+## make demo: set up, generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it
 demo: $(STAMP)
 	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
 	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
 	$(BIN)/python scripts/show_shards.py demo/shards/v1/224
 	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --workers 2
 	cd demo && ../$(BIN)/wds-tools verify shards/v1/224
+	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
 
 ## make test: set up and run the test suite
 test: $(STAMP)

@@ -1,10 +1,14 @@
 """A minimal trainer on wds-tools shards: config -> loaders -> uint8 batches -> normalise on the device.
 
     .venv/bin/python scripts/train_example.py --config train.yaml [--epochs 2] [--steps 20]
+    .venv/bin/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 8 [--random-labels]
 
-The config's ``dataset:`` block is all the loader needs (see README, Training). Runs on CUDA when
-available, else the CPU; with ``device_augment: true`` the random geometry runs on the device too.
-Under torchrun it uses DDP (gloo on CPU, nccl on CUDA).
+The config's ``dataset:`` block is all the loader needs (see README, Training); ``--shards`` stands
+for a config whose train and val URLs are that folder. ``--random-labels`` trains on a fixed random
+label per sample instead of its own: the held-out accuracy it reaches is what a loader that mixes
+up images and labels would give. Runs on CUDA when available, else the CPU; with
+``device_augment: true`` the random geometry runs on the device too. Under torchrun it uses DDP
+(gloo on CPU, nccl on CUDA).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_adapter import augment_batch, load_config, to_device  # noqa: E402
+from training_adapter.config import DatasetConfig  # noqa: E402
 
 
 def small_cnn(classes: int) -> nn.Module:
@@ -32,9 +37,15 @@ def small_cnn(classes: int) -> nn.Module:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="trainer config (.yaml/.toml) with a dataset: block")
+    src.add_argument("--shards", help="a shards folder (train and val splits), e.g. demo/shards/v1/224")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: whole epoch)")
+    ap.add_argument("--batch-size", type=int, default=32, help="with --shards (a config sets its own)")
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--random-labels", action="store_true",
+                    help="train on a fixed random label per sample: the accuracy of a loader that mixes up labels")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -42,24 +53,34 @@ def main() -> None:
     if distributed:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
-    cfg = load_config(args.config).dataset
-    train = cfg.train_loader()  # the one line a trainer changes: shards instead of an image folder
+    if args.config:
+        cfg = load_config(args.config).dataset
+    else:
+        cfg = DatasetConfig(train_urls=args.shards, val_urls=args.shards, loader={"batch_size": args.batch_size})
+    # the one line a trainer changes: shards instead of an image folder
+    train = cfg.train_loader(return_keys=True) if args.random_labels else cfg.train_loader()
+    random_label: dict[str, int] = {}
+    gen = torch.Generator().manual_seed(1)
     val = cfg.val_loader() if cfg.val_urls else None
     mean, std = train.mean, train.std  # from index.json when the urls lead to one
     if mean is None:
         mean, std = [0.5] * 3, [0.25] * 3
-    classes = 1 + max(b[1].max().item() for _, b in zip(range(4), train))
+    classes = len(train.dataset.shards.classes or []) or 1 + max(b[1].max().item() for _, b in zip(range(4), train))
 
     model = small_cnn(classes).to(device).to(memory_format=torch.channels_last)
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(args.epochs):
         train.set_epoch(epoch)
         model.train()
         t0, seen = time.perf_counter(), 0
         for step, batch in enumerate(train):
+            if args.random_labels:  # keys last: one random label per sample for the whole run
+                *batch, keys = batch
+                batch[1] = torch.tensor([random_label.setdefault(k, int(torch.randint(classes, (), generator=gen)))
+                                         for k in keys])
             if cfg.loader.get("device_augment"):
                 images, labels, params = batch  # raw uint8 + per-sample transform params
                 x = augment_batch(images.to(device, non_blocking=True), params, config=cfg.augment,
@@ -79,6 +100,7 @@ def main() -> None:
                 break
         rate = seen / (time.perf_counter() - t0)
         msg = f"epoch {epoch}: loss {loss.item():.3f}, {seen} samples, {rate:,.0f} samples/s"
+        msg += " (random labels)" if args.random_labels else ""
         if val is not None:
             model.eval()
             correct = total = 0

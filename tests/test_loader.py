@@ -81,7 +81,7 @@ def test_train_is_reproducible_and_changes_per_epoch(folder):
 
 
 def test_augmentation_does_not_depend_on_workers(folder):
-    kw = dict(batch_size=3, train=True, seed=7, return_keys=True, shuffle_buffer=0)
+    kw = dict(batch_size=3, train=True, seed=7, return_keys=True)  # the default shuffle buffer
     one = by_key(make_loader(folder, num_workers=0, **kw))
     two = by_key(make_loader(folder, num_workers=2, **kw))
     common = set(one) & set(two)
@@ -304,3 +304,50 @@ def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
     assert seen == ref.keys()
     slots = 2 * (1 + 2 + 2)
     assert lent == batches > slots  # every batch lent, more batches than slots: slots were reclaimed
+
+
+@pytest.mark.parametrize("edit, message", [
+    pytest.param(lambda name, data: data[:-5] if name.endswith(".npy") else data,
+                 r"\.npy member is \d+ bytes; its header says \d+", id="short-npy"),
+    pytest.param(lambda name, data: b"1" * 23 if name.endswith(".cls") else data,
+                 r"\.cls is b'1111.*expected a class index", id="23-digit-cls"),
+    pytest.param(lambda name, data: "٣".encode() if name.endswith(".cls") else data,
+                 r"\.cls is .*expected a class index", id="non-ascii-digit-cls"),
+])
+def test_damaged_members_are_shard_errors_naming_url_and_offset(folder, tmp_path, edit, message):
+    from shardkit import rewrite_tar
+
+    bad = tmp_path / "val-000000.tar"
+    bad.write_bytes((folder / "val-000000.tar").read_bytes())
+    rewrite_tar(bad, lambda members: [(m, edit(m.name, d)) for m, d in members])
+    ld = make_loader(str(bad), batch_size=2, train=False, num_workers=0)
+    with pytest.raises(ShardError, match=rf"{bad}: byte 0: sample '[^']+': {message}"):
+        list(ld)
+    skip = make_loader(str(bad), batch_size=2, train=False, num_workers=0, on_error="skip")
+    assert list(skip) == []
+
+
+def test_on_error_skip_skips_a_malformed_pax_record(folder, tmp_path, caplog):
+    """A PAX header holding a record of length 0 (it used to make the reader loop for ever)."""
+    pax = tarfile.TarInfo("PaxHeader/x")
+    pax.type, pax.size = tarfile.XHDTYPE, 11
+    bad = tmp_path / "val-000000.tar"
+    bad.write_bytes(pax.tobuf(tarfile.USTAR_FORMAT) + b"0 path=a.b\n".ljust(512, b"\0")
+                    + (folder / "val-000000.tar").read_bytes())
+    ld = make_loader(str(bad), batch_size=2, train=False, num_workers=0, on_error="skip")
+    with caplog.at_level(logging.WARNING, logger="training_adapter"):
+        assert list(ld) == []
+    assert "corrupt PAX header at byte 0" in caplog.text
+    with pytest.raises(ShardError, match=rf"{bad}: corrupt PAX header at byte 0: PAX record of length 0"):
+        list(make_loader(str(bad), batch_size=2, train=False, num_workers=0))
+
+
+def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
+    """num_workers left to its default: all cores, but no more than the rank's shards (the demo's one
+    val shard on a many-core machine used to be an error)."""
+    monkeypatch.setattr("training_adapter.loader.usable_cpus", lambda: 16)
+    one = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False)
+    assert one.num_workers == 1 and sum(len(b[1]) for b in one) == 3
+    assert make_loader(folder, batch_size=2, train=True).num_workers == 9  # 9 train shards
+    with pytest.raises(OptionError, match="1 shards cannot feed 1 ranks x 2 workers"):
+        make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=2)

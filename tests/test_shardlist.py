@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import convert_images
@@ -99,3 +99,27 @@ def test_resampled_plan_splits_epoch_batches():
     with pytest.raises(OptionError, match="resampled=True needs epoch_batches"):
         plan_epoch(1, None, batch_size=4, seed=0, epoch=0, rank=0, world=3, num_workers=2,
                    shuffle=True, drop_last=True, resampled=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), world=st.integers(2, 4), workers=st.integers(1, 3), seed=st.integers(0, 5),
+       epoch=st.integers(0, 3))
+def test_spare_shards_never_repeat_within_a_rank(n, world, workers, seed, epoch):
+    """A worker's spares are other ranks' shards, disjoint from every shard and spare of its own rank,
+    taken from the same worker position of ranks r+1, r+2, ... in that order."""
+    assume(n >= world * workers)
+    counts = [5] * n
+    order = shard_order(n, seed=seed, epoch=epoch, shuffle=True)
+    for rank in range(world):
+        plans = plan_epoch(n, counts, batch_size=2, seed=seed, epoch=epoch, rank=rank, world=world,
+                           num_workers=workers, shuffle=True, drop_last=True)
+        own = [i for p in plans for i in p.shards]
+        spares = [i for p in plans for i in p.spares]
+        assert len(spares) == len(set(spares)) and not set(spares) & set(own)
+        assert sorted(own + spares) == list(range(n))
+        for w, p in enumerate(plans):
+            expected = [i for d in range(1, world) for i in order[(rank + d) % world::world][w::workers]]
+            assert p.spares == expected
+    one = plan_epoch(n, counts, batch_size=2, seed=seed, epoch=epoch, rank=0, world=1, num_workers=1,
+                     shuffle=True, drop_last=True)
+    assert one[0].spares == []

@@ -101,3 +101,104 @@ def test_long_names_and_pax(tmp_path):
         tf.addfile(info, io.BytesIO(b"3"))
     assert [(k, sorted(m)) for k, m, _ in iter_samples(str(path))] == [(long_key, ["cls", "txt"])]
     assert [k for k, _, _ in iter_samples(str(tmp_path / "pax.tar"))] == ["dir/ééé"]
+
+
+def _long_name_tar(path: Path, fmt: int, key: str = "k" * 120) -> bytes:
+    """A one-member tar whose name needs a GNU long-name or PAX record (the first member)."""
+    import io
+
+    with tarfile.open(path, "w", format=fmt) as tf:
+        info = tarfile.TarInfo(f"{key}.cls")
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"7"))
+    return path.read_bytes()
+
+
+def _edit_first_member_data(data: bytes, new: bytes) -> bytes:
+    """Replace the data of the tar's first member (a PAX or GNU record) with ``new``, same length,
+    header untouched (a tar header's checksum covers the header only)."""
+    size = int(data[124:136].rstrip(b"\0 "), 8)
+    assert len(new) == size
+    return data[:512] + new + data[512 + size:]
+
+
+@pytest.mark.parametrize("record", [
+    pytest.param(lambda r: b"0" + r[1:], id="length-0"),  # used to loop for ever
+    pytest.param(lambda r: b"9" * (r.index(b" ")) + r[r.index(b" "):], id="length-past-end"),
+    pytest.param(lambda r: b"x" + r[1:], id="length-not-digits"),
+    pytest.param(lambda r: r.replace(b"path=", b"path:"), id="no-equals"),
+    pytest.param(lambda r: r.replace(b"kkkk", b"\xff\xfe\xfd\xfc", 1), id="path-not-utf8"),
+    pytest.param(lambda r: r[:-1] + b"X", id="no-newline"),
+])
+def test_malformed_pax_record_is_a_shard_error(tmp_path, record):
+    data = _long_name_tar(tmp_path / "pax.tar", tarfile.PAX_FORMAT)
+    size = int(data[124:136].rstrip(b"\0 "), 8)
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(_edit_first_member_data(data, record(data[512:512 + size])))
+    with pytest.raises(ShardError, match=rf"{bad}: corrupt PAX header at byte 0: "):
+        list(iter_samples(str(bad)))
+
+
+def test_pax_record_followed_by_nul_padding_is_read(tmp_path):
+    import io
+
+    key = "k" * 120
+    body = f"path={key}.cls\n".encode()
+    record = f"{len(body) + 4} ".encode() + body  # the length counts its own 3 digits and the space
+    assert int(record.split(b" ")[0]) == len(record)
+    path = tmp_path / "padded.tar"
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+        pax = tarfile.TarInfo("PaxHeader/x")
+        pax.type, pax.size = tarfile.XHDTYPE, len(record) + 8
+        tf.addfile(pax, io.BytesIO(record + b"\0" * 8))
+        info = tarfile.TarInfo("short.cls")
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"7"))
+    assert [(k, bytes(m["cls"])) for k, m, _ in iter_samples(str(path))] == [(key, b"7")]
+
+
+def test_malformed_gnu_long_name_is_a_shard_error(tmp_path):
+    data = _long_name_tar(tmp_path / "gnu.tar", tarfile.GNU_FORMAT)
+    size = int(data[124:136].rstrip(b"\0 "), 8)
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(_edit_first_member_data(data, b"\xff" * size))
+    with pytest.raises(ShardError, match=rf"{bad}: corrupt GNU long name at byte 0: .*utf-8"):
+        list(iter_samples(str(bad)))
+
+
+def test_absurd_member_size_is_a_shard_error(shard, tmp_path):
+    data = bytearray(shard.read_bytes()[:4096])
+    data[124:136] = b"\x80" + (1 << 60).to_bytes(11, "big")  # GNU base-256 size of an exabyte
+    data[148:156] = b"        "
+    data[148:155] = f"{sum(data[:512]):06o}\0".encode()
+    bad = tmp_path / "huge.tar"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=rf"{bad}: corrupt tar header at byte 0: member '.*' claims {1 << 60} bytes"):
+        list(iter_samples(str(bad)))
+
+
+def test_damage_anywhere_ends_in_a_shard_error_or_a_clean_read(shard, tmp_path):
+    """Truncations and flipped bytes anywhere in a real shard: iter_samples ends (no hang), either
+    reading the whole tar or raising ShardError naming the file and a byte offset; nothing else."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    data = shard.read_bytes()
+    bad = tmp_path / "fuzz.tar"
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(cut=st.integers(0, len(data)), flips=st.lists(st.tuples(st.integers(0, len(data) - 1),
+                                                                  st.integers(1, 255)), max_size=4))
+    def check(cut, flips):
+        b = bytearray(data[:cut] if cut < len(data) - 1024 else data)
+        for at, x in flips:
+            if at < len(b):
+                b[at] ^= x
+        bad.write_bytes(bytes(b))
+        try:
+            for _ in iter_samples(str(bad), chunk_size=4096):
+                pass
+        except ShardError as e:
+            assert str(bad) in str(e) and "byte" in str(e)
+
+    check()

@@ -222,6 +222,7 @@ class ShardDataset(IterableDataset):
     # --- sample stream -------------------------------------------------------------------------
     def _read_shard(self, url: str) -> Iterator[_Sample]:
         header: bytes | None = None
+        expect = 0
         try:
             for key, members, offset in iter_samples(url, chunk_size=self.read_size):
                 npy, cls = members.get("npy"), members.get("cls")
@@ -236,44 +237,108 @@ class ShardDataset(IterableDataset):
                     elif shape != self._shape:
                         raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
                                          f"earlier samples {self._shape}; a batch needs one size")
-                    header = h
-                try:
-                    label = int(bytes(cls))
-                except ValueError:
+                    header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
+                if len(npy) != expect:
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
+                                     f"header says {expect} (a damaged or hand-edited shard)")
+                digits = bytes(cls).strip()
+                if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
                     raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
-                                     f"expected decimal digits") from None
+                                     f"expected a class index of at most 9 decimal digits")
+                label = int(digits)
                 yield _Sample(key, label, npy[NPY_HEADER_BYTES:])
         except ShardError as e:
             if self.on_error == "raise":
                 raise
             log.warning("skipping the rest of a shard: %s", e)
 
-    def _samples(self, urls: Sequence[str], rng: np.random.Generator, resample: bool) -> Iterator[_Sample]:
-        if resample:
-            while True:
-                yield from self._read_shard(urls[int(rng.integers(len(urls)))])
-        for u in urls:
-            yield from self._read_shard(u)
+    def _samples(self, plan: WorkerPlan, rng: np.random.Generator, need: int | None) -> Iterator[_Sample]:
+        """The worker's samples: its own shards; then, while skipped damage leaves it short of the
+        ``need`` samples its batches take, its spare shards (several ranks only, see ``plan_epoch``)."""
+        urls = self.shards.urls
+        if self.resampled:
+            yield from self._resampled(rng)
+            return
+        got = 0
+        for i in plan.shards:
+            for s in self._read_shard(urls[i]):
+                got += 1
+                yield s
+        if need is None or got >= need or self.on_error != "skip":
+            return
+        for i in plan.spares:
+            log.warning("topping up %d samples lost to skipped damage from spare shard %s", need - got, urls[i])
+            for s in self._read_shard(urls[i]):
+                if got >= need:
+                    return
+                got += 1
+                yield s
 
-    def _shuffled(self, samples: Iterator[_Sample], rng: np.random.Generator) -> Iterator[_Sample]:
-        """A shuffle buffer of ``shuffle_buffer`` samples, kept in one preallocated uint8 array."""
-        n = self.shuffle_buffer
-        slots: np.ndarray | None = None
-        meta: list[tuple[str, int]] = []
+    def _resampled(self, rng: np.random.Generator) -> Iterator[_Sample]:
+        """Shards drawn with replacement, for ever; stops with an error when every draw comes up empty."""
+        urls, empty = self.shards.urls, 0
+        while True:
+            got = 0
+            for s in self._read_shard(urls[int(rng.integers(len(urls)))]):
+                got += 1
+                yield s
+            empty = 0 if got else empty + 1
+            if empty > 2 * len(urls) + 8:  # skipped errors everywhere: would loop for ever
+                raise ShardError(f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
+                                 f"or empty?), e.g. {urls[0]}")
+
+    def _groups(self, samples: Iterator[_Sample]) -> Iterator[list[_Sample]]:
+        """Samples in lists of ``batch_size`` (the last may be short), in stream order."""
+        group: list[_Sample] = []
         for s in samples:
-            if slots is None:
-                slots = np.empty((n, len(s.pixels)), np.uint8)
-            if len(meta) < n:
-                slots[len(meta)] = np.frombuffer(s.pixels, np.uint8)
-                meta.append((s.key, s.label))
+            group.append(s)
+            if len(group) == self.batch_size:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def _shuffled_groups(self, samples: Iterator[_Sample], rng: np.random.Generator) -> Iterator[list[_Sample]]:
+        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
+
+        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
+        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
+        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
+        batch_size`` rows are enough (the buffer's, and the current list's).
+        """
+        n, B = self.shuffle_buffer, self.batch_size
+        rows: np.ndarray | None = None
+        free: list[int] = []
+        buf: list[tuple[str, int, int]] = []  # (key, label, row)
+        group: list[_Sample] = []
+        lent: list[int] = []
+        for s in samples:
+            if rows is None:
+                rows = np.empty((n + B, len(s.pixels)), np.uint8)
+                free = list(range(n + B - 1, -1, -1))
+            r = free.pop()
+            rows[r] = np.frombuffer(s.pixels, np.uint8)
+            if len(buf) < n:
+                buf.append((s.key, s.label, r))
                 continue
             j = int(rng.integers(n))
-            key, label = meta[j]
-            yield _Sample(key, label, slots[j])  # consumed before the slot is refilled
-            slots[j] = np.frombuffer(s.pixels, np.uint8)
-            meta[j] = (s.key, s.label)
-        for j in rng.permutation(len(meta)):
-            yield _Sample(*meta[j], slots[j])
+            key, label, out = buf[j]
+            buf[j] = (s.key, s.label, r)
+            group.append(_Sample(key, label, rows[out]))
+            lent.append(out)
+            if len(group) == B:
+                yield group
+                group = []
+                free.extend(lent)  # the caller is done with the list it was given
+                lent = []
+        for j in rng.permutation(len(buf)):
+            key, label, out = buf[j]
+            group.append(_Sample(key, label, rows[out]))
+            if len(group) == B:
+                yield group
+                group = []
+        if group:
+            yield group
 
     # --- batches -------------------------------------------------------------------------------
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -283,21 +348,19 @@ class ShardDataset(IterableDataset):
             return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
         return self._pool.get(shape)
 
-    def _batches(self, samples: Iterator[_Sample], limit: int | None, epoch: int) -> Iterator[tuple]:
-        B = self.batch_size
-        cfg = self.augment
+    def _batches(self, samples: Iterator[_Sample], rng: np.random.Generator, limit: int | None,
+                 epoch: int) -> Iterator[tuple]:
+        """At most ``limit`` collated batches; a short last one only without ``drop_last``."""
+        if self.shuffle_buffer > 1:
+            groups = self._shuffled_groups(samples, rng)
+        else:
+            groups = self._groups(samples)
         made = 0
-        buf: list[_Sample] = []
-        for s in samples:
-            buf.append(s)
-            if len(buf) == B:
-                yield self._collate(buf, epoch, cfg)
-                buf = []
-                made += 1
-                if limit is not None and made >= limit:
-                    return
-        if buf and not self.drop_last and (limit is None or made < limit):
-            yield self._collate(buf, epoch, cfg)
+        for group in groups:
+            if (limit is not None and made >= limit) or (len(group) < self.batch_size and self.drop_last):
+                return
+            yield self._collate(group, epoch, self.augment)  # collated before the group's rows are reused
+            made += 1
 
     def _collate(self, samples: list[_Sample], epoch: int, cfg: AugmentConfig | None) -> tuple:
         n = len(samples)
@@ -353,33 +416,23 @@ class ShardDataset(IterableDataset):
         self._shape = None
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
-        if self.resampled:
-            urls = self.shards.urls
-        else:
-            urls = [self.shards.urls[i] for i in plan.shards]
+        need = None if plan.batches is None else plan.batches * self.batch_size
         made = 0
-        for attempt in range(3):
-            samples = self._samples(urls, rng, self.resampled)
-            if self.shuffle_buffer > 1:
-                samples = self._shuffled(samples, rng)
-            limit = None if plan.batches is None else plan.batches - made
-            got = 0
-            for batch in self._batches(samples, limit, epoch):
-                got += 1
-                yield batch
-            made += got
-            if plan.batches is None or made >= plan.batches:
-                return
-            if got == 0 or self.on_error == "raise":
-                break
-            # skipped damage left this worker short: repeat its shards so every rank still has
-            # the same number of batches (DDP would hang otherwise)
-            log.warning("worker %d of rank %d is %d batches short after skipped errors; re-reading its shards",
-                        worker, rank, plan.batches - made)
-        if plan.batches is not None and made < plan.batches:
+        for batch in self._batches(self._samples(plan, rng, need), rng, plan.batches, epoch):
+            made += 1
+            yield batch
+        if plan.batches is None or made >= plan.batches:
+            return
+        if self.on_error == "raise":
             raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
-                             f"{len(urls)} shards; the index's sample counts do not match the shards "
+                             f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
                              f"(re-convert, or check with wds-tools verify)")
+        if world > 1:  # the other ranks would wait for this one's missing batches for ever
+            raise ShardError(f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
+                             f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
+                             f"must yield the same number (repair the shards: wds-tools verify names them)")
+        log.warning("worker %d: %d of %d planned batches: damaged shards were skipped", worker, made,
+                    plan.batches)
 
 
 def _world() -> tuple[int, int]:
@@ -484,8 +537,9 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
         shards.mean = list(mean)
     if std is not None:
         shards.std = list(std)
-    if num_workers is None:
-        num_workers = usable_cpus()
+    rank, world = _world()
+    if num_workers is None:  # every core, but no more workers than this rank has shards to give them
+        num_workers = usable_cpus() if resampled else min(usable_cpus(), max(1, len(shards) // world))
     if not isinstance(num_workers, int) or num_workers < 0:
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
     if isinstance(augment, dict):
@@ -495,7 +549,6 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                       shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
                       shuffle_shards=shuffle_shards, resampled=resampled, epoch_batches=epoch_batches,
                       drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size)
-    rank, world = _world()
     ds.plans(rank=rank, world=world, num_workers=max(1, num_workers))  # fail now, not inside a worker
     return ShardLoader(ds, num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context)

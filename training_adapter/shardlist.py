@@ -170,10 +170,15 @@ def shard_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """What one worker of one rank reads in an epoch: shard indices, and the batches it must yield (None: all)."""
+    """What one worker of one rank reads in an epoch: shard indices, and the batches it must yield (None: all).
+
+    ``spares``: shards of the other ranks this worker reads, after its own, only when skipped damage
+    (``on_error="skip"``) left it short of ``batches``; see ``plan_epoch``.
+    """
 
     shards: list[int]
     batches: int | None
+    spares: list[int] = field(default_factory=list)
 
 
 def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
@@ -185,6 +190,11 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
     yields only full batches, and ranks are cut to the smallest rank's total (needs ``counts``).
     With resampling each worker draws shards with replacement and yields its share of
     ``epoch_batches`` batches per rank.
+
+    Spares (several ranks only): worker ``w`` of rank ``r`` may top up from the shards that worker
+    ``w`` of ranks r+1, r+2, ... reads, in that order. The spare lists of one rank's workers are
+    disjoint and hold none of the rank's own shards, so topping up never repeats a sample within a
+    rank; it repeats, on another rank, only samples that replace skipped ones.
     """
     slots = world * num_workers
     if resampled:
@@ -230,4 +240,6 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
     while sum(mine_full) > quota:  # cut the worker with the most batches (the last one on ties)
         w = max(range(num_workers), key=lambda i: (mine_full[i], i))
         mine_full[w] -= 1
-    return [WorkerPlan(p, b) for p, b in zip(plans, mine_full)]
+    others = [order[(rank + d) % world::world] for d in range(1, world)]
+    return [WorkerPlan(p, b, [i for o in others for i in o[w::num_workers]])
+            for w, (p, b) in enumerate(zip(plans, mine_full))]

@@ -104,18 +104,33 @@ class _Chunks:
 
 
 def _pax_path(data: memoryview) -> str | None:
-    """The ``path`` record of a PAX extended header, if any."""
+    """The ``path`` record of a PAX extended header, if any; ``ValueError`` for a malformed one.
+
+    Each record is ``"<length> <key>=<value>\\n"`` with ``length`` counting the whole record, so
+    every record advances by at least its own length prefix: the walk always ends.
+    """
     raw, pos, path = bytes(data), 0, None
     while pos < len(raw):
-        sp = raw.find(b" ", pos)
-        if sp < 0:
+        if raw[pos] == 0 and not raw[pos:].strip(b"\0"):  # NUL padding after the last record
             break
+        sp = raw.find(b" ", pos, pos + 21)
+        if sp <= pos or not raw[pos:sp].isdigit():
+            raise ValueError(f"bad PAX record length {raw[pos:pos + 20]!r}")
         length = int(raw[pos:sp])
-        k, _, v = raw[sp + 1:pos + length - 1].partition(b"=")
+        if length < sp - pos + 3 or pos + length > len(raw) or raw[pos + length - 1] != 0x0A:
+            raise ValueError(f"PAX record of length {length} does not fit its header "
+                             f"({len(raw) - pos} bytes left, or no newline at its end)")
+        k, eq, v = raw[sp + 1:pos + length - 1].partition(b"=")
+        if not eq:
+            raise ValueError(f"PAX record {raw[pos:pos + length][:40]!r} has no '='")
         if k == b"path":
             path = v.decode("utf-8")
         pos += length
     return path
+
+
+# A member larger than this is damage, not data: a 4096 px RGB .npy is 48 MiB.
+MAX_MEMBER = 1 << 30
 
 
 def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, memoryview]]:
@@ -144,6 +159,9 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
                              f"the shard is damaged: re-copy or re-convert it") from None
         except TarHeaderError as e:
             raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}") from None
+        if size > MAX_MEMBER:
+            raise ShardError(f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
+                             f"(more than {MAX_MEMBER}); the shard is damaged")
         padded = (size + _BLOCK - 1) // _BLOCK * _BLOCK
         if not buf.have(_BLOCK + padded):
             have = buf.end - buf.start - _BLOCK
@@ -157,10 +175,15 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
         if kind in (b"0", b"\0", b"7"):
             yield (long_name if long_name is not None else name), offset, data
             long_name = None
-        elif kind == b"L":  # GNU long name for the next member
-            long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8")
-        elif kind == b"x":  # PAX header for the next member
-            long_name = _pax_path(data) or long_name
+        elif kind in (b"L", b"x"):
+            try:
+                if kind == b"L":  # GNU long name for the next member
+                    long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8")
+                else:  # PAX header for the next member
+                    long_name = _pax_path(data) or long_name
+            except ValueError as e:  # UnicodeDecodeError included
+                what = "GNU long name" if kind == b"L" else "PAX header"
+                raise ShardError(f"{url}: corrupt {what} at byte {offset}: {e}") from None
         # directories, links, global PAX headers: nothing to read
 
 

@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["photo_like", "jpeg_bytes", "write_corpus"]
+__all__ = ["photo_like", "lesion_photo", "jpeg_bytes", "write_corpus"]
+
+# Per class index: (RGB of the lesion, irregularity of its border 0..1, radius as a fraction of the short side)
+_LESIONS = (((196, 120, 108), 0.05, 0.18), ((46, 24, 20), 0.45, 0.30), ((122, 72, 42), 0.10, 0.24))
 
 
 def photo_like(width: int, height: int, seed: int) -> Image.Image:
@@ -24,6 +27,25 @@ def photo_like(width: int, height: int, seed: int) -> Image.Image:
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
+def lesion_photo(width: int, height: int, label: int, seed: int) -> Image.Image:
+    """``photo_like`` with a lesion drawn on it whose colour, size and border say its class
+    (``label`` modulo 3), so that a model can learn the demo corpus's labels from its pixels."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng([seed, 17])
+    im = photo_like(width, height, seed)
+    rgb, rough, radius = _LESIONS[label % len(_LESIONS)]
+    r = radius * min(width, height) * rng.uniform(0.8, 1.2)
+    cx = width / 2 + rng.uniform(-0.15, 0.15) * width
+    cy = height / 2 + rng.uniform(-0.15, 0.15) * height
+    angles = np.linspace(0, 2 * np.pi, 48, endpoint=False)
+    radii = r * (1 + rough * rng.uniform(-1, 1, len(angles)))
+    points = [(float(cx + a * np.cos(t)), float(cy + a * np.sin(t))) for a, t in zip(radii, angles)]
+    colour = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in rgb)
+    ImageDraw.Draw(im).polygon(points, fill=colour)
+    return im
+
+
 def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=quality, **kw)
@@ -33,7 +55,8 @@ def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
 def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...] = ("benign", "malignant", "nevus"),
                  sizes: tuple[tuple[int, int], ...] = ((640, 480), (480, 640), (800, 600), (1024, 768)),
                  bad: bool = True, seed: int = 0, quality: int = 92) -> Path:
-    """Write ``count`` JPEGs under ``out/images/<class>/`` and ``out/manifest.csv``.
+    """Write ``count`` JPEGs under ``out/images/<class>/`` and ``out/manifest.csv``; each image shows
+    a lesion whose look depends on its class (``lesion_photo``).
 
     With ``bad``, four extra rows point at a missing, an empty, a truncated and a non-image file.
     Returns the manifest path.
@@ -45,7 +68,7 @@ def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...]
         w, h = sizes[i % len(sizes)]
         rel = f"images/{label}/img_{i:06d}.jpg"
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        data = jpeg_bytes(photo_like(w, h, seed * 1_000_003 + i), quality=quality,
+        data = jpeg_bytes(lesion_photo(w, h, i % len(classes), seed * 1_000_003 + i), quality=quality,
                           progressive=(i % 7 == 3))
         (out / rel).write_bytes(data)
         rows.append((f"img_{i:06d}", rel, label))

@@ -1,0 +1,353 @@
+"""The loader against the reference loader (tests/oracle.py), sample by sample, in every configuration.
+
+Every batch of every configuration below (the defaults a user gets always among them) is checked:
+each sample is exactly one stored sample, with its own label and its own stored pixels augmented
+with its own (seed, epoch, key) parameters; no key twice in a rank's epoch; the epoch covers what
+the plan promises. Batches the caller keeps are checked again after later ones were made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from conftest import convert_images
+from oracle import Epoch, Expect, check_epoch, digest, read_stored, record
+from training_adapter import AugmentConfig, make_loader
+from wds_tools.index import load_index
+
+S = 12
+B = 5
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """2,160 train samples in 15 shards of 144 (batch 5 divides none), 240 val samples in 2 shards.
+
+    With 2 workers or fewer each reads more samples than the default shuffle buffer holds (1,000),
+    so the default configuration refills the buffer: the case where pixels went to other samples.
+    """
+    return convert_images(tmp_path_factory.mktemp("oracle"), 2400, size=S, shard_size=150, val_every=10)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compared():
+    """Prints (with -s) how many samples this module compared with the reference."""
+    import oracle
+
+    start = oracle.COMPARED[0]
+    yield
+    print(f"\nloader vs reference: {oracle.COMPARED[0] - start} samples compared")
+
+
+@pytest.fixture(scope="module")
+def stored(folder) -> dict:
+    return {split: read_stored(sorted(folder.glob(f"{split}-*.tar"))) for split in ("train", "val")}
+
+
+@pytest.fixture(scope="module")
+def damaged(folder, tmp_path_factory) -> Path:
+    """The same folder with train shards 0 and 2 cut at 30%: rank 0 of 2 (shards 0, 2, 4, ... without
+    shard shuffling) then loses more samples than its share has to spare."""
+    bad = tmp_path_factory.mktemp("damaged") / str(S)
+    shutil.copytree(folder, bad)
+    for name in ("train-000000.tar", "train-000002.tar"):
+        data = (bad / name).read_bytes()
+        (bad / name).write_bytes(data[:int(len(data) * 0.3)])
+    return bad
+
+
+def expectation(folder: Path, opts: dict) -> Expect:
+    train = opts.get("train", True)
+    aug = opts.get("augment") or AugmentConfig()
+    meta = load_index(folder).meta
+    return Expect(train=train, augment=aug, seed=opts.get("seed", 0), device_augment=opts.get("device_augment", False),
+                  normalize=opts.get("normalize", False), mean=tuple(meta["mean"]), std=tuple(meta["std"]))
+
+
+def run_epochs(loader, opts: dict, epochs: list[int | None]) -> list[tuple[int, Epoch]]:
+    """Iterate the loader once per entry (an int: ``set_epoch`` first; None: let it advance)."""
+    out = []
+    for e in epochs:
+        if e is not None:
+            loader.set_epoch(e)
+        batches = [record(b, keys=opts.get("return_keys", False), params=opts.get("device_augment", False))
+                   for b in loader]
+        out.append((loader.epoch, Epoch(batches)))
+    return out
+
+
+def check_run(folder: Path, stored: dict, opts: dict, epochs=(None, None)) -> list[list[str]]:
+    """Build the loader with ``opts`` (batch_size B unless given), run ``epochs``, check each against the oracle."""
+    opts = {"train": True, "batch_size": B, **opts}
+    train = opts["train"]
+    split = opts.get("split") or ("train" if train else "val")
+    loader = make_loader(opts.pop("urls", folder), **opts)
+    ref = stored[split]
+    runs = run_epochs(loader, opts, list(epochs))
+    expect = expectation(folder, opts)
+    drop_last = opts.get("drop_last", train)
+    all_keys = []
+    for epoch, ep in runs:
+        keys = check_epoch(ep, ref, expect, epoch, batch_size=opts["batch_size"], resampled=opts.get("resampled", False))
+        short = sum(len(b) < opts["batch_size"] for b in ep.batches)
+        assert short == 0 if drop_last else short <= max(1, loader.num_workers)
+        if opts.get("resampled"):
+            assert len(ep.batches) == len(loader) == opts["epoch_batches"]
+        else:
+            assert len(ep.batches) == len(loader)
+            if not drop_last:
+                assert sorted(keys) == sorted(ref), "an epoch without drop_last covers every sample once"
+            else:
+                assert len(keys) == len(loader) * opts["batch_size"]
+        all_keys.append(keys)
+    if len(runs) > 1 and train and not opts.get("resampled"):
+        assert runs[0][0] != runs[1][0]  # the epoch moved on, so did the order
+        assert all_keys[0] != all_keys[1]
+    return all_keys
+
+
+DEFAULTS: dict = {}  # make_loader(folder, batch_size=B, train=True): every other option as a user gets it
+
+MATRIX = [
+    pytest.param(DEFAULTS, id="defaults"),
+    pytest.param(dict(return_keys=True), id="defaults+keys"),
+    pytest.param(dict(num_workers=0), id="w0"),
+    pytest.param(dict(num_workers=0, return_keys=True), id="w0-keys"),
+    pytest.param(dict(num_workers=1, shuffle_buffer=1, return_keys=True), id="w1-sb1"),
+    pytest.param(dict(num_workers=3, shuffle_buffer=3), id="w3-sb<batch"),
+    pytest.param(dict(num_workers=2, shuffle_buffer=50, return_keys=True), id="w2-sb>shard"),
+    pytest.param(dict(num_workers=0, shuffle_buffer=0, drop_last=False, batch_size=7), id="w0-sb0-b7-keep-last"),
+    pytest.param(dict(num_workers=0, batch_size=8), id="w0-b8-divides-shards"),
+    pytest.param(dict(num_workers=2, shuffle_buffer=200, batch_size=48), id="w2-b48-divides-shards"),
+    pytest.param(dict(num_workers=2, drop_last=False, batch_size=3), id="w2-b3-keep-last"),
+    pytest.param(dict(num_workers=2, persistent_workers=True, return_keys=True), id="w2-persistent"),
+    pytest.param(dict(num_workers=1, persistent_workers=True, multiprocessing_context="spawn"), id="w1-spawn-persistent"),
+    pytest.param(dict(num_workers=2, normalize=True), id="w2-normalize"),
+    pytest.param(dict(num_workers=0, normalize=True, return_keys=True), id="w0-normalize"),
+    pytest.param(dict(num_workers=0, device_augment=True, return_keys=True), id="w0-device-augment"),
+    pytest.param(dict(num_workers=2, device_augment=True), id="w2-device-augment"),
+    pytest.param(dict(num_workers=2, augment=AugmentConfig(size=7, saturation=0.3)), id="w2-resize-saturation"),
+    pytest.param(dict(num_workers=0, augment=AugmentConfig(size=20)), id="w0-upsize"),
+    pytest.param(dict(num_workers=0, augment=AugmentConfig(affine_p=1.0), return_keys=True, epochs=(2,)),
+                 id="w0-cpu-affine"),
+    pytest.param(dict(num_workers=2, seed=11, shuffle_shards=False), id="w2-seed-no-shard-shuffle"),
+    pytest.param(dict(train=False), id="eval-defaults"),
+    pytest.param(dict(train=False, num_workers=0, return_keys=True, batch_size=3), id="eval-w0"),
+    pytest.param(dict(train=False, num_workers=1, split="train", drop_last=True), id="eval-train-split-drop"),
+]
+
+
+@pytest.mark.parametrize("opts", MATRIX)
+def test_matrix_against_the_reference(folder, stored, opts):
+    opts = dict(opts)
+    check_run(folder, stored, opts, epochs=opts.pop("epochs", (None, None)))
+
+
+def test_explicit_epochs_and_advance_without_set_epoch(folder, stored):
+    keys = check_run(folder, stored, dict(return_keys=True), epochs=(0, 1, None, 1))
+    assert keys[1] == keys[3]  # set_epoch(1) again: the same epoch, the same order
+    assert keys[2] != keys[1]  # the un-set iteration after epoch 1 is epoch 2
+
+
+def test_resampled_with_epoch_batches(folder, stored):
+    check_run(folder, stored, dict(num_workers=2, resampled=True, epoch_batches=9, return_keys=True))
+    check_run(folder, stored, dict(num_workers=0, resampled=True, epoch_batches=5))
+
+
+@settings(max_examples=15, deadline=None)
+@given(workers=st.sampled_from([0, 1, 2]), buffer=st.sampled_from([None, 0, 1, 2, 5, 64]),
+       batch=st.sampled_from([1, 3, 4, 7]), drop_last=st.sampled_from([None, True, False]),
+       device_augment=st.booleans(), keys=st.booleans(), seed=st.integers(0, 3))
+@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0)
+def test_drawn_configurations_against_the_reference(folder, stored, workers, buffer, batch, drop_last,
+                                                    device_augment, keys, seed):
+    opts = dict(batch_size=batch, device_augment=device_augment, return_keys=keys, seed=seed)
+    for name, value in (("num_workers", workers), ("shuffle_buffer", buffer), ("drop_last", drop_last)):
+        if value is not None:
+            opts[name] = value
+    check_run(folder, stored, opts, epochs=(None,))
+
+
+def test_pixels_do_not_depend_on_workers_buffer_or_batch_size(folder, stored):
+    """The same epoch through very different pipelines: each key's image is identical."""
+    def images(**kw):
+        ld = make_loader(folder, train=True, return_keys=True, drop_last=False, **kw)
+        ld.set_epoch(3)
+        return {k: digest(im) for b in ld for im, k in zip(b[0], b[-1])}
+
+    a = images(batch_size=4, num_workers=0, shuffle_buffer=0)
+    b = images(batch_size=3, num_workers=2)
+    c = images(batch_size=7, num_workers=3, shuffle_buffer=50)
+    assert a.keys() == b.keys() == c.keys() == stored["train"].keys()
+    assert a == b == c
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_on_error_skip_with_a_damaged_shard(damaged, stored, workers, caplog):
+    """One rank: the damaged shard's unread samples are lost, the epoch is shorter, nothing repeats."""
+    opts = dict(num_workers=workers, on_error="skip", return_keys=True, drop_last=False)
+    loader = make_loader(damaged, train=True, batch_size=B, **opts)
+    ep = run_epochs(loader, opts, [None])[0][1]
+    keys = check_epoch(ep, stored["train"], expectation(damaged, {}), 0, batch_size=B)
+    readable = read_stored(sorted(damaged.glob("train-*.tar")))
+    assert set(keys) <= set(readable) and len(keys) >= len(readable) - 1
+    assert len(keys) < len(stored["train"])
+
+
+# --- batches the caller keeps ------------------------------------------------------------------
+HELD = [
+    pytest.param(dict(num_workers=0), id="w0-defaults"),
+    pytest.param(dict(num_workers=2), id="w2-defaults"),
+    pytest.param(dict(num_workers=0, shuffle_buffer=0), id="w0-sb0"),
+    pytest.param(dict(num_workers=2, shuffle_buffer=0, prefetch_factor=1), id="w2-sb0"),
+    pytest.param(dict(num_workers=2, persistent_workers=True), id="w2-persistent"),
+    pytest.param(dict(num_workers=2, device_augment=True), id="w2-device-augment"),
+    pytest.param(dict(num_workers=0, train=False, split="train"), id="eval-w0"),
+    pytest.param(dict(num_workers=2, train=False, split="train", prefetch_factor=1), id="eval-w2"),
+]
+
+
+@pytest.mark.parametrize("opts", HELD)
+def test_batches_kept_by_the_caller_never_change(folder, stored, opts):
+    """Whole batches, views of them and numpy arrays of them, kept over two epochs, stay as yielded."""
+    opts = {"train": True, "batch_size": 16, "return_keys": True, **opts}
+    loader = make_loader(folder, **opts)
+    expect = expectation(folder, opts)
+    split = opts.get("split") or ("train" if opts["train"] else "val")
+    held = []  # (epoch, batch tuple, a view of the images, their numpy array, a digest per image at yield time)
+    for _ in range(2):
+        for batch in loader:
+            images = batch[0]
+            held.append((loader.epoch, batch, images[1:], images.numpy(), [digest(im) for im in images]))
+    assert len(held) > 2 * (2 + 2 + 2)  # more batches than any worker's ring slots or the buffer pool
+    assert sum(len(b[1]) for _, b, *_ in held) > 2 * 1000 + 2 * 16  # and the shuffle buffer was refilled
+    for epoch, batch, view, arr, digests in held:
+        images, keys = batch[0], batch[-1]
+        assert [digest(im) for im in images] == digests
+        assert [digest(im) for im in view] == digests[1:]
+        assert [digest(torch.from_numpy(a)) for a in arr] == digests
+        for im, k in zip(images, keys):
+            assert digest(im) == digest(expect.image(stored[split][k], k, epoch))
+
+
+# --- several ranks under gloo ------------------------------------------------------------------
+def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], out: str) -> None:
+    import multiprocessing
+
+    import torch.distributed as dist
+
+    multiprocessing.set_start_method("fork", force=True)  # as in a process torchrun starts (mp.spawn set spawn)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        result = []
+        for opts in runs:
+            ld = make_loader(folder, train=True, batch_size=B, **opts)
+            epochs = run_epochs(ld, opts, [None, None])
+            result.append({"len": len(ld), "epochs": [
+                [e, [[[k, lab, d, None if p is None else p.tolist()] for k, lab, d, p in b] for b in ep.batches]]
+                for e, ep in epochs]})
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+RANK_RUNS = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=2, shuffle_buffer=3, return_keys=True),
+             dict(num_workers=0, device_augment=True, return_keys=True),
+             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True)]
+
+
+def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
+    import torch.multiprocessing as tmp_mp
+
+    tmp_mp.spawn(_rank_main, args=(world, f"file://{tmp}/init", str(folder), runs, str(tmp)), nprocs=world, join=True)
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _epochs_of(rank_result: dict) -> list[tuple[int, Epoch]]:
+    return [(e, Epoch([[(k, lab, d, None if p is None else np.array(p, np.float32)) for k, lab, d, p in b]
+                       for b in batches])) for e, batches in rank_result["epochs"]]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_against_the_reference(folder, stored, tmp_path, world):
+    results = _spawn_ranks(world, folder, RANK_RUNS, tmp_path)
+    for j, opts in enumerate(RANK_RUNS):
+        expect = expectation(folder, opts)
+        per_epoch: dict[int, list[list[str]]] = {}
+        for r in range(world):
+            res = results[r][j]
+            for epoch, ep in _epochs_of(res):
+                keys = check_epoch(ep, stored["train"], expect, epoch, batch_size=B, resampled=bool(opts.get("resampled")))
+                assert len(ep.batches) == res["len"], "every rank yields the batches len() promises"
+                assert all(len(b) == B for b in ep.batches), "ranks yield full batches only"
+                per_epoch.setdefault(epoch, []).append(keys)
+        assert len(per_epoch) == 2
+        for epoch, ranks in per_epoch.items():
+            assert len({len(k) for k in ranks}) == 1, f"{opts}: ranks differ in samples per epoch"
+            if not opts.get("resampled"):
+                flat = [k for ks in ranks for k in ks]
+                assert len(flat) == len(set(flat)), f"{opts}: ranks share samples"
+
+
+def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
+    """Two ranks, a damaged shard skipped: every rank still yields len() batches, no key twice in a rank."""
+    runs = [dict(num_workers=w, on_error="skip", return_keys=True) for w in (0, 2)]
+    results = _spawn_ranks(2, damaged, runs, tmp_path)
+    readable = read_stored(sorted(damaged.glob("train-*.tar")))
+    for j in range(len(runs)):
+        lens = set()
+        for r in range(2):
+            for epoch, ep in _epochs_of(results[r][j]):
+                keys = check_epoch(ep, stored["train"], expectation(damaged, {}), epoch, batch_size=B)
+                assert set(keys) <= set(readable)
+                assert len(ep.batches) == results[r][j]["len"]
+                lens.add(len(ep.batches))
+        assert len(lens) == 1
+
+
+def test_top_up_reads_spare_shards_only_after_damage(folder, damaged, stored, monkeypatch, caplog):
+    """Rank 0 of 2 (from RANK/WORLD_SIZE): the damaged shard's loss is topped up from a spare shard."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    opts = dict(num_workers=0, on_error="skip", return_keys=True, shuffle_shards=False)  # shard 0 is rank 0's
+    loader = make_loader(damaged, train=True, batch_size=B, **opts)
+    with caplog.at_level("WARNING", logger="training_adapter"):
+        ep = run_epochs(loader, opts, [None])[0][1]
+    assert "topping up" in caplog.text and "skipping the rest of a shard" in caplog.text
+    keys = check_epoch(ep, stored["train"], expectation(damaged, {}), 0, batch_size=B)
+    assert len(ep.batches) == len(loader)
+    spare_keys = read_stored([damaged / "train-000001.tar"])  # rank 1's first shard
+    assert set(keys) & set(spare_keys)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="training_adapter"):  # undamaged shards: no spare is read
+        run_epochs(make_loader(folder, train=True, batch_size=B, **opts), opts, [None])
+    assert "topping up" not in caplog.text
+
+
+def test_config_train_loader_against_the_reference(folder, stored, tmp_path):
+    from training_adapter import load_config
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"dataset:\n  train_urls: {folder}\n  batch_size: {B}\n")
+    loader = load_config(cfg).dataset.train_loader(return_keys=True)
+    ep = run_epochs(loader, dict(return_keys=True), [None])[0][1]
+    keys = check_epoch(ep, stored["train"], expectation(folder, {}), 0, batch_size=B)
+    assert len(keys) == len(loader) * B
+
+
+def test_oracle_sees_a_swapped_image(folder, stored):
+    """The reference catches the bug it exists for: one image swapped with another sample's."""
+    loader = make_loader(folder, train=True, batch_size=B, num_workers=0, return_keys=True)
+    ep = Epoch([record(b, keys=True, params=False) for b in loader])
+    (k0, l0, d0, p0), (k1, l1, d1, p1) = ep.batches[0][:2]
+    ep.batches[0][0], ep.batches[0][1] = (k0, l0, d1, p0), (k1, l1, d0, p1)
+    with pytest.raises(AssertionError, match="not its own stored pixels"):
+        check_epoch(ep, stored["train"], expectation(folder, {}), 0, batch_size=B)
