@@ -355,12 +355,16 @@ class ShardDataset(IterableDataset):
             groups = self._shuffled_groups(samples, rng)
         else:
             groups = self._groups(samples)
+        if limit == 0:
+            return
         made = 0
         for group in groups:
-            if (limit is not None and made >= limit) or (len(group) < self.batch_size and self.drop_last):
+            if len(group) < self.batch_size and self.drop_last:
                 return
             yield self._collate(group, epoch, self.augment)  # collated before the group's rows are reused
             made += 1
+            if made == limit:  # stop before reading on: the next group would be read for nothing
+                return
 
     def _collate(self, samples: list[_Sample], epoch: int, cfg: AugmentConfig | None) -> tuple:
         n = len(samples)
