@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,12 @@ from hypothesis import strategies as st
 from conftest import convert_images
 from oracle import Epoch, Expect, check_epoch, digest, read_stored, record
 from training_adapter import AugmentConfig, make_loader
+from wds_tools.errors import ShardError
 from wds_tools.index import load_index
 
 S = 12
 B = 5
+CUT = ("train-000000.tar", "train-000002.tar")  # the shards the damaged fixture cuts
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,7 @@ def damaged(folder, tmp_path_factory) -> Path:
     shard shuffling) then loses more samples than its share has to spare."""
     bad = tmp_path_factory.mktemp("damaged") / str(S)
     shutil.copytree(folder, bad)
-    for name in ("train-000000.tar", "train-000002.tar"):
+    for name in CUT:
         data = (bad / name).read_bytes()
         (bad / name).write_bytes(data[:int(len(data) * 0.3)])
     return bad
@@ -91,16 +94,25 @@ def check_run(folder: Path, stored: dict, opts: dict, epochs=(None, None)) -> li
     split = opts.get("split") or ("train" if train else "val")
     loader = make_loader(opts.pop("urls", folder), **opts)
     ref = stored[split]
+    if opts.get("subset") is not None:  # the subset's samples only
+        idx = loader.dataset.index
+        ref = {k: v for k, v in ref.items() if k in {idx.key_str(r) for r in loader.dataset.rows}}
+        assert 0 < len(ref) < len(stored[split])
     runs = run_epochs(loader, opts, list(epochs))
     expect = expectation(folder, opts)
     drop_last = opts.get("drop_last", train)
+    draws = bool(opts.get("resampled") or opts.get("class_weights"))  # samples may repeat
     all_keys = []
     for epoch, ep in runs:
-        keys = check_epoch(ep, ref, expect, epoch, batch_size=opts["batch_size"], resampled=opts.get("resampled", False))
+        keys = check_epoch(ep, ref, expect, epoch, batch_size=opts["batch_size"], resampled=draws)
         short = sum(len(b) < opts["batch_size"] for b in ep.batches)
         assert short == 0 if drop_last else short <= max(1, loader.num_workers)
         if opts.get("resampled"):
             assert len(ep.batches) == len(loader) == opts["epoch_batches"]
+        elif opts.get("class_weights"):
+            assert len(ep.batches) == len(loader)
+            mix = Counter(ref[k].label for k in keys)
+            assert max(mix.values()) - min(mix.values()) <= 1 + len(keys) // 50, mix  # balanced: within 2 points
         else:
             assert len(ep.batches) == len(loader)
             if not drop_last:
@@ -108,7 +120,7 @@ def check_run(folder: Path, stored: dict, opts: dict, epochs=(None, None)) -> li
             else:
                 assert len(keys) == len(loader) * opts["batch_size"]
         all_keys.append(keys)
-    if len(runs) > 1 and train and not opts.get("resampled"):
+    if len(runs) > 1 and train and not draws:
         assert runs[0][0] != runs[1][0]  # the epoch moved on, so did the order
         assert all_keys[0] != all_keys[1]
     return all_keys
@@ -139,13 +151,30 @@ MATRIX = [
     pytest.param(dict(num_workers=0, augment=AugmentConfig(affine_p=1.0), return_keys=True, epochs=(2,)),
                  id="w0-cpu-affine"),
     pytest.param(dict(num_workers=2, seed=11, shuffle_shards=False), id="w2-seed-no-shard-shuffle"),
+    pytest.param(dict(num_workers=2, subset=0.3, return_keys=True), id="w2-subset-fraction"),
+    pytest.param(dict(num_workers=0, subset={"label": ["a", "c"]}, drop_last=False), id="w0-subset-classes"),
+    pytest.param(dict(num_workers=2, class_weights="balanced", return_keys=True), id="w2-balanced"),
+    pytest.param(dict(num_workers=0, class_weights="balanced", subset=0.5), id="w0-balanced-subset"),
     pytest.param(dict(train=False), id="eval-defaults"),
     pytest.param(dict(train=False, num_workers=0, return_keys=True, batch_size=3), id="eval-w0"),
     pytest.param(dict(train=False, num_workers=1, split="train", drop_last=True), id="eval-train-split-drop"),
 ]
 
 
-@pytest.mark.parametrize("opts", MATRIX)
+READERS = [pytest.param("auto", id="index"), pytest.param("stream", id="stream")]  # auto: the index reader here
+
+
+def _with_readers(matrix):
+    """Every configuration with the index reader (the default here) and the streaming one, but
+    subsets and class weights, which only the index reader offers."""
+    for p in matrix:
+        opts = p.values[0]
+        yield pytest.param(opts, id=f"{p.id}-index")
+        if "subset" not in opts and "class_weights" not in opts:
+            yield pytest.param({**opts, "reader": "stream"}, id=f"{p.id}-stream")
+
+
+@pytest.mark.parametrize("opts", list(_with_readers(MATRIX)))
 def test_matrix_against_the_reference(folder, stored, opts):
     opts = dict(opts)
     check_run(folder, stored, opts, epochs=opts.pop("epochs", (None, None)))
@@ -165,11 +194,14 @@ def test_resampled_with_epoch_batches(folder, stored):
 @settings(max_examples=15, deadline=None)
 @given(workers=st.sampled_from([0, 1, 2]), buffer=st.sampled_from([None, 0, 1, 2, 5, 64]),
        batch=st.sampled_from([1, 3, 4, 7]), drop_last=st.sampled_from([None, True, False]),
-       device_augment=st.booleans(), keys=st.booleans(), seed=st.integers(0, 3))
-@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0)
+       device_augment=st.booleans(), keys=st.booleans(), seed=st.integers(0, 3),
+       reader=st.sampled_from(["auto", "stream"]))
+@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0, reader="auto")
+@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0,
+         reader="stream")
 def test_drawn_configurations_against_the_reference(folder, stored, workers, buffer, batch, drop_last,
-                                                    device_augment, keys, seed):
-    opts = dict(batch_size=batch, device_augment=device_augment, return_keys=keys, seed=seed)
+                                                    device_augment, keys, seed, reader):
+    opts = dict(batch_size=batch, device_augment=device_augment, return_keys=keys, seed=seed, reader=reader)
     for name, value in (("num_workers", workers), ("shuffle_buffer", buffer), ("drop_last", drop_last)):
         if value is not None:
             opts[name] = value
@@ -190,16 +222,30 @@ def test_pixels_do_not_depend_on_workers_buffer_or_batch_size(folder, stored):
     assert a == b == c
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_on_error_skip_with_a_damaged_shard(damaged, stored, workers, caplog):
-    """One rank: the damaged shard's unread samples are lost, the epoch is shorter, nothing repeats."""
-    opts = dict(num_workers=workers, on_error="skip", return_keys=True, drop_last=False)
-    loader = make_loader(damaged, train=True, batch_size=B, **opts)
-    ep = run_epochs(loader, opts, [None])[0][1]
+def test_on_error_skip_with_a_damaged_shard(damaged, stored, workers, reader, caplog):
+    """One rank: the damaged shards' samples are lost (streaming: those after the damage; the index
+    reader: the whole shards, whose size is not the index's), the epoch is shorter, nothing repeats."""
+    opts = dict(num_workers=workers, on_error="skip", return_keys=True, drop_last=False, reader=reader)
+    with caplog.at_level("WARNING", logger="training_adapter"):
+        loader = make_loader(damaged, train=True, batch_size=B, **opts)
+        ep = run_epochs(loader, opts, [None])[0][1]
     keys = check_epoch(ep, stored["train"], expectation(damaged, {}), 0, batch_size=B)
     readable = read_stored(sorted(damaged.glob("train-*.tar")))
-    assert set(keys) <= set(readable) and len(keys) >= len(readable) - 1
-    assert len(keys) < len(stored["train"])
+    assert set(keys) <= set(readable) and len(keys) < len(stored["train"])
+    if reader == "stream":
+        assert len(keys) >= len(readable) - 2  # each cut shard loses at most its cut sample
+    else:
+        whole = read_stored([p for p in sorted(damaged.glob("train-*.tar")) if p.name not in CUT])
+        assert sorted(keys) == sorted(whole)
+        assert "leaving out a damaged shard" in caplog.text
+
+
+def test_index_reader_refuses_a_shard_that_does_not_match_its_index(damaged):
+    with pytest.raises(ShardError, match=rf"{damaged}/train-000000.tar is [\d,]+ bytes; its index says [\d,]+: "
+                                         r"the shard does not match its index .*\(2 such shards\)"):
+        make_loader(damaged, train=True, batch_size=B)
 
 
 # --- batches the caller keeps ------------------------------------------------------------------
@@ -259,9 +305,11 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
         dist.destroy_process_group()
 
 
-RANK_RUNS = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=2, shuffle_buffer=3, return_keys=True),
-             dict(num_workers=0, device_augment=True, return_keys=True),
-             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True)]
+RANK_RUNS = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
+             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
+             dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
+             dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
+             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
 
 
 def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
@@ -285,21 +333,22 @@ def test_ranks_against_the_reference(folder, stored, tmp_path, world):
         for r in range(world):
             res = results[r][j]
             for epoch, ep in _epochs_of(res):
-                keys = check_epoch(ep, stored["train"], expect, epoch, batch_size=B, resampled=bool(opts.get("resampled")))
+                draws = bool(opts.get("resampled") or opts.get("class_weights"))
+                keys = check_epoch(ep, stored["train"], expect, epoch, batch_size=B, resampled=draws)
                 assert len(ep.batches) == res["len"], "every rank yields the batches len() promises"
                 assert all(len(b) == B for b in ep.batches), "ranks yield full batches only"
                 per_epoch.setdefault(epoch, []).append(keys)
         assert len(per_epoch) == 2
         for epoch, ranks in per_epoch.items():
             assert len({len(k) for k in ranks}) == 1, f"{opts}: ranks differ in samples per epoch"
-            if not opts.get("resampled"):
+            if not (opts.get("resampled") or opts.get("class_weights")):
                 flat = [k for ks in ranks for k in ks]
                 assert len(flat) == len(set(flat)), f"{opts}: ranks share samples"
 
 
 def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
     """Two ranks, a damaged shard skipped: every rank still yields len() batches, no key twice in a rank."""
-    runs = [dict(num_workers=w, on_error="skip", return_keys=True) for w in (0, 2)]
+    runs = [dict(num_workers=w, on_error="skip", return_keys=True, reader=r) for w in (0, 2) for r in ("stream", "auto")]
     results = _spawn_ranks(2, damaged, runs, tmp_path)
     readable = read_stored(sorted(damaged.glob("train-*.tar")))
     for j in range(len(runs)):
@@ -317,7 +366,8 @@ def test_top_up_reads_spare_shards_only_after_damage(folder, damaged, stored, mo
     """Rank 0 of 2 (from RANK/WORLD_SIZE): the damaged shard's loss is topped up from a spare shard."""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    opts = dict(num_workers=0, on_error="skip", return_keys=True, shuffle_shards=False)  # shard 0 is rank 0's
+    # streaming, shard 0 is rank 0's
+    opts = dict(num_workers=0, on_error="skip", return_keys=True, shuffle_shards=False, reader="stream")
     loader = make_loader(damaged, train=True, batch_size=B, **opts)
     with caplog.at_level("WARNING", logger="training_adapter"):
         ep = run_epochs(loader, opts, [None])[0][1]

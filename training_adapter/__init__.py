@@ -1,7 +1,8 @@
 """training_adapter: streams wds-tools (plain WebDataset) shards into PyTorch at memory speed.
 
-Data flow: ``shardlist`` (which shards) -> ``tarread`` (tar -> samples) -> ``augment`` (random
-transforms) -> ``loader`` (batches); ``config`` reads a trainer config. Submodules import torch
+Data flow: ``shardlist`` (which shards) -> ``indexread`` (with an index: plan the epoch from
+samples.npz, read each sample by offset) or ``tarread`` (without: tar -> samples) -> ``augment``
+(random transforms) -> ``loader`` (batches); ``config`` reads a trainer config. Submodules import torch
 on first use, so ``import training_adapter`` stays light.
 """
 
@@ -13,13 +14,13 @@ from wds_tools.index import DatasetIndex, load_index
 
 __all__ = [
     "make_loader", "to_device", "augment_batch", "load_config", "AugmentConfig", "ShardLoader",
-    "resolve_urls", "sample_params", "DatasetIndex", "load_index",
+    "resolve_urls", "sample_params", "DatasetIndex", "load_index", "ShardIndexDataset",
 ]
 
 _LAZY = {
     "make_loader": "loader", "to_device": "loader", "ShardLoader": "loader",
     "augment_batch": "augment", "AugmentConfig": "augment", "sample_params": "augment",
-    "load_config": "config", "resolve_urls": "shardlist",
+    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "indexread",
 }
 
 

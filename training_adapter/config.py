@@ -18,7 +18,7 @@ __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 LOADER_KEYS = {
     "batch_size", "num_workers", "seed", "device_augment", "normalize", "shuffle_buffer", "shuffle_shards",
     "resampled", "epoch_batches", "drop_last", "on_error", "pin_memory", "persistent_workers",
-    "prefetch_factor", "mean", "std",
+    "prefetch_factor", "mean", "std", "reader", "subset", "class_weights",
 }
 
 
@@ -38,12 +38,14 @@ class DatasetConfig:
         return make_loader(self.train_urls, train=True, augment=self.augment, **{**self.loader, **overrides})
 
     def val_loader(self, **overrides):
-        """``make_loader(val_urls, train=False, ...)`` with this block's options (no augmentation)."""
+        """``make_loader(val_urls, train=False, ...)`` with this block's options (no augmentation, and
+        no resampling or class weights: validation sees each sample of its subset once)."""
         from .loader import make_loader
 
         if self.val_urls is None:
             raise OptionError("dataset.val_urls is not set in the config")
-        opts = {k: v for k, v in {**self.loader, **overrides}.items() if k not in ("device_augment", "resampled")}
+        opts = {k: v for k, v in {**self.loader, **overrides}.items()
+                if k not in ("device_augment", "resampled", "class_weights")}
         return make_loader(self.val_urls, train=False, **opts)
 
 

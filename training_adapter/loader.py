@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from wds_tools.runner import usable_cpus
 from wds_tools.tarwrite import read_npy_header
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
+from .indexread import Gather, SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, iter_samples
 
@@ -40,6 +42,34 @@ class _Sample:
     key: str
     label: int
     pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
+
+
+class _Views:
+    """Stored pixels of streamed samples: views of the read chunks or of shuffle-buffer rows."""
+
+    def __init__(self, samples: list[_Sample]):
+        self.samples = samples
+
+    def arrays(self, S: int):
+        return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
+
+    def copy_into(self, flat: np.ndarray) -> None:
+        for i, s in enumerate(self.samples):
+            flat[i] = np.frombuffer(s.pixels, np.uint8)
+
+
+class _Rows:
+    """Stored pixels of index rows, read by offset: copied straight into the batch when it takes them
+    as they are; for augmentation, views of the shard mappings (remote: a reused scratch array)."""
+
+    def __init__(self, gather: Gather, rows: np.ndarray, scratch: np.ndarray):
+        self.gather, self.rows, self.scratch = gather, rows, scratch
+
+    def arrays(self, S: int):
+        return (v.reshape(S, S, 3) for v in self.gather.views(self.rows, self.scratch))
+
+    def copy_into(self, flat: np.ndarray) -> None:
+        self.gather.read(self.rows, flat)
 
 
 def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
@@ -175,7 +205,8 @@ class ShardDataset(IterableDataset):
                  augment: AugmentConfig | None = None, device_augment: bool = False, normalize: bool = False,
                  shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
                  epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
-                 return_keys: bool = False, read_size: int = DEFAULT_CHUNK):
+                 return_keys: bool = False, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
+                 subset=None, class_weights=None):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size={batch_size!r}: expected a positive integer")
         if on_error not in ("raise", "skip"):
@@ -205,6 +236,25 @@ class ShardDataset(IterableDataset):
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
         self.ring: _BatchRing | None = None  # set by ShardLoader for its worker processes
         self._pool = _BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
+        # the index reader: samples planned from samples.npz and read by offset (None: stream the tars)
+        self.index: SampleIndex | None = None
+        self.rows: np.ndarray | None = None  # the index rows of the subset
+        self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
+        self._gather: Gather | None = None
+        if _use_index(shards, reader, subset, class_weights):
+            self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+            self.rows = select(self.index, subset)
+            damaged = self.index.damaged_shards()  # refused before training starts, or left out
+            if damaged and on_error == "raise":
+                raise ShardError(damaged[0][1] + (f" ({len(damaged)} such shards)" if len(damaged) > 1 else ""))
+            for i, problem in damaged:
+                log.warning("leaving out a damaged shard (on_error='skip'): %s", problem)
+            if damaged:
+                self.rows = self.rows[~np.isin(self.index.shard[self.rows], [i for i, _ in damaged])]
+            if not len(self.rows):
+                raise OptionError(f"subset={subset!r} selects no sample of the {len(self.index)} in these shards")
+            if class_weights is not None:
+                self.shares = class_shares(self.index, class_weights, self.rows)
 
     @property
     def epoch(self) -> int:
@@ -212,6 +262,23 @@ class ShardDataset(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch.value = int(epoch)
+
+    def num_batches(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Batches this rank yields per epoch (None: unknown, the shards come without counts)."""
+        if self.index is None:
+            plans = self.plans(rank=rank, world=world, num_workers=num_workers)
+            return None if any(p.batches is None for p in plans) else sum(p.batches for p in plans)
+        B = self.batch_size
+        if self.resampled:
+            return self._resampled_batches(world)
+        per = len(self.rows) // world if world > 1 else len(self.rows)
+        n = per // B if self.drop_last else -(-per // B)
+        return n if self.epoch_batches is None else min(n, self.epoch_batches)
+
+    def _resampled_batches(self, world: int) -> int:
+        if self.epoch_batches is not None:
+            return self.epoch_batches
+        return max(1, len(self.rows) // (world * self.batch_size))
 
     def plans(self, *, rank: int, world: int, num_workers: int, epoch: int | None = None) -> list[WorkerPlan]:
         return plan_epoch(len(self.shards), self.shards.counts, batch_size=self.batch_size, seed=self.seed,
@@ -361,16 +428,17 @@ class ShardDataset(IterableDataset):
         for group in groups:
             if len(group) < self.batch_size and self.drop_last:
                 return
-            yield self._collate(group, epoch, self.augment)  # collated before the group's rows are reused
+            # collated before the group's rows are reused
+            yield self._collate([s.key for s in group], [s.label for s in group], epoch, self.augment, _Views(group))
             made += 1
             if made == limit:  # stop before reading on: the next group would be read for nothing
                 return
 
-    def _collate(self, samples: list[_Sample], epoch: int, cfg: AugmentConfig | None) -> tuple:
-        n = len(samples)
+    def _collate(self, keys: list[str], labels: list[int], epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
+        """One batch of ``keys``; ``stored`` gives their stored pixels (``_Views`` or ``_Rows``)."""
+        n = len(keys)
         S = self._shape[0]
-        labels = torch.tensor([s.label for s in samples], dtype=torch.int64)
-        keys = [s.key for s in samples]
+        labels = torch.tensor(labels, dtype=torch.int64)
         params = None if cfg is None else batch_params(cfg, seed=self.seed, epoch=epoch, keys=keys, src_size=S)
         on_cpu = cfg is not None and not self.device_augment  # the workers augment
         fast_cpu, cpu_affine = on_cpu and not cfg.affine_p, on_cpu and bool(cfg.affine_p)
@@ -387,13 +455,10 @@ class ShardDataset(IterableDataset):
         else:
             buf = self._alloc(shape)
         if fast_cpu:
-            for i, s in enumerate(samples):
-                src = torch.from_numpy(np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3))
-                augment_into(src, params[i], buf[i], cfg)
+            for i, src in enumerate(stored.arrays(S)):
+                augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
         else:
-            flat = buf.numpy().reshape(n, -1)
-            for i, s in enumerate(samples):
-                flat[i] = np.frombuffer(s.pixels, np.uint8)
+            stored.copy_into(buf.numpy().reshape(n, -1))
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
@@ -417,6 +482,9 @@ class ShardDataset(IterableDataset):
         if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
             rank, world = self.rank_world
         epoch = self.epoch
+        if self.index is not None:
+            yield from self._index_batches(rank, world, worker, num_workers, epoch)
+            return
         self._shape = None
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
@@ -437,6 +505,47 @@ class ShardDataset(IterableDataset):
                              f"must yield the same number (repair the shards: wds-tools verify names them)")
         log.warning("worker %d: %d of %d planned batches: damaged shards were skipped", worker, made,
                     plan.batches)
+
+
+    def _index_batches(self, rank: int, world: int, worker: int, num_workers: int, epoch: int) -> Iterator[tuple]:
+        """The index reader: this worker's batches of the epoch plan, read by offset."""
+        idx, B = self.index, self.batch_size
+        S = idx.size
+        self._shape = (S, S, 3)
+        draws = self._resampled_batches(world) * B * world if self.resampled else None
+        # shuffle in train mode unless every shuffle was switched off
+        shuffle = self.train and (self.shuffle_shards or self.shuffle_buffer > 1)
+        order = epoch_order(self.rows, idx.label, seed=self.seed, epoch=epoch, shuffle=shuffle, shares=self.shares,
+                            draws=draws)
+        mine = deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
+                    max_batches=None if self.resampled else self.epoch_batches)[worker]
+        if self._gather is None:
+            self._gather = Gather(idx)
+        scratch = np.empty((B, idx.sample_bytes), np.uint8) if self.augment is not None else None
+        for rows in mine:
+            keys = [idx.key_str(r) for r in rows]
+            yield self._collate(keys, idx.label[rows].tolist(), epoch, self.augment, _Rows(self._gather, rows, scratch))
+
+
+_INDEX_SCHEMES = ("", "file")  # and every fsspec object store; not pipe: or http(s) (no ranged reads there)
+
+
+def _use_index(shards: ShardList, reader: str, subset, class_weights) -> bool:
+    """Whether the loader reads by offset from the index (``reader``: auto, index or stream)."""
+    if reader not in ("auto", "index", "stream"):
+        raise OptionError(f"reader={reader!r}: expected 'auto', 'index' or 'stream'")
+    schemes = {urlparse(u).scheme for u in shards.urls}
+    schemes = {"" if len(x) <= 1 else x for x in schemes}
+    possible = shards.meta is not None and not schemes & {"pipe", "http", "https"}
+    needs = [name for name, v in (("subset", subset), ("class_weights", class_weights)) if v is not None]
+    if not possible and (reader == "index" or needs):
+        why = ("these URLs are pipe: or http(s) (no ranged reads)" if shards.meta is not None
+               else "no index.json lists these shards")
+        raise OptionError(f"{', '.join(needs) or 'reader=index'} needs the index reader, but {why}; point urls at "
+                          f"the shards folder or its index.json (local or object storage)")
+    if reader == "stream" and needs:
+        raise OptionError(f"{needs[0]} needs the index reader; drop reader='stream'")
+    return possible and reader != "stream"
 
 
 def _world() -> tuple[int, int]:
@@ -487,11 +596,11 @@ class ShardLoader:
 
     def __len__(self) -> int:
         rank, world = self.dataset.rank_world or _world()
-        plans = self.dataset.plans(rank=rank, world=world, num_workers=max(1, self.num_workers))
-        if any(p.batches is None for p in plans):
+        n = self.dataset.num_batches(rank=rank, world=world, num_workers=max(1, self.num_workers))
+        if n is None:
             raise TypeError("the number of batches is unknown: the shards come without an index giving "
                             "their sample counts")
-        return sum(p.batches for p in plans)
+        return n
 
     def __iter__(self):
         if self._iterated and not self._epoch_set:
@@ -527,8 +636,8 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                 on_error: str = "raise", return_keys: bool = False, pin_memory: bool = False,
                 persistent_workers: bool = False, prefetch_factor: int | None = None,
                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                split: str | None = None, read_size: int = DEFAULT_CHUNK,
-                multiprocessing_context=None) -> ShardLoader:
+                split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
+                subset=None, class_weights=None, multiprocessing_context=None) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
     ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
@@ -542,18 +651,30 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     if std is not None:
         shards.std = list(std)
     rank, world = _world()
-    if num_workers is None:  # every core, but no more workers than this rank has shards to give them
-        num_workers = usable_cpus() if resampled else min(usable_cpus(), max(1, len(shards) // world))
-    if not isinstance(num_workers, int) or num_workers < 0:
-        raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
     if isinstance(augment, dict):
         augment = AugmentConfig.from_dict(augment)
     ds = ShardDataset(shards, batch_size=batch_size, train=train, seed=seed, augment=augment,
                       device_augment=device_augment, normalize=normalize,
                       shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
                       shuffle_shards=shuffle_shards, resampled=resampled, epoch_batches=epoch_batches,
-                      drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size)
-    ds.plans(rank=rank, world=world, num_workers=max(1, num_workers))  # fail now, not inside a worker
+                      drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size,
+                      reader=reader, subset=subset, class_weights=class_weights)
+    if num_workers is None:  # every core, but no more workers than this rank has shards (streaming) or batches
+        if ds.index is not None:
+            num_workers = min(usable_cpus(), max(1, ds.num_batches(rank=rank, world=world, num_workers=1)))
+        else:
+            num_workers = usable_cpus() if resampled else min(usable_cpus(), max(1, len(shards) // world))
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
+    if ds.index is None:
+        ds.plans(rank=rank, world=world, num_workers=max(1, num_workers))  # fail now, not inside a worker
+    elif epoch_batches is not None and not resampled:
+        ds.epoch_batches = None
+        have = ds.num_batches(rank=rank, world=world, num_workers=1)
+        if epoch_batches > have:
+            raise OptionError(f"epoch_batches={epoch_batches}: a rank has only {have} batches of {batch_size} "
+                              f"this epoch; use epoch_batches <= {have} or resampled=True")
+        ds.epoch_batches = epoch_batches
     return ShardLoader(ds, num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context)
 

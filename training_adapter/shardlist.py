@@ -38,6 +38,11 @@ class ShardList:
     std: list[float] | None = None
     size: int | None = None
     classes: list[str] | None = field(default=None, repr=False)
+    # where the index came from, when every shard is in it: index.json's dict, the folder or URL
+    # holding it (samples.npz is beside it), and each URL's shard name there
+    meta: dict | None = field(default=None, repr=False)
+    index_base: str | None = None
+    names: list[str] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -57,6 +62,7 @@ def _from_index_meta(meta: dict, base: str, split: str, where: str, join) -> Sha
         urls=[join(base, s["name"]) for s in shards],
         counts=[int(s["samples"]) for s in shards],
         mean=meta.get("mean"), std=meta.get("std"), size=meta.get("size"), classes=meta.get("classes"),
+        meta=meta, index_base=base, names=[s["name"] for s in shards],
     )
 
 
@@ -92,14 +98,17 @@ def _object_store(spec: str, split: str) -> ShardList:
     base = posixpath.dirname(index_url)
     if urls is None:
         return _from_index_meta(meta, base, split, index_url, lambda b, n: f"{b}/{n}")
-    return _with_meta(urls, [u.rsplit("/", 1)[1] if posixpath.dirname(u) == base else None for u in urls], meta)
+    return _with_meta(urls, [u.rsplit("/", 1)[1] if posixpath.dirname(u) == base else None for u in urls], meta,
+                      base)
 
 
-def _with_meta(urls: list[str], names: list[str | None], meta: dict) -> ShardList:
+def _with_meta(urls: list[str], names: list[str | None], meta: dict, base: str) -> ShardList:
     """``urls`` (shard file ``names``) with the index's samples per shard, when it lists them all, and stats."""
     by_name = {s["name"]: int(s["samples"]) for s in meta.get("shards", [])}
-    counts = [by_name[n] for n in names] if all(n in by_name for n in names) else None
-    return ShardList(urls, counts, meta.get("mean"), meta.get("std"), meta.get("size"), meta.get("classes"))
+    if not all(n in by_name for n in names):
+        return ShardList(urls, None, meta.get("mean"), meta.get("std"), meta.get("size"), meta.get("classes"))
+    return ShardList(urls, [by_name[n] for n in names], meta.get("mean"), meta.get("std"), meta.get("size"),
+                     meta.get("classes"), meta=meta, index_base=base, names=list(names))
 
 
 def _local_counts(urls: list[str]) -> ShardList:
@@ -111,7 +120,7 @@ def _local_counts(urls: list[str]) -> ShardList:
         idx = load_index(folder)
     except IndexFormatError:
         return ShardList(urls)
-    return _with_meta(urls, [Path(u).name for u in urls], idx.meta)
+    return _with_meta(urls, [Path(u).name for u in urls], idx.meta, str(folder))
 
 
 def _resolve_one(spec: str, split: str) -> ShardList:
@@ -151,7 +160,11 @@ def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split
         return parts[0]
     counts = None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts]
     first = parts[0]
-    return ShardList([u for p in parts for u in p.urls], counts, first.mean, first.std, first.size, first.classes)
+    joined = ShardList([u for p in parts for u in p.urls], counts, first.mean, first.std, first.size, first.classes)
+    if first.meta and all(p.index_base == first.index_base and p.meta == first.meta for p in parts[1:]):
+        joined.meta, joined.index_base = first.meta, first.index_base  # patterns over one index
+        joined.names = [n for p in parts for n in p.names]
+    return joined
 
 
 def worker_info() -> tuple[int, int, int, int]:

@@ -1,0 +1,271 @@
+"""indexread: epoch plans from samples.npz, subsets, class-balanced epochs, reads by offset, the map-style dataset."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import convert_images
+from oracle import read_stored
+from training_adapter import ShardIndexDataset, make_loader
+from training_adapter.indexread import (
+    SampleIndex, class_shares, deal, epoch_order, read_sample_index, select,
+)
+from training_adapter.shardlist import resolve_urls
+from wds_tools.errors import OptionError, ShardError
+
+S = 16
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """120 samples in 3 classes (a, b, c by row), train shards of 10, every 6th row in val."""
+    return convert_images(tmp_path_factory.mktemp("indexread"), 120, size=S, shard_size=10, val_every=6)
+
+
+@pytest.fixture(scope="module")
+def stored(folder) -> dict:
+    return read_stored(sorted(folder.glob("train-*.tar")))
+
+
+def train_index(folder: Path) -> SampleIndex:
+    shards = resolve_urls(folder, split="train")
+    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+
+
+# --- pure planning -------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 200), seed=st.integers(0, 9), epoch=st.integers(0, 9), shuffle=st.booleans())
+def test_epoch_order_is_a_seeded_permutation(n, seed, epoch, shuffle):
+    rows = np.arange(n) * 3
+    labels = np.zeros(3 * n + 1, np.int64)
+    a = epoch_order(rows, labels, seed=seed, epoch=epoch, shuffle=shuffle)
+    assert sorted(a.tolist()) == rows.tolist()
+    assert np.array_equal(a, epoch_order(rows, labels, seed=seed, epoch=epoch, shuffle=shuffle))
+    if not shuffle:
+        assert np.array_equal(a, rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), world=st.integers(1, 4), workers=st.integers(1, 3), batch=st.integers(1, 9),
+       drop_last=st.booleans())
+def test_deal_gives_disjoint_equal_ranks_and_ordered_batches(n, world, workers, batch, drop_last):
+    order = np.random.default_rng(n).permutation(n)
+    per_rank = []
+    for rank in range(world):
+        plans = deal(order, batch_size=batch, rank=rank, world=world, num_workers=workers, drop_last=drop_last)
+        assert len(plans) == workers
+        # the DataLoader takes batch j from worker j % workers: interleave back to rank order
+        batches = [b for j in range(max(map(len, plans), default=0)) for p in plans if j < len(p) for b in [p[j]]]
+        flat = np.concatenate(batches) if batches else np.array([], int)
+        mine = order[rank::world][:n // world] if world > 1 else order
+        assert np.array_equal(flat, mine[:len(flat)])
+        assert all(len(b) == batch for b in batches[:-1])
+        if drop_last:
+            assert all(len(b) == batch for b in batches)
+        else:
+            assert len(flat) == len(mine)
+        per_rank.append((len(batches), set(flat.tolist())))
+    assert len({nb for nb, _ in per_rank}) == 1  # equal batch counts on every rank
+    sets = [s for _, s in per_rank]
+    assert sum(map(len, sets)) == len(set().union(*sets))  # disjoint
+
+
+def test_balanced_draws_follow_the_shares_with_replacement_for_small_classes():
+    labels = np.array([0] * 670 + [1] * 300 + [2] * 30)  # skewed like HAM10000: 67% to 3%
+    rows = np.arange(len(labels))
+    shares = np.array([1 / 3, 1 / 3, 1 / 3])
+    a = epoch_order(rows, labels, seed=1, epoch=0, shuffle=True, shares=shares)
+    counts = Counter(labels[a].tolist())
+    assert len(a) == 1000 and sorted(counts.values()) == [333, 333, 334]
+    small = Counter(a[labels[a] == 2].tolist())
+    assert set(small) == set(range(970, 1000)) and max(small.values()) - min(small.values()) <= 1  # whole passes
+    big = a[labels[a] == 0]
+    assert len(set(big.tolist())) == len(big)  # a large class is drawn without replacement
+    assert np.array_equal(a, epoch_order(rows, labels, seed=1, epoch=0, shuffle=True, shares=shares))
+    assert not np.array_equal(a, epoch_order(rows, labels, seed=1, epoch=1, shuffle=True, shares=shares))
+
+
+def test_class_shares_options_and_errors(folder):
+    idx = train_index(folder)
+    rows = np.arange(len(idx))
+    assert class_shares(idx, "balanced", rows).tolist() == pytest.approx([1 / 3] * 3)
+    assert class_shares(idx, {"a": 1, "c": 3}, rows).tolist() == pytest.approx([0.25, 0, 0.75])
+    assert class_shares(idx, {0: 2, 1: 2, 2: 0}, rows).tolist() == pytest.approx([0.5, 0.5, 0])
+    with pytest.raises(OptionError, match="class_weights='even': expected 'balanced'"):
+        class_shares(idx, "even", rows)
+    with pytest.raises(OptionError, match="class_weights: no class 'd'; the index has a, b, c"):
+        class_shares(idx, {"d": 1}, rows)
+    with pytest.raises(OptionError, match=r"class_weights\['a'\]=-1: expected a number >= 0"):
+        class_shares(idx, {"a": -1}, rows)
+    with pytest.raises(OptionError, match="every class present has weight 0"):
+        class_shares(idx, {"a": 0}, rows)
+    with pytest.raises(OptionError, match="class 'b' has a weight but no sample"):
+        class_shares(idx, {"b": 1}, rows[idx.label[rows] != 1])
+
+
+def test_select_subsets(folder, stored):
+    idx = train_index(folder)
+    keys = [k.decode() for k in idx.key]
+    assert sorted(keys) == sorted(stored)
+    half = select(idx, 0.5)
+    assert 0.3 * len(idx) < len(half) < 0.7 * len(idx)
+    assert np.array_equal(half, select(idx, 0.5))  # the same samples every time
+    assert set(select(idx, 0.25)) <= set(half)  # nested fractions
+    assert len(select(idx, 1.0)) == len(idx)
+    some = [keys[3], keys[7]]
+    assert [keys[i] for i in select(idx, some)] == some
+    assert set(idx.label[select(idx, {"label": "b"})]) == {1}
+    assert set(idx.label[select(idx, {"label": [0, "c"]})]) == {0, 2}
+    assert np.array_equal(select(idx, lambda c: c["label"] == 2), select(idx, {"label": 2}))
+    with pytest.raises(OptionError, match=r"1 key\(s\) are not in this split, e.g. 'nope'"):
+        select(idx, [keys[0], "nope"])
+    with pytest.raises(OptionError, match=r"subset: no column 'site'"):
+        select(idx, {"site": "back"})
+    with pytest.raises(OptionError, match=r"subset=1.5: a fraction must be in \(0, 1\]"):
+        select(idx, 1.5)
+    with pytest.raises(OptionError, match="must return a boolean array"):
+        select(idx, lambda c: c["label"])
+
+
+# --- the loader on the index ---------------------------------------------------------------------
+def _epoch(loader) -> list[tuple[str, int, bytes]]:
+    return [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+            for images, labels, keys in loader for im, lab, k in zip(images, labels, keys)]
+
+
+def test_index_and_stream_readers_give_the_same_samples_in_eval(folder, stored):
+    kw = dict(batch_size=7, train=False, num_workers=0, return_keys=True, split="train")
+    by_index = _epoch(make_loader(folder, **kw))
+    by_stream = _epoch(make_loader(folder, reader="stream", **kw))
+    assert by_index == by_stream  # the same plan: every shard in order, each in file order
+    assert {k for k, _, _ in by_index} == set(stored)
+    assert all(stored[k].pixels.tobytes() == px and stored[k].label == lab for k, lab, px in by_index)
+
+
+def test_subset_reads_only_its_samples_once_and_about_its_share_of_bytes(folder, stored):
+    full = make_loader(folder, batch_size=4, train=True, num_workers=0, return_keys=True, drop_last=False)
+    keys = [k for _, _, ks in full for k in ks]
+    full_bytes = full.dataset._gather.bytes_read
+    part = make_loader(folder, batch_size=4, train=True, num_workers=0, return_keys=True, drop_last=False, subset=0.1)
+    got = [k for _, _, ks in part for k in ks]
+    idx = part.dataset.index
+    want = {idx.key_str(r) for r in select(idx, 0.1)}
+    assert sorted(got) == sorted(want) and len(set(got)) == len(got)
+    assert set(keys) == set(stored)
+    assert part.dataset._gather.bytes_read == full_bytes * len(got) // len(keys)  # only the subset's bytes
+    listed = sorted(want)[:3]
+    by_keys = make_loader(folder, batch_size=2, train=False, num_workers=0, return_keys=True, split="train",
+                          subset=listed)
+    assert sorted(k for _, _, ks in by_keys for k in ks) == listed
+
+
+def test_balanced_epochs_from_the_loader(folder, stored):
+    kw = dict(batch_size=5, train=True, num_workers=2, return_keys=True, subset={"label": ["a", "b", "c"]})
+    skewed = lambda c: (c["label"] == 2) | (np.arange(len(c["label"])) % 5 == 0)  # noqa: E731 - mostly class c
+    plain = make_loader(folder, subset=skewed, **{k: v for k, v in kw.items() if k != "subset"})
+    mix = Counter(int(lab) for _, labels, _ in plain for lab in labels)
+    assert mix[2] > 2 * (mix[0] + mix[1])
+    loader = make_loader(folder, subset=skewed, class_weights="balanced",
+                         **{k: v for k, v in kw.items() if k != "subset"})
+    first = [(k, int(lab)) for _, labels, keys in loader for k, lab in zip(keys, labels)]
+    mix = Counter(lab for _, lab in first)
+    n = sum(mix.values())
+    assert all(abs(mix[c] / n - 1 / 3) <= 0.02 for c in range(3)), mix
+    assert all(stored[k].label == lab for k, lab in first)
+    loader.set_epoch(0)
+    assert [(k, int(lab)) for _, labels, keys in loader for k, lab in zip(keys, labels)] == first  # reproducible
+    assert [k for _, _, keys in loader for k in keys] != [k for k, _ in first]  # epoch 1 differs
+
+
+def test_index_reader_feeds_more_workers_than_shards(folder, stored):
+    loader = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=3, return_keys=True,
+                         split="val")
+    assert sorted(k for _, _, ks in loader for k in ks) == sorted(read_stored([folder / "val-000000.tar"]))
+
+
+def test_a_shard_that_does_not_match_its_index_is_refused(folder, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    idx = train_index(bad)
+    at = int(idx.offset[np.flatnonzero(idx.shard == 1)[2]])  # the third sample of train-000001's .npy header
+    data = bytearray((bad / "train-000001.tar").read_bytes())
+    data[at:at + 128] = bytes(128)  # same size, a header gone
+    (bad / "train-000001.tar").write_bytes(bytes(data))
+    loader = make_loader(bad, batch_size=4, train=False, num_workers=0, split="train")
+    with pytest.raises(ShardError, match=rf"{bad}/train-000001.tar: byte {at}: sample '[^']+': no .npy header"):
+        list(loader)
+    (bad / "train-000002.tar").write_bytes(b"")
+    with pytest.raises(ShardError, match=rf"{bad}/train-000002.tar is 0 bytes; its index says"):
+        make_loader(bad, batch_size=4, train=False, num_workers=0, split="train")
+
+
+def test_reader_option_errors(folder, tmp_path):
+    with pytest.raises(OptionError, match="reader='fast': expected 'auto', 'index' or 'stream'"):
+        make_loader(folder, batch_size=2, train=True, reader="fast")
+    with pytest.raises(OptionError, match="subset needs the index reader; drop reader='stream'"):
+        make_loader(folder, batch_size=2, train=True, reader="stream", subset=0.5)
+    with pytest.raises(OptionError, match="class_weights needs the index reader, but no index.json lists these"):
+        make_loader(f"pipe:cat {folder}/train-000000.tar", batch_size=2, train=True, class_weights="balanced")
+    with pytest.raises(OptionError, match="selects no sample"):
+        make_loader(folder, batch_size=2, train=True, subset=lambda c: c["label"] < 0)
+    with pytest.raises(OptionError, match="epoch_batches=99: a rank has only"):
+        make_loader(folder, batch_size=2, train=True, epoch_batches=99)
+
+
+# --- the map-style dataset -----------------------------------------------------------------------
+def test_map_style_dataset_against_stock_webdataset(folder):
+    import webdataset as wds
+
+    ds = ShardIndexDataset(folder)
+    ref = {s["__key__"]: (s["npy"], int(s["cls"])) for s in
+           wds.WebDataset(sorted(str(p) for p in folder.glob("train-*.tar")), shardshuffle=False,
+                          empty_check=False).decode()}
+    assert len(ds) == len(ref) and sorted(ds.keys) == sorted(ref)
+    for i in range(len(ds)):
+        image, label, key, meta = ds[i]
+        assert image.dtype == torch.uint8 and image.shape == (3, S, S)
+        assert np.array_equal(image.permute(1, 2, 0).numpy(), ref[key][0]) and label == ref[key][1]
+        assert meta["width"] == 96 and meta["height"] == 72
+    image, *_ = ds[-1]
+    image.fill_(0)  # the caller owns its copy: the shard is untouched
+    assert np.array_equal(ds[-1][0].permute(1, 2, 0).numpy(), ref[ds[-1][2]][0])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_map_style_dataset_with_samplers(folder):
+    ds = ShardIndexDataset(folder, subset={"label": ["a", "c"]})
+    assert set(ds.labels.tolist()) == {0, 2}
+    weights = np.where(ds.labels == 0, 1.0, 3.0)
+    sampler = torch.utils.data.WeightedRandomSampler(torch.as_tensor(weights), 400,
+                                                     generator=torch.Generator().manual_seed(0))
+    dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=2)
+    labels = torch.cat([b[1] for b in dl])
+    assert len(labels) == 400 and (labels == 2).float().mean() > 0.65  # weight 3 vs 1: about 0.75
+    seen = []
+    for rank in range(2):
+        ds_sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=1)
+        seen.append({k for b in torch.utils.data.DataLoader(ds, batch_size=8, sampler=ds_sampler) for k in b[2]})
+    assert not seen[0] & seen[1] and seen[0] | seen[1] == set(ds.keys)
+    with pytest.raises(OptionError, match="needs shards listed in an index.json"):
+        ShardIndexDataset(f"pipe:cat {folder}/train-000000.tar")
+
+
+def test_index_json_path_and_pattern_resolve_to_the_same_rows(folder):
+    a = ShardIndexDataset(folder / "index.json")
+    b = ShardIndexDataset(str(folder / "train-{000000..000002}.tar"))
+    meta = json.loads((folder / "index.json").read_text())
+    counts = {s["name"]: s["samples"] for s in meta["shards"]}
+    assert len(a) == sum(n for name, n in counts.items() if name.startswith("train-"))
+    assert len(b) == sum(counts[f"train-{i:06d}.tar"] for i in range(3))
+    assert set(b.keys) == set(read_stored([folder / f"train-{i:06d}.tar" for i in range(3)])) < set(a.keys)

@@ -1,0 +1,411 @@
+"""Index read: plan each epoch from samples.npz, then gather every batch from the shards by offset.
+
+samples.npz (the split's rows: shard, .npy offset, label, key) -> ``select`` (a subset) ->
+``epoch_order`` (shuffle, or class-weighted draws; pure in seed and epoch) -> ``deal`` (to ranks,
+batches, workers; pure) -> ``Gather`` (one ``preadv`` per sample straight into the batch, or
+ranged reads from object storage). No tar header is parsed on the way: the index already says
+where every pixel is. The shards stay plain WebDataset tars; without an index the loader streams
+them instead (``tarread``).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import xxhash
+
+from wds_tools.errors import OptionError, ShardError
+
+__all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "Gather",
+           "read_sample_index", "NPY_HEADER_BYTES"]
+
+NPY_HEADER_BYTES = 128
+
+# samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
+_FILTER_COLUMNS = ("width", "height", "src_size", "shard")
+
+
+@dataclass
+class SampleIndex:
+    """The rows of one split the loader reads: where each sample's pixels are, its label and key."""
+
+    urls: list[str]  # shard URLs, by position
+    shard_bytes: list[int | None]  # each shard's size as the index records it
+    shard: np.ndarray  # [n] position in urls
+    offset: np.ndarray  # [n] file offset of the .npy member (its NPY header)
+    label: np.ndarray  # [n] int64
+    key: np.ndarray  # [n] |S
+    size: int  # S: the stored side
+    classes: list[str]
+    columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # for subset filters
+
+    def __len__(self) -> int:
+        return len(self.shard)
+
+    @property
+    def sample_bytes(self) -> int:
+        return self.size * self.size * 3
+
+    @classmethod
+    def from_table(cls, columns: Mapping[str, np.ndarray], meta: dict, urls: list[str], names: list[str],
+                   where: str) -> SampleIndex:
+        """The rows of the shards ``names`` (file names in the index, read from ``urls``), in the order
+        the index lists them."""
+        by_name = {s["name"]: i for i, s in enumerate(meta["shards"])}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise OptionError(f"{where}: shard {unknown[0]} is not in the index")
+        pos = np.full(len(meta["shards"]), -1, np.int64)
+        for j, n in enumerate(names):
+            pos[by_name[n]] = j
+        shard_of_row = pos[columns["shard"].astype(np.int64)]
+        rows = np.flatnonzero(shard_of_row >= 0)
+        rows = rows[np.lexsort((columns["npy_offset"][rows], shard_of_row[rows]))]  # shard order, then file order
+        size = int(meta["size"])
+        bad = np.flatnonzero(columns["npy_length"][rows] != NPY_HEADER_BYTES + size * size * 3)
+        if len(bad):
+            raise ShardError(f"{where}: sample {columns['key'][rows[bad[0]]].decode()!r} has an .npy of "
+                             f"{int(columns['npy_length'][rows[bad[0]]])} bytes; the index's size {size} needs "
+                             f"{NPY_HEADER_BYTES + size * size * 3}")
+        return cls(
+            urls=list(urls), shard_bytes=[meta["shards"][by_name[n]].get("bytes") for n in names],
+            shard=shard_of_row[rows], offset=columns["npy_offset"][rows].astype(np.int64),
+            label=columns["label"][rows].astype(np.int64), key=columns["key"][rows], size=size,
+            classes=list(meta.get("classes") or []),
+            columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
+        )
+
+    def key_str(self, i: int) -> str:
+        return self.key[i].decode()
+
+    def damaged_shards(self) -> list[tuple[int, str]]:
+        """(position, problem) of each local shard that is missing or not the size its index says
+        (remote shards are checked by the ranged reads themselves)."""
+        bad = []
+        for i, (url, want) in enumerate(zip(self.urls, self.shard_bytes)):
+            if want is None or "://" in url:
+                continue
+            try:
+                got = os.path.getsize(url)
+            except OSError as e:
+                bad.append((i, f"{url}: cannot read the shard: {e}"))
+                continue
+            if got != want:
+                bad.append((i, f"{url} is {got:,} bytes; its index says {want:,}: the shard does not match its "
+                               f"index (re-copy or re-convert it; wds-tools verify names what differs)"))
+        return bad
+
+
+# --- which samples ---------------------------------------------------------------------------
+def _key_fraction(keys: np.ndarray) -> np.ndarray:
+    """A stable number in [0, 1) per key (xxh3-64 of the key bytes), for fractional subsets."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(k, seed=0x5B5E7) for k in keys), np.uint64, len(keys)) / 2.0**64
+
+
+def select(index: SampleIndex, subset) -> np.ndarray:
+    """Row numbers of ``subset``: None (all), a fraction in (0, 1] (the same samples every epoch and
+    run: those whose key hashes below it), keys (a list or set of strings), a mapping
+    ``{column: value or list of values}`` over ``label`` (class index or name), ``key`` and the
+    numeric columns, or a function of the columns dict returning a boolean mask."""
+    n = len(index)
+    if subset is None:
+        return np.arange(n)
+    if isinstance(subset, float) or (isinstance(subset, int) and not isinstance(subset, bool) and subset == 1):
+        if not 0 < subset <= 1:
+            raise OptionError(f"subset={subset!r}: a fraction must be in (0, 1]")
+        return np.flatnonzero(_key_fraction(index.key) < subset) if subset < 1 else np.arange(n)
+    if callable(subset):
+        mask = np.asarray(subset(_filter_columns(index)))
+        if mask.dtype != bool or mask.shape != (n,):
+            raise OptionError(f"subset: the function must return a boolean array of {n} values, got "
+                              f"{mask.dtype} {mask.shape}")
+        return np.flatnonzero(mask)
+    if isinstance(subset, Mapping):
+        cols = _filter_columns(index)
+        mask = np.ones(n, bool)
+        for name, want in subset.items():
+            if name not in cols:
+                raise OptionError(f"subset: no column {name!r}; the index has {', '.join(sorted(cols))}")
+            values = list(want) if isinstance(want, (list, tuple, set, frozenset)) else [want]
+            if name == "label":
+                values = [_class_index(index, v, "subset") for v in values]
+            elif name == "key":
+                values = [str(v).encode() for v in values]
+            mask &= np.isin(cols[name], values)
+        return np.flatnonzero(mask)
+    if isinstance(subset, (list, tuple, set, frozenset, np.ndarray)):
+        wanted = {str(k).encode() for k in subset}
+        mask = np.isin(index.key, np.array(sorted(wanted), dtype=index.key.dtype) if wanted else index.key[:0])
+        found = set(index.key[mask].tolist())
+        missing = sorted(wanted - found)
+        if missing:
+            raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
+        return np.flatnonzero(mask)
+    raise OptionError(f"subset={subset!r}: expected a fraction, a list of keys, a {{column: values}} mapping "
+                      f"or a function of the columns")
+
+
+def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
+    return {"label": index.label, "key": index.key, **index.columns}
+
+
+def _class_index(index: SampleIndex, value, what: str) -> int:
+    if isinstance(value, str) and not value.isdigit():
+        if value not in index.classes:
+            raise OptionError(f"{what}: no class {value!r}; the index has {', '.join(index.classes)}")
+        return index.classes.index(value)
+    i = int(value)
+    if index.classes and not 0 <= i < len(index.classes):
+        raise OptionError(f"{what}: class index {i} out of range 0..{len(index.classes) - 1}")
+    return i
+
+
+def class_shares(index: SampleIndex, weights, rows: np.ndarray) -> np.ndarray:
+    """Each class's share of an epoch (sums to 1) from ``"balanced"`` or ``{class: weight}``
+    (classes by index or name; a class not named gets no share)."""
+    n_classes = max(len(index.classes), int(index.label.max()) + 1 if len(index.label) else 0)
+    present = np.bincount(index.label[rows], minlength=n_classes) > 0
+    if isinstance(weights, str):
+        if weights != "balanced":
+            raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
+        w = present.astype(np.float64)
+    elif isinstance(weights, Mapping):
+        w = np.zeros(n_classes)
+        for c, v in weights.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise OptionError(f"class_weights[{c!r}]={v!r}: expected a number >= 0")
+            w[_class_index(index, c, "class_weights")] = float(v)
+        empty = [index.classes[i] if i < len(index.classes) else str(i) for i in np.flatnonzero((w > 0) & ~present)]
+        if empty:
+            raise OptionError(f"class_weights: class {empty[0]!r} has a weight but no sample in this split/subset")
+    else:
+        raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
+    if not w.sum() > 0:
+        raise OptionError("class_weights: every class present has weight 0")
+    return w / w.sum()
+
+
+# --- in which order --------------------------------------------------------------------------
+def _largest_remainder(total: int, shares: np.ndarray) -> np.ndarray:
+    """Integer counts summing to ``total``, as close as possible to ``total * shares``."""
+    exact = total * shares
+    counts = np.floor(exact).astype(np.int64)
+    short = total - int(counts.sum())
+    if short:
+        counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1
+    return counts
+
+
+def epoch_order(rows: np.ndarray, labels: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
+                shares: np.ndarray | None = None, draws: int | None = None) -> np.ndarray:
+    """The epoch's sequence of rows: ``rows`` in order or permuted by (seed, epoch); with ``shares``,
+    ``draws`` (default ``len(rows)``) rows whose class counts are ``shares`` of it, each class's rows
+    drawn in fresh random passes (all of a small class, as often as needed, then part of it), then
+    permuted; with ``draws`` and no shares, ``draws`` rows drawn with replacement."""
+    rng = np.random.default_rng([seed, epoch, 0x1D5])
+    if shares is None:
+        if draws is not None:
+            return rows[rng.integers(len(rows), size=draws)] if len(rows) else rows[:0]
+        return rng.permutation(rows) if shuffle else rows
+    total = len(rows) if draws is None else draws
+    counts = _largest_remainder(total, shares)
+    cls = labels[rows]
+    parts = []
+    for c in np.flatnonzero(counts):
+        mine = rows[cls == c]
+        full, rest = divmod(int(counts[c]), len(mine))
+        parts += [rng.permutation(mine) for _ in range(full)]
+        parts.append(rng.permutation(mine)[:rest])
+    return rng.permutation(np.concatenate(parts)) if parts else rows[:0]
+
+
+def deal(order: np.ndarray, *, batch_size: int, rank: int, world: int, num_workers: int, drop_last: bool,
+         max_batches: int | None = None) -> list[list[np.ndarray]]:
+    """Each worker's batches of this rank: ranks take every ``world``-th row of ``order`` (all ranks
+    the same count, the last ``len % world`` rows left out), cut into batches in order; batch j goes
+    to worker ``j % num_workers`` (the DataLoader then yields them in order j)."""
+    if world > 1:
+        per = len(order) // world
+        mine = order[rank::world][:per]
+    else:
+        mine = order
+    nb = len(mine) // batch_size if drop_last else math.ceil(len(mine) / batch_size)
+    if max_batches is not None:
+        nb = min(nb, max_batches)
+    batches = [mine[j * batch_size:(j + 1) * batch_size] for j in range(nb)]
+    return [batches[w::num_workers] for w in range(num_workers)]
+
+
+# --- reading ---------------------------------------------------------------------------------
+class Gather:
+    """Reads rows' stored pixels by offset. Local shards are memory-mapped (read-only, shared): a
+    sample is one copy from the page cache into the batch, or none when augmentation reads the
+    mapping itself; object storage is read with concurrent ranged GETs. Every sample's NPY header
+    is checked against the one the index's size implies."""
+
+    def __init__(self, index: SampleIndex):
+        from wds_tools.tarwrite import npy_header
+
+        self.index = index
+        self.header = np.frombuffer(npy_header((index.size, index.size, 3)), np.uint8)
+        self.want = NPY_HEADER_BYTES + index.sample_bytes
+        self._maps: dict[int, np.ndarray] = {}
+        self.bytes_read = 0  # bytes of samples asked for (headers and pixels), for subset accounting
+
+    def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
+        return {**self.__dict__, "_maps": {}}
+
+    def _map(self, shard: int) -> np.ndarray:
+        arr = self._maps.get(shard)
+        if arr is None:
+            url = self.index.urls[shard]
+            try:
+                with open(url, "rb") as f:
+                    # copy-on-write: writable for torch.from_numpy, never written, shared with the page cache
+                    arr = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
+            except (OSError, ValueError) as e:  # ValueError: an empty file
+                raise ShardError(f"{url}: cannot map the shard: {e}") from None
+            self._maps[shard] = arr
+        return arr
+
+    def _member(self, r: int) -> np.ndarray:
+        """Row ``r``'s whole .npy member (header + pixels) as a view of its shard's mapping."""
+        idx = self.index
+        s, off = int(idx.shard[r]), int(idx.offset[r])
+        m = self._map(s)[off:off + self.want]
+        if len(m) != self.want:
+            raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: the shard ends {len(m)} bytes "
+                             f"into its {self.want}-byte .npy; it is shorter than its index says (truncated copy?)")
+        if not np.array_equal(m[:NPY_HEADER_BYTES], self.header):
+            raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px "
+                             f"image where the index points; the shard does not match its index")
+        return m
+
+    def _remote(self, rows) -> bool:
+        return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
+
+    def views(self, rows, scratch: np.ndarray) -> list[np.ndarray]:
+        """Each row's pixels [S*S*3]: views of the mapping (local), or rows of ``scratch`` read into."""
+        if self._remote(rows):
+            self.read(rows, scratch[:len(rows)])
+            return list(scratch[:len(rows)])
+        self.bytes_read += len(rows) * self.want
+        return [self._member(r)[NPY_HEADER_BYTES:] for r in rows]
+
+    def read(self, rows, out: np.ndarray) -> None:
+        """The pixels of ``rows`` into ``out`` [len(rows), S*S*3] uint8."""
+        if self._remote(rows):
+            self._read_remote(rows, out)
+        else:
+            for i, r in enumerate(rows):
+                out[i] = self._member(r)[NPY_HEADER_BYTES:]
+        self.bytes_read += len(rows) * self.want
+
+    def _read_remote(self, rows, out: np.ndarray) -> None:
+        from wds_tools.storage import _fs
+
+        idx, want = self.index, self.want
+        paths = [idx.urls[int(idx.shard[r])] for r in rows]
+        starts = [int(idx.offset[r]) for r in rows]
+        try:
+            blobs = _fs(paths[0]).cat_ranges(paths, starts, [s + want for s in starts], on_error="return")
+        except OSError as e:
+            raise ShardError(f"{paths[0]}: ranged read failed: {e}") from None
+        for i, (b, p, s, r) in enumerate(zip(blobs, paths, starts, rows)):
+            if isinstance(b, BaseException) or len(b) != want:
+                got = f"failed: {b}" if isinstance(b, BaseException) else f"gave {len(b)} of {want} bytes"
+                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: the ranged read {got}")
+            head = np.frombuffer(b, np.uint8, NPY_HEADER_BYTES)
+            if not np.array_equal(head, self.header):
+                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px image "
+                                 f"where the index points; the shard does not match its index")
+            out[i] = np.frombuffer(b, np.uint8, offset=NPY_HEADER_BYTES)
+
+
+def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) -> SampleIndex:
+    """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
+    at ``base`` (a folder, or an http(s)/fsspec URL)."""
+    from wds_tools.index import SAMPLES_FILE, read_npz
+
+    name = (meta.get("samples_file") or {}).get("name", SAMPLES_FILE)
+    where = f"{base.rstrip('/')}/{name}" if "://" in base else str(Path(base) / name)
+    wanted = ["key", "label", "shard", "npy_offset", "npy_length", *_FILTER_COLUMNS[:3]]
+    if "://" in where:
+        data = _read_url(where)
+        cols = read_npz(where, wanted, data=data)
+    else:
+        cols = read_npz(where, wanted)
+    return SampleIndex.from_table(cols, meta, urls, names, where)
+
+
+def _read_url(url: str) -> bytes:
+    try:
+        if url.startswith(("http://", "https://")):
+            from webdataset.gopen import gopen
+
+            with gopen(url, "rb") as f:
+                return f.read()
+        from wds_tools.storage import read_input
+
+        return read_input(url)
+    except (OSError, ValueError) as e:
+        raise ShardError(f"{url}: cannot read the sample table: {e}") from None
+
+
+class ShardIndexDataset(torch.utils.data.Dataset):
+    """Map-style access to a split of wds-tools shards through their index.
+
+    ``dataset[i]`` is ``(image, label, key, meta)``: the stored uint8 pixels as [3, S, S]
+    (channels-last memory, a copy the caller owns), the label index, the sample key and a dict of
+    the index's per-sample columns (``width``, ``height``, ``src_size``: the source image's size
+    and bytes). Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
+    ``DistributedSampler(dataset)``. ``subset`` as in ``make_loader``.
+    """
+
+    def __init__(self, path, *, split: str = "train", subset=None):
+        from .shardlist import resolve_urls
+
+        shards = resolve_urls(path, split=split)
+        if shards.meta is None or any(u.startswith(("pipe:", "http://", "https://")) for u in shards.urls):
+            raise OptionError(f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
+                              f"storage; point it at the shards folder or its index.json")
+        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        damaged = self.index.damaged_shards()
+        if damaged:
+            raise ShardError(damaged[0][1])
+        self.rows = select(self.index, subset)
+        self.classes = self.index.classes
+        self.mean, self.std = shards.mean, shards.std
+        self._gather: Gather | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Each item's label index, for samplers (e.g. class weights per item)."""
+        return self.index.label[self.rows]
+
+    @property
+    def keys(self) -> list[str]:
+        return [k.decode() for k in self.index.key[self.rows]]
+
+    def __getitem__(self, i: int):
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} samples")
+        r = int(self.rows[i])
+        if self._gather is None:
+            self._gather = Gather(self.index)
+        S = self.index.size
+        pixels = np.empty((1, S * S * 3), np.uint8)
+        self._gather.read([r], pixels)
+        image = torch.from_numpy(pixels.reshape(S, S, 3)).permute(2, 0, 1)
+        meta = {c: int(v[r]) for c, v in self.index.columns.items() if c != "shard"}
+        return image, int(self.index.label[r]), self.index.key_str(r), meta
