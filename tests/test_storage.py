@@ -131,15 +131,17 @@ def test_reuse_from_object_storage_is_refused_clearly(bucket, corpus):
         _convert(corpus, f"{url}/shards", base="v0")
 
 
-def test_loader_streams_s3_shards(bucket, corpus, tmp_path):
+def test_loader_reads_s3_shards_by_offset_and_streaming(bucket, corpus, tmp_path):
     from training_adapter import make_loader
 
     fs, url = bucket
     remote = _convert(corpus, f"{url}/shards", val_fraction=0.0)
     local = _convert(corpus, tmp_path / "local", val_fraction=0.0)
 
-    def read_all(urls):
-        loader = make_loader(urls, batch_size=4, train=False, num_workers=0, return_keys=True, split="train")
+    def read_all(urls, reader="auto"):
+        loader = make_loader(urls, batch_size=4, train=False, num_workers=0, return_keys=True, split="train",
+                             reader=reader)
+        assert (loader.dataset.index is not None) == (reader == "auto")  # an index lists them: read by offset
         out = {}
         for batch in loader:
             images, labels, keys = batch
@@ -152,3 +154,5 @@ def test_loader_streams_s3_shards(bucket, corpus, tmp_path):
     assert len(from_s3) == 40 and from_s3.keys() == from_disk.keys()
     assert all(torch.equal(from_s3[k], from_disk[k]) for k in from_s3)
     assert len(read_all(f"{url}/shards/v1/32")) == 40  # the folder, through its index.json
+    streamed = read_all(f"{url}/shards/v1/32", reader="stream")  # ranged reads vs streaming the tars
+    assert streamed.keys() == from_s3.keys() and all(torch.equal(streamed[k], from_s3[k]) for k in from_s3)
