@@ -269,3 +269,22 @@ def test_index_json_path_and_pattern_resolve_to_the_same_rows(folder):
     assert len(a) == sum(n for name, n in counts.items() if name.startswith("train-"))
     assert len(b) == sum(counts[f"train-{i:06d}.tar"] for i in range(3))
     assert set(b.keys) == set(read_stored([folder / f"train-{i:06d}.tar" for i in range(3)])) < set(a.keys)
+
+
+def test_check_samples_catches_a_flipped_pixel(folder, tmp_path):
+    import shutil
+
+    bad = tmp_path / "flipped"
+    shutil.copytree(folder, bad)
+    idx = train_index(bad)
+    r = int(np.flatnonzero(idx.shard == 3)[1])
+    at = int(idx.offset[r]) + 128 + 77  # a pixel byte of that sample
+    data = bytearray((bad / "train-000003.tar").read_bytes())
+    data[at] ^= 0x01
+    (bad / "train-000003.tar").write_bytes(bytes(data))
+    kw = dict(batch_size=4, train=False, num_workers=0, split="train")
+    assert sum(len(b[1]) for b in make_loader(bad, **kw)) == len(idx)  # unchecked: read as it is
+    with pytest.raises(ShardError, match=rf"train-000003.tar: byte {int(idx.offset[r])}: sample "
+                                         rf"'{idx.key_str(r)}': its pixels do not match their checksum"):
+        list(make_loader(bad, check_samples=True, **kw))
+    assert sum(len(b[1]) for b in make_loader(folder, check_samples=True, **kw)) == len(idx)

@@ -18,7 +18,7 @@ __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 LOADER_KEYS = {
     "batch_size", "num_workers", "seed", "device_augment", "normalize", "shuffle_buffer", "shuffle_shards",
     "resampled", "epoch_batches", "drop_last", "on_error", "pin_memory", "persistent_workers",
-    "prefetch_factor", "mean", "std", "reader", "subset", "class_weights",
+    "prefetch_factor", "mean", "std", "reader", "subset", "class_weights", "check_samples",
 }
 
 

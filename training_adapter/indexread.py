@@ -45,6 +45,7 @@ class SampleIndex:
     size: int  # S: the stored side
     classes: list[str]
     columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # for subset filters
+    npy_xxh3: np.ndarray | None = field(default=None, repr=False)  # [n] xxh3-64 of each .npy member
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -80,6 +81,7 @@ class SampleIndex:
             label=columns["label"][rows].astype(np.int64), key=columns["key"][rows], size=size,
             classes=list(meta.get("classes") or []),
             columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
+            npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
         )
 
     def key_str(self, i: int) -> str:
@@ -250,10 +252,11 @@ class Gather:
     mapping itself; object storage is read with concurrent ranged GETs. Every sample's NPY header
     is checked against the one the index's size implies."""
 
-    def __init__(self, index: SampleIndex):
+    def __init__(self, index: SampleIndex, check: bool = False):
         from wds_tools.tarwrite import npy_header
 
         self.index = index
+        self.check = check  # compare each .npy member's xxh3-64 with the index's
         self.header = np.frombuffer(npy_header((index.size, index.size, 3)), np.uint8)
         self.want = NPY_HEADER_BYTES + index.sample_bytes
         self._maps: dict[int, np.ndarray] = {}
@@ -286,7 +289,16 @@ class Gather:
         if not np.array_equal(m[:NPY_HEADER_BYTES], self.header):
             raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px "
                              f"image where the index points; the shard does not match its index")
+        if self.check:
+            self._check(m, r)
         return m
+
+    def _check(self, member: np.ndarray, r: int) -> None:
+        idx = self.index
+        if xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
+            raise ShardError(f"{idx.urls[int(idx.shard[r])]}: byte {int(idx.offset[r])}: sample {idx.key_str(r)!r}: "
+                             f"its pixels do not match their checksum in the index (npy_xxh3): the shard is "
+                             f"damaged (wds-tools verify lists every such sample)")
 
     def _remote(self, rows) -> bool:
         return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
@@ -326,6 +338,8 @@ class Gather:
             if not np.array_equal(head, self.header):
                 raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px image "
                                  f"where the index points; the shard does not match its index")
+            if self.check:
+                self._check(np.frombuffer(b, np.uint8), r)
             out[i] = np.frombuffer(b, np.uint8, offset=NPY_HEADER_BYTES)
 
 
@@ -336,7 +350,7 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
 
     name = (meta.get("samples_file") or {}).get("name", SAMPLES_FILE)
     where = f"{base.rstrip('/')}/{name}" if "://" in base else str(Path(base) / name)
-    wanted = ["key", "label", "shard", "npy_offset", "npy_length", *_FILTER_COLUMNS[:3]]
+    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", *_FILTER_COLUMNS[:3]]
     if "://" in where:
         data = _read_url(where)
         cols = read_npz(where, wanted, data=data)

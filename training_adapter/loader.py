@@ -206,7 +206,7 @@ class ShardDataset(IterableDataset):
                  shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
                  epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
                  return_keys: bool = False, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                 subset=None, class_weights=None):
+                 subset=None, class_weights=None, check_samples: bool = False):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size={batch_size!r}: expected a positive integer")
         if on_error not in ("raise", "skip"):
@@ -241,7 +241,8 @@ class ShardDataset(IterableDataset):
         self.rows: np.ndarray | None = None  # the index rows of the subset
         self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
         self._gather: Gather | None = None
-        if _use_index(shards, reader, subset, class_weights):
+        self.check_samples = check_samples
+        if _use_index(shards, reader, subset, class_weights, check_samples):
             self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
             self.rows = select(self.index, subset)
             damaged = self.index.damaged_shards()  # refused before training starts, or left out
@@ -520,7 +521,7 @@ class ShardDataset(IterableDataset):
         mine = deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
                     max_batches=None if self.resampled else self.epoch_batches)[worker]
         if self._gather is None:
-            self._gather = Gather(idx)
+            self._gather = Gather(idx, check=self.check_samples)
         scratch = np.empty((B, idx.sample_bytes), np.uint8) if self.augment is not None else None
         for rows in mine:
             keys = [idx.key_str(r) for r in rows]
@@ -530,7 +531,7 @@ class ShardDataset(IterableDataset):
 _INDEX_SCHEMES = ("", "file")  # and every fsspec object store; not pipe: or http(s) (no ranged reads there)
 
 
-def _use_index(shards: ShardList, reader: str, subset, class_weights) -> bool:
+def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samples: bool) -> bool:
     """Whether the loader reads by offset from the index (``reader``: auto, index or stream)."""
     if reader not in ("auto", "index", "stream"):
         raise OptionError(f"reader={reader!r}: expected 'auto', 'index' or 'stream'")
@@ -538,6 +539,7 @@ def _use_index(shards: ShardList, reader: str, subset, class_weights) -> bool:
     schemes = {"" if len(x) <= 1 else x for x in schemes}
     possible = shards.meta is not None and not schemes & {"pipe", "http", "https"}
     needs = [name for name, v in (("subset", subset), ("class_weights", class_weights)) if v is not None]
+    needs += ["check_samples"] if check_samples else []
     if not possible and (reader == "index" or needs):
         why = ("these URLs are pipe: or http(s) (no ranged reads)" if shards.meta is not None
                else "no index.json lists these shards")
@@ -637,13 +639,20 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                 persistent_workers: bool = False, prefetch_factor: int | None = None,
                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                 split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                subset=None, class_weights=None, multiprocessing_context=None) -> ShardLoader:
+                subset=None, class_weights=None, check_samples: bool = False,
+                multiprocessing_context=None) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
     ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
     (its ``split``: ``train`` or ``val`` by ``train``), ``pipe:`` or ``http(s)://`` URLs.
-    ``shuffle_buffer`` (train only, default 1000 samples) costs that many samples of memory per
-    worker (150 KB each at 224 px: 150 MB for 1000).
+
+    ``reader``: ``"auto"`` reads by offset when an index lists the shards (local or object
+    storage), else streams the tars; ``"index"`` or ``"stream"`` force one. The index reader alone
+    takes ``subset`` (a fraction, keys, ``{column: values}`` or a function of the samples.npz
+    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``
+    (compare each sample's bytes with its checksum in the index as it is read).
+    ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
+    memory per worker (150 KB each at 224 px: 150 MB for 1000).
     """
     shards = resolve_urls(urls, split=split or ("train" if train else "val"))
     if mean is not None:
@@ -658,7 +667,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                       shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
                       shuffle_shards=shuffle_shards, resampled=resampled, epoch_batches=epoch_batches,
                       drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size,
-                      reader=reader, subset=subset, class_weights=class_weights)
+                      reader=reader, subset=subset, class_weights=class_weights, check_samples=check_samples)
     if num_workers is None:  # every core, but no more workers than this rank has shards (streaming) or batches
         if ds.index is not None:
             num_workers = min(usable_cpus(), max(1, ds.num_batches(rank=rank, world=world, num_workers=1)))
