@@ -1,0 +1,79 @@
+"""format.sidecars: the wids shard list and DALI index files, checked with wids itself and with tarfile."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import convert_images
+from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
+from wds_tools.index import load_index
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    out = convert_images(tmp_path_factory.mktemp("sidecars"), 30, size=8, shard_size=7, val_every=5)
+    idx = load_index(out)
+    for name, data in sidecar_files(idx.meta, idx.samples.columns).items():
+        (out / name).write_bytes(data)
+    return out
+
+
+def test_wids_reads_the_shard_list(folder, tmp_path):
+    wids = pytest.importorskip("wids")
+    idx = load_index(folder)
+    table = idx.samples
+    by_key = {k: i for i, k in enumerate(table.keys)}
+    for split in ("train", "val"):
+        ds = wids.ShardListDataset(str(folder / f"{split}.wids.json"), cache_dir=str(tmp_path / "cache"),
+                                   transformations=[lambda s: s])
+        assert len(ds) == idx.splits[split]["samples"]
+        for i in range(len(ds)):
+            sample = ds[i]
+            r = by_key[sample["__key__"]]
+            pixels = np.load(io.BytesIO(sample[".npy"].read() if hasattr(sample[".npy"], "read") else sample[".npy"]))
+            with tarfile.open(folder / idx.shards[int(table["shard"][r])]["name"]) as tf:
+                stored = np.load(io.BytesIO(tf.extractfile(f"{sample['__key__']}.npy").read()))
+            assert np.array_equal(pixels, stored)
+            cls = sample[".cls"].read() if hasattr(sample[".cls"], "read") else sample[".cls"]
+            assert int(cls) == int(table["label"][r])
+
+
+def test_dali_index_files_match_every_member_tarfile_sees(folder):
+    idx = load_index(folder)
+    for s in idx.shards:
+        text = (folder / dali_name(s["name"])).read_text()
+        head, *lines = text.splitlines()
+        assert head == f"v1.2 {s['samples']}" and len(lines) == s["samples"]
+        with tarfile.open(folder / s["name"]) as tf:
+            members = [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
+        listed = []
+        for line in lines:
+            parts = line.split(" ")
+            assert len(parts) == 12
+            for j in range(0, 12, 4):
+                ext, off, size, name = parts[j:j + 4]
+                assert name.endswith("." + ext)
+                listed.append((name, int(off), int(size)))
+        assert listed == members  # every member, in file order, at its data offset
+
+
+def test_wids_description_fields(folder):
+    idx = load_index(folder)
+    desc = wids_shard_list(idx.meta, "train")
+    assert desc["wids_version"] == 1 and json.loads((folder / "train.wids.json").read_text()) == desc
+    assert [s["url"] for s in desc["shardlist"]] == [s["name"] for s in idx.shards if s["split"] == "train"]
+    assert sum(s["nsamples"] for s in desc["shardlist"]) == idx.splits["train"]["samples"]
+
+
+def test_dali_index_of_an_empty_shard_number():
+    cols = {"shard": np.array([0], np.uint32), "key": np.array([b"a"]),
+            **{f"{m}_{f}": np.array([512 * (1 + j) if f == "offset" else 3], np.uint64)
+               for j, m in enumerate(("cls", "json", "npy")) for f in ("offset", "length")}}
+    assert dali_index(cols, 0) == "v1.2 1\ncls 512 3 a.cls json 1024 3 a.json npy 1536 3 a.npy\n"
+    assert dali_index(cols, 1) == "v1.2 0\n"

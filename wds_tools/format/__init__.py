@@ -1,0 +1,1 @@
+"""The on-disk format: the only code that knows the bytes docs/FORMAT.md describes."""

@@ -1,0 +1,81 @@
+"""Sidecar index files for readers other than ours, derived from index.json and samples.npz alone.
+
+- ``<split>.wids.json``: the shard list webdataset's indexed reader (``wids.ShardListDataset``)
+  takes: ``wids_version`` 1 and, per shard, its URL relative to the file, its sample count and size.
+- ``<shard>.idx``: NVIDIA DALI's webdataset index (``fn.readers.webdataset(index_paths=...)``), the
+  text its ``wds2idx`` tool writes: ``v1.2 <samples>``, then one line per sample listing each
+  member as ``<ext> <data offset> <size> <member name>`` in file order.
+
+No shard is read: samples.npz already holds every member's offset and length. docs/FORMAT.md
+documents both files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+__all__ = ["MEMBERS", "wids_name", "dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
+
+MEMBERS = ("cls", "json", "npy")  # a sample's members, in file order
+DALI_VERSION = "v1.2"
+
+
+def wids_name(split: str) -> str:
+    return f"{split}.wids.json"
+
+
+def dali_name(shard: str) -> str:
+    """``train-000000.tar`` -> ``train-000000.idx``, the name wds2idx gives by default."""
+    return shard[:-len(".tar")] + ".idx" if shard.endswith(".tar") else shard + ".idx"
+
+
+def wids_shard_list(meta: Mapping, split: str) -> dict:
+    """The wids dataset description of ``split``: shard URLs relative to the index's folder."""
+    shards = [s for s in meta["shards"] if s["split"] == split]
+    return {
+        "__kind__": "wids-shard-index-v1",
+        "wids_version": 1,
+        "name": f"{meta.get('dataset_version', '')}/{meta.get('size', '')}/{split}",
+        "shardlist": [{"url": s["name"], "nsamples": int(s["samples"]), "filesize": int(s["bytes"])}
+                      for s in shards],
+    }
+
+
+def dali_index(columns: Mapping[str, np.ndarray], shard: int) -> str:
+    """The wds2idx v1.2 text of shard number ``shard`` (its position in index.json's ``shards``)."""
+    rows = np.flatnonzero(columns["shard"] == shard)
+    rows = rows[np.argsort(columns["cls_offset"][rows], kind="stable")]
+    lines = [f"{DALI_VERSION} {len(rows)}"]
+    keys = columns["key"]
+    for r in rows:
+        key = keys[r].decode()
+        lines.append(" ".join(f"{m} {int(columns[f'{m}_offset'][r])} {int(columns[f'{m}_length'][r])} {key}.{m}"
+                              for m in MEMBERS))
+    return "\n".join(lines) + "\n"
+
+
+def sidecar_files(meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: bool = True,
+                  dali: bool = True) -> dict[str, bytes]:
+    """File name -> bytes of every sidecar of one converted folder."""
+    out: dict[str, bytes] = {}
+    if wids:
+        for split in meta["splits"]:
+            text = json.dumps(wids_shard_list(meta, split), indent=1, sort_keys=True) + "\n"
+            out[wids_name(split)] = text.encode()
+    if dali:
+        for i, s in enumerate(meta["shards"]):
+            out[dali_name(s["name"])] = dali_index(columns, i).encode()
+    return out
+
+
+def write_sidecars(folder: str | os.PathLike, meta: Mapping, columns: Mapping[str, np.ndarray],
+                   write_bytes: Callable[[str, bytes], None], join: Callable[..., str], **which) -> list[str]:
+    """Write ``sidecar_files`` into ``folder`` with ``write_bytes`` (atomic); returns their names."""
+    files = sidecar_files(meta, columns, **which)
+    for name, data in files.items():
+        write_bytes(join(folder, name), data)
+    return sorted(files)
