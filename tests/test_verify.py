@@ -112,9 +112,9 @@ def test_extra_member(shards):
 def test_read_error_mid_file_is_reported_by_name(shards, monkeypatch):
     import errno
 
-    import wds_tools.tarscan
+    import wds_tools.format.tar as tar
 
-    real = wds_tools.tarscan.iter_chunks
+    real = tar.iter_chunks
 
     def failing(path, *a, **kw):
         for i, part in enumerate(real(path, 4096)):
@@ -122,7 +122,7 @@ def test_read_error_mid_file_is_reported_by_name(shards, monkeypatch):
                 raise OSError(errno.EIO, "Input/output error")
             yield part
 
-    monkeypatch.setattr(wds_tools.tarscan, "iter_chunks", failing)
+    monkeypatch.setattr(tar, "iter_chunks", failing)
     for kw in ({}, {"scan": True}):
         r = verify(shards, **kw)
         assert not r.ok and r.bad_shards == ["train-000001.tar"], kw

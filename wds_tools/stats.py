@@ -23,7 +23,7 @@ from .index import INDEX_FILE, DatasetIndex, histogram_mean_std, read_npz
 from .shardlist import Target, resolve_target, shard_split
 from .plan import NPY_HEADER_BYTES
 from .runner import usable_cpus
-from .tarscan import CHUNK, TarWalker, scan_file
+from .format.tar import CHUNK, TarWalker, scan_file
 from .tarwrite import read_npy_header
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",

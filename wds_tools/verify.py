@@ -21,7 +21,7 @@ import xxhash
 
 from .index import INDEX_FILE, read_npz
 from .shardlist import Target, resolve_target
-from .tarscan import BLOCK, TarWalker, scan_file, walk_headers
+from .format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 from .plan import NPY_HEADER_BYTES
 from .runner import usable_cpus
 from .tarwrite import npy_header, read_npy_header
@@ -316,8 +316,9 @@ def _size_problem(job: _Job, size: int) -> list[Problem]:
     return [Problem(job.name, "size", f"{what}: {size:,} bytes, the index says {job.bytes:,}")]
 
 
-def _stem(name: str) -> str:
-    return name.split(".", 1)[0]
+def _stem(name: str) -> str | None:
+    """A member's sample key, by the rule every reader uses (``format.tar.split_name``)."""
+    return split_name(name)[0]
 
 
 def _expected(job: _Job) -> list[tuple[str, int, int]]:
@@ -466,7 +467,8 @@ def _check_scan(path: Path, quick: bool) -> _ScanResult:
     order: list[str] = []
     headers: dict[bytes, str] = {}
     for m in walker.members:
-        stem, _, ext = m.name.partition(".")
+        stem, ext = split_name(m.name)
+        stem, ext = (m.name, "") if stem is None else (stem, ext)  # a name without an extension
         if stem not in groups:
             groups[stem] = []
             order.append(stem)

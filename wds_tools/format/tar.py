@@ -1,22 +1,35 @@
-"""Read a tar's member table without an index: a small streaming ustar header walker.
+"""Tar: the one reader of shard bytes (headers, member names, PAX and GNU long-name records).
 
-``TarWalker`` is fed consecutive buffers of a shard (the same buffers a caller hashes, so a file
-is read once) and records every member's name, data offset and size, plus the first bytes of the
-members a ``capture`` function asks for. ``walk_headers`` jumps from header to header with small
-reads instead, for checks that need the member table but not the data.
+docs/FORMAT.md, "Shards". Every tar header anywhere in wds-tools is decoded by ``decode_header``,
+every member name split into key and extension by ``split_name`` (webdataset's rule: the first
+dot of the base name), and every PAX record parsed by ``pax_path``. Two walkers drive them:
+
+- ``TarWalker`` is pushed consecutive buffers (the ones a caller also hashes, so a file is read
+  once) and lists every member; ``scan_file`` feeds it a whole file, ``walk_headers`` jumps from
+  header to header with small positioned reads. Strict: shards wds-tools writes hold plain ustar
+  regular files only, so anything else is recorded as the walk's ``error``.
+- ``iter_members`` pulls from a stream in large chunks and yields zero-copy views of each
+  member's data, following PAX and GNU long names as webdataset does; ``iter_samples`` groups
+  them by key. Every malformed input ends in ``ShardError`` naming the URL and byte offset: each
+  header or record advances the position by at least one block, so the walk always ends.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .tarwrite import BLOCK
+import numpy as np
 
-__all__ = ["BLOCK", "CHUNK", "Member", "TarWalker", "TarHeaderError", "TarChecksumError", "decode_header",
-           "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks"]
+from ..errors import ShardError
+from ..tarwrite import BLOCK
+
+__all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",
+           "decode_header", "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks",
+           "split_name", "pax_path", "iter_members", "group_samples", "DEFAULT_CHUNK"]
 
 # Reads of 1 MiB: on a cold page cache the kernel's read-ahead overlaps them with the caller's
 # work, where one 16 MiB read waits for all its pages; hashlib still releases the GIL on each.
@@ -245,3 +258,166 @@ def read_full(f, view: memoryview) -> int:
     while got < len(view) and (n := f.readinto(view[got:])):
         got += n
     return got
+
+
+# --- the streaming reader ---------------------------------------------------------------------
+DEFAULT_CHUNK = 8 << 20  # the streaming reader's reads
+_ZERO_BLOCK = bytes(BLOCK)
+_NAME_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+
+
+def split_name(name: str) -> tuple[str | None, str | None]:
+    """``dir/key.seg.npy`` -> (``dir/key``, ``seg.npy``), webdataset's convention (first dot of the basename)."""
+    m = _NAME_RE.match(name)
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+class _Chunks:
+    """A read buffer over a stream; each refill is a new array, so earlier views stay valid."""
+
+    def __init__(self, stream, url: str, chunk_size: int):
+        self.stream, self.url, self.chunk_size = stream, url, chunk_size
+        self.readinto = getattr(stream, "readinto", None)  # webdataset's Pipe has only read()
+        self.mv = memoryview(np.empty(0, np.uint8))
+        self.start = 0  # parse position in mv
+        self.end = 0  # valid bytes in mv
+        self.base = 0  # stream offset of mv[0]
+        self.eof = False
+
+    def offset(self) -> int:
+        return self.base + self.start
+
+    def have(self, n: int) -> bool:
+        """Make at least n bytes available from start; False when the stream ends first."""
+        while self.end - self.start < n:
+            if self.eof:
+                return False
+            self._refill(n)
+        return True
+
+    def _refill(self, n: int) -> None:
+        tail = self.end - self.start
+        size = max(self.chunk_size, n + BLOCK)
+        new = memoryview(np.empty(size, np.uint8))
+        new[:tail] = self.mv[self.start:self.end]
+        filled = tail
+        while filled < size:
+            if self.readinto is not None:
+                got = self.readinto(new[filled:])
+            else:
+                data = self.stream.read(size - filled)
+                got = len(data)
+                new[filled:filled + got] = data
+            if not got:
+                self.eof = True
+                break
+            filled += got
+        self.base += self.start
+        self.mv, self.start, self.end = new, 0, filled
+
+
+def pax_path(data: memoryview) -> str | None:
+    """The ``path`` record of a PAX extended header, if any; ``ValueError`` for a malformed one.
+
+    Each record is ``"<length> <key>=<value>\\n"`` with ``length`` counting the whole record, so
+    every record advances by at least its own length prefix: the walk always ends.
+    """
+    raw, pos, path = bytes(data), 0, None
+    while pos < len(raw):
+        if raw[pos] == 0 and not raw[pos:].strip(b"\0"):  # NUL padding after the last record
+            break
+        sp = raw.find(b" ", pos, pos + 21)
+        if sp <= pos or not raw[pos:sp].isdigit():
+            raise ValueError(f"bad PAX record length {raw[pos:pos + 20]!r}")
+        length = int(raw[pos:sp])
+        if length < sp - pos + 3 or pos + length > len(raw) or raw[pos + length - 1] != 0x0A:
+            raise ValueError(f"PAX record of length {length} does not fit its header "
+                             f"({len(raw) - pos} bytes left, or no newline at its end)")
+        k, eq, v = raw[sp + 1:pos + length - 1].partition(b"=")
+        if not eq:
+            raise ValueError(f"PAX record {raw[pos:pos + length][:40]!r} has no '='")
+        if k == b"path":
+            path = v.decode("utf-8")
+        pos += length
+    return path
+
+
+# A member larger than this is damage, not data: a 4096 px RGB .npy is 48 MiB.
+MAX_MEMBER = 1 << 30
+
+
+def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, memoryview]]:
+    """Yield (member name, byte offset of its header, data view) for every regular file.
+
+    A view stays valid as long as it is referenced. Raises ``ShardError`` naming ``url`` and the
+    byte offset on a bad header checksum or a stream that ends before the end-of-archive blocks.
+    """
+    buf = _Chunks(stream, url, chunk_size)
+    long_name: str | None = None
+    while True:
+        offset = buf.offset()
+        if not buf.have(BLOCK):
+            raise ShardError(
+                f"{url}: truncated at byte {offset}: the stream ended without the end-of-archive "
+                f"blocks (incomplete download or copy? check its size and sha256 in index.json)"
+            )
+        s = buf.start
+        hdr = buf.mv[s:s + BLOCK]
+        if hdr == _ZERO_BLOCK:
+            return
+        try:
+            name, size, kind = decode_header(hdr, offset)
+        except TarChecksumError:
+            raise ShardError(f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
+                             f"the shard is damaged: re-copy or re-convert it") from None
+        except TarHeaderError as e:
+            raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}") from None
+        if size > MAX_MEMBER:
+            raise ShardError(f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
+                             f"(more than {MAX_MEMBER}); the shard is damaged")
+        padded = (size + BLOCK - 1) // BLOCK * BLOCK
+        if not buf.have(BLOCK + padded):
+            have = buf.end - buf.start - BLOCK
+            raise ShardError(
+                f"{url}: truncated at byte {offset}: member {name!r} needs "
+                f"{size} bytes of data, the stream has {max(have, 0)} (incomplete download or copy?)"
+            )
+        s = buf.start
+        data = buf.mv[s + BLOCK:s + BLOCK + size]
+        buf.start = s + BLOCK + padded
+        if kind in (b"0", b"\0", b"7"):
+            yield (long_name if long_name is not None else name), offset, data
+            long_name = None
+        elif kind in (b"L", b"x"):
+            try:
+                if kind == b"L":  # GNU long name for the next member
+                    long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8")
+                else:  # PAX header for the next member
+                    long_name = pax_path(data) or long_name
+            except ValueError as e:  # UnicodeDecodeError included
+                what = "GNU long name" if kind == b"L" else "PAX header"
+                raise ShardError(f"{url}: corrupt {what} at byte {offset}: {e}") from None
+        # directories, links, global PAX headers: nothing to read
+
+
+def group_samples(members: Iterator[tuple[str, int, memoryview]], url: str
+                  ) -> Iterator[tuple[str, dict[str, memoryview], int]]:
+    """(key, {ext: data view}, header offset of the sample's first member) from ``iter_members``:
+    consecutive members with the same key, as webdataset's ``group_by_keys`` groups them."""
+    key: str | None = None
+    sample: dict[str, memoryview] = {}
+    first = 0
+    for name, offset, data in members:
+        k, ext = split_name(name)
+        if k is None:
+            continue
+        ext = ext.lower()
+        if k != key:
+            if sample:
+                yield key, sample, first
+            key, sample, first = k, {}, offset
+        elif ext in sample:
+            raise ShardError(f"{url}: byte {offset}: duplicate member {name!r} in sample {k!r}")
+        sample[ext] = data
+    if sample:
+        yield key, sample, first

@@ -3,7 +3,7 @@ import tarfile
 
 import pytest
 
-from wds_tools.tarscan import TarHeaderError, parse_header, scan_file, walk_headers
+from wds_tools.format.tar import TarHeaderError, parse_header, scan_file, walk_headers
 from wds_tools.tarwrite import ShardWriter
 
 
@@ -64,7 +64,7 @@ def test_pax_records_are_refused(tmp_path):
 def test_header_byte_sum_is_exact_for_any_block():
     import random
 
-    from wds_tools.tarscan import _byte_sum
+    from wds_tools.format.tar import _byte_sum
 
     rng = random.Random(0)
     blocks = [bytes(512), b"\xff" * 512, b"\xff" * 256 + bytes(256)]
