@@ -22,11 +22,10 @@ import torch
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
+from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 __all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "Gather",
-           "read_sample_index", "NPY_HEADER_BYTES"]
-
-NPY_HEADER_BYTES = 128
+           "read_sample_index"]
 
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
@@ -253,11 +252,9 @@ class Gather:
     is checked against the one the index's size implies."""
 
     def __init__(self, index: SampleIndex, check: bool = False):
-        from wds_tools.tarwrite import npy_header
-
         self.index = index
         self.check = check  # compare each .npy member's xxh3-64 with the index's
-        self.header = np.frombuffer(npy_header((index.size, index.size, 3)), np.uint8)
+        self.header = np.frombuffer(image_header(index.size), np.uint8)
         self.want = NPY_HEADER_BYTES + index.sample_bytes
         self._maps: dict[int, np.ndarray] = {}
         self.bytes_read = 0  # bytes of samples asked for (headers and pixels), for subset accounting

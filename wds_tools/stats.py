@@ -21,10 +21,9 @@ import numpy as np
 from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
 from .index import INDEX_FILE, DatasetIndex, histogram_mean_std, read_npz
 from .shardlist import Target, resolve_target, shard_split
-from .plan import NPY_HEADER_BYTES
 from .runner import usable_cpus
 from .format.tar import CHUNK, TarWalker, scan_file
-from .tarwrite import read_npy_header
+from .format.npy import NPY_HEADER_BYTES, image_side
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
@@ -400,10 +399,9 @@ def _scan_shard(path: Path) -> _ShardScan:
 
 def _npy_side(header: bytes) -> int | None:
     try:
-        shape = read_npy_header(header)[1]
-    except (ValueError, EOFError):
+        return image_side(header)
+    except ValueError:
         return None
-    return int(shape[0]) if len(shape) == 3 and shape[0] == shape[1] else None
 
 
 def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:

@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import tarfile
-from functools import lru_cache
 
-import numpy as np
+from .format.npy import npy_header, read_npy_header  # noqa: F401 - the converter imports them here
 
 __all__ = ["ShardWriter", "npy_header", "read_npy_header", "MTIME", "partial_path"]
 
 BLOCK = 512
 RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
 MTIME = 0  # every member: mtime 0, uid/gid 0, no user/group names, mode 0644
-
-
-@lru_cache(maxsize=64)
-def npy_header(shape: tuple[int, ...], dtype: str = "|u1") -> bytes:
-    """The NPY 1.0 header (magic through padding) numpy writes for a C-order array."""
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        buf, {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
-    )
-    return buf.getvalue()
-
-
-def read_npy_header(header: bytes) -> tuple[tuple[int, int], tuple[int, ...], bool, np.dtype, int]:
-    """(version, shape, Fortran order, dtype, header length) of an NPY header; ValueError if it is none."""
-    f = io.BytesIO(header)
-    version = np.lib.format.read_magic(f)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = read(f)
-    return version, shape, fortran, dtype, f.tell()
 
 
 def _member_header(name: str, size: int) -> bytes:

@@ -22,9 +22,9 @@ import xxhash
 from .index import INDEX_FILE, read_npz
 from .shardlist import Target, resolve_target
 from .format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
-from .plan import NPY_HEADER_BYTES
 from .runner import usable_cpus
-from .tarwrite import npy_header, read_npy_header
+from .format.npy import NPY_HEADER_BYTES, image_side, npy_header
+from .format.npy import describe as describe_npy
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
@@ -347,8 +347,8 @@ def _compare(job: _Job, walker: TarWalker) -> list[Problem]:
     for m in walker.members:
         if m.name.endswith(".npy") and m.data != job.npy_header:
             problems.append(Problem(job.name, "npy_header",
-                                    f"{m.name}: the header says {_describe_npy(m.data)}; expected "
-                                    f"{_describe_npy(job.npy_header)}", key=_stem(m.name), offset=m.offset))
+                                    f"{m.name}: the header says {describe_npy(m.data)}; expected "
+                                    f"{describe_npy(job.npy_header)}", key=_stem(m.name), offset=m.offset))
     if exp == act:
         return _capped(problems)
     exp_at = {n: (o, s) for n, o, s in exp}
@@ -420,16 +420,6 @@ def _damaged_samples(job: _Job, walker: TarWalker, size: int) -> list[Problem]:
                     problems.append(Problem(job.name, "sample_data", f"{k}.json: not a JSON object with key {k!r}",
                                             key=k, offset=o[1]))
     return problems
-
-
-def _describe_npy(header: bytes) -> str:
-    try:
-        version, shape, fortran, dtype, _ = read_npy_header(header)
-    except (ValueError, EOFError):
-        return "no valid NPY header"
-    if version != (1, 0):
-        return f"NPY version {version[0]}.{version[1]}"
-    return f"dtype {dtype.str}, shape {list(shape)}" + (", Fortran order" if fortran else "")
 
 
 # ------------------------------------------------------------------ without an index
@@ -505,8 +495,8 @@ def _verify_scan(target: Target, quick: bool, threads: int) -> VerifyReport:
         report.samples += len(r.keys)
         for h, member in r.headers.items():
             if h != reference:
-                expected = _describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
-                report.problems.append(Problem(r.name, "npy_header", f"{member}: the header says {_describe_npy(h)}; "
+                expected = describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
+                report.problems.append(Problem(r.name, "npy_header", f"{member}: the header says {describe_npy(h)}; "
                                                f"expected {expected}", key=_stem(member)))
         for k in r.keys:
             where.setdefault(k, []).append(r.name)
@@ -524,8 +514,7 @@ def _verify_scan(target: Target, quick: bool, threads: int) -> VerifyReport:
 
 def _is_image_header(h: bytes) -> bool:
     try:
-        version, shape, fortran, dtype, _ = read_npy_header(h)
-    except (ValueError, EOFError):
+        image_side(h)
+    except ValueError:
         return False
-    return (version == (1, 0) and dtype.str == "|u1" and not fortran and len(shape) == 3
-            and shape[0] == shape[1] and shape[2] == 3)
+    return True
