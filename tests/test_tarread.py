@@ -202,3 +202,17 @@ def test_damage_anywhere_ends_in_a_shard_error_or_a_clean_read(shard, tmp_path):
             assert str(bad) in str(e) and "byte" in str(e)
 
     check()
+
+
+def test_shard_errors_carry_url_and_offset_through_pickling(shard, tmp_path):
+    import pickle
+
+    data = shard.read_bytes()
+    at = _third_sample_offset(shard)
+    bad = tmp_path / "cut.tar"
+    bad.write_bytes(data[:at + 600])
+    with pytest.raises(ShardError) as info:
+        list(iter_samples(str(bad)))
+    assert info.value.url == str(bad) and info.value.offset == at
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (again.url, again.offset, str(again)) == (str(bad), at, str(info.value))

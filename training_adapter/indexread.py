@@ -73,7 +73,7 @@ class SampleIndex:
         if len(bad):
             raise ShardError(f"{where}: sample {columns['key'][rows[bad[0]]].decode()!r} has an .npy of "
                              f"{int(columns['npy_length'][rows[bad[0]]])} bytes; the index's size {size} needs "
-                             f"{NPY_HEADER_BYTES + size * size * 3}")
+                             f"{NPY_HEADER_BYTES + size * size * 3}", url=where)
         return cls(
             urls=list(urls), shard_bytes=[meta["shards"][by_name[n]].get("bytes") for n in names],
             shard=shard_of_row[rows], offset=columns["npy_offset"][rows].astype(np.int64),
@@ -271,7 +271,7 @@ class Gather:
                     # copy-on-write: writable for torch.from_numpy, never written, shared with the page cache
                     arr = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
             except (OSError, ValueError) as e:  # ValueError: an empty file
-                raise ShardError(f"{url}: cannot map the shard: {e}") from None
+                raise ShardError(f"{url}: cannot map the shard: {e}", url=url) from None
             self._maps[shard] = arr
         return arr
 
@@ -282,10 +282,12 @@ class Gather:
         m = self._map(s)[off:off + self.want]
         if len(m) != self.want:
             raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: the shard ends {len(m)} bytes "
-                             f"into its {self.want}-byte .npy; it is shorter than its index says (truncated copy?)")
+                             f"into its {self.want}-byte .npy; it is shorter than its index says (truncated copy?)",
+                             url=idx.urls[s], offset=off)
         if not np.array_equal(m[:NPY_HEADER_BYTES], self.header):
             raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px "
-                             f"image where the index points; the shard does not match its index")
+                             f"image where the index points; the shard does not match its index",
+                             url=idx.urls[s], offset=off)
         if self.check:
             self._check(m, r)
         return m
@@ -295,7 +297,8 @@ class Gather:
         if xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
             raise ShardError(f"{idx.urls[int(idx.shard[r])]}: byte {int(idx.offset[r])}: sample {idx.key_str(r)!r}: "
                              f"its pixels do not match their checksum in the index (npy_xxh3): the shard is "
-                             f"damaged (wds-tools verify lists every such sample)")
+                             f"damaged (wds-tools verify lists every such sample)",
+                             url=idx.urls[int(idx.shard[r])], offset=int(idx.offset[r]))
 
     def _remote(self, rows) -> bool:
         return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
@@ -326,15 +329,15 @@ class Gather:
         try:
             blobs = _fs(paths[0]).cat_ranges(paths, starts, [s + want for s in starts], on_error="return")
         except OSError as e:
-            raise ShardError(f"{paths[0]}: ranged read failed: {e}") from None
+            raise ShardError(f"{paths[0]}: ranged read failed: {e}", url=paths[0]) from None
         for i, (b, p, s, r) in enumerate(zip(blobs, paths, starts, rows)):
             if isinstance(b, BaseException) or len(b) != want:
                 got = f"failed: {b}" if isinstance(b, BaseException) else f"gave {len(b)} of {want} bytes"
-                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: the ranged read {got}")
+                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: the ranged read {got}", url=p, offset=s)
             head = np.frombuffer(b, np.uint8, NPY_HEADER_BYTES)
             if not np.array_equal(head, self.header):
                 raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px image "
-                                 f"where the index points; the shard does not match its index")
+                                 f"where the index points; the shard does not match its index", url=p, offset=s)
             if self.check:
                 self._check(np.frombuffer(b, np.uint8), r)
             out[i] = np.frombuffer(b, np.uint8, offset=NPY_HEADER_BYTES)
@@ -367,7 +370,7 @@ def _read_url(url: str) -> bytes:
 
         return read_input(url)
     except (OSError, ValueError) as e:
-        raise ShardError(f"{url}: cannot read the sample table: {e}") from None
+        raise ShardError(f"{url}: cannot read the sample table: {e}", url=url) from None
 
 
 class ShardIndexDataset(torch.utils.data.Dataset):

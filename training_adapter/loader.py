@@ -75,7 +75,7 @@ def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
     try:
         side = image_side(header)
     except ValueError as e:
-        raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}") from None
+        raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}", url=url) from None
     return side, side, 3
 
 
@@ -290,7 +290,7 @@ class ShardDataset(IterableDataset):
                 npy, cls = members.get("npy"), members.get("cls")
                 if npy is None or cls is None:
                     raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
-                                     f"expected .npy and .cls members")
+                                     f"expected .npy and .cls members", url=url, offset=offset)
                 h = bytes(npy[:NPY_HEADER_BYTES])
                 if h != header:
                     shape = _npy_shape(h, url, key)
@@ -298,15 +298,16 @@ class ShardDataset(IterableDataset):
                         self._shape = shape
                     elif shape != self._shape:
                         raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
-                                         f"earlier samples {self._shape}; a batch needs one size")
+                                         f"earlier samples {self._shape}; a batch needs one size",
+                                         url=url, offset=offset)
                     header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
                 if len(npy) != expect:
                     raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
-                                     f"header says {expect} (a damaged or hand-edited shard)")
+                                     f"header says {expect} (a damaged or hand-edited shard)", url=url, offset=offset)
                 digits = bytes(cls).strip()
                 if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
                     raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
-                                     f"expected a class index of at most 9 decimal digits")
+                                     f"expected a class index of at most 9 decimal digits", url=url, offset=offset)
                 label = int(digits)
                 yield _Sample(key, label, npy[NPY_HEADER_BYTES:])
         except ShardError as e:

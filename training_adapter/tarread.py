@@ -41,7 +41,7 @@ def open_url(url: str):
 
         return gopen(url, "rb", bufsize=DEFAULT_CHUNK)
     except (OSError, ValueError) as e:
-        raise ShardError(f"{url}: cannot open shard: {e}") from None
+        raise ShardError(f"{url}: cannot open shard: {e}", url=url) from None
 
 
 def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, dict[str, memoryview], int]]:
@@ -55,7 +55,7 @@ def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple
         yield from group_samples(iter_members(stream, url, chunk_size=chunk_size), url)
         finished = True
     except OSError as e:  # a pipe or curl that failed mid-stream
-        raise ShardError(f"{url}: read failed: {e}") from None
+        raise ShardError(f"{url}: read failed: {e}", url=url) from None
     finally:
         try:
             stream.close()
@@ -63,4 +63,4 @@ def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple
             # webdataset's Pipe raises here on a non-zero exit status (curl -f on HTTP 404, ...);
             # when the consumer stopped early or an error is already on its way, it says nothing new
             if finished:
-                raise ShardError(f"{url}: {e}") from None
+                raise ShardError(f"{url}: {e}", url=url) from None

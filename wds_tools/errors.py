@@ -44,7 +44,21 @@ class IndexFormatError(WdsToolsError):
 
 
 class ShardError(WdsToolsError):
-    """A shard is missing, truncated or does not match its index entry."""
+    """A shard is missing, truncated or does not match its index entry.
+
+    ``url`` is the shard and ``offset`` the byte in it where the problem is, when known.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.url, self.offset = url, offset
+
+    def __reduce__(self):  # keep url and offset through pickling (DataLoader workers, process pools)
+        return _shard_error, (str(self), self.url, self.offset)
+
+
+def _shard_error(message: str, url: str | None, offset: int | None) -> ShardError:
+    return ShardError(message, url=url, offset=offset)
 
 
 class ExtraNotInstalledError(WdsToolsError):

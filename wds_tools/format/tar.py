@@ -359,8 +359,8 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
         if not buf.have(BLOCK):
             raise ShardError(
                 f"{url}: truncated at byte {offset}: the stream ended without the end-of-archive "
-                f"blocks (incomplete download or copy? check its size and sha256 in index.json)"
-            )
+                f"blocks (incomplete download or copy? check its size and sha256 in index.json)",
+                url=url, offset=offset)
         s = buf.start
         hdr = buf.mv[s:s + BLOCK]
         if hdr == _ZERO_BLOCK:
@@ -369,19 +369,19 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
             name, size, kind = decode_header(hdr, offset)
         except TarChecksumError:
             raise ShardError(f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
-                             f"the shard is damaged: re-copy or re-convert it") from None
+                             f"the shard is damaged: re-copy or re-convert it", url=url, offset=offset) from None
         except TarHeaderError as e:
-            raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}") from None
+            raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}", url=url, offset=offset) from None
         if size > MAX_MEMBER:
             raise ShardError(f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
-                             f"(more than {MAX_MEMBER}); the shard is damaged")
+                             f"(more than {MAX_MEMBER}); the shard is damaged", url=url, offset=offset)
         padded = (size + BLOCK - 1) // BLOCK * BLOCK
         if not buf.have(BLOCK + padded):
             have = buf.end - buf.start - BLOCK
             raise ShardError(
                 f"{url}: truncated at byte {offset}: member {name!r} needs "
-                f"{size} bytes of data, the stream has {max(have, 0)} (incomplete download or copy?)"
-            )
+                f"{size} bytes of data, the stream has {max(have, 0)} (incomplete download or copy?)",
+                url=url, offset=offset)
         s = buf.start
         data = buf.mv[s + BLOCK:s + BLOCK + size]
         buf.start = s + BLOCK + padded
@@ -396,7 +396,7 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
                     long_name = pax_path(data) or long_name
             except ValueError as e:  # UnicodeDecodeError included
                 what = "GNU long name" if kind == b"L" else "PAX header"
-                raise ShardError(f"{url}: corrupt {what} at byte {offset}: {e}") from None
+                raise ShardError(f"{url}: corrupt {what} at byte {offset}: {e}", url=url, offset=offset) from None
         # directories, links, global PAX headers: nothing to read
 
 
@@ -417,7 +417,7 @@ def group_samples(members: Iterator[tuple[str, int, memoryview]], url: str
                 yield key, sample, first
             key, sample, first = k, {}, offset
         elif ext in sample:
-            raise ShardError(f"{url}: byte {offset}: duplicate member {name!r} in sample {k!r}")
+            raise ShardError(f"{url}: byte {offset}: duplicate member {name!r} in sample {k!r}", url=url, offset=offset)
         sample[ext] = data
     if sample:
         yield key, sample, first
