@@ -5,11 +5,11 @@ Builds one corpus of photo-like JPEGs, converts it to 224 px shards with wds_too
 same pixels in each baseline's layout, then times every loader in this one run, with num_workers 0
 and with all cores. FFCV, litdata and MosaicML streaming (scripts/bench_baselines.py) are skipped,
 with one line saying how to install them, when they do not import; the eval table has their eval
-loaders, and a second table compares train mode (random order, random-resized crop + flip). Rates are samples/s counted from the first batch (worker start-up excluded; for the
-row with the default shuffle buffer from the iterator's start, so that filling the buffer counts),
-each batch's images read once by the consumer (copied into a reused buffer, as a trainer's copy to
-the GPU would),
-median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
+loaders, and a second table compares train mode (random order, random-resized crop + flip).
+Rates are samples/s counted from the first batch (worker start-up excluded; for our rows with the
+default shuffle buffer from the iterator's start, so that filling the buffer counts), each batch's
+images read once by the consumer (copied into a reused buffer, as a trainer's copy to the GPU
+would), median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
 rate of one process. Everything is read from the page cache (the data fits in memory).
 
     .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--work /tmp/wds-bench]
