@@ -1,12 +1,15 @@
-"""Loader throughput: training_adapter against stock webdataset, per-file .npy, HDF5, JPEG shards, raw reads.
+"""Loader throughput: training_adapter against stock webdataset, per-file .npy, HDF5, JPEG shards, raw reads,
+and FFCV, litdata and MosaicML streaming when they are installed.
 
 Builds one corpus of photo-like JPEGs, converts it to 224 px shards with wds_tools.convert, writes the
 same pixels in each baseline's layout, then times every loader in this one run, with num_workers 0
-and with all cores. Rates are samples/s counted from the first batch (worker start-up excluded; for the
-row with the default shuffle buffer from the iterator's start, so that filling the buffer counts),
-each batch's images read once by the consumer (copied into a reused buffer, as a trainer's copy to
-the GPU would),
-median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
+and with all cores. FFCV, litdata and MosaicML streaming (scripts/bench_baselines.py) are skipped,
+with one line saying how to install them, when they do not import; the eval table has their eval
+loaders, and a second table compares train mode (random order, random-resized crop + flip).
+Rates are samples/s counted from the first batch (worker start-up excluded; for our rows with the
+default shuffle buffer from the iterator's start, so that filling the buffer counts), each batch's
+images read once by the consumer (copied into a reused buffer, as a trainer's copy to the GPU
+would), median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
 rate of one process. Everything is read from the page cache (the data fits in memory).
 
     .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--work /tmp/wds-bench]
@@ -22,6 +25,7 @@ import tarfile
 import time
 import uuid
 import warnings
+from collections.abc import Sequence
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -30,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench_baselines as extra  # noqa: E402  (scripts/ is on sys.path: this file's folder)
 from training_adapter import make_loader  # noqa: E402
 from wds_tools.convert import convert  # noqa: E402
 from wds_tools.runner import usable_cpus  # noqa: E402
@@ -96,6 +101,32 @@ def build_baselines(work: Path, shards: Path) -> dict:
                          "cls": str(label).encode()})
         (work / "baselines.done").write_text("ok")
     return {"npy": npy_dir / "v1" / str(SIZE), "h5": h5, "jpg": sorted(str(p) for p in jpg.glob("*.tar"))}
+
+
+class StoredSamples(Sequence):
+    """The stored (key, array, label) samples, read from the shards the first time one is asked for
+    (never when every tool's dataset is already built)."""
+
+    def __init__(self, shards: Path):
+        self.shards, self._list = shards, None
+
+    def _all(self) -> list:
+        if self._list is None:
+            self._list = list(stored_samples(self.shards))
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+
+def build_tool_baselines(work: Path, shards: Path, tools: list[str], workers: int) -> dict[str, Path]:
+    """FFCV / litdata / MosaicML streaming datasets of the same stored pixels (cached in work/)."""
+    samples = StoredSamples(shards)
+    builders = {"ffcv": extra.build_ffcv, "litdata": extra.build_litdata, "streaming": extra.build_mds}
+    return {t: builders[t](work, samples, workers=workers) for t in tools}
 
 
 # --- baselines ------------------------------------------------------------------------------------
@@ -235,6 +266,14 @@ def main() -> None:
     t0 = time.perf_counter()
     shards = build(work, args.samples)
     base = build_baselines(work, shards)
+    missing = {t: extra.missing(t) for t in extra.TOOLS}
+    for t, why in missing.items():
+        if why and why.endswith(f"No module named '{t}'"):
+            print(f"skipped: {t} not installed ({extra.INSTALL[t]})")
+        elif why:
+            print(f"skipped: {t} does not import ({why}); to install: {extra.INSTALL[t]}")
+    tools = [t for t, why in missing.items() if why is None]
+    data = build_tool_baselines(work, shards, tools, cores)
     urls = sorted(str(p) for p in shards.glob("train-*.tar"))
     n = args.samples
     print(f"{n} samples of {SIZE}x{SIZE}x3 uint8 in {len(urls)} shards, batch {args.batch}, {cores} cores "
@@ -259,6 +298,30 @@ def main() -> None:
     ]
     rows.insert(2, ("training_adapter, train, every option at its default (shuffle buffer 1000, CPU augmentation)",
                     "train", lambda w: make_loader(str(shards), train=True, num_workers=w, batch_size=B)))
+    # The competing tools' eval loaders (stored order, stored pixels) join the eval baselines.
+    eval_names = {
+        "ffcv": "FFCV .beton (raw RGB, no JPEG), SimpleRGBImageDecoder, sequential (num_workers 0: 1 worker thread)",
+        "litdata": "litdata optimize'd chunks, StreamingDataset + StreamingDataLoader, no shuffle",
+        "streaming": "MosaicML streaming MDS (ndarray:uint8), StreamingDataset(local) + DataLoader, no shuffle",
+    }
+    loaders = {"ffcv": extra.ffcv_loader, "litdata": extra.litdata_loader, "streaming": extra.mds_loader}
+    for t in tools:
+        rows.append((eval_names[t], "eval",
+                     lambda w, t=t: loaders[t](data[t], train=False, workers=w, batch=B)))
+    # Train mode: random order + random-resized crop (scale 0.08-1, ratio 3/4-4/3) to 224 + horizontal flip.
+    # Ours with only those two steps (its default adds flips, quarter turns and jitter) and the
+    # default shuffle buffer, timed from the iterator's start like the default row.
+    train_rows = [("training_adapter, shuffle buffer 1000, crop + horizontal flip only (as the tools below)",
+                   lambda w: make_loader(str(shards), train=True, num_workers=w, batch_size=B,
+                                         augment=dict(vflip=0.0, rot90=False, brightness=0.0, contrast=0.0)),
+                   True)]
+    train_names = {
+        "ffcv": "FFCV, random order, RandomResizedCropRGBImageDecoder + RandomHorizontalFlip (num_workers 0: 1 worker thread)",
+        "litdata": "litdata, shuffle=True, crop + flip per sample in torch",
+        "streaming": "MosaicML streaming, shuffle=True (py1e), crop + flip per sample in torch",
+    }
+    for t in tools:
+        train_rows.append((train_names[t], lambda w, t=t: loaders[t](data[t], train=True, workers=w, batch=B), False))
     results: dict[str, dict[int, float]] = {}
     for name, _, make in rows:
         results[name] = {w: rate(lambda: make(w), args.repeats, from_start="shuffle buffer 1000" in name)
@@ -266,11 +329,24 @@ def main() -> None:
         print(f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in results[name].values()), file=sys.stderr, flush=True)
     results["read limit: shard files, 8 MiB readinto, no parsing"] = {
         w: read_limit(urls, n, max(1, w), args.repeats) for w in (0, cores)}
+    train_results: dict[str, dict[int, float]] = {rows[2][0]: results[rows[2][0]]}
+    for name, make, from_start in train_rows:
+        train_results[name] = {w: rate(lambda: make(w), args.repeats, from_start=from_start) for w in (0, cores)}
+        print(f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in train_results[name].values()),
+              file=sys.stderr, flush=True)
     stock = results[rows[4][0]]
     print(f"| loader | samples/s, num_workers 0 | samples/s, num_workers {cores} | vs stock webdataset (0 / {cores}) |")
     print("|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r[0]:,.0f} | {r[cores]:,.0f} | {r[0] / stock[0]:.2f}x / {r[cores] / stock[cores]:.2f}x |")
+    ref_name = train_names["ffcv"] if "ffcv" in tools else train_rows[0][0]
+    ref, ref_label = train_results[ref_name], "FFCV" if "ffcv" in tools else "ours, crop + flip"
+    print(f"\nTrain mode (random order, random-resized crop to {SIZE} + horizontal flip, uint8; not in the checks "
+          "below, which compare eval-mode loaders):\n")
+    print(f"| loader | samples/s, num_workers 0 | samples/s, num_workers {cores} | vs {ref_label} (0 / {cores}) |")
+    print("|---|---|---|---|")
+    for name, r in train_results.items():
+        print(f"| {name} | {r[0]:,.0f} | {r[cores]:,.0f} | {r[0] / ref[0]:.2f}x / {r[cores] / ref[cores]:.2f}x |")
     ev, tr, dev = results[rows[0][0]], results[rows[2][0]], results[rows[3][0]]
     baselines = [results[r[0]] for r in rows[4:]]
     checks = [
@@ -284,6 +360,11 @@ def main() -> None:
     print()
     for text, ok in checks:
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")
+    if "ffcv" in tools:
+        ff = results[eval_names["ffcv"]]
+        print("- eval, ours / FFCV: " + "; ".join(
+            f"num_workers {w}: {ev[w]:,.0f} / {ff[w]:,.0f} samples/s = {ev[w] / ff[w]:.2f}x"
+            + (" (FFCV: 1 worker thread)" if w == 0 else "") for w in (0, cores)))
     for w in (0, cores):  # not a target: augmenting on the CPU against loaders that do not augment at all
         best = max(baselines, key=lambda b: b[w])
         name = rows[4 + baselines.index(best)][0]
