@@ -225,3 +225,19 @@ def test_missing_files_and_listing(folder, places):
             assert tars is None  # a web server cannot list a folder
         else:
             assert tars == sorted(p.name for p in folder.glob("*.tar")), where
+
+
+def test_training_adapter_imports_only_the_format_and_errors():
+    """The loader depends on the format, not on the converter's modules."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "training_adapter"
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wds_tools"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("wds_tools"))
+    assert "wds_tools.format.layout" in found  # the walk saw the imports
+    assert {m for m in found if m != "wds_tools.errors" and not m.startswith("wds_tools.format.")} == set()
