@@ -99,8 +99,10 @@ def test_joined_patterns_and_lists(folder, samples, tmp_path):
     assert mixed.folder is None and mixed.names is None and mixed.counts == joined.counts  # two indexes
     with pytest.raises(OptionError, match=r"the shards are in several folders \(.*other.*\); give one shards folder"):
         resolve([one, str(other / "val-000000.tar")], one_folder=True)
+    shutil.copytree(folder, tmp_path / "other2")
+    assert len(resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar")) == 2
     with pytest.raises(OptionError, match="the pattern spans several folders; give one shards folder at a time"):
-        resolve(f"{tmp_path}/{{layout,other}}/val-000000.tar", one_folder=True)
+        resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", one_folder=True)
 
 
 def test_errors_are_named(folder, tmp_path):
@@ -112,6 +114,11 @@ def test_errors_are_named(folder, tmp_path):
         resolve(str(folder / "train-{000000..000008}.tar"))
     with pytest.raises(IndexFormatError, match=r"2 shard\(s\) are not in .*index.json \(first: train-000007.tar\)"):
         resolve(str(folder / "train-{000000..000008}.tar"), need_index=True)
+    gappy = shutil.copytree(folder, tmp_path / "gappy")
+    (gappy / "train-000001.tar").unlink()  # listed in the index, gone from the folder
+    with pytest.raises(ShardError, match=r"1 of 3 shards do not exist, e.g. .*gappy/train-000001.tar"):
+        resolve(str(gappy / "train-{000000..000002}.tar"))  # the loader
+    assert len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True).names) == 3  # verify names it
     with pytest.raises(IndexFormatError, match=r"index.json: no split 'test'; the index has train, val"):
         resolve(folder, split="test")
     with pytest.raises(OptionError, match="pipe: commands are read by the loader only"):

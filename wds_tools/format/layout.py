@@ -267,11 +267,12 @@ def _pattern(text: str, pattern: str, rules: _Rules) -> Shards:
     urls = expand(pattern)
     if not urls:
         raise OptionError(f"{text}: the pattern names no files")
+    if not (rules.need_index or rules.scan):  # the loader: a mistyped range fails here, not in a worker
+        _check_exist(text, urls)
     folders = {parent(u) for u in urls}
     if len(folders) > 1:
         if rules.one_folder:
             raise OptionError(f"{text}: the pattern spans several folders; give one shards folder at a time")
-        _check_exist(text, urls)
         return Shards(text, urls, selected=True)
     folder = folders.pop()
     try:
@@ -290,13 +291,13 @@ def _pattern(text: str, pattern: str, rules: _Rules) -> Shards:
             raise IndexFormatError(f"{text}: {len(unknown)} shard(s) are not in {join(folder, INDEX_FILE)} "
                                    f"(first: {unknown[0]}); use --scan to read the tars themselves")
     if unknown:
-        _check_exist(text, urls)
         return Shards(text, urls, folder, meta, folder if meta else None, selected=True)
     return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True)
 
 
 def _check_exist(text: str, urls: list[str]) -> None:
-    """Local shards named by a pattern no index lists must exist (remote ones are found missing when read)."""
+    """Local shards a pattern names must exist (remote ones are found missing when read; the
+    inspectors report missing shards themselves)."""
     missing = [u for u in urls if is_local(u) and not os.path.isfile(local_path(u))]
     if missing:
         raise ShardError(f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
@@ -336,7 +337,7 @@ def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:
 # ------------------------------------------------------------------ the index files
 
 def _index_module():
-    # wds_tools.index imports wds_tools.storage, which imports this module: import it when first used
+    # wds_tools.index imports this module (file names, join through storage): import it when first used
     from . import index
 
     return index
