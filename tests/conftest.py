@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import csv
+import functools
+import http.server
+import io
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,3 +89,104 @@ def corpus(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
     rows = make_images(root, 40)
     return write_manifest(root / "manifest.csv", rows)
+
+
+# ------------------------------------------------------------------ servers: S3 (moto) and plain http
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server in a thread; AWS_* variables point every client at it."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    from wds_tools.format import layout
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                             "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+                      AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    layout._filesystem.cache_clear()
+    import s3fs
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield f"http://{host}:{port}"
+    server.stop()
+    layout._filesystem.cache_clear()
+    s3fs.S3FileSystem.clear_instance_cache()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def upload(fs, folder: Path, url: str, skip=()) -> str:
+    """Put every file of ``folder`` (but ``skip``) under ``url`` with fsspec ``fs``; returns ``url``."""
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and p.name not in skip:
+            fs.put_file(str(p), f"{url}/{p.name}")
+    return url
+
+
+@pytest.fixture
+def bucket(s3_server, request):
+    """A fresh bucket per test: s3://<name>."""
+    import s3fs
+    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
+    fs = s3fs.S3FileSystem()
+    fs.mkdir(name)
+    return fs, f"s3://{name}"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # one stderr line per request otherwise
+        pass
+
+
+class _RangeHandler(_QuietHandler):
+    """Answers ``Range: bytes=A-B`` with 206 and those bytes, as object stores and most web servers do
+    (``SimpleHTTPRequestHandler`` ignores the header and sends the whole file)."""
+
+    def send_head(self):
+        wanted = self.headers.get("Range")
+        if not wanted:
+            return super().send_head()
+        try:
+            with open(self.translate_path(self.path), "rb") as f:
+                data = f.read()
+        except OSError:
+            self.send_error(404)
+            return None
+        a, _, b = wanted.removeprefix("bytes=").partition("-")
+        start, end = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
+        if start >= len(data):
+            self.send_error(416)
+            return None
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        return io.BytesIO(data[start:end + 1])
+
+
+@pytest.fixture
+def serve_http():
+    """serve_http(folder, ranges=False) -> ``http://127.0.0.1:<port>``: a threaded http.server over
+    ``folder``; with ``ranges`` it answers Range requests (206), else it sends whole files."""
+    servers = []
+
+    def start(folder: Path, *, ranges: bool = False) -> str:
+        handler = functools.partial(_RangeHandler if ranges else _QuietHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

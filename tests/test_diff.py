@@ -2,7 +2,7 @@ import json
 
 from click.testing import CliRunner
 
-from conftest import make_images, write_manifest
+from conftest import make_images, upload, write_manifest
 from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.diff import diff_versions
@@ -43,3 +43,13 @@ def test_diff_cli_text_and_json(tmp_path):
     assert data["changed"] == ["s0002"] and data["added"] == ["extra"]
     res = runner.invoke(cli, ["diff", str(a), str(tmp_path)])
     assert res.exit_code == 1 and "no index at" in res.output
+
+
+def test_diff_of_versions_in_s3(tmp_path, bucket):
+    fs, url = bucket
+    a, b = _versions(tmp_path)
+    local = diff_versions(a, b)
+    remote = diff_versions(upload(fs, a, f"{url}/v1/32"), f"{upload(fs, b, f'{url}/v2/32')}/index.json")
+    assert (remote.old, remote.new) == (f"{url}/v1/32", f"{url}/v2/32")
+    assert {**remote.to_dict(), "old": "", "new": ""} == {**local.to_dict(), "old": "", "new": ""}
+    assert remote.added == ["extra"]

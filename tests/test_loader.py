@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import io
-import http.server
 import json
 import logging
 import tarfile
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -158,15 +155,8 @@ def test_two_process_distributed(folder, tmp_path):
 
 
 @pytest.fixture
-def http_url(folder):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def http_url(folder, serve_http):
+    return serve_http(folder)
 
 
 def test_http_urls(folder, http_url):

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import convert_images
+from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
@@ -191,8 +191,8 @@ def test_path_errors(converted, tmp_path):
         compute_stats(out=tmp_path / "nowhere")
     with pytest.raises(OptionError, match="missing: no such shards folder, index file or shard pattern"):
         compute_stats(tmp_path / "missing")
-    with pytest.raises(OptionError, match="only local paths"):
-        compute_stats("https://example.com/train-{0..3}.tar")
+    with pytest.raises(IndexFormatError, match=r"cannot read index http://127.0.0.1:1/index.json: cannot reach"):
+        compute_stats("http://127.0.0.1:1/train-{0..3}.tar")  # URLs are read now; nothing listens on port 1
     tars = copy_tars(converted, tmp_path / "noindex")
     with pytest.raises(IndexFormatError, match=r"no index at .*noindex/index.json; pass --scan"):
         compute_stats(tars)
@@ -232,3 +232,51 @@ def test_cli_out_from_config_and_scan_flag(converted, runner, tmp_path, monkeypa
     assert res.exit_code == 0 and json.loads(res.stdout)["source"] == "scan"
     res = runner.invoke(cli, ["stats", "nothere"])
     assert res.exit_code == 1 and "nothere: no such shards folder" in res.output
+
+
+# ------------------------------------------------------------------ object storage and http
+
+def _where_independent(report) -> dict:
+    """A report's dict without what names the place it was read from."""
+    return {k: v for k, v in report.to_dict().items() if k not in ("path", "root", "index", "seconds")}
+
+
+
+def test_s3_and_http_give_the_local_report(converted, bucket, serve_http, tmp_path):
+    fs, url = bucket
+    s3 = upload(fs, converted, f"{url}/v1/32")
+    web = serve_http(converted)
+    local = compute_stats(converted, world_size=2, workers=3)
+    for path in (s3, f"{s3}/index.json", web, f"{web}/index.json"):
+        r = compute_stats(path, world_size=2, workers=3)
+        assert _where_independent(r) == _where_independent(local), path
+        assert r.root == path.removesuffix("/index.json") and r.index == f"{r.root}/index.json"
+    pattern = "train-{000000..000001}.tar"
+    part = _where_independent(compute_stats(str(converted / pattern), workers=2))
+    assert part["shards"] == 2
+    assert _where_independent(compute_stats(f"{s3}/{pattern}", workers=2)) == part
+    assert _where_independent(compute_stats(f"{web}/{pattern}", workers=2)) == part
+    # --scan reads every tar: from the bucket's listing of a folder, or an http pattern
+    bare = copy_tars(converted, tmp_path / "bare")
+    bare_s3 = upload(fs, bare, f"{url}/bare")
+    scanned = _where_independent(compute_stats(bare, workers=2, scan=True))
+    assert scanned["source"] == "scan" and scanned["samples"] == 40
+    assert _where_independent(compute_stats(bare_s3, workers=2, scan=True)) == scanned
+    names = sorted(p.name for p in bare.glob("*.tar"))
+    web_bare = serve_http(bare)
+    assert _where_independent(compute_stats(f"{web_bare}/{{{','.join(names)}}}", workers=2, scan=True)) == scanned
+
+
+def test_remote_damage_is_named_as_locally(converted, bucket, serve_http, tmp_path):
+    fs, url = bucket
+    bare = copy_tars(converted, tmp_path / "bare")
+    cut = bare / "train-000001.tar"
+    cut.write_bytes(cut.read_bytes()[:3000])
+    s3 = upload(fs, bare, f"{url}/bare")
+    web = serve_http(bare)
+    for path in (bare, s3, f"{web}/train-{{000000..000003}}.tar"):
+        with pytest.raises(ShardError, match="train-000001.tar: truncated.*run `wds-tools verify`"):
+            compute_stats(path, scan=True)
+    (bare / "train-000002.tar").unlink()
+    with pytest.raises(ShardError, match=r"1 shard\(s\) missing, first: http://.*/train-000002.tar"):
+        compute_stats(f"{web}/train-{{000002..000003}}.tar", scan=True)

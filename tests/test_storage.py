@@ -12,45 +12,6 @@ from wds_tools.convert import convert
 from wds_tools.errors import OptionError
 
 
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server in a thread; AWS_* variables point every client at it."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                             "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                      AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
-    storage._filesystem.cache_clear()
-    import s3fs
-    s3fs.S3FileSystem.clear_instance_cache()
-    yield f"http://{host}:{port}"
-    server.stop()
-    storage._filesystem.cache_clear()
-    s3fs.S3FileSystem.clear_instance_cache()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture
-def bucket(s3_server, request):
-    """A fresh bucket per test: s3://<name>."""
-    import s3fs
-    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
-    fs = s3fs.S3FileSystem()
-    fs.mkdir(name)
-    return fs, f"s3://{name}"
-
-
 def _local_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 

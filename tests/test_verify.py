@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import convert_images
+from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars, member, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
@@ -219,3 +219,84 @@ def test_cli_exit_status_and_json_schema(shards, tmp_path):
     assert set(d["problems"][0]) == {"shard", "kind", "message", "key", "offset"}
     res = runner.invoke(cli, ["verify", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "no such shards folder" in res.output
+
+
+# ------------------------------------------------------------------ object storage and http
+
+def _where_independent(report) -> dict:
+    """A report's dict without what names the place it was read from (the folder in messages too)."""
+    d = report.to_dict()
+    problems = [{**p, "message": p["message"].replace(d["root"], "ROOT")} for p in d["problems"]]
+    return {k: v for k, v in d.items() if k not in ("path", "root", "index", "seconds", "read_mb_per_s")} | {
+        "problems": problems}
+
+
+
+@pytest.fixture
+def damaged(shards):
+    """The set with train-000000 missing, train-000001 with a flipped pixel byte, train-000002 cut short,
+    and a tar the index does not list."""
+    key, at = _row(shards, 1, 4)
+    p = shards / "train-000001.tar"
+    data = bytearray(p.read_bytes())
+    data[at["npy"][0] + 128 + 77] ^= 0x01
+    p.write_bytes(bytes(data))
+    p = shards / "train-000002.tar"
+    p.write_bytes(p.read_bytes()[:9000])
+    shutil.copy(shards / "train-000000.tar", shards / "train-000099.tar")
+    (shards / "train-000000.tar").unlink()
+    return shards, key
+
+
+def test_s3_and_http_report_damage_as_locally(damaged, bucket, serve_http):
+    shards, key = damaged
+    fs, url = bucket
+    s3 = upload(fs, shards, f"{url}/v1/32")
+    webs = [serve_http(shards), serve_http(shards, ranges=True)]
+    for quick in (False, True):
+        local = verify(shards, quick=quick)
+        flipped = [] if quick else ["train-000001.tar"]  # --quick does not read pixels
+        assert local.bad_shards == ["train-000000.tar", *flipped, "train-000002.tar"]
+        assert {"missing", "truncated", "size"} <= {p.kind for p in local.problems}
+        assert (key in local.bad_samples) is not quick
+        assert any("train-000099.tar" in w for w in local.warnings)
+        expected = _where_independent(local)
+        for path in (s3, f"{s3}/index.json"):
+            assert _where_independent(verify(path, quick=quick)) == expected, (path, quick)
+        for web in webs:  # a web server cannot list the folder: no warning about tars the index lacks
+            got = _where_independent(verify(f"{web}/index.json", quick=quick))
+            assert got == {**expected, "warnings": []}, (web, quick)
+        pattern = "train-{000001..000002}.tar"
+        part = _where_independent(verify(str(shards / pattern), quick=quick))
+        assert part["bad_shards"] == [*flipped, "train-000002.tar"]
+        assert _where_independent(verify(f"{s3}/{pattern}", quick=quick)) == part
+        assert _where_independent(verify(f"{webs[0]}/{pattern}", quick=quick)) == part
+
+
+def test_s3_and_http_scan_as_locally(damaged, bucket, serve_http, tmp_path):
+    shards, _ = damaged
+    fs, url = bucket
+    bare = copy_tars(shards, tmp_path / "bare")
+    s3 = upload(fs, bare, f"{url}/bare")
+    web = serve_http(bare)
+    for quick in (False, True):
+        local = verify(bare, scan=True, quick=quick)
+        assert "truncated" in _kinds(local, "train-000002.tar")
+        expected = _where_independent(local)
+        assert _where_independent(verify(s3, scan=True, quick=quick)) == expected
+        pattern = "train-{000001,000002,000099}.tar"
+        assert _where_independent(verify(f"{web}/{pattern}", scan=True, quick=quick)) == \
+            _where_independent(verify(str(bare / pattern), scan=True, quick=quick))
+    missing = verify(f"{web}/train-{{000000..000001}}.tar", scan=True)
+    assert _kinds(missing, "train-000000.tar") == {"missing"}
+
+
+def test_cli_reads_urls(damaged, bucket):
+    shards, _ = damaged
+    fs, url = bucket
+    s3 = upload(fs, shards, f"{url}/v1/32")
+    res = CliRunner().invoke(cli, ["verify", s3, "--json"])
+    assert res.exit_code == 1 and json.loads(res.stdout)["root"] == s3
+    assert json.loads(res.stdout)["bad_shards"] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    res = CliRunner().invoke(cli, ["stats", f"{s3}/index.json"])
+    assert res.exit_code == 0 and f"{s3}  (" in res.output

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from wds_tools.index import DatasetIndex, load_index
+from wds_tools.format.index import DatasetIndex, load_index
 
 __all__ = [
     "make_loader", "to_device", "augment_batch", "load_config", "AugmentConfig", "ShardLoader",

@@ -15,13 +15,13 @@ import mmap
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
+from wds_tools.format.layout import SAMPLES_FILE, join, read_ranges, read_samples
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 __all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "Gather",
@@ -321,13 +321,11 @@ class Gather:
         self.bytes_read += len(rows) * self.want
 
     def _read_remote(self, rows, out: np.ndarray) -> None:
-        from wds_tools.storage import _fs
-
         idx, want = self.index, self.want
         paths = [idx.urls[int(idx.shard[r])] for r in rows]
         starts = [int(idx.offset[r]) for r in rows]
         try:
-            blobs = _fs(paths[0]).cat_ranges(paths, starts, [s + want for s in starts], on_error="return")
+            blobs = read_ranges(paths, starts, [s + want for s in starts])
         except OSError as e:
             raise ShardError(f"{paths[0]}: ranged read failed: {e}", url=paths[0]) from None
         for i, (b, p, s, r) in enumerate(zip(blobs, paths, starts, rows)):
@@ -346,31 +344,9 @@ class Gather:
 def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) -> SampleIndex:
     """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
-    from wds_tools.index import SAMPLES_FILE, read_npz
-
-    name = (meta.get("samples_file") or {}).get("name", SAMPLES_FILE)
-    where = f"{base.rstrip('/')}/{name}" if "://" in base else str(Path(base) / name)
+    where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
     wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", *_FILTER_COLUMNS[:3]]
-    if "://" in where:
-        data = _read_url(where)
-        cols = read_npz(where, wanted, data=data)
-    else:
-        cols = read_npz(where, wanted)
-    return SampleIndex.from_table(cols, meta, urls, names, where)
-
-
-def _read_url(url: str) -> bytes:
-    try:
-        if url.startswith(("http://", "https://")):
-            from webdataset.gopen import gopen
-
-            with gopen(url, "rb") as f:
-                return f.read()
-        from wds_tools.storage import read_input
-
-        return read_input(url)
-    except (OSError, ValueError) as e:
-        raise ShardError(f"{url}: cannot read the sample table: {e}", url=url) from None
+    return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
 
 
 class ShardIndexDataset(torch.utils.data.Dataset):

@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
+from wds_tools.format.cpus import usable_cpus
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
-from wds_tools.runner import usable_cpus
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
 from .indexread import Gather, SampleIndex, class_shares, deal, epoch_order, read_sample_index, select

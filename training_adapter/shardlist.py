@@ -2,8 +2,9 @@
 
 URLs follow webdataset's conventions: brace patterns (``train-{000000..000041}.tar``), several
 patterns joined with ``::``, ``pipe:`` and ``http(s)://`` URLs passed through to ``gopen``. A wds-tools
-shards folder or its ``index.json`` (local or over http) is accepted in place of a pattern; it also
-gives the samples per shard (for equal batch counts across ranks) and the pixel mean/std.
+shards folder or its ``index.json`` (local, object storage or http) is accepted in place of a
+pattern; it, or the index beside a pattern's shards, also gives the samples per shard (for equal
+batch counts across ranks) and the pixel mean/std. ``wds_tools.format.layout`` resolves them.
 
 The epoch plan is a pure function of (sample counts, seed, epoch, rank, world size, workers).
 """
@@ -11,21 +12,15 @@ The epoch plan is a pure function of (sample counts, seed, epoch, rank, world si
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlparse
 
 import numpy as np
 
-from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.index import INDEX_FILE, load_index, parse_index_meta
-from wds_tools.shardlist import expand_pattern
+from wds_tools.errors import OptionError
+from wds_tools.format.layout import resolve
 
 __all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
-
-_REMOTE = ("http", "https")
 
 
 @dataclass
@@ -48,123 +43,15 @@ class ShardList:
         return len(self.urls)
 
 
-def _scheme(url: str) -> str:
-    s = urlparse(url).scheme
-    return "" if len(s) <= 1 else s
-
-
-def _from_index_meta(meta: dict, base: str, split: str, where: str, join) -> ShardList:
-    splits = meta.get("splits", {})
-    if split not in splits:
-        raise IndexFormatError(f"{where}: no split {split!r}; the index has {', '.join(splits) or 'none'}")
-    shards = [s for s in meta["shards"] if s["split"] == split]
-    return ShardList(
-        urls=[join(base, s["name"]) for s in shards],
-        counts=[int(s["samples"]) for s in shards],
-        mean=meta.get("mean"), std=meta.get("std"), size=meta.get("size"), classes=meta.get("classes"),
-        meta=meta, index_base=base, names=[s["name"] for s in shards],
-    )
-
-
-def _remote_index(url: str, split: str) -> ShardList:
-    from webdataset.gopen import gopen
-
-    try:
-        with gopen(url, "rb") as f:
-            data = f.read()
-    except (OSError, ValueError) as e:
-        raise IndexFormatError(f"{url}: cannot read the index: {e}") from None
-    meta = parse_index_meta(data, url)
-    return _from_index_meta(meta, posixpath.dirname(url), split, url, lambda b, n: f"{b}/{n}")
-
-
-def _object_store(spec: str, split: str) -> ShardList:
-    """A folder, index.json or shard pattern in object storage; counts from the index beside the shards."""
-    from wds_tools.storage import read_input
-
-    if spec.endswith(".tar") or "{" in spec:
-        urls, index_url = expand_pattern(spec), f"{posixpath.dirname(spec)}/{INDEX_FILE}"
-    else:
-        urls, index_url = None, spec if spec.endswith(INDEX_FILE) else f"{spec}/{INDEX_FILE}"
-    try:
-        data = read_input(index_url)
-    except FileNotFoundError:
-        if urls is None:
-            raise IndexFormatError(f"{index_url}: no index there; point at a shard pattern instead") from None
-        return ShardList(urls)
-    except OSError as e:
-        raise IndexFormatError(f"{index_url}: cannot read the index: {e}") from None
-    meta = parse_index_meta(data, index_url)
-    base = posixpath.dirname(index_url)
-    if urls is None:
-        return _from_index_meta(meta, base, split, index_url, lambda b, n: f"{b}/{n}")
-    return _with_meta(urls, [u.rsplit("/", 1)[1] if posixpath.dirname(u) == base else None for u in urls], meta,
-                      base)
-
-
-def _with_meta(urls: list[str], names: list[str | None], meta: dict, base: str) -> ShardList:
-    """``urls`` (shard file ``names``) with the index's samples per shard, when it lists them all, and stats."""
-    by_name = {s["name"]: int(s["samples"]) for s in meta.get("shards", [])}
-    if not all(n in by_name for n in names):
-        return ShardList(urls, None, meta.get("mean"), meta.get("std"), meta.get("size"), meta.get("classes"))
-    return ShardList(urls, [by_name[n] for n in names], meta.get("mean"), meta.get("std"), meta.get("size"),
-                     meta.get("classes"), meta=meta, index_base=base, names=list(names))
-
-
-def _local_counts(urls: list[str]) -> ShardList:
-    """Counts and stats for local shards whose folder holds an index naming every one of them."""
-    folder = Path(urls[0]).parent
-    if not (folder / INDEX_FILE).exists() or any(Path(u).parent != folder for u in urls):
-        return ShardList(urls)
-    try:
-        idx = load_index(folder)
-    except IndexFormatError:
-        return ShardList(urls)
-    return _with_meta(urls, [Path(u).name for u in urls], idx.meta, str(folder))
-
-
-def _resolve_one(spec: str, split: str) -> ShardList:
-    spec = spec.strip()
-    scheme = _scheme(spec)
-    if scheme == "pipe":
-        return ShardList(expand_pattern(spec))
-    if scheme in _REMOTE:
-        if spec.rstrip("/").endswith(INDEX_FILE):
-            return _remote_index(spec.rstrip("/"), split)
-        return ShardList(expand_pattern(spec))
-    if scheme not in ("", "file"):  # s3://, gs://...: read through fsspec
-        return _object_store(spec.rstrip("/"), split)
-    path = urlparse(spec).path if scheme == "file" else spec
-    p = Path(os.path.expanduser(path))
-    if p.is_dir() or p.name == INDEX_FILE:
-        idx = load_index(p)
-        return _from_index_meta(idx.meta, str(idx.root), split, str(p), lambda b, n: str(Path(b) / n))
-    urls = expand_pattern(str(p))
-    missing = [u for u in urls if not Path(u).is_file()]
-    if missing:
-        raise ShardError(f"{spec}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
-                         f"check the pattern, or point at the shards folder")
-    return _local_counts(urls)
-
-
 def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train") -> ShardList:
-    """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes)."""
-    specs: list[str] = []
-    for u in [urls] if isinstance(urls, (str, os.PathLike)) else list(urls):
-        specs.extend(s for s in str(u).split("::") if s.strip())
-    if not specs:
-        raise OptionError("urls: no shard given; expected a pattern like shards/v1/224/train-{000000..000041}.tar, "
-                          "a shards folder or its index.json")
-    parts = [_resolve_one(s, split) for s in specs]
-    if len(parts) == 1:
-        return parts[0]
-    counts = None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts]
-    first = parts[0]
-    joined = ShardList([u for p in parts for u in p.urls], counts, first.mean, first.std, first.size, first.classes)
-    if first.meta and all(p.index_base == first.index_base and p.meta == first.meta for p in parts[1:]):
-        joined.meta, joined.index_base = first.meta, first.index_base  # patterns over one index
-        joined.names = [n for p in parts for n in p.names]
-    return joined
+    """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes);
+    ``format.layout.resolve`` does the work."""
+    shards = resolve(urls, split=split, pipe=True)
+    meta = shards.meta or {}
+    listed = shards.names is not None
+    return ShardList(shards.urls, shards.counts, meta.get("mean"), meta.get("std"), meta.get("size"),
+                     meta.get("classes"), meta=shards.meta if listed else None,
+                     index_base=shards.index_base if listed else None, names=shards.names)
 
 
 def worker_info() -> tuple[int, int, int, int]:

@@ -1,45 +1,26 @@
 """Tar read: a shard URL opened and streamed as samples, with zero-copy member views.
 
 The bytes are parsed by ``wds_tools.format.tar`` (multi-MiB reads, headers parsed in place, so a
-224 px ``.npy`` member costs one slice of an existing buffer). Local paths are opened unbuffered
-and filled with ``readinto``; every other URL (``pipe:``, ``http(s)://``, ``file:``...) is opened
-with webdataset's ``gopen``, as stock webdataset opens it; object stores through fsspec.
+224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.layout`` opens
+the URL (local files unbuffered, ``pipe:`` and ``http(s)://`` through webdataset's ``gopen``,
+object stores through fsspec).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import urlparse
-from urllib.request import url2pathname
-
 
 from wds_tools.errors import ShardError
+from wds_tools.format.layout import open_stream
 from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
 
 __all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name"]
 
-# Object-store reads: one ranged request per block; larger blocks amortize request latency.
-REMOTE_BLOCK = 32 << 20
-
-# Schemes webdataset's gopen opens itself (pipe: runs a command; http(s) streams with curl).
-_GOPEN_SCHEMES = {"pipe", "http", "https", "sftp", "ftps", "scp", "ais", "hf", "htgs"}
-
 
 def open_url(url: str):
-    """Open a shard for reading: unbuffered for a local path, webdataset's ``gopen`` otherwise."""
-    scheme = urlparse(url).scheme
+    """Open a shard for streaming (``format.layout.open_stream``); ``ShardError`` when it cannot be."""
     try:
-        if scheme == "" or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
-            return open(url, "rb", buffering=0)
-        if scheme == "file":
-            return open(url2pathname(urlparse(url).path), "rb", buffering=0)
-        if scheme not in _GOPEN_SCHEMES:  # s3://, gs://, az://...: stream through fsspec
-            from wds_tools.storage import open_input
-
-            return open_input(url, block_size=REMOTE_BLOCK)
-        from webdataset.gopen import gopen
-
-        return gopen(url, "rb", bufsize=DEFAULT_CHUNK)
+        return open_stream(url)
     except (OSError, ValueError) as e:
         raise ShardError(f"{url}: cannot open shard: {e}", url=url) from None
 

@@ -150,7 +150,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
 def diff(old, new, as_json, limit) -> None:
     """List keys added, removed, changed (other source bytes) and relabeled between two versions.
 
-    OLD and NEW are shards folders (or their index.json).
+    OLD and NEW are shards folders (or their index.json), local or URLs (s3://..., https://...).
 
     \b
     Example:
@@ -185,7 +185,8 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
-    (shards/v1/224/train-{000000..000041}.tar). Default: the newest OUT/<version>/<size>/.
+    (shards/v1/224/train-{000000..000041}.tar), local or a URL (s3://bucket/shards/v1/224,
+    https://host/shards/v1/224/index.json). Default: the newest OUT/<version>/<size>/.
 
     Per split: shard count; samples and bytes per shard (min, median, max, max/min, coefficient
     of variation); the class distribution and each shard's largest deviation from it; shards and
@@ -198,6 +199,7 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
       wds-tools stats shards/v1/224
       wds-tools stats --world-size 8 --workers 6          # newest version under ./shards
       wds-tools stats shards/v1/224/index.json --json
+      wds-tools stats s3://bucket/shards/v1/224
       wds-tools stats "shards/v1/224/train-{000000..000009}.tar" --scan --plot shards.png
     """
     from .stats import compute_stats, plot_stats, require_matplotlib
@@ -230,7 +232,8 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
-    (shards/v1/224/train-{000000..000041}.tar). Default: the newest OUT/<version>/<size>/.
+    (shards/v1/224/train-{000000..000041}.tar), local or a URL (s3://bucket/shards/v1/224,
+    https://host/shards/v1/224/index.json). Default: the newest OUT/<version>/<size>/.
 
     Checks each shard's size and sha256 against the index, every member's name, offset and length
     against samples.npz, every .npy header (dtype |u1, shape [S, S, 3]) and that every key is
@@ -243,6 +246,7 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
       wds-tools verify --quick                             # newest version under ./shards
       wds-tools verify "shards/v1/224/val-{000000..000003}.tar" --json
       wds-tools verify old-shards/ --scan                  # no index.json there
+      wds-tools verify https://host/shards/v1/224/index.json --quick
     """
     from .verify import verify as run_verify
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from .index import load_index
+from .format.index import SampleTable
+from .format.layout import index_of, join, read_samples
 
 __all__ = ["DiffResult", "diff_versions"]
 
@@ -36,13 +37,13 @@ class DiffResult:
 
 
 def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
-    """Diff two shards folders (or index files) by sample key, source fingerprint and label name."""
-    a, b = load_index(old), load_index(new)
+    """Diff two shards folders (or index files, local or URLs) by sample key, source fingerprint and label name."""
+    (root_a, a), (root_b, b) = _version(old), _version(new)
     sa, sb = a.samples, b.samples
     pos_a = sa.key_positions
     fa, fb = sa["fingerprint"], sb["fingerprint"]
     la, lb = sa["label"], sb["label"]
-    res = DiffResult(old=str(a.root), new=str(b.root))
+    res = DiffResult(old=root_a, new=root_b)
     for j, key in enumerate(sb.keys):
         i = pos_a.get(key)
         if i is None:
@@ -58,3 +59,15 @@ def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
     for name in ("added", "removed", "changed", "relabeled"):
         getattr(res, name).sort()
     return res
+
+
+@dataclass
+class _Version:
+    classes: list[str]
+    samples: SampleTable
+
+
+def _version(spec: str | os.PathLike) -> tuple[str, _Version]:
+    folder, meta = index_of(spec)
+    cols = read_samples(join(folder, meta["samples_file"]["name"]), ("key", "fingerprint", "label"))
+    return folder, _Version(meta["classes"], SampleTable(cols))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import IndexFormatError
+from .format.layout import INDEX_FILE, SAMPLES_FILE  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
 from .storage import join
 
@@ -42,8 +43,6 @@ __all__ = [
 
 FORMAT_NAME = "wds-tools-index"
 FORMAT_VERSION = 1
-INDEX_FILE = "index.json"
-SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
 
 # Column name -> dtype, in the order they are stored. "key" is |S<n> (n = longest key);

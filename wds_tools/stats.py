@@ -1,7 +1,7 @@
 """Shard statistics: balance, class drift, the rank/worker split of an epoch, mean/std and size.
 
 ``compute_stats`` reads only index.json and two columns of samples.npz (or, with ``scan``, the
-tars themselves) and returns a ``StatsReport``; ``distribute`` is the pure rank/worker
+tars themselves), local or through a URL (``format.layout``), and returns a ``StatsReport``; ``distribute`` is the pure rank/worker
 arithmetic; ``plot_stats`` draws a report when matplotlib (the ``plot`` extra) is installed.
 """
 
@@ -14,16 +14,15 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
-from .index import INDEX_FILE, DatasetIndex, histogram_mean_std, read_npz
-from .shardlist import Target, resolve_target, shard_split
-from .runner import usable_cpus
-from .format.tar import CHUNK, TarWalker, scan_file
+from .format.cpus import usable_cpus
+from .format.index import histogram_mean_std
+from .format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
 from .format.npy import NPY_HEADER_BYTES, image_side
+from .format.tar import CHUNK, TarWalker, scan_file
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
@@ -269,14 +268,15 @@ class StatsReport:
 
 def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards",
                   world_size: int = 1, workers: int | None = None, scan: bool = False) -> StatsReport:
-    """Statistics of a shards folder, index file or shard pattern (None: the newest under ``out``).
+    """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
+    version under ``out``).
 
     ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte).
     """
     t0 = time.perf_counter()
     workers = usable_cpus() if workers is None else workers
     distribute([], world_size, workers)  # validate before any reading
-    target = resolve_target(path, out=out, need_index=not scan)
+    target = resolve_target(path, out=out, scan=scan)
     if scan:
         report = _from_scan(target, world_size, workers)
     else:
@@ -285,17 +285,16 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     return report
 
 
-def _from_index(target: Target, world_size: int, workers: int) -> StatsReport:
-    idx: DatasetIndex = target.index
-    meta = idx.meta
+def _from_index(target: Shards, world_size: int, workers: int) -> StatsReport:
+    meta, base = target.meta, target.index_base
     classes = list(meta.get("classes", []))
-    shards = idx.shards
-    cols = read_npz(idx.root / meta["samples_file"]["name"], names=("label", "shard"))
+    shards = meta["shards"]
+    cols = read_samples(join(base, meta["samples_file"]["name"]), ("label", "shard"))
     label = cols["label"].astype(np.int64)
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
     if len(label) and (label.min() < 0 or label.max() >= n_classes or shard.max() >= n_shards):
-        raise IndexFormatError(f"{idx.root / INDEX_FILE}: samples.npz has labels or shard numbers "
+        raise IndexFormatError(f"{target.index_file}: samples.npz has labels or shard numbers "
                                "outside the index's classes/shards; the index is damaged (run verify)")
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
     chosen = set(target.names) if target.selected else None
@@ -314,11 +313,11 @@ def _from_index(target: Target, world_size: int, workers: int) -> StatsReport:
             sp_meta.get("mean"), sp_meta.get("std"), distribute(samples, world_size, workers))
     index_bytes = meta.get("samples_file", {}).get("bytes", 0)
     try:
-        index_bytes += (idx.root / INDEX_FILE).stat().st_size
+        index_bytes += file_size(target.index_file)
     except OSError:
         pass
     return StatsReport(
-        "index", target.path, str(idx.root), str(idx.root / INDEX_FILE), meta.get("dataset_version"),
+        "index", target.spec, base, target.index_file, meta.get("dataset_version"),
         meta.get("size"), classes, splits, sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
         index_bytes, meta.get("mean"), meta.get("std"), meta.get("stats_split"), world_size, workers)
 
@@ -339,7 +338,7 @@ def _channels() -> np.ndarray:
     return np.tile(np.array([0, 256, 512], dtype=np.uint16), CHUNK // 3 + 2)
 
 
-def _scan_shard(path: Path) -> _ShardScan:
+def _scan_shard(url: str) -> _ShardScan:
     """Read one tar: labels, label names, pixel histogram (every byte is read once)."""
     hist = np.zeros(768, dtype=np.int64)
 
@@ -371,11 +370,11 @@ def _scan_shard(path: Path) -> _ShardScan:
         done = count_pixels(walker.pos - len(part), part)
 
     try:
-        scan_file(path, on_chunk=on_chunk, walker=walker)
+        scan_file(url, on_chunk=on_chunk, walker=walker)
     except OSError as e:
-        raise ShardError(f"cannot read shard {path}: {e.strerror or e}") from None
+        raise ShardError(f"cannot read shard {url}: {e.strerror or e}") from None
     if walker.error:
-        raise ShardError(f"{path}: {walker.error}; run `wds-tools verify` for a full report")
+        raise ShardError(f"{url}: {walker.error}; run `wds-tools verify` for a full report")
     labels: list[int] = []
     names: dict[int, str] = {}
     size = None
@@ -385,7 +384,7 @@ def _scan_shard(path: Path) -> _ShardScan:
             try:
                 last_cls = int(m.data.decode("ascii"))
             except ValueError:
-                raise ShardError(f"{path}: member {m.name} holds {m.data[:20]!r}, not a class number") from None
+                raise ShardError(f"{url}: member {m.name} holds {m.data[:20]!r}, not a class number") from None
             labels.append(last_cls)
         elif m.name.endswith(".json") and last_cls is not None and last_cls not in names:
             try:
@@ -394,7 +393,7 @@ def _scan_shard(path: Path) -> _ShardScan:
                 pass
         elif m.name.endswith(".npy") and size is None and m.data:
             size = _npy_side(m.data)
-    return _ShardScan(path.name, path.stat().st_size, labels, names, hist, size)
+    return _ShardScan(basename(url), walker.pos, labels, names, hist, size)
 
 
 def _npy_side(header: bytes) -> int | None:
@@ -404,9 +403,9 @@ def _npy_side(header: bytes) -> int | None:
         return None
 
 
-def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:
-    paths = target.shards
-    missing = [p for p in paths if not p.is_file()]
+def _from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
+    paths = target.urls
+    missing = [p for p in paths if not exists(p)]
     if missing:
         raise ShardError(f"{len(missing)} shard(s) missing, first: {missing[0]}; run `wds-tools verify`")
     with ThreadPoolExecutor(max_workers=min(len(paths), usable_cpus()) or 1) as ex:
@@ -435,7 +434,7 @@ def _from_scan(target: Target, world_size: int, workers: int) -> StatsReport:
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))
     mean, std = histogram_mean_std(total)
     sizes = {s.size for s in scans if s.size is not None}
-    return StatsReport("scan", target.path, str(target.root), None, None,
+    return StatsReport("scan", target.spec, target.folder, None, None,
                        sizes.pop() if len(sizes) == 1 else None, classes, splits,
                        sum(s.bytes for s in scans), 0, mean, std, stats_split, world_size, workers)
 

@@ -3,28 +3,29 @@
 ``verify`` reads each shard once in large chunks on a small thread pool (hashlib releases the GIL
 on large buffers), hashing each chunk and walking its tar headers from the same bytes, then
 compares what it found with index.json and samples.npz. ``quick`` checks sizes and headers only,
-with small reads; without an index (``scan``) the tars are checked against each other.
+with small reads; without an index (``scan``) the tars are checked against each other. Every file
+is reached through ``format.layout``: local paths, ``s3://`` and other fsspec URLs, ``http(s)://``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from .index import INDEX_FILE, read_npz
-from .shardlist import Target, resolve_target
-from .format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
-from .runner import usable_cpus
+from .format.cpus import usable_cpus
+from .format.layout import (SAMPLES_FILE, Shards, basename, file_size, join, list_tars, read_bytes, read_ranges,
+                            read_samples, resolve_target)
 from .format.npy import NPY_HEADER_BYTES, image_side, npy_header
 from .format.npy import describe as describe_npy
+from .format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
@@ -144,13 +145,14 @@ class VerifyReport:
 
 def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards", quick: bool = False,
            scan: bool = False, threads: int | None = None) -> VerifyReport:
-    """Check every shard named by PATH (folder, index.json, shard pattern; None: newest under ``out``)."""
+    """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
+    newest version under ``out``)."""
     t0 = time.perf_counter()
-    target = resolve_target(path, out=out, need_index=not scan)
+    target = resolve_target(path, out=out, scan=scan)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
     threads = threads or 2 * usable_cpus()
-    if scan or target.index is None:
+    if scan or target.meta is None:
         report = _verify_scan(target, quick, threads)
     else:
         report = _verify_index(target, quick, threads)
@@ -164,7 +166,7 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
 class _Job:
     """One shard and what the index says about it."""
 
-    path: Path
+    url: str
     name: str
     bytes: int
     sha256: str
@@ -183,40 +185,40 @@ class _Result:
     samples: int
 
 
-def _verify_index(target: Target, quick: bool, threads: int) -> VerifyReport:
-    idx = target.index
-    meta = idx.meta
-    report = VerifyReport(target.path, str(idx.root), str(idx.root / INDEX_FILE), "quick" if quick else "full")
-    problems, table = _check_samples_file(idx.root, meta, quick)
+def _verify_index(target: Shards, quick: bool, threads: int) -> VerifyReport:
+    meta, base = target.meta, target.index_base
+    shards = meta["shards"]
+    report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
+    problems, table = _check_samples_file(base, meta, quick)
     report.problems += problems
     names = ["key", "label", "shard", "npy_xxh3"] + [f"{m}_{w}" for m in MEMBERS for w in ("offset", "length")]
     try:
-        cols = read_npz(idx.root / meta["samples_file"]["name"], names=names, data=table)
+        cols = read_samples(join(base, meta["samples_file"]["name"]), names, data=table)
     except Exception as e:  # noqa: BLE001 - any damage to the table is reported, not raised
         report.problems.append(Problem(meta["samples_file"]["name"], "index", str(e)))
         return report
     shard_col = cols["shard"].astype(np.int64)
     order = np.argsort(shard_col, kind="stable")
-    bounds = np.searchsorted(shard_col[order], np.arange(len(idx.shards) + 1))
-    report.problems += _duplicate_keys_in_index(cols["key"], shard_col, idx.shards)
+    bounds = np.searchsorted(shard_col[order], np.arange(len(shards) + 1))
+    report.problems += _duplicate_keys_in_index(cols["key"], shard_col, shards)
     header = npy_header(tuple(meta["sample"]["npy_shape"]))
     offsets = np.stack([cols[f"{m}_offset"] for m in MEMBERS], axis=1).astype(np.int64)
     lengths = np.stack([cols[f"{m}_length"] for m in MEMBERS], axis=1).astype(np.int64)
     chosen = set(target.names)
     jobs = []
-    for i, s in enumerate(idx.shards):
+    for i, s in enumerate(shards):
         if s["name"] not in chosen:
             continue
         rows = order[bounds[i]:bounds[i + 1]]
         if len(rows) != s["samples"]:
             report.problems.append(Problem(s["name"], "index", f"index.json says {s['samples']} samples, "
                                            f"samples.npz has {len(rows)} rows for this shard"))
-        jobs.append(_Job(idx.root / s["name"], s["name"], s["bytes"], s["sha256"],
+        jobs.append(_Job(join(base, s["name"]), s["name"], s["bytes"], s["sha256"],
                          cols["key"][rows].astype("U").tolist(), cols["label"][rows], offsets[rows],
                          lengths[rows], cols["npy_xxh3"][rows], header))
-    if not target.selected:
-        indexed = {s["name"] for s in idx.shards}
-        extra = sorted(p.name for p in idx.root.glob("*.tar") if p.name not in indexed)
+    if not target.selected:  # (a store that cannot list, http, is not looked at)
+        indexed = {s["name"] for s in shards}
+        extra = [n for n in list_tars(base) or [] if n not in indexed]
         if extra:
             report.warnings.append(f"{len(extra)} tar file(s) in the folder are not in the index "
                                    f"(not checked): {', '.join(extra[:10])}")
@@ -232,21 +234,25 @@ def _verify_index(target: Target, quick: bool, threads: int) -> VerifyReport:
     return report
 
 
-def _check_samples_file(root: Path, meta: dict, quick: bool) -> tuple[list[Problem], bytes | None]:
+def _check_samples_file(base: str, meta: dict, quick: bool) -> tuple[list[Problem], bytes | None]:
     """Problems with samples.npz (size; sha256 unless quick), and its bytes when they were read for the hash."""
     info = meta.get("samples_file") or {}
-    name = info.get("name", "samples.npz")
-    p = root / name
-    if not p.is_file():
-        return [Problem(name, "index", f"{p} does not exist")], None
-    size = p.stat().st_size
+    name = info.get("name", SAMPLES_FILE)
+    url = join(base, name)
+    try:
+        size = file_size(url)
+    except FileNotFoundError:
+        return [Problem(name, "index", f"{url} does not exist")], None
+    except OSError as e:
+        return [Problem(name, "index", f"cannot read {url}: {e.strerror or e}")], None
     if size != info.get("bytes"):
         return [Problem(name, "index", f"{size:,} bytes, index.json says {info.get('bytes')}")], None
     if quick:
         return [], None
-    import hashlib
-
-    data = p.read_bytes()
+    try:
+        data = read_bytes(url)
+    except OSError as e:
+        return [Problem(name, "index", f"cannot read {url}: {e.strerror or e}")], None
     digest = hashlib.sha256(data).hexdigest()
     if digest != info.get("sha256"):
         return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(info.get('sha256'))[:16]}...")], None
@@ -270,16 +276,15 @@ def _capture_npy(name: str) -> int:
 
 
 def _check_full(job: _Job) -> _Result:
-    import hashlib
-
     sha = hashlib.sha256()  # update releases the GIL: another thread's shard is walked meanwhile
     walker = TarWalker(_capture_npy)
     try:
-        scan_file(job.path, on_chunk=sha.update, walker=walker)
+        file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
+        scan_file(job.url, on_chunk=sha.update, walker=walker)
     except FileNotFoundError:
-        return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
+        return _Result([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
     except OSError as e:
-        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path} (after {walker.pos:,} bytes): "
+        return _Result([Problem(job.name, "unreadable", f"cannot read {job.url} (after {walker.pos:,} bytes): "
                                 f"{e.strerror or e}")], walker.pos, 0)
     size = walker.pos
     problems = _size_problem(job, size)
@@ -298,14 +303,13 @@ def _check_full(job: _Job) -> _Result:
 
 
 def _check_quick(job: _Job) -> _Result:
-    if not job.path.is_file():
-        return _Result([Problem(job.name, "missing", f"{job.path} does not exist")], 0, 0)
-    size = job.path.stat().st_size
     try:
-        walker = walk_headers(job.path, _capture_npy)
+        walker = walk_headers(job.url, _capture_npy)
+    except FileNotFoundError:
+        return _Result([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
     except OSError as e:
-        return _Result([Problem(job.name, "unreadable", f"cannot read {job.path}: {e.strerror or e}")], 0, 0)
-    problems = _size_problem(job, size) + _compare(job, walker)
+        return _Result([Problem(job.name, "unreadable", f"cannot read {job.url}: {e.strerror or e}")], 0, 0)
+    problems = _size_problem(job, walker.pos) + _compare(job, walker)
     return _Result(problems, len(walker.members) * BLOCK, len(job.keys))
 
 
@@ -398,28 +402,35 @@ def _damaged_samples(job: _Job, walker: TarWalker, size: int) -> list[Problem]:
     def readable(name: str, o: int, n: int) -> bool:
         return (name, o, n) in at or (walker.error is not None and o >= reach and o + n <= size)
 
+    checks = []  # (row, member: 2 npy, 0 cls, 1 json, offset, length), read in one batch of ranged reads
+    for i, k in enumerate(job.keys):
+        o, n = job.offsets[i].tolist(), job.lengths[i].tolist()
+        checks += [(i, m, o[m], n[m]) for m, ext in ((2, "npy"), (0, "cls"), (1, "json"))
+                   if readable(f"{k}.{ext}", o[m], n[m])]
+    blobs = read_ranges([job.url] * len(checks), [c[2] for c in checks], [c[2] + c[3] for c in checks])
     problems = []
-    with open(job.path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        for i, k in enumerate(job.keys):
-            o, n = job.offsets[i].tolist(), job.lengths[i].tolist()
-            if readable(f"{k}.npy", o[2], n[2]):
-                data = os.pread(fd, n[2], o[2])
-                if xxhash.xxh3_64_intdigest(data) != int(job.npy_xxh3[i]):
-                    problems.append(Problem(job.name, "sample_data", f"{k}.npy: the pixel bytes differ from the "
-                                            "index (xxh3)", key=k, offset=o[2]))
-            if readable(f"{k}.cls", o[0], n[0]) and os.pread(fd, n[0], o[0]) != str(int(job.label[i])).encode():
-                problems.append(Problem(job.name, "sample_data", f"{k}.cls: not the indexed label "
-                                        f"{int(job.label[i])}", key=k, offset=o[0]))
-            if readable(f"{k}.json", o[1], n[1]):
-                try:
-                    ok = json.loads(os.pread(fd, n[1], o[1])).get("key") == k
-                except (ValueError, AttributeError):
-                    ok = False
-                if not ok:
-                    problems.append(Problem(job.name, "sample_data", f"{k}.json: not a JSON object with key {k!r}",
-                                            key=k, offset=o[1]))
+    for (i, m, o, n), data in zip(checks, blobs):
+        k = job.keys[i]
+        if isinstance(data, BaseException):
+            return problems + [Problem(job.name, "unreadable", f"cannot read {job.url} at {o:,}: {data}", key=k,
+                                       offset=o)]
+        if m == 2 and xxhash.xxh3_64_intdigest(data) != int(job.npy_xxh3[i]):
+            problems.append(Problem(job.name, "sample_data", f"{k}.npy: the pixel bytes differ from the "
+                                    "index (xxh3)", key=k, offset=o))
+        elif m == 0 and data != str(int(job.label[i])).encode():
+            problems.append(Problem(job.name, "sample_data", f"{k}.cls: not the indexed label "
+                                    f"{int(job.label[i])}", key=k, offset=o))
+        elif m == 1 and not _json_with_key(data, k):
+            problems.append(Problem(job.name, "sample_data", f"{k}.json: not a JSON object with key {k!r}",
+                                    key=k, offset=o))
     return problems
+
+
+def _json_with_key(data: bytes, key: str) -> bool:
+    try:
+        return json.loads(data).get("key") == key
+    except (ValueError, AttributeError):
+        return False
 
 
 # ------------------------------------------------------------------ without an index
@@ -434,22 +445,22 @@ class _ScanResult:
     bytes_read: int
 
 
-def _check_scan(path: Path, quick: bool) -> _ScanResult:
-    if not path.is_file():
-        return _ScanResult(path.name, [Problem(path.name, "missing", f"{path} does not exist")], [], {}, 0, 0)
+def _check_scan(url: str, quick: bool) -> _ScanResult:
+    name = basename(url)
     try:
         if quick:
-            walker = walk_headers(path, _capture_npy)
-            size = path.stat().st_size
-            read = len(walker.members) * BLOCK
+            walker = walk_headers(url, _capture_npy)
+            size, read = walker.pos, len(walker.members) * BLOCK
         else:
-            walker = scan_file(path, _capture_npy)
+            file_size(url)  # a missing file is named as such before a stream (gopen) would hide it
+            walker = scan_file(url, _capture_npy)
             size = read = walker.pos
+    except FileNotFoundError:
+        return _ScanResult(name, [Problem(name, "missing", f"{url} does not exist")], [], {}, 0, 0)
     except OSError as e:
-        return _ScanResult(path.name, [Problem(path.name, "unreadable", f"cannot read {path}: {e.strerror or e}")],
+        return _ScanResult(name, [Problem(name, "unreadable", f"cannot read {url}: {e.strerror or e}")],
                            [], {}, 0, 0)
     problems = []
-    name = path.name
     if walker.error:
         kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
         problems.append(Problem(name, kind, walker.error, offset=walker.error_offset))
@@ -476,11 +487,11 @@ def _check_scan(path: Path, quick: bool) -> _ScanResult:
     return _ScanResult(name, _capped(problems), order, headers, size, read)
 
 
-def _verify_scan(target: Target, quick: bool, threads: int) -> VerifyReport:
-    report = VerifyReport(target.path, str(target.root), None, "scan-quick" if quick else "scan")
+def _verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
+    report = VerifyReport(target.spec, target.folder, None, "scan-quick" if quick else "scan")
     report.warnings.append("no index used: file sizes and sha256 cannot be checked, only the tars' structure")
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(target.shards)))) as ex:
-        results = list(ex.map(lambda p: _check_scan(p, quick), target.shards))
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(target.urls)))) as ex:
+        results = list(ex.map(lambda u: _check_scan(u, quick), target.urls))
     # the .npy header most samples share is the reference (|u1 [S, S, 3])
     counts: Counter = Counter()
     for r in results:

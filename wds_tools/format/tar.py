@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import ShardError
 from ..tarwrite import BLOCK
+from .layout import open_ranged, open_stream
 
 __all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",
            "decode_header", "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks",
@@ -196,16 +197,15 @@ class TarWalker:
 
 def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
                  *, window: int = 64 << 10) -> TarWalker:
-    """Walk a tar's headers with small positioned reads, skipping the data of large members."""
+    """Walk a tar's headers with small positioned reads (``layout.open_ranged``: a local path or a
+    URL), skipping the data of large members."""
     walker = TarWalker(capture)
-    size = os.path.getsize(path)
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
+    with open_ranged(os.fspath(path)) as f:
         win_start, win = 0, b""
         at = 0
         while True:
             if at + BLOCK > win_start + len(win):
-                win_start, win = at, os.pread(fd, window, at)
+                win_start, win = at, f.read(at, window)
             rel = at - win_start
             block = win[rel:rel + BLOCK]
             if len(block) < BLOCK:
@@ -218,8 +218,9 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
                 if m.offset + want <= win_start + len(win):
                     m.data = win[m.offset - win_start:m.offset - win_start + want]
                 else:
-                    m.data = os.pread(fd, want, m.offset)
+                    m.data = f.read(m.offset, want)
             at = m.offset + m.size + (-m.size % BLOCK)
+        size = f.size
     walker.pos, walker._next = size, at
     return walker.finish()
 
@@ -241,21 +242,31 @@ def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = No
 def iter_chunks(path: str | os.PathLike, chunk: int = CHUNK) -> Iterator[memoryview]:
     """Yield a file's bytes start to end as consecutive views of ``chunk`` bytes (the last may be short).
 
-    The views share one buffer: each is valid until the next is yielded, so a caller keeps bytes
-    by copying them.
+    ``path`` is a local path or a URL (``layout.open_stream``). The views share one buffer: each is
+    valid until the next is yielded, so a caller keeps bytes by copying them.
     """
     if chunk % BLOCK:
         raise ValueError(f"chunk must be a multiple of {BLOCK} bytes, got {chunk}")
     buf = memoryview(bytearray(chunk))
-    with open(path, "rb", buffering=0) as f:
+    with open_stream(os.fspath(path)) as f:
         while n := read_full(f, buf):
             yield buf[:n]
 
 
 def read_full(f, view: memoryview) -> int:
-    """Fill ``view`` unless the file ends first (so only the last chunk is short)."""
+    """Fill ``view`` unless the file ends first (so only the last chunk is short); from ``read``
+    where the stream has no ``readinto`` (webdataset's Pipe)."""
+    readinto = getattr(f, "readinto", None)
     got = 0
-    while got < len(view) and (n := f.readinto(view[got:])):
+    while got < len(view):
+        if readinto is not None:
+            n = readinto(view[got:])
+        else:
+            data = f.read(len(view) - got)
+            n = len(data)
+            view[got:got + n] = data
+        if not n:
+            break
         got += n
     return got
 
@@ -277,7 +288,6 @@ class _Chunks:
 
     def __init__(self, stream, url: str, chunk_size: int):
         self.stream, self.url, self.chunk_size = stream, url, chunk_size
-        self.readinto = getattr(stream, "readinto", None)  # webdataset's Pipe has only read()
         self.mv = memoryview(np.empty(0, np.uint8))
         self.start = 0  # parse position in mv
         self.end = 0  # valid bytes in mv
@@ -300,18 +310,8 @@ class _Chunks:
         size = max(self.chunk_size, n + BLOCK)
         new = memoryview(np.empty(size, np.uint8))
         new[:tail] = self.mv[self.start:self.end]
-        filled = tail
-        while filled < size:
-            if self.readinto is not None:
-                got = self.readinto(new[filled:])
-            else:
-                data = self.stream.read(size - filled)
-                got = len(data)
-                new[filled:filled + got] = data
-            if not got:
-                self.eof = True
-                break
-            filled += got
+        filled = tail + read_full(self.stream, new[tail:])
+        self.eof = filled < size
         self.base += self.start
         self.mv, self.start, self.end = new, 0, filled
 

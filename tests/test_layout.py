@@ -1,0 +1,250 @@
+"""format.layout: shard names and patterns, the one resolver of specs, and the one reader of bytes,
+on local folders, file:// URLs, S3 (moto on 127.0.0.1) and http (http.server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import convert_images, upload
+from shardkit import copy_tars
+from wds_tools import plan
+from wds_tools.errors import IndexFormatError, OptionError, ShardError
+from wds_tools.format import layout
+from wds_tools.format.layout import (
+    expand, file_size, list_tars, open_ranged, open_stream, read_bytes, read_ranges, resolve, resolve_target,
+    shard_name, shard_split, url_pattern,
+)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """25 train samples in 7 shards of up to 4, 5 val samples in 2 shards, and the index."""
+    return convert_images(tmp_path_factory.mktemp("layout"), 30, size=16, shard_size=4, val_every=6)
+
+
+@pytest.fixture(scope="module")
+def names(folder) -> list[str]:
+    return [s["name"] for s in json.loads((folder / "index.json").read_text())["shards"]]
+
+
+@pytest.fixture(scope="module")
+def samples(folder) -> dict[str, int]:
+    """Shard name -> samples, as index.json says."""
+    return {s["name"]: s["samples"] for s in json.loads((folder / "index.json").read_text())["shards"]}
+
+
+
+# ------------------------------------------------------------------ names and patterns
+
+def test_names_and_patterns():
+    assert shard_name("train", 3) == "train-000003.tar"
+    assert url_pattern("train", 42) == "train-{000000..000041}.tar" and url_pattern("val", 1) == "val-000000.tar"
+    assert expand(url_pattern("val", 3)) == [shard_name("val", i) for i in range(3)]
+    assert [shard_split(n) for n in ("train-000000.tar", "my-val-000012.tar", "x.tar", "val-12.tar")] == [
+        "train", "my-val", "all", "all"]
+    # the converter's plan.py still has its own copy until it imports these
+    for split, count in (("train", 1), ("train", 2), ("val", 1000)):
+        assert url_pattern(split, count) == plan.url_pattern(split, count)
+        assert shard_name(split, count) == plan.shard_name(split, count)
+
+
+# ------------------------------------------------------------------ the resolver, local
+
+def test_folder_index_file_and_file_url_agree(folder, names):
+    a = resolve(folder)
+    b = resolve(folder / "index.json")
+    c = resolve(f"file://{folder}")
+    assert a.urls == b.urls == c.urls == [str(folder / n) for n in names]
+    assert a.names == names and a.counts == b.counts and sum(a.counts) == 30 and len(a) == 9
+    assert a.folder == a.index_base == str(folder) and a.index_file == str(folder / "index.json")
+    assert a.meta["format"] == "wds-tools-index" and not a.selected
+    train = resolve(folder, split="train")
+    assert len(train) == 7 and sum(train.counts) == 25 and all("/train-" in u for u in train.urls)
+
+
+def test_pattern_in_an_indexed_folder(folder, samples):
+    s = resolve(str(folder / "train-{000001..000003}.tar"))
+    assert s.names == ["train-000001.tar", "train-000002.tar", "train-000003.tar"] and s.selected
+    assert s.counts == [samples[n] for n in s.names] and s.index_base == str(folder)
+    one = resolve(str(folder / "val-000001.tar"))
+    assert one.urls == [str(folder / "val-000001.tar")] and one.counts == [samples["val-000001.tar"]]
+
+
+def test_pattern_and_folder_without_index(folder, tmp_path):
+    bare = copy_tars(folder, tmp_path / "bare")
+    s = resolve(str(bare / "train-{000000..000006}.tar"))
+    assert len(s) == 7 and s.meta is None and s.counts is None and s.names is None and s.folder == str(bare)
+    listed = resolve(bare, scan=True)
+    assert [Path(u).name for u in listed.urls] == sorted(p.name for p in folder.glob("*.tar"))
+    with pytest.raises(IndexFormatError, match=r"no index at .*bare/index.json; convert first, or give a shard"):
+        resolve(bare)
+    with pytest.raises(IndexFormatError, match=r"no index at .*bare/index.json; pass --scan"):
+        resolve(str(bare / "train-000000.tar"), need_index=True)
+
+
+def test_joined_patterns_and_lists(folder, samples, tmp_path):
+    one, two = str(folder / "train-{000000..000001}.tar"), str(folder / "val-000000.tar")
+    joined, listed = resolve(f"{one}::{two}"), resolve([one, Path(two)])
+    assert joined.urls == listed.urls == [str(folder / n) for n in
+                                          ("train-000000.tar", "train-000001.tar", "val-000000.tar")]
+    assert joined.names == [Path(u).name for u in joined.urls]
+    assert joined.counts == [samples[n] for n in joined.names]
+    assert joined.spec == f"{one}::{two}" and joined.selected and joined.folder == str(folder)
+    other = shutil.copytree(folder, tmp_path / "other")
+    mixed = resolve([one, str(other / "val-000000.tar")])
+    assert mixed.folder is None and mixed.names is None and mixed.counts == joined.counts  # two indexes
+    with pytest.raises(OptionError, match=r"the shards are in several folders \(.*other.*\); give one shards folder"):
+        resolve([one, str(other / "val-000000.tar")], one_folder=True)
+    shutil.copytree(folder, tmp_path / "other2")
+    assert len(resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar")) == 2
+    with pytest.raises(OptionError, match="the pattern spans several folders; give one shards folder at a time"):
+        resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", one_folder=True)
+
+
+def test_errors_are_named(folder, tmp_path):
+    with pytest.raises(OptionError, match=r"nowhere: no such shards folder, index file or shard pattern"):
+        resolve(tmp_path / "nowhere")
+    with pytest.raises(IndexFormatError, match=r"no index at .*nowhere/index.json; convert first"):
+        resolve(tmp_path / "nowhere" / "index.json")
+    with pytest.raises(ShardError, match=r"2 of 9 shards do not exist, e.g. .*train-000007.tar; check the pattern"):
+        resolve(str(folder / "train-{000000..000008}.tar"))
+    with pytest.raises(IndexFormatError, match=r"2 shard\(s\) are not in .*index.json \(first: train-000007.tar\)"):
+        resolve(str(folder / "train-{000000..000008}.tar"), need_index=True)
+    gappy = shutil.copytree(folder, tmp_path / "gappy")
+    (gappy / "train-000001.tar").unlink()  # listed in the index, gone from the folder
+    with pytest.raises(ShardError, match=r"1 of 3 shards do not exist, e.g. .*gappy/train-000001.tar"):
+        resolve(str(gappy / "train-{000000..000002}.tar"))  # the loader
+    assert len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True).names) == 3  # verify names it
+    with pytest.raises(IndexFormatError, match=r"index.json: no split 'test'; the index has train, val"):
+        resolve(folder, split="test")
+    with pytest.raises(OptionError, match="pipe: commands are read by the loader only"):
+        resolve("pipe:cat a-{0..1}.tar")
+    assert resolve("pipe:cat a-{0..1}.tar", pipe=True).urls == ["pipe:cat a-0.tar", "pipe:cat a-1.tar"]
+    with pytest.raises(OptionError, match="no shard given"):
+        resolve(" :: ")
+
+
+def test_index_of_another_format_version_is_refused(folder, tmp_path):
+    newer = shutil.copytree(folder, tmp_path / "newer")
+    meta = json.loads((newer / "index.json").read_text())
+    (newer / "index.json").write_text(json.dumps({**meta, "format_version": 2}))
+    for spec in (newer, newer / "index.json"):
+        with pytest.raises(IndexFormatError, match=r"newer/index.json has format_version 2; this wds-tools reads "
+                                                   r"version 1"):
+            resolve(spec)
+    with pytest.raises(IndexFormatError, match="has format_version 2"):
+        resolve(str(newer / "train-000000.tar"), need_index=True)
+    # the loader reads a pattern's shards without an index it cannot use
+    assert resolve(str(newer / "train-000000.tar")).meta is None
+
+
+def test_newest_version_when_no_path(folder, tmp_path):
+    assert resolve_target(None, out=folder.parent.parent).folder == str(folder)
+    with pytest.raises(IndexFormatError, match=r"no converted dataset under .*empty"):
+        resolve_target(None, out=tmp_path / "empty")
+
+
+# ------------------------------------------------------------------ the resolver, S3 and http
+
+def test_s3_folder_index_and_pattern(folder, names, bucket, tmp_path):
+    fs, url = bucket
+    base = upload(fs, folder, f"{url}/v1/16")
+    local = resolve(folder)
+    for spec in (base, f"{base}/", f"{base}/index.json"):
+        s = resolve(spec)
+        assert s.urls == [f"{base}/{n}" for n in names] and s.counts == local.counts and s.index_base == base
+        assert s.meta == local.meta
+    p = resolve(f"{base}/train-{{000001..000002}}.tar", need_index=True)
+    assert p.names == ["train-000001.tar", "train-000002.tar"] and p.counts == local.counts[1:3] and p.selected
+    bare = upload(fs, folder, f"{url}/bare", skip=("index.json", "samples.npz"))
+    assert [u.rsplit("/", 1)[1] for u in resolve(bare, scan=True).urls] == sorted(n for n in names)
+    assert resolve(f"{bare}/val-{{000000..000001}}.tar").counts is None
+    with pytest.raises(IndexFormatError, match=rf"no index at {bare}/index.json; pass --scan"):
+        resolve(bare, need_index=True)
+    with pytest.raises(IndexFormatError, match=rf"no index at {url}/nothing/index.json; convert first"):
+        resolve(f"{url}/nothing/index.json")
+
+
+def test_http_index_pattern_and_folder(folder, names, serve_http, tmp_path):
+    base = serve_http(folder)
+    local = resolve(folder, split="val")
+    for spec in (f"{base}/index.json", base):
+        s = resolve(spec, split="val")
+        assert s.urls == [f"{base}/{n}" for n in names if n.startswith("val")] and s.counts == local.counts
+    p = resolve(f"{base}/train-{{000000..000006}}.tar", need_index=True)
+    assert p.counts == resolve(folder, split="train").counts and p.index_base == base
+    bare = serve_http(copy_tars(folder, tmp_path / "bare"))
+    assert resolve(f"{bare}/train-000000.tar").meta is None
+    with pytest.raises(IndexFormatError, match=r"no index at http://.*/index.json, and a http:// folder cannot "
+                                               r"be listed; give a shard pattern"):
+        resolve(bare, scan=True)
+    with pytest.raises(IndexFormatError, match=r"cannot read index http://127.0.0.1:1/index.json: cannot reach"):
+        resolve("http://127.0.0.1:1/train-000000.tar", need_index=True)
+
+
+# ------------------------------------------------------------------ bytes
+
+@pytest.fixture
+def places(folder, bucket, serve_http) -> dict[str, str]:
+    """The same folder: local, file://, S3, http with and without Range support."""
+    fs, url = bucket
+    return {"local": str(folder), "file": f"file://{folder}", "s3": upload(fs, folder, f"{url}/v1/16"),
+            "http": serve_http(folder), "http-ranges": serve_http(folder, ranges=True)}
+
+
+def test_every_store_gives_the_same_bytes(folder, places):
+    name = "train-000001.tar"
+    data = (folder / name).read_bytes()
+    index = (folder / "index.json").read_bytes()
+    for where, base in places.items():
+        url = layout.join(base, name)
+        assert file_size(url) == len(data), where
+        assert read_bytes(layout.join(base, "index.json")) == index, where
+        with open_stream(url) as f:
+            got = bytearray()
+            while chunk := f.read(5000):
+                got += chunk
+        assert got == data, where
+        with open_ranged(url) as f:
+            assert f.size == len(data)
+            assert f.read(512, 100) == data[512:612] and f.read(len(data) - 10, 100) == data[-10:], where
+            assert f.read(len(data), 10) == b"", where
+        spans = [(0, 512), (1024, 1500), (len(data) - 512, len(data))]
+        assert read_ranges([url] * 3, *zip(*spans)) == [data[a:b] for a, b in spans], where
+
+
+def test_missing_files_and_listing(folder, places):
+    for where, base in places.items():
+        gone = layout.join(base, "train-000099.tar")
+        with pytest.raises(FileNotFoundError):
+            file_size(gone)
+        with pytest.raises(FileNotFoundError):
+            read_bytes(gone)
+        with pytest.raises(FileNotFoundError):
+            open_ranged(gone)
+        assert not layout.exists(gone) and layout.exists(layout.join(base, "index.json")), where
+        tars = list_tars(base)
+        if where.startswith("http"):
+            assert tars is None  # a web server cannot list a folder
+        else:
+            assert tars == sorted(p.name for p in folder.glob("*.tar")), where
+
+
+def test_training_adapter_imports_only_the_format_and_errors():
+    """The loader depends on the format, not on the converter's modules."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "training_adapter"
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wds_tools"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("wds_tools"))
+    assert "wds_tools.format.layout" in found  # the walk saw the imports
+    assert {m for m in found if m != "wds_tools.errors" and not m.startswith("wds_tools.format.")} == set()
