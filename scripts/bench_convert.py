@@ -7,7 +7,7 @@ What is measured, in one run:
 2. Per-image decode cost, median ms over all files (file bytes in the page cache; a warm-up
    pass comes first):
      naive      ``Image.open(p).convert("RGB").resize((S, S))``  (full 12 MP decode)
-     converter  ``wds_tools.decode.decode_file(p, S, "center-crop")``  (JPEG draft mode)
+     converter  ``wds_tools.convert.decode.decode_file(p, S, "center-crop")``  (JPEG draft mode)
    The two are interleaved per file, alternating which goes first. Target: converter/naive <= 0.3.
 3. End-to-end ``wds_tools.convert.convert`` with workers=1 and workers=os.cpu_count(), into a
    fresh temporary folder each time; configurations alternate and each runs ``--repeats``
@@ -41,8 +41,8 @@ import PIL
 from PIL import Image
 
 from wds_tools.convert import convert
-from wds_tools.decode import decode_file
-from wds_tools.runner import usable_cpus
+from wds_tools.convert.decode import decode_file
+from wds_tools.convert.runner import usable_cpus
 from wds_tools.synth import jpeg_bytes, photo_like
 
 WIDTH, HEIGHT, QUALITY = 4032, 3024, 92

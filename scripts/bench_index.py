@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wds_tools.index import FORMAT_NAME, FORMAT_VERSION, load_index, pack_strings, write_index
+from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, load_index, pack_strings, write_index
 
 
 def make_index(dest: Path, n: int, n_shards: int) -> None:

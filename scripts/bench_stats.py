@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_index import make_index  # noqa: E402
 
-from wds_tools.index import load_index  # noqa: E402
-from wds_tools.stats import compute_stats  # noqa: E402
+from wds_tools.format.index import load_index  # noqa: E402
+from wds_tools.inspect.stats import compute_stats  # noqa: E402
 
 
 def naive(dest: Path) -> int:

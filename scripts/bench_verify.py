@@ -29,7 +29,7 @@ from pathlib import Path
 
 from wds_tools.convert import convert
 from wds_tools.synth import write_corpus
-from wds_tools.verify import verify
+from wds_tools.inspect.verify import verify
 
 
 def build(root: Path, count: int) -> Path:

@@ -4,7 +4,7 @@ import sys
 
 import webdataset as wds
 
-from wds_tools.index import load_index
+from wds_tools.format.index import load_index
 
 
 def main(path: str) -> None:

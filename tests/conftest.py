@@ -60,7 +60,7 @@ def interrupt_writes(monkeypatch):
     Returns the list the written shard names are appended to; call ``.restore()`` on it
     (or let the fixture end) to write normally again.
     """
-    import wds_tools.write as write_mod
+    import wds_tools.convert.write as write_mod
 
     real = write_mod.write_shard
 

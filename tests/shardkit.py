@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from wds_tools.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index
-from wds_tools.plan import url_pattern
-from wds_tools.tarwrite import ShardWriter, npy_header
+from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index
+from wds_tools.format.layout import url_pattern
+from wds_tools.format.tarwrite import ShardWriter, npy_header
 
 
 def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a", "b", "c"),

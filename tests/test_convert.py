@@ -13,10 +13,11 @@ import pytest
 import webdataset as wds
 
 from conftest import make_images, write_manifest
-from wds_tools.convert import TooManyErrorsError, convert, parse_max_errors
-from wds_tools.decode import decode_file
+from wds_tools.convert import convert, parse_max_errors
+from wds_tools.errors import TooManyErrorsError
+from wds_tools.convert.decode import decode_file
 from wds_tools.errors import OptionError, OutputExistsError
-from wds_tools.index import load_index
+from wds_tools.format.index import load_index
 
 ROOT = Path(__file__).resolve().parents[1]
 

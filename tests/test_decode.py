@@ -1,4 +1,4 @@
-"""Tests of wds_tools.decode: source bytes -> uint8 [size, size, 3] pixels.
+"""Tests of wds_tools.convert.decode: source bytes -> uint8 [size, size, 3] pixels.
 
 Every image is made here, in memory, with PIL: uniform colours or big uniform regions, so the
 expected pixel values are known exactly (lossless formats) or within a small tolerance (JPEG,
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from wds_tools.decode import RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, probe_image
+from wds_tools.convert.decode import RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, probe_image
 from wds_tools.errors import DecodeError, OptionError
 from wds_tools.synth import jpeg_bytes, photo_like
 

@@ -5,7 +5,7 @@ from click.testing import CliRunner
 from conftest import make_images, upload, write_manifest
 from wds_tools.cli import cli
 from wds_tools.convert import convert
-from wds_tools.diff import diff_versions
+from wds_tools.inspect.diff import diff_versions
 from wds_tools.synth import jpeg_bytes, photo_like
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from wds_tools.errors import IndexFormatError
-from wds_tools.index import (
+from wds_tools.format.index import (
     FORMAT_VERSION, SAMPLE_COLUMNS, load_index, pack_strings, read_npz, write_index, write_npz,
 )
 

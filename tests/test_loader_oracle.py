@@ -23,7 +23,7 @@ from conftest import convert_images
 from oracle import Epoch, Expect, check_epoch, digest, read_stored, record
 from training_adapter import AugmentConfig, make_loader
 from wds_tools.errors import ShardError
-from wds_tools.index import load_index
+from wds_tools.format.index import load_index
 
 S = 12
 B = 5

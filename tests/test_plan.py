@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.errors import OptionError
-from wds_tools.plan import (
-    assign_split, default_shard_size, key_hash, parse_shard_size, plan_split, sample_bytes, url_pattern,
+from wds_tools.convert.plan import (
+    assign_split, default_shard_size, key_hash, parse_shard_size, plan_split, sample_bytes,
 )
 
 
@@ -41,11 +41,6 @@ def test_parse_shard_size():
         parse_shard_size("0", 224)
     with pytest.raises(OptionError, match="at least 1"):
         parse_shard_size("1KB", 224)
-
-
-def test_url_pattern():
-    assert url_pattern("train", 42) == "train-{000000..000041}.tar"
-    assert url_pattern("val", 1) == "val-000000.tar"
 
 
 items_strategy = st.lists(

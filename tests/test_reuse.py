@@ -10,7 +10,7 @@ import pytest
 from conftest import make_images, write_manifest
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
-from wds_tools.index import load_index
+from wds_tools.format.index import load_index
 from wds_tools.synth import jpeg_bytes, photo_like
 
 

@@ -3,8 +3,8 @@
 import pytest
 
 from wds_tools.convert import convert
-from wds_tools.errors import OptionError
-from wds_tools.runner import Runner
+from wds_tools.errors import ExtraNotInstalledError, OptionError
+from wds_tools.convert.runner import Runner
 
 
 def _files(folder):
@@ -43,6 +43,6 @@ def test_ray_executor_without_ray_names_the_extra(corpus, tmp_path, monkeypatch)
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
-    with pytest.raises(OptionError, match=r"pip install 'wds-tools\[ray\]'"):
+    with pytest.raises(ExtraNotInstalledError, match=r"pip install 'wds-tools\[ray\]'"):
         convert(corpus, version="v1", size=32, out=tmp_path, executor="ray", progress=False)
     assert not (tmp_path / "v1").exists()  # nothing written

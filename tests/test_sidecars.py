@@ -12,7 +12,7 @@ import pytest
 
 from conftest import convert_images
 from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
-from wds_tools.index import load_index
+from wds_tools.format.index import load_index
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import make_images, write_manifest
 from wds_tools.errors import InvalidKeyError, SourceError
-from wds_tools.source import read_source, sanitize_keys
+from wds_tools.convert.source import read_source, sanitize_keys
 
 
 def test_csv_manifest_rows_labels_and_hash_split(corpus):

@@ -12,8 +12,8 @@ from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.index import load_index
-from wds_tools.stats import SCHEMA, compute_stats, distribute
+from wds_tools.format.index import load_index
+from wds_tools.inspect.stats import SCHEMA, compute_stats, distribute
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import wds_tools.storage as storage
+import wds_tools.convert.storage as storage
 from conftest import make_images, write_manifest
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError

@@ -4,7 +4,7 @@ import tarfile
 import pytest
 
 from wds_tools.format.tar import TarHeaderError, parse_header, scan_file, walk_headers
-from wds_tools.tarwrite import ShardWriter
+from wds_tools.format.tarwrite import ShardWriter
 
 
 @pytest.fixture

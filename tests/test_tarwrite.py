@@ -6,7 +6,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from wds_tools.tarwrite import ShardWriter, npy_header, partial_path
+from wds_tools.format.tarwrite import ShardWriter, npy_header, partial_path
 
 
 def test_writer_offsets_ustar_and_atomic_rename(tmp_path):
@@ -46,3 +46,16 @@ def test_abort_leaves_nothing(tmp_path):
             w.add("a.cls", b"1")
             raise RuntimeError("boom")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_block_that_ends_without_close_finishes_the_shard(tmp_path):
+    path = str(tmp_path / "s.tar")
+    with ShardWriter(path) as w:
+        w.add("a.cls", b"1")
+    assert w._f.closed and os.listdir(tmp_path) == ["s.tar"]  # no .partial left, no handle open
+    with tarfile.open(path) as tf:
+        assert [(m.name, tf.extractfile(m).read()) for m in tf] == [("a.cls", b"1")]
+    with ShardWriter(path) as w:  # close() inside the block: __exit__ leaves the finished shard alone
+        w.add("b.cls", b"2")
+        w.close()
+    assert os.listdir(tmp_path) == ["s.tar"]

@@ -9,8 +9,8 @@ from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars, member, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
-from wds_tools.index import load_index
-from wds_tools.verify import PROBLEM_KINDS, SCHEMA, verify
+from wds_tools.format.index import load_index
+from wds_tools.inspect.verify import PROBLEM_KINDS, SCHEMA, verify
 
 
 @pytest.fixture(scope="module")
@@ -300,3 +300,22 @@ def test_cli_reads_urls(damaged, bucket):
     assert json.loads(res.stdout)["bad_shards"] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
     res = CliRunner().invoke(cli, ["stats", f"{s3}/index.json"])
     assert res.exit_code == 0 and f"{s3}  (" in res.output
+
+
+def test_s3_and_http_are_verified_as_locally(shards, bucket, serve_http):
+    fs, url = bucket
+    s3 = upload(fs, shards, f"{url}/v1/32")
+    web = serve_http(shards, ranges=True)
+    for path in (s3, f"{s3}/index.json", web, f"{web}/index.json"):
+        for quick in (False, True):
+            r = verify(path, quick=quick)
+            assert r.ok and r.shards == 3 and r.samples == 30, (path, quick, r.to_text())
+    key, at = _row(shards, 1, 4)  # one flipped pixel byte, uploaded: named from the bucket and the web server
+    p = shards / "train-000001.tar"
+    data = bytearray(p.read_bytes())
+    data[at["npy"][0] + 128 + 5] ^= 0x10
+    p.write_bytes(bytes(data))
+    fs.put_file(str(p), f"{s3}/train-000001.tar")
+    for path in (s3, web):
+        r = verify(path)
+        assert r.bad_shards == ["train-000001.tar"] and r.bad_samples == [key], path

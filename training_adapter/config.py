@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from wds_tools.errors import OptionError
+from wds_tools.errors import ExtraNotInstalledError, OptionError
 
 from .augment import AugmentConfig
 
@@ -80,7 +80,7 @@ def _read(p: Path) -> dict:
         try:
             import yaml
         except ImportError:
-            raise OptionError("reading a YAML config needs pyyaml: pip install 'wds-tools[train]'") from None
+            raise ExtraNotInstalledError("reading a YAML config needs pyyaml: pip install 'wds-tools[train]'") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np

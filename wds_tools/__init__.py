@@ -7,9 +7,9 @@ not re-exported here so that the module and the function do not shadow each othe
 __version__ = "0.1.0"
 
 from .errors import WdsToolsError  # noqa: E402
-from .decode import DecodeSettings, decode_image, decode_file  # noqa: E402
-from .index import DatasetIndex, load_index  # noqa: E402
-from .source import read_source  # noqa: E402
+from .convert.decode import DecodeSettings, decode_image, decode_file  # noqa: E402
+from .format.index import DatasetIndex, load_index  # noqa: E402
+from .convert.source import read_source  # noqa: E402
 
 __all__ = [
     "__version__",

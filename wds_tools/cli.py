@@ -9,9 +9,9 @@ import click
 
 from . import __version__
 from .config import CONFIG_FILE, default_map, load_config
-from .decode import RESIZE_MODES
+from .convert.decode import RESIZE_MODES
 from .errors import WdsToolsError
-from .runner import EXECUTORS
+from .convert.runner import EXECUTORS
 
 __all__ = ["cli", "main"]
 
@@ -156,7 +156,7 @@ def diff(old, new, as_json, limit) -> None:
     Example:
       wds-tools diff shards/v1/224 shards/v2/224
     """
-    from .diff import diff_versions
+    from .inspect.diff import diff_versions
 
     try:
         result = diff_versions(old, new)
@@ -202,7 +202,7 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
       wds-tools stats s3://bucket/shards/v1/224
       wds-tools stats "shards/v1/224/train-{000000..000009}.tar" --scan --plot shards.png
     """
-    from .stats import compute_stats, plot_stats, require_matplotlib
+    from .inspect.stats import compute_stats, plot_stats, require_matplotlib
 
     try:
         if plot_path:
@@ -248,7 +248,7 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
       wds-tools verify old-shards/ --scan                  # no index.json there
       wds-tools verify https://host/shards/v1/224/index.json --quick
     """
-    from .verify import verify as run_verify
+    from .inspect.verify import verify as run_verify
 
     try:
         report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads)

@@ -12,6 +12,7 @@ __all__ = [
     "IndexFormatError",
     "ShardError",
     "ExtraNotInstalledError",
+    "TooManyErrorsError",
 ]
 
 
@@ -63,3 +64,7 @@ def _shard_error(message: str, url: str | None, offset: int | None) -> ShardErro
 
 class ExtraNotInstalledError(WdsToolsError):
     """A feature needs an optional extra that is not installed; the message names the extra."""
+
+
+class TooManyErrorsError(WdsToolsError):
+    """More source files failed than --max-errors allows."""

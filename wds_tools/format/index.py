@@ -1,10 +1,239 @@
-"""Index: ``index.json`` and ``samples.npz`` (docs/FORMAT.md, "Index"), read and written.
+"""The sidecar index: ``index.json`` (dataset level) and ``samples.npz`` (one row per sample).
 
-The code lives in ``wds_tools.index`` until the converter's reorganisation moves it here; code
-outside the converter (the loader, the inspectors, ``format.layout``) imports it from here.
+The bytes are specified in docs/FORMAT.md; change the two together.
 """
 
 from __future__ import annotations
 
-from ..index import *  # noqa: F401,F403
-from ..index import __all__  # noqa: F401
+import hashlib
+import io
+import json
+import os
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import IndexFormatError
+from .layout import INDEX_FILE, SAMPLES_FILE, join  # file names are the layout's
+from .fsutil import atomic_write_bytes, dumps_canonical
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "INDEX_FILE",
+    "SAMPLES_FILE",
+    "ERRORS_FILE",
+    "SAMPLE_COLUMNS",
+    "DatasetIndex",
+    "SampleTable",
+    "load_index",
+    "parse_index_meta",
+    "indexes_newest_first",
+    "histogram_mean_std",
+    "write_index",
+    "write_npz",
+    "read_npz",
+    "pack_strings",
+]
+
+FORMAT_NAME = "wds-tools-index"
+FORMAT_VERSION = 1
+ERRORS_FILE = "errors.jsonl"
+
+# Column name -> dtype, in the order they are stored. "key" is |S<n> (n = longest key);
+# the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1].
+SAMPLE_COLUMNS: dict[str, str] = {
+    "key": "S",
+    "label": "<i4",
+    "shard": "<u4",
+    "fingerprint": "u1",  # [N, 16]: xxh3-128 of the source file's bytes, big-endian digest
+    "width": "<u4",
+    "height": "<u4",
+    "src_size": "<u8",
+    "src_mtime_ns": "<i8",
+    "cls_offset": "<u8",
+    "cls_length": "<u8",
+    "json_offset": "<u8",
+    "json_length": "<u8",
+    "npy_offset": "<u8",
+    "npy_length": "<u8",
+    "npy_xxh3": "<u8",  # xxh3-64 of the .npy member's bytes (header + array)
+    "path_offsets": "<u8",
+    "path_data": "u1",
+}
+_FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def pack_strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 strings -> (offsets uint64 [N+1], data uint8)."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype="<u8")
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(encoded), dtype="u1")
+
+
+def write_npz(columns: dict[str, np.ndarray]) -> bytes:
+    """An uncompressed .npz with fixed timestamps, so equal arrays give equal bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, arr in columns.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE)
+            info.compress_type = zipfile.ZIP_STORED
+            info.external_attr = 0o644 << 16
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def read_npz(path: str | os.PathLike, names: Iterable[str] | None = None, *,
+             data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Every column of a .npz, or only ``names`` (the others are not read); from ``data`` when the
+    caller already holds the file's bytes (``path`` then only names it in errors)."""
+    try:
+        with np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False) as z:
+            if names is None:
+                return {name: z[name] for name in z.files}
+            names = tuple(names)
+            missing = [n for n in names if n not in z.files]
+            if missing:
+                raise IndexFormatError(f"sample table {path} has no column {missing[0]!r}")
+            return {name: z[name] for name in names}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise IndexFormatError(f"cannot read sample table {path}: {e}") from None
+
+
+@dataclass
+class SampleTable:
+    """The per-sample columns of an index, as numpy arrays (see ``SAMPLE_COLUMNS``)."""
+
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["key"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    @cached_property
+    def keys(self) -> list[str]:
+        return self.columns["key"].astype("U").tolist()
+
+    @cached_property
+    def key_positions(self) -> dict[str, int]:
+        return {k: i for i, k in enumerate(self.keys)}
+
+    def source_path(self, i: int) -> str:
+        o = self.columns["path_offsets"]
+        return self.columns["path_data"][o[i]:o[i + 1]].tobytes().decode()
+
+    def fingerprint_hex(self, i: int) -> str:
+        return self.columns["fingerprint"][i].tobytes().hex()
+
+
+@dataclass
+class DatasetIndex:
+    """A loaded index: ``meta`` is index.json; ``samples`` loads samples.npz on first use."""
+
+    root: Path
+    meta: dict
+    _samples: SampleTable | None = field(default=None, repr=False)
+
+    @property
+    def samples(self) -> SampleTable:
+        if self._samples is None:
+            self._samples = SampleTable(read_npz(self.root / self.meta["samples_file"]["name"]))
+        return self._samples
+
+    @property
+    def shards(self) -> list[dict]:
+        return self.meta["shards"]
+
+    @property
+    def splits(self) -> dict[str, dict]:
+        return self.meta["splits"]
+
+    @property
+    def classes(self) -> list[str]:
+        return self.meta["classes"]
+
+    def url_pattern(self, split: str) -> str:
+        """Absolute WebDataset URL pattern of a split, e.g. /data/shards/v1/224/train-{000000..000041}.tar."""
+        if split not in self.splits:
+            raise IndexFormatError(
+                f"{self.root}: no split {split!r}; the index has {', '.join(self.splits) or 'none'}"
+            )
+        return str(self.root / self.splits[split]["urls"])
+
+
+def load_index(path: str | os.PathLike) -> DatasetIndex:
+    """Load an index from a shards folder or its index.json."""
+    p = Path(path)
+    index_path = p / INDEX_FILE if p.is_dir() else p
+    try:
+        data = index_path.read_bytes()
+    except FileNotFoundError:
+        raise IndexFormatError(
+            f"no index at {index_path}; convert first, or point at a folder holding {INDEX_FILE}"
+        ) from None
+    except OSError as e:
+        raise IndexFormatError(f"cannot read index {index_path}: {e}") from None
+    return DatasetIndex(index_path.parent, parse_index_meta(data, index_path))
+
+
+def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
+    """The folders ``OUT/<version>/<size>/`` that hold an index.json, the most recently written first."""
+    found = [(p.stat().st_mtime_ns, str(p.parent), p.parent) for p in Path(out).glob(f"*/{size}/{INDEX_FILE}")]
+    return [folder for _, _, folder in sorted(found, reverse=True)]
+
+
+def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
+    """index.json's bytes -> its dict, checking it is a wds-tools index of a version this code reads."""
+    try:
+        meta = json.loads(data)
+    except ValueError as e:
+        raise IndexFormatError(f"cannot read index {where}: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise IndexFormatError(f"{where} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{where} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
+        )
+    return meta
+
+
+def histogram_mean_std(hist: np.ndarray, empty=(None, None)):
+    """Per-channel mean and std in [0, 1] units (index.json's ``mean``/``std``) from a [3, 256] pixel
+    value histogram; ``empty`` when a channel has no pixels."""
+    hist = hist.reshape(3, 256).astype(np.float64)
+    n = hist.sum(axis=1)
+    if not n.all():
+        return empty
+    v = np.arange(256, dtype=np.float64)
+    mean = (hist @ v) / n
+    var = (hist @ (v * v)) / n - mean * mean
+    std = np.sqrt(np.maximum(var, 0.0))
+    return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
+
+
+def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,
+                write_bytes: Callable[[str, bytes], None] = atomic_write_bytes) -> dict:
+    """Write samples.npz, then index.json (last, so an index always names complete files).
+
+    ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
+    """
+    missing = set(SAMPLE_COLUMNS) - set(columns)
+    if missing:
+        raise ValueError(f"sample columns missing: {sorted(missing)}")
+    data = write_npz({name: columns[name] for name in SAMPLE_COLUMNS})
+    write_bytes(join(dest, SAMPLES_FILE), data)
+    meta = dict(meta)
+    meta["samples_file"] = {
+        "name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    write_bytes(join(dest, INDEX_FILE), (dumps_canonical(meta) + "\n").encode())
+    return meta

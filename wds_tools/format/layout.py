@@ -31,7 +31,7 @@ from urllib.request import url2pathname
 
 import numpy as np
 
-from ..errors import IndexFormatError, OptionError, ShardError
+from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
 
 __all__ = [
     "INDEX_FILE", "SAMPLES_FILE", "REMOTE_BLOCK",
@@ -337,7 +337,7 @@ def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:
 # ------------------------------------------------------------------ the index files
 
 def _index_module():
-    # wds_tools.index imports this module (file names, join through storage): import it when first used
+    # format.index imports this module (file names, join): import it when first used
     from . import index
 
     return index
@@ -393,7 +393,7 @@ def _filesystem(protocol: str):
     try:
         import fsspec
     except ImportError:
-        raise OptionError(f"{protocol}:// paths need fsspec: pip install 'wds-tools[s3]'") from None
+        raise ExtraNotInstalledError(f"{protocol}:// paths need fsspec: pip install 'wds-tools[s3]'") from None
     try:
         return fsspec.filesystem(protocol)
     except (ImportError, ValueError) as e:

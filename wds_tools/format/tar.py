@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ShardError
-from ..tarwrite import BLOCK
+from .tarwrite import BLOCK
 from .layout import open_ranged, open_stream
 
 __all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidKeyError, SourceError
+from ..errors import InvalidKeyError, SourceError
 from .plan import assign_split
 from .storage import is_remote, join, open_input
 

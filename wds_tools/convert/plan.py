@@ -11,6 +11,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..format.layout import shard_name
+from ..format.npy import NPY_HEADER_BYTES
+from ..format.tarwrite import BLOCK as TAR_BLOCK
+
 __all__ = [
     "key_hash",
     "assign_split",
@@ -18,13 +22,9 @@ __all__ = [
     "default_shard_size",
     "parse_shard_size",
     "plan_split",
-    "shard_name",
-    "url_pattern",
     "ShardPlan",
 ]
 
-TAR_BLOCK = 512
-NPY_HEADER_BYTES = 128
 # Default shard target: ~256 MB, between the 100 MB and 500 MB webdataset recommends.
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 
@@ -54,7 +54,7 @@ def default_shard_size(size: int) -> int:
 
 def parse_shard_size(value: str | int | None, size: int) -> int:
     """A sample count ("2000") or a byte target ("256MB", "1GiB"); None gives the default."""
-    from .errors import OptionError
+    from ..errors import OptionError
 
     if value is None:
         return default_shard_size(size)
@@ -92,17 +92,6 @@ class ShardPlan:
     @property
     def name(self) -> str:
         return shard_name(self.split, self.index)
-
-
-def shard_name(split: str, index: int) -> str:
-    return f"{split}-{index:06d}.tar"
-
-
-def url_pattern(split: str, count: int) -> str:
-    """The WebDataset brace pattern for a split's shards."""
-    if count == 1:
-        return shard_name(split, 0)
-    return f"{split}-{{{0:06d}..{count - 1:06d}}}.tar"
 
 
 def plan_split(split: str, items: Sequence[tuple[str, int]], *, shard_size: int, seed: int) -> list[ShardPlan]:

@@ -15,7 +15,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageOps
 
-from .errors import DecodeError, OptionError
+from ..errors import DecodeError, OptionError
 
 __all__ = [
     "RESIZE_MODES",

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .errors import OptionError
-from .index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from ..errors import OptionError
+from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 from .write import Reuse
 
 __all__ = ["Base", "find_base", "base_incompatibilities"]

@@ -17,12 +17,12 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from .errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
-from .format.cpus import usable_cpus
-from .format.index import histogram_mean_std
-from .format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
-from .format.npy import NPY_HEADER_BYTES, image_side
-from .format.tar import CHUNK, TarWalker, scan_file
+from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
+from ..format.cpus import usable_cpus
+from ..format.index import histogram_mean_std
+from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
+from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.tar import CHUNK, TarWalker, scan_file
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]

@@ -15,22 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, write
+from .. import __version__
+from . import write
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
-from .errors import IndexFormatError, OptionError, OutputExistsError, WdsToolsError
-from .fsutil import dumps_canonical
-from .index import (
+from ..errors import IndexFormatError, OptionError, OutputExistsError, TooManyErrorsError, WdsToolsError
+from ..format.fsutil import dumps_canonical
+from ..format.index import (
     ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, INDEX_FILE, SAMPLE_COLUMNS, histogram_mean_std, parse_index_meta,
     read_npz, write_index,
 )
-from .plan import parse_shard_size, plan_split, url_pattern
+from ..format.layout import url_pattern
+from .plan import parse_shard_size, plan_split
 from .reuse import Base, find_base
 from .runner import EXECUTORS, make_runner, usable_cpus
 from .storage import Store, is_remote, join
 from .source import Source, SourceRow, read_source
 from .write import SampleTask, ShardTask, fingerprint_files, scan_files
 
-__all__ = ["convert", "ConvertResult", "TooManyErrorsError", "parse_max_errors", "WORK_DIR"]
+__all__ = ["convert", "ConvertResult", "parse_max_errors", "WORK_DIR"]
 
 WORK_DIR = ".wds-tools-work"
 _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
@@ -38,10 +40,6 @@ _VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SCAN_CHUNK = 256  # rows per header-scan task
 _HASH_CHUNK = 32  # rows per fingerprint task: whole files are read, so keep tasks small
 _BUILD_RECORD_ONLY = ("source_path", "base")  # recorded in index.json, not part of what is built
-
-
-class TooManyErrorsError(WdsToolsError):
-    """More source files failed than --max-errors allows."""
 
 
 @dataclass

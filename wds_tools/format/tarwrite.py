@@ -6,7 +6,7 @@ import hashlib
 import os
 import tarfile
 
-from .format.npy import npy_header, read_npy_header  # noqa: F401 - the converter imports them here
+from .npy import npy_header, read_npy_header  # noqa: F401 - the converter imports them here
 
 __all__ = ["ShardWriter", "npy_header", "read_npy_header", "MTIME", "partial_path"]
 
@@ -92,3 +92,5 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+        elif not self._f.closed:  # the block ended without close(): finish the shard, as a file would
+            self.close()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from .format.layout import filesystem, join, local_path, open_file, read_bytes
-from .fsutil import atomic_write_bytes
+from ..format.layout import filesystem, join, local_path, open_file, read_bytes
+from ..format.fsutil import atomic_write_bytes
 
 __all__ = ["Store", "is_remote", "join", "open_input", "read_input"]
 

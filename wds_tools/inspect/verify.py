@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from .format.cpus import usable_cpus
-from .format.layout import (SAMPLES_FILE, Shards, basename, file_size, join, list_tars, read_bytes, read_ranges,
+from ..format.cpus import usable_cpus
+from ..format.layout import (SAMPLES_FILE, Shards, basename, file_size, join, list_tars, read_bytes, read_ranges,
                             read_samples, resolve_target)
-from .format.npy import NPY_HEADER_BYTES, image_side, npy_header
-from .format.npy import describe as describe_npy
-from .format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ..format.npy import NPY_HEADER_BYTES, image_side, npy_header
+from ..format.npy import describe as describe_npy
+from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 

@@ -13,11 +13,11 @@ import numpy as np
 import xxhash
 
 from .decode import DecodeError, DecodeSettings, decode_image, probe_image
-from .fsutil import dumps_canonical
-from .index import SAMPLE_COLUMNS, pack_strings, write_npz
+from ..format.fsutil import dumps_canonical
+from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
 from .runner import orphaned, report_progress
 from .storage import Store, is_remote, join, open_input
-from .tarwrite import ShardWriter, npy_header
+from ..format.tarwrite import ShardWriter, npy_header
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "scan_files", "fingerprint_files", "write_shard",
            "sample_json"]

@@ -9,19 +9,14 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
+from ..format.cpus import usable_cpus
+
 __all__ = ["Runner", "RayRunner", "make_runner", "report_progress", "orphaned", "usable_cpus", "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
 
 _progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
-
-
-def usable_cpus() -> int:
-    """The cores this process may run on (its CPU affinity, e.g. under taskset or a cgroup), at least 1."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 def report_progress(n: int) -> None:
@@ -133,9 +128,9 @@ class RayRunner:
         try:
             import ray
         except ImportError:
-            from .errors import OptionError
+            from ..errors import ExtraNotInstalledError
 
-            raise OptionError("--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'") from None
+            raise ExtraNotInstalledError("--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'") from None
         import logging
 
         self._ray = ray

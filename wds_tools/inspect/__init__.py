@@ -1,0 +1,1 @@
+"""Inspectors of converted shards: ``stats`` (balance), ``verify`` (integrity), ``diff`` (two versions)."""
