@@ -28,7 +28,8 @@ def test_npz_is_deterministic_and_readable(tmp_path):
 
 def test_write_and_load_index_round_trip(tmp_path):
     meta = {"format": "wds-tools-index", "format_version": FORMAT_VERSION, "splits": {
-        "train": {"urls": "train-000000.tar"}}, "shards": [{"name": "train-000000.tar", "split": "train"}],
+        "train": {"urls": "train-000000.tar"}}, "shards": [{"name": "train-000000.tar", "split": "train", "samples": 5,
+                                                          "bytes": 10240}],
         "classes": ["a"]}
     written = write_index(tmp_path, meta, _columns(5))
     assert written["samples_file"]["name"] == "samples.npz"

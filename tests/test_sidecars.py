@@ -4,24 +4,65 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import convert_images
+from conftest import convert_images, upload
 from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
 from wds_tools.format.index import load_index
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    out = convert_images(tmp_path_factory.mktemp("sidecars"), 30, size=8, shard_size=7, val_every=5)
-    idx = load_index(out)
-    for name, data in sidecar_files(idx.meta, idx.samples.columns).items():
-        (out / name).write_bytes(data)
-    return out
+    """A conversion: convert writes the sidecars itself, before index.json."""
+    return convert_images(tmp_path_factory.mktemp("sidecars"), 30, size=8, shard_size=7, val_every=5)
+
+
+def test_convert_writes_every_sidecar_derived_from_the_index(folder):
+    idx = load_index(folder)
+    files = sidecar_files(idx.meta, idx.samples.columns)
+    assert sorted(files) == sorted(["train.wids.json", "val.wids.json"] + [dali_name(s["name"]) for s in idx.shards])
+    for name, data in files.items():
+        assert (folder / name).read_bytes() == data, name
+
+
+def test_index_command_writes_them_for_an_existing_folder(folder, tmp_path):
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    copy = tmp_path / "v1" / "8"
+    shutil.copytree(folder, copy)
+    sidecars = sorted(p.name for p in copy.iterdir() if p.name.endswith((".idx", ".wids.json")))
+    want = {name: (copy / name).read_bytes() for name in sidecars}
+    for name in sidecars:
+        (copy / name).unlink()
+    r = CliRunner().invoke(cli, ["index", str(copy), "--wids"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in copy.glob("*.wids.json")) == ["train.wids.json", "val.wids.json"]
+    assert not list(copy.glob("*.idx")) and "wrote 2 files" in r.output
+    r = CliRunner().invoke(cli, ["index", "--out", str(tmp_path), "--json"])  # both kinds, newest version
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["written"] == sidecars
+    assert {name: (copy / name).read_bytes() for name in sidecars} == want
+    r = CliRunner().invoke(cli, ["index", str(tmp_path / "nowhere")])
+    assert r.exit_code == 1 and "no index at" in r.output
+
+
+def test_index_command_writes_to_object_storage(folder, bucket):
+    from wds_tools.convert.reindex import write_reader_indexes
+
+    fs, url = bucket
+    skip = [p.name for p in folder.iterdir() if p.name.endswith((".idx", ".wids.json"))]
+    s3 = upload(fs, folder, f"{url}/v1/8", skip=skip)
+    written = write_reader_indexes(s3).written
+    assert sorted(written) == sorted(skip)
+    for name in written:
+        assert fs.cat_file(f"{s3}/{name}") == (folder / name).read_bytes()
 
 
 def test_wids_reads_the_shard_list(folder, tmp_path):

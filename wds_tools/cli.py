@@ -165,6 +165,41 @@ def diff(old, new, as_json, limit) -> None:
     _emit(result, as_json, limit=limit)
 
 
+@cli.command("index")
+@click.argument("path", required=False)
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions; without PATH, the newest version under it is used.")
+@click.option("--wids", "wids", is_flag=True, help="Write <split>.wids.json, the shard list wids.ShardListDataset takes.")
+@click.option("--dali", "dali", is_flag=True,
+              help="Write <shard>.idx per shard, the index NVIDIA DALI's fn.readers.webdataset takes "
+                   "(the format of DALI's wds2idx tool).")
+@click.option("--json", "as_json", is_flag=True, help="Print the names written as one JSON object.")
+def index_files(path, out, wids, dali, as_json) -> None:
+    """Write index files that other readers need, beside an existing conversion's index.json.
+
+    PATH is a shards folder (shards/v1/224) or its index.json, local or an fsspec URL (s3://...).
+    Default: the newest OUT/<version>/<size>/. convert writes both kinds itself; use this for a folder converted without them. They are
+    derived from index.json and samples.npz (every member's offset and length): no shard is read.
+    Without --wids or --dali, both are written.
+
+    \b
+    Examples:
+      wds-tools index shards/v1/224
+      wds-tools index shards/v1/224 --dali
+      wds-tools index s3://bucket/shards/v1/224 --wids
+    """
+    from .convert.reindex import write_reader_indexes
+    from .format.layout import newest_dataset
+
+    if not wids and not dali:
+        wids = dali = True
+    try:
+        result = write_reader_indexes(path if path is not None else newest_dataset(out), wids=wids, dali=dali)
+    except WdsToolsError as e:
+        _fail(e)
+    _emit(result, as_json)
+
+
 # ---------------------------------------------------------------- stats and verify
 
 @cli.command()

@@ -221,16 +221,22 @@ def histogram_mean_std(hist: np.ndarray, empty=(None, None)):
 
 
 def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,
-                write_bytes: Callable[[str, bytes], None] = atomic_write_bytes) -> dict:
-    """Write samples.npz, then index.json (last, so an index always names complete files).
+                write_bytes: Callable[[str, bytes], None] = atomic_write_bytes, sidecars: bool = True) -> dict:
+    """Write samples.npz and the readers' sidecar files (``format.sidecars``), then index.json
+    (last, so an index always names complete files).
 
     ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
     """
+    from .sidecars import sidecar_files
+
     missing = set(SAMPLE_COLUMNS) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
     data = write_npz({name: columns[name] for name in SAMPLE_COLUMNS})
     write_bytes(join(dest, SAMPLES_FILE), data)
+    if sidecars:
+        for name, side in sidecar_files(meta, columns).items():
+            write_bytes(join(dest, name), side)
     meta = dict(meta)
     meta["samples_file"] = {
         "name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),

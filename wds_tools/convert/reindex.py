@@ -1,0 +1,42 @@
+"""Write the readers' sidecar files (wids shard lists, DALI index files) for an existing conversion.
+
+``convert`` writes them itself; this serves folders converted before they existed, or whose
+sidecars were deleted. Everything is derived from index.json and samples.npz: no shard is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from ..format.layout import index_of, join, read_samples
+from ..format.sidecars import sidecar_files
+from .storage import Store
+
+__all__ = ["write_reader_indexes", "ReaderIndexes"]
+
+
+@dataclass
+class ReaderIndexes:
+    """What ``write_reader_indexes`` wrote; the CLI prints it."""
+
+    folder: str
+    written: list[str] = field(default_factory=list)
+
+    def to_text(self) -> str:
+        return f"wrote {len(self.written)} files in {self.folder}: " + ", ".join(self.written)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def write_reader_indexes(path: str | os.PathLike, *, wids: bool = True, dali: bool = True) -> ReaderIndexes:
+    """Write ``<split>.wids.json`` (``wids``) and ``<shard>.idx`` (``dali``) beside the index at
+    ``path`` (a shards folder or its index.json, local or an fsspec URL); returns their names."""
+    folder, meta = index_of(path)
+    columns = read_samples(join(folder, meta["samples_file"]["name"])) if dali else {}
+    store = Store(folder)
+    files = sidecar_files(meta, columns, wids=wids, dali=dali)
+    for name, data in files.items():
+        store.write_bytes(store.join(name), data)
+    return ReaderIndexes(folder, sorted(files))
