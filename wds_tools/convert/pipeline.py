@@ -531,7 +531,7 @@ def _assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict
         "created_by": f"wds-tools {__version__}",
         **{k: spec[k] for k in ("dataset_version", "size", "resize", "decode")},
         "decoder_versions": decoder_versions(),
-        "build": {**spec["build"], "source_path": src.path if is_remote(src.path) else str(Path(src.path).resolve()),
+        "build": {**spec["build"], "source_path": src.path,  # as given: the same command elsewhere writes the same bytes
                   "base": base.version if base is not None else None},
         "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
                    "npy_shape": [spec["size"], spec["size"], 3]},
