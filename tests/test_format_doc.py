@@ -505,10 +505,8 @@ def test_digit_labels_that_are_not_integers_do_not_crash(tmp_path, odd):
         assert odd in r.output
 
 
-@pytest.mark.xfail(strict=True, reason="bug: samples.npz depends on the OS: Python's zipfile writes host 0 "
-                   "(MS-DOS) in 'version made by' on Windows and 3 (Unix) elsewhere, so the same conversion "
-                   "on Windows gives another samples.npz (format/index.py write_npz leaves create_system unset)")
 def test_samples_npz_bytes_do_not_depend_on_the_os(monkeypatch):
+    """Python's zipfile writes host 0 (MS-DOS) in 'version made by' on Windows unless told otherwise."""
     from wds_tools.format.index import write_npz  # the writer itself: the bug is in it
 
     columns = {"key": np.array([b"a", b"bc"]), "label": np.array([0, 1], "<i4")}

@@ -84,6 +84,7 @@ def write_npz(columns: dict[str, np.ndarray]) -> bytes:
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE)
             info.compress_type = zipfile.ZIP_STORED
             info.external_attr = 0o644 << 16
+            info.create_system = 3  # "made by" Unix on every OS (zipfile writes 0 on Windows)
             with zf.open(info, "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
     return buf.getvalue()
