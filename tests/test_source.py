@@ -133,3 +133,12 @@ def test_empty_image_folder(tmp_path):
     (tmp_path / "empty" / "label").mkdir(parents=True)
     with pytest.raises(SourceError, match="no images found"):
         read_source(tmp_path / "empty")
+
+
+def test_labels_are_class_indexes_only_when_every_one_is_a_plain_ascii_integer():
+    from wds_tools.convert.source import _classes
+
+    assert _classes({"3", "0", "10"}) == [str(i) for i in range(11)]
+    assert _classes({"07", "7"}) == ["07", "7"]  # a leading zero: names, so 07 and 7 stay two classes
+    for odd in ("\u00b2", "\u0663", "-1", "+1", " 1", "1.0"):  # str.isdigit takes the first two
+        assert _classes({odd, "3"}) == sorted({odd, "3"}), odd

@@ -107,9 +107,13 @@ def check_keys(rows: list[tuple[int, str]], where: str) -> None:
         raise InvalidKeyError(f"{where}: {len(dups)} duplicate key(s){more}: {listed}. Every key must be unique.")
 
 
+_INTEGER_LABEL = re.compile(r"0|[1-9][0-9]*")  # ASCII only: str.isdigit also takes '²' and '٣'
+
+
 def _classes(labels: set[str]) -> list[str]:
-    """Class names in label-index order: integers by value (with gaps filled), else sorted names."""
-    if labels and all(s.isdigit() for s in labels):
+    """Class names in label-index order: plain integers by value (gaps filled) when every label is one
+    (``0`` or ``[1-9][0-9]*``, so ``07`` and ``7`` never meet as one class), else sorted names."""
+    if labels and all(_INTEGER_LABEL.fullmatch(s) for s in labels):
         top = max(int(s) for s in labels)
         if top > 100_000:
             raise SourceError(f"integer label {top} is too large for a class index (at most 100000)")
