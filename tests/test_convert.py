@@ -278,3 +278,35 @@ def test_index_names_the_errors_file_when_only_the_scan_failed(tmp_path):
     res = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", max_errors="1")
     assert res.failed == 1 and Path(res.errors_file).is_file()
     assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"
+
+
+def test_keys_at_the_length_limit_are_written_and_read_by_every_reader(tmp_path):
+    """95 characters is the limit: <key>.json then fills ustar's 100-byte name field exactly."""
+    from wds_tools.convert.source import MAX_KEY_LENGTH
+    from wds_tools.errors import InvalidKeyError
+
+    assert MAX_KEY_LENGTH == 95
+    rows = make_images(tmp_path / "c", 4)
+    for i, r in enumerate(rows):
+        r["key"] = f"{i}" * 95 if i < 2 else r["key"]
+    out = Path(_run(write_manifest(tmp_path / "c" / "m.csv", rows), tmp_path / "out", val_fraction=0.0).out_dir)
+    idx = load_index(out)
+    tar = out / idx.shards[0]["name"]
+    with tarfile.open(tar) as tf:
+        names = tf.getnames()
+    assert f"{'0' * 95}.json" in names and max(len(n) for n in names) == 100
+    got = {s["__key__"]: s for s in wds.WebDataset(str(tar), shardshuffle=False, empty_check=False).decode()}
+    assert {"0" * 95, "1" * 95} <= set(got) and got["0" * 95]["npy"].shape == (32, 32, 3)
+    from training_adapter import make_loader
+
+    for reader in ("auto", "stream"):  # ours, by offset and streaming
+        ld = make_loader(out, batch_size=4, train=False, split="train", num_workers=0, return_keys=True, reader=reader)
+        assert {k for *_, keys in ld for k in keys} == {r["key"] for r in rows}
+    rows[0]["key"] = "x" * 96  # one over: refused, naming the row, before anything is written
+    with pytest.raises(InvalidKeyError, match=r"line 2: 'x{96}'.*\{1,95\}"):
+        _run(write_manifest(tmp_path / "c" / "m2.csv", rows), tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
+    rows[0]["key"] = "long key " * 30  # --sanitize-keys never makes a key over the limit
+    out3 = _run(write_manifest(tmp_path / "c" / "m3.csv", rows), tmp_path / "out3", sanitize_keys=True).out_dir
+    keys = load_index(out3).samples.keys
+    assert max(len(k) for k in keys) == 95 and len(set(keys)) == 4

@@ -143,8 +143,8 @@ def h_order(key: str) -> int:
 def sanitize(originals: list[str]) -> list[str]:
     """Keys, steps 1 to 3."""
     mapped = [re.sub(r"[^A-Za-z0-9_-]", "_", k) or "_" for k in originals]
-    cut = [len(m) > 87 for m in mapped]
-    mapped = [m[:87] for m in mapped]
+    cut = [len(m) > 86 for m in mapped]
+    mapped = [m[:86] for m in mapped]
     counts = Counter(mapped)
     return [f"{m}-{blake(k, 4).hex()}" if c or counts[m] > 1 else m for k, m, c in zip(originals, mapped, cut)]
 

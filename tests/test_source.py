@@ -109,7 +109,7 @@ def test_sanitize_keys_is_deterministic_and_bounded():
     out = sanitize_keys(originals)
     assert out == sanitize_keys(originals)
     assert len(set(out)) == 4
-    assert all(len(k) <= 96 for k in out)
+    assert all(len(k) <= 95 for k in out)
 
 
 def test_image_folder(tmp_path):

@@ -30,7 +30,7 @@ __all__ = [
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
 # Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-MAX_KEY_LENGTH = 96
+MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
 _SPLIT_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _MAX_LISTED = 10
 
