@@ -257,7 +257,8 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
               help="Root folder of all versions; without PATH, the newest version under it is used.")
 @click.option("--quick", is_flag=True,
-              help="Check sizes and headers only (tar member table, .npy headers); no sha256, small reads.")
+              help="Small reads: the index, sizes, member tables, .npy headers, .cls and .json against the index; "
+                   "no sha256, .npy checksums or mean/std (the pixels are not read).")
 @click.option("--scan", is_flag=True,
               help="No index: check the tars' structure, .npy headers and unique keys against each other.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -270,10 +271,12 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
     (shards/v1/224/train-{000000..000041}.tar), local or a URL (s3://bucket/shards/v1/224,
     https://host/shards/v1/224/index.json). Default: the newest OUT/<version>/<size>/.
 
-    Checks each shard's size and sha256 against the index, every member's name, offset and length
-    against samples.npz, every .npy header (dtype |u1, shape [S, S, 3]) and that every key is
-    present exactly once. A missing, truncated or altered shard, or one with an extra or missing
-    member, is reported by name.
+    Checks index.json against itself (every field and its type, counts, splits, URL patterns,
+    shard names inside the folder) and against samples.npz, and every shard against both: size
+    and sha256, every member's name, offset and length, every .npy header (dtype |u1, shape
+    [S, S, 3]) and XXH3-64, each sample's label (.cls), class name, key, fingerprint, width,
+    height and source path (.json), every key exactly once, and mean/std recomputed from the
+    pixels. A missing, truncated or altered shard or index field is reported by name.
 
     \b
     Examples:
@@ -286,7 +289,7 @@ def verify(path, out, quick, scan, threads, as_json) -> None:
     from .inspect.verify import verify as run_verify
 
     try:
-        report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads)
+        report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads, progress=sys.stderr.isatty())
     except WdsToolsError as e:
         _fail(e)
     _emit(report, as_json)
