@@ -694,12 +694,30 @@ def test_pixel_sums_match_a_direct_sum(pieces, repeat):
 
 
 def test_pixel_sums_flush_before_they_overflow():
-    sums = PixelSums()
-    white = bytes([255]) * (3 * 1000)
-    for _ in range(700):  # 700 pieces on the same slots: uint16 sums would wrap after 257
-        sums.add(white, 0)
+    for size in (3 * 1000, 3 * 7000):  # gathered small pieces, and pieces added directly
+        sums = PixelSums()
+        white = bytes([255]) * size
+        for _ in range(700):  # 700 pieces on the same slots: uint16 sums would wrap after 257
+            sums.add(white, 0)
+        count, s1, s2 = sums.totals()
+        n = 700 * size // 3
+        assert count == [n] * 3 and s1 == [255 * n] * 3 and s2 == [255 ** 2 * n] * 3
+
+
+def test_pixel_sums_of_large_and_mixed_pieces_match_a_direct_sum():
+    """Pieces from a few bytes to more than the slots hold, at every phase, as a verify of 224 px
+    and larger shards cuts them at 1 MiB chunk ends."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+    cuts = np.sort(rng.integers(0, len(data), 40))
+    sums, pos = PixelSums(), 0
+    for end in [*cuts.tolist(), len(data)]:
+        sums.add(memoryview(data[pos:end]), pos % 3)
+        pos = end
     count, s1, s2 = sums.totals()
-    assert count == [700_000] * 3 and s1 == [255 * 700_000] * 3 and s2 == [255 ** 2 * 700_000] * 3
+    a = data.astype(np.int64)
+    assert count == [len(a[c::3]) for c in range(3)]
+    assert s1 == [int(a[c::3].sum()) for c in range(3)] and s2 == [int((a[c::3] ** 2).sum()) for c in range(3)]
 
 
 def test_columns_read_by_row_ranges_match_numpy_load(two_splits, bucket, serve_http):

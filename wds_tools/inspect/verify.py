@@ -20,6 +20,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..format.cpus import usable_cpus
 from ..format.layout import Shards, basename, exists, file_size, join, list_tars, resolve_target
 from ..format.npy import NPY_HEADER_BYTES, image_header, image_side
@@ -79,7 +81,8 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool) -> 
                                             "samples.npz")
         else:  # no readable table: the counts can only agree with the shard list
             listed = [s.samples or 0 for s in facts.shards]
-            report.problems += check_counts(facts, sum(listed), _array(listed), None, None, "shards[].samples")
+            report.problems += check_counts(facts, sum(listed), np.array(listed, np.int64), None, None,
+                                            "shards[].samples")
         jobs = _jobs(target, facts, tf, report)
         ctx = Context(table, usable, tf.paths_ok if tf else False, _reference_header(facts, tf), facts.classes, quick)
         results = _run(jobs, ctx, threads, progress)
@@ -105,12 +108,6 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool) -> 
         report.problems.append(Problem(INDEX, "field", f"errors_file names {facts.errors_file}, which is not in "
                                                        f"{base}"))
     return report
-
-
-def _array(values: list[int]):
-    import numpy as np
-
-    return np.array(values, np.int64)
 
 
 def _samples_file(url: str, facts: IndexFacts, quick: bool) -> list[Problem]:
