@@ -561,6 +561,8 @@ def test_each_consistent_rewrite_of_samples_npz_is_caught_by_the_shard_bytes(spl
             assert {p.key for p in hits} == {key} and r.bad_samples == [key], r.to_text()
     if not quick:
         assert verify(split_set, quick=True).ok  # --quick does not read the pixels
+    unmatched = [w for w in r.warnings if "rows could not be matched to the shards" in w]
+    assert bool(unmatched) == (what == "label dtype"), r.warnings  # a row column unusable: no row is compared
 
 
 # (path in index.json, value or DELETE, pattern of the field problem)

@@ -30,7 +30,7 @@ from ..format.tar import BLOCK, scan_file, split_name, walk_headers
 from .verify_meta import IndexFacts, check_counts, check_index, mean_std, stats_problems
 from .verify_report import INDEX, MAX_PER_KIND, PROBLEM_KINDS, SCHEMA, Problem, VerifyReport, capped
 from .verify_shards import Context, ShardJob, ShardResult, check_shard
-from .verify_table import TableFacts, file_digest, open_columns, scan_table
+from .verify_table import ROW_COLUMNS, TableFacts, file_digest, open_columns, scan_table
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
@@ -98,7 +98,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool) -> 
         report.samples += r.samples
         report.bytes += job.bytes or 0
     report.shards = len(jobs)
-    if jobs and not any(r.compared for r in results):
+    if jobs and (tf is None or tf.ranges is None or not set(ROW_COLUMNS) <= usable):
         report.warnings.append("samples.npz rows could not be matched to the shards (see the problems): member "
                                "tables and sample contents were not compared")
     report.problems += _class_names(facts, results)

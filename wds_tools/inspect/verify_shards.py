@@ -70,7 +70,6 @@ class ShardResult:
     sides: set[int] = field(default_factory=set)  # S of the .npy headers seen
     names: dict[int, Counter] = field(default_factory=dict)  # label -> .json class names seen
     misnamed: list[tuple[int, Problem]] = field(default_factory=list)  # (label, problem): a name not classes[label]
-    compared: bool = False  # members were compared with rows
 
 
 class PixelSums:
@@ -210,7 +209,6 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result.samples = sum(1 for m in walker.members if m.name.endswith(".npy"))
         result.problems = capped(result.problems)
         return result
-    result.compared = True
     result.samples = len(rows.keys)
     structure = _compare(job, walker, rows, ctx.header)
     content = _contents(job, ctx, rows, walker, digests, sha_ok, result)
