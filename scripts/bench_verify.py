@@ -7,7 +7,8 @@ Speed (default). Converts a synthetic corpus (photo-like JPEGs, --count of them)
 - baseline: ``cat shards/*.tar > /dev/null`` (one process, large plain reads);
 - baseline: a Python loop of 16 MiB ``readinto`` over the same files, one thread;
 - ``verify`` (the index against itself, sizes, sha256, member tables, .npy headers and XXH3-64,
-  labels and sample metadata, mean/std from the pixels) and ``verify --quick``;
+  labels and sample metadata, mean/std from the pixels), ``verify --no-stats`` (the same but
+  mean/std) and ``verify --quick``;
 - with ``--against DIR``: ``verify`` of the wds_tools in another checkout DIR (e.g. the main
   branch), in a helper process that times it in-process, so before and after are in the same run.
 
@@ -107,6 +108,12 @@ def run_verify(dest: Path) -> None:
         raise SystemExit(r.to_text())
 
 
+def run_no_stats(dest: Path) -> None:
+    r = verify(dest, stats=False)
+    if not r.ok:
+        raise SystemExit(r.to_text())
+
+
 def run_quick(dest: Path) -> None:
     r = verify(dest, quick=True)
     if not r.ok:
@@ -155,6 +162,7 @@ def speed(args) -> None:
     runs = {cat: run_cat,
             "baseline: Python 16 MiB readinto loop, 1 thread": run_python_read,
             "wds-tools verify": run_verify,
+            "wds-tools verify --no-stats": run_no_stats,
             "wds-tools verify --quick": run_quick}
     other, other_quick = f"wds-tools verify of {args.against}", f"wds-tools verify --quick of {args.against}"
     helpers = [Against(args.against), Against(args.against, quick=True)] if args.against else []

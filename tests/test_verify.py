@@ -755,3 +755,20 @@ def test_verify_recomputes_the_converters_mean_and_std_exactly(two_splits, tmp_p
     edited = shutil.copytree(two_splits, tmp_path / "exact")
     _edit_index(edited, _bump(["splits", "val", "std", 0], 1e-6))
     _found(verify(edited), "pixel_stats", r"^splits\.val\.std is ")
+
+
+def test_no_stats_skips_the_pixel_sums_only(split_set):
+    """stats=False (--no-stats): mean/std are not recomputed, so an edit of splits.val.mean passes, with a
+    warning saying so; the top-level mean is still compared with splits.train's, and all else is checked."""
+    _edit_index(split_set, _set(["splits", "val", "mean", 1], 0.5))
+    assert not verify(split_set).ok
+    r = verify(split_set, stats=False)
+    assert r.ok and any("mean/std not recomputed from the pixels" in w for w in r.warnings)
+    _edit_index(split_set, _bump(["mean", 0], 0.01))
+    _edit_table(split_set, lambda c, m: c["npy_xxh3"].__setitem__(4, 12345))
+    r = verify(split_set, stats=False)
+    _found(r, "pixel_stats", r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give")
+    _found(r, "sample_data", r"samples.npz npy_xxh3 was changed$")
+    res = CliRunner().invoke(cli, ["verify", str(split_set), "--no-stats", "--json"])
+    assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {"pixel_stats",
+                                                                                            "sample_data"}

@@ -55,6 +55,7 @@ class Context:
     header: bytes  # the .npy header every member should have
     classes: list[str] | None
     quick: bool
+    stats: bool = True  # full mode: sum the pixels for mean/std
 
     def __post_init__(self):
         # each class index as its .cls member holds it (only these are agreed labels)
@@ -179,7 +180,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result = ShardResult(problems, len(walker.members) * BLOCK, 0)
         digests, sha_ok = None, None
     else:
-        scan = _Scan()
+        scan = _Scan(ctx.stats)
         try:
             file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
             scan_file(job.url, on_chunk=scan.on_chunk, walker=scan.walker)
@@ -197,7 +198,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
                                     f"{str(job.sha256)[:16]}..."))
         result = ShardResult(problems, walker.pos, 0)
         digests = scan.digests
-        if walker.error is None and sha_ok:  # mean/std come from the bytes as converted, or not at all
+        if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
         try:
@@ -227,10 +228,10 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
 class _Scan:
     """Full mode's per-chunk work: SHA-256 of the file, XXH3-64 of each .npy member, pixel sums."""
 
-    def __init__(self):
+    def __init__(self, stats: bool = True):
         self.sha = hashlib.sha256()
         self.walker = TarWalker(_capture)
-        self.pixels = PixelSums()
+        self.pixels = PixelSums() if stats else None
         self.digests: dict[int, int] = {}  # .npy data offset -> XXH3-64 of the member
         self._hash: xxhash.xxh3_64 | None = None
         self._done = 0  # members before this one are complete
@@ -250,7 +251,7 @@ class _Scan:
                         self._hash = xxhash.xxh3_64()
                     self._hash.update(part[lo - base:hi - base])
                     start = max(lo, m.offset + NPY_HEADER_BYTES)
-                    if start < hi:
+                    if start < hi and self.pixels is not None:
                         self.pixels.add(part[start - base:hi - base], (start - m.offset - NPY_HEADER_BYTES) % 3)
                 if m.offset + m.size > end:
                     break  # it goes on in the next chunk
