@@ -772,3 +772,91 @@ def test_no_stats_skips_the_pixel_sums_only(split_set):
     res = CliRunner().invoke(cli, ["verify", str(split_set), "--no-stats", "--json"])
     assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {"pixel_stats",
                                                                                             "sample_data"}
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=True) |
+                     st.text(max_size=12) | st.sampled_from(["../../x.tar", "/etc/passwd", "train-000000.tar"]),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                  max_size=4), max_leaves=8)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_index_json_is_a_report_never_a_traceback(two_splits, tmp_path_factory, data):
+    """Random values (or deletions) anywhere in index.json: verify returns a report, full and quick."""
+    folder = shutil.copytree(two_splits, tmp_path_factory.mktemp("fuzz") / "set")
+    meta = json.loads((folder / "index.json").read_text())
+    paths = [p for p in _paths(meta) if p and p[0] not in ("format", "format_version")]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        obj = meta
+        try:
+            for p in path[:-1]:
+                obj = obj[p]
+            if data.draw(st.booleans()) and isinstance(obj, dict):
+                del obj[path[-1]]
+            else:
+                obj[path[-1]] = data.draw(_JSON)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier edit removed or replaced the parent
+    (folder / "index.json").write_text(json.dumps(meta))
+    opened = _audit_opens()
+    opened.clear()
+    for quick in (False, True):
+        r = verify(folder, quick=quick)
+        assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+    assert not [p for p in opened if os.path.basename(p) in ("x.tar", "passwd")], opened
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_samples_npz_columns_is_a_report_never_a_traceback(two_splits, tmp_path_factory, data):
+    """Random dtypes, shapes, lengths and values of samples.npz columns (the index hash updated)."""
+    folder = shutil.copytree(two_splits, tmp_path_factory.mktemp("fuzz") / "set")
+    names = sorted(read_npz(folder / "samples.npz"))
+
+    def edit(cols, meta):
+        for _ in range(data.draw(st.integers(1, 3))):
+            name = data.draw(st.sampled_from(names))
+            if name not in cols:
+                continue
+            a = cols[name]
+            how = data.draw(st.sampled_from(["drop", "dtype", "rows", "values", "shape"]))
+            if how == "drop":
+                del cols[name]
+            elif how == "dtype":
+                dtype = data.draw(st.sampled_from(["<i8", "<u2", "<f4", "|S3", "<i4"]))
+                cols[name] = a.astype(dtype) if a.dtype.kind != "S" else np.zeros(a.shape, dtype)
+            elif how == "rows":
+                cols[name] = a[:data.draw(st.integers(0, len(a) + 2))]
+            elif how == "values" and a.dtype.kind in "iu" and a.size:
+                flat = a.reshape(-1).copy()
+                flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(0, 255))
+                cols[name] = flat.reshape(a.shape)
+            elif how == "shape" and a.size:
+                cols[name] = a.reshape(-1, 1) if a.ndim == 1 else a.reshape(-1)
+    _edit_table(folder, edit)
+    for quick in (False, True):
+        r = verify(folder, quick=quick)
+        assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+
+
+def test_a_missing_or_foreign_samples_npz_is_named(split_set):
+    (split_set / "samples.npz").unlink()
+    r = verify(split_set)
+    _found(r, "index", r"samples\.npz does not exist$", shard="samples.npz")
+    assert any("rows could not be matched" in w for w in r.warnings)
+    assert r.shards == 7 and not [p for p in r.problems if p.shard.endswith(".tar")]  # the shards still checked
+    (split_set / "samples.npz").write_bytes(b"not a zip file at all" * 100)
+    _edit_index(split_set, lambda m: m["samples_file"].update(bytes=2100))
+    _found(verify(split_set, quick=True), "index", r"samples\.npz is not a readable \.npz \(ZIP\) file")
