@@ -294,7 +294,8 @@ def memory(args) -> None:
         rows.append((f"{label}: import only (the floor)", *peak_rss(floor, cwd=tree, env=env)))
         for name, folder in (("index only, shards missing", index_only), ("1M real tiny samples", tiny)):
             for quick in (False, True):
-                cmd = [sys.executable, "-m", "wds_tools", "verify", str(folder), "--json"] + (["--quick"] if quick else [])
+                cmd = [sys.executable, "-m", "wds_tools", "verify", str(folder), "--json",
+                       *(["--quick"] if quick else [])]
                 mb, s, code = peak_rss(cmd, cwd=tree, env=env)
                 rows.append((f"{label}: verify{' --quick' if quick else ''}, {name}", mb, s, code))
     print(f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples in {args.shards:,} shards; "
