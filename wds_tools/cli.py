@@ -264,7 +264,7 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="Shards checked at once. Default: twice this machine's cores (reads and hashing overlap).")
 @click.option("--no-stats", is_flag=True,
-              help="Do not recompute mean/std from the pixels (about 40% less CPU for a full verify); they are "
+              help="Do not recompute mean/std from the pixels (about a third less CPU for a full verify); they are "
                    "then only compared with splits.train's.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
 def verify(path, out, quick, scan, threads, no_stats, as_json) -> None:

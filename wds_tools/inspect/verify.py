@@ -44,7 +44,7 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
            progress: bool = False) -> VerifyReport:
     """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
     newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
-    mean/std from the pixels (saves ~40% of a full verify's CPU); ``progress`` draws a bar on stderr."""
+    mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr."""
     t0 = time.perf_counter()
     target = resolve_target(path, out=out, scan=scan, strict=False)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
