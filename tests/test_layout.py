@@ -4,6 +4,7 @@ on local folders, file:// URLs, S3 (moto on 127.0.0.1) and http (http.server on 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -137,6 +138,51 @@ def test_index_of_another_format_version_is_refused(folder, tmp_path):
         resolve(str(newer / "train-000000.tar"), need_index=True)
     # the loader reads a pattern's shards without an index it cannot use
     assert resolve(str(newer / "train-000000.tar")).meta is None
+
+
+@pytest.mark.parametrize("field, bad", [
+    ("shard", "../../x.tar"), ("shard", "/tmp/x.tar"), ("shard", "sub/train-000001.tar"), ("shard", "train-1.tar"),
+    ("shard", 7), ("samples_file", "../samples.npz"), ("samples_file", "/tmp/samples.npz")])
+def test_an_index_naming_files_outside_its_folder_is_refused(folder, tmp_path, field, bad):
+    """The one resolver, for the loader and the inspectors: an index.json entry that would lead a reader
+    out of the index's folder raises, naming the entry; nothing is opened there."""
+    edited = shutil.copytree(folder, tmp_path / "a" / "b" / "set")
+    shutil.copy(folder / "train-000001.tar", tmp_path / "x.tar")  # a real shard where "../../x.tar" leads
+    meta = json.loads((edited / "index.json").read_text())
+    if field == "shard":
+        meta["shards"][1]["name"] = bad
+        where = r"shards\[1\]\.name is " + re.escape(repr(bad))
+    else:
+        meta["samples_file"]["name"] = bad
+        where = r"samples_file\.name is " + re.escape(repr(bad))
+    (edited / "index.json").write_text(json.dumps(meta))
+    message = where + r"; expected .* in the index's own folder; the index is damaged or was edited"
+    for spec in (edited, edited / "index.json", str(edited / "train-{000000..000001}.tar")):
+        with pytest.raises(IndexFormatError, match=message):
+            resolve(spec, need_index=True)
+    with pytest.raises(IndexFormatError, match=message):
+        resolve(edited, split="train", pipe=True)  # as training_adapter resolves a folder
+    with pytest.raises(IndexFormatError, match=message):
+        resolve_target(edited)
+    lenient = resolve(edited, strict=False)  # verify: the entry is left out, never opened, and reported
+    assert all(str(edited) in u and ".." not in u for u in lenient.urls)
+    assert len(lenient.urls) == (len(meta["shards"]) - 1 if field == "shard" else len(meta["shards"]))
+
+
+def test_the_loader_never_reads_a_shard_outside_the_index_folder(folder, tmp_path):
+    from training_adapter import ShardIndexDataset, make_loader
+
+    edited = shutil.copytree(folder, tmp_path / "a" / "b" / "set")
+    shutil.copy(folder / "train-000001.tar", tmp_path / "x.tar")
+    meta = json.loads((edited / "index.json").read_text())
+    meta["shards"][1]["name"] = "../../x.tar"
+    (edited / "index.json").write_text(json.dumps(meta))
+    (edited / "train-000001.tar").unlink()
+    for make in (lambda: make_loader(edited, batch_size=4, train=True, num_workers=0),
+                 lambda: make_loader(edited / "index.json", batch_size=4, train=True, num_workers=0),
+                 lambda: ShardIndexDataset(edited, split="train")):
+        with pytest.raises(IndexFormatError, match=r"shards\[1\]\.name is '\.\./\.\./x\.tar'"):
+            make()
 
 
 def test_newest_version_when_no_path(folder, tmp_path):

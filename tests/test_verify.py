@@ -1,16 +1,28 @@
+import hashlib
 import json
+import os
+import re
 import shutil
+import sys
+import tarfile
 
 import numpy as np
 import pytest
+import xxhash
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars, member, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
-from wds_tools.format.index import load_index
+from wds_tools.format.fsutil import dumps_canonical
+from wds_tools.format.index import histogram_mean_std, load_index, pack_strings, read_npz, write_npz
 from wds_tools.inspect.verify import PROBLEM_KINDS, SCHEMA, verify
+from wds_tools.inspect.verify_meta import mean_std
+from wds_tools.inspect.verify_shards import PixelSums
+from wds_tools.inspect.verify_table import SampleColumns
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +331,532 @@ def test_s3_and_http_are_verified_as_locally(shards, bucket, serve_http):
     for path in (s3, web):
         r = verify(path)
         assert r.bad_shards == ["train-000001.tar"] and r.bad_samples == [key], path
+
+
+# ------------------------------------------------------------------ the index against itself and the data
+
+
+
+@pytest.fixture(scope="module")
+def two_splits(tmp_path_factory):
+    """30 JPEGs at 16 px: train 22 samples in 5 shards, val 8 in 2 (every 4th row), classes a, b, c."""
+    return convert_images(tmp_path_factory.mktemp("splits"), 30, size=16, shard_size=5, val_every=4)
+
+
+@pytest.fixture
+def split_set(two_splits, tmp_path):
+    return shutil.copytree(two_splits, tmp_path / "set")
+
+
+def _edit_index(folder, edit) -> None:
+    meta = json.loads((folder / "index.json").read_text())
+    edit(meta)
+    (folder / "index.json").write_text(dumps_canonical(meta) + "\n")
+
+
+def _edit_table(folder, edit) -> None:
+    """Rewrite samples.npz columns and record the new file's size and sha256 in index.json (a
+    consistent rewrite: only the shards' bytes can tell)."""
+    cols = {k: v.copy() for k, v in read_npz(folder / "samples.npz").items()}
+    meta = json.loads((folder / "index.json").read_text())
+    edit(cols, meta)
+    data = write_npz(cols)
+    (folder / "samples.npz").write_bytes(data)
+    meta["samples_file"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (folder / "index.json").write_text(dumps_canonical(meta) + "\n")
+
+
+def _found(report, kind, pattern, shard=None):
+    hits = [p for p in report.problems if p.kind == kind and re.search(pattern, p.message)
+            and (shard is None or p.shard == shard)]
+    assert hits, (kind, pattern, report.to_text())
+    return hits
+
+
+def _bump(path, by):
+    def edit(meta):
+        *parents, last = path
+        obj = meta
+        for p in parents:
+            obj = obj[p]
+        obj[last] = obj[last] + by
+    return edit
+
+
+def _set(path, value):
+    def edit(meta):
+        *parents, last = path
+        obj = meta
+        for p in parents:
+            obj = obj[p]
+        obj[last] = value
+    return edit
+
+
+def _swap_shards(meta):
+    meta["shards"][0], meta["shards"][1] = meta["shards"][1], meta["shards"][0]
+
+
+# (edit of index.json, problem kind, message pattern naming the field, caught by --quick too)
+INDEX_EDITS = {
+    "samples": (_bump(["samples"], 1), "count", r"^samples is 31; samples.npz has 30$", True),
+    "class_counts": (_bump(["class_counts", 0], 1), "count",
+                     r"^class_counts\[0\] \('a'\) is 11; samples.npz has 10 samples with label 0$", True),
+    "splits.train.class_counts": (_set(["splits", "train", "class_counts", 1], 99), "count",
+                                  r"^splits\.train\.class_counts\[1\] \('b'\) is 99; samples.npz has \d+", True),
+    "splits.train.samples": (_set(["splits", "train", "samples"], 1), "count",
+                             r"^splits\.train\.samples is 1; samples.npz has 22 in its shards$", True),
+    "splits.val.shards": (_set(["splits", "val", "shards"], 3), "count",
+                          r"^splits\.val\.shards is 3; shards lists 2 val shard\(s\)$", True),
+    "classes order": (lambda m: m["classes"].reverse(), "class_name",
+                      r"^classes\[0\] is 'c', but the \.json of the 10 sample\(s\) with label 0 say 'a' "
+                      r"\(that is classes\[2\]: reordered\?\)$", True),
+    "classes renamed": (_set(["classes", 1], "zebra"), "class_name",
+                        r"^classes\[1\] is 'zebra', but the \.json of the 10 sample\(s\) with label 1 say 'b'$", True),
+    "classes duplicated": (_set(["classes", 1], "a"), "field", r"^classes\[1\] is 'a', the same name as classes\[0\]$",
+                           True),
+    "mean": (_bump(["mean", 0], 0.01), "pixel_stats", r"^mean is \[[0-9., ]+\]; the pixels of split train give \[",
+             r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give"),
+    "std": (_bump(["std", 2], -0.01), "pixel_stats", r"^std is \[[0-9., ]+\]; the pixels of split train give \[",
+            r"^std is .*; splits\.train\.mean/std"),
+    "splits.val.mean": (_set(["splits", "val", "mean", 1], 0.5), "pixel_stats",
+                        r"^splits\.val\.mean is \[[0-9.]+, 0\.5, [0-9.]+\]; the pixels of its 2 shard\(s\) give",
+                        False),
+    "splits.train.urls": (_set(["splits", "train", "urls"], "train-{000000..000009}.tar"), "urls",
+                          r"^splits\.train\.urls is 'train-\{000000\.\.000009\}\.tar', which names 10 file\(s\) .*; "
+                          r"the index lists 5 train shard\(s\), so expected 'train-\{000000\.\.000004\}\.tar'$", True),
+    "size": (_set(["size"], 24), "image_size", r"^size is 24; every \.npy header says 16 px$", True),
+    "sample.npy_shape": (_set(["sample", "npy_shape"], [24, 24, 3]), "image_size",
+                         r"^sample\.npy_shape is \[24, 24, 3\], size is 16: they disagree", True),
+    "shard name": (_set(["shards", 1, "name"], "../../x.tar"), "shard_name",
+                   r"^shards\[1\]\.name is '\.\./\.\./x\.tar'; expected <split>-NNNNNN\.tar in the index's own "
+                   r"folder; it is not read$", True),
+    "shards[].samples": (_set(["shards", 0, "samples"], 6), "count",
+                         r"^shards\[0\]\.samples \('train-000000\.tar'\) is 6; samples.npz has 5 for this shard$",
+                         True),
+    "shards[].split": (_set(["shards", 0, "split"], "val"), "field",
+                       r"^shards\[0\]\.split is 'val', but its name train-000000\.tar puts it in split 'train'$", True),
+    "shards[].sha256": (_set(["shards", 3, "sha256"], "0" * 64), "sha256", r"the index says 0000000000000000", False),
+    "shards[].bytes": (_bump(["shards", 2, "bytes"], 512), "size",
+                       r"^truncated: 20,480 bytes, the index says 20,992$", True),
+    "shard order": (_swap_shards, "field", r"^the train shards in shards are train-000001\.tar, train-000000\.tar",
+                    True),
+    "samples_file.sha256": (_set(["samples_file", "sha256"], "0" * 64), "index",
+                            r"^sha256 [0-9a-f]{16}\.\.\., index\.json says 0000000000000000", False),
+    "samples_file.name": (_set(["samples_file", "name"], "../samples.npz"), "shard_name",
+                          r"^samples_file\.name is '\.\./samples\.npz'; expected a file name", True),
+    "stats_split": (_set(["stats_split"], "all"), "field", r"^stats_split is 'all'; expected 'train'", True),
+    "errors_file": (_set(["errors_file"], "errors.jsonl"), "field",
+                    r"^errors_file names errors\.jsonl, which is not in ", True),
+}
+
+
+@pytest.mark.parametrize("what", list(INDEX_EDITS))
+def test_each_edit_of_index_json_is_named(split_set, what):
+    edit, kind, pattern, quick = INDEX_EDITS[what]
+    assert verify(split_set).ok
+    _edit_index(split_set, edit)
+    r = verify(split_set)
+    assert not r.ok
+    _found(r, kind, pattern)
+    q = verify(split_set, quick=True)
+    if quick:
+        _found(q, kind, pattern if quick is True else quick)
+    else:  # --quick neither hashes nor reads pixels
+        assert not [p for p in q.problems if p.kind == kind], q.to_text()
+
+
+def test_a_shard_name_outside_the_folder_is_never_read(split_set, tmp_path):
+    """``../../x.tar`` leads to a real shard: verify names the entry and opens nothing there."""
+    outside = split_set.parent.parent / "x.tar"
+    shutil.copy(split_set / "train-000001.tar", outside)
+    _edit_index(split_set, _set(["shards", 1, "name"], "../../x.tar"))
+    opened = _audit_opens()
+    for quick in (False, True):
+        opened.clear()
+        r = verify(split_set, quick=quick)
+        assert {p.kind for p in r.problems} == {"shard_name"}, r.to_text()
+        assert r.shards == 6 and r.bad_shards == ["index.json"]
+        assert any("train-000001.tar" in w for w in r.warnings)  # the real one, now unlisted
+        assert opened and not [p for p in opened if os.path.basename(p) == "x.tar"], opened
+    res = CliRunner().invoke(cli, ["verify", str(split_set)])
+    assert res.exit_code == 1 and "shards[1].name is '../../x.tar'" in res.output and "Traceback" not in res.output
+
+
+_OPENED: list | None = None
+
+
+def _audit_opens() -> list:
+    """Paths opened from now on (``sys.addaudithook``'s ``open`` event, installed once)."""
+    global _OPENED
+    if _OPENED is None:
+        _OPENED = []
+
+        def hook(event, args):
+            if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+                _OPENED.append(os.fsdecode(args[0]))
+        sys.addaudithook(hook)
+    return _OPENED
+
+
+def _relabel(cols, meta):
+    i = 3
+    old = int(cols["label"][i])
+    new = (old + 1) % 3
+    cols["label"][i] = new
+    split = meta["shards"][int(cols["shard"][i])]["split"]
+    for counts in (meta["class_counts"], meta["splits"][split]["class_counts"]):
+        counts[old] -= 1
+        counts[new] += 1
+
+
+def _new_path(cols, meta):
+    o = cols["path_offsets"]
+    paths = [bytes(cols["path_data"][o[i]:o[i + 1]]).decode() for i in range(len(cols["key"]))]
+    paths[10] = "elsewhere/s0010.jpg"
+    cols["path_offsets"], cols["path_data"] = pack_strings(paths)
+
+
+# (consistent rewrite of samples.npz, the row it names or None, kind, pattern, caught by --quick too)
+TABLE_EDITS = {
+    "label": (_relabel, 3, "label", r"^{key}\.cls: says \d, samples.npz label says \d$", True),
+    "npy_xxh3": (lambda c, m: c["npy_xxh3"].__setitem__(4, 12345), 4, "sample_data",
+                 r"^{key}\.npy: XXH3-64 [0-9a-f]{{16}}, samples.npz npy_xxh3 says 0000000000003039: the shard "
+                 r"matches its sha256, so samples.npz npy_xxh3 was changed$", False),
+    "fingerprint": (lambda c, m: c["fingerprint"].__setitem__(5, 7), 5, "sample_meta",
+                    r"^{key}\.json: fingerprint is 'xxh3_128:[0-9a-f]{{32}}'; samples.npz fingerprint says "
+                    r"xxh3_128:(07){{16}}$", True),
+    "width": (lambda c, m: c["width"].__setitem__(6, 1), 6, "sample_meta",
+              r"^{key}\.json: width is 96; samples.npz width says 1$", True),
+    "height": (lambda c, m: c["height"].__setitem__(6, 5), 6, "sample_meta",
+               r"^{key}\.json: height is 72; samples.npz height says 5$", True),
+    "path": (_new_path, 10, "sample_meta", r"^{key}\.json: source_path is 'img/s\d+\.jpg'; samples.npz path_data "
+                                           r"says 'elsewhere/s0010\.jpg'$", True),
+    "key": (lambda c, m: c["key"].__setitem__(7, b"zzzzz"), None, "missing_member",
+            r"^zzzzz\.npy is in the index but not in the tar$", True),
+    "npy_offset": (lambda c, m: c["npy_offset"].__setitem__(8, c["npy_offset"][8] + 512), None, "member_offset",
+                   r"^1 member\(s\) are not where the index says; first \w+\.npy: data at [\d,]+ \(896 B\)", True),
+    "shard": (lambda c, m: c["shard"].__setitem__(9, 3), None, "column",
+              r"^rows are not in shard order \(1 step\(s\) back, first at row 10\)", True),
+    "npy_length": (lambda c, m: c["npy_length"].__setitem__(11, 100), None, "image_size",
+                   r"^npy_length is 100 \(first: row 11\); size 16 needs 128 \+ 3·16² = 896$", True),
+    "duplicate key": (lambda c, m: c["key"].__setitem__(7, c["key"][20]), None, "duplicate_key",
+                      r"^key \w+ is in the index 2 times \(train-000001\.tar, train-000004\.tar\)$", True),
+    "label dtype": (lambda c, m: c.__setitem__("label", c["label"].astype("<i8")), None, "column",
+                    r"^column 'label' is <i8 \[30\]; expected <i4 \[30\]$", True),
+    "missing column": (lambda c, m: c.pop("width"), None, "column", r"^samples.npz has no column 'width'$", True),
+}
+
+
+@pytest.mark.parametrize("what", list(TABLE_EDITS))
+def test_each_consistent_rewrite_of_samples_npz_is_caught_by_the_shard_bytes(split_set, what):
+    edit, row, kind, pattern, quick = TABLE_EDITS[what]
+    key = read_npz(split_set / "samples.npz", ["key"])["key"][row].decode() if row is not None else None
+    _edit_table(split_set, edit)
+    pattern = pattern.format(key=key)
+    for mode in (False, True) if quick else (False,):
+        r = verify(split_set, quick=mode)
+        hits = _found(r, kind, pattern)
+        if key is not None:
+            assert {p.key for p in hits} == {key} and r.bad_samples == [key], r.to_text()
+    if not quick:
+        assert verify(split_set, quick=True).ok  # --quick does not read the pixels
+    unmatched = [w for w in r.warnings if "rows could not be matched to the shards" in w]
+    assert bool(unmatched) == (what == "label dtype"), r.warnings  # a row column unusable: no row is compared
+
+
+# (path in index.json, value or DELETE, pattern of the field problem)
+DELETE = object()
+TYPED = [
+    (["samples"], "30", r"^samples is '30' \(str\); expected a count \(an integer >= 0\)$"),
+    (["classes"], None, r"^classes is None \(NoneType\); expected a list of strings$"),
+    (["shards"], {}, r"^shards is \{\} \(dict\); expected a list$"),
+    (["shards", 0], "x", r"^shards\[0\] is 'x' \(str\); expected an object"),
+    (["shards", 0, "bytes"], "12", r"^shards\[0\]\.bytes is '12' \(str\); expected a count"),
+    (["shards", 0, "sha256"], 12, r"^shards\[0\]\.sha256 is 12 \(int\); expected 64 lowercase hex digits$"),
+    (["shards", 1, "name"], DELETE, r"^shards\[1\]\.name is None; expected <split>-NNNNNN\.tar"),
+    (["shards", 1, "samples"], DELETE, r"^shards\[1\]\.samples is missing; expected a count"),
+    (["splits"], [], r"^splits is \[\] \(list\); expected an object$"),
+    (["splits", "train"], 5, r"^splits\.train is 5 \(int\); expected an object"),
+    (["splits", "val", "urls"], None, r"^splits\.val\.urls is None \(NoneType\); expected a string$"),
+    (["splits", "train", "class_counts"], ["a"], r"^splits\.train\.class_counts is \['a'\] \(list\); expected a list "
+                                                 r"of counts$"),
+    (["mean"], [0.1, 0.2], r"^mean is \[0\.1, 0\.2\] \(list\); expected three numbers in \[0, 1\]"),
+    (["std"], [0.1, 2, 0.3], r"^std is \[0\.1, 2, 0\.3\] \(list\); expected three numbers in \[0, 1\]"),
+    (["size"], "16", r"^size is '16' \(str\); expected an integer >= 1$"),
+    (["sample"], DELETE, r"^sample is missing; expected an object$"),
+    (["class_counts"], DELETE, r"^class_counts is missing; expected a list of counts$"),
+    (["samples_file"], "x", r"^samples_file is 'x' \(str\); expected an object$"),
+    (["samples_file", "bytes"], -1, r"^samples_file\.bytes is -1 \(int\); expected a count"),
+    (["errors_file"], DELETE, r"^errors_file is missing; expected null or 'errors\.jsonl'$"),
+]
+
+
+@pytest.mark.parametrize("path, value, pattern", TYPED, ids=[".".join(map(str, t[0])) for t in TYPED])
+def test_a_missing_or_mistyped_field_is_a_named_problem(split_set, path, value, pattern):
+    def edit(meta):
+        *parents, last = path
+        obj = meta
+        for p in parents:
+            obj = obj[p]
+        if value is DELETE:
+            del obj[last]
+        else:
+            obj[last] = value
+    _edit_index(split_set, edit)
+    for quick in (False, True):
+        r = verify(split_set, quick=quick)
+        hits = [p for p in r.problems if re.search(pattern, p.message)]
+        assert hits and hits[0].shard == "index.json" and hits[0].kind in ("field", "shard_name"), r.to_text()
+    res = CliRunner().invoke(cli, ["verify", str(split_set), "--json"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert any(re.search(pattern, p["message"]) for p in json.loads(res.stdout)["problems"])
+
+
+# ------------------------------------------------------------------ the fast paths against plain references
+
+def _reference_bad_samples(folder) -> set[str]:
+    """Slow and plain: every row of samples.npz (np.load) against its shard read with tarfile."""
+    meta = json.loads((folder / "index.json").read_text())
+    cols = read_npz(folder / "samples.npz")
+    bad = set()
+    for pos, s in enumerate(meta["shards"]):
+        with tarfile.open(folder / s["name"]) as tf:
+            members = {m.name: (m.offset_data, tf.extractfile(m).read()) for m in tf.getmembers()}
+        for i in np.flatnonzero(cols["shard"] == pos):
+            key = cols["key"][i].decode()
+            got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "json", "npy")}
+            if any(got[ext] is None or got[ext][0] != cols[f"{ext}_offset"][i] or
+                   len(got[ext][1]) != cols[f"{ext}_length"][i] for ext in got):
+                bad.add(key)
+                continue
+            info = json.loads(got["json"][1])
+            o = cols["path_offsets"]
+            path = bytes(cols["path_data"][o[i]:o[i + 1]]).decode()
+            if (got["cls"][1] != str(int(cols["label"][i])).encode()
+                    or xxhash.xxh3_64_intdigest(got["npy"][1]) != int(cols["npy_xxh3"][i])
+                    or info["key"] != key or info["label"] != meta["classes"][int(cols["label"][i])]
+                    or info["fingerprint"] != "xxh3_128:" + cols["fingerprint"][i].tobytes().hex()
+                    or (info["width"], info["height"]) != (int(cols["width"][i]), int(cols["height"][i]))
+                    or info["source_path"] != path):
+                bad.add(key)
+    return bad
+
+
+@settings(max_examples=12, deadline=None)
+@given(edits=st.lists(st.tuples(st.sampled_from(["label", "npy_xxh3", "fingerprint", "width", "height", "path"]),
+                                st.integers(0, 29)), min_size=1, max_size=4))
+def test_bad_samples_match_a_tarfile_reference(two_splits, tmp_path_factory, edits):
+    """Random consistent rewrites of samples.npz: verify (default options) names exactly the samples a
+    tarfile-based reference finds."""
+    folder = shutil.copytree(two_splits, tmp_path_factory.mktemp("ref") / "set")
+
+    def edit(cols, meta):
+        for column, row in edits:
+            if column == "label":
+                cols["label"][row] = (cols["label"][row] + 1) % 3
+            elif column == "npy_xxh3":
+                cols["npy_xxh3"][row] ^= 1
+            elif column == "fingerprint":
+                cols["fingerprint"][row, 0] ^= 0xFF
+            elif column in ("width", "height"):
+                cols[column][row] += 1
+            else:
+                o = cols["path_offsets"]
+                paths = [bytes(cols["path_data"][o[i]:o[i + 1]]).decode() for i in range(len(cols["key"]))]
+                paths[row] = "moved/" + paths[row]
+                cols["path_offsets"], cols["path_data"] = pack_strings(paths)
+    _edit_table(folder, edit)
+    expected = _reference_bad_samples(folder)
+    assert expected
+    assert set(verify(folder).bad_samples) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(pieces=st.lists(st.binary(min_size=0, max_size=700), min_size=1, max_size=30),
+       repeat=st.integers(1, 300))
+def test_pixel_sums_match_a_direct_sum(pieces, repeat):
+    """PixelSums (phase-aligned slots, flushed uint16/uint32 sums) against int64 sums of the bytes by
+    position mod 3; mean_std against the converter's histogram_mean_std of the same bytes."""
+    sums = PixelSums()
+    data = b"".join(pieces) * repeat
+    pos = 0
+    for _ in range(repeat):
+        for p in pieces:
+            sums.add(p, pos % 3)
+            pos += len(p)
+    count, s1, s2 = sums.totals()
+    a = np.frombuffer(data, np.uint8).astype(np.int64)
+    assert count == [len(a[c::3]) for c in range(3)]
+    assert s1 == [int(a[c::3].sum()) for c in range(3)]
+    assert s2 == [int((a[c::3] ** 2).sum()) for c in range(3)]
+    if len(a) % 3 == 0 and len(a):
+        hist = np.stack([np.bincount(a[c::3], minlength=256) for c in range(3)])
+        assert mean_std(count, s1, s2) == tuple(histogram_mean_std(hist))
+
+
+def test_pixel_sums_flush_before_they_overflow():
+    for size in (3 * 1000, 3 * 7000):  # gathered small pieces, and pieces added directly
+        sums = PixelSums()
+        white = bytes([255]) * size
+        for _ in range(700):  # 700 pieces on the same slots: uint16 sums would wrap after 257
+            sums.add(white, 0)
+        count, s1, s2 = sums.totals()
+        n = 700 * size // 3
+        assert count == [n] * 3 and s1 == [255 * n] * 3 and s2 == [255 ** 2 * n] * 3
+
+
+def test_pixel_sums_of_large_and_mixed_pieces_match_a_direct_sum():
+    """Pieces from a few bytes to more than the slots hold, at every phase, as a verify of 224 px
+    and larger shards cuts them at 1 MiB chunk ends."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+    cuts = np.sort(rng.integers(0, len(data), 40))
+    sums, pos = PixelSums(), 0
+    for end in [*cuts.tolist(), len(data)]:
+        sums.add(memoryview(data[pos:end]), pos % 3)
+        pos = end
+    count, s1, s2 = sums.totals()
+    a = data.astype(np.int64)
+    assert count == [len(a[c::3]) for c in range(3)]
+    assert s1 == [int(a[c::3].sum()) for c in range(3)] and s2 == [int((a[c::3] ** 2).sum()) for c in range(3)]
+
+
+def test_columns_read_by_row_ranges_match_numpy_load(two_splits, bucket, serve_http):
+    """SampleColumns (ZIP entries found once, rows by positioned or ranged reads) against np.load."""
+    fs, url = bucket
+    s3 = upload(fs, two_splits, f"{url}/v1/16")
+    web = serve_http(two_splits, ranges=True)
+    whole = read_npz(two_splits / "samples.npz")
+    rng = np.random.default_rng(0)
+    for where in (str(two_splits / "samples.npz"), f"{s3}/samples.npz", f"{web}/samples.npz",
+                  f"{serve_http(two_splits)}/samples.npz"):
+        table = SampleColumns(where, "samples.npz")
+        rows, usable = table.check_format()
+        assert rows == 30 and not table.problems and usable == set(whole)
+        for _ in range(5):
+            a = int(rng.integers(0, 30))
+            b = int(rng.integers(a, 31))
+            names = [n for n in whole if n not in ("path_offsets", "path_data")]
+            got = table.read(names, a, b)
+            for n in names:
+                assert np.array_equal(got[n], whole[n][a:b]), (where, n, a, b)
+        assert np.array_equal(table.read(["path_data"], 3, 40)["path_data"], whole["path_data"][3:40])
+        table.close()
+
+
+def test_verify_recomputes_the_converters_mean_and_std_exactly(two_splits, tmp_path, monkeypatch):
+    """The pixel sums of a full verify give index.json's mean/std to the last digit (the tolerance is
+    for hand-built indexes): checked by making the tolerance zero."""
+    import wds_tools.inspect.verify_meta as vm
+
+    monkeypatch.setattr(vm, "STATS_TOLERANCE", 0.0)
+    assert verify(two_splits).ok
+    edited = shutil.copytree(two_splits, tmp_path / "exact")
+    _edit_index(edited, _bump(["splits", "val", "std", 0], 1e-6))
+    _found(verify(edited), "pixel_stats", r"^splits\.val\.std is ")
+
+
+def test_no_stats_skips_the_pixel_sums_only(split_set):
+    """stats=False (--no-stats): mean/std are not recomputed, so an edit of splits.val.mean passes, with a
+    warning saying so; the top-level mean is still compared with splits.train's, and all else is checked."""
+    _edit_index(split_set, _set(["splits", "val", "mean", 1], 0.5))
+    assert not verify(split_set).ok
+    r = verify(split_set, stats=False)
+    assert r.ok and any("mean/std not recomputed from the pixels" in w for w in r.warnings)
+    _edit_index(split_set, _bump(["mean", 0], 0.01))
+    _edit_table(split_set, lambda c, m: c["npy_xxh3"].__setitem__(4, 12345))
+    r = verify(split_set, stats=False)
+    _found(r, "pixel_stats", r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give")
+    _found(r, "sample_data", r"samples.npz npy_xxh3 was changed$")
+    res = CliRunner().invoke(cli, ["verify", str(split_set), "--no-stats", "--json"])
+    assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {"pixel_stats",
+                                                                                            "sample_data"}
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=True) |
+                     st.text(max_size=12) | st.sampled_from(["../../x.tar", "/etc/passwd", "train-000000.tar"]),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                  max_size=4), max_leaves=8)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_index_json_is_a_report_never_a_traceback(two_splits, tmp_path_factory, data):
+    """Random values (or deletions) anywhere in index.json: verify returns a report, full and quick."""
+    folder = shutil.copytree(two_splits, tmp_path_factory.mktemp("fuzz") / "set")
+    meta = json.loads((folder / "index.json").read_text())
+    paths = [p for p in _paths(meta) if p and p[0] not in ("format", "format_version")]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        obj = meta
+        try:
+            for p in path[:-1]:
+                obj = obj[p]
+            if data.draw(st.booleans()) and isinstance(obj, dict):
+                del obj[path[-1]]
+            else:
+                obj[path[-1]] = data.draw(_JSON)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier edit removed or replaced the parent
+    (folder / "index.json").write_text(json.dumps(meta))
+    opened = _audit_opens()
+    opened.clear()
+    for quick in (False, True):
+        r = verify(folder, quick=quick)
+        assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+    assert not [p for p in opened if os.path.basename(p) in ("x.tar", "passwd")], opened
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_samples_npz_columns_is_a_report_never_a_traceback(two_splits, tmp_path_factory, data):
+    """Random dtypes, shapes, lengths and values of samples.npz columns (the index hash updated)."""
+    folder = shutil.copytree(two_splits, tmp_path_factory.mktemp("fuzz") / "set")
+    names = sorted(read_npz(folder / "samples.npz"))
+
+    def edit(cols, meta):
+        for _ in range(data.draw(st.integers(1, 3))):
+            name = data.draw(st.sampled_from(names))
+            if name not in cols:
+                continue
+            a = cols[name]
+            how = data.draw(st.sampled_from(["drop", "dtype", "rows", "values", "shape"]))
+            if how == "drop":
+                del cols[name]
+            elif how == "dtype":
+                dtype = data.draw(st.sampled_from(["<i8", "<u2", "<f4", "|S3", "<i4"]))
+                cols[name] = a.astype(dtype) if a.dtype.kind != "S" else np.zeros(a.shape, dtype)
+            elif how == "rows":
+                cols[name] = a[:data.draw(st.integers(0, len(a) + 2))]
+            elif how == "values" and a.dtype.kind in "iu" and a.size:
+                flat = a.reshape(-1).copy()
+                flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(0, 255))
+                cols[name] = flat.reshape(a.shape)
+            elif how == "shape" and a.size:
+                cols[name] = a.reshape(-1, 1) if a.ndim == 1 else a.reshape(-1)
+    _edit_table(folder, edit)
+    for quick in (False, True):
+        r = verify(folder, quick=quick)
+        assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+
+
+def test_a_missing_or_foreign_samples_npz_is_named(split_set):
+    (split_set / "samples.npz").unlink()
+    r = verify(split_set)
+    _found(r, "index", r"samples\.npz does not exist$", shard="samples.npz")
+    assert any("rows could not be matched" in w for w in r.warnings)
+    assert r.shards == 7 and not [p for p in r.problems if p.shard.endswith(".tar")]  # the shards still checked
+    (split_set / "samples.npz").write_bytes(b"not a zip file at all" * 100)
+    _edit_index(split_set, lambda m: m["samples_file"].update(bytes=2100))
+    _found(verify(split_set, quick=True), "index", r"samples\.npz is not a readable \.npz \(ZIP\) file")

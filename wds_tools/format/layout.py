@@ -35,7 +35,7 @@ from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, Shar
 
 __all__ = [
     "INDEX_FILE", "SAMPLES_FILE", "REMOTE_BLOCK",
-    "shard_name", "url_pattern", "shard_split", "expand",
+    "shard_name", "url_pattern", "shard_split", "expand", "indexed_name_problem", "index_shards",
     "scheme", "is_local", "local_path", "join", "parent", "basename",
     "Shards", "resolve", "resolve_target", "newest_dataset", "read_index", "index_of", "read_samples",
     "filesystem", "open_stream", "open_file", "read_bytes", "file_size", "exists", "list_tars",
@@ -53,6 +53,10 @@ HTTP_SCHEMES = frozenset({"http", "https"})
 HTTP_TIMEOUT = 60  # seconds to connect or to wait for the next bytes
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
+# What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the
+# converter's split rule, another file (samples.npz) without a leading dot.
+_INDEXED_SHARD = re.compile(r"[A-Za-z0-9_-]{1,32}-[0-9]{6}\.tar")
+_INDEXED_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -74,6 +78,38 @@ def shard_split(name: str) -> str:
     """The split a shard file belongs to, from its name ``<split>-NNNNNN.tar`` (``all`` for other names)."""
     m = _SHARD_NAME.match(name)
     return m.group("split") if m else "all"
+
+
+def indexed_name_problem(name: object, *, shard: bool = True) -> str | None:
+    """Why an index.json may not name ``name`` (None: it may): every name is a file in the index's own
+    folder, a shard ``<split>-NNNNNN.tar``, another file (``shard=False``) a plain name."""
+    if isinstance(name, str) and (_INDEXED_SHARD if shard else _INDEXED_FILE).fullmatch(name):
+        return None
+    return f"is {name!r}; expected {'<split>-NNNNNN.tar' if shard else 'a file name'} in the index's own folder"
+
+
+def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
+    """index.json's ``shards`` entries a reader may open: a name by ``indexed_name_problem`` and a
+    ``samples`` count (``samples_file.name`` is checked too). ``strict``: the first bad entry raises
+    ``IndexFormatError``; otherwise bad entries are left out, never opened (verify reports them)."""
+    shards, info, problems, good = meta.get("shards"), meta.get("samples_file"), [], []
+    if isinstance(info, dict) and indexed_name_problem(info.get("name"), shard=False):
+        problems.append(f"samples_file.name {indexed_name_problem(info.get('name'), shard=False)}")
+    if not isinstance(shards, list):
+        problems.append(f"shards is {type(shards).__name__}; expected a list")
+    for i, s in enumerate(shards if isinstance(shards, list) else []):
+        count = s.get("samples") if isinstance(s, dict) else None
+        if not isinstance(s, dict):
+            problems.append(f"shards[{i}] is {type(s).__name__}; expected an object")
+        elif indexed_name_problem(s.get("name")):
+            problems.append(f"shards[{i}].name {indexed_name_problem(s.get('name'))}")
+        elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            problems.append(f"shards[{i}].samples is {count!r}; expected a count >= 0")
+        else:
+            good.append(s)
+    if problems and strict:
+        raise IndexFormatError(f"{where}: {problems[0]}; the index is damaged or was edited: convert again")
+    return good
 
 
 def expand(pattern: str) -> list[str]:
@@ -162,6 +198,7 @@ class _Rules:
     scan: bool
     pipe: bool
     one_folder: bool
+    strict: bool = True
     indexes: dict[str, dict | None] = field(default_factory=dict)  # folder -> its index.json, read once
 
     def no_index(self, where: str) -> str:
@@ -180,20 +217,23 @@ class _Rules:
 
 
 def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
-            need_index: bool = False, scan: bool = False, pipe: bool = False, one_folder: bool = False) -> Shards:
+            need_index: bool = False, scan: bool = False, pipe: bool = False, one_folder: bool = False,
+            strict: bool = True) -> Shards:
     """The shards a spec names (see the module docstring).
 
     ``split``: from a folder or index, only that split's shards (None: all of them).
     ``need_index``: an index.json beside the shards must list every one (stats, verify).
     ``scan``: a folder without an index stands for the ``*.tar`` in it, where the store can list.
     ``pipe``: accept ``pipe:`` commands. ``one_folder``: refuse shards from several folders.
+    ``strict``: an index entry naming a file outside its folder (``index_shards``) raises
+    ``IndexFormatError``; otherwise that entry is left out (never opened) and the caller reports it.
     """
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     texts = [t.strip() for item in items for t in os.fspath(item).split("::") if t.strip()]
     if not texts:
         raise OptionError("no shard given; expected a shards folder, its index.json or a pattern like "
                           "shards/v1/224/train-{000000..000041}.tar")
-    rules = _Rules(split, need_index, scan, pipe, one_folder)
+    rules = _Rules(split, need_index, scan, pipe, one_folder, strict)
     parts = [_resolve_one(t, rules) for t in texts]
     if len(parts) == 1:
         return parts[0]
@@ -225,7 +265,7 @@ def _resolve_one(text: str, rules: _Rules) -> Shards:
         path = text.rstrip("/")
     if path.endswith(".json"):
         meta = read_index(path, required=True)
-        return _listed(text, parent(path), meta, rules.split)
+        return _listed(text, parent(path), meta, rules.split, rules.strict)
     if "{" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
     if kind in ("", "file"):
@@ -236,7 +276,7 @@ def _resolve_one(text: str, rules: _Rules) -> Shards:
 def _folder(text: str, folder: str, rules: _Rules) -> Shards:
     meta = rules.index_in(folder)
     if meta is not None:
-        return _listed(text, folder, meta, rules.split)
+        return _listed(text, folder, meta, rules.split, rules.strict)
     where = join(folder, INDEX_FILE)
     if not rules.scan:
         raise IndexFormatError(rules.no_index(where))
@@ -249,15 +289,15 @@ def _folder(text: str, folder: str, rules: _Rules) -> Shards:
     return Shards(text, [join(folder, n) for n in names], folder)
 
 
-def _listed(text: str, base: str, meta: dict, split: str | None) -> Shards:
+def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = True) -> Shards:
     """Every shard the index lists (of ``split``, when given)."""
-    shards = meta["shards"]
+    shards = index_shards(meta, join(base, INDEX_FILE), strict=strict)
     if split is not None:
         splits = meta.get("splits", {})
         if split not in splits:
             raise IndexFormatError(f"{join(base, INDEX_FILE)}: no split {split!r}; the index has "
                                    f"{', '.join(splits) or 'none'}")
-        shards = [s for s in shards if s["split"] == split]
+        shards = [s for s in shards if s.get("split") == split]
     names = [s["name"] for s in shards]
     return Shards(text, [join(base, n) for n in names], base, meta, base, names,
                   [int(s["samples"]) for s in shards])
@@ -277,12 +317,13 @@ def _pattern(text: str, pattern: str, rules: _Rules) -> Shards:
     folder = folders.pop()
     try:
         meta = rules.index_in(folder)
+        listed = index_shards(meta, join(folder, INDEX_FILE), strict=rules.strict) if meta else []
     except IndexFormatError:
         if rules.need_index:
             raise
-        meta = None  # a damaged or unreachable index beside a pattern: read the shards without it
+        meta, listed = None, []  # a damaged or unreachable index beside a pattern: read the shards without it
     names = [basename(u) for u in urls]
-    by_name = {s["name"]: int(s["samples"]) for s in meta["shards"]} if meta else {}
+    by_name = {s["name"]: s["samples"] for s in listed}
     unknown = [n for n in names if n not in by_name]
     if rules.need_index:
         if meta is None:
@@ -305,14 +346,15 @@ def _check_exist(text: str, urls: list[str]) -> None:
 
 
 def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "shards",
-                   scan: bool = False) -> Shards:
+                   scan: bool = False, strict: bool = True) -> Shards:
     """What the inspectors (stats, verify) read: PATH, or the newest version under ``out``.
 
     Without ``scan`` an index must list every shard; with it a folder may hold tars alone.
+    ``strict`` as in ``resolve`` (verify passes False and reports bad entries itself).
     """
     if path is None:
         path = newest_dataset(out, need_index=not scan)
-    return resolve(path, need_index=not scan, scan=scan, one_folder=True)
+    return resolve(path, need_index=not scan, scan=scan, one_folder=True, strict=strict)
 
 
 def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:

@@ -1,0 +1,481 @@
+"""One shard against its rows of samples.npz: the bytes are the ground truth.
+
+Full mode reads the shard once in 1 MiB chunks (``format.tar.scan_file``); each chunk is hashed
+(SHA-256 of the file), walked for tar headers, and its ``.npy`` data is hashed per member (XXH3-64,
+against ``npy_xxh3``) and added to exact per-channel pixel sums (for mean/std), all from the same
+bytes. Quick mode walks the headers with small positioned reads (``walk_headers``). Both capture
+each ``.cls`` and ``.json`` member and each ``.npy`` header, then compare every member's name, offset
+and length, and every sample's label, key, class name, fingerprint, size and source path with the
+sample's row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import xxhash
+
+from ..format.layout import file_size, read_ranges
+from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.npy import describe as describe_npy
+from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from .verify_report import Problem, capped
+from .verify_table import ROW_COLUMNS, SampleColumns
+
+__all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "check_shard"]
+
+MEMBERS = ("cls", "json", "npy")
+CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls / .json member kept; a longer one is damage
+ROW_DATA = ROW_COLUMNS + ("npy_xxh3", "fingerprint", "width", "height")
+
+
+@dataclass
+class ShardJob:
+    """One shard to check, and where its rows are in samples.npz."""
+
+    url: str
+    name: str
+    pos: int
+    bytes: int | None
+    sha256: str | None
+    rows: tuple[int, int] | None
+
+
+@dataclass
+class Context:
+    """What every shard job shares (read-only)."""
+
+    table: SampleColumns | None
+    usable: set[str]
+    paths_ok: bool
+    header: bytes  # the .npy header every member should have
+    classes: list[str] | None
+    quick: bool
+    stats: bool = True  # full mode: sum the pixels for mean/std
+
+    def __post_init__(self):
+        # each class index as its .cls member holds it (only these are agreed labels)
+        self.digits = {i: str(i).encode() for i in range(len(self.classes))} if self.classes is not None else None
+
+
+@dataclass
+class ShardResult:
+    problems: list[Problem]
+    bytes_read: int
+    samples: int
+    pixels: tuple[list[int], list[int], list[int]] | None = None  # (count, sum, sum of squares) per channel
+    sides: set[int] = field(default_factory=set)  # S of the .npy headers seen
+    names: dict[int, Counter] = field(default_factory=dict)  # label -> .json class names seen
+    misnamed: list[tuple[int, Problem]] = field(default_factory=list)  # (label, problem): a name not classes[label]
+
+
+class PixelSums:
+    """Exact per-channel count, sum and sum of squares of pixel bytes, added piece by piece.
+
+    A byte's channel is its position in the pixel data mod 3; each piece is added to slots that keep
+    that phase (slot mod 3 = channel): widened to uint16 once, added to uint16 sums (at most 257
+    pieces per slot before they are flushed), squared in place and added to uint32 sums of squares
+    (65,536), so the work per byte is four vector ops (2.5 GB/s on one core of the 2-core VM).
+    Small pieces (small images) are first gathered, each at a position of its phase with zeros
+    between them, so the vector ops run on large arrays.
+    """
+
+    SLOTS = 3 << 16  # a 224 px .npy (150,528 bytes) in one piece; a multiple of 768
+    SMALL = 1 << 14  # pieces below this are gathered into a buffer of up to STAGE bytes
+    STAGE = 1 << 17
+
+    def __init__(self):
+        self.acc1 = np.zeros(self.SLOTS, np.uint16)
+        self.acc2 = np.zeros(self.SLOTS, np.uint32)
+        self.tmp = np.empty(self.SLOTS, np.uint16)
+        self.pieces1 = self.pieces2 = 0
+        self.high = 0  # slots past this are still zero
+        self.stage = bytearray()
+        self.count, self.s1, self.s2 = [0, 0, 0], [0, 0, 0], [0, 0, 0]
+
+    def add(self, data, phase: int) -> None:
+        n = len(data)
+        q, r = divmod(n, 3)
+        count = self.count
+        count[0] += q
+        count[1] += q
+        count[2] += q
+        if r:
+            count[phase] += 1
+            if r == 2:
+                count[(phase + 1) % 3] += 1
+        if n >= self.SMALL:
+            self._add(np.frombuffer(data, np.uint8), phase)
+            return
+        stage = self.stage
+        stage += bytes((phase - len(stage)) % 3)  # zeros: they add nothing to either sum
+        stage += data
+        if len(stage) >= self.STAGE:
+            self._add(np.frombuffer(stage, np.uint8), 0)
+            self.stage = bytearray()
+
+    def _add(self, a: np.ndarray, phase: int) -> None:
+        pos = 0
+        while pos < len(a):
+            n = min(self.SLOTS - 2, len(a) - pos)
+            ph = (phase + pos) % 3
+            if self.pieces1 == 257:
+                self._flush(self.acc1, self.s1)
+                self.pieces1 = 0
+            if self.pieces2 == 65536:
+                self._flush(self.acc2, self.s2)
+                self.pieces2 = 0
+            self.high = max(self.high, ph + n)
+            wide = self.tmp[:n]
+            np.copyto(wide, a[pos:pos + n])  # no ufunc below casts: each runs at memory speed
+            np.add(self.acc1[ph:ph + n], wide, out=self.acc1[ph:ph + n])
+            np.multiply(wide, wide, out=wide)  # 255² fits uint16
+            np.add(self.acc2[ph:ph + n], wide, out=self.acc2[ph:ph + n])
+            self.pieces1 += 1
+            self.pieces2 += 1
+            pos += n
+
+    def _flush(self, acc: np.ndarray, into: list[int]) -> None:
+        used = acc[:-(-self.high // 768) * 768].reshape(-1, 768)  # wide rows: the reduction is vectorized
+        for c, v in enumerate(used.sum(axis=0, dtype=np.uint64).reshape(-1, 3).sum(axis=0).tolist()):
+            into[c] += int(v)
+        used.fill(0)
+
+    def totals(self) -> tuple[list[int], list[int], list[int]]:
+        if self.stage:
+            self._add(np.frombuffer(self.stage, np.uint8), 0)
+            self.stage = bytearray()
+        self._flush(self.acc1, self.s1)
+        self._flush(self.acc2, self.s2)
+        self.pieces1 = self.pieces2 = self.high = 0
+        return list(self.count), list(self.s1), list(self.s2)
+
+
+_json = json.JSONDecoder().decode  # json.loads less its per-call encoding detection
+
+
+def _capture(name: str) -> int:
+    return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith(".cls") else \
+        JSON_CAP if name.endswith(".json") else 0
+
+
+def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
+    """Every check of one shard (quick: without reading the data of .npy members)."""
+    try:
+        rows = _read_rows(job, ctx)
+    except OSError as e:
+        return ShardResult([Problem(job.name, "index", f"cannot read this shard's rows of samples.npz: {e}")], 0, 0)
+    if ctx.quick:
+        try:
+            walker = walk_headers(job.url, _capture)
+        except FileNotFoundError:
+            return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
+        except OSError as e:
+            return ShardResult([Problem(job.name, "unreadable", f"cannot read {job.url}: {e.strerror or e}")], 0, 0)
+        problems = _size_problem(job, walker.pos)
+        result = ShardResult(problems, len(walker.members) * BLOCK, 0)
+        digests, sha_ok = None, None
+    else:
+        scan = _Scan(ctx.stats)
+        try:
+            file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
+            scan_file(job.url, on_chunk=scan.on_chunk, walker=scan.walker)
+        except FileNotFoundError:
+            return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
+        except OSError as e:
+            return ShardResult([Problem(job.name, "unreadable", f"cannot read {job.url} (after "
+                                        f"{scan.walker.pos:,} bytes): {e.strerror or e}")], scan.walker.pos, 0)
+        walker = scan.walker
+        problems = _size_problem(job, walker.pos)
+        digest = scan.sha.hexdigest()
+        sha_ok = digest == job.sha256
+        if not sha_ok and job.sha256 is not None:  # (an unusable sha256 field is a problem already)
+            problems.append(Problem(job.name, "sha256", f"sha256 {digest[:16]}..., the index says "
+                                    f"{str(job.sha256)[:16]}..."))
+        result = ShardResult(problems, walker.pos, 0)
+        digests = scan.digests
+        if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
+            result.pixels = scan.pixels.totals()
+    for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
+        try:
+            result.sides.add(image_side(header))
+        except ValueError:
+            pass
+    if rows is None:  # no usable rows: the shard's own structure only
+        result.problems += _structure_only(job, walker)
+        result.samples = sum(1 for m in walker.members if m.name.endswith(".npy"))
+        result.problems = capped(result.problems)
+        return result
+    result.samples = len(rows.keys)
+    structure = _compare(job, walker, rows, ctx.header)
+    content = _contents(job, ctx, rows, walker, digests, sha_ok, result)
+    if not ctx.quick and walker.error is not None:
+        content += _unreached(job, ctx, rows, walker, result)
+    result.problems += structure + content
+    if sha_ok is False and job.sha256 is not None and not structure and not content:
+        result.problems.append(Problem(job.name, "sample_data", "the data of every indexed member matches; the "
+                                       "damage is in tar headers, padding or the end blocks"))
+    if result.problems and any(p.kind == "npy_header" for p in result.problems):
+        result.pixels = None  # pixels of a member of another shape are not counted
+    result.problems = capped(result.problems)
+    return result
+
+
+class _Scan:
+    """Full mode's per-chunk work: SHA-256 of the file, XXH3-64 of each .npy member, pixel sums."""
+
+    def __init__(self, stats: bool = True):
+        self.sha = hashlib.sha256()
+        self.walker = TarWalker(_capture)
+        self.pixels = PixelSums() if stats else None
+        self.digests: dict[int, int] = {}  # .npy data offset -> XXH3-64 of the member
+        self._hash: xxhash.xxh3_64 | None = None
+        self._done = 0  # members before this one are complete
+
+    def on_chunk(self, part: memoryview) -> None:
+        self.sha.update(part)  # releases the GIL: another thread's shard is walked meanwhile
+        end = self.walker.pos
+        base = end - len(part)
+        members = self.walker.members
+        i = self._done
+        while i < len(members):
+            m = members[i]
+            if m.name.endswith(".npy"):
+                lo, hi = max(m.offset, base), min(m.offset + m.size, end)
+                if lo < hi:
+                    if self._hash is None:
+                        self._hash = xxhash.xxh3_64()
+                    self._hash.update(part[lo - base:hi - base])
+                    start = max(lo, m.offset + NPY_HEADER_BYTES)
+                    if start < hi and self.pixels is not None:
+                        self.pixels.add(part[start - base:hi - base], (start - m.offset - NPY_HEADER_BYTES) % 3)
+                if m.offset + m.size > end:
+                    break  # it goes on in the next chunk
+                self.digests[m.offset] = (self._hash or xxhash.xxh3_64()).intdigest()
+                self._hash = None
+            i += 1
+        self._done = i
+
+
+@dataclass
+class _Rows:
+    """A shard's rows of samples.npz as Python values (each sample is looked at once, in Python)."""
+
+    keys: list[str]
+    labels: list[int]
+    offsets: list[list[int]]  # per row: data offsets of .cls, .json, .npy
+    lengths: list[list[int]]
+    xxh3: list[int] | None
+    fingerprints: list[str] | None  # "xxh3_128:<hex>", as the .json has it
+    dims: dict[str, list[int]]  # width, height
+    paths: list[str] | None
+
+
+def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
+    if job.rows is None or ctx.table is None or not set(ROW_COLUMNS) <= ctx.usable:
+        return None
+    a, b = job.rows
+    cols = ctx.table.read([c for c in ROW_DATA if c in ctx.usable], a, b)
+    paths = None
+    if ctx.paths_ok:
+        po = ctx.table.read(["path_offsets"], a, b + 1)["path_offsets"].astype(np.int64)
+        data = ctx.table.read(["path_data"], int(po[0]), int(po[-1]))["path_data"].tobytes()
+        paths = [data[s - po[0]:e - po[0]].decode("utf-8", "replace") for s, e in zip(po[:-1], po[1:])]
+    fp = cols.get("fingerprint")
+    return _Rows(cols["key"].astype("U").tolist(), cols["label"].tolist(),
+                 np.stack([cols[f"{m}_offset"] for m in MEMBERS], axis=1).tolist(),
+                 np.stack([cols[f"{m}_length"] for m in MEMBERS], axis=1).tolist(),
+                 cols["npy_xxh3"].tolist() if "npy_xxh3" in cols else None,
+                 ["xxh3_128:" + r.tobytes().hex() for r in fp] if fp is not None else None,
+                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths)
+
+
+def _size_problem(job: ShardJob, size: int) -> list[Problem]:
+    if size == job.bytes or job.bytes is None:  # (an unusable bytes field is a problem already)
+        return []
+    what = "truncated" if size < job.bytes else "longer than indexed"
+    return [Problem(job.name, "size", f"{what}: {size:,} bytes, the index says {job.bytes:,}")]
+
+
+def _stem(name: str) -> str | None:
+    """A member's sample key, by the rule every reader uses (``format.tar.split_name``)."""
+    return split_name(name)[0]
+
+
+def _walk_error(job: ShardJob, walker: TarWalker, more: str = "", key: str | None = None) -> list[Problem]:
+    if not walker.error:
+        return []
+    kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
+    return [Problem(job.name, kind, walker.error + more, key=key, offset=walker.error_offset)]
+
+
+def _structure_only(job: ShardJob, walker: TarWalker) -> list[Problem]:
+    return _walk_error(job, walker) + _headers(job, walker, None)
+
+
+def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Problem]:
+    problems = []
+    for m in walker.members:
+        if m.name.endswith(".npy") and (m.data != header if header is not None else _not_image(m.data)):
+            expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
+            problems.append(Problem(job.name, "npy_header", f"{m.name}: the header says {describe_npy(m.data)}; "
+                                    f"expected {expected}", key=_stem(m.name), offset=m.offset))
+    return problems
+
+
+def _not_image(header: bytes) -> bool:
+    try:
+        image_side(header)
+    except ValueError:
+        return True
+    return False
+
+
+def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes) -> list[Problem]:
+    """The tar's member table and .npy headers against the index's rows for this shard."""
+    exp = []
+    for k, o, n in zip(rows.keys, rows.offsets, rows.lengths):
+        exp += [(f"{k}.cls", o[0], n[0]), (f"{k}.json", o[1], n[1]), (f"{k}.npy", o[2], n[2])]
+    act = [(m.name, m.offset, m.size) for m in walker.members]
+    if exp == act and not walker.error:  # the common case: every member where its row says
+        return _headers(job, walker, header)
+    seen = Counter(n for n, _, _ in act)
+    # members past the point where the walk stopped were not reached: the damage there covers them
+    reach = walker.reached
+    unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
+    here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
+    problems = _walk_error(job, walker, f"; {unreached} indexed member(s) after it were not reached" if unreached
+                           else "", key=_stem(here[0]) if here else None)
+    problems += _headers(job, walker, header)
+    if exp == act:
+        return problems
+    exp_at = {n: (o, s) for n, o, s in exp}
+    for n, c in seen.items():
+        if c > 1:
+            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=_stem(n)))
+    for n, o, s in act:
+        if n not in exp_at:
+            problems.append(Problem(job.name, "extra_member", f"{n} ({s:,} B) is not in the index",
+                                    key=_stem(n), offset=o - BLOCK))
+    for n, o, s in exp:
+        if n not in seen and not (walker.error and o >= reach):
+            problems.append(Problem(job.name, "missing_member", f"{n} is in the index but not in the tar",
+                                    key=_stem(n), offset=o - BLOCK))
+    moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
+    if moved:
+        n, o, s, (eo, es) = moved[0]
+        problems.append(Problem(job.name, "member_offset",
+                                f"{len(moved)} member(s) are not where the index says; first {n}: data at "
+                                f"{o:,} ({s:,} B), the index says {eo:,} ({es:,} B)", offset=o))
+    return problems
+
+
+def _contents(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, digests: dict[int, int] | None,
+              sha_ok: bool | None, result: ShardResult) -> list[Problem]:
+    """Each sample's members found where its row says, against the row."""
+    members = walker.members
+    aligned = len(members) == 3 * len(rows.keys) and all(  # the common case: member 3i + j is row i's
+        m.name == f"{k}.{ext}" and m.offset == o[j] and m.size == n[j]
+        for k, o, n, trio in zip(rows.keys, rows.offsets, rows.lengths, zip(*[iter(members)] * 3))
+        for j, (ext, m) in enumerate(zip(MEMBERS, trio)))
+    at = {} if aligned else {(m.name, m.offset, m.size): m for m in members}
+    problems = []
+    for i, k in enumerate(rows.keys):
+        if aligned:
+            cls, meta, npy = members[3 * i:3 * i + 3]
+        else:
+            o, n = rows.offsets[i], rows.lengths[i]
+            cls, meta, npy = (at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(MEMBERS))
+        problems += _check_sample(job, ctx, rows, i, cls.data if cls else None, meta.data if meta else None, result)
+        if npy is not None and digests is not None and rows.xxh3 is not None and npy.offset in digests:
+            problems += _check_xxh3(job, rows, i, digests[npy.offset], sha_ok)
+    return problems
+
+
+def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | None) -> list[Problem]:
+    want = rows.xxh3[i]
+    if got == want:
+        return []
+    k = rows.keys[i]
+    why = ("the shard matches its sha256, so samples.npz npy_xxh3 was changed" if sha_ok else
+           "the pixel bytes differ from the index")
+    return [Problem(job.name, "sample_data", f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says "
+                    f"{want:016x}: {why}", key=k, offset=rows.offsets[i][2])]
+
+
+def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, cls: bytes | None, meta: bytes | None,
+                  result: ShardResult) -> list[Problem]:
+    """One sample's .cls and .json against its row (None: the member is not where the row says)."""
+    k, label, o, n = rows.keys[i], rows.labels[i], rows.offsets[i], rows.lengths[i]
+    problems: list[Problem] = []
+
+    def bad(kind: str, member: int, message: str) -> None:
+        problems.append(Problem(job.name, kind, f"{k}.{MEMBERS[member]}: {message}", key=k, offset=o[member]))
+
+    agreed = False
+    if cls is None:
+        pass
+    elif cls == (ctx.digits.get(label) if ctx.digits is not None else str(label).encode()):
+        agreed = True
+    elif n[0] > CLS_CAP or not (cls.isascii() and cls.isdigit()):
+        bad("label", 0, f"holds {cls[:24]!r}, not a class index")
+    elif cls != str(label).encode():
+        bad("label", 0, f"says {cls.decode()}, samples.npz label says {label}")
+    else:
+        bad("label", 0, f"says {label}; classes has {len(ctx.classes)} name(s)")
+    if meta is None:
+        return problems
+    try:
+        obj = _json(meta.decode("utf-8")) if n[1] <= JSON_CAP else None
+    except ValueError as e:  # UnicodeDecodeError too
+        bad("sample_meta", 1, f"not valid JSON ({e})")
+        return problems
+    if not isinstance(obj, dict):
+        bad("sample_meta", 1, "not a JSON object" if n[1] <= JSON_CAP else f"{n[1]:,} bytes; too long for metadata")
+        return problems
+    if obj.get("key") != k:
+        bad("sample_meta", 1, f"key is {obj.get('key')!r}, not the member's key")
+    if agreed and ctx.classes is not None:
+        name = obj.get("label")
+        result.names.setdefault(label, Counter())[name] += 1
+        if name != ctx.classes[label]:
+            result.misnamed.append((label, Problem(job.name, "class_name", f"{k}.json: label {name!r}, but "
+                                                   f"classes[{label}] is {ctx.classes[label]!r}", key=k,
+                                                   offset=o[1])))
+    if rows.fingerprints is not None and obj.get("fingerprint") != rows.fingerprints[i]:
+        bad("sample_meta", 1, f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says "
+                              f"{rows.fingerprints[i]}")
+    for dim, values in rows.dims.items():
+        if obj.get(dim) != values[i]:
+            bad("sample_meta", 1, f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
+    if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
+        bad("sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says "
+                              f"{rows.paths[i]!r}")
+    return problems
+
+
+def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, result: ShardResult) -> list[Problem]:
+    """After the walk stopped early: the indexed samples past that point that lie within the file,
+    read at their offsets, so intact ones are not reported (and damaged ones are)."""
+    reach, size = walker.reached, walker.pos
+    seen = {m.name for m in walker.members}
+    wanted = [i for i, k in enumerate(rows.keys) if f"{k}.cls" not in seen and rows.offsets[i][0] >= reach
+              and all(o + n <= size for o, n in zip(rows.offsets[i], rows.lengths[i]))]
+    starts = [rows.offsets[i][j] for i in wanted for j in range(3)]
+    ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(3)]
+    blobs = read_ranges([job.url] * len(starts), starts, ends)
+    problems = []
+    for t, i in enumerate(wanted):
+        cls, meta, npy = blobs[3 * t:3 * t + 3]
+        err = next((b for b in (cls, meta, npy) if isinstance(b, BaseException)), None)
+        if err is not None:
+            return problems + [Problem(job.name, "unreadable", f"cannot read {job.url} at "
+                                       f"{rows.offsets[i][0]:,}: {err}", key=rows.keys[i])]
+        problems += _check_sample(job, ctx, rows, i, cls, meta, result)
+        if rows.xxh3 is not None:
+            problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(npy), False)
+    return problems
