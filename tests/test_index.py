@@ -56,3 +56,20 @@ def test_load_index_errors(tmp_path):
     (tmp_path / "index.json").write_text("{broken")
     with pytest.raises(IndexFormatError, match="cannot read index"):
         load_index(tmp_path)
+
+
+def test_an_index_naming_a_samples_file_outside_its_folder_is_refused(tmp_path):
+    outside = tmp_path / "secret.npz"
+    outside.write_bytes(write_npz(_columns(2)))
+    folder = tmp_path / "v1" / "8"
+    folder.mkdir(parents=True)
+    meta = {"format": "wds-tools-index", "format_version": FORMAT_VERSION, "splits": {}, "shards": [],
+            "classes": [], "samples_file": {"name": "../../secret.npz"}}
+    (folder / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match=r"samples_file.name is '../../secret.npz'; expected a file name in "
+                                               r"the index's own folder"):
+        load_index(folder).samples
+    from wds_tools.convert.reindex import write_reader_indexes
+
+    with pytest.raises(IndexFormatError, match="samples_file.name"):
+        write_reader_indexes(folder, dali=True)

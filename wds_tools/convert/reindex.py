@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..format.layout import index_of, join, read_samples
+from ..format.layout import index_of, join, read_samples, samples_file_name
 from ..format.sidecars import sidecar_files
 from .storage import Store
 
@@ -34,7 +34,7 @@ def write_reader_indexes(path: str | os.PathLike, *, wids: bool = True, dali: bo
     """Write ``<split>.wids.json`` (``wids``) and ``<shard>.idx`` (``dali``) beside the index at
     ``path`` (a shards folder or its index.json, local or an fsspec URL); returns their names."""
     folder, meta = index_of(path)
-    columns = read_samples(join(folder, meta["samples_file"]["name"])) if dali else {}
+    columns = read_samples(join(folder, samples_file_name(meta, join(folder, "index.json")))) if dali else {}
     store = Store(folder)
     files = sidecar_files(meta, columns, wids=wids, dali=dali)
     for name, data in files.items():

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IndexFormatError
-from .layout import INDEX_FILE, SAMPLES_FILE, join  # file names are the layout's
+from .layout import INDEX_FILE, SAMPLES_FILE, join, samples_file_name  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
 
 __all__ = [
@@ -146,7 +146,8 @@ class DatasetIndex:
     @property
     def samples(self) -> SampleTable:
         if self._samples is None:
-            self._samples = SampleTable(read_npz(self.root / self.meta["samples_file"]["name"]))
+            name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
+            self._samples = SampleTable(read_npz(self.root / name))
         return self._samples
 
     @property

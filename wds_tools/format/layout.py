@@ -88,6 +88,16 @@ def indexed_name_problem(name: object, *, shard: bool = True) -> str | None:
     return f"is {name!r}; expected {'<split>-NNNNNN.tar' if shard else 'a file name'} in the index's own folder"
 
 
+def samples_file_name(meta: dict, where: str) -> str:
+    """index.json's ``samples_file.name``, refused (``IndexFormatError``) unless a plain name in its folder."""
+    info = meta.get("samples_file")
+    name = info.get("name") if isinstance(info, dict) else None
+    problem = indexed_name_problem(name, shard=False)
+    if problem:
+        raise IndexFormatError(f"{where}: samples_file.name {problem}")
+    return name
+
+
 def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
     """index.json's ``shards`` entries a reader may open: a name by ``indexed_name_problem`` and a
     ``samples`` count (``samples_file.name`` is checked too). ``strict``: the first bad entry raises
