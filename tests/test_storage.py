@@ -117,3 +117,16 @@ def test_loader_reads_s3_shards_by_offset_and_streaming(bucket, corpus, tmp_path
     assert len(read_all(f"{url}/shards/v1/32")) == 40  # the folder, through its index.json
     streamed = read_all(f"{url}/shards/v1/32", reader="stream")  # ranged reads vs streaming the tars
     assert streamed.keys() == from_s3.keys() and all(torch.equal(streamed[k], from_s3[k]) for k in from_s3)
+
+
+def test_multi_size_conversion_into_s3_equals_local(bucket, corpus, tmp_path):
+    """The spill goes through object storage too (staged, uploaded, read back by range)."""
+    fs, url = bucket
+    remote = convert(corpus, version="v1", size="32,48", out=f"{url}/shards", workers=2, shard_size=6,
+                     progress=False)
+    assert [r.samples_written for r in remote.results] == [40, 40]
+    for size in (32, 48):
+        convert(corpus, version="v1", size=size, out=tmp_path / "local", workers=1, shard_size=6, progress=False)
+        assert _remote_files(fs, f"{url}/shards/v1/{size}") == _local_files(tmp_path / f"local/v1/{size}")
+    hidden = [p for p in fs.find(f"{url}/shards") if "/." in p]
+    assert hidden == []  # no spill or work files left behind

@@ -31,7 +31,7 @@ from .runner import EXECUTORS, make_runner, usable_cpus
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .spill import SPILL_DIR, load_spill
-from .storage import Store, is_remote, join
+from .storage import Store, join
 from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 
