@@ -32,7 +32,7 @@ def test_fewer_shards_than_workers_gives_the_bytes_of_one_worker(tmp_path, worke
 
 
 def test_batch_size():
-    assert batch_size(60, 2, 224 * 224 * 3) == 4  # ~8 batches per worker: the last ones spread
+    assert batch_size(60, 2, 224 * 224 * 3) == 2  # ~16 batches per worker: the last ones spread
     assert batch_size(370_000, 16, 224 * 224 * 3) == 16  # at most 16 samples
     assert batch_size(10_000, 4, 2048 * 2048 * 3) == 1  # at most 8 MiB of pixels
     assert batch_size(3, 8, 100) == 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import xxhash
 
 from .decode import DecodeError, DecodeSettings, probe_image
+from ..format.layout import filesystem
 from .storage import is_remote, open_input
 
 __all__ = ["HASH_ALGORITHMS", "Check", "open_source", "os_reason", "scan_files", "check_sources",
@@ -64,6 +65,14 @@ def hash_mismatch(content_hash: str | None, hasher) -> str | None:
             "or the file")
 
 
+def _stat(path: str) -> tuple[int, int]:
+    """(size, mtime_ns) without reading: a stat, or one HEAD request for a URL (mtime 0, as read)."""
+    if is_remote(path):
+        return int(filesystem(path).info(path)["size"]), 0
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
 def scan_files(paths: list[str], settings: DecodeSettings) -> list[tuple[str | None, int, int]]:
     """For each file: (None or the reason it is unusable, size, mtime_ns); reads headers only."""
     out: list[tuple[str | None, int, int]] = []
@@ -107,11 +116,11 @@ def check_sources(items: list[Check], settings: DecodeSettings
         path = item.path
         try:
             if item.stat_only or (item.trusted is not None and not is_remote(path)):
-                st = os.stat(path)
-                if st.st_size == 0:
+                size, mtime = _stat(path)
+                if size == 0:
                     raise DecodeError("empty file")
-                if item.stat_only or (st.st_size, st.st_mtime_ns) == item.trusted:
-                    out.append((None, None, st.st_size, st.st_mtime_ns, False))
+                if item.stat_only or (size, mtime) == item.trusted:
+                    out.append((None, None, size, mtime, False))
                     continue
             raw, size, mtime = open_source(path)
             with raw:

@@ -38,8 +38,8 @@ from .write import Reuse, SampleTask, ShardTask
 __all__ = ["convert", "ConvertResult", "ConvertResults", "parse_max_errors", "parse_sizes", "WORK_DIR"]
 
 _VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_SCAN_CHUNK = 256  # rows per header-scan or stat task
-_HASH_CHUNK = 32  # rows per fingerprint task when files are read whole: keep tasks small
+_SCAN_CHUNK = 256  # rows per header-scan or stat task at most
+_HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
 
 
 def parse_sizes(value: int | str | Sequence[int | str]) -> list[int]:
@@ -60,11 +60,25 @@ def parse_sizes(value: int | str | Sequence[int | str]) -> list[int]:
     return sorted(set(sizes), reverse=True)
 
 
+class _NoBar:
+    """What ``_bar`` gives without a progress bar: importing tqdm alone costs ~0.1 s."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+
 def _bar(total: int, desc: str, unit: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, smoothing=0.1,
-                dynamic_ncols=True, leave=True)
+    return tqdm(total=total, desc=desc, unit=unit, smoothing=0.1, dynamic_ncols=True, leave=True)
 
 
 def convert(
@@ -192,7 +206,7 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
     stats: list[tuple] = [(None, 0, 0)] * len(rows)
     counts = {"unchanged_by_stat": 0, "unchanged_by_hash": 0, "sources_read": 0}
     if base is None:
-        fn, chunk = scan_files, _SCAN_CHUNK
+        fn, most = scan_files, _SCAN_CHUNK
         items = [r.path for r in rows]
     else:
         fn, items = check_sources, []
@@ -204,8 +218,9 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
                 trusted = (size, mtime) if size is not None and mtime else None
             items.append(Check(r.path, trusted, by_hash, r.content_hash))
         # files read whole make slow tasks: keep those small, stat-only ones large
-        chunk = _HASH_CHUNK if checksum or sum(1 for c in items if c.stat_only or c.trusted) < len(items) // 2 \
+        most = _HASH_CHUNK if checksum or sum(1 for c in items if c.stat_only or c.trusted) < len(items) // 2 \
             else _SCAN_CHUNK
+    chunk = max(1, min(most, -(-len(rows) // (4 * getattr(runner, "workers", 1)))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
     with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
         def on_result(j: int, out: list) -> None:

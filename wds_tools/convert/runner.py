@@ -1,4 +1,4 @@
-"""Run work in-process or on a spawn process pool, with progress messages from the workers."""
+"""Run work in-process or on a process pool (plus the calling process), with progress messages from the workers."""
 
 from __future__ import annotations
 

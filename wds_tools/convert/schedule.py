@@ -23,8 +23,9 @@ _BATCH_BYTES = 8 << 20  # pixels per batch at most (large --size): bounds memory
 
 
 def batch_size(samples: int, workers: int, sample_bytes: int) -> int:
-    """Samples per batch: about 8 batches per worker over the run, at most 16 and 8 MiB of pixels."""
-    return max(1, min(_MAX_BATCH, _BATCH_BYTES // max(1, sample_bytes), math.ceil(samples / (8 * workers))))
+    """Samples per batch: about 16 batches per worker over the run (the last ones keep every worker
+    busy to the end), at most 16 samples and 8 MiB of pixels."""
+    return max(1, min(_MAX_BATCH, _BATCH_BYTES // max(1, sample_bytes), math.ceil(samples / (16 * workers))))
 
 
 def write_shards(tasks: list[ShardTask], runner, on_done: Callable[[ShardTask, dict], None],
