@@ -139,8 +139,17 @@ def test_killed_multi_size_run_resumes_byte_identical(tmp_path, phase):
     if phase == "largest size":
         assert not (tmp_path / "out/v1/64/index.json").exists()
         assert list((tmp_path / "out/v1/32/.wds-tools-work/spill").glob("*.npz"))  # spilled so far
-    done = subprocess.run(command(tmp_path / "out"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command(tmp_path / "out") + ["--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
+    import json
+
+    big, small = json.loads(done.stdout)["results"]
+    assert small["decodes"] == 0  # every 32 px sample from the spill, of this run or the killed one
+    if phase == "spilled size":
+        assert big["already_complete"]
+    else:
+        assert big["shards_resumed"] >= 2 and big["decodes"] < 2 * 150
     for size in ("32", "64"):
         ref = subprocess.run(command(tmp_path / "ref", size), cwd=ROOT, capture_output=True, text=True,
                              timeout=300)

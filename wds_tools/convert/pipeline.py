@@ -287,10 +287,11 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
     for t in todo:
         t.metas = {task.name: m for task in t.tasks if (m := finished_meta(t.store, task)) is not None}
     first, others = todo[0], todo[1:]
+    for t in todo:  # pixels an interrupted multi-size run already decoded for a size are kept
+        t.tasks = _with_spill(t, rows, stats)
     if others:
-        spilled = {o.size: _spill_reuse(o, rows, stats) for o in others}
         need = {o.size: {s.key for task in o.tasks if task.name not in o.metas for s in task.samples
-                         if s.reuse is None and s.key not in spilled[o.size]} for o in others}
+                         if s.reuse is None} for o in others}
         spill = tuple((o.size, join(o.work, SPILL_DIR)) for o in others if need[o.size])
         first.tasks = [replace(task, spill=spill, samples=tuple(
             replace(s, also=tuple(size for size, _ in spill if s.key in need[size])) for s in task.samples))
@@ -298,12 +299,19 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
         first.result.shared_decode = [o.size for o in others]
     _write(first, src, runner, failures, out=out, version=version, settings=settings, progress=progress, t0=t0)
     for o in others:
-        spilled = _spill_reuse(o, rows, stats)
-        o.tasks = [replace(task, samples=tuple(
-            replace(s, reuse=spilled[s.key][1], src_size=spilled[s.key][2], src_mtime_ns=spilled[s.key][3])
-            if s.reuse is None and s.key in spilled else s for s in task.samples)) for task in o.tasks]
+        o.tasks = _with_spill(o, rows, stats)
         o.result.shared_decode = [first.size]
         _write(o, src, runner, failures, out=out, version=version, settings=settings, progress=progress, t0=t0)
+
+
+def _with_spill(t: Target, rows: list[SourceRow], stats: list[tuple]) -> list[ShardTask]:
+    """``t``'s tasks, where a sample the base does not hold copies the pixels spilled for it."""
+    spilled = _spill_reuse(t, rows, stats)
+    if not spilled:
+        return t.tasks
+    return [replace(task, samples=tuple(
+        replace(s, reuse=spilled[s.key][1], src_size=spilled[s.key][2], src_mtime_ns=spilled[s.key][3])
+        if s.reuse is None and s.key in spilled else s for s in task.samples)) for task in t.tasks]
 
 
 def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: int, resize: str,
