@@ -66,6 +66,7 @@ SCALING_TARGET = 0.85
 FEW_SCALING_TARGET = 0.9  # x cores: 1.8x on 2 cores (issue 12)
 MULTI_SIZES = (224, 384)
 MULTI_TARGET = 0.6  # multi-size time / sum of separate runs (issue 12)
+SHARED_SIZES = (384, 512)  # on 12 MP photos both draft to 1/4: one decode serves both
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -271,14 +272,18 @@ def _one_decode_for_all(data: bytes, sizes: tuple[int, ...]) -> dict[int, np.nda
 
 def bench_multi_decode(paths: list[Path]) -> dict[str, float]:
     """Per image, one core, median ms: each size alone, decode_sizes (exact), option B; B's pixel error."""
-    times: dict[str, list[float]] = {str(s): [] for s in MULTI_SIZES} | {"exact": [], "one_decode": []}
+    times: dict[str, list[float]] = {str(s): [] for s in MULTI_SIZES + SHARED_SIZES} | {
+        "exact": [], "one_decode": [], "shared": []}
     diffs, differing, decodes = [], [], []
     for p in paths:
         data = p.read_bytes()
-        for s in MULTI_SIZES:
+        for s in sorted(set(MULTI_SIZES + SHARED_SIZES)):
             t = time.perf_counter()
             decode_image(data, s)
             times[str(s)].append(1000 * (time.perf_counter() - t))
+        t = time.perf_counter()
+        decode_sizes(data, SHARED_SIZES)
+        times["shared"].append(1000 * (time.perf_counter() - t))
         t = time.perf_counter()
         got, n = decode_sizes(data, MULTI_SIZES)
         times["exact"].append(1000 * (time.perf_counter() - t))
@@ -308,6 +313,8 @@ def main() -> int:
     ap.add_argument("--few", type=int, default=60,
                     help="photos of the default-shard-size and multi-size runs (default 60)")
     ap.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    ap.add_argument("--skip-small-shards", action="store_true",
+                    help="skip part 3 (scaling with small shards), e.g. to rerun issue 12's parts alone")
     args = ap.parse_args()
 
     cores = os.cpu_count() or 1
@@ -323,11 +330,13 @@ def main() -> int:
 
     shard_size = max(1, args.count // (4 * cores))
     worker_counts = sorted({1, cores})
-    print(f"convert: workers {worker_counts}, shard_size {shard_size}, {args.repeats} repeats ...", flush=True)
-    rates = bench_convert(manifest, args.size, worker_counts, shard_size, args.repeats)
-
-    one, full = rates[1], rates[cores]
-    scaling = {k: full[k] / (cores * one[k]) for k in ("phase", "result", "call")} if cores > 1 else {}
+    if args.skip_small_shards:
+        rates, scaling = {}, {}
+    else:
+        print(f"convert: workers {worker_counts}, shard_size {shard_size}, {args.repeats} repeats ...", flush=True)
+        rates = bench_convert(manifest, args.size, worker_counts, shard_size, args.repeats)
+        one, full = rates[1], rates[cores]
+        scaling = {k: full[k] / (cores * one[k]) for k in ("phase", "result", "call")} if cores > 1 else {}
 
     few_manifest = subset_manifest(Path(args.data), args.few)
     print(f"issue 12: {args.few} photos, default shard size, workers 1 and {cores} ...", flush=True)
@@ -345,7 +354,7 @@ def main() -> int:
         ("converter decode_file (median)", f"{conv_ms:.1f} ms/img", "", ""),
         ("converter / naive", f"{ratio:.3f}", f"<= {DECODE_RATIO_TARGET}", verdict(ratio <= DECODE_RATIO_TARGET)),
     ]
-    for w in worker_counts:
+    for w in worker_counts if rates else ():
         r = rates[w]
         rows += [
             (f"convert workers={w}: decode+write phase", f"{r['phase']:.1f} img/s", "", ""),
@@ -366,7 +375,7 @@ def main() -> int:
             (f"scaling {cores} workers, whole convert() call", f"{scaling['call']:.3f}",
              f"(>= {SCALING_TARGET})", "info"),
         ]
-    else:
+    elif not args.skip_small_shards:
         rows.append(("scaling", "n/a (1 core)", f">= {SCALING_TARGET}", "skipped"))
 
     label = ",".join(map(str, MULTI_SIZES))
@@ -393,13 +402,17 @@ def main() -> int:
         ("each multi-size folder byte-identical to its separate run", str(multi["identical"]), "True",
          verdict(multi["identical"])),
     ]
-    rows += [(f"decode_image {s} (one core, median)", f"{mdec[str(s)]:.1f} ms/img", "", "") for s in MULTI_SIZES]
+    rows += [(f"decode_image {s} (one core, median)", f"{mdec[str(s)]:.1f} ms/img", "", "")
+             for s in sorted(set(MULTI_SIZES + SHARED_SIZES))]
     rows += [
         (f"decode_sizes {label}: exact, one decode per JPEG draft scale (median {mdec['decodes']:.0f})",
          f"{mdec['exact']:.1f} ms/img", "", f"{mdec['exact'] / sum(mdec[str(s)] for s in MULTI_SIZES):.2f} of separate"),
         (f"option B, not used: one decode at {max(MULTI_SIZES)}'s draft for all sizes",
          f"{mdec['one_decode']:.1f} ms/img", "",
          f"{mdec['one_decode'] / sum(mdec[str(s)] for s in MULTI_SIZES):.2f} of separate"),
+        (f"decode_sizes {','.join(map(str, SHARED_SIZES))}: exact, both draft to the same scale: one decode",
+         f"{mdec['shared']:.1f} ms/img", "",
+         f"{mdec['shared'] / sum(mdec[str(s)] for s in SHARED_SIZES):.2f} of separate"),
         ("option B's pixels vs a separate run", f"max diff {mdec['max_diff']}, up to "
          f"{100 * mdec['differing']:.0f}% of values differ", "identical", "not identical" if mdec["max_diff"] else "identical"),
     ]
@@ -408,7 +421,8 @@ def main() -> int:
     print(f"Machine: {cores} cores ({info['cores usable (affinity)']} usable), {info['CPU']}, "
           f"Python {info['Python']}, Pillow {info['Pillow']}")
     print(f"Corpus: {args.count} x {WIDTH}x{HEIGHT} JPEG q{QUALITY}, size {args.size}, "
-          f"shard_size {shard_size} ({int(one['shards'])} shards), {args.repeats} repeats (medians)")
+          f"shard_size {shard_size} ({int(rates[1]['shards']) if rates else '-'} shards), "
+          f"{args.repeats} repeats (medians)")
     print()
     print("| metric | value | target | result |")
     print("|---|---|---|---|")

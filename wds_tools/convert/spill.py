@@ -62,6 +62,8 @@ class SpillWriter:
             self.offset += len(npy)
 
     def finish(self) -> None:
+        self.f.flush()
+        os.fsync(self.f.fileno())  # as a shard is: renamed only once its bytes are on disk
         self.f.close()
         os.replace(self.tmp, self.file.path)
         self.file.done()
