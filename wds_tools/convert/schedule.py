@@ -22,10 +22,25 @@ _MAX_BATCH = 16  # samples: small enough that the last batches spread over the w
 _BATCH_BYTES = 8 << 20  # pixels per batch at most (large --size): bounds memory per batch
 
 
-def batch_size(samples: int, workers: int, sample_bytes: int) -> int:
-    """Samples per batch: about 16 batches per worker over the run (the last ones keep every worker
-    busy to the end), at most 16 samples and 8 MiB of pixels."""
-    return max(1, min(_MAX_BATCH, _BATCH_BYTES // max(1, sample_bytes), math.ceil(samples / (16 * workers))))
+def batch_size(remaining: int, workers: int, sample_bytes: int) -> int:
+    """Samples in the next batch: a quarter of each worker's share of what remains (guided
+    scheduling: large batches first, single samples at the end, so no worker waits long for the
+    last ones), at most 16 samples and 8 MiB of pixels."""
+    return max(1, min(_MAX_BATCH, _BATCH_BYTES // max(1, sample_bytes), math.ceil(remaining / (4 * workers))))
+
+
+def _pieces(tasks: list[ShardTask], workers: int, sample_bytes: int) -> list[tuple[ShardTask, int, int]]:
+    """(task, start, stop) of every batch, in plan order; a batch never spans two shards."""
+    remaining = sum(len(t.samples) for t in tasks)
+    pieces = []
+    for t in tasks:
+        lo = 0
+        while lo < len(t.samples):
+            hi = min(len(t.samples), lo + batch_size(remaining, workers, sample_bytes))
+            pieces.append((t, lo, hi))
+            remaining -= hi - lo
+            lo = hi
+    return pieces
 
 
 def write_shards(tasks: list[ShardTask], runner, on_done: Callable[[ShardTask, dict], None],
@@ -41,8 +56,7 @@ def write_shards(tasks: list[ShardTask], runner, on_done: Callable[[ShardTask, d
         runner.map(write.write_shard, [(t,) for t in tasks], lambda n: None, done)
         return
     per_sample = sum(s * s * 3 for s in {tasks[0].size, *(size for size, _ in tasks[0].spill)})
-    b = batch_size(sum(len(t.samples) for t in tasks), runner.workers, per_sample)
-    pieces = [(t, lo, min(lo + b, len(t.samples))) for t in tasks for lo in range(0, len(t.samples), b)]
+    pieces = _pieces(tasks, runner.workers, per_sample)
     # each call gets only its slice of the shard: a whole shard's sample list per batch costs pickling
     calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
     shard = None
