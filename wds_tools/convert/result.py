@@ -67,9 +67,13 @@ class ConvertResult:
                    f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
                    f"{self.unchanged_by_hash:,} by manifest hash, not read; {self.sources_read:,} read and hashed")
             lines.append(f"  compared with the base: {how}")
-        if self.shared_decode and not self.already_complete:
-            lines.append(f"  decoded together with size {', '.join(map(str, self.shared_decode))}: "
-                         f"{self.decodes:,} decodes")
+        if self.shared_decode and not self.already_complete and not self.dry_run:
+            if self.size > max(self.shared_decode):
+                lines.append(f"  each source read once for sizes {', '.join(map(str, [self.size, *self.shared_decode]))}: "
+                             f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)")
+            else:
+                lines.append(f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
+                             f"{self.decodes:,} decoded again here")
         for p in self.reuse_problems[:5]:
             lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: "
                          f"{p['error']}")
