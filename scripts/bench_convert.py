@@ -326,6 +326,14 @@ def main() -> int:
     if args.few > args.count:
         manifest, paths = subset_manifest(Path(args.data), args.count), paths[:args.count]
 
+    # issue 12's end-to-end figures first: on a shared machine they get the quietest minutes
+    few_manifest = subset_manifest(Path(args.data), args.few)
+    print(f"issue 12: {args.few} photos, default shard size, workers 1 and {cores} ...", flush=True)
+    few = bench_few(few_manifest, args.size, cores, args.repeats)
+    print(f"issue 12: --size {','.join(map(str, MULTI_SIZES))} vs separate runs, workers {cores} ...", flush=True)
+    multi = bench_multi(few_manifest, cores, args.repeats)
+    print(f"  and --size {','.join(map(str, SHARED_SIZES))} (one decode serves both) ...", flush=True)
+    shared = bench_multi(few_manifest, cores, args.repeats, SHARED_SIZES)
     print("decode: naive vs converter, interleaved ...", flush=True)
     naive_ms, conv_ms = bench_decode(paths, args.size)
     ratio = conv_ms / naive_ms
@@ -340,13 +348,6 @@ def main() -> int:
         one, full = rates[1], rates[cores]
         scaling = {k: full[k] / (cores * one[k]) for k in ("phase", "result", "call")} if cores > 1 else {}
 
-    few_manifest = subset_manifest(Path(args.data), args.few)
-    print(f"issue 12: {args.few} photos, default shard size, workers 1 and {cores} ...", flush=True)
-    few = bench_few(few_manifest, args.size, cores, args.repeats)
-    print(f"issue 12: --size {','.join(map(str, MULTI_SIZES))} vs separate runs, workers {cores} ...", flush=True)
-    multi = bench_multi(few_manifest, cores, args.repeats)
-    print(f"  and --size {','.join(map(str, SHARED_SIZES))} (one decode serves both) ...", flush=True)
-    shared = bench_multi(few_manifest, cores, args.repeats, SHARED_SIZES)
     print("issue 12: per-image decode for several sizes ...", flush=True)
     mdec = bench_multi_decode(paths[:args.few])
 
