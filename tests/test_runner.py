@@ -62,7 +62,7 @@ def test_ordered_yields_in_order_and_bounds_what_is_started(workers):
     started and not yet yielded (decoded pixels cannot pile up)."""
     import os
 
-    pulled, window = [], 3 * workers  # the default window
+    pulled, window = [], 4 * workers + 2  # the default window
     delays = [0.05 if i % 3 == 0 else 0.0 for i in range(20)]  # early calls finish late
 
     def args():

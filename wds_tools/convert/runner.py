@@ -109,7 +109,7 @@ class Runner:
                 window: int | None = None) -> Iterator:
         """Yield fn(*args) for each args, in order.
 
-        At most ``window`` calls (default 3 x workers) are started and not yet yielded, so
+        At most ``window`` calls (default 4 x workers + 2) are started and not yet yielded, so
         results that finish early wait in memory only that far ahead of the one needed next.
         """
         global _progress
@@ -123,7 +123,7 @@ class Runner:
                     _progress = None
                 yield result
             return
-        window = max(2, window or 3 * self.workers)
+        window = max(2, window or 4 * self.workers + 2)
         helpers = self.workers - 1
         waiting: deque[tuple[int, tuple]] = deque()  # (seq, args): not started yet
         running: dict[Future, int] = {}

@@ -3,8 +3,8 @@
 With the local pool every shard is cut into small batches of samples, the batches of all shards
 are decoded across every worker in plan order, whatever the number of shards, and this process
 appends them to their shard in plan order, one shard at a time: each tar is written whole, in
-order, byte-identical to a one-process run. At most ``3 x workers`` batches are started and not
-yet appended, so decoded pixels never pile up. On Ray each shard is one task (``write_shard``).
+order, byte-identical to a one-process run. At most ``4 x workers + 2`` batches (of at most 8 MiB
+of pixels each) are started and not yet appended, so decoded pixels never pile up. On Ray each shard is one task (``write_shard``).
 """
 
 from __future__ import annotations

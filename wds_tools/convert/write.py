@@ -9,6 +9,7 @@ plan order to the shard's tar, then writes its sample columns and its meta, the 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -141,9 +142,14 @@ def _npy_checksum(header: bytes, flat: np.ndarray) -> int:
     return h.intdigest()
 
 
+@functools.lru_cache(maxsize=4)
+def _channel_offsets(size: int) -> np.ndarray:
+    return np.tile(np.array([0, 256, 512], dtype=np.uint16), size * size)
+
+
 def _histogram(flat: np.ndarray, size: int) -> np.ndarray:
-    channel = np.tile(np.array([0, 256, 512], dtype=np.uint16), size * size)
-    return np.bincount(flat + channel, minlength=768)
+    """Counts of each value per channel: [R 0..255, G 0..255, B 0..255]."""
+    return np.bincount(flat + _channel_offsets(size), minlength=768)
 
 
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
