@@ -246,9 +246,9 @@ def test_abandoned_epoch_does_not_block_the_next(folder):
 
 
 def test_buffer_pool_reuses_only_batches_nobody_holds():
-    from training_adapter.loader import _BufferPool
+    from training_adapter.buffers import BufferPool
 
-    pool = _BufferPool(limit=2)
+    pool = BufferPool(limit=2)
     a = pool.get((2, 4, 4, 3))
     a.fill_(7)
     b = pool.get((2, 4, 4, 3))

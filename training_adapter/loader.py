@@ -27,7 +27,9 @@ from wds_tools.format.cpus import usable_cpus
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
-from .indexread import Gather, SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .buffers import BatchRing, BufferPool, Slot
+from .gather import Gather
+from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, iter_samples
 
@@ -58,17 +60,18 @@ class _Views:
 
 
 class _Rows:
-    """Stored pixels of index rows, read by offset: copied straight into the batch when it takes them
-    as they are; for augmentation, views of the shard mappings (remote: a reused scratch array)."""
+    """Stored pixels of index rows (``Gather.views``): views of the shard mappings, copied once
+    into the batch or read by the augmentation in place (remote: rows of a reused scratch array)."""
 
-    def __init__(self, gather: Gather, rows: np.ndarray, scratch: np.ndarray):
-        self.gather, self.rows, self.scratch = gather, rows, scratch
+    def __init__(self, views: list[np.ndarray]):
+        self.views = views
 
     def arrays(self, S: int):
-        return (v.reshape(S, S, 3) for v in self.gather.views(self.rows, self.scratch))
+        return (v.reshape(S, S, 3) for v in self.views)
 
     def copy_into(self, flat: np.ndarray) -> None:
-        self.gather.read(self.rows, flat)
+        for i, v in enumerate(self.views):
+            flat[i] = v
 
 
 def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
@@ -77,115 +80,6 @@ def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
     except ValueError as e:
         raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}", url=url) from None
     return side, side, 3
-
-
-def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
-    """True when ``arrays[i]`` is referenced by that list alone: no tensor made from it is alive
-    (``torch.from_numpy`` keeps a reference to the array for as long as its memory is in use)."""
-    return sys.getrefcount(arrays[i]) == 2  # the list and getrefcount's own argument
-
-
-class _BufferPool:
-    """Batch buffers reused once the caller has let go of every tensor made from them.
-
-    A fresh 9.6 MB batch costs a page fault per 4 KB on its first write, about as much as
-    augmenting the batch's samples takes; reusing buffers removes that. A buffer is a numpy array
-    and each batch a ``torch.from_numpy`` view of it: the view's storage holds a reference to the
-    array until the last tensor sharing it (views, slices) is gone, so the array's reference count
-    says, without any private API, when no batch the caller could still read is in it.
-    """
-
-    def __init__(self, limit: int = 4):
-        self.limit = limit
-        self._bufs: list[np.ndarray] = []
-
-    def get(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = math.prod(shape)
-        for i in range(len(self._bufs)):
-            if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i):
-                return torch.from_numpy(self._bufs[i]).view(shape)
-        arr = np.empty(nbytes, np.uint8)
-        if len(self._bufs) < self.limit:
-            self._bufs.append(arr)
-        elif self._bufs:  # the caller keeps many batches, or sizes change: replace the oldest
-            self._bufs.pop(0)
-            self._bufs.append(arr)
-        return torch.from_numpy(arr).view(shape)
-
-
-class _Slot:
-    """Stands in a worker's batch for images left in a ``_BatchRing`` slot."""
-
-    __slots__ = ("worker", "slot", "shape")
-
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]):
-        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3]
-
-
-class _BatchRing:
-    """Preallocated shared memory through which workers hand uint8 batches to the main process.
-
-    A fresh shared-memory tensor per batch costs page faults on every batch (8 ms for 64 images
-    at 224 px here, more than reading them); a worker fills one of its slots in place instead.
-    The main process lends the slot itself to the caller (no copy) and frees it once nothing the
-    caller holds refers to it any more, which the reference count of the slot's numpy array tells
-    (as in ``_BufferPool``). Each slot is its own shared-memory block, so a batch the caller keeps
-    keeps only its slot alive, not the epoch's ring. At most ``LEND`` slots per worker are lent;
-    beyond that a batch is copied out and its slot freed at once, so a caller that keeps many
-    batches never starves a worker. A worker that finds none of its slots free (at an epoch's end
-    the DataLoader may queue more batches on the last workers) waits for the main process to take
-    one, for as long as the main process lives.
-    """
-
-    LEND = 2
-
-    def __init__(self, workers: int, prefetch: int, slot_bytes: int):
-        self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
-        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(slot_bytes), 0,
-                                                                (slot_bytes,))
-                        for _ in range(workers * self.slots)]
-        self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
-        self._parent = os.getpid()
-        self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
-        self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
-
-    def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[_Slot, torch.Tensor] | None:
-        nbytes = math.prod(shape)
-        if nbytes > self.slot_bytes:
-            return None
-        first = worker * self.slots
-        waited = 0
-        while not len(free := (self.busy[first:first + self.slots] == 0).nonzero()):
-            time.sleep(0.0005)
-            waited += 1
-            if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second
-                raise ShardError(f"worker {worker}: the main process is gone")
-        s = int(free[0])
-        return _Slot(worker, s, shape), self.buffers[first + s][:nbytes].view(shape)
-
-    def publish(self, ref: _Slot) -> None:
-        self.busy[ref.worker * self.slots + ref.slot] = 1
-
-    def take(self, ref: _Slot, pin: bool, pool: _BufferPool) -> torch.Tensor:
-        """The slot's images as [B, 3, H, W] (channels-last memory): the slot itself, lent, or a copy."""
-        self._reclaim()
-        i = ref.worker * self.slots + ref.slot
-        nbytes = math.prod(ref.shape)
-        if not pin and sum(1 for w in self._lent.values() if w == ref.worker) < self.LEND:
-            if self._arrays is None:
-                self._arrays = [b.numpy() for b in self.buffers]
-            self._lent[i] = ref.worker
-            return torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape).permute(0, 3, 1, 2)
-        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
-        out.copy_(self.buffers[i][:nbytes].view(ref.shape))
-        self.busy[i] = 0
-        return out.permute(0, 3, 1, 2)
-
-    def _reclaim(self) -> None:
-        """Free the lent slots no tensor refers to any more."""
-        for i in [i for i in self._lent if _unreferenced(self._arrays, i)]:
-            del self._lent[i]
-            self.busy[i] = 0
 
 
 class ShardDataset(IterableDataset):
@@ -200,7 +94,10 @@ class ShardDataset(IterableDataset):
                  shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
                  epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
                  return_keys: bool = False, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                 subset=None, class_weights=None, check_samples: bool = False):
+                 subset=None, class_weights=None, check_samples: bool | str = "labels"):
+        if check_samples not in (True, False, "labels"):
+            raise OptionError(f"check_samples={check_samples!r}: expected 'labels' (the default), True (labels and "
+                              f"pixels) or False")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size={batch_size!r}: expected a positive integer")
         if on_error not in ("raise", "skip"):
@@ -228,8 +125,8 @@ class ShardDataset(IterableDataset):
         self._shape: tuple[int, ...] | None = None
         self.rank_world: tuple[int, int] | None = None
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
-        self.ring: _BatchRing | None = None  # set by ShardLoader for its worker processes
-        self._pool = _BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
+        self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes
+        self._pool = BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
         # the index reader: samples planned from samples.npz and read by offset (None: stream the tars)
         self.index: SampleIndex | None = None
         self.rows: np.ndarray | None = None  # the index rows of the subset
@@ -430,11 +327,13 @@ class ShardDataset(IterableDataset):
             if made == limit:  # stop before reading on: the next group would be read for nothing
                 return
 
-    def _collate(self, keys: list[str], labels: list[int], epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
-        """One batch of ``keys``; ``stored`` gives their stored pixels (``_Views`` or ``_Rows``)."""
-        n = len(keys)
+    def _collate(self, keys: list[str] | None, labels, epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
+        """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
+        augmentation nor ``return_keys`` needs them); ``stored`` gives their stored pixels
+        (``_Views`` or ``_Rows``)."""
+        n = len(labels)
         S = self._shape[0]
-        labels = torch.tensor(labels, dtype=torch.int64)
+        labels = torch.as_tensor(labels, dtype=torch.int64)
         params = None if cfg is None else batch_params(cfg, seed=self.seed, epoch=epoch, keys=keys, src_size=S)
         on_cpu = cfg is not None and not self.device_augment  # the workers augment
         fast_cpu, cpu_affine = on_cpu and not cfg.affine_p, on_cpu and bool(cfg.affine_p)
@@ -516,17 +415,30 @@ class ShardDataset(IterableDataset):
         mine = deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
                     max_batches=None if self.resampled else self.epoch_batches)[worker]
         if self._gather is None:
-            self._gather = Gather(idx, check=self.check_samples)
-        scratch = np.empty((B, idx.sample_bytes), np.uint8) if self.augment is not None else None
+            self._gather = Gather(idx, labels=bool(self.check_samples), pixels=self.check_samples is True,
+                                  skip=self.on_error == "skip")
+        scratch = None  # object storage: the batch's samples are fetched into it first
+        if len(idx.urls) and "://" in idx.urls[0]:
+            scratch = np.empty((B, idx.sample_bytes), np.uint8)
+        need_keys = self.augment is not None or self.return_keys
         for rows in mine:
-            keys = [idx.key_str(r) for r in rows]
-            yield self._collate(keys, idx.label[rows].tolist(), epoch, self.augment, _Rows(self._gather, rows, scratch))
+            good, views = self._gather.views(rows, scratch)
+            if len(good) < len(rows):  # on_error="skip" left damaged samples out of this batch
+                rows = rows[good]
+                if not len(rows):
+                    if world > 1:
+                        raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
+                                         f"every rank must yield the same number of batches: repair the shards "
+                                         f"(wds-tools verify names them)")
+                    continue
+            keys = [k.decode() for k in idx.key[rows].tolist()] if need_keys else None
+            yield self._collate(keys, idx.label[rows], epoch, self.augment, _Rows(views))
 
 
 _INDEX_SCHEMES = ("", "file")  # and every fsspec object store; not pipe: or http(s) (no ranged reads there)
 
 
-def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samples: bool) -> bool:
+def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samples: bool | str) -> bool:
     """Whether the loader reads by offset from the index (``reader``: auto, index or stream)."""
     if reader not in ("auto", "index", "stream"):
         raise OptionError(f"reader={reader!r}: expected 'auto', 'index' or 'stream'")
@@ -534,7 +446,7 @@ def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samp
     schemes = {"" if len(x) <= 1 else x for x in schemes}
     possible = shards.meta is not None and not schemes & {"pipe", "http", "https"}
     needs = [name for name, v in (("subset", subset), ("class_weights", class_weights)) if v is not None]
-    needs += ["check_samples"] if check_samples else []
+    needs += ["check_samples=True"] if check_samples is True else []  # "labels": wherever there is an index
     if not possible and (reader == "index" or needs):
         why = ("these URLs are pipe: or http(s) (no ranged reads)" if shards.meta is not None
                else "no index.json lists these shards")
@@ -604,9 +516,19 @@ class ShardLoader:
             self.dataset.set_epoch(self.dataset.epoch + 1)
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
+        if not self.num_workers:
+            return self._in_process()
         if not self._use_ring:
             return iter(self.loader)
         return self._through_ring()
+
+    def _in_process(self):
+        """``num_workers=0``: the dataset's batches as they are made, without the DataLoader (whose
+        per-batch machinery would only pass them through); pinned when ``pin_memory`` asks."""
+        for batch in self.dataset:
+            if self.pin_memory:
+                batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+            yield batch
 
     def _through_ring(self):
         ds = self.dataset
@@ -616,10 +538,10 @@ class ShardLoader:
             yield from self.loader
             return
         # a new ring every epoch: workers of an abandoned iterator can never write into this one
-        ring = ds.ring = _BatchRing(self.num_workers, self._prefetch, ds.batch_size * out * out * 3)
+        ring = ds.ring = BatchRing(self.num_workers, self._prefetch, ds.batch_size * out * out * 3)
         try:
             for batch in self.loader:
-                if isinstance(batch[0], _Slot):
+                if isinstance(batch[0], Slot):
                     batch = (ring.take(batch[0], self.pin_memory, ds._pool), *batch[1:])
                 yield batch
         finally:
@@ -634,7 +556,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                 persistent_workers: bool = False, prefetch_factor: int | None = None,
                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                 split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                subset=None, class_weights=None, check_samples: bool = False,
+                subset=None, class_weights=None, check_samples: bool | str = "labels",
                 multiprocessing_context=None) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
@@ -644,8 +566,11 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     ``reader``: ``"auto"`` reads by offset when an index lists the shards (local or object
     storage), else streams the tars; ``"index"`` or ``"stream"`` force one. The index reader alone
     takes ``subset`` (a fraction, keys, ``{column: values}`` or a function of the samples.npz
-    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``
-    (compare each sample's bytes with its checksum in the index as it is read).
+    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``: every
+    sample read is compared with the index, ``"labels"`` (the default): its ``.cls`` with the
+    ``label`` column; ``True``: that and its ``.npy`` bytes with ``npy_xxh3`` (a flipped pixel;
+    costs about a quarter of the eval read rate); ``False``: neither (the NPY header is always
+    checked). A mismatch is a ``ShardError`` naming shard, byte offset and key.
     ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
     memory per worker (150 KB each at 224 px: 150 MB for 1000).
     """
