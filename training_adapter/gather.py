@@ -28,13 +28,12 @@ from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX"]
+__all__ = ["Gather", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ"]
 
 log = logging.getLogger("training_adapter")
 
-# The .cls bytes compared with the label: at most 9 digits (a class index fits int32) and the tar
-# padding after them, which is NUL: "3" must read b"3\0...", so "31" or "03" differ.
-LABEL_BYTES = 10
+# The .cls bytes read for the label check: its digits (at most 9: a class index fits int32).
+LABEL_BYTES = 9
 # Ranged reads from object storage: neighbouring samples of one shard (the bytes between them, tar
 # headers and the small .cls/.json members, are about 2 KB) are read as one range of at most
 # MERGE_MAX bytes; gaps larger than MERGE_GAP split a range.
@@ -56,10 +55,14 @@ def _bytes_at(m: np.ndarray, offsets: np.ndarray, length: int) -> np.ndarray:
     return every[offsets]
 
 
-def label_bytes(labels: np.ndarray) -> np.ndarray:
-    """[k, LABEL_BYTES]: the .cls data of each label and the NUL padding after it."""
-    digits = np.asarray(labels).astype(f"S{LABEL_BYTES}")
-    return np.frombuffer(digits.tobytes(), np.uint8).reshape(len(digits), LABEL_BYTES)
+def labels_differ(got: np.ndarray, length: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """[k] bool: whether the .cls data ``got`` ([k, LABEL_BYTES], the first ``length`` bytes of
+    each row its data) is not ``labels`` in ASCII decimal, as the writer puts it (``b"3"``: so
+    ``b"03"``, ``b"31"`` or ``b"3 "`` differ)."""
+    want = np.frombuffer(np.asarray(labels).astype(f"S{LABEL_BYTES}").tobytes(), np.uint8).reshape(-1, LABEL_BYTES)
+    digits = (want != 0).sum(axis=1)
+    inside = np.arange(LABEL_BYTES) < np.minimum(length, LABEL_BYTES)[:, None]
+    return ((got != want) & inside).any(axis=1) | (length != digits)
 
 
 class Gather:
@@ -68,7 +71,7 @@ class Gather:
 
     def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False):
         # an index without the columns (never written by wds-tools 1) has nothing to compare with
-        self.labels = labels and index.cls_offset is not None
+        self.labels = labels and index.cls_offset is not None and index.cls_length is not None
         self.pixels = pixels and index.npy_xxh3 is not None
         self.index, self.skip = index, skip
         self.header = np.frombuffer(image_header(index.size), np.uint8)
@@ -115,11 +118,13 @@ class Gather:
             for i in np.flatnonzero(wrong):
                 bad[a + i] = self._problem(rows[a + i], "header")
             if self.labels:
-                co = idx.cls_offset[rows[a:b]]
-                cls = _bytes_at(m, np.where(fits, co, 0), LABEL_BYTES)
-                off_label = ~(cls == label_bytes(idx.label[rows[a:b]])).all(axis=1) & fits & ~wrong
+                run = rows[a:b]
+                co = idx.cls_offset[run]
+                cls = _bytes_at(m, np.where(fits & (co + LABEL_BYTES <= len(m)), co, 0), LABEL_BYTES)
+                length = idx.cls_length[run]
+                off_label = labels_differ(cls, length, idx.label[run]) & fits & ~wrong
                 for i in np.flatnonzero(off_label):
-                    bad[a + i] = self._problem(rows[a + i], "label", got=cls[i].tobytes())
+                    bad[a + i] = self._problem(rows[a + i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
             for i, start in enumerate(o.tolist()):
                 if a + i in bad:
                     continue
@@ -158,8 +163,8 @@ class Gather:
             at = int(idx.cls_offset[r])
             label = int(idx.label[r])
             name = f" ({idx.classes[label]})" if 0 <= label < len(idx.classes) else ""
-            what = (f"its .cls is {got.rstrip(bytes(1))[:LABEL_BYTES]!r}, the index's label is {label}{name}: the "
-                    f"shard does not match its index (wds-tools verify lists every such sample)")
+            what = (f"its .cls is {got!r}, the index's label is {label}{name}: the shard does not match its index "
+                    f"(wds-tools verify lists every such sample)")
         return ShardError(f"{url}: byte {at}: sample {key!r}: {what}", url=url, offset=at)
 
     # --- either -------------------------------------------------------------------------------
@@ -226,10 +231,10 @@ class Gather:
                     bad[i] = self._problem(r, "header")
                     continue
                 if self.labels:
-                    c = int(idx.cls_offset[r]) - a
+                    c, length = int(idx.cls_offset[r]) - a, idx.cls_length[r:r + 1]
                     cls = data[c:c + LABEL_BYTES]
-                    if not np.array_equal(cls, label_bytes(idx.label[r:r + 1])[0]):
-                        bad[i] = self._problem(r, "label", got=cls.tobytes())
+                    if labels_differ(cls[None], length, idx.label[r:r + 1])[0]:
+                        bad[i] = self._problem(r, "label", got=cls[:max(0, int(length[0]))].tobytes())
                         continue
                 if self.pixels and xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
                     bad[i] = self._problem(r, "checksum")

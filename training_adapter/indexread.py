@@ -44,6 +44,7 @@ class SampleIndex:
     columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # for subset filters
     npy_xxh3: np.ndarray | None = field(default=None, repr=False)  # [n] xxh3-64 of each .npy member
     cls_offset: np.ndarray | None = field(default=None, repr=False)  # [n] file offset of the .cls member's data
+    cls_length: np.ndarray | None = field(default=None, repr=False)  # [n] its length
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -81,6 +82,7 @@ class SampleIndex:
             columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
             npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
             cls_offset=columns["cls_offset"][rows].astype(np.int64) if "cls_offset" in columns else None,
+            cls_length=columns["cls_length"][rows].astype(np.int64) if "cls_length" in columns else None,
         )
 
     def key_str(self, i: int) -> str:
@@ -248,7 +250,8 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
-    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", *_FILTER_COLUMNS[:3]]
+    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
+              *_FILTER_COLUMNS[:3]]
     return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
 
 
