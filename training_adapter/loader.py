@@ -74,11 +74,11 @@ class _Rows:
             flat[i] = v
 
 
-def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
+def _npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
     try:
         side = image_side(header)
     except ValueError as e:
-        raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}", url=url) from None
+        raise ShardError(f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset) from None
     return side, side, 3
 
 
@@ -190,7 +190,7 @@ class ShardDataset(IterableDataset):
                                      f"expected .npy and .cls members", url=url, offset=offset)
                 h = bytes(npy[:NPY_HEADER_BYTES])
                 if h != header:
-                    shape = _npy_shape(h, url, key)
+                    shape = _npy_shape(h, url, key, offset)
                     if self._shape is None:
                         self._shape = shape
                     elif shape != self._shape:
