@@ -222,10 +222,11 @@ def test_resampled_yields_exact_batches(folder):
 
 
 def test_worker_batches_through_the_ring_are_never_overwritten(folder):
-    """Batches from worker processes pass through reused shared slots: held batches stay intact."""
+    """Batches from worker processes pass through reused shared slots: held batches stay intact
+    (the streaming reader: the index reader's eval workers are threads, see test_threads.py)."""
     ref = stored(folder, "train")
     loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1)
+                         prefetch_factor=1, reader="stream")
     held = list(loader)  # every batch kept while the workers go on filling (and reusing) their slots
     assert len(held) > 2 * (1 + 2)  # more batches than slots per worker: slots were reused
     seen = {}
@@ -280,7 +281,7 @@ def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
     the slots come back for reuse; pixels stay right throughout."""
     ref = stored(folder, "train")
     loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1)
+                         prefetch_factor=1, reader="stream")
     lent = batches = 0
     seen = set()
     for images, labels, keys in loader:

@@ -8,12 +8,10 @@ main process copies nothing), and yields whole batches; the DataLoader runs with
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import multiprocessing as mp
-import os
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -32,6 +30,7 @@ from .gather import Gather
 from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, iter_samples
+from .threads import in_threads
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
 
@@ -151,6 +150,18 @@ class ShardDataset(IterableDataset):
     @property
     def epoch(self) -> int:
         return int(self._epoch.value)
+
+    @property
+    def copies_only(self) -> bool:
+        """Whether a worker only copies stored pixels (the index reader without CPU augmentation):
+        ``ShardLoader`` then runs its workers as threads."""
+        return self.index is not None and (self.augment is None or self.device_augment)
+
+    def reader_copy(self) -> ShardDataset:
+        """A copy for one reader thread: the same plan, its own buffers and mappings."""
+        other = copy.copy(self)
+        other._pool, other._gather, other.ring = BufferPool(), None, None
+        return other
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch.value = int(epoch)
@@ -360,12 +371,17 @@ class ShardDataset(IterableDataset):
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
         if self.normalize:
             images = normalize(images.float(), self.shards.mean, self.shards.std)
+        params = None if not self.device_augment else torch.from_numpy(params.astype(np.float32))
         if ref is not None:
             self.ring.publish(ref)
-            images = ref  # the main process puts the slot's images in its place (ShardLoader._through_ring)
+            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
+            # makes tensors of the arrays: a tensor sent from a worker would travel through a
+            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
+            images, labels = ref, labels.numpy()
+            params = None if params is None else params.numpy()
         out: tuple = (images, labels)
         if self.device_augment:
-            out += (torch.from_numpy(params.astype(np.float32)),)
+            out += (params,)
         if self.return_keys:
             out += (keys,)
         return out
@@ -457,6 +473,10 @@ def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samp
     return possible and reader != "stream"
 
 
+def _as_is(batch):
+    return batch
+
+
 def _world() -> tuple[int, int]:
     rank, world, _, _ = worker_info()
     return rank, world
@@ -478,7 +498,9 @@ class ShardLoader:
         if num_workers:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor or 2,
                       multiprocessing_context=multiprocessing_context)
-        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **kw)
+        # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker)
+        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
+                                 collate_fn=_as_is, **kw)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self._prefetch = prefetch_factor or 2
         # persistent workers keep the dataset they started with, so a ring could not be renewed
@@ -486,6 +508,7 @@ class ShardLoader:
         self._use_ring = bool(num_workers) and not persistent_workers
         self._iterated = False
         self._epoch_set = False
+        self._readers: list[ShardDataset] | None = None  # reader threads' datasets (_in_threads)
 
     @property
     def mean(self) -> list[float] | None:
@@ -518,9 +541,34 @@ class ShardLoader:
         self.dataset.rank_world = _world()
         if not self.num_workers:
             return self._in_process()
+        if self.dataset.copies_only:
+            return self._in_threads()
         if not self._use_ring:
             return iter(self.loader)
         return self._through_ring()
+
+    def _in_threads(self):
+        """The index reader without CPU augmentation: ``num_workers`` threads (``threads.py``).
+
+        The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
+        mapping faults its pages in again, which on a VM costs about as much as copying them."""
+        ds = self.dataset
+        rank, world = ds.rank_world
+        epoch = ds.epoch
+        readers, self._readers = self._readers or [ds.reader_copy() for _ in range(self.num_workers)], None
+        makers = [lambda w=w, d=d: d._index_batches(rank, world, w, self.num_workers, epoch)
+                  for w, d in enumerate(readers)]
+        threads: list = []
+        batches = in_threads(makers, self._prefetch, threads)
+        try:
+            for batch in batches:
+                if self.pin_memory:
+                    batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+                yield batch
+        finally:
+            batches.close()  # stops and waits for the threads
+            if not any(t.is_alive() for t in threads):  # else a late thread could still be using them
+                self._readers = readers
 
     def _in_process(self):
         """``num_workers=0``: the dataset's batches as they are made, without the DataLoader (whose
@@ -542,7 +590,8 @@ class ShardLoader:
         try:
             for batch in self.loader:
                 if isinstance(batch[0], Slot):
-                    batch = (ring.take(batch[0], self.pin_memory, ds._pool), *batch[1:])
+                    batch = (ring.take(batch[0], self.pin_memory, ds._pool),
+                             *(torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in batch[1:]))
                 yield batch
         finally:
             ds.ring = None
