@@ -39,12 +39,15 @@ def index_of(path):
     return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
 
 
-def read_eval(path, **kw) -> dict[str, tuple[int, bytes]]:
-    """key -> (label, pixels) of an eval epoch of the index reader, in one process."""
+def read_eval(path, shuffled: bool = False, **kw) -> dict[str, tuple[int, bytes]]:
+    """key -> (label, pixels) of an epoch of the index reader, in one process: in eval order (runs of
+    one shard, checked vectorised) or ``shuffled`` (train mode with device_augment: stored pixels in
+    a random order, checked row by row)."""
     out = {}
-    loader = make_loader(path, batch_size=B, train=False, num_workers=0, split="train", return_keys=True, **kw)
+    mode = dict(train=True, device_augment=True, drop_last=False) if shuffled else dict(train=False)
+    loader = make_loader(path, batch_size=B, num_workers=0, split="train", return_keys=True, **mode, **kw)
     assert loader.dataset.index is not None
-    for images, labels, keys in loader:
+    for images, labels, *_, keys in loader:
         for im, lab, k in zip(images, labels, keys):
             assert k not in out, f"{k} twice"
             out[k] = (int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
@@ -139,9 +142,10 @@ def test_skip_of_a_whole_batch_with_one_rank_shortens_the_epoch(folder, tmp_path
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shard=st.integers(0, 4), pos=st.floats(0, 1, exclude_max=True), xor=st.integers(1, 255),
-       skip=st.booleans())
-@example(shard=1, pos=0.5, xor=1, skip=False)
-def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory, shard, pos, xor, skip):
+       skip=st.booleans(), shuffled=st.booleans())
+@example(shard=1, pos=0.5, xor=1, skip=False, shuffled=False)
+@example(shard=1, pos=0.5, xor=1, skip=False, shuffled=True)
+def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory, shard, pos, xor, skip, shuffled):
     """A byte flipped anywhere in a shard (size unchanged), check_samples=True: a byte of a .npy
     member or of a .cls's digits is a ShardError naming the shard and the sample's offset (skip:
     that sample alone is missing); any other byte (tar headers, .json, padding) changes nothing."""
@@ -156,15 +160,15 @@ def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory
     bad = damage(folder, tmp_path_factory.mktemp("flip"), {name: [(at, xor)]})
     want = reference(stored)
     if not hit:
-        assert read_eval(bad, check_samples=True, on_error="skip" if skip else "raise") == want
+        assert read_eval(bad, shuffled, check_samples=True, on_error="skip" if skip else "raise") == want
         return
     (r,) = hit
     if skip:
-        got = read_eval(bad, check_samples=True, on_error="skip")
+        got = read_eval(bad, shuffled, check_samples=True, on_error="skip")
         assert set(want) - set(got) == {idx.key_str(r)} and all(got[k] == want[k] for k in got)
         return
     with pytest.raises(ShardError) as e:
-        read_eval(bad, check_samples=True)
+        read_eval(bad, shuffled, check_samples=True)
     assert e.value.url == str(bad / name)
     assert e.value.offset == int(idx.offset[r] if len(in_npy) else idx.cls_offset[r])
     assert f"byte {e.value.offset}: sample '{idx.key_str(r)}'" in str(e.value)

@@ -38,6 +38,8 @@ LABEL_BYTES = 9
 # headers and the small .cls/.json members, are about 2 KB) are read as one range of at most
 # MERGE_MAX bytes; gaps larger than MERGE_GAP split a range.
 MERGE_GAP = 64 << 10
+# Rows of one shard in a row of at least this many (eval order) are checked in vectorised steps.
+VECTOR_RUN = 4
 MERGE_MAX = 4 << 20
 
 
@@ -74,7 +76,8 @@ class Gather:
         self.labels = labels and index.cls_offset is not None and index.cls_length is not None
         self.pixels = pixels and index.npy_xxh3 is not None
         self.index, self.skip = index, skip
-        self.header = np.frombuffer(image_header(index.size), np.uint8)
+        self._header_bytes = image_header(index.size)
+        self.header = np.frombuffer(self._header_bytes, np.uint8)
         self.want = NPY_HEADER_BYTES + index.sample_bytes
         self._maps: dict[int, np.ndarray] = {}
         self.bytes_read = 0
@@ -98,44 +101,64 @@ class Gather:
         return arr
 
     def _local(self, rows: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
-        """Positions (into ``rows``) of the good rows and each one's pixels, a view of its mapping."""
+        """Positions (into ``rows``) of the good rows and each one's pixels, a view of its mapping.
+
+        Runs of ``VECTOR_RUN`` or more rows of one shard (eval order) are checked in a few
+        vectorised steps; shorter runs (shuffled rows) one row at a time, which costs less there."""
         idx, want = self.index, self.want
         shard, off = idx.shard[rows], idx.offset[rows]
         good: list[int] = []
         views: list[np.ndarray] = []
         bad: dict[int, ShardError] = {}
         for a, b in _runs(shard):
-            s = int(shard[a])
-            m = self._map(s)
-            o = off[a:b]
-            fits = o + want <= len(m)
-            if not fits.all():
-                for i in np.flatnonzero(~fits):
-                    bad[a + i] = self._problem(rows[a + i], "short", have=len(m) - int(o[i]))
-                o = np.where(fits, o, 0)
-            heads = _bytes_at(m, o, NPY_HEADER_BYTES)
-            wrong = ~(heads == self.header).all(axis=1) & fits
-            for i in np.flatnonzero(wrong):
-                bad[a + i] = self._problem(rows[a + i], "header")
-            if self.labels:
-                run = rows[a:b]
-                co = idx.cls_offset[run]
-                cls = _bytes_at(m, np.where(fits & (co + LABEL_BYTES <= len(m)), co, 0), LABEL_BYTES)
-                length = idx.cls_length[run]
-                off_label = labels_differ(cls, length, idx.label[run]) & fits & ~wrong
-                for i in np.flatnonzero(off_label):
-                    bad[a + i] = self._problem(rows[a + i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
-            for i, start in enumerate(o.tolist()):
-                if a + i in bad:
+            m = self._map(int(shard[a]))
+            if b - a >= VECTOR_RUN:
+                self._check_run(m, rows[a:b], off[a:b], a, bad)
+            else:
+                for i in range(a, b):
+                    self._check_one(m, int(rows[i]), int(off[i]), i, bad)
+            for i, start in enumerate(off[a:b].tolist(), a):
+                if i in bad:
                     continue
-                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want]) != int(idx.npy_xxh3[rows[a + i]]):
-                    bad[a + i] = self._problem(rows[a + i], "checksum")
+                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want]) != int(idx.npy_xxh3[rows[i]]):
+                    bad[i] = self._problem(rows[i], "checksum")
                     continue
-                good.append(a + i)
+                good.append(i)
                 views.append(m[start + NPY_HEADER_BYTES:start + want])
         if bad:
             good, views = self._drop(bad, good, views)
         return good, views
+
+    def _check_run(self, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
+        """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of one shard, vectorised;
+        problems go into ``bad`` by position (``a`` + position in the run)."""
+        idx = self.index
+        fits = o + self.want <= len(m)
+        if not fits.all():
+            for i in np.flatnonzero(~fits):
+                bad[a + i] = self._problem(run[i], "short", have=len(m) - int(o[i]))
+            o = np.where(fits, o, 0)
+        wrong = ~(_bytes_at(m, o, NPY_HEADER_BYTES) == self.header).all(axis=1) & fits
+        for i in np.flatnonzero(wrong):
+            bad[a + i] = self._problem(run[i], "header")
+        if self.labels:
+            co, length = idx.cls_offset[run], idx.cls_length[run]
+            cls = _bytes_at(m, np.where(fits & (co + LABEL_BYTES <= len(m)), co, 0), LABEL_BYTES)
+            for i in np.flatnonzero(labels_differ(cls, length, idx.label[run]) & fits & ~wrong):
+                bad[a + i] = self._problem(run[i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
+
+    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict) -> None:
+        """The same checks for one row ``r`` at position ``i``."""
+        idx = self.index
+        if o + self.want > len(m):
+            bad[i] = self._problem(r, "short", have=len(m) - o)
+        elif m[o:o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
+            bad[i] = self._problem(r, "header")
+        elif self.labels:
+            co, length = int(idx.cls_offset[r]), int(idx.cls_length[r])
+            got = m[co:co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
+            if got != b"%d" % idx.label[r]:
+                bad[i] = self._problem(r, "label", got=got)
 
     def _drop(self, bad: dict[int, ShardError], good: list[int], views: list) -> tuple[list[int], list]:
         """Raise the first problem, or with ``skip`` log each and keep the rest."""
