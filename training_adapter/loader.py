@@ -13,7 +13,6 @@ import logging
 import math
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import numpy as np
@@ -22,40 +21,18 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.cpus import usable_cpus
-from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
 from .buffers import BatchRing, BufferPool, Slot
 from .gather import Gather
 from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
-from .tarread import DEFAULT_CHUNK, iter_samples
+from .tarread import DEFAULT_CHUNK, SampleStream, Views
 from .threads import in_threads
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
 
 log = logging.getLogger("training_adapter")
-
-
-@dataclass
-class _Sample:
-    key: str
-    label: int
-    pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
-
-
-class _Views:
-    """Stored pixels of streamed samples: views of the read chunks or of shuffle-buffer rows."""
-
-    def __init__(self, samples: list[_Sample]):
-        self.samples = samples
-
-    def arrays(self, S: int):
-        return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
-
-    def copy_into(self, flat: np.ndarray) -> None:
-        for i, s in enumerate(self.samples):
-            flat[i] = np.frombuffer(s.pixels, np.uint8)
 
 
 class _Rows:
@@ -71,14 +48,6 @@ class _Rows:
     def copy_into(self, flat: np.ndarray) -> None:
         for i, v in enumerate(self.views):
             flat[i] = v
-
-
-def _npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
-    try:
-        side = image_side(header)
-    except ValueError as e:
-        raise ShardError(f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset) from None
-    return side, side, 3
 
 
 class ShardDataset(IterableDataset):
@@ -189,128 +158,6 @@ class ShardDataset(IterableDataset):
                           num_workers=num_workers, shuffle=self.shuffle_shards, drop_last=self.drop_last,
                           resampled=self.resampled, epoch_batches=self.epoch_batches)
 
-    # --- sample stream -------------------------------------------------------------------------
-    def _read_shard(self, url: str) -> Iterator[_Sample]:
-        header: bytes | None = None
-        expect = 0
-        try:
-            for key, members, offset in iter_samples(url, chunk_size=self.read_size):
-                npy, cls = members.get("npy"), members.get("cls")
-                if npy is None or cls is None:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
-                                     f"expected .npy and .cls members", url=url, offset=offset)
-                h = bytes(npy[:NPY_HEADER_BYTES])
-                if h != header:
-                    shape = _npy_shape(h, url, key, offset)
-                    if self._shape is None:
-                        self._shape = shape
-                    elif shape != self._shape:
-                        raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
-                                         f"earlier samples {self._shape}; a batch needs one size",
-                                         url=url, offset=offset)
-                    header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
-                if len(npy) != expect:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
-                                     f"header says {expect} (a damaged or hand-edited shard)", url=url, offset=offset)
-                digits = bytes(cls).strip()
-                if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
-                                     f"expected a class index of at most 9 decimal digits", url=url, offset=offset)
-                label = int(digits)
-                yield _Sample(key, label, npy[NPY_HEADER_BYTES:])
-        except ShardError as e:
-            if self.on_error == "raise":
-                raise
-            log.warning("skipping the rest of a shard: %s", e)
-
-    def _samples(self, plan: WorkerPlan, rng: np.random.Generator, need: int | None) -> Iterator[_Sample]:
-        """The worker's samples: its own shards; then, while skipped damage leaves it short of the
-        ``need`` samples its batches take, its spare shards (several ranks only, see ``plan_epoch``)."""
-        urls = self.shards.urls
-        if self.resampled:
-            yield from self._resampled(rng)
-            return
-        got = 0
-        for i in plan.shards:
-            for s in self._read_shard(urls[i]):
-                got += 1
-                yield s
-        if need is None or got >= need or self.on_error != "skip":
-            return
-        for i in plan.spares:
-            log.warning("topping up %d samples lost to skipped damage from spare shard %s", need - got, urls[i])
-            for s in self._read_shard(urls[i]):
-                if got >= need:
-                    return
-                got += 1
-                yield s
-
-    def _resampled(self, rng: np.random.Generator) -> Iterator[_Sample]:
-        """Shards drawn with replacement, for ever; stops with an error when every draw comes up empty."""
-        urls, empty = self.shards.urls, 0
-        while True:
-            got = 0
-            for s in self._read_shard(urls[int(rng.integers(len(urls)))]):
-                got += 1
-                yield s
-            empty = 0 if got else empty + 1
-            if empty > 2 * len(urls) + 8:  # skipped errors everywhere: would loop for ever
-                raise ShardError(f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
-                                 f"or empty?), e.g. {urls[0]}")
-
-    def _groups(self, samples: Iterator[_Sample]) -> Iterator[list[_Sample]]:
-        """Samples in lists of ``batch_size`` (the last may be short), in stream order."""
-        group: list[_Sample] = []
-        for s in samples:
-            group.append(s)
-            if len(group) == self.batch_size:
-                yield group
-                group = []
-        if group:
-            yield group
-
-    def _shuffled_groups(self, samples: Iterator[_Sample], rng: np.random.Generator) -> Iterator[list[_Sample]]:
-        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
-
-        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
-        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
-        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
-        batch_size`` rows are enough (the buffer's, and the current list's).
-        """
-        n, B = self.shuffle_buffer, self.batch_size
-        rows: np.ndarray | None = None
-        free: list[int] = []
-        buf: list[tuple[str, int, int]] = []  # (key, label, row)
-        group: list[_Sample] = []
-        lent: list[int] = []
-        for s in samples:
-            if rows is None:
-                rows = np.empty((n + B, len(s.pixels)), np.uint8)
-                free = list(range(n + B - 1, -1, -1))
-            r = free.pop()
-            rows[r] = np.frombuffer(s.pixels, np.uint8)
-            if len(buf) < n:
-                buf.append((s.key, s.label, r))
-                continue
-            j = int(rng.integers(n))
-            key, label, out = buf[j]
-            buf[j] = (s.key, s.label, r)
-            group.append(_Sample(key, label, rows[out]))
-            lent.append(out)
-            if len(group) == B:
-                yield group
-                group = []
-                free.extend(lent)  # the caller is done with the list it was given
-                lent = []
-        for j in rng.permutation(len(buf)):
-            key, label, out = buf[j]
-            group.append(_Sample(key, label, rows[out]))
-            if len(group) == B:
-                yield group
-                group = []
-        if group:
-            yield group
-
     # --- batches -------------------------------------------------------------------------------
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
         nbytes = math.prod(shape)
@@ -319,21 +166,21 @@ class ShardDataset(IterableDataset):
             return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
         return self._pool.get(shape)
 
-    def _batches(self, samples: Iterator[_Sample], rng: np.random.Generator, limit: int | None,
-                 epoch: int) -> Iterator[tuple]:
-        """At most ``limit`` collated batches; a short last one only without ``drop_last``."""
-        if self.shuffle_buffer > 1:
-            groups = self._shuffled_groups(samples, rng)
-        else:
-            groups = self._groups(samples)
+    def _batches(self, stream: SampleStream, plan: WorkerPlan, rng: np.random.Generator, epoch: int
+                 ) -> Iterator[tuple]:
+        """At most ``plan.batches`` collated batches; a short last one only without ``drop_last``."""
+        limit = plan.batches
+        need = None if limit is None else limit * self.batch_size
+        groups = stream.groups(stream.samples(plan, rng, need), rng)
         if limit == 0:
             return
         made = 0
         for group in groups:
             if len(group) < self.batch_size and self.drop_last:
                 return
+            self._shape = stream.shape
             # collated before the group's rows are reused
-            yield self._collate([s.key for s in group], [s.label for s in group], epoch, self.augment, _Views(group))
+            yield self._collate([s.key for s in group], [s.label for s in group], epoch, self.augment, Views(group))
             made += 1
             if made == limit:  # stop before reading on: the next group would be read for nothing
                 return
@@ -396,12 +243,12 @@ class ShardDataset(IterableDataset):
         if self.index is not None:
             yield from self._index_batches(rank, world, worker, num_workers, epoch)
             return
-        self._shape = None
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
-        need = None if plan.batches is None else plan.batches * self.batch_size
+        stream = SampleStream(self.shards.urls, batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer,
+                              on_error=self.on_error, resampled=self.resampled, read_size=self.read_size)
         made = 0
-        for batch in self._batches(self._samples(plan, rng, need), rng, plan.batches, epoch):
+        for batch in self._batches(stream, plan, rng, epoch):
             made += 1
             yield batch
         if plan.batches is None or made >= plan.batches:
