@@ -230,11 +230,12 @@ class Epochs:
 
     ``from_start``: from the iterator's creation instead, first batch included, for a loader whose
     first batch waits for a shuffle buffer to fill (worker start-up then counts against it too).
+    ``warm=False``: no untimed first epoch.
     """
 
-    def __init__(self, make, from_start: bool = False):
+    def __init__(self, make, from_start: bool = False, warm: bool = True):
         self.loader, self.from_start, self.staging = make(), from_start, {}
-        for b in self.loader:  # warm-up epoch
+        for b in self.loader if warm else ():  # warm-up epoch
             _consume(b[0], self.staging)
 
     def __call__(self) -> float:

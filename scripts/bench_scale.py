@@ -121,9 +121,7 @@ def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
             """Local disk, not the page cache: a fresh loader (no mapping keeps pages in memory) after
             each shard's cached pages were dropped."""
             drop_cache(tars)
-            epoch = Epochs.__new__(Epochs)  # no warm-up epoch: it would fill the page cache again
-            epoch.loader, epoch.from_start, epoch.staging = make_loader(str(shards), num_workers=0, **eval_opts), False, {}
-            return epoch()
+            return Epochs(lambda: make_loader(str(shards), num_workers=0, **eval_opts), warm=False)()
 
         entries = {
             "loader, S3 (moto), num_workers 0": Epochs(lambda: make_loader("s3://bench/v1/224", num_workers=0,
