@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import convert_images
 from training_adapter import make_loader
-from training_adapter.threads import in_threads
+from training_adapter.threads import in_order
 from wds_tools.errors import ShardError
 
 S = 8
@@ -22,43 +23,51 @@ def _reader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("training_adapter-reader")]
 
 
-def test_items_come_round_robin_and_every_one_once():
-    makers = [lambda w=w, n=n: iter([(w, i) for i in range(n)]) for w, n in enumerate([5, 3, 4])]
-    got = list(in_threads(makers, depth=2))
-    assert got[:9] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 2), (1, 2), (2, 2)]
-    assert got[9:] == [(0, 3), (2, 3), (0, 4)]  # worker 1 has ended and is passed over
+def test_results_come_in_task_order_from_each_threads_own_state():
+    """Tasks of uneven cost: results in task order, each made with the state of the thread that ran it."""
+    seen: list[tuple[int, int]] = []
+
+    def run(w: int, task: int) -> int:
+        time.sleep(0.002 * (task % 3))
+        seen.append((w, task))
+        return task * task
+
+    assert list(in_order(range(40), run, 3, ahead=6)) == [t * t for t in range(40)]
+    assert sorted(t for _, t in seen) == list(range(40))
+    assert {w for w, _ in seen} <= {0, 1, 2} and len({w for w, _ in seen}) > 1
 
 
-def test_an_error_in_a_thread_is_raised_to_the_caller():
-    def failing():
-        yield 1
-        raise ShardError("x.tar: byte 7: damaged", url="x.tar", offset=7)
+def test_an_error_is_raised_in_its_turn_and_the_threads_end():
+    def run(w: int, task: int) -> int:
+        if task == 5:
+            raise ShardError("x.tar: byte 7: damaged", url="x.tar", offset=7)
+        return task
 
-    it = in_threads([failing, lambda: iter(range(10, 20))], depth=1)
-    assert next(it) == 1 and next(it) == 10
+    before = set(_reader_threads())
+    got = []
     with pytest.raises(ShardError, match="x.tar: byte 7: damaged") as e:
-        list(it)
-    assert (e.value.url, e.value.offset) == ("x.tar", 7)
+        for r in in_order(range(20), run, 2, ahead=4):
+            got.append(r)
+    assert got == [0, 1, 2, 3, 4] and (e.value.url, e.value.offset) == ("x.tar", 7)
+    assert not set(_reader_threads()) - before
 
 
 def test_a_caller_that_stops_early_stops_the_threads():
-    made = []
+    started = []
 
-    def endless(w):
-        i = 0
-        while True:
-            made.append((w, i))
-            yield i
-            i += 1
+    def run(w: int, task: int) -> int:
+        started.append(task)
+        time.sleep(0.001)
+        return task
 
-    threads: list = []
-    it = in_threads([lambda: endless(0), lambda: endless(1)], depth=2, threads=threads)
-    assert [next(it) for _ in range(4)] == [0, 0, 1, 1]
+    before = set(_reader_threads())
+    it = in_order(itertools.count(), run, 2, ahead=4)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
     it.close()
-    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
-    n = len(made)
-    time.sleep(0.1)
-    assert len(made) == n <= 4 + 2 * (2 + 1)  # at most depth + 1 items ahead per thread, then nothing
+    assert not set(_reader_threads()) - before
+    n = len(started)
+    time.sleep(0.05)
+    assert len(started) == n <= 3 + 4  # the tasks submitted ahead at most, then nothing
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +96,44 @@ def test_reader_threads_yield_the_in_process_batches(folder, workers):
     assert not set(_reader_threads()) - before
 
 
-def test_readers_and_their_mappings_last_from_epoch_to_epoch(folder):
+def test_the_reader_and_its_mappings_last_from_epoch_to_epoch(folder):
     ld = make_loader(folder, batch_size=4, train=False, num_workers=2, split="train")
+    before = set(_reader_threads())
     first = sum(len(b[1]) for b in ld)
-    readers = ld._readers
-    gathers = [r._gather for r in readers]
-    assert first == 90 and all(g is not None and g._maps for g in gathers)
+    reader = ld._reader
+    gather = reader._gather
+    assert first == 90 and gather._maps
     it = iter(ld)
     next(it)
-    it.close()  # an abandoned epoch: its threads are stopped and waited for, the readers kept
-    assert ld._readers is readers and sum(len(b[1]) for b in ld) == 90
-    assert [r._gather for r in ld._readers] == gathers
+    it.close()  # an abandoned epoch: its threads are stopped and waited for, the reader kept
+    assert ld._reader is reader and sum(len(b[1]) for b in ld) == 90
+    assert ld._reader._gather is gather
+    assert not set(_reader_threads()) - before
+
+
+def test_copies_split_across_helper_threads_equal_one_thread(folder):
+    """Located.copy_into with helpers: the same bytes as alone, for runs (eval) and single rows (shuffled)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from training_adapter.indexread import read_sample_index
+    from training_adapter.gather import Gather
+    from training_adapter.shardlist import resolve_urls
+
+    shards = resolve_urls(folder, split="train")
+    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    g = Gather(idx, labels=True)
+    with ThreadPoolExecutor(2) as helpers:
+        for rows in (np.arange(90), np.random.default_rng(0).permutation(90)[:37], np.array([3, 4, 5, 6, 40, 41])):
+            good, located = g.locate(rows)
+            alone = np.zeros((len(rows), S * S * 3), np.uint8)
+            located.copy_into(alone)
+            for ways in (2, 3):
+                split = np.zeros_like(alone)
+                located.copy_into(split, helpers, ways)
+                assert np.array_equal(split, alone)
+            ref = np.zeros_like(alone)
+            g.read(rows, ref)
+            assert np.array_equal(ref, alone) and good == list(range(len(rows)))
 
 
 def test_a_damaged_sample_in_a_reader_thread(folder, tmp_path):

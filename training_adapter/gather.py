@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import mmap
+from concurrent.futures import Executor
 
 import numpy as np
+import torch
 import xxhash
 
 from wds_tools.errors import ShardError
@@ -28,7 +30,7 @@ from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ"]
+__all__ = ["Gather", "Located", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ"]
 
 log = logging.getLogger("training_adapter")
 
@@ -67,6 +69,61 @@ def labels_differ(got: np.ndarray, length: np.ndarray, labels: np.ndarray) -> np
     return ((got != want) & inside).any(axis=1) | (length != digits)
 
 
+class Located:
+    """The stored pixels of a batch's rows, where they are: ``parts`` of (a 1-D uint8 array, the
+    byte offsets of pixels in it, its ``Gather._strided`` windows or None), in batch order."""
+
+    def __init__(self, parts: list[tuple], nbytes: int):
+        self.parts, self.nbytes = parts, nbytes
+
+    def __len__(self) -> int:
+        return sum(len(offsets) for _, offsets, _ in self.parts)
+
+    def arrays(self, S: int):
+        """Each row's pixels as a [S, S, 3] view (for the augmentation, which reads them in place)."""
+        n = self.nbytes
+        for m, offsets, _ in self.parts:
+            for o in offsets.tolist():
+                yield m[o:o + n].reshape(S, S, 3)
+
+    def copy_into(self, flat: np.ndarray, helpers: Executor | None = None, ways: int = 1) -> None:
+        """Copy the rows into ``flat[:len(self)]`` ([k, S*S*3] uint8): a run with windows in one
+        ``index_select`` (compiled, without the GIL), other rows one by one. With ``helpers`` (an
+        executor of ``ways - 1`` threads) the rows are split into ``ways`` shares copied at once,
+        this thread taking one: one batch at a time on every core keeps the memory being written
+        small, which copies faster than as many batches at once."""
+        jobs: list[tuple] = []  # (source, byte offsets, first row of flat)
+        k = 0
+        for m, offsets, windows in self.parts:
+            step = max(VECTOR_RUN, -(-len(offsets) // ways))
+            for a in range(0, len(offsets), step):
+                jobs.append((m, offsets[a:a + step], windows, k + a))
+            k += len(offsets)
+        if helpers is None or ways < 2 or len(jobs) < 2:
+            for job in jobs:
+                self._copy(flat, *job)
+            return
+        shares = [jobs[w::ways] for w in range(ways)]
+        futures = [helpers.submit(self._copy_all, flat, share) for share in shares[1:] if share]
+        try:
+            self._copy_all(flat, shares[0])
+        finally:
+            for f in futures:
+                f.result()
+
+    def _copy_all(self, flat: np.ndarray, jobs: list[tuple]) -> None:
+        for job in jobs:
+            self._copy(flat, *job)
+
+    def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows, first: int) -> None:
+        if windows is not None and len(offsets) >= VECTOR_RUN:
+            torch.index_select(windows, 0, torch.from_numpy(offsets), out=torch.from_numpy(flat[first:first + len(offsets)]))
+            return
+        n = self.nbytes
+        for i, o in enumerate(offsets.tolist(), first):
+            flat[i] = m[o:o + n]
+
+
 class Gather:
     """Reads rows' stored pixels by offset (see the module docstring). ``bytes_read`` counts the
     bytes of the samples asked for (NPY headers and pixels), for subset accounting."""
@@ -80,11 +137,12 @@ class Gather:
         self.header = np.frombuffer(self._header_bytes, np.uint8)
         self.want = NPY_HEADER_BYTES + index.sample_bytes
         self._maps: dict[int, np.ndarray] = {}
+        self._windows: dict[int, torch.Tensor] = {}
         self.bytes_read = 0
         self.skipped = 0  # samples left out (skip)
 
     def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
-        return {**self.__dict__, "_maps": {}}
+        return {**self.__dict__, "_maps": {}, "_windows": {}}
 
     # --- local shards ---------------------------------------------------------------------------
     def _map(self, shard: int) -> np.ndarray:
@@ -100,23 +158,29 @@ class Gather:
             self._maps[shard] = arr
         return arr
 
-    def _local(self, rows: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
-        """Positions (into ``rows``) of the good rows and each one's pixels, a view of its mapping.
+    def _local(self, rows: np.ndarray) -> tuple[list[int], Located]:
+        """Positions (into ``rows``) of the good rows, and where their pixels are in the mappings.
 
         Runs of ``VECTOR_RUN`` or more rows of one shard (eval order) are checked in a few
         vectorised steps; shorter runs (shuffled rows) one row at a time, which costs less there."""
         idx, want = self.index, self.want
         shard, off = idx.shard[rows], idx.offset[rows]
         good: list[int] = []
-        views: list[np.ndarray] = []
+        parts: list[tuple] = []
         bad: dict[int, ShardError] = {}
         for a, b in _runs(shard):
-            m = self._map(int(shard[a]))
+            s = int(shard[a])
+            m = self._map(s)
             if b - a >= VECTOR_RUN:
                 self._check_run(m, rows[a:b], off[a:b], a, bad)
             else:
                 for i in range(a, b):
                     self._check_one(m, int(rows[i]), int(off[i]), i, bad)
+            if not self.pixels and not any(a <= i < b for i in bad):  # the common case, without a loop
+                good.extend(range(a, b))
+                parts.append((m, off[a:b] + NPY_HEADER_BYTES, self._strided(s) if b - a >= VECTOR_RUN else None))
+                continue
+            mine = []
             for i, start in enumerate(off[a:b].tolist(), a):
                 if i in bad:
                     continue
@@ -124,10 +188,21 @@ class Gather:
                     bad[i] = self._problem(rows[i], "checksum")
                     continue
                 good.append(i)
-                views.append(m[start + NPY_HEADER_BYTES:start + want])
+                mine.append(start + NPY_HEADER_BYTES)
+            if mine:
+                parts.append((m, np.array(mine, np.int64), self._strided(s) if len(mine) >= VECTOR_RUN else None))
         if bad:
-            good, views = self._drop(bad, good, views)
-        return good, views
+            self._drop(bad)
+        return good, Located(parts, idx.sample_bytes)
+
+    def _strided(self, shard: int) -> torch.Tensor:
+        """Shard ``shard``'s mapping as a tensor of every ``sample_bytes`` window, one per byte
+        offset (no copy): ``index_select`` of pixel offsets gathers a run into a batch in one call."""
+        t = self._windows.get(shard)
+        if t is None:
+            m, n = self._maps[shard], self.index.sample_bytes
+            t = self._windows[shard] = torch.as_strided(torch.from_numpy(m), (len(m) - n + 1, n), (1, 1))
+        return t
 
     def _check_run(self, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
         """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of one shard, vectorised;
@@ -160,14 +235,13 @@ class Gather:
             if got != b"%d" % idx.label[r]:
                 bad[i] = self._problem(r, "label", got=got)
 
-    def _drop(self, bad: dict[int, ShardError], good: list[int], views: list) -> tuple[list[int], list]:
-        """Raise the first problem, or with ``skip`` log each and keep the rest."""
+    def _drop(self, bad: dict[int, ShardError]) -> None:
+        """Raise the first problem, or with ``skip`` log each (the caller leaves them out)."""
         if not self.skip:
             raise bad[min(bad)]
         for i in sorted(bad):
             log.warning("leaving out a damaged sample (on_error='skip'): %s", bad[i])
         self.skipped += len(bad)
-        return good, views
 
     def _problem(self, r, kind: str, *, have: int = 0, got: bytes = b"") -> ShardError:
         idx = self.index
@@ -194,16 +268,18 @@ class Gather:
     def _remote(self, rows) -> bool:
         return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
 
-    def views(self, rows, scratch: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
-        """Positions (into ``rows``) of the rows read and their pixels [S*S*3]: views of the
-        mappings (local), or rows of ``scratch`` read into (remote)."""
+    def locate(self, rows, scratch: np.ndarray | None = None) -> tuple[list[int], Located]:
+        """Positions (into ``rows``) of the rows read, and their pixels: in the mappings (local), or
+        in rows of ``scratch`` ([len(rows), S*S*3] uint8) read into (remote)."""
         rows = np.asarray(rows, np.int64)
         if self._remote(rows):
             good = self._read_remote(rows, scratch)
-            return good, list(scratch[:len(good)])
-        good, views = self._local(rows)
+            flat = scratch.reshape(-1)
+            offsets = np.arange(len(good), dtype=np.int64) * self.index.sample_bytes
+            return good, Located([(flat, offsets, None)] if good else [], self.index.sample_bytes)
+        good, located = self._local(rows)
         self.bytes_read += len(rows) * self.want
-        return good, views
+        return good, located
 
     def read(self, rows, out: np.ndarray) -> list[int]:
         """The pixels of ``rows`` into ``out[:k]`` ([len(rows), S*S*3] uint8), k = the rows read;
@@ -211,9 +287,8 @@ class Gather:
         rows = np.asarray(rows, np.int64)
         if self._remote(rows):
             return self._read_remote(rows, out)
-        good, views = self._local(rows)
-        for i, v in enumerate(views):
-            out[i] = v
+        good, located = self._local(rows)
+        located.copy_into(out)
         self.bytes_read += len(rows) * self.want
         return good
 
@@ -265,6 +340,6 @@ class Gather:
                 out[len(good)] = member[NPY_HEADER_BYTES:]
                 good.append(i)
         if bad:
-            self._drop(bad, good, [])
+            self._drop(bad)
         self.bytes_read += len(rows) * want
         return good

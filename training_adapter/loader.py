@@ -12,6 +12,7 @@ import copy
 import logging
 import math
 import multiprocessing as mp
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from urllib.parse import urlparse
 
@@ -28,26 +29,11 @@ from .gather import Gather
 from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
 from .tarread import DEFAULT_CHUNK, SampleStream, Views
-from .threads import in_threads
+from .threads import in_order
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
 
 log = logging.getLogger("training_adapter")
-
-
-class _Rows:
-    """Stored pixels of index rows (``Gather.views``): views of the shard mappings, copied once
-    into the batch or read by the augmentation in place (remote: rows of a reused scratch array)."""
-
-    def __init__(self, views: list[np.ndarray]):
-        self.views = views
-
-    def arrays(self, S: int):
-        return (v.reshape(S, S, 3) for v in self.views)
-
-    def copy_into(self, flat: np.ndarray) -> None:
-        for i, v in enumerate(self.views):
-            flat[i] = v
 
 
 class ShardDataset(IterableDataset):
@@ -100,6 +86,8 @@ class ShardDataset(IterableDataset):
         self.rows: np.ndarray | None = None  # the index rows of the subset
         self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
         self._gather: Gather | None = None
+        self._scratch: np.ndarray | None = None  # the index reader's fetches from object storage
+        self._helpers: tuple | None = None  # (executor, ways) sharing a reader thread's copies
         self.check_samples = check_samples
         if _use_index(shards, reader, subset, class_weights, check_samples):
             self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
@@ -129,7 +117,7 @@ class ShardDataset(IterableDataset):
     def reader_copy(self) -> ShardDataset:
         """A copy for one reader thread: the same plan, its own buffers and mappings."""
         other = copy.copy(self)
-        other._pool, other._gather, other.ring = BufferPool(), None, None
+        other._pool, other._gather, other._scratch, other.ring, other._helpers = BufferPool(), None, None, None, None
         return other
 
     def set_epoch(self, epoch: int) -> None:
@@ -188,7 +176,7 @@ class ShardDataset(IterableDataset):
     def _collate(self, keys: list[str] | None, labels, epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
         """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
         augmentation nor ``return_keys`` needs them); ``stored`` gives their stored pixels
-        (``_Views`` or ``_Rows``)."""
+        (``tarread.Views`` or ``gather.Located``)."""
         n = len(labels)
         S = self._shape[0]
         labels = torch.as_tensor(labels, dtype=torch.int64)
@@ -211,7 +199,7 @@ class ShardDataset(IterableDataset):
             for i, src in enumerate(stored.arrays(S)):
                 augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
         else:
-            stored.copy_into(buf.numpy().reshape(n, -1))
+            stored.copy_into(buf.numpy().reshape(n, -1), *(self._helpers or ()))
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
@@ -267,35 +255,46 @@ class ShardDataset(IterableDataset):
 
     def _index_batches(self, rank: int, world: int, worker: int, num_workers: int, epoch: int) -> Iterator[tuple]:
         """The index reader: this worker's batches of the epoch plan, read by offset."""
+        for rows in self.index_plan(rank, world, epoch, worker, num_workers):
+            batch = self.index_batch(rows, rank, world, epoch)
+            if batch is not None:
+                yield batch
+
+    def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1
+                   ) -> list[np.ndarray]:
+        """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
+        the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
         idx, B = self.index, self.batch_size
-        S = idx.size
-        self._shape = (S, S, 3)
         draws = self._resampled_batches(world) * B * world if self.resampled else None
         # shuffle in train mode unless every shuffle was switched off
         shuffle = self.train and (self.shuffle_shards or self.shuffle_buffer > 1)
         order = epoch_order(self.rows, idx.label, seed=self.seed, epoch=epoch, shuffle=shuffle, shares=self.shares,
                             draws=draws)
-        mine = deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
+        return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
                     max_batches=None if self.resampled else self.epoch_batches)[worker]
+
+    def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> tuple | None:
+        """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every
+        one of its samples (an error with several ranks: they must yield equal batch counts)."""
+        idx = self.index
+        S = idx.size
+        self._shape = (S, S, 3)
         if self._gather is None:
             self._gather = Gather(idx, labels=bool(self.check_samples), pixels=self.check_samples is True,
                                   skip=self.on_error == "skip")
-        scratch = None  # object storage: the batch's samples are fetched into it first
-        if len(idx.urls) and "://" in idx.urls[0]:
-            scratch = np.empty((B, idx.sample_bytes), np.uint8)
-        need_keys = self.augment is not None or self.return_keys
-        for rows in mine:
-            good, views = self._gather.views(rows, scratch)
-            if len(good) < len(rows):  # on_error="skip" left damaged samples out of this batch
-                rows = rows[good]
-                if not len(rows):
-                    if world > 1:
-                        raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
-                                         f"every rank must yield the same number of batches: repair the shards "
-                                         f"(wds-tools verify names them)")
-                    continue
-            keys = [k.decode() for k in idx.key[rows].tolist()] if need_keys else None
-            yield self._collate(keys, idx.label[rows], epoch, self.augment, _Rows(views))
+        if self._scratch is None and len(idx.urls) and "://" in idx.urls[0]:
+            self._scratch = np.empty((self.batch_size, idx.sample_bytes), np.uint8)  # object storage fetches here
+        good, located = self._gather.locate(rows, self._scratch)
+        if len(good) < len(rows):  # on_error="skip" left damaged samples out of this batch
+            rows = rows[good]
+            if not len(rows):
+                if world > 1:
+                    raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
+                                     f"every rank must yield the same number of batches: repair the shards "
+                                     f"(wds-tools verify names them)")
+                return None
+        keys = [k.decode() for k in idx.key[rows].tolist()] if self.augment is not None or self.return_keys else None
+        return self._collate(keys, idx.label[rows], epoch, self.augment, located)
 
 
 _INDEX_SCHEMES = ("", "file")  # and every fsspec object store; not pipe: or http(s) (no ranged reads there)
@@ -355,7 +354,7 @@ class ShardLoader:
         self._use_ring = bool(num_workers) and not persistent_workers
         self._iterated = False
         self._epoch_set = False
-        self._readers: list[ShardDataset] | None = None  # reader threads' datasets (_in_threads)
+        self._reader: ShardDataset | None = None  # the reader thread's dataset (_in_threads)
 
     @property
     def mean(self) -> list[float] | None:
@@ -395,27 +394,36 @@ class ShardLoader:
         return self._through_ring()
 
     def _in_threads(self):
-        """The index reader without CPU augmentation: ``num_workers`` threads (``threads.py``).
+        """The index reader without CPU augmentation (``threads.py``): one reader thread makes the
+        rank's batches in plan order, ``prefetch_factor`` ahead, each batch's copies split across
+        ``num_workers`` threads (it and ``num_workers - 1`` helpers): the same batches as with
+        ``num_workers=0``.
 
-        The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
-        mapping faults its pages in again, which on a VM costs about as much as copying them."""
+        The reader (its shard mappings and buffers) is kept from epoch to epoch: a fresh mapping
+        faults its pages in again, which on a VM costs about as much as copying them."""
         ds = self.dataset
         rank, world = ds.rank_world
         epoch = ds.epoch
-        readers, self._readers = self._readers or [ds.reader_copy() for _ in range(self.num_workers)], None
-        makers = [lambda w=w, d=d: d._index_batches(rank, world, w, self.num_workers, epoch)
-                  for w, d in enumerate(readers)]
-        threads: list = []
-        batches = in_threads(makers, self._prefetch, threads)
+        reader, self._reader = self._reader or ds.reader_copy(), None
+        helpers = None
+        if self.num_workers > 1:
+            helpers = ThreadPoolExecutor(self.num_workers - 1, thread_name_prefix="training_adapter-reader-copy")
+        reader._helpers = (helpers, self.num_workers) if helpers is not None else None
+        plan = ds.index_plan(rank, world, epoch)
+        batches = in_order(plan, lambda _, rows: reader.index_batch(rows, rank, world, epoch), 1,
+                           ahead=self._prefetch)
         try:
             for batch in batches:
+                if batch is None:
+                    continue
                 if self.pin_memory:
                     batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
                 yield batch
         finally:
-            batches.close()  # stops and waits for the threads
-            if not any(t.is_alive() for t in threads):  # else a late thread could still be using them
-                self._readers = readers
+            batches.close()  # drops what is not started and waits for what is
+            if helpers is not None:
+                helpers.shutdown(wait=True)
+            self._reader = reader
 
     def _in_process(self):
         """``num_workers=0``: the dataset's batches as they are made, without the DataLoader (whose

@@ -76,7 +76,7 @@ class Views:
     def arrays(self, S: int):
         return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
 
-    def copy_into(self, flat: np.ndarray) -> None:
+    def copy_into(self, flat: np.ndarray, helpers=None, ways: int = 1) -> None:  # the same call as gather.Located
         for i, s in enumerate(self.samples):
             flat[i] = np.frombuffer(s.pixels, np.uint8)
 
