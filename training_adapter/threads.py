@@ -5,8 +5,8 @@ copies from the shard mappings, which release the GIL; in threads it needs no pr
 shared-memory hand-over and no per-batch messages between processes (on two cores these cost more
 than the copies). One reader thread makes the batches in plan order (``in_order``), and splits
 each batch's copies across ``num_workers`` threads: one batch at a time on every core keeps the
-memory being written small, which on two cores copied 1.3x faster than a batch per thread
-(``scripts/bench_loader.py``'s eval rows; FFCV parallelises within a batch the same way).
+memory being written small; on two cores a batch per thread at once copied slower than one
+thread alone (FFCV parallelises within a batch too).
 """
 
 from __future__ import annotations
