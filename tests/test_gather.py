@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import convert_images, upload
 from oracle import read_stored
 from training_adapter import make_loader
-from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, labels_differ
+from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
 from training_adapter.indexread import read_sample_index
 from training_adapter.shardlist import resolve_urls
 from wds_tools.errors import OptionError, ShardError
@@ -177,7 +177,7 @@ def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory
 def test_labels_differ_is_the_writers_decimal_rule():
     def differ(cls: bytes, label: int) -> bool:
         got = np.frombuffer(cls[:LABEL_BYTES].ljust(LABEL_BYTES, b"\0"), np.uint8)[None]
-        return bool(labels_differ(got, np.array([len(cls)]), np.array([label]))[0])
+        return bool(labels_differ(got, np.array([len(cls)]), label_digits(np.array([label])))[0])
 
     assert not differ(b"3", 3) and not differ(b"123456789", 123456789) and not differ(b"0", 0)
     assert differ(b"03", 3) and differ(b"31", 3) and differ(b"3 ", 3) and differ(b"", 3) and differ(b"4", 3)

@@ -30,7 +30,7 @@ from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "Located", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ"]
+__all__ = ["Gather", "Located", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ", "label_digits"]
 
 log = logging.getLogger("training_adapter")
 
@@ -51,22 +51,26 @@ def _runs(shard: np.ndarray) -> list[tuple[int, int]]:
     return list(zip([0, *cuts], [*cuts, len(shard)]))
 
 
-def _bytes_at(m: np.ndarray, offsets: np.ndarray, length: int) -> np.ndarray:
-    """[k, length]: ``length`` bytes of ``m`` at each offset (every ``offset + length <= len(m)``)."""
-    if len(m) < length:
-        return np.empty((0, length), np.uint8)
-    every = np.lib.stride_tricks.as_strided(m, shape=(len(m) - length + 1, length), strides=(1, 1), writeable=False)
-    return every[offsets]
+def _windows(m: np.ndarray, length: int) -> np.ndarray:
+    """[len(m) - length + 1, length]: every ``length``-byte window of ``m``, one per offset (a view)."""
+    return np.lib.stride_tricks.as_strided(m, shape=(max(0, len(m) - length + 1), length), strides=(1, 1),
+                                           writeable=False)
 
 
-def labels_differ(got: np.ndarray, length: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def label_digits(labels: np.ndarray) -> np.ndarray:
+    """[k, LABEL_BYTES] uint8: each label in ASCII decimal, NUL after its digits."""
+    return np.frombuffer(np.asarray(labels).astype(f"S{LABEL_BYTES}").tobytes(), np.uint8).reshape(-1, LABEL_BYTES)
+
+
+_INSIDE = np.arange(LABEL_BYTES)[None, :] < np.arange(LABEL_BYTES + 1)[:, None]  # [length, byte]: byte < length
+
+
+def labels_differ(got: np.ndarray, length: np.ndarray, want: np.ndarray) -> np.ndarray:
     """[k] bool: whether the .cls data ``got`` ([k, LABEL_BYTES], the first ``length`` bytes of
-    each row its data) is not ``labels`` in ASCII decimal, as the writer puts it (``b"3"``: so
-    ``b"03"``, ``b"31"`` or ``b"3 "`` differ)."""
-    want = np.frombuffer(np.asarray(labels).astype(f"S{LABEL_BYTES}").tobytes(), np.uint8).reshape(-1, LABEL_BYTES)
-    digits = (want != 0).sum(axis=1)
-    inside = np.arange(LABEL_BYTES) < np.minimum(length, LABEL_BYTES)[:, None]
-    return ((got != want) & inside).any(axis=1) | (length != digits)
+    each row its data) is not the label whose ``label_digits`` are ``want``, as the writer puts it
+    (``b"3"``: so ``b"03"``, ``b"31"`` or ``b"3 "`` differ)."""
+    inside = _INSIDE[np.clip(length, 0, LABEL_BYTES)]
+    return ((got != want) & inside).any(axis=1) | (length != (want != 0).sum(axis=1))
 
 
 class Located:
@@ -137,12 +141,14 @@ class Gather:
         self.header = np.frombuffer(self._header_bytes, np.uint8)
         self.want = NPY_HEADER_BYTES + index.sample_bytes
         self._maps: dict[int, np.ndarray] = {}
-        self._windows: dict[int, torch.Tensor] = {}
+        self._windows: dict[int, torch.Tensor] = {}  # torch windows of pixel bytes, for index_select
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # numpy windows of header and .cls bytes
+        self._cls_want: np.ndarray | None = None
         self.bytes_read = 0
         self.skipped = 0  # samples left out (skip)
 
     def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
-        return {**self.__dict__, "_maps": {}, "_windows": {}}
+        return {**self.__dict__, "_maps": {}, "_windows": {}, "_views": {}}
 
     # --- local shards ---------------------------------------------------------------------------
     def _map(self, shard: int) -> np.ndarray:
@@ -172,7 +178,7 @@ class Gather:
             s = int(shard[a])
             m = self._map(s)
             if b - a >= VECTOR_RUN:
-                self._check_run(m, rows[a:b], off[a:b], a, bad)
+                self._check_run(s, m, rows[a:b], off[a:b], a, bad)
             else:
                 for i in range(a, b):
                     self._check_one(m, int(rows[i]), int(off[i]), i, bad)
@@ -204,23 +210,36 @@ class Gather:
             t = self._windows[shard] = torch.as_strided(torch.from_numpy(m), (len(m) - n + 1, n), (1, 1))
         return t
 
-    def _check_run(self, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
-        """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of one shard, vectorised;
-        problems go into ``bad`` by position (``a`` + position in the run)."""
+    def _check_run(self, s: int, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
+        """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of shard ``s``,
+        vectorised; problems go into ``bad`` by position (``a`` + position in the run)."""
         idx = self.index
         fits = o + self.want <= len(m)
-        if not fits.all():
+        every = fits.all()
+        if not every:
             for i in np.flatnonzero(~fits):
                 bad[a + i] = self._problem(run[i], "short", have=len(m) - int(o[i]))
             o = np.where(fits, o, 0)
-        wrong = ~(_bytes_at(m, o, NPY_HEADER_BYTES) == self.header).all(axis=1) & fits
+        heads = self._window(s, m, NPY_HEADER_BYTES)[o] if every or len(m) >= NPY_HEADER_BYTES else None
+        wrong = fits.copy() if heads is None else ~(heads == self.header).all(axis=1) & fits
         for i in np.flatnonzero(wrong):
             bad[a + i] = self._problem(run[i], "header")
         if self.labels:
             co, length = idx.cls_offset[run], idx.cls_length[run]
-            cls = _bytes_at(m, np.where(fits & (co + LABEL_BYTES <= len(m)), co, 0), LABEL_BYTES)
-            for i in np.flatnonzero(labels_differ(cls, length, idx.label[run]) & fits & ~wrong):
+            inside = co + LABEL_BYTES <= len(m)
+            if not inside.all():
+                co = np.where(inside, co, 0)
+            if self._cls_want is None:  # every row's label as its .cls should read, once
+                self._cls_want = label_digits(idx.label)
+            cls = self._window(s, m, LABEL_BYTES)[co]
+            for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
                 bad[a + i] = self._problem(run[i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
+
+    def _window(self, s: int, m: np.ndarray, length: int) -> np.ndarray:
+        w = self._views.get((s, length))
+        if w is None:
+            w = self._views[s, length] = _windows(m, length)
+        return w
 
     def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict) -> None:
         """The same checks for one row ``r`` at position ``i``."""
@@ -331,7 +350,7 @@ class Gather:
                 if self.labels:
                     c, length = int(idx.cls_offset[r]) - a, idx.cls_length[r:r + 1]
                     cls = data[c:c + LABEL_BYTES]
-                    if labels_differ(cls[None], length, idx.label[r:r + 1])[0]:
+                    if labels_differ(cls[None], length, label_digits(idx.label[r:r + 1]))[0]:
                         bad[i] = self._problem(r, "label", got=cls[:max(0, int(length[0]))].tobytes())
                         continue
                 if self.pixels and xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
