@@ -87,7 +87,8 @@ class ShardDataset(IterableDataset):
         self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
         self._gather: Gather | None = None
         self._scratch: np.ndarray | None = None  # the index reader's fetches from object storage
-        self._helpers: tuple | None = None  # (executor, ways) sharing a reader thread's copies
+        self._helpers: tuple | None = None  # (executor, ways) doing a reader thread's copies
+        self.copying: list = []  # futures of the last batch's copies, when the helpers do them
         self.check_samples = check_samples
         if _use_index(shards, reader, subset, class_weights, check_samples):
             self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
@@ -199,7 +200,9 @@ class ShardDataset(IterableDataset):
             for i, src in enumerate(stored.arrays(S)):
                 augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
         else:
-            stored.copy_into(buf.numpy().reshape(n, -1), *(self._helpers or ()))
+            # reader threads: the helpers copy while this thread goes on (unless normalize reads the pixels now)
+            self.copying = stored.copy_into(buf.numpy().reshape(n, -1), *(self._helpers or ()),
+                                            wait=self.normalize or self._helpers is None)
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
@@ -394,9 +397,9 @@ class ShardLoader:
         return self._through_ring()
 
     def _in_threads(self):
-        """The index reader without CPU augmentation (``threads.py``): one reader thread makes the
-        rank's batches in plan order, ``prefetch_factor`` ahead, each batch's copies split across
-        ``num_workers`` threads (it and ``num_workers - 1`` helpers): the same batches as with
+        """The index reader without CPU augmentation (``threads.py``): one reader thread plans and
+        checks the rank's batches in plan order, ``prefetch_factor`` ahead, and ``num_workers``
+        helper threads copy each batch's pixels, split between them: the same batches as with
         ``num_workers=0``.
 
         The reader (its shard mappings and buffers) is kept from epoch to epoch: a fresh mapping
@@ -405,15 +408,19 @@ class ShardLoader:
         rank, world = ds.rank_world
         epoch = ds.epoch
         reader, self._reader = self._reader or ds.reader_copy(), None
-        helpers = None
-        if self.num_workers > 1:
-            helpers = ThreadPoolExecutor(self.num_workers - 1, thread_name_prefix="training_adapter-reader-copy")
-        reader._helpers = (helpers, self.num_workers) if helpers is not None else None
-        plan = ds.index_plan(rank, world, epoch)
-        batches = in_order(plan, lambda _, rows: reader.index_batch(rows, rank, world, epoch), 1,
-                           ahead=self._prefetch)
+        helpers = ThreadPoolExecutor(self.num_workers, thread_name_prefix="training_adapter-reader-copy")
+        reader._helpers = (helpers, self.num_workers)
+
+        def make(_, rows):
+            reader.copying = []
+            batch = reader.index_batch(rows, rank, world, epoch)
+            return batch, reader.copying
+
+        batches = in_order(ds.index_plan(rank, world, epoch), make, 1, ahead=self._prefetch)
         try:
-            for batch in batches:
+            for batch, copying in batches:
+                for f in copying:
+                    f.result()
                 if batch is None:
                     continue
                 if self.pin_memory:
@@ -421,8 +428,7 @@ class ShardLoader:
                 yield batch
         finally:
             batches.close()  # drops what is not started and waits for what is
-            if helpers is not None:
-                helpers.shutdown(wait=True)
+            helpers.shutdown(wait=True)
             self._reader = reader
 
     def _in_process(self):

@@ -3,10 +3,10 @@
 Without CPU augmentation (eval, ``device_augment``) the index reader spends its time in memory
 copies from the shard mappings, which release the GIL; in threads it needs no process start, no
 shared-memory hand-over and no per-batch messages between processes (on two cores these cost more
-than the copies). One reader thread makes the batches in plan order (``in_order``), and splits
-each batch's copies across ``num_workers`` threads: one batch at a time on every core keeps the
-memory being written small; on two cores a batch per thread at once copied slower than one
-thread alone (FFCV parallelises within a batch too).
+than the copies). One reader thread plans and checks the batches in plan order (``in_order``),
+and ``num_workers`` helper threads copy each batch, split between them: one batch at a time on
+every core keeps the memory being written small; on two cores a batch per thread at once copied
+slower than one thread alone (FFCV parallelises within a batch too).
 """
 
 from __future__ import annotations
