@@ -9,11 +9,11 @@ from an S3-compatible server against local disk.
    127.0.0.1 in its own process, and read by training_adapter in eval mode (the index reader:
    each batch one set of concurrent ranged GETs, neighbouring samples merged into ranges of at most
    4 MiB; num_workers 0, batch 64), against plain ranged GETs of the same shard bytes from the same
-   server: every shard read whole in ranges of the same size, as many per call of fsspec's
-   ``cat_ranges`` as the loader makes per batch, no parsing. Both, and the loader from local disk
-   (page cache, and with each shard's cached pages dropped by posix_fadvise), are timed in
-   interleaved rounds (bench_loader.interleaved), so they share the machine's noise; moto, a
-   Python server, shares the two cores with the client.
+   server: the very ranges the loader asks for (``Gather.spans`` of each batch of the epoch), one
+   fsspec ``cat_ranges`` call per batch as the loader makes them, nothing done with the bytes. Both,
+   and the loader from local disk (page cache, and with each shard's cached pages dropped by
+   posix_fadvise), are timed in interleaved rounds (bench_loader.interleaved), so they share the
+   machine's noise; moto, a Python server, shares the two cores with the client.
    Target: the loader >= 80% of the plain ranged GETs' rate.
 """
 
@@ -70,27 +70,45 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def plain_gets(fs, urls: list[str], sizes: list[int], n_samples: int, per_call: int):
-    """An entry for ``interleaved``: every shard's bytes fetched in ranges of ``MERGE_MAX`` bytes,
-    ``per_call`` ranges per ``cat_ranges`` call (concurrent within a call), as samples/s."""
-    from training_adapter.gather import MERGE_MAX
-
-    ranges = [(u, a, min(a + MERGE_MAX, size)) for u, size in zip(urls, sizes) for a in range(0, size, MERGE_MAX)]
-
+def plain_gets(fs, requests: list[tuple[list[str], list[int], list[int]]], n_samples: int):
+    """An entry for ``interleaved``: ``requests`` (one ``cat_ranges`` call each: paths, starts, ends)
+    made in turn, nothing done with the bytes, as samples/s."""
     def epoch() -> float:
         t0 = time.perf_counter()
-        for i in range(0, len(ranges), per_call):
-            part = ranges[i:i + per_call]
-            got = fs.cat_ranges([u for u, _, _ in part], [a for _, a, _ in part], [b for _, _, b in part])
-            if sum(map(len, got)) != sum(b - a for _, a, b in part):
+        for paths, starts, ends in requests:
+            got = fs.cat_ranges(paths, starts, ends)
+            if sum(map(len, got)) != sum(e - s for s, e in zip(starts, ends)):
                 raise RuntimeError("a ranged GET came back short")
         return n_samples / (time.perf_counter() - t0)
     return epoch
 
 
+def whole_shards(urls: list[str], sizes: list[int], per_call: int) -> list[tuple[list[str], list[int], list[int]]]:
+    """Every shard read start to end in ranges of ``MERGE_MAX`` bytes, ``per_call`` per ``cat_ranges`` call."""
+    from training_adapter.gather import MERGE_MAX
+
+    ranges = [(u, a, min(a + MERGE_MAX, size)) for u, size in zip(urls, sizes) for a in range(0, size, MERGE_MAX)]
+    return [([u for u, _, _ in part], [a for _, a, _ in part], [b for _, _, b in part])
+            for part in (ranges[i:i + per_call] for i in range(0, len(ranges), per_call))]
+
+
+def loader_requests(url: str, batch: int) -> list[tuple[list[str], list[int], list[int]]]:
+    """The ranged reads an eval epoch of the loader makes (``Gather.spans`` of each batch, with the
+    default label check): one ``cat_ranges`` call per batch."""
+    from training_adapter import make_loader
+    from training_adapter.gather import Gather
+
+    ds = make_loader(url, batch_size=batch, train=False, split="train", num_workers=0).dataset
+    gather = Gather(ds.index, labels=True)
+    out = []
+    for rows in ds.index_plan(0, 1, 0):
+        spans = gather.spans(rows)
+        out.append(([ds.index.urls[s] for s, *_ in spans], [sp[1] for sp in spans], [sp[2] for sp in spans]))
+    return out
+
+
 def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
     from training_adapter import make_loader
-    from training_adapter.gather import MERGE_MAX
 
     shards = build(work, samples)
     port = _free_port()
@@ -114,8 +132,6 @@ def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
                 fs.put_file(str(p), f"bench/v1/224/{p.name}")
         tars = sorted(shards.glob("train-*.tar"))
         eval_opts = dict(batch_size=64, train=False, split="train")
-        sample_bytes = 128 + 224 * 224 * 3
-        per_call = -(-64 * sample_bytes // MERGE_MAX)  # the ranges the loader asks for per batch
 
         def cold_epoch() -> float:
             """Local disk, not the page cache: a fresh loader (no mapping keeps pages in memory) after
@@ -127,7 +143,10 @@ def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
             "loader, S3 (moto), num_workers 0": Epochs(lambda: make_loader("s3://bench/v1/224", num_workers=0,
                                                                            **eval_opts)),
             "plain ranged GETs of the same shard bytes, same server": plain_gets(
-                fs, [f"bench/v1/224/{p.name}" for p in tars], [p.stat().st_size for p in tars], samples, per_call),
+                fs, loader_requests("s3://bench/v1/224", 64), samples),
+            "for reference: whole shards in 4 MiB ranges, 3 per call (no batch boundaries)": plain_gets(
+                fs, whole_shards([f"bench/v1/224/{p.name}" for p in tars], [p.stat().st_size for p in tars], 3),
+                samples),
             "loader, S3 (moto), num_workers 2 (reader threads)": Epochs(
                 lambda: make_loader("s3://bench/v1/224", num_workers=2, **eval_opts)),
             "loader, local disk (pages dropped), num_workers 0": cold_epoch,

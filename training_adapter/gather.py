@@ -319,13 +319,14 @@ class Gather:
         return good
 
     # --- object storage -----------------------------------------------------------------------
-    def _read_remote(self, rows: np.ndarray, out: np.ndarray) -> list[int]:
-        idx, want = self.index, self.want
+    def spans(self, rows: np.ndarray) -> list[list[int]]:
+        """The byte ranges ``rows`` are read in from object storage: [shard, start, end, first
+        position, last position + 1] each; neighbours of one shard (rows in file order) merged."""
+        idx = self.index
         shard, npy = idx.shard[rows], idx.offset[rows]
         start = idx.cls_offset[rows] if self.labels else npy  # labels checked: from the .cls on
-        end = npy + want
-        # merge neighbours of one shard (rows in file order) into ranges
-        spans: list[list[int]] = []  # [shard, start, end, first position, last position + 1]
+        end = npy + self.want
+        spans: list[list[int]] = []
         for i in range(len(rows)):
             s, a, b = int(shard[i]), int(start[i]), int(end[i])
             last = spans[-1] if spans else None
@@ -333,6 +334,12 @@ class Gather:
                 last[2], last[4] = b, i + 1
             else:
                 spans.append([s, a, b, i, i + 1])
+        return spans
+
+    def _read_remote(self, rows: np.ndarray, out: np.ndarray) -> list[int]:
+        idx, want = self.index, self.want
+        npy = idx.offset[rows]
+        spans = self.spans(rows)
         urls = [idx.urls[s] for s, *_ in spans]
         try:
             blobs = read_ranges(urls, [sp[1] for sp in spans], [sp[2] for sp in spans])
