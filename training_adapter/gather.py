@@ -1,17 +1,20 @@
 """Gather: the index reader's read step, the stored pixels of index rows read by offset.
 
-Local shards are memory-mapped once per process (read-only pages shared with the page cache). The
-rows of a batch are taken in runs of one shard: each run's bounds, NPY headers and (checked) labels
-are compared in a few vectorised steps, then each sample is copied once from the mapping into the
-batch, or lent to the augmentation as a view of the mapping. Object storage is read with one set
-of concurrent ranged GETs per batch, neighbouring samples of a shard merged into one range.
+Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
+rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
+compared in a few vectorised steps (short runs, from shuffled rows, row by row), then each sample
+is copied once from the mapping into the batch (a run in one ``index_select``, which reader
+threads can split between them), or lent to the augmentation as a view of the mapping. Object
+storage is read with one set of concurrent ranged GETs per batch, neighbouring samples of a
+shard merged into one range.
 
-With ``check`` (``make_loader``'s ``check_samples``, on by default) every sample is also compared
-with the index: its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel), and its ``.cls``
-bytes with the ``label`` column (a changed digit; the index reader takes labels from the index,
-so a shard whose ``.cls`` says otherwise does not match its index, and other readers of the same
-shard would train on other labels). A sample that fails is a ``ShardError`` naming the shard, the
-byte offset and the key, or, with ``skip``, left out of its batch and logged.
+``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
+bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the
+index, so a shard whose ``.cls`` says otherwise does not match its index, and other readers of
+the same shard would train on other labels); ``pixels`` (``check_samples=True``) also compares
+its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel). A sample that fails is a
+``ShardError`` naming the shard, the byte offset and the key, or, with ``skip``, left out of its
+batch and logged.
 """
 
 from __future__ import annotations

@@ -479,7 +479,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``: every
     sample read is compared with the index, ``"labels"`` (the default): its ``.cls`` with the
     ``label`` column; ``True``: that and its ``.npy`` bytes with ``npy_xxh3`` (a flipped pixel;
-    costs about a quarter of the eval read rate); ``False``: neither (the NPY header is always
+    costs a quarter to a third of the eval read rate); ``False``: neither (the NPY header is always
     checked). A mismatch is a ``ShardError`` naming shard, byte offset and key.
     ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
     memory per worker (150 KB each at 224 px: 150 MB for 1000).
