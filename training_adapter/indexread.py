@@ -160,10 +160,12 @@ def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
 
 
 def _class_index(index: SampleIndex, value, what: str) -> int:
-    if isinstance(value, str) and not value.isdigit():
-        if value not in index.classes:
+    """A class given by name (``"mel"``, ``"07"``; integer classes are named ``"0"``, ``"1"``, ...) or index."""
+    if isinstance(value, str):
+        if value in index.classes:
+            return index.classes.index(value)
+        if not (value.isascii() and value.isdigit()):
             raise OptionError(f"{what}: no class {value!r}; the index has {', '.join(index.classes)}")
-        return index.classes.index(value)
     i = int(value)
     if index.classes and not 0 <= i < len(index.classes):
         raise OptionError(f"{what}: class index {i} out of range 0..{len(index.classes) - 1}")
