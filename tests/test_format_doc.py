@@ -393,7 +393,7 @@ def rebuild(root: Path, mode: str) -> dict[str, bytes]:
     top = hist["train"] if "train" in hist else sum(hist.values())
     mean, std = mean_std(top)
     meta = {
-        "format": "wds-tools-index", "format_version": 1, "created_by": f"wds-tools {package_version('wds-tools')}",
+        "format": "wds-tools-index", "format_version": 2, "created_by": f"wds-tools {package_version('wds-tools')}",
         "dataset_version": mode, "size": S, "resize": mode,
         "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
                    "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS},

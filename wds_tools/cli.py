@@ -72,8 +72,9 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 @cli.command()
 @click.option("--source", type=click.Path(), required=True,
-              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5]; paths "
-                   "relative to the manifest's folder) or an image folder ROOT/<label>/<file>.")
+              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5], or a dataset's own "
+                   "metadata file with --key/--label/--path; paths relative to the manifest's folder) or an image "
+                   "folder ROOT/<label>/<file>.")
 @click.option("--version", "version", required=True,
               help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/.")
 @click.option("--size", type=_SIZES, required=True,
@@ -91,9 +92,28 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="center-crop: scale the short side to SIZE and crop the middle; squash: scale "
                    "both sides to SIZE, ignoring aspect; pad: fit the long side and pad with black.")
 @click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1,
-              show_default=True, help="Fraction of keys put in split 'val' when the manifest has no split column.")
+              show_default=True, help="Fraction of keys (of groups, with --group) put in split 'val' when the "
+                                      "manifest has no split column.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the key hash that orders samples and assigns splits.")
+@click.option("--key", "key", default="key", show_default=True, metavar="COL",
+              help="Manifest column holding each sample's key, e.g. image_id.")
+@click.option("--label", "label", default="label", show_default=True, metavar="COL",
+              help="Manifest column holding the class name, e.g. dx.")
+@click.option("--path", "path", default="path", show_default=True, metavar="TEMPLATE",
+              help="Manifest column holding each image's path, or a template naming columns in braces, e.g. "
+                   "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). A row "
+                   "whose path names a missing file is skipped and listed in errors.jsonl.")
+@click.option("--split", "split", default=None, metavar="COL",
+              help="Manifest column holding each sample's split (train, val, ...); a row with an empty one gets "
+                   "a drawn split. Default: the column 'split' when the manifest has one.")
+@click.option("--group", "group", default=None, metavar="COL",
+              help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
+                   "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
+                   "their split (see --from).")
+@click.option("--stratify", is_flag=True,
+              help="Draw splits so that each split's class mix is close to the whole's (per group with --group; "
+                   "the rule is in docs/FORMAT.md, Planning).")
 @click.option("--sanitize-keys", is_flag=True,
               help="Map invalid or clashing keys to valid ones instead of refusing them "
                    "(the original key is kept in each sample's json).")
@@ -101,8 +121,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
                    "Past it the command exits non-zero.")
 @click.option("--from", "base", default=None,
-              help="Reuse pixels from this earlier version (same --size and decode settings). "
-                   "Default: the newest such version under --out.")
+              help="Reuse pixels from this earlier version (same --size and decode settings), and with --group "
+                   "or --stratify keep the splits of its groups. Default: the newest such version under --out.")
 @click.option("--no-reuse", is_flag=True, help="Decode every image, even those an earlier version holds.")
 @click.option("--checksum", is_flag=True,
               help="Read and fingerprint every source to find what changed since the base. Default: a "
@@ -121,15 +141,19 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "Default: start a local Ray instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
-            sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
+            group, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
-    (source path, original size, label name, source fingerprint). An index (index.json +
-    samples.npz) is written beside the shards, and bad source files are skipped and listed in
-    errors.jsonl.
+    (source path, original size, label name, source fingerprint, and the manifest's other columns
+    under "meta"). An index (index.json + samples.npz, with those columns typed) is written beside
+    the shards, and bad source files are skipped and listed in errors.jsonl.
+
+    A dataset's own metadata file is a manifest too: name its key and label columns and its image
+    path (a column, or a template), and optionally a --group column (lesion, patient) whose groups
+    never straddle two splits.
 
     Running the same command again resumes an interrupted conversion; a folder made with other
     options or another source is refused, never overwritten.
@@ -148,6 +172,8 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     Examples:
       wds-tools convert --source data/manifest.csv --version v1 --size 224
       wds-tools convert --source data/manifest.csv --version v1 --size 224,384
+      wds-tools convert --source HAM10000_metadata.csv --key image_id --label dx \\
+          --path 'images/{image_id}.jpg' --group lesion_id --stratify --version v1 --size 224
       wds-tools convert --source data/manifest_v2.csv --version v2 --size 224 --dry-run
       wds-tools convert --source data/manifest.csv --version v1 --size 224 --executor ray --ray-address auto
       wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
@@ -163,7 +189,9 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     try:
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
-                             sanitize_keys=sanitize_keys, max_errors=max_errors, reuse=not no_reuse,
+                             sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
+                             group=group, stratify=stratify,
+                             max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
     except KeyboardInterrupt:

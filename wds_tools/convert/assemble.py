@@ -11,6 +11,7 @@ from ..format.index import (
     ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
 )
 from ..format.layout import url_pattern
+from ..format.meta import encode_columns
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base
@@ -88,6 +89,9 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
     columns["path_data"] = np.concatenate([p["path_data"] for p in parts] + [np.zeros(0, "u1")])
     if columns["fingerprint"].ndim == 1:
         columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
+    if src.metadata:  # typed columns, taken from the manifest rows of the samples written
+        row_of = {r.key: r for r in src.rows}
+        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta for k in columns["key"].tolist()]))
 
     n_classes = len(src.classes)
     splits: dict[str, dict] = {}
@@ -130,6 +134,8 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         "shards": shard_entries,
         "errors_file": ERRORS_FILE if has_errors else None,
     }
+    if src.metadata:
+        meta["metadata"] = [c.to_dict() for c in src.metadata]
     return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
 
 

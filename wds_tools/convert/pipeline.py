@@ -28,6 +28,8 @@ from .plan import parse_shard_size, plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
 from .reuse import Base
 from .runner import EXECUTORS, make_runner, usable_cpus
+from .groups import find_split_base
+from .manifest import Columns
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .spill import SPILL_DIR, load_spill
@@ -93,6 +95,12 @@ def convert(
     val_fraction: float = 0.1,
     seed: int = 0,
     sanitize_keys: bool = False,
+    key: str = "key",
+    label: str = "label",
+    path: str = "path",
+    split: str | None = None,
+    group: str | None = None,
+    stratify: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -118,6 +126,13 @@ def convert(
     per shard on a Ray cluster (``ray_address``; default: a local instance) with the same plan
     and bytes. Resumes an interrupted run with the same arguments; refuses a folder made with
     other options or another source. Bad source files are skipped and listed in errors.jsonl.
+
+    A manifest's columns are ``key``, ``path`` and ``label`` (and ``split`` when it has one) unless
+    ``key``, ``label``, ``path`` (a column, or a template such as ``"images/{image_id}.jpg"``) and
+    ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
+    whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
+    ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
+    keep their split there (``base``, else the newest other version under ``out``).
     """
     t0 = time.perf_counter()
     if not _VERSION_PATTERN.fullmatch(str(version)):
@@ -141,7 +156,10 @@ def convert(
     n_per_shard = {s: parse_shard_size(shard_size, s) for s in sizes}
     max_err = parse_max_errors(max_errors)
 
-    src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys)
+    columns = Columns(key=key, label=label, path=path, split=split, group=group)
+    split_base = find_split_base(out, str(version), sizes, base, group) if group is not None or stratify else None
+    src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, columns=columns,
+                      stratify=stratify, split_base=split_base)
     targets = []
     for s in sizes:
         store = Store(join(out, str(version), str(s)))
@@ -254,6 +272,7 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
     if scan_base is not None and not checksum and any(r.content_hash for r in rows):
         pairs = hashes.load_pairs(out, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, settings, checksum, progress)
+    scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
     for t in todo:
@@ -332,7 +351,7 @@ def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: 
                 samples.append(SampleTask(
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
                     reuse=t.base.reuse(fp, r.label) if t.base is not None and fp is not None else None,
-                    src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash))
+                    src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash, meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
                                    task_digest(spec_digest, plan.name, samples), t.size, resize,
                                    settings, tuple(samples)))

@@ -52,7 +52,8 @@ def spec(source: Source, *, version: str, size: int, resize: str, shard_size: in
         "dataset_version": version, "size": size, "resize": resize, "decode": settings.to_dict(),
         "build": {"shard_size": shard_size, "seed": seed, "val_fraction": val_fraction,
                   "sanitize_keys": sanitize_keys,
-                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()}},
+                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
+                  **source.build_fields()},
     }
 
 

@@ -62,6 +62,7 @@ class SampleTask:
     src_mtime_ns: int = 0
     content_hash: str | None = None  # the manifest's "algo:hex": checked whenever the file is read
     also: tuple[int, ...] = ()  # other sizes of a multi-size run to decode from the same read
+    meta: tuple | None = None  # (column, value) pairs of the manifest's metadata, for the .json's "meta"
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def sample_json(s: SampleTask, width: int, height: int, fingerprint: str) -> byt
             "width": width, "height": height, "fingerprint": f"xxh3_128:{fingerprint}"}
     if s.original_key is not None:
         meta["original_key"] = s.original_key
+    if s.meta is not None:
+        meta["meta"] = dict(s.meta)
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 

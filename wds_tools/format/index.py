@@ -20,10 +20,12 @@ import numpy as np
 from ..errors import IndexFormatError
 from .layout import INDEX_FILE, SAMPLES_FILE, join, samples_file_name  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
+from .meta import MetaValues, column_names, read_metadata
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "INDEX_FILE",
     "SAMPLES_FILE",
     "ERRORS_FILE",
@@ -41,7 +43,8 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what the converter writes; 2: per-sample metadata (docs/FORMAT.md, "Changes from version 1")
+READABLE_VERSIONS = (1, 2)  # what every reader reads
 ERRORS_FILE = "errors.jsonl"
 
 # Column name -> dtype, in the order they are stored. "key" is |S<n> (n = longest key);
@@ -134,6 +137,10 @@ class SampleTable:
     def fingerprint_hex(self, i: int) -> str:
         return self.columns["fingerprint"][i].tobytes().hex()
 
+    def metadata(self, meta: dict) -> dict[str, MetaValues]:
+        """The metadata columns (format version 2) by name; {} when the index has none."""
+        return read_metadata(self.columns, meta)
+
 
 @dataclass
 class DatasetIndex:
@@ -149,6 +156,11 @@ class DatasetIndex:
             name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
             self._samples = SampleTable(read_npz(self.root / name))
         return self._samples
+
+    @property
+    def metadata(self) -> dict[str, MetaValues]:
+        """The per-sample metadata columns by name (format version 2; {} when there are none)."""
+        return self.samples.metadata(self.meta)
 
     @property
     def shards(self) -> list[dict]:
@@ -201,9 +213,11 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise IndexFormatError(f"{where} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise IndexFormatError(
-            f"{where} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
+            f"{where} has format_version {version!r}; this wds-tools reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (a newer version needs a "
+            "newer wds-tools)"
         )
     return meta
 
@@ -231,10 +245,11 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
     """
     from .sidecars import sidecar_files
 
-    missing = set(SAMPLE_COLUMNS) - set(columns)
+    names = [*SAMPLE_COLUMNS, *column_names(meta)]  # then the metadata's, in index.json "metadata" order
+    missing = set(names) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
-    data = write_npz({name: columns[name] for name in SAMPLE_COLUMNS})
+    data = write_npz({name: columns[name] for name in names})
     write_bytes(join(dest, SAMPLES_FILE), data)
     if sidecars:
         for name, side in sidecar_files(meta, columns).items():
