@@ -282,8 +282,14 @@ def index_files(path, out, wids, dali, as_json) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also draw samples per shard and a class-share heatmap into this PNG "
                    "(needs the plot extra: pip install 'wds-tools[plot]').")
+@click.option("--by", "by", default=None, metavar="COL",
+              help="Break each split's class counts down by this metadata column (a column of the dataset's "
+                   "metadata file, e.g. localization or sex; missing values counted apart).")
+@click.option("--group", "group", default=None, metavar="COL",
+              help="Report the groups of this metadata column (e.g. patient_id) found in more than one split. "
+                   "Default: the --group column the set was converted with, if any.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
+def stats(path, out, world_size, workers, scan, plot_path, by, group, as_json) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -294,11 +300,15 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
     of variation); the class distribution and each shard's largest deviation from it; shards and
     samples per rank and per worker for --world-size × --workers, with a warning when some get
     none or ranks get unequal sample counts, and the nearest shard counts that divide evenly.
-    Also the dataset's mean/std and its size on disk.
+    Also the dataset's mean/std and its size on disk; with --by, each split's class counts per value
+    of a metadata column; and any group of the --group column (by default the one the set was
+    converted with) found in more than one split.
 
     \b
     Examples:
       wds-tools stats shards/v1/224
+      wds-tools stats shards/v1/224 --by localization
+      wds-tools stats shards/v1/224 --group patient_id     # a set converted without --group: any leakage?
       wds-tools stats --world-size 8 --workers 6          # newest version under ./shards
       wds-tools stats shards/v1/224/index.json --json
       wds-tools stats s3://bucket/shards/v1/224
@@ -309,7 +319,8 @@ def stats(path, out, world_size, workers, scan, plot_path, as_json) -> None:
     try:
         if plot_path:
             require_matplotlib()
-        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan)
+        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan, by=by,
+                               group=group)
         if plot_path:
             plot_stats(report, plot_path)
     except WdsToolsError as e:

@@ -22,7 +22,10 @@ from ..format.cpus import usable_cpus
 from ..format.index import histogram_mean_std
 from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
 from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.meta import read_metadata
 from ..format.tar import CHUNK, TarWalker, scan_file
+from .stats_meta import Breakdown, GroupReport, breakdown, check_column, group_report, metadata_arrays
+from .stats_meta import render_text as render_metadata
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
@@ -223,6 +226,8 @@ class StatsReport:
     world_size: int
     workers: int
     seconds: float = 0.0
+    by: Breakdown | None = None  # --by COL: class counts per value of a metadata column
+    groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
 
     @property
     def samples(self) -> int:
@@ -234,9 +239,11 @@ class StatsReport:
 
     @property
     def warnings(self) -> list[str]:
-        return [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings]
+        return [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] + \
+            (self.groups.warnings if self.groups is not None else [])
 
     def to_dict(self) -> dict:
+        extra = {k: v.to_dict() for k, v in (("by", self.by), ("groups", self.groups)) if v is not None}
         return {
             "schema": SCHEMA,
             "source": self.source,
@@ -256,6 +263,7 @@ class StatsReport:
             "world_size": self.world_size,
             "workers": self.workers,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
+            **extra,  # only when asked for (--by) or the set has a group column
             "warnings": self.warnings,
             "seconds": round(self.seconds, 4),
         }
@@ -267,29 +275,43 @@ class StatsReport:
 # ------------------------------------------------------------------ computing it
 
 def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards",
-                  world_size: int = 1, workers: int | None = None, scan: bool = False) -> StatsReport:
+                  world_size: int = 1, workers: int | None = None, scan: bool = False, by: str | None = None,
+                  group: str | None = None) -> StatsReport:
     """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
     version under ``out``).
 
     ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte).
+    ``by`` breaks each split's class counts down by a metadata column; the groups of ``group`` (default:
+    the index's ``build.group``) found in more than one split are reported (both need the index).
     """
     t0 = time.perf_counter()
     workers = usable_cpus() if workers is None else workers
     distribute([], world_size, workers)  # validate before any reading
+    if scan and (by is not None or group is not None):
+        raise OptionError(f"{'--by' if by is not None else '--group'} reads the index's metadata columns; "
+                          "it cannot be combined with --scan")
     target = resolve_target(path, out=out, scan=scan)
     if scan:
         report = _from_scan(target, world_size, workers)
     else:
-        report = _from_index(target, world_size, workers)
+        report = _from_index(target, world_size, workers, by, group)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _from_index(target: Shards, world_size: int, workers: int) -> StatsReport:
+def _from_index(target: Shards, world_size: int, workers: int, by: str | None = None,
+                group: str | None = None) -> StatsReport:
     meta, base = target.meta, target.index_base
     classes = list(meta.get("classes", []))
     shards = meta["shards"]
-    cols = read_samples(join(base, meta["samples_file"]["name"]), ("label", "shard"))
+    for name, option in ((by, "--by"), (group, "--group")):
+        if name is not None:
+            check_column(meta, name, option)
+    build = meta.get("build") if isinstance(meta.get("build"), dict) else {}
+    group = group if group is not None else build.get("group")
+    wanted = [n for n in (by, group) if n is not None]
+    where = join(base, meta["samples_file"]["name"])
+    cols = read_samples(where, ("label", "shard", *metadata_arrays(meta, wanted)))
     label = cols["label"].astype(np.int64)
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
@@ -316,10 +338,22 @@ def _from_index(target: Shards, world_size: int, workers: int) -> StatsReport:
         index_bytes += file_size(target.index_file)
     except OSError:
         pass
-    return StatsReport(
+    report = StatsReport(
         "index", target.spec, base, target.index_file, meta.get("dataset_version"),
         meta.get("size"), classes, splits, sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
         index_bytes, meta.get("mean"), meta.get("std"), meta.get("stats_split"), world_size, workers)
+    if wanted:
+        values = read_metadata(cols, meta, wanted, where)
+        names = list(splits)
+        split_of = np.array([names.index(s["split"]) if s["split"] in splits and (chosen is None or s["name"] in
+                             chosen) else -1 for s in shards], np.int64)
+        row_split = split_of[shard]
+        mine = np.flatnonzero(row_split >= 0)
+        if by is not None:
+            report.by = breakdown(values[by].take(mine), label[mine], row_split[mine], names, n_classes)
+        if group is not None:
+            report.groups = group_report(values[group].take(mine), row_split[mine], names)
+    return report
 
 
 @dataclass
@@ -511,6 +545,7 @@ def _render_text(r: StatsReport) -> str:
                      f"readers: {_even_text(dist['even_shards_below'], dist['even_shards_above'])}")
         for w in dist["warnings"]:
             lines.append(f"  warning: {w}")
+    lines += render_metadata(r.by, r.groups, r.classes, TEXT_CLASSES)
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from ..format.npy import NPY_HEADER_BYTES, image_header, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, scan_file, split_name, walk_headers
 from .verify_meta import IndexFacts, check_counts, check_index, mean_std, stats_problems
+from .verify_metadata import check_columns
 from .verify_report import INDEX, MAX_PER_KIND, PROBLEM_KINDS, SCHEMA, Problem, VerifyReport, capped
 from .verify_shards import Context, ShardJob, ShardResult, check_shard
 from .verify_table import ROW_COLUMNS, TableFacts, file_digest, open_columns, scan_table
@@ -65,7 +66,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
     facts, problems = check_index(meta)
     report.problems += problems
-    table, usable, tf = None, set(), None
+    table, usable, tf, categories = None, set(), None, None
     if facts.samples_name is not None:
         url = join(base, facts.samples_name)
         report.problems += _samples_file(url, facts, quick)
@@ -75,8 +76,13 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         if table is not None:
             rows, usable = table.check_format()
             report.problems += table.problems
+            categories = None
+            if facts.metadata is not None:
+                ok, found, problems = check_columns(table, rows, facts.metadata)
+                report.problems += problems
+                categories = found if ok else None
             if "key" in usable:
-                tf, problems = scan_table(table, rows, usable, facts)
+                tf, problems = scan_table(table, rows, usable, facts, categories)
                 report.problems += problems
         if tf is not None:
             report.problems += check_counts(facts, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split,
@@ -87,7 +93,8 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
                                             "shards[].samples")
         jobs = _jobs(target, facts, tf, report)
         ctx = Context(table, usable, tf.paths_ok if tf else False, _reference_header(facts, tf), facts.classes, quick,
-                      stats)
+                      stats, facts.metadata if table is not None and categories is not None else None,
+                      categories or {})
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on
         report.problems.append(Problem(facts.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))

@@ -17,6 +17,8 @@ import numpy as np
 
 from ..format.index import ERRORS_FILE
 from ..format.layout import SAMPLES_FILE, expand, indexed_name_problem, shard_name, url_pattern
+from ..format.meta import MetaColumn
+from .verify_metadata import check_field
 from .verify_report import INDEX, Problem
 
 __all__ = ["ShardEntry", "IndexFacts", "check_index", "check_counts", "mean_std", "stats_problems"]
@@ -87,6 +89,8 @@ class IndexFacts:
     samples_sha256: str | None = None
     errors_file: str | None = None
     shards_ok: bool = False  # shards is a list whose every entry has a usable name, split and samples
+    metadata: list[MetaColumn] | None = field(default_factory=list)  # None: the field is unusable
+    group: str | None = None  # build.group, when it names a metadata column
 
     @property
     def stats_of(self) -> str:
@@ -149,6 +153,8 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
     f.mean = c.get(meta, "mean", "mean", "rgb")
     f.std = c.get(meta, "std", "std", "rgb")
     f.stats_split = c.get(meta, "stats_split", "stats_split", "text")
+    f.metadata, f.group, problems = check_field(meta)
+    c.problems += problems
     _check_files(c, f, meta)
     _check_shards(c, f, meta)
     _check_splits(c, f, meta)

@@ -23,6 +23,8 @@ from ..format.layout import file_size, read_ranges
 from ..format.npy import NPY_HEADER_BYTES, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ..format.meta import MetaColumn
+from .verify_metadata import block_names, row_meta, same_meta
 from .verify_report import Problem, capped
 from .verify_table import ROW_COLUMNS, SampleColumns
 
@@ -56,6 +58,8 @@ class Context:
     classes: list[str] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
+    metadata: list[MetaColumn] | None = None  # index.json's (None: unusable, not compared)
+    categories: dict[int, list[str]] = field(default_factory=dict)  # string values of the metadata columns
 
     def __post_init__(self):
         # each class index as its .cls member holds it (only these are agreed labels)
@@ -273,6 +277,7 @@ class _Rows:
     fingerprints: list[str] | None  # "xxh3_128:<hex>", as the .json has it
     dims: dict[str, list[int]]  # width, height
     paths: list[str] | None
+    meta: list[dict] | None = None  # the .json "meta" each row expects (None: not compared)
 
 
 def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
@@ -286,12 +291,15 @@ def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
         data = ctx.table.read(["path_data"], int(po[0]), int(po[-1]))["path_data"].tobytes()
         paths = [data[s - po[0]:e - po[0]].decode("utf-8", "replace") for s, e in zip(po[:-1], po[1:])]
     fp = cols.get("fingerprint")
+    meta = None
+    if ctx.metadata:
+        meta = row_meta(ctx.table.read(block_names(ctx.metadata), a, b), ctx.metadata, ctx.categories)
     return _Rows(cols["key"].astype("U").tolist(), cols["label"].tolist(),
                  np.stack([cols[f"{m}_offset"] for m in MEMBERS], axis=1).tolist(),
                  np.stack([cols[f"{m}_length"] for m in MEMBERS], axis=1).tolist(),
                  cols["npy_xxh3"].tolist() if "npy_xxh3" in cols else None,
                  ["xxh3_128:" + r.tobytes().hex() for r in fp] if fp is not None else None,
-                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths)
+                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths, meta)
 
 
 def _size_problem(job: ShardJob, size: int) -> list[Problem]:
@@ -455,7 +463,17 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, cls: bytes |
     if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
         bad("sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says "
                               f"{rows.paths[i]!r}")
+    if rows.meta is not None and not same_meta(obj.get("meta"), rows.meta[i]):
+        bad("sample_meta", 1, f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say "
+                              f"{_short(rows.meta[i])}")
+    elif ctx.metadata == [] and "meta" in obj:
+        bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, result: ShardResult) -> list[Problem]:
