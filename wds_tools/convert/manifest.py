@@ -27,7 +27,7 @@ __all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "c
            "typed"]
 
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # canonical: no sign but '-', no leading zero (ASCII digits only)
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_FLOAT = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no leading zero
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
@@ -240,7 +240,8 @@ def _is_float(text: str) -> bool:
 def column_type(texts: list[str | None]) -> str:
     """``int`` when every present value is a canonical decimal integer within int64 (``-?(0|[1-9][0-9]*)``);
     else ``float`` when every one is such an integer or a finite decimal number
-    (``[+-]?([0-9]+.?[0-9]*|.[0-9]+)([eE][+-]?[0-9]+)?``); else ``string`` (also when none is present)."""
+    (``[+-]?((0|[1-9][0-9]*)(.[0-9]*)?|.[0-9]+)([eE][+-]?[0-9]+)?``: no leading zero, so ``007`` and
+    ``02134`` stay text); else ``string`` (also when none is present)."""
     present = [t for t in texts if t is not None]
     if not present:
         return "string"

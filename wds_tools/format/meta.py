@@ -131,11 +131,14 @@ class MetaValues:
                 if w in self._code:
                     out |= self.values == self._code[w]
             elif isinstance(w, (int, float, np.integer, np.floating)) and not isinstance(w, bool):
-                numbers.append(float(w))
+                if self.column.type == "float":
+                    numbers.append(float(w))
+                elif float(w).is_integer() and -(2 ** 63) <= int(w) < 2 ** 63:  # exact, however large
+                    numbers.append(int(w))
             else:
                 raise TypeError(f"{self.column.name!r} is a column of {self.column.type}s; {w!r} is not a number")
         if numbers:
-            out |= np.isin(self.values, np.array(numbers, np.float64)) & ~self.missing
+            out |= np.isin(self.values, np.array(numbers, self.values.dtype)) & ~self.missing
         return out
 
     @property
