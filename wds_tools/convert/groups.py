@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import IndexFormatError, OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 from ..format.meta import value_text
 from .plan import Unit
@@ -77,13 +77,20 @@ def find_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int], 
         name = explicit
     elif name is None:
         return None
-    if name is not None:
-        folders = [Path(out) / name / str(s) for s in sizes] + sorted((Path(out) / name).glob(f"*/{INDEX_FILE}"))
-        folder = next((f if f.name != INDEX_FILE else f.parent for f in folders
-                       if (f / INDEX_FILE if f.name != INDEX_FILE else f).exists()), None)
-        if folder is None:
+    if name is not None:  # the version's index at a requested size, else at any size that reads
+        folders = [Path(out) / name / str(s) for s in sizes]
+        folders += [p.parent for p in sorted((Path(out) / name).glob(f"*/{INDEX_FILE}")) if p.parent not in folders]
+        folders = [f for f in folders if (f / INDEX_FILE).exists()]
+        if not folders:
             raise OptionError(f"--from {name}: no finished conversion under {Path(out) / name} (no {INDEX_FILE})")
-        index = load_index(folder)
+        index = None
+        for folder in folders:
+            try:
+                index = load_index(folder)
+                break
+            except IndexFormatError:
+                if folder == folders[-1]:
+                    raise
     else:
         index = None
         for folder in indexes_newest_first(out):
