@@ -44,7 +44,7 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
             names = tf.getnames()
             data = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
         keys = list(dict.fromkeys(n.split(".")[0] for n in names))
-        assert names == [f"{k}.{ext}" for k in keys for ext in ("cls", "json", "npy")]
+        assert names == [f"{k}.{ext}" for k in keys for ext in ("cls", "i32", "json", "npy")]
         for k in keys:
             arr = np.load(io.BytesIO(data[f"{k}.npy"]))
             meta = json.loads(data[f"{k}.json"])
@@ -52,6 +52,9 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
             assert arr.dtype == np.uint8 and arr.shape == (32, 32, 3) and arr.flags.c_contiguous
             assert np.array_equal(arr, decode_file(str(src), 32).pixels)
             assert idx.classes[int(data[f"{k}.cls"])] == rows[k]["label"] == meta["label"]
+            assert data[f"{k}.i32"] == int(data[f"{k}.cls"]).to_bytes(4, "little")  # DALI's INT32
+            assert (meta["dataset_version"], meta["classes_digest"]) == ("v1", idx.meta["classes_digest"])
+            assert meta["original_key"] == k  # always present; the key itself when not mapped
             assert meta["source_path"] == rows[k]["path"] and (meta["width"], meta["height"]) == (96, 72)
             assert meta["fingerprint"].startswith("xxh3_128:")
             seen[k] = shard["name"]
@@ -66,6 +69,8 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
         assert np.array_equal(np.load(io.BytesIO(blob[off:off + n])),
                               decode_file(str(corpus.parent / rows[s.keys[i]]["path"]), 32).pixels)
         assert blob[int(s["cls_offset"][i]):int(s["cls_offset"][i]) + int(s["cls_length"][i])] == str(s["label"][i]).encode()
+        off, n = int(s["i32_offset"][i]), int(s["i32_length"][i])
+        assert n == 4 and int.from_bytes(blob[off:off + n], "little", signed=True) == int(s["label"][i])
         assert s.source_path(i) == rows[s.keys[i]]["path"]
     meta = idx.meta
     assert meta["samples"] == 40 and sum(meta["class_counts"]) == 40

@@ -20,8 +20,9 @@ from .. import __version__
 from ..errors import OptionError, TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE, read_npz
+from ..format.sample import classes_digest
 from . import hashes
-from .assemble import assemble_index, dry_run_result, result_from_index, write_errors
+from .assemble import assemble_index, dry_run_result, result_from_index, source_stats, write_errors
 from .check import Check, check_sources, scan_files
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
 from .plan import parse_shard_size, plan_split
@@ -227,13 +228,14 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
         fn, most = scan_files, _SCAN_CHUNK
         items = [r.path for r in rows]
     else:
-        fn, items = check_sources, []
-        for r in rows:
+        fn, items, quick = check_sources, [], {}
+        for k, r in enumerate(rows):
             by_hash = not checksum and r.content_hash is not None and r.content_hash in pairs
             trusted = None
             if not checksum and r.content_hash is None:
-                size, mtime = base.trusted_stat(r.source_path)
-                trusted = (size, mtime) if size is not None and mtime else None
+                found = base.trusted_stat(r.path, r.source_path)
+                if found is not None:
+                    trusted, quick[k] = found[:2], found[2]
             items.append(Check(r.path, trusted, by_hash, r.content_hash))
         # files read whole make slow tasks: keep those small, stat-only ones large
         most = _HASH_CHUNK if checksum or sum(1 for c in items if c.stat_only or c.trusted) < len(items) // 2 \
@@ -253,7 +255,7 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
                         fp = pairs[rows[k].content_hash]
                         counts["unchanged_by_hash"] += 1
                     else:
-                        fp = base.fingerprint_of(rows[k].source_path)
+                        fp = quick[k]
                         counts["unchanged_by_stat"] += 1
                 elif read:
                     counts["sources_read"] += 1
@@ -354,7 +356,8 @@ def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: 
                     src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash, meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
                                    task_digest(spec_digest, plan.name, samples), t.size, resize,
-                                   settings, tuple(samples)))
+                                   settings, tuple(samples), dataset_version=t.spec["dataset_version"],
+                                   classes_digest=classes_digest(src.classes)))
     return tasks
 
 
@@ -400,6 +403,8 @@ def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: st
                           result.errors_file is not None, provenance)
     if not store.remote and any(r.content_hash for r in src.rows):
         _save_hash_pairs(out, version, src, store)
+    if not store.remote:  # the quick check's mtimes, kept outside the format (hashes.py)
+        hashes.save_stats(out, version, source_stats(store, t.work, t.tasks, src))
     planned = {task.name for task in t.tasks}
     for name in store.names(store.root):  # leftovers of an interrupted run whose plan has since changed
         if (name.endswith(".tar") and name not in planned) or ".partial" in name:

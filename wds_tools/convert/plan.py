@@ -100,10 +100,10 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
 
 
 def sample_bytes(size: int, json_bytes: int = 256) -> int:
-    """Approximate bytes a sample takes in a tar: three headers, data, padding."""
+    """Approximate bytes a sample takes in a tar: four headers (.cls, .i32, .json, .npy), data, padding."""
     npy = NPY_HEADER_BYTES + size * size * 3
     pad = lambda n: -(-n // TAR_BLOCK) * TAR_BLOCK  # noqa: E731
-    return 3 * TAR_BLOCK + pad(npy) + pad(8) + pad(json_bytes)
+    return 4 * TAR_BLOCK + pad(npy) + pad(8) + pad(4) + pad(json_bytes)
 
 
 def default_shard_size(size: int) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, OutputExistsError
 from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
+from . import hashes
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base, find_base
@@ -149,6 +150,8 @@ def select_base(out: str, version: str, size: int, resize: str, settings: Decode
     wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
               "decoder_versions": decoders}
     found = find_base(Path(out), version, wanted, base)
-    return Base(found) if found is not None else None
+    if found is None:
+        return None
+    return Base(found, hashes.load_stats(out, found.meta["dataset_version"]))
 
 

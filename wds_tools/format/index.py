@@ -30,6 +30,8 @@ __all__ = [
     "SAMPLES_FILE",
     "ERRORS_FILE",
     "SAMPLE_COLUMNS",
+    "SAMPLE_COLUMNS_V1",
+    "sample_columns",
     "DatasetIndex",
     "SampleTable",
     "load_index",
@@ -43,12 +45,15 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 2  # what the converter writes; 2: per-sample metadata (docs/FORMAT.md, "Changes from version 1")
+FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
 READABLE_VERSIONS = (1, 2)  # what every reader reads
 ERRORS_FILE = "errors.jsonl"
 
-# Column name -> dtype, in the order they are stored. "key" is |S<n> (n = longest key);
-# the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1].
+# Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
+# key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
+# member has <prefix>_offset and <prefix>_length (format.sample.column_prefix). No source mtime: the
+# quick check's mtimes are kept outside the format (convert/hashes.py), so the same corpus in another
+# folder gives the same bytes.
 SAMPLE_COLUMNS: dict[str, str] = {
     "key": "S",
     "label": "<i4",
@@ -57,9 +62,10 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "width": "<u4",
     "height": "<u4",
     "src_size": "<u8",
-    "src_mtime_ns": "<i8",
     "cls_offset": "<u8",
     "cls_length": "<u8",
+    "i32_offset": "<u8",
+    "i32_length": "<u8",
     "json_offset": "<u8",
     "json_length": "<u8",
     "npy_offset": "<u8",
@@ -68,6 +74,20 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "path_offsets": "<u8",
     "path_data": "u1",
 }
+# Format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere).
+SAMPLE_COLUMNS_V1: dict[str, str] = {
+    **{k: v for k, v in SAMPLE_COLUMNS.items() if k in ("key", "label", "shard", "fingerprint", "width", "height",
+                                                         "src_size")},
+    "src_mtime_ns": "<i8",
+    **{k: v for k, v in SAMPLE_COLUMNS.items() if k.startswith(("cls_o", "cls_l", "json_", "npy_", "path_"))},
+}
+
+
+def sample_columns(meta: dict | None = None) -> dict[str, str]:
+    """The samples.npz columns (name -> dtype, stored order) of an index.json's format version."""
+    return SAMPLE_COLUMNS_V1 if meta is not None and meta.get("format_version") == 1 else SAMPLE_COLUMNS
+
+
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -245,7 +265,7 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
     """
     from .sidecars import sidecar_files
 
-    names = [*SAMPLE_COLUMNS, *column_names(meta)]  # then the metadata's, in index.json "metadata" order
+    names = [*sample_columns(meta), *column_names(meta)]  # then the metadata's, in index.json "metadata" order
     missing = set(names) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
