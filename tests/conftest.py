@@ -55,18 +55,19 @@ def convert_images(root: Path, n: int, *, size: int, shard_size: int, val_every:
 
 @pytest.fixture
 def interrupt_writes(monkeypatch):
-    """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt.
+    """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt
+    as the next shard is opened.
 
     Returns the list the written shard names are appended to; call ``.restore()`` on it
     (or let the fixture end) to write normally again.
     """
     import wds_tools.convert.write as write_mod
 
-    real = write_mod.write_shard
+    real = write_mod.open_shard
 
     class Written(list):
         def restore(self) -> None:
-            monkeypatch.setattr(write_mod, "write_shard", real)
+            monkeypatch.setattr(write_mod, "open_shard", real)
 
     def arm(n: int) -> Written:
         written = Written()
@@ -77,7 +78,7 @@ def interrupt_writes(monkeypatch):
             written.append(task.name)
             return real(task)
 
-        monkeypatch.setattr(write_mod, "write_shard", flaky)
+        monkeypatch.setattr(write_mod, "open_shard", flaky)
         return written
 
     return arm

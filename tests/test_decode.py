@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from wds_tools.convert.decode import RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, probe_image
+from wds_tools.convert.decode import (
+    RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, decode_sizes, probe_image,
+)
 from wds_tools.errors import DecodeError, OptionError
 from wds_tools.synth import jpeg_bytes, photo_like
 
@@ -499,3 +501,93 @@ def test_decode_file_missing_path(tmp_path):
     with pytest.raises(DecodeError, match="missing.jpg") as e:
         decode_file(str(missing), 32)
     assert str(missing) in str(e.value)
+
+
+# --------------------------------------------------------------------------------------------
+# several sizes from one decode: decode_sizes must equal decode_image at every size
+
+
+def _phone_photo(width: int, height: int, seed: int, orientation: int = 1, **kw) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return jpeg_bytes(photo_like(width, height, seed), quality=92, exif=exif.tobytes(), **kw)
+
+
+@pytest.fixture(scope="module")
+def photos() -> dict[str, bytes]:
+    """12 MP-ish phone photos of several sizes, aspects, EXIF orientations and JPEG flavours, and PNGs."""
+    rgba = photo_like(1600, 1200, 41).convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize((1600, 1200)))
+    return {
+        "4032x3024": _phone_photo(4032, 3024, 31),
+        "3024x4032 rot180": _phone_photo(3024, 4032, 32, orientation=3),
+        "4000x2250 rot90 (16:9)": _phone_photo(4000, 2250, 33, orientation=6),
+        "3000x3000 transverse": _phone_photo(3000, 3000, 34, orientation=7),
+        "4608x3456 progressive mirrored": _phone_photo(4608, 3456, 35, orientation=2, progressive=True),
+        "4032x3024 4:4:4": _phone_photo(4032, 3024, 36, orientation=8, subsampling=0),
+        "2592x1944 grey": jpeg_bytes(photo_like(2592, 1944, 37).convert("L"), quality=90),
+        "1600x1200 png": encode(photo_like(1600, 1200, 38), "PNG"),
+        "1600x1200 png rgba": encode(rgba, "PNG"),
+    }
+
+
+SIZES = (8, 224, 300, 384, 1000)  # 12 MP center-crop: 1/8, 1/8, 1/8, 1/4 and 1/2 draft scales
+_OTHER_MODES_ON = ("3024x4032 rot180", "4000x2250 rot90 (16:9)", "1600x1200 png rgba")
+
+
+@pytest.mark.parametrize("resize", RESIZE_MODES)
+def test_decode_sizes_equals_decode_image_at_every_size(photos, resize):
+    """The differential test of the multi-size decode: every photo under the default resize mode,
+    three of them (portrait, 16:9 rotated, PNG with alpha) under the others."""
+    for name, data in photos.items():
+        if resize != "center-crop" and name not in _OTHER_MODES_ON:
+            continue
+        got, decodes = decode_sizes(data, SIZES, resize)
+        assert sorted(got) == sorted(SIZES)
+        for size in SIZES:
+            ref = decode_image(data, size, resize)
+            assert isinstance(got[size], Decoded), (name, size, got[size])
+            np.testing.assert_array_equal(got[size].pixels, ref.pixels, err_msg=f"{name} at {size}, {resize}")
+            assert (got[size].width, got[size].height) == (ref.width, ref.height)
+        # one decode per distinct JPEG draft scale; any other format is decoded once
+        assert decodes == (1 if "png" in name else len({_draft_scale(data, s, resize) for s in SIZES}))
+
+
+def _draft_scale(data: bytes, size: int, resize: str) -> int:
+    """The DCT scale decode_image's draft request gets from libjpeg (1, 2, 4 or 8)."""
+    im = Image.open(io.BytesIO(data))
+    full = im.size
+    w, h = probe_image(data)
+    sx, sy = (size / w, size / h) if resize == "squash" else ((size / min(w, h),) * 2 if resize == "center-crop"
+                                                               else (size / max(w, h),) * 2)
+    need = (max(1, int(np.ceil(w * sx))), max(1, int(np.ceil(h * sy))))
+    if full != (w, h):  # EXIF-transposed: the request is in stored orientation
+        need = need[::-1]
+    im.draft(im.mode, need)
+    return full[0] // im.size[0] if im.size[0] else 1
+
+
+def test_a_coarser_draft_is_not_a_reduced_finer_one(photos):
+    """Why decode_sizes decodes again per draft scale: libjpeg's 1/8 scale is not 1/4 then halved."""
+    data = photos["4032x3024"]
+    coarse, fine = Image.open(io.BytesIO(data)), Image.open(io.BytesIO(data))
+    coarse.draft("RGB", (504, 378))
+    fine.draft("RGB", (1008, 756))
+    assert coarse.size == (504, 378) and fine.size == (1008, 756)
+    a, b = np.asarray(coarse.convert("RGB")), np.asarray(fine.convert("RGB").reduce(2))
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    assert decode_sizes(data, (224, 384))[1] == 2  # 224 drafts to 1/8, 384 to 1/4
+    assert decode_sizes(data, (384, 512))[1] == 1  # both draft to 1/4: one decode
+
+
+def test_decode_sizes_shares_no_failure_it_would_not_have(small_jpeg):
+    cut = small_jpeg[: len(small_jpeg) // 2]
+    got, _ = decode_sizes(cut, (16, 48))
+    for size in (16, 48):
+        with pytest.raises(DecodeError) as ref:
+            decode_image(cut, size)
+        assert isinstance(got[size], DecodeError) and str(got[size]) == str(ref.value)
+    with pytest.raises(DecodeError, match="not an image"):
+        decode_sizes(b"not an image at all" * 10, (16, 48))
+    with pytest.raises(OptionError, match="resize"):
+        decode_sizes(small_jpeg, (16,), "fit")

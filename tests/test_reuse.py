@@ -153,19 +153,31 @@ def test_interrupted_incremental_run_resumes_identically(v1, tmp_path, interrupt
     _assert_same_as_fresh(manifest, out, tmp_path)
 
 
-def test_trust_mtime_skips_reading_and_its_risk(v1):
+def test_an_edit_that_keeps_size_and_mtime_is_missed_by_default_and_caught_by_checksum(v1, tmp_path):
+    """The quick check's documented blind spot (README, "What the default can miss")."""
     root, rows, out = v1
     target = root / rows[3]["path"]
     st = target.stat()
     data = bytearray(target.read_bytes())
-    data[-10] ^= 0x01  # same size; restore the mtime: an edit --trust-mtime cannot see
+    data[-10] ^= 0x01  # same size; restore the mtime: an edit the quick check cannot see
     target.write_bytes(bytes(data))
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     manifest = write_manifest(root / "v2.csv", rows)
-    trusting = _convert(manifest, out, "v2", trust_mtime=True, dry_run=True)
-    assert trusting.decoded == 0 and trusting.reused == 30
-    careful = _convert(manifest, out, "v2", dry_run=True)
-    assert careful.decoded == 1 and careful.reused == 29
+    quick = _convert(manifest, out, "v2", dry_run=True)
+    assert (quick.decoded, quick.reused, quick.unchanged_by_stat, quick.sources_read) == (0, 30, 30, 0)
+    with pytest.warns(DeprecationWarning, match="trust-mtime"):
+        trusting = _convert(manifest, out, "v2", trust_mtime=True, dry_run=True)  # the deprecated alias
+    assert (trusting.decoded, trusting.reused) == (0, 30)
+    careful = _convert(manifest, out, "v2", checksum=True, dry_run=True)
+    assert careful.decoded == 1 and careful.reused == 29 and careful.sources_read == 30
+    # written: the default keeps the old pixels; --checksum equals a fresh conversion
+    missed = _convert(manifest, out, "v2")
+    assert missed.decoded == 0
+    caught = _convert(manifest, out, "v3", checksum=True, base="v1")
+    assert caught.decoded == 1
+    _assert_same_as_fresh(manifest, out, tmp_path, version="v3")
+    with pytest.raises(AssertionError, match="differs from a fresh conversion"):
+        _assert_same_as_fresh(manifest, out, tmp_path / "again", version="v2")
 
 
 def test_base_selection(v1, tmp_path):
@@ -190,3 +202,105 @@ def test_fresh_output_has_no_base(tmp_path):
     assert res.base is None and res.decoded == 5 and res.removed == 0
     assert load_index(res.out_dir).meta["build"]["base"] is None
     assert np.all(load_index(res.out_dir).samples["npy_length"] == 128 + 32 * 32 * 3)
+
+
+# ------------------------------------------------------------------ what "unchanged" costs: quick check,
+# --checksum, manifest hashes
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_quick_check_reads_only_what_changed(v1, tmp_path):
+    root, rows, out = v1
+    manifest = write_manifest(root / "v2.csv", _edit(root, rows, add=2, remove=1, replace=1, relabel=1))
+    touched = root / rows[10]["path"]
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))  # same bytes, new mtime
+    res = _convert(manifest, out, "v2")
+    # 2 added + 1 replaced (new paths) and the touched file are read; the other 27 only stat-ed
+    assert (res.sources_read, res.unchanged_by_stat, res.unchanged_by_hash) == (4, 27, 0)
+    assert (res.decoded, res.relabeled, res.reused) == (3, 1, 27)  # the touched file's bytes are v1's
+    _assert_same_as_fresh(manifest, out, tmp_path)
+
+
+def test_checksum_reads_every_source_and_gives_the_same_bytes(v1, tmp_path):
+    root, rows, out = v1
+    manifest = write_manifest(root / "v2.csv", _edit(root, rows, add=2, remove=1, replace=1, relabel=1))
+    res = _convert(manifest, out, "v2", checksum=True)
+    assert res.checksum and (res.sources_read, res.unchanged_by_stat) == (31, 0)
+    assert (res.decoded, res.relabeled, res.reused) == (3, 1, 27)
+    _assert_same_as_fresh(manifest, out, tmp_path)
+    with pytest.raises(OptionError, match="--trust-mtime and --checksum"):
+        _convert(manifest, out, "v3", checksum=True, trust_mtime=True)
+
+
+@pytest.mark.parametrize("algo", ["sha256", "md5"])
+def test_manifest_hash_column_decides_without_reading(tmp_path, algo):
+    import hashlib
+
+    root = tmp_path / "c"
+    rows = make_images(root, 20)
+    for r in rows:
+        r[algo] = hashlib.new(algo, (root / r["path"]).read_bytes()).hexdigest()
+    fields = ("key", "path", "label", algo)
+    _convert(write_manifest(root / "v1.csv", rows, fields), tmp_path / "out", "v1")
+    # every file touched (new mtimes) and one replaced by new bytes under its old path, hash updated
+    for r in rows:
+        p = root / r["path"]
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    changed = root / rows[4]["path"]
+    changed.write_bytes(jpeg_bytes(photo_like(96, 72, seed=4242)))
+    rows[4][algo] = hashlib.new(algo, changed.read_bytes()).hexdigest()
+    manifest = write_manifest(root / "v2.csv", rows, fields)
+    res = _convert(manifest, tmp_path / "out", "v2")
+    assert (res.unchanged_by_hash, res.unchanged_by_stat, res.sources_read) == (19, 0, 1)
+    assert (res.decoded, res.reused) == (1, 19)
+    _assert_same_as_fresh(manifest, tmp_path / "out", tmp_path)
+    # the pairs live outside the version folders, and a third version finds them in its base
+    assert (tmp_path / "out/.wds-tools-cache/v2/source-hashes.npz").is_file()
+    v3 = _convert(manifest, tmp_path / "out", "v3")
+    assert (v3.unchanged_by_hash, v3.sources_read, v3.decoded) == (20, 0, 0)
+
+
+def test_a_wrong_manifest_hash_fails_that_file_as_a_full_conversion_does(tmp_path):
+    root = tmp_path / "c"
+    rows = make_images(root, 12)
+    for r in rows:
+        r["sha256"] = _sha256(root / r["path"])
+    fields = ("key", "path", "label", "sha256")
+    rows[3]["sha256"] = "0" * 64  # wrong from the start
+    v1 = _convert(write_manifest(root / "v1.csv", rows, fields), tmp_path / "out", "v1", max_errors="2")
+    assert v1.failed == 1 and v1.samples_written == 11
+    error = json.loads(Path(v1.errors_file).read_text())
+    assert error["key"] == rows[3]["key"] and error["stage"] == "decode"
+    assert f"the file's sha256 is {_sha256(root / rows[3]['path'])}" in error["error"]
+    assert "manifest's sha256 column says 0000" in error["error"] and "fix the manifest or the file" in error["error"]
+    # v2: row 3 fixed, row 5 wrong now (a hash v1 never saw, so the file is read and checked)
+    rows[3]["sha256"] = _sha256(root / rows[3]["path"])
+    rows[5]["sha256"] = "f" * 64
+    manifest = write_manifest(root / "v2.csv", rows, fields)
+    res = _convert(manifest, tmp_path / "out", "v2", max_errors="2")
+    assert res.failed == 1 and res.sources_read == 2 and res.unchanged_by_hash == 10
+    assert json.loads(Path(res.errors_file).read_text())["key"] == rows[5]["key"]
+    fresh = _convert(manifest, tmp_path / "fresh", "v2", reuse=False, max_errors="2")
+    a, b = _files(tmp_path / "out/v2/32"), _files(tmp_path / "fresh/v2/32")
+    assert {k: v for k, v in a.items() if k != "index.json"} == {k: v for k, v in b.items() if k != "index.json"}
+    assert fresh.failed == 1
+
+
+def test_a_file_whose_bytes_left_its_trusted_hash_is_missed_by_default_and_caught_by_checksum(tmp_path):
+    """The manifest hash is trusted: bytes edited behind an unchanged hash are seen only by --checksum."""
+    root = tmp_path / "c"
+    rows = make_images(root, 8)
+    for r in rows:
+        r["sha256"] = _sha256(root / r["path"])
+    fields = ("key", "path", "label", "sha256")
+    manifest = write_manifest(root / "m.csv", rows, fields)
+    _convert(manifest, tmp_path / "out", "v1")
+    (root / rows[2]["path"]).write_bytes(jpeg_bytes(photo_like(96, 72, seed=777)))
+    trusting = _convert(manifest, tmp_path / "out", "v2")
+    assert (trusting.decoded, trusting.failed, trusting.sources_read) == (0, 0, 0)
+    careful = _convert(manifest, tmp_path / "out", "v3", checksum=True, base="v1", max_errors="1")
+    assert careful.failed == 1 and careful.sources_read == 8  # read, and its sha256 no longer matches

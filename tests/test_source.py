@@ -142,3 +142,30 @@ def test_labels_are_class_indexes_only_when_every_one_is_a_plain_ascii_integer()
     assert _classes({"07", "7"}) == ["07", "7"]  # a leading zero: names, so 07 and 7 stay two classes
     for odd in ("\u00b2", "\u0663", "-1", "+1", " 1", "1.0"):  # str.isdigit takes the first two
         assert _classes({odd, "3"}) == sorted({odd, "3"}), odd
+
+
+def test_hash_columns_are_read_and_checked(tmp_path):
+    import hashlib
+
+    rows = make_images(tmp_path, 3)
+    digests = [hashlib.sha256((tmp_path / r["path"]).read_bytes()).hexdigest() for r in rows]
+    for r, d in zip(rows, digests):
+        r["sha256"] = d.upper() if r["key"] == "s0001" else d  # case does not matter
+    rows[2]["sha256"] = ""  # a row without a hash is compared as if the column were absent
+    src = read_source(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
+    assert [r.content_hash for r in src.rows] == [f"sha256:{digests[0]}", f"sha256:{digests[1]}", None]
+    plain = read_source(write_manifest(tmp_path / "plain.csv", [{k: v for k, v in r.items() if k != "sha256"}
+                                                                for r in rows]))
+    assert plain.digest() == src.digest()  # the hash is a means to compare, not the source's identity
+    # jsonl, md5
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({**rows[0], "sha256": None, "md5": "d41d8cd98f00b204e9800998ecf8427e"}) + "\n")
+    assert read_source(path).rows[0].content_hash == "md5:d41d8cd98f00b204e9800998ecf8427e"
+
+
+@pytest.mark.parametrize("value", ["abc", "g" * 64, "0" * 63])
+def test_a_malformed_hash_is_named(tmp_path, value):
+    rows = make_images(tmp_path, 2)
+    rows[1]["sha256"] = value
+    with pytest.raises(SourceError, match=r"m.csv: line 3: sha256 .* is not 64 hex digits.*remove the sha256 column"):
+        read_source(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))

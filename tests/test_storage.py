@@ -117,3 +117,42 @@ def test_loader_reads_s3_shards_by_offset_and_streaming(bucket, corpus, tmp_path
     assert len(read_all(f"{url}/shards/v1/32")) == 40  # the folder, through its index.json
     streamed = read_all(f"{url}/shards/v1/32", reader="stream")  # ranged reads vs streaming the tars
     assert streamed.keys() == from_s3.keys() and all(torch.equal(streamed[k], from_s3[k]) for k in from_s3)
+
+
+def test_multi_size_conversion_into_s3_equals_local(bucket, corpus, tmp_path):
+    """The spill goes through object storage too (staged, uploaded, read back by range)."""
+    fs, url = bucket
+    remote = convert(corpus, version="v1", size="32,48", out=f"{url}/shards", workers=2, shard_size=6,
+                     progress=False)
+    assert [r.samples_written for r in remote.results] == [40, 40]
+    for size in (32, 48):
+        convert(corpus, version="v1", size=size, out=tmp_path / "local", workers=1, shard_size=6, progress=False)
+        assert _remote_files(fs, f"{url}/shards/v1/{size}") == _local_files(tmp_path / f"local/v1/{size}")
+    hidden = [p for p in fs.find(f"{url}/shards") if "/." in p]
+    assert hidden == []  # no spill or work files left behind
+
+
+def test_sources_in_s3_are_compared_by_manifest_hash_not_by_mtime(bucket, tmp_path):
+    """Object stores give no mtime here: without a hash column every S3 source is read to compare;
+    with one, a HEAD request (size) is all an unchanged source costs."""
+    import hashlib
+
+    from conftest import write_manifest as write
+
+    fs, url = bucket
+    root = tmp_path / "c"
+    rows = make_images(root, 6)
+    for r in rows:
+        fs.put_file(str(root / r["path"]), f"{url}/corpus/{r['path']}")
+        r["sha256"] = hashlib.sha256((root / r["path"]).read_bytes()).hexdigest()
+    plain = [{k: v for k, v in r.items() if k != "sha256"} for r in rows]
+    for name, table, fields in (("plain", plain, ("key", "path", "label")),
+                                ("hashed", rows, ("key", "path", "label", "sha256"))):
+        write(root / f"{name}.csv", table, fields)
+        fs.put_file(str(root / f"{name}.csv"), f"{url}/corpus/{name}.csv")
+        out = tmp_path / name
+        convert(f"{url}/corpus/{name}.csv", version="v1", size=32, out=out, workers=1, progress=False)
+        v2 = convert(f"{url}/corpus/{name}.csv", version="v2", size=32, out=out, workers=1, progress=False)
+        assert v2.decoded == 0 and v2.reused == 6
+        expected = (6, 0, 0) if name == "plain" else (0, 0, 6)
+        assert (v2.sources_read, v2.unchanged_by_stat, v2.unchanged_by_hash) == expected

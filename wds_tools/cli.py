@@ -10,7 +10,7 @@ import click
 from . import __version__
 from .config import CONFIG_FILE, default_map, load_config
 from .convert.decode import RESIZE_MODES
-from .errors import WdsToolsError
+from .errors import OptionError, WdsToolsError
 from .convert.runner import EXECUTORS
 
 __all__ = ["cli", "main"]
@@ -18,6 +18,24 @@ __all__ = ["cli", "main"]
 
 def _fail(e: WdsToolsError) -> None:
     raise click.ClickException(str(e))
+
+
+class _Sizes(click.ParamType):
+    """--size: 224, or several sizes 224,384 (also a list in wds-tools.toml)."""
+
+    name = "SIZE[,SIZE...]"
+
+    def convert(self, value, param, ctx):
+        from .convert import parse_sizes
+
+        try:
+            sizes = parse_sizes(value)
+        except WdsToolsError as e:
+            self.fail(str(e), param, ctx)
+        return sizes[0] if len(sizes) == 1 else sizes
+
+
+_SIZES = _Sizes()
 
 
 def _emit(report, as_json: bool, **text_options) -> None:
@@ -54,15 +72,19 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 @cli.command()
 @click.option("--source", type=click.Path(), required=True,
-              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split]; paths relative to the "
-                   "manifest's folder) or an image folder ROOT/<label>/<file>.")
+              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5]; paths "
+                   "relative to the manifest's folder) or an image folder ROOT/<label>/<file>.")
 @click.option("--version", "version", required=True,
               help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/.")
-@click.option("--size", type=int, required=True, help="Side of the square output images in pixels, e.g. 224.")
+@click.option("--size", type=_SIZES, required=True,
+              help="Side of the square output images in pixels, e.g. 224; several sizes, e.g. 224,384, "
+                   "give one folder each (OUT/VERSION/224, OUT/VERSION/384), each identical to a run at that "
+                   "size alone, from one read and decode of each source.")
 @click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
               help="Root folder of all versions.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Decoding processes. Default: all cores.")
+              help="Decoding processes, this one included (batches of samples are spread over "
+                   "them whatever the number of shards). Default: all cores.")
 @click.option("--shard-size", default=None,
               help="Samples per shard (2000) or a target size (256MB). Default: ~256 MB per shard.")
 @click.option("--resize", type=click.Choice(RESIZE_MODES), default="center-crop", show_default=True,
@@ -82,9 +104,14 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Reuse pixels from this earlier version (same --size and decode settings). "
                    "Default: the newest such version under --out.")
 @click.option("--no-reuse", is_flag=True, help="Decode every image, even those an earlier version holds.")
+@click.option("--checksum", is_flag=True,
+              help="Read and fingerprint every source to find what changed since the base. Default: a "
+                   "source whose manifest sha256/md5 the base recorded, or else whose path, size and mtime "
+                   "equal the base's, is taken as unchanged without being read (misses an edit that kept "
+                   "size and mtime; see the README).")
 @click.option("--trust-mtime", is_flag=True,
-              help="Take a source file as unchanged when its path, size and mtime equal the base's, "
-                   "without reading it. Faster; misses an edit that kept size and mtime.")
+              help="Deprecated, no effect: taking a source with the base's path, size and mtime as "
+                   "unchanged is now the default (--checksum reads every source).")
 @click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="local: a process pool on this machine; ray: Ray tasks on the cluster ray.init "
@@ -95,8 +122,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
-            sanitize_keys, max_errors, base, no_reuse, trust_mtime, dry_run, executor, ray_address,
-            as_json, quiet) -> None:
+            sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+            ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -110,11 +137,17 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     A new version is built incrementally: when OUT holds an earlier version with the same size
     and decode settings, every source whose bytes it already holds is copied from its shards
     (checked against its index) instead of decoded; only new and changed images are decoded.
-    The result is identical to a full conversion.
+    The result is identical to a full conversion. Unchanged sources are found without reading
+    them: by a sha256 or md5 column of the manifest, or else by path, size and mtime;
+    --checksum reads and fingerprints every source instead.
+
+    Decoding runs in small batches of samples on all --workers, however few shards the plan
+    has; each shard is still written whole and in order.
 
     \b
     Examples:
       wds-tools convert --source data/manifest.csv --version v1 --size 224
+      wds-tools convert --source data/manifest.csv --version v1 --size 224,384
       wds-tools convert --source data/manifest_v2.csv --version v2 --size 224 --dry-run
       wds-tools convert --source data/manifest.csv --version v1 --size 224 --executor ray --ray-address auto
       wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
@@ -122,11 +155,16 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     """
     from .convert import convert as run_convert
 
+    if trust_mtime:
+        click.echo("note: --trust-mtime is deprecated and has no effect: the quick check by path, size "
+                   "and mtime is now the default; --checksum reads every source.", err=True)
+        if checksum:
+            _fail(OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone"))
     try:
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, max_errors=max_errors, reuse=not no_reuse,
-                             base=base, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
+                             base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
     except KeyboardInterrupt:
         click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
@@ -134,11 +172,12 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     except WdsToolsError as e:
         _fail(e)
     _emit(result, as_json)
-    if result.max_errors_exceeded:
-        raise click.ClickException(
-            f"{result.failed} source files failed, more than --max-errors allows ({result.max_errors_allowed}); "
-            f"see {result.errors_file}"
-        )
+    for r in getattr(result, "results", [result]):
+        if r.max_errors_exceeded:
+            raise click.ClickException(
+                f"{r.failed} source files failed, more than --max-errors allows ({r.max_errors_allowed}); "
+                f"see {r.errors_file}"
+            )
 
 
 @cli.command()

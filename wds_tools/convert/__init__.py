@@ -5,6 +5,6 @@
 
 from __future__ import annotations
 
-from .pipeline import WORK_DIR, ConvertResult, convert, parse_max_errors
+from .pipeline import WORK_DIR, ConvertResult, ConvertResults, convert, parse_max_errors, parse_sizes
 
-__all__ = ["convert", "ConvertResult", "parse_max_errors", "WORK_DIR"]
+__all__ = ["convert", "ConvertResult", "ConvertResults", "parse_max_errors", "parse_sizes", "WORK_DIR"]

@@ -10,6 +10,7 @@ import io
 import math
 import warnings
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "DecodeSettings",
     "Decoded",
     "decode_image",
+    "decode_sizes",
     "decode_file",
     "probe_image",
     "decoder_versions",
@@ -197,6 +199,64 @@ def decode_image(
     except Exception as e:  # truncated data, broken chunks: OSError, SyntaxError, ValueError...
         raise DecodeError(f"truncated or corrupt image data: {e}") from None
     return Decoded(_resize(im, size, resize, settings), w, h)
+
+
+def decode_sizes(
+    data: bytes,
+    sizes: Sequence[int],
+    resize: str = "center-crop",
+    settings: DecodeSettings = DecodeSettings(),
+) -> tuple[dict[int, Decoded | DecodeError], int]:
+    """``decode_image(data, size, resize, settings)`` for several sizes, from as few decodes as that allows.
+
+    Sizes whose JPEG draft request gives libjpeg the same DCT scale share one decode (so do all
+    sizes of any other format, or with ``draft`` off); a size that alone would draft to a smaller
+    scale gets its own decode at that scale, because a coarser DCT scale is not the same as
+    reducing a finer one (the rounding differs), and each size's pixels must equal its own run's.
+    Returns (each size's ``Decoded``, or the ``DecodeError`` its own ``decode_image`` would raise;
+    the number of decodes done). A header that cannot be read raises for all of them.
+    """
+    if resize not in RESIZE_MODES:
+        raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
+    im, orientation, w, h = _open_checked(data, settings)
+    swap = orientation in _TRANSPOSED_ORIENTATIONS
+    groups: dict[tuple, tuple[Image.Image, list[int]]] = {}
+    for size in sorted(set(sizes), reverse=True):
+        sx, sy = _resize_scale(w, h, size, resize)
+        cand = im
+        if settings.draft and im.format == "JPEG":
+            # the same calls as decode_image, on a fresh header: draft() can be called once per image
+            cand = im if not groups else _open_checked(data, settings)[0]
+            need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
+            try:
+                cand.draft(cand.mode, (need[1], need[0]) if swap else need)
+            except Exception as e:
+                groups[("error", size)] = (e, [size])
+                continue
+        key = (cand.mode, cand.size)
+        if key in groups:
+            groups[key][1].append(size)
+        else:
+            groups[key] = (cand, [size])
+    out: dict[int, Decoded | DecodeError] = {}
+    for picture, members in groups.values():
+        try:
+            if isinstance(picture, Exception):
+                raise picture
+            picture.load()
+            if orientation != 1:
+                picture = ImageOps.exif_transpose(picture)
+            picture = _to_rgb(picture, settings)
+        except DecodeError as e:
+            out.update((size, e) for size in members)
+            continue
+        except Exception as e:  # as decode_image words it
+            err = DecodeError(f"truncated or corrupt image data: {e}")
+            out.update((size, err) for size in members)
+            continue
+        for size in members:
+            out[size] = Decoded(_resize(picture, size, resize, settings), w, h)
+    return out, len(groups)
 
 
 def _resize(im: Image.Image, size: int, resize: str, settings: DecodeSettings) -> np.ndarray:

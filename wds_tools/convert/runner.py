@@ -1,11 +1,15 @@
-"""Run work in-process or on a spawn process pool, with progress messages from the workers."""
+"""Run work in-process or on a process pool (plus the calling process), with progress messages from the workers."""
 
 from __future__ import annotations
 
 import os
 import queue as queue_mod
 import signal
-from collections.abc import Callable
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
@@ -35,10 +39,31 @@ def _init_worker(q) -> None:
     _progress = q.put
     _parent_pid = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # An idle worker blocks reading its task queue and would outlive a parent killed with -9
+    # (holding the parent's stdout open); leave as soon as the parent is gone.
+    threading.Thread(target=_exit_when_orphaned, daemon=True).start()
+
+
+def _exit_when_orphaned() -> None:
+    while not orphaned():
+        time.sleep(0.2)
+    os._exit(1)
 
 
 def _noop() -> None:
     """Submitted once per worker so the pool starts every process up front."""
+
+
+def _start_method() -> str:
+    """"fork" where it is safe and cheap, else "spawn".
+
+    A forked worker is ready in ~10 ms with everything imported; a spawned one needs ~0.3-0.5 s
+    of imports, which a run of a few dozen photos feels. Forking is safe only while this process
+    has no other thread (one could hold a lock the child inherits locked), and only on Linux
+    (macOS frameworks are not fork-safe). The pool forks all its processes at once, before its
+    own manager thread starts.
+    """
+    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
 def make_runner(executor: str, workers: int | None, ray_address: str | None = None):
@@ -49,54 +74,100 @@ def make_runner(executor: str, workers: int | None, ray_address: str | None = No
 
 
 class Runner:
-    """Calls functions in-process (workers=1) or in a spawn process pool."""
+    """Calls functions in-process (workers=1), or on ``workers - 1`` processes plus this one.
+
+    The calling process is one of the workers: while the result it needs next is still being
+    computed, it computes the next waiting call itself. So all ``workers`` cores decode from the
+    first item on, also while the pool's processes are still starting (a spawn costs ~0.3 s of
+    imports, which a short run would otherwise wait for).
+    """
 
     streams_progress = True  # work functions' report_progress() calls reach on_progress
+    batches = True  # the converter schedules small batches of samples (see schedule.py)
 
     def __init__(self, workers: int):
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
         self.queue = None
         if workers > 1:
-            ctx = get_context("spawn")
+            ctx = get_context(_start_method())
             self.queue = ctx.Queue()
-            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+            self.pool = ProcessPoolExecutor(workers - 1, mp_context=ctx, initializer=_init_worker,
                                             initargs=(self.queue,))
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
-            for _ in range(workers):
+            for _ in range(workers - 1):
                 self.pool.submit(_noop)
 
     def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
             on_result: Callable[[int, object], None]) -> None:
-        """Call fn(*args) for each, at most 2 x workers in flight; results in completion order."""
+        """Call fn(*args) for each; on_result(i, result) in order."""
+        for i, result in enumerate(self.ordered(fn, args_list, on_progress)):
+            on_result(i, result)
+
+    def ordered(self, fn, args_iter: Iterable[tuple], on_progress: Callable[[int], None],
+                window: int | None = None) -> Iterator:
+        """Yield fn(*args) for each args, in order.
+
+        At most ``window`` calls (default 4 x workers + 2) are started and not yet yielded, so
+        results that finish early wait in memory only that far ahead of the one needed next.
+        """
         global _progress
+        todo = iter(args_iter)
         if self.pool is None:
-            _progress = on_progress
-            try:
-                for i, args in enumerate(args_list):
-                    on_result(i, fn(*args))
-            finally:
-                _progress = None
+            for args in todo:
+                _progress = on_progress
+                try:
+                    result = fn(*args)
+                finally:
+                    _progress = None
+                yield result
             return
-        todo = iter(enumerate(args_list))
+        window = max(2, window or 4 * self.workers + 2)
+        helpers = self.workers - 1
+        waiting: deque[tuple[int, tuple]] = deque()  # (seq, args): not started yet
         running: dict[Future, int] = {}
+        done: dict[int, object] = {}
+        next_seq = 0  # the next result to yield
+        issued = 0  # calls taken from args_iter so far
+        exhausted = False
 
-        def fill() -> None:
-            while len(running) < 2 * self.workers:
-                nxt = next(todo, None)
-                if nxt is None:
+        def take() -> None:
+            nonlocal issued, exhausted
+            while not exhausted and issued - next_seq < window and len(waiting) < window:
+                args = next(todo, None)
+                if args is None:
+                    exhausted = True
                     return
-                running[self.pool.submit(fn, *nxt[1])] = nxt[0]
+                waiting.append((issued, args))
+                issued += 1
 
-        fill()
-        while running:
-            done, _ = wait(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
+        while True:
+            while next_seq in done:
+                result = done.pop(next_seq)
+                next_seq += 1
+                yield result
+            take()
+            if exhausted and not waiting and not running and next_seq == issued:
+                break
+            while waiting and len(running) < 2 * helpers:  # keep every helper busy, one call queued
+                seq, args = waiting.popleft()
+                running[self.pool.submit(fn, *args)] = seq
+            ready = [f for f in running if f.done()]
+            if not ready and waiting and next_seq not in done:
+                seq, args = waiting.popleft()  # nothing to hand on yet: work instead of waiting
+                _progress = on_progress
+                try:
+                    done[seq] = fn(*args)
+                finally:
+                    _progress = None
+                self._drain(on_progress)
+                continue
+            if not ready:
+                ready, _ = wait(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
             self._drain(on_progress)
-            for fut in done:
-                i = running.pop(fut)
-                on_result(i, fut.result())
-            fill()
+            for fut in ready:
+                done[running.pop(fut)] = fut.result()
         self._drain(on_progress)
 
     def _drain(self, on_progress: Callable[[int], None]) -> None:
@@ -123,6 +194,8 @@ class RayRunner:
     """
 
     streams_progress = False
+    batches = False  # each shard is one task: a cluster's corpus has many more shards than CPUs,
+    # and the pixels never travel through the driver
 
     def __init__(self, workers: int | None, address: str | None = None):
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidKeyError, SourceError
+from .check import HASH_ALGORITHMS
 from .plan import assign_split
 from .storage import is_remote, join, open_input
 
@@ -32,6 +33,7 @@ IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".tif", ".tiff", "
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
 _SPLIT_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_HEX = re.compile(r"[0-9a-f]+")
 _MAX_LISTED = 10
 
 
@@ -44,6 +46,7 @@ class SourceRow:
     split: str
     line: int  # manifest line (or 1-based file position in an image folder), for messages
     original_key: str | None = None  # set when the key was mapped by sanitizing
+    content_hash: str | None = None  # "sha256:<hex>" or "md5:<hex>" from a manifest hash column
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,22 @@ def _field(obj: dict, name: str, path: Path, line: int, required: bool = True) -
     return str(value).strip()
 
 
+def _content_hash(obj: dict, path: str, line: int) -> str | None:
+    """The row's "algo:hex" from a sha256 (preferred) or md5 column; None when it has neither."""
+    for algo, digits in HASH_ALGORITHMS.items():
+        value = obj.get(algo)
+        if value is None or str(value).strip() == "":
+            continue
+        text = str(value).strip().lower()
+        if len(text) != digits or not _HEX.fullmatch(text):
+            raise SourceError(
+                f"{path}: line {line}: {algo} {str(value)[:80]!r} is not {digits} hex digits; fix the "
+                f"value, or remove the {algo} column (it only lets a new version skip reading unchanged files)"
+            )
+        return f"{algo}:{text}"
+    return None
+
+
 def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool) -> Source:
     kind, records = _manifest_records(path)
     if not records:
@@ -188,11 +207,11 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool)
         if split and not _SPLIT_PATTERN.fullmatch(split):
             raise SourceError(f"{path}: line {line}: split {split!r} must match [A-Za-z0-9_-]{{1,32}}")
         originals.append(key)
-        raw.append((line, rel, label, split))
+        raw.append((line, rel, label, split, _content_hash(obj, path, line)))
     keys = sanitize_keys(originals) if sanitize else originals
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
     rows = []
-    for (line, rel, label, split), key, orig in zip(raw, keys, originals):
+    for (line, rel, label, split, content_hash), key, orig in zip(raw, keys, originals):
         if is_remote(rel):
             full = rel
         elif is_remote(base):
@@ -202,7 +221,7 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool)
         rows.append(SourceRow(
             key=key, path=full, source_path=rel, label=label,
             split=split or assign_split(key, seed=seed, val_fraction=val_fraction),
-            line=line, original_key=orig if orig != key else None,
+            line=line, original_key=orig if orig != key else None, content_hash=content_hash,
         ))
     return Source(kind, str(path), rows, _classes({r.label for r in rows}))
 
@@ -236,7 +255,7 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int) -> Source:
 
 def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0,
                 sanitize_keys: bool = False) -> Source:
-    """Read a manifest (.csv/.tsv/.jsonl with key,path,label[,split]) or an image folder.
+    """Read a manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256|md5]) or an image folder.
 
     The manifest and the paths in it may be fsspec URLs (s3://...); an image folder is local.
     """

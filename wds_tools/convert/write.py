@@ -1,33 +1,40 @@
-"""Worker side of a conversion: check sources, and write one shard by decoding or copying."""
+"""Writing shards: samples become tar members in batches; a shard's batches are appended in plan order.
+
+``encode_batch`` (worker side) turns a slice of a shard's samples into member bytes and index
+fields, by copying checked pixels from a base or by decoding the source (all sizes of a
+multi-size run from one decode where the pixels allow). ``ShardAssembler`` appends batches in
+plan order to the shard's tar, then writes its sample columns and its meta, the resume marker.
+``write_shard`` does both for a whole shard in one process (one Ray task per shard).
+"""
 
 from __future__ import annotations
 
-import io
+import functools
 import json
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import xxhash
 
-from .decode import DecodeError, DecodeSettings, decode_image, probe_image
+from .check import content_hasher, hash_mismatch, open_source, os_reason
+from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
-from .runner import orphaned, report_progress
-from .storage import Store, is_remote, join, open_input
+from ..format.layout import open_ranged
+from .runner import orphaned
+from .spill import SpillWriter, Staged
+from .storage import Store, join
 from ..format.tarwrite import ShardWriter, npy_header
 
-__all__ = ["Reuse", "SampleTask", "ShardTask", "scan_files", "fingerprint_files", "write_shard",
-           "sample_json"]
-
-_HASH_CHUNK = 4 << 20
+__all__ = ["Reuse", "SampleTask", "ShardTask", "Encoded", "encode_batch", "ShardAssembler",
+           "open_shard", "write_shard", "sample_json"]
 
 
 @dataclass(frozen=True)
 class Reuse:
-    """Where a sample's pixels already sit in a base version's shard, and how to check them."""
+    """Where a sample's pixels already sit (a base version's shard, or a spill file), and how to
+    check them."""
 
     shard_path: str
     shard_bytes: int
@@ -38,6 +45,7 @@ class Reuse:
     height: int
     fingerprint: bytes
     relabeled: bool
+    spilled: bool = False  # decoded in this run for another size's shards: counts as decoded
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ class SampleTask:
     reuse: Reuse | None = None
     src_size: int = 0  # from the scan; used when the pixels are copied, not read
     src_mtime_ns: int = 0
+    content_hash: str | None = None  # the manifest's "algo:hex": checked whenever the file is read
+    also: tuple[int, ...] = ()  # other sizes of a multi-size run to decode from the same read
 
 
 @dataclass(frozen=True)
@@ -65,77 +75,21 @@ class ShardTask:
     resize: str
     settings: DecodeSettings
     samples: tuple[SampleTask, ...]
+    spill: tuple[tuple[int, str], ...] = ()  # (size, folder) for the sizes in the samples' ``also``
 
 
-def _os_reason(e: OSError) -> str:
-    if isinstance(e, FileNotFoundError):
-        return "missing file"
-    if isinstance(e, PermissionError):
-        return "unreadable file: permission denied"
-    if isinstance(e, IsADirectoryError):
-        return "is a directory, not a file"
-    return f"unreadable file: {e.strerror or e}"
+@dataclass
+class Encoded:
+    """A batch of a shard's samples, ready to append: member bytes and index fields."""
 
-
-def _open_source(path: str):
-    """(binary file, size, mtime_ns) of a local file or an fsspec URL (mtime 0 for URLs)."""
-    if is_remote(path):
-        f = open_input(path)
-        return f, int(f.size), 0
-    f = open(path, "rb", buffering=0)
-    st = os.fstat(f.fileno())
-    return f, st.st_size, st.st_mtime_ns
-
-
-def scan_files(paths: list[str], settings: DecodeSettings) -> list[str | None]:
-    """For each file: None when it has a readable image header, else the reason it is unusable."""
-    out: list[str | None] = []
-    for path in paths:
-        try:
-            f, size, _ = _open_source(path)
-            with io.BufferedReader(f, 1 << 16) if not is_remote(path) else f:
-                if size == 0:
-                    raise DecodeError("empty file")
-                probe_image(f, settings)  # reads only as far as the header
-            out.append(None)
-        except OSError as e:
-            out.append(_os_reason(e))
-        except DecodeError as e:
-            out.append(str(e))
-    return out
-
-
-def fingerprint_files(items: list[tuple[str, int | None, int | None]], settings: DecodeSettings
-                      ) -> list[tuple[str | None, bytes | None, int, int]]:
-    """For each (path, trusted size, trusted mtime_ns): (error, xxh3-128 digest, size, mtime_ns).
-
-    The file is read in large chunks and hashed; its header is checked from the same bytes.
-    When size and mtime equal the trusted ones (--trust-mtime), the file is not read and the
-    digest is None: the caller takes the base's.
-    """
-    out = []
-    buf = bytearray(_HASH_CHUNK)  # reused: a fresh multi-MB bytes per file costs page faults
-    view = memoryview(buf)
-    for path, size, mtime in items:
-        try:
-            raw, st_size, st_mtime = _open_source(path)
-            with raw:
-                if size is not None and st_size == size and st_mtime == mtime:
-                    out.append((None, None, st_size, st_mtime))
-                    continue
-                if st_size == 0:
-                    raise DecodeError("empty file")
-                h = xxhash.xxh3_128()
-                while n := raw.readinto(buf):
-                    h.update(view[:n])
-                raw.seek(0)
-                probe_image(io.BufferedReader(raw, 1 << 16) if not is_remote(path) else raw, settings)
-            out.append((None, h.digest(), st_size, st_mtime))
-        except OSError as e:
-            out.append((_os_reason(e), None, 0, 0))
-        except DecodeError as e:
-            out.append((str(e), None, 0, 0))
-    return out
+    members: list[tuple[str, bytes, bytes, bytes]] = field(default_factory=list)  # key, cls, json, npy
+    rows: list[tuple] = field(default_factory=list)  # key, label, fp, width, height, src_size, mtime, npy_xxh3, path
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
+    failed: list[dict] = field(default_factory=list)
+    problems: list[dict] = field(default_factory=list)
+    counts: dict = field(default_factory=lambda: {"decoded": 0, "reused": 0, "relabeled": 0})
+    decodes: int = 0  # libjpeg/Pillow decodes done (a multi-size sample may need one per draft scale)
+    spilled: dict[int, list[tuple]] = field(default_factory=dict)  # size -> rows, see _spill_row
 
 
 def sample_json(s: SampleTask, width: int, height: int, fingerprint: str) -> bytes:
@@ -146,27 +100,30 @@ def sample_json(s: SampleTask, width: int, height: int, fingerprint: str) -> byt
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-class _BaseShards:
-    """Open base shards on demand; a shard whose size differs from its index entry is refused."""
+class _StoredPixels:
+    """Open base shards (or spill files) on demand; one whose size differs from its record is refused."""
 
     def __init__(self) -> None:
-        self.fds: dict[str, int | str] = {}
+        self.files: dict[str, object] = {}
 
     def read(self, r: Reuse, header: bytes) -> bytes | str:
-        fd = self.fds.get(r.shard_path)
-        if fd is None:
+        f = self.files.get(r.shard_path)
+        if f is None:
+            what = "spill file" if r.spilled else "base shard"
             try:
-                fd = os.open(r.shard_path, os.O_RDONLY)
-                size = os.fstat(fd).st_size
-                if size != r.shard_bytes:
-                    os.close(fd)
-                    fd = f"base shard is {size} bytes, its index says {r.shard_bytes}"
+                f = open_ranged(r.shard_path)
+                if f.size != r.shard_bytes:
+                    f.close()
+                    f = f"{what} is {f.size} bytes, its index says {r.shard_bytes}"
             except OSError as e:
-                fd = f"base shard unreadable: {e.strerror or e}"
-            self.fds[r.shard_path] = fd
-        if isinstance(fd, str):
-            return fd
-        data = os.pread(fd, r.npy_length, r.npy_offset)
+                f = f"{what} unreadable: {e.strerror or e}"
+            self.files[r.shard_path] = f
+        if isinstance(f, str):
+            return f
+        try:
+            data = f.read(r.npy_offset, r.npy_length)
+        except OSError as e:
+            return f"stored .npy unreadable: {e.strerror or e}"
         if len(data) != r.npy_length or data[:len(header)] != header:
             return "stored .npy does not match the index (size or header)"
         if xxhash.xxh3_64_intdigest(data) != r.npy_xxh3:
@@ -174,93 +131,196 @@ class _BaseShards:
         return data
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            if isinstance(fd, int):
-                os.close(fd)
+        for f in self.files.values():
+            if not isinstance(f, str):
+                f.close()
 
 
-def write_shard(task: ShardTask) -> dict:
-    """Write one shard: copy checked pixels from a base shard, or decode the source.
+def _npy_checksum(header: bytes, flat: np.ndarray) -> int:
+    h = xxhash.xxh3_64(header)
+    h.update(flat)
+    return h.intdigest()
 
-    Writes the tar, then its sample columns, then its meta (the resume marker), and returns the meta.
-    """
+
+@functools.lru_cache(maxsize=4)
+def _channel_offsets(size: int) -> np.ndarray:
+    return np.tile(np.array([0, 256, 512], dtype=np.uint16), size * size)
+
+
+def _histogram(flat: np.ndarray, size: int) -> np.ndarray:
+    """Counts of each value per channel: [R 0..255, G 0..255, B 0..255]."""
+    return np.bincount(flat + _channel_offsets(size), minlength=768)
+
+
+def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
+    """Samples ``start:stop`` of ``task``: copy checked pixels from where ``reuse`` says, else decode
+    the source (and the ``also`` sizes from the same bytes, for their spill)."""
     header = npy_header((task.size, task.size, 3))
     npy_len = len(header) + task.size * task.size * 3
-    rows: list[tuple] = []
-    failed: list[dict] = []
-    problems: list[dict] = []
-    counts = {"decoded": 0, "reused": 0, "relabeled": 0}
-    hist = np.zeros(768, dtype=np.int64)
-    channel = np.tile(np.array([0, 256, 512], dtype=np.uint16), task.size * task.size)
-    base = _BaseShards()
-    store = Store(task.dest)
-    final = store.join(task.name)
-    staging = tempfile.mkdtemp(prefix="wds-tools-") if store.remote else None
-    pending = 0
+    out = Encoded()
+    stored = _StoredPixels()
     try:
-        with ShardWriter(os.path.join(staging, task.name) if staging else final) as w:
-            for s in task.samples:
-                if orphaned():
-                    raise SystemExit(1)
-                got = None
-                if s.reuse is not None and s.reuse.npy_length == npy_len:
-                    got = base.read(s.reuse, header)
-                    if isinstance(got, str):
-                        problems.append({"key": s.key, "base_shard": os.path.basename(s.reuse.shard_path),
-                                         "error": got})
-                        got = None
-                if got is not None:
-                    r = s.reuse
-                    npy, fp, width, height = got, r.fingerprint, r.width, r.height
-                    flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
-                    src_size, mtime, npy_x = s.src_size, s.src_mtime_ns, r.npy_xxh3
-                    counts["relabeled" if r.relabeled else "reused"] += 1
-                else:
-                    try:
-                        f, src_size, mtime = _open_source(s.path)
-                        with f:
-                            data = f.read()
-                        dec = decode_image(data, task.size, task.resize, task.settings)
-                    except (OSError, DecodeError) as e:
-                        reason = str(e) if isinstance(e, DecodeError) else _os_reason(e)
-                        failed.append({"key": s.key, "path": s.source_path, "line": s.line,
-                                       "stage": "decode", "error": reason})
-                        npy = None
-                    else:
-                        fp, width, height = xxhash.xxh3_128_digest(data), dec.width, dec.height
-                        flat = dec.pixels.reshape(-1)
-                        npy = (header, flat.data)
-                        h = xxhash.xxh3_64(header)
-                        h.update(flat)
-                        npy_x = h.intdigest()
-                        counts["decoded"] += 1
-                if npy is not None:
-                    hist += np.bincount(flat + channel, minlength=768)
-                    cls_off, cls_len = w.add(f"{s.key}.cls", str(s.label).encode())
-                    json_off, json_len = w.add(f"{s.key}.json", sample_json(s, width, height, fp.hex()))
-                    parts = npy if isinstance(npy, tuple) else (npy,)
-                    npy_off, npy_n = w.add(f"{s.key}.npy", *parts)
-                    rows.append((s.key, s.label, fp, width, height, src_size, mtime, cls_off, cls_len,
-                                 json_off, json_len, npy_off, npy_n, npy_x, s.source_path))
-                pending += 1
-                if pending >= 8:
-                    report_progress(pending)
-                    pending = 0
-            nbytes, sha = w.close()
-        if staging:  # object storage: the shard appears whole, or not at all
-            store.upload(os.path.join(staging, task.name), final)
+        for s in task.samples[start:stop]:
+            if orphaned():
+                raise SystemExit(1)
+            got = None
+            if s.reuse is not None and s.reuse.npy_length == npy_len:
+                got = stored.read(s.reuse, header)
+                if isinstance(got, str):
+                    where = os.path.basename(s.reuse.shard_path)
+                    out.problems.append({"key": s.key, "base_shard": where, "error": got})
+                    got = None
+            sizes = ([] if got is not None else [task.size]) + list(s.also)
+            pictures, fp, src_size, mtime, reason = _decode(s, sizes, task, out)
+            if got is not None:
+                r = s.reuse
+                npy, fp_row, width, height = got, r.fingerprint, r.width, r.height
+                flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
+                src_size_row, mtime_row, npy_x = s.src_size, s.src_mtime_ns, r.npy_xxh3
+                kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
+                out.counts[kind] += 1
+            elif isinstance(pictures.get(task.size), DecodeError) or reason is not None:
+                error = reason if reason is not None else str(pictures[task.size])
+                out.failed.append({"key": s.key, "path": s.source_path, "line": s.line,
+                                   "stage": "decode", "error": error})
+                npy = None
+            else:
+                dec = pictures[task.size]
+                fp_row, width, height, src_size_row, mtime_row = fp, dec.width, dec.height, src_size, mtime
+                flat = dec.pixels.reshape(-1)
+                npy = header + flat.tobytes()
+                npy_x = _npy_checksum(header, flat)
+                out.counts["decoded"] += 1
+            if npy is not None:
+                out.hist += _histogram(flat, task.size)
+                out.members.append((s.key, str(s.label).encode(), sample_json(s, width, height, fp_row.hex()), npy))
+                out.rows.append((s.key, s.label, fp_row, width, height, src_size_row, mtime_row, npy_x,
+                                 s.source_path))
+            for size in s.also:
+                dec = pictures.get(size)
+                if dec is not None and not isinstance(dec, DecodeError):
+                    out.spilled.setdefault(size, []).append(_spill_row(s, size, dec, fp, src_size, mtime))
     finally:
-        base.close()
-        if staging:
-            shutil.rmtree(staging, ignore_errors=True)
-    if pending:
-        report_progress(pending)
-    store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(rows)))
-    meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
-            "sha256": sha, "samples": len(rows), "failed": failed, "histogram": hist.tolist(),
-            "counts": counts, "reuse_problems": problems}
-    store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
-    return meta
+        stored.close()
+    return out
+
+
+def _decode(s: SampleTask, sizes: list[int], task: ShardTask, out: Encoded):
+    """Read the source once and decode it at ``sizes``: (pictures by size, fp, size, mtime, reason)."""
+    if not sizes:
+        return {}, None, 0, 0, None
+    try:
+        f, src_size, mtime = open_source(s.path)
+        with f:
+            data = f.read()
+        check = content_hasher(s.content_hash)
+        if check is not None:
+            check.update(data)
+            mismatch = hash_mismatch(s.content_hash, check)
+            if mismatch:
+                raise DecodeError(mismatch)
+        if len(sizes) == 1:  # the reference itself
+            try:
+                pictures = {sizes[0]: decode_image(data, sizes[0], task.resize, task.settings)}
+            except DecodeError as e:
+                pictures = {sizes[0]: e}
+            out.decodes += 1
+        else:
+            pictures, n = decode_sizes(data, sizes, task.resize, task.settings)
+            out.decodes += n
+    except OSError as e:
+        return {}, None, 0, 0, os_reason(e)
+    except DecodeError as e:
+        return {}, None, 0, 0, str(e)
+    return pictures, xxhash.xxh3_128_digest(data), src_size, mtime, None
+
+
+def _spill_row(s: SampleTask, size: int, dec, fp: bytes, src_size: int, mtime: int) -> tuple:
+    header = npy_header((size, size, 3))
+    flat = dec.pixels.reshape(-1)
+    return (s.key, s.source_path, fp, dec.width, dec.height, src_size, mtime,
+            _npy_checksum(header, flat), header + flat.tobytes())
+
+
+class ShardAssembler:
+    """Append a shard's encoded batches in plan order; ``finish`` writes the tar, its columns and meta."""
+
+    def __init__(self, task: ShardTask):
+        self.task = task
+        self.store = Store(task.dest)
+        self.tar = Staged(self.store, self.store.join(task.name))
+        self.writer = ShardWriter(self.tar.path)
+        self.spills = {size: SpillWriter(folder, task.name) for size, folder in task.spill}
+        self.rows: list[tuple] = []
+        self.failed: list[dict] = []
+        self.problems: list[dict] = []
+        self.counts = {"decoded": 0, "reused": 0, "relabeled": 0}
+        self.hist = np.zeros(768, dtype=np.int64)
+        self.decodes = 0
+
+    def append(self, enc: Encoded) -> None:
+        w = self.writer
+        for (key, cls, js, npy), row in zip(enc.members, enc.rows):
+            cls_off, cls_len = w.add(f"{key}.cls", cls)
+            json_off, json_len = w.add(f"{key}.json", js)
+            npy_off, npy_n = w.add(f"{key}.npy", npy)
+            k, label, fp, width, height, src_size, mtime, npy_x, path = row
+            self.rows.append((k, label, fp, width, height, src_size, mtime, cls_off, cls_len,
+                              json_off, json_len, npy_off, npy_n, npy_x, path))
+        self.hist += enc.hist
+        self.failed += enc.failed
+        self.problems += enc.problems
+        for k, v in enc.counts.items():
+            self.counts[k] += v
+        self.decodes += enc.decodes
+        for size, rows in enc.spilled.items():
+            self.spills[size].append(rows)
+
+    def finish(self) -> dict:
+        """Close the tar (rename or upload), write spills, columns, then the meta; return the meta."""
+        task, store = self.task, self.store
+        try:
+            nbytes, sha = self.writer.close()
+            self.tar.done()
+            for spill in self.spills.values():
+                spill.finish()
+        finally:
+            self.cleanup()
+        store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(self.rows)))
+        meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
+                "sha256": sha, "samples": len(self.rows), "failed": self.failed,
+                "histogram": self.hist.tolist(), "counts": self.counts, "reuse_problems": self.problems,
+                "decodes": self.decodes}
+        store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
+        return meta
+
+    def abort(self) -> None:
+        self.writer.abort()
+        for spill in self.spills.values():
+            spill.abort()
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        self.tar.cleanup()
+        for spill in self.spills.values():
+            spill.file.cleanup()
+
+
+def open_shard(task: ShardTask) -> ShardAssembler:
+    """Start writing a shard (the tests interrupt conversions here)."""
+    return ShardAssembler(task)
+
+
+def write_shard(task: ShardTask, batch: int = 16) -> dict:
+    """Write one whole shard in this process, ``batch`` samples at a time; returns its meta."""
+    shard = open_shard(task)
+    try:
+        for start in range(0, len(task.samples), batch):
+            shard.append(encode_batch(task, start, start + batch))
+        return shard.finish()
+    except BaseException:
+        shard.abort()
+        raise
 
 
 def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:

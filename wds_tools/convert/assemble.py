@@ -1,0 +1,141 @@
+"""The end of a conversion: errors.jsonl, then the index assembled from the per-shard columns."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from ..format.index import (
+    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
+)
+from ..format.layout import url_pattern
+from .decode import DecodeSettings
+from .result import ConvertResult
+from .reuse import Base
+from .source import Source
+from .storage import Store, join
+from .write import ShardTask
+
+__all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result"]
+
+_NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
+
+
+def write_errors(store: Store, failures: list[dict]) -> str | None:
+    path = store.join(ERRORS_FILE)
+    if not failures:
+        store.remove(path)
+        return None
+    failures = sorted(failures, key=lambda e: (e["line"], e["key"]))
+    data = "".join(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n" for e in failures)
+    store.write_bytes(path, data.encode())
+    return path
+
+
+def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
+                    t0: float) -> ConvertResult:
+    """What a run would do: counts only, nothing written."""
+    for t in tasks:
+        for s in t.samples:
+            if s.reuse is None:
+                result.decoded += 1
+            elif s.reuse.relabeled:
+                result.relabeled += 1
+            else:
+                result.reused += 1
+        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
+        sp["samples"] += len(t.samples)
+        sp["shards"] += 1
+    for name, sp in result.splits.items():
+        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
+    result.samples_written = 0
+    result.shards = len(tasks)
+    result.failed = len(failures)
+    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.seconds = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
+                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None,
+                    has_errors: bool, provenance: dict) -> dict:
+    """Write samples.npz, the sidecars and index.json from the shards' columns and metas.
+
+    ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
+    """
+    parts = []
+    for shard_id, t in enumerate(tasks):
+        part = join(work, t.name + ".npz")
+        cols = read_npz(part, data=store.read_bytes(part))
+        cols["shard"] = np.full(len(cols["key"]), shard_id, dtype="<u4")
+        parts.append(cols)
+    columns: dict[str, np.ndarray] = {}
+    for name in SAMPLE_COLUMNS:
+        if name in ("path_offsets", "path_data"):
+            continue
+        arrays = [p[name] for p in parts]
+        if name == "key":
+            width = max([a.dtype.itemsize for a in arrays] + [1])
+            arrays = [a.astype(f"S{width}") for a in arrays]
+        columns[name] = np.concatenate(arrays) if arrays else np.zeros(0, SAMPLE_COLUMNS[name])
+    offsets, path_base = [np.zeros(1, "<u8")], 0
+    for p in parts:
+        offsets.append(p["path_offsets"][1:] + path_base)
+        path_base += int(p["path_offsets"][-1])
+    columns["path_offsets"] = np.concatenate(offsets).astype("<u8")
+    columns["path_data"] = np.concatenate([p["path_data"] for p in parts] + [np.zeros(0, "u1")])
+    if columns["fingerprint"].ndim == 1:
+        columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
+
+    n_classes = len(src.classes)
+    splits: dict[str, dict] = {}
+    hist_by_split: dict[str, np.ndarray] = {}
+    shard_entries = []
+    for t, cols in zip(tasks, parts):
+        meta = metas[t.name]
+        shard_entries.append({"name": t.name, "split": t.split, "samples": meta["samples"],
+                              "bytes": meta["bytes"], "sha256": meta["sha256"]})
+        sp = splits.setdefault(t.split, {"samples": 0, "shards": 0, "class_counts": [0] * n_classes})
+        sp["samples"] += meta["samples"]
+        sp["shards"] += 1
+        for label, count in zip(*np.unique(cols["label"], return_counts=True)):
+            sp["class_counts"][int(label)] += int(count)
+        hist_by_split[t.split] = hist_by_split.get(t.split, np.zeros(768, np.int64)) + np.array(meta["histogram"], np.int64)
+    for split, sp in splits.items():
+        sp["urls"] = url_pattern(split, sp["shards"])
+        sp["mean"], sp["std"] = histogram_mean_std(hist_by_split[split], empty=_NO_PIXELS)
+    stats_split = "train" if "train" in splits else None
+    total_hist = hist_by_split["train"] if stats_split else sum(hist_by_split.values(), np.zeros(768, np.int64))
+    mean, std = histogram_mean_std(total_hist, empty=_NO_PIXELS)
+    class_counts = [sum(sp["class_counts"][c] for sp in splits.values()) for c in range(n_classes)]
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "created_by": f"wds-tools {provenance['version']}",
+        **{k: spec[k] for k in ("dataset_version", "size", "resize", "decode")},
+        "decoder_versions": provenance["decoder_versions"],
+        "build": {**spec["build"], "source_path": src.path,  # as given: the same command elsewhere writes the same bytes
+                  "base": base.version if base is not None else None},
+        "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
+                   "npy_shape": [spec["size"], spec["size"], 3]},
+        "classes": src.classes,
+        "class_counts": class_counts,
+        "samples": int(len(columns["key"])),
+        "mean": mean,
+        "std": std,
+        "stats_split": stats_split or "all",
+        "splits": dict(sorted(splits.items())),
+        "shards": shard_entries,
+        "errors_file": ERRORS_FILE if has_errors else None,
+    }
+    return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
+
+
+def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
+    """Fill ``result``'s totals from an index's meta."""
+    result.samples_written = meta["samples"]
+    result.shards = len(meta["shards"])
+    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
+                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}

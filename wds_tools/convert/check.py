@@ -1,0 +1,142 @@
+"""Worker side of the scan: is each source a readable image, and is it unchanged since the base?
+
+``scan_files`` reads headers only. ``check_sources`` decides "unchanged" as cheaply as it can:
+a manifest hash the base already holds needs a stat only; a path whose size and mtime equal the
+base's (the quick check) needs a stat only; anything else is read whole and fingerprinted
+(XXH3-128), as is everything with ``--checksum``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from dataclasses import dataclass
+
+import xxhash
+
+from .decode import DecodeError, DecodeSettings, probe_image
+from ..format.layout import filesystem
+from .storage import is_remote, open_input
+
+__all__ = ["HASH_ALGORITHMS", "Check", "open_source", "os_reason", "scan_files", "check_sources",
+           "content_hasher", "hash_mismatch"]
+
+HASH_ALGORITHMS = {"sha256": 64, "md5": 32}  # manifest column -> hex digits
+_CHUNK = 4 << 20
+
+
+def os_reason(e: OSError) -> str:
+    if isinstance(e, FileNotFoundError):
+        return "missing file"
+    if isinstance(e, PermissionError):
+        return "unreadable file: permission denied"
+    if isinstance(e, IsADirectoryError):
+        return "is a directory, not a file"
+    return f"unreadable file: {e.strerror or e}"
+
+
+def open_source(path: str):
+    """(binary file, size, mtime_ns) of a local file or an fsspec URL (mtime 0 for URLs)."""
+    if is_remote(path):
+        f = open_input(path)
+        return f, int(f.size), 0
+    f = open(path, "rb", buffering=0)
+    st = os.fstat(f.fileno())
+    return f, st.st_size, st.st_mtime_ns
+
+
+def content_hasher(content_hash: str | None):
+    """A fresh hashlib object for a manifest hash ``"sha256:<hex>"`` / ``"md5:<hex>"``, or None."""
+    if content_hash is None:
+        return None
+    return hashlib.new(content_hash.split(":", 1)[0])
+
+
+def hash_mismatch(content_hash: str | None, hasher) -> str | None:
+    """Why the bytes fed to ``hasher`` are not what the manifest says, or None when they are."""
+    if hasher is None:
+        return None
+    algo, want = content_hash.split(":", 1)
+    got = hasher.hexdigest()
+    if got == want:
+        return None
+    return (f"the file's {algo} is {got}, the manifest's {algo} column says {want}: fix the manifest "
+            "or the file")
+
+
+def _stat(path: str) -> tuple[int, int]:
+    """(size, mtime_ns) without reading: a stat, or one HEAD request for a URL (mtime 0, as read)."""
+    if is_remote(path):
+        return int(filesystem(path).info(path)["size"]), 0
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def scan_files(paths: list[str], settings: DecodeSettings) -> list[tuple[str | None, int, int]]:
+    """For each file: (None or the reason it is unusable, size, mtime_ns); reads headers only."""
+    out: list[tuple[str | None, int, int]] = []
+    for path in paths:
+        try:
+            f, size, mtime = open_source(path)
+            with io.BufferedReader(f, 1 << 16) if not is_remote(path) else f:
+                if size == 0:
+                    raise DecodeError("empty file")
+                probe_image(f, settings)  # reads only as far as the header
+            out.append((None, size, mtime))
+        except OSError as e:
+            out.append((os_reason(e), 0, 0))
+        except DecodeError as e:
+            out.append((str(e), 0, 0))
+    return out
+
+
+@dataclass(frozen=True)
+class Check:
+    """One source to check against a base."""
+
+    path: str
+    trusted: tuple[int, int] | None = None  # (size, mtime_ns) the base recorded for this path
+    stat_only: bool = False  # the manifest hash is one the base holds: only size and mtime are needed
+    content_hash: str | None = None  # the manifest's "algo:hex", checked when the file is read
+
+
+def check_sources(items: list[Check], settings: DecodeSettings
+                  ) -> list[tuple[str | None, bytes | None, int, int, bool]]:
+    """For each item: (error, xxh3-128 digest or None, size, mtime_ns, read).
+
+    ``read`` is False when a stat decided (the caller takes the base's fingerprint). A file that
+    was read but whose bytes do not match the manifest hash gets digest None and no error: it is
+    then decoded, and fails there with the reason, as it does in a conversion without a base.
+    """
+    out = []
+    buf = bytearray(_CHUNK)  # reused: a fresh multi-MB bytes per file costs page faults
+    view = memoryview(buf)
+    for item in items:
+        path = item.path
+        try:
+            if item.stat_only or (item.trusted is not None and not is_remote(path)):
+                size, mtime = _stat(path)
+                if size == 0:
+                    raise DecodeError("empty file")
+                if item.stat_only or (size, mtime) == item.trusted:
+                    out.append((None, None, size, mtime, False))
+                    continue
+            raw, size, mtime = open_source(path)
+            with raw:
+                if size == 0:
+                    raise DecodeError("empty file")
+                h, check = xxhash.xxh3_128(), content_hasher(item.content_hash)
+                while n := raw.readinto(buf):
+                    h.update(view[:n])
+                    if check is not None:
+                        check.update(view[:n])
+                raw.seek(0)
+                probe_image(io.BufferedReader(raw, 1 << 16) if not is_remote(path) else raw, settings)
+            digest = None if hash_mismatch(item.content_hash, check) else h.digest()
+            out.append((None, digest, size, mtime, True))
+        except OSError as e:
+            out.append((os_reason(e), None, 0, 0, False))
+        except DecodeError as e:
+            out.append((str(e), None, 0, 0, False))
+    return out

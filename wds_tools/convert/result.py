@@ -1,0 +1,128 @@
+"""What a conversion did: one ``ConvertResult`` per size (``ConvertResults`` for several), printed
+by the CLI as text or JSON; and the --max-errors rule."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+from ..errors import OptionError
+
+__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors"]
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion did; the CLI prints it as text or JSON."""
+
+    out_dir: str
+    dataset_version: str
+    size: int
+    samples_written: int = 0
+    failed: int = 0
+    shards: int = 0
+    shards_resumed: int = 0
+    base: str | None = None  # the version whose pixels were reused
+    decoded: int = 0  # samples decoded from source in this run
+    reused: int = 0  # samples copied from the base, label unchanged
+    relabeled: int = 0  # samples copied from the base with a new label
+    removed: int = 0  # base samples absent from this version
+    reuse_problems: list[dict] = field(default_factory=list)  # base samples that failed their check
+    checksum: bool = False  # every source was read to compare with the base (--checksum)
+    unchanged_by_stat: int = 0  # sources taken as unchanged by path, size and mtime, not read
+    unchanged_by_hash: int = 0  # sources taken as unchanged by their manifest sha256/md5, not read
+    sources_read: int = 0  # sources read whole to fingerprint them against the base
+    shared_decode: list[int] = field(default_factory=list)  # sizes decoded together with this one
+    decodes: int = 0  # image decodes this size's samples took (shared with the sizes above)
+    dry_run: bool = False
+    seconds: float = 0.0
+    images_per_second: float = 0.0
+    splits: dict[str, dict] = field(default_factory=dict)
+    errors_file: str | None = None
+    max_errors_allowed: int = 0
+    max_errors_exceeded: bool = False
+    already_complete: bool = False
+
+    def to_text(self) -> str:
+        """What the run did (or would do), per split, with reuse and failure counts."""
+        if self.already_complete:
+            lines = [f"{self.out_dir} is already converted with these options; nothing to do."]
+        elif self.dry_run:
+            lines = [f"Dry run, nothing written: {self.out_dir} would hold "
+                     f"{sum(s['samples'] for s in self.splits.values()):,} samples in {self.shards} shards"]
+        else:
+            resumed = f", {self.shards_resumed} kept from an interrupted run" if self.shards_resumed else ""
+            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards{resumed} in "
+                     f"{self.out_dir} ({self.seconds:.1f} s, {self.images_per_second:,.1f} images/s)"]
+        width = max([len(s) for s in self.splits] + [5])
+        for name, sp in self.splits.items():
+            lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
+                         f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+        if self.base is not None or self.dry_run:
+            lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
+                         f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
+        if self.base is not None:
+            how = ("every source read and hashed (--checksum)" if self.checksum else
+                   f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
+                   f"{self.unchanged_by_hash:,} by manifest hash, not read; {self.sources_read:,} read and hashed")
+            lines.append(f"  compared with the base: {how}")
+        if self.shared_decode and not self.already_complete and not self.dry_run:
+            if self.size > max(self.shared_decode):
+                lines.append(f"  each source read once for sizes {', '.join(map(str, [self.size, *self.shared_decode]))}: "
+                             f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)")
+            else:
+                lines.append(f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
+                             f"{self.decodes:,} decoded again here")
+        for p in self.reuse_problems[:5]:
+            lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: "
+                         f"{p['error']}")
+        if self.failed:
+            where = f" (reasons in {self.errors_file})" if self.errors_file else ""
+            lines.append(f"  failed: {self.failed}{where}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_max_errors(value: str | int | float) -> tuple[str, float]:
+    """"25" -> at most 25 files; "1%" or "0.01" -> at most that fraction of the rows."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            frac = float(text[:-1]) / 100
+        elif re.fullmatch(r"\d+", text):
+            return "count", int(text)
+        else:
+            frac = float(text)
+    except ValueError:
+        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage (1%)") from None
+    if not 0.0 <= frac <= 1.0:
+        raise OptionError(f"--max-errors {value!r}: a fraction must lie between 0 and 1 (0% to 100%)")
+    return "fraction", frac
+
+
+def allowed_errors(max_errors: tuple[str, float], total: int) -> int:
+    kind, v = max_errors
+    return int(v) if kind == "count" else math.floor(v * total + 1e-9)
+
+
+
+
+@dataclass
+class ConvertResults:
+    """A multi-size conversion: one ``ConvertResult`` per size, largest first."""
+
+    results: list[ConvertResult]
+    seconds: float = 0.0
+
+    @property
+    def max_errors_exceeded(self) -> bool:
+        return any(r.max_errors_exceeded for r in self.results)
+
+    def to_text(self) -> str:
+        return "\n".join([r.to_text() for r in self.results] + [f"All sizes: {self.seconds:.1f} s"])
+
+    def to_dict(self) -> dict:
+        return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}

@@ -1,0 +1,153 @@
+"""One size's output folder: what determines its bytes (the spec), whether it is fresh, unfinished or
+complete, which shards an interrupted run finished, and which earlier version is its base."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import IndexFormatError, OptionError, OutputExistsError
+from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
+from .decode import DecodeSettings
+from .result import ConvertResult
+from .reuse import Base, find_base
+from .source import Source
+from .storage import Store, is_remote, join
+from .write import SampleTask, ShardTask
+
+__all__ = ["WORK_DIR", "Target", "spec", "spec_differences", "prepare_dest", "task_digest",
+           "finished_meta", "select_base"]
+
+WORK_DIR = ".wds-tools-work"
+_BUILD_RECORD_ONLY = ("source_path", "base")  # recorded in index.json, not part of what is built
+
+
+@dataclass
+class Target:
+    """One size of a conversion, as the pipeline carries it from scan to index."""
+
+    size: int
+    store: Store
+    spec: dict
+    state: str  # "fresh", "resume" or "complete"
+    done_meta: dict | None
+    result: ConvertResult
+    n_per_shard: int
+    base: Base | None = None
+    tasks: list[ShardTask] = field(default_factory=list)
+    metas: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def work(self) -> str:
+        return self.store.join(WORK_DIR)
+
+
+def spec(source: Source, *, version: str, size: int, resize: str, shard_size: int, seed: int,
+          val_fraction: float, sanitize_keys: bool, settings: DecodeSettings) -> dict:
+    """What determines the bytes of a conversion; equal specs give identical output."""
+    return {
+        "dataset_version": version, "size": size, "resize": resize, "decode": settings.to_dict(),
+        "build": {"shard_size": shard_size, "seed": seed, "val_fraction": val_fraction,
+                  "sanitize_keys": sanitize_keys,
+                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()}},
+    }
+
+
+def spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    diffs = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += spec_differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            diffs.append(f"{prefix}{k}: existing {a!r}, requested {b!r}")
+    return diffs
+
+
+def read_meta(store: Store) -> dict:
+    path = store.join(INDEX_FILE)
+    try:
+        return parse_index_meta(store.read_bytes(path), path)
+    except IndexFormatError as e:
+        raise OutputExistsError(f"{e}; nothing was changed") from None
+
+
+def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
+    """('complete', its index meta), ('resume', None) or ('fresh', None); refuse a folder made with
+    other options or another source."""
+    dest, run_file = store.root, store.join(WORK_DIR, "run.json")
+    if store.exists(store.join(INDEX_FILE)):
+        meta = read_meta(store)
+        old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
+        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in _BUILD_RECORD_ONLY}
+        diffs = spec_differences(old, spec)
+        if diffs:
+            raise OutputExistsError(
+                f"{dest} already holds a conversion made with other options or another source "
+                f"({'; '.join(diffs[:6])}). Nothing was changed. Choose another --version or --out, "
+                f"or remove {dest} to convert again."
+            )
+        return "complete", meta
+    if store.exists(run_file):
+        try:
+            old = json.loads(store.read_bytes(run_file))
+        except ValueError:
+            old = {}
+        diffs = spec_differences(old, spec)
+        if diffs:
+            raise OutputExistsError(
+                f"{dest} holds an unfinished conversion made with other options or another source "
+                f"({'; '.join(diffs[:6])}). Run the original command again to finish it, or remove "
+                f"{dest} to start over."
+            )
+        return "resume", None
+    others = [name for name in store.names(dest) if name not in (ERRORS_FILE, WORK_DIR)]
+    if others:
+        raise OutputExistsError(
+            f"{dest} exists and holds files wds-tools did not write ({', '.join(others[:5])}); "
+            "nothing was changed. Choose another --version or --out, or remove the folder."
+        )
+    return "fresh", None
+
+
+def task_digest(spec_digest: str, name: str, samples: Iterable[SampleTask]) -> str:
+    h = hashlib.sha256(f"{spec_digest}\n{name}\n".encode())
+    for s in samples:
+        h.update(f"{s.key}\t{s.path}\t{s.source_path}\t{s.label}\t{s.label_name}\t{s.original_key}\n".encode())
+    return h.hexdigest()
+
+
+def finished_meta(store: Store, task: ShardTask) -> dict | None:
+    """The meta of a shard a previous run finished (and uploaded) with the same plan, else None."""
+    try:
+        meta = json.loads(store.read_bytes(join(task.work, task.name + ".json")))
+        ok = (meta.get("digest") == task.digest
+              and store.size(join(task.dest, task.name)) == meta["bytes"]
+              and store.exists(join(task.work, task.name + ".npz")))
+        return meta if ok else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def select_base(out: str, version: str, size: int, resize: str, settings: DecodeSettings,
+                 reuse: bool, base: str | None, decoders: dict) -> Base | None:
+    """The base of a conversion at ``size`` (see reuse.find_base); ``decoders`` are this run's
+    decoder_versions, which a base must share."""
+    if not reuse:
+        if base is not None:
+            raise OptionError("--from and --no-reuse contradict each other; pass one of them")
+        return None
+    if is_remote(out):  # reading a base's shards by offset is implemented for local folders only
+        if base is not None:
+            raise OptionError(f"--from {base}: reusing pixels from object storage is not supported; "
+                              "convert with --no-reuse, or into a local --out")
+        return None
+    wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
+              "decoder_versions": decoders}
+    found = find_base(Path(out), version, wanted, base)
+    return Base(found) if found is not None else None
+
+
