@@ -146,9 +146,14 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert all(e["path"].startswith("img/") and e["line"] > 1 for e in errors)
     assert "trunc" not in load_index(res.out_dir).samples.keys
     assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"
-    # the same errors over a lower threshold: the run completes but says so
-    res2 = _run(manifest, tmp_path / "out2", max_errors="3")
-    assert res2.failed == 4 and res2.max_errors_exceeded and res2.samples_written == 30
+    # the same errors over a lower threshold (3 at the scan, "trunc" at decoding): stopped, no index
+    # (issue 15: it used to write the index and report max_errors_exceeded); test_finish.py has the rest
+    with pytest.raises(TooManyErrorsError, match=r"4 of 34 source files failed.*more than --max-errors allows \(3\)"):
+        _run(manifest, tmp_path / "out2", max_errors="3")
+    assert not (tmp_path / "out2/v1/32/index.json").exists()
+    res2 = _run(manifest, tmp_path / "out2", max_errors="4")
+    assert res2.failed == 4 and not res2.max_errors_exceeded and res2.samples_written == 30
+    assert _files(tmp_path / "out2/v1/32") == _files(tmp_path / "out/v1/32")
 
 
 def test_too_many_unreadable_files_stops_before_writing(tmp_path):
