@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from ..errors import TooManyErrorsError
-from ..format.index import INDEX_FILE, SAMPLES_FILE, read_npz
+from ..errors import TooManyErrorsError, WdsToolsError
+from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
 from . import hashes
 from .assemble import assemble_index, write_errors
 from .decode import DecodeSettings
@@ -24,7 +24,7 @@ from .source import Source
 from .storage import Store
 from .target import WORK_DIR, Target
 
-__all__ = ["ErrorGate", "finish_size", "clean_after_index", "needs_cleaning"]
+__all__ = ["ErrorGate", "finish_size", "clean_after_index", "clean_complete_folder", "needs_cleaning"]
 
 _TEMPORARY = re.compile(r"(\.partial-\d+$)|(\.tmp-\d+$)")  # ShardWriter and atomic_write_bytes names
 
@@ -80,18 +80,35 @@ def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, versi
 
 def needs_cleaning(store: Store) -> bool:
     """A complete folder that an interrupted run left unclean (work folder or temporary files)."""
-    return any(name == WORK_DIR or _TEMPORARY.search(name) for name in store.names(store.root))
+    return store.exists(store.join(INDEX_FILE)) and any(
+        name == WORK_DIR or _TEMPORARY.search(name) for name in store.names(store.root))
 
 
-def clean_after_index(store: Store, src: Source, planned: set[str], *, out: str, version: str) -> None:
-    """After index.json: record manifest-hash pairs, remove leftovers, then the work folder (last: its
-    presence tells a later run that this step did not finish)."""
-    if not store.remote and any(r.content_hash for r in src.rows):
+def clean_after_index(store: Store, src: Source | None, planned: set[str], *, out: str, version: str) -> None:
+    """After index.json: record manifest-hash pairs (when ``src`` is the folder's source), remove
+    leftovers, then the work folder (last: its presence tells a later run that this step did not
+    finish)."""
+    if src is not None and not store.remote and any(r.content_hash for r in src.rows):
         _save_hash_pairs(out, version, src, store)
     for name in store.names(store.root):  # leftovers of interrupted runs, and shards of an older plan
         if (name.endswith(".tar") and name not in planned) or _TEMPORARY.search(name):
             store.remove(store.join(name))
     store.rmtree(store.join(WORK_DIR))
+
+
+def clean_complete_folder(store: Store) -> bool:
+    """Any run that finds a complete folder unclean (killed after its index.json) removes the leftovers,
+    whatever its own options; returns whether it had to. The hash pairs need the source: see
+    ``clean_after_index``, which the run with the folder's own options calls."""
+    if not needs_cleaning(store):
+        return False
+    try:
+        meta = parse_index_meta(store.read_bytes(store.join(INDEX_FILE)), store.join(INDEX_FILE))
+        planned = {str(s["name"]) for s in meta["shards"]}
+    except (WdsToolsError, OSError, KeyError, TypeError):  # not an index to act on: touch nothing
+        return False
+    clean_after_index(store, None, planned, out="", version="")
+    return True
 
 
 def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:

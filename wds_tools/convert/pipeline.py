@@ -24,7 +24,7 @@ from . import hashes
 from .assemble import dry_run_result, result_from_index, write_errors
 from .check import Check, check_sources, scan_files
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
-from .finish import ErrorGate, clean_after_index, finish_size, needs_cleaning
+from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
 from .lock import lock_folders, release_all
 from .plan import parse_shard_size, plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
@@ -153,6 +153,8 @@ def convert(
         for s, store, lock in zip(sizes, stores, locks or [None] * len(sizes)):
             sp = spec(src, version=version, size=s, resize=resize, shard_size=n_per_shard[s], seed=seed,
                       val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
+            # a complete folder an interrupted run left unclean is cleaned by any run
+            unclean = clean_complete_folder(store) if lock is not None else False
             state, done_meta = prepare_dest(store, sp)
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=s,
                                    max_errors_allowed=allowed_errors(max_err, len(src.rows)), dry_run=dry_run,
@@ -161,10 +163,15 @@ def convert(
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")
             targets.append(Target(s, store, sp, state, done_meta, result, n_per_shard[s]))
+            if unclean:
+                result.notes.append(f"removed what an interrupted run left after writing the index ({WORK_DIR}/, "
+                                    "temporary files)")
+                if state == "complete" and not store.remote and any(r.content_hash for r in src.rows):
+                    clean_after_index(store, src, {x["name"] for x in done_meta["shards"]}, out=os.fspath(out),
+                                      version=str(version))  # the hash pairs it may not have saved
         for t in targets:
             if t.state == "complete":
-                _already_complete(t, src, out=os.fspath(out), version=str(version), t0=t0,
-                                  clean=not dry_run)
+                _already_complete(t, t0)
         todo = [t for t in targets if t.state != "complete"]
         if todo:
             _convert_todo(src, todo, out=os.fspath(out), version=str(version), seed=seed, resize=resize,
@@ -211,12 +218,8 @@ def _convert_todo(src: Source, todo: list[Target], *, out: str, version: str, se
         runner.close()
 
 
-def _already_complete(t: Target, src: Source, *, out: str, version: str, t0: float, clean: bool) -> None:
+def _already_complete(t: Target, t0: float) -> None:
     result, store = t.result, t.store
-    if clean and needs_cleaning(store):  # killed after its index.json: finish the clean-up it began
-        clean_after_index(store, src, {s["name"] for s in t.done_meta["shards"]}, out=out, version=version)
-        result.notes.append("removed what an interrupted run left after writing the index "
-                            f"({WORK_DIR}/, temporary files)")
     result_from_index(result, store, t.done_meta)
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
