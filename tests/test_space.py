@@ -59,7 +59,7 @@ def test_disk_full_is_one_line_and_a_rerun_resumes(corpus, tmp_path, monkeypatch
         _run(corpus, tmp_path / "out")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"No space left on device writing {dest}: the conversion needs about ")
-    assert "more (estimated from the plan)" in msg and "free" in msg and "run the same command again" in msg
+    assert "more, estimated from its plan; " in msg and " free." in msg and "run the same command again" in msg
     _no_partials(dest)
     assert len(list(dest.glob("*.tar"))) == 2 and not (dest / "index.json").exists()
     monkeypatch.undo()

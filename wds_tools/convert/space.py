@@ -63,21 +63,22 @@ def disk_full_error(todo: list[Target], e: OSError, n_rows: int) -> DiskFullErro
     total = sum(needs.values())
     if current.store.remote:  # shards are staged locally before their upload
         where = tempfile.gettempdir()
-        need = f"room for one shard ({human_bytes(max(1, total // max(1, len(current.tasks))))} on average)"
+        need = (f"room for one shard ({human_bytes(max(1, total // max(1, len(current.tasks))))} on average, "
+                "estimated from its plan)")
         what = f"the local staging folder {where} (shards for {current.store.root} are written there first)"
     else:
         where = current.store.root
-        need = f"about {human_bytes(total)} more"
+        need = f"about {human_bytes(total)} more, estimated from its plan"
         if len(needs) > 1:
             need += " (" + ", ".join(f"{human_bytes(v)} for {k}" for k, v in needs.items()) + ")"
         what = where
     try:
-        free = f", {human_bytes(shutil.disk_usage(where).free)} free"
+        free = f"; {human_bytes(shutil.disk_usage(where).free)} free"
     except OSError:
         free = ""
     reason = os.strerror(e.errno) if e.errno else str(e)
     return DiskFullError(
-        f"{reason} writing {what}: the conversion needs {need} (estimated from the plan){free}. The partial "
+        f"{reason} writing {what}: the conversion needs {need}{free}. The partial "
         "file was removed and finished shards are kept: free space (or use another --out) and run the same "
         "command again to resume."
     )
