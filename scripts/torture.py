@@ -53,7 +53,8 @@ CLASSES = ("nv", "mel", "bkl", "bcc", "akiec")
 
 
 def make_corpus(root: Path, n: int, width: int, height: int, seed: int) -> tuple[Path, Path]:
-    """n photo-like JPEGs; v1.csv (all) and v2.csv (2% added, 1% removed, 1% changed, 1% relabeled)."""
+    """n photo-like JPEGs; v1.csv (all) and v2.csv (2% added, 1% removed, 1% changed, 1% relabeled);
+    every 10th row in split val."""
     img = root / "img"
     img.mkdir(parents=True, exist_ok=True)
     extra = max(2, n // 50)
@@ -62,19 +63,19 @@ def make_corpus(root: Path, n: int, width: int, height: int, seed: int) -> tuple
         p = img / f"p{i:05d}.jpg"
         if not p.exists():
             p.write_bytes(jpeg_bytes(photo_like(width, height, seed=seed * 100003 + i), quality=90))
-        rows.append((f"p{i:05d}", f"img/{p.name}", CLASSES[i % len(CLASSES)]))
+        rows.append((f"p{i:05d}", f"img/{p.name}", CLASSES[i % len(CLASSES)], "val" if i % 10 == 9 else "train"))
     v1 = _write(root / "v1.csv", rows[:n])
     churn = max(1, n // 100)
     v2_rows = list(rows[churn:n]) + rows[n:]  # the first `churn` removed, `extra` added
     for j in range(churn, 2 * churn):  # changed: another picture under a new path
-        k, _, label = v2_rows[j]
+        k, _, label, split = v2_rows[j]
         p = img / f"changed-{k}.jpg"
         if not p.exists():
             p.write_bytes(jpeg_bytes(photo_like(width, height, seed=seed * 100003 + 7_000_000 + j), quality=90))
-        v2_rows[j] = (k, f"img/{p.name}", label)
+        v2_rows[j] = (k, f"img/{p.name}", label, split)
     for j in range(2 * churn, 3 * churn):  # relabeled
-        k, path, label = v2_rows[j]
-        v2_rows[j] = (k, path, CLASSES[(CLASSES.index(label) + 1) % len(CLASSES)])
+        k, path, label, split = v2_rows[j]
+        v2_rows[j] = (k, path, CLASSES[(CLASSES.index(label) + 1) % len(CLASSES)], split)
     v2 = _write(root / "v2.csv", v2_rows)
     return v1, v2
 
@@ -82,7 +83,7 @@ def make_corpus(root: Path, n: int, width: int, height: int, seed: int) -> tuple
 def _write(path: Path, rows) -> Path:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["key", "path", "label"])
+        w.writerow(["key", "path", "label", "split"])
         w.writerows(rows)
     return path
 
@@ -267,7 +268,7 @@ class Torture:
     def interrupt(self, opts: Opts, sig: int, kind: str) -> None:
         out = self.out(kind.replace(" ", ""))
         cmd = opts.command(out, self.args.workers)
-        at = self.rng.uniform(0.0, 1.05 * self.clean_seconds[opts.name])
+        at = self.rng.uniform(0.0, 0.95 * self.clean_seconds[opts.name])
         p = Started(cmd)
         p.pump(at)
         state = _state(opts.folders(out))
@@ -433,9 +434,11 @@ def _resumed(stdout: str) -> str:
 
 
 def _why(stderr: str) -> str | None:
+    """Why a convert was refused: the lock, or a finished folder made with other options. An
+    unfinished folder "made with other options" cannot be met in a pair whose other run finished:
+    the lock should have refused it, so that is no valid reason (None)."""
     for needle, short in (("is being written by another conversion", "folder locked by the other run"),
-                          ("made with other options", "other options"),
-                          ("unfinished conversion made with other options", "unfinished, other options")):
+                          ("already holds a conversion made with other options", "other options")):
         if needle in stderr:
             return short
     return None
@@ -465,9 +468,9 @@ def main() -> int:
     v1m, v2m = make_corpus(work / "corpus", args.images, width, height, args.seed)
     print(f"corpus: {args.images} JPEGs of {width}x{height} in {work / 'corpus'} ({time.perf_counter() - t0:.0f} s)",
           flush=True)
-    train = round(args.images * 0.9)  # --val-fraction 0.1 (by a hash of the key: about)
-    per_shard = -(-args.images // args.shards)
-    while -(-train // per_shard) + -(-(args.images - train) // per_shard) > args.shards:
+    val = sum(1 for i in range(args.images) if i % 10 == 9)  # the manifests' split column: every 10th row
+    per_shard = -(-args.images // args.shards)  # the smallest --shard-size giving at most --shards shards
+    while -(-(args.images - val) // per_shard) + -(-val // per_shard) > args.shards:
         per_shard += 1
     default = Opts("default", v1m, extra=("--shard-size", str(per_shard)))
     smaller = Opts("shard-size", v1m, extra=("--shard-size", str(max(1, per_shard * 3 // 4))))

@@ -120,7 +120,11 @@ def convert(
     default). ``dry_run`` reports the plan and writes nothing. ``executor="ray"`` runs one task
     per shard on a Ray cluster (``ray_address``; default: a local instance) with the same plan
     and bytes. Resumes an interrupted run with the same arguments; refuses a folder made with
-    other options or another source. Bad source files are skipped and listed in errors.jsonl.
+    other options or another source. Bad source files are skipped and listed in errors.jsonl;
+    more than ``max_errors`` raises ``TooManyErrorsError`` with no index written (a rerun with a
+    higher limit finishes). Each size folder is locked for the run (lock.py): a conversion into a
+    folder another one is writing raises ``OutputBusyError`` naming it. A full disk raises
+    ``DiskFullError`` naming the folder and the space still needed.
     """
     t0 = time.perf_counter()
     if not _VERSION_PATTERN.fullmatch(str(version)):
@@ -164,11 +168,7 @@ def convert(
                                     "interrupted")
             targets.append(Target(s, store, sp, state, done_meta, result, n_per_shard[s]))
             if unclean:
-                result.notes.append(f"removed what an interrupted run left after writing the index ({WORK_DIR}/, "
-                                    "temporary files)")
-                if state == "complete" and not store.remote and any(r.content_hash for r in src.rows):
-                    clean_after_index(store, src, {x["name"] for x in done_meta["shards"]}, out=os.fspath(out),
-                                      version=str(version))  # the hash pairs it may not have saved
+                _cleaned(targets[-1], src, out=os.fspath(out), version=str(version))
         for t in targets:
             if t.state == "complete":
                 _already_complete(t, t0)
@@ -216,6 +216,15 @@ def _convert_todo(src: Source, todo: list[Target], *, out: str, version: str, se
         raise
     finally:
         runner.close()
+
+
+def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
+    """``t``'s folder was complete but unclean (a run killed after its index.json) and has been cleaned."""
+    t.result.notes.append(f"removed what an interrupted run left after writing the index ({WORK_DIR}/, "
+                          "temporary files)")
+    if t.state == "complete" and not t.store.remote and any(r.content_hash for r in src.rows):
+        # the same source: save the manifest-hash pairs the killed run may not have saved
+        clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
 
 
 def _already_complete(t: Target, t0: float) -> None:
