@@ -13,7 +13,13 @@ images read once by the consumer (copied into a reused buffer, as a trainer's co
 would), median of --repeats runs; the main process uses one torch thread so that "num_workers 0" is the
 rate of one process. Everything is read from the page cache (the data fits in memory).
 
-    .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--work /tmp/wds-bench]
+The targets are checked on comparisons timed interleaved (--rounds rounds, each timing every
+loader compared once, in turn, so that they share the machine's noise): our eval loader with each
+check_samples level against FFCV and ``cat`` of the shard files; a 10% subset against the full
+epoch; balanced against plain epochs. Our index reader's workers are threads when they only copy
+(eval, device_augment) and processes when they augment on the CPU; FFCV's are always threads.
+
+    .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--rounds 5] [--work /tmp/wds-bench]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
+import subprocess
 import sys
 import tarfile
 import time
@@ -216,32 +223,62 @@ def _consume(images: torch.Tensor, staging: dict) -> None:
     buf.copy_(images)
 
 
-def rate(make, repeats: int, from_start: bool = False) -> float:
-    """samples/s of one loader's epochs after a first, untimed one (as a trainer's second epoch
-    onwards: page cache, mappings and worker state warm), every batch consumed, median over
-    ``repeats`` epochs; each from its first batch (worker start-up excluded).
+class Epochs:
+    """One loader, timed an epoch per call after a first, untimed epoch (as a trainer's second epoch
+    onwards: page cache, mappings and worker state warm), every batch consumed; each epoch from its
+    first batch (worker start-up excluded).
 
     ``from_start``: from the iterator's creation instead, first batch included, for a loader whose
     first batch waits for a shuffle buffer to fill (worker start-up then counts against it too).
+    ``warm=False``: no untimed first epoch.
     """
-    rates = []
-    staging: dict = {}
-    loader = make()
-    for b in loader:  # warm-up epoch
-        _consume(b[0], staging)
-    for _ in range(repeats):
+
+    def __init__(self, make, from_start: bool = False, warm: bool = True):
+        self.loader, self.from_start, self.staging = make(), from_start, {}
+        for b in self.loader if warm else ():  # warm-up epoch
+            _consume(b[0], self.staging)
+
+    def __call__(self) -> float:
+        """samples/s of one epoch."""
         t_start = time.perf_counter()
-        it = iter(loader)
+        it = iter(self.loader)
         first = next(it)
-        _consume(first[0], staging)
+        _consume(first[0], self.staging)
         t0, n = time.perf_counter(), 0
-        if from_start:
+        if self.from_start:
             t0, n = t_start, len(first[1])
         for b in it:
-            _consume(b[0], staging)
+            _consume(b[0], self.staging)
             n += len(b[1])
-        rates.append(n / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        return n / (time.perf_counter() - t0)
+
+
+def rate(make, repeats: int, from_start: bool = False) -> float:
+    """samples/s of one loader: the median of ``repeats`` timed epochs (``Epochs``)."""
+    epoch = Epochs(make, from_start)
+    return statistics.median(epoch() for _ in range(repeats))
+
+
+def interleaved(entries: dict[str, object], rounds: int) -> dict[str, float]:
+    """Medians of ``rounds`` rounds in which every entry (a callable giving the samples/s of one
+    epoch, e.g. ``Epochs``) runs once, in turn: the loaders compared share the machine's noise."""
+    rates: dict[str, list[float]] = {name: [] for name in entries}
+    for _ in range(rounds):
+        for name, epoch in entries.items():
+            rates[name].append(epoch())
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def cat_epoch(urls: list[str], n_samples: int, processes: int):
+    """An entry for ``interleaved``: ``cat`` of the shard files to /dev/null, in ``processes`` parallel
+    processes (each a share of the files), as samples/s: the read limit of the page cache."""
+    def epoch() -> float:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(["cat", *urls[i::processes]], stdout=subprocess.DEVNULL) for i in range(processes)]
+        if any(p.wait() for p in procs):
+            raise RuntimeError("cat failed")
+        return n_samples / (time.perf_counter() - t0)
+    return epoch
 
 
 # HAM10000's class mix (nv, mel, bkl, bcc, akiec, vasc, df: 6,705 ... 115 of 10,015 images)
@@ -267,18 +304,25 @@ def read_limit(urls: list[str], n_samples: int, workers: int, repeats: int) -> f
     return statistics.median(rates)
 
 
-def subset_and_balanced(shards: Path, B: int, cores: int, repeats: int, full: dict) -> tuple[dict, dict]:
-    """The index reader's subsets and class-balanced epochs (train defaults): rates, bytes read, class mix."""
+def subset_and_balanced(shards: Path, B: int, cores: int, repeats: int) -> tuple[dict, dict]:
+    """The index reader's subsets and class-balanced epochs (train defaults): rates, bytes read,
+    class mix. Each is timed interleaved with what it is compared with (``interleaved``)."""
 
     # short epochs: persistent workers and timing from each epoch's start, for the subset and the
     # full epoch it is compared with alike
-    def timed(w: int, **kw) -> float:
+    def timed(w: int, **kw) -> Epochs:
         opts = dict(train=True, num_workers=w, batch_size=B, split="train", persistent_workers=w > 0)
-        return rate(lambda: make_loader(str(shards), **opts, **kw), repeats, from_start=True)
+        return Epochs(lambda: make_loader(str(shards), **opts, **kw), from_start=True)
 
-    full = {w: timed(w) for w in (0, cores)}
-    sub = {w: timed(w, subset=0.1) for w in (0, cores)}
-    sub["full"] = full
+    skew = lambda cols: ham_skew(cols["label"])  # noqa: E731
+    sub: dict = {"full": {}}
+    bal: dict = {"plain": {}}
+    for w in (0, cores):
+        got = interleaved({"full": timed(w), "sub": timed(w, subset=0.1)}, repeats)
+        sub[w], sub["full"][w] = got["sub"], got["full"]
+        got = interleaved({"plain": timed(w, subset=skew), "bal": timed(w, subset=skew, class_weights="balanced")},
+                          repeats)
+        bal[w], bal["plain"][w] = got["bal"], got["plain"]
     one, part = (make_loader(str(shards), train=True, num_workers=0, batch_size=B, split="train", drop_last=False,
                              subset=s) for s in (None, 0.1))
     for ld in (one, part):
@@ -286,9 +330,6 @@ def subset_and_balanced(shards: Path, B: int, cores: int, repeats: int, full: di
             pass
     sub["bytes"] = part.dataset._gather.bytes_read / one.dataset._gather.bytes_read
     sub["samples"] = len(part.dataset.rows)
-    skew = lambda cols: ham_skew(cols["label"])  # noqa: E731
-    bal = {w: timed(w, subset=skew, class_weights="balanced") for w in (0, cores)}
-    bal["plain"] = {w: timed(w, subset=skew) for w in (0, cores)}
     ld = make_loader(str(shards), num_workers=0, train=True, batch_size=B, split="train", subset=skew,
                      class_weights="balanced")
     labels = np.concatenate([b[1].numpy() for b in ld])
@@ -305,7 +346,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed epochs per loader in the tables (median)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rounds of the head-to-head, subset and balanced comparisons (median)")
     ap.add_argument("--work", default="/tmp/wds-bench")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -330,7 +373,7 @@ def main() -> None:
     B = args.batch
     ours = dict(batch_size=B, split="train")
     rows = [
-        ("training_adapter, eval (uint8), index reader (the default with an index)", "eval",
+        ("training_adapter, eval (uint8), index reader (the default with an index; workers: threads)", "eval",
          lambda w: make_loader(str(shards), train=False, num_workers=w, **ours)),
         ("training_adapter, eval (uint8), streaming reader", "eval",
          lambda w: make_loader(str(shards), train=False, num_workers=w, reader="stream", **ours)),
@@ -338,7 +381,7 @@ def main() -> None:
          "train", lambda w: make_loader(str(shards), train=True, num_workers=w, **ours)),
         ("training_adapter, train, streaming reader, shuffle buffer 1000 (the previous default)", "train",
          lambda w: make_loader(str(shards), train=True, num_workers=w, reader="stream", **ours)),
-        ("training_adapter, train, device_augment (read + batch only)", "train",
+        ("training_adapter, train, device_augment (read + batch only; workers: threads)", "train",
          lambda w: make_loader(str(shards), train=True, device_augment=True, num_workers=w, **ours)),
         ("stock webdataset .decode().to_tuple('npy','cls') + torch.stack", "eval",
          lambda w: stock_wds(urls, B, w)),
@@ -399,18 +442,38 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, r in train_results.items():
         print(f"| {name} | {r[0]:,.0f} | {r[cores]:,.0f} | {r[0] / ref[0]:.2f}x / {r[cores] / ref[cores]:.2f}x |")
-    ev, tr, trs, dev = (results[rows[i][0]] for i in (0, 2, 3, 4))
+    ev_table, tr, trs, dev = (results[rows[i][0]] for i in (0, 2, 3, 4))
     baselines = [results[r[0]] for r in rows[OURS:]]
-    limit = results["read limit: shard files, 8 MiB readinto, no parsing"]
-    sub, bal = subset_and_balanced(shards, B, cores, args.repeats, tr)
+    # Head to head, interleaved (each round times every entry once, in turn): the eval targets,
+    # the cost of each check_samples level, and the read limits, under the same noise
+    entries: dict[str, object] = {}
+    for w in (0, cores):
+        for check in ("labels", True, False):
+            entries[f"ours eval, check_samples={check!r}, num_workers {w}"] = Epochs(
+                lambda w=w, check=check: make_loader(str(shards), train=False, num_workers=w, check_samples=check,
+                                                     **ours))
+        if "ffcv" in tools:
+            entries[f"FFCV eval, num_workers {w}"] = Epochs(
+                lambda w=w: loaders["ffcv"](data["ffcv"], train=False, workers=w, batch=B))
+        entries[f"cat of the shard files, {max(1, w)} process(es)"] = cat_epoch(urls, n, max(1, w))
+    print(f"\nHead to head: {args.rounds} interleaved rounds, medians (samples/s):\n", flush=True)
+    head = interleaved(entries, args.rounds)
+    for name, r in head.items():
+        print(f"- {name}: {r:,.0f}")
+    ev = {w: head[f"ours eval, check_samples='labels', num_workers {w}"] for w in (0, cores)}
+    pix = {w: head[f"ours eval, check_samples=True, num_workers {w}"] for w in (0, cores)}
+    bare = {w: head[f"ours eval, check_samples=False, num_workers {w}"] for w in (0, cores)}
+    cat = {w: head[f"cat of the shard files, {max(1, w)} process(es)"] for w in (0, cores)}
+    sub, bal = subset_and_balanced(shards, B, cores, args.rounds)
     checks = [
-        ("eval >= 35,000 samples/s with num_workers 0", ev[0] >= 35000),
-        ("eval >= 4x stock webdataset (both worker counts)", min(ev[0] / stock[0], ev[cores] / stock[cores]) >= 4),
+        ("eval >= 35,000 samples/s with num_workers 0 (head to head)", ev[0] >= 35000),
+        ("eval >= 4x stock webdataset (both worker counts, table)",
+         min(ev_table[0] / stock[0], ev_table[cores] / stock[cores]) >= 4),
         ("train (every option at its default) >= 3,000 samples/s per worker process (num_workers 0)", tr[0] >= 3000),
         ("train (every option at its default) no slower than the previous default (streaming + shuffle buffer)",
          all(tr[w] >= trs[w] for w in (0, cores))),
-        ("eval ahead of every baseline (none of them augments: they are eval-mode loaders)",
-         all(ev[w] > b[w] for b in baselines for w in (0, cores))),
+        ("eval ahead of every baseline (none of them augments: they are eval-mode loaders; table)",
+         all(ev_table[w] > b[w] for b in baselines for w in (0, cores))),
         ("train with device_augment (workers read and batch) ahead of every baseline but FFCV",
          all(dev[w] > b[w] for b, r in zip(baselines, rows[OURS:]) if not r[0].startswith("FFCV") for w in (0, cores))),
         ("10% subset reads <= 15% of the bytes", sub["bytes"] <= 0.15),
@@ -431,16 +494,19 @@ def main() -> None:
           f"{bal['skew']:.1%}): {bal[0]:,.0f} / {bal[cores]:,.0f} samples/s, plain train on the same subset "
           f"{pl[0]:,.0f} / {pl[cores]:,.0f}: {bal[0] / pl[0]:.2f} / {bal[cores] / pl[cores]:.2f}; class mix "
           f"{', '.join(f'{x:.1%}' for x in bal['mix'])} (worst {bal['worst'] * 100:.2f} points from uniform)")
-    print(f"- eval, index reader: {ev[0] / limit[0]:.2f} / {ev[cores] / limit[cores]:.2f} of the read limit "
-          f"(num_workers 0 / {cores})")
+    print(f"- eval, index reader (head to head): {ev[0] / cat[0]:.2f} / {ev[cores] / cat[cores]:.2f} of cat's "
+          f"rate (num_workers 0 against 1 cat / {cores} against {cores} cats in parallel)")
+    print(f"- check_samples cost, eval (head to head): the default 'labels' against False: "
+          f"{1 - ev[0] / bare[0]:.1%} / {1 - ev[cores] / bare[cores]:.1%}; True (labels and npy_xxh3) against "
+          f"False: {1 - pix[0] / bare[0]:.1%} / {1 - pix[cores] / bare[cores]:.1%} (num_workers 0 / {cores})")
     for text, ok in checks:
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")
     if "ffcv" in tools:
-        ff = results[eval_names["ffcv"]]
-        print("- eval, ours / FFCV: " + "; ".join(
+        ff = {w: head[f"FFCV eval, num_workers {w}"] for w in (0, cores)}
+        print("- eval, ours / FFCV (head to head): " + "; ".join(
             f"num_workers {w}: {ev[w]:,.0f} / {ff[w]:,.0f} samples/s = {ev[w] / ff[w]:.2f}x"
             + (" (FFCV: 1 worker thread)" if w == 0 else "") for w in (0, cores)))
-        print(f"- {'PASS' if ev[cores] >= ff[cores] else 'FAIL'}: eval with {cores} workers >= FFCV's")
+        print(f"- {'PASS' if ev[cores] >= ff[cores] else 'FAIL'}: eval with {cores} workers >= FFCV's (head to head)")
     for w in (0, cores):  # not a target: augmenting on the CPU against loaders that do not augment at all
         best = max(baselines, key=lambda b: b[w])
         name = rows[OURS + baselines.index(best)][0]

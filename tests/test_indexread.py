@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -133,6 +134,17 @@ def test_select_subsets(folder, stored):
         select(idx, 1.5)
     with pytest.raises(OptionError, match="must return a boolean array"):
         select(idx, lambda c: c["label"])
+    with pytest.raises(OptionError, match="no class '\u00b2'; the index has a, b, c"):  # str.isdigit takes it
+        select(idx, {"label": "\u00b2"})
+
+
+def test_classes_are_named_first_then_taken_as_indexes():
+    from training_adapter.indexread import _class_index
+
+    idx = SimpleNamespace(classes=["07", "7", "\u00b2"])  # labels that are not plain integers are names
+    assert [_class_index(idx, v, "subset") for v in ("07", "7", "\u00b2", "2", 1)] == [0, 1, 2, 2, 1]
+    with pytest.raises(OptionError, match=r"class index 3 out of range 0..2"):
+        _class_index(idx, "3", "subset")
 
 
 # --- the loader on the index ---------------------------------------------------------------------

@@ -222,10 +222,11 @@ def test_resampled_yields_exact_batches(folder):
 
 
 def test_worker_batches_through_the_ring_are_never_overwritten(folder):
-    """Batches from worker processes pass through reused shared slots: held batches stay intact."""
+    """Batches from worker processes pass through reused shared slots: held batches stay intact
+    (the streaming reader: the index reader's eval workers are threads, see test_threads.py)."""
     ref = stored(folder, "train")
     loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1)
+                         prefetch_factor=1, reader="stream")
     held = list(loader)  # every batch kept while the workers go on filling (and reusing) their slots
     assert len(held) > 2 * (1 + 2)  # more batches than slots per worker: slots were reused
     seen = {}
@@ -246,9 +247,9 @@ def test_abandoned_epoch_does_not_block_the_next(folder):
 
 
 def test_buffer_pool_reuses_only_batches_nobody_holds():
-    from training_adapter.loader import _BufferPool
+    from training_adapter.buffers import BufferPool
 
-    pool = _BufferPool(limit=2)
+    pool = BufferPool(limit=2)
     a = pool.get((2, 4, 4, 3))
     a.fill_(7)
     b = pool.get((2, 4, 4, 3))
@@ -280,7 +281,7 @@ def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
     the slots come back for reuse; pixels stay right throughout."""
     ref = stored(folder, "train")
     loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1)
+                         prefetch_factor=1, reader="stream")
     lent = batches = 0
     seen = set()
     for images, labels, keys in loader:
@@ -346,3 +347,65 @@ def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
     # the index reader: no more workers than batches
     assert make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False).num_workers == 2
     assert make_loader(folder, batch_size=2, train=True).num_workers == 16
+
+
+def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):
+    """Shards of samples with arbitrary .cls and .npy contents (any bytes, lengths, NPY headers of
+    other shapes and dtypes): the streaming loader yields exactly the well-formed samples (until the
+    first bad one), or raises ShardError naming the URL and the bad sample's byte offset; with
+    on_error='skip' it never raises and never yields a key twice."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from test_tar import deadline
+    from wds_tools.format.npy import npy_header
+
+    good_npy = npy_header((4, 4, 3)) + bytes(range(48))
+    npy = st.one_of(st.just(good_npy), st.binary(max_size=300),
+                    st.builds(lambda shape, dt, n: npy_header(shape, dt) + bytes(n),
+                              st.sampled_from([(4, 4, 3), (4, 4), (4, 5, 3), (0, 0, 3), (4, 4, 4)]),
+                              st.sampled_from(["|u1", "<f4", "|i1"]), st.integers(0, 80)),
+                    st.just(good_npy[:-1]), st.just(good_npy + b"x"))
+    cls = st.one_of(st.integers(0, 10 ** 12).map(lambda n: str(n).encode()), st.binary(max_size=25),
+                    st.sampled_from([b"", b" 3", b"3\n", "٣".encode(), b"1" * 23, b"-1", b"+2"]))
+    path = tmp_path / "fuzz-000000.tar"
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(samples=st.lists(st.tuples(cls, npy, st.booleans()), min_size=1, max_size=5))
+    def check(samples):
+        offsets = []
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+            for i, (c, n, with_cls) in enumerate(samples):
+                offsets.append(tf.fileobj.tell())
+                for ext, data in ((("cls", c),) if with_cls else ()) + (("npy", n),):
+                    info = tarfile.TarInfo(f"s{i}.{ext}")
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+        expect = []
+        first_bad = None
+        for i, (c, n, with_cls) in enumerate(samples):
+            digits = c.strip()  # ASCII digits, surrounding whitespace allowed (as webdataset's int())
+            ok = (with_cls and n[:128] == good_npy[:128] and len(n) == len(good_npy) and digits.isdigit()
+                  and len(digits) <= 9)
+            if not ok:
+                first_bad = i
+                break
+            expect.append((f"s{i}", int(digits), n[128:]))
+        kw = dict(batch_size=1, train=False, num_workers=0, return_keys=True)
+        with deadline(10):
+            got, err = [], None
+            try:
+                for images, labels, keys in make_loader(str(path), **kw):
+                    got.append((keys[0], int(labels[0]), images[0].permute(1, 2, 0).contiguous().numpy().tobytes()))
+            except ShardError as e:
+                err = e
+            skipped = [b[-1][0] for b in make_loader(str(path), on_error="skip", **kw)]
+        if first_bad is None:
+            assert err is None and got == expect
+        else:
+            assert err is not None and got == expect[:len(got)]
+            assert (err.url, err.offset) == (str(path), offsets[first_bad]), str(err)
+            assert f"{path}: byte {offsets[first_bad]}: sample 's{first_bad}'" in str(err)
+        assert len(skipped) == len(set(skipped)) and skipped == [k for k, *_ in expect]
+
+    check()

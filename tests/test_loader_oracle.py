@@ -158,6 +158,14 @@ MATRIX = [
     pytest.param(dict(train=False), id="eval-defaults"),
     pytest.param(dict(train=False, num_workers=0, return_keys=True, batch_size=3), id="eval-w0"),
     pytest.param(dict(train=False, num_workers=1, split="train", drop_last=True), id="eval-train-split-drop"),
+    # the index reader's workers are threads without CPU augmentation (eval, device_augment)
+    pytest.param(dict(train=False, split="train", num_workers=3, batch_size=7, return_keys=True), id="eval-w3-threads"),
+    pytest.param(dict(num_workers=3, device_augment=True, return_keys=True, persistent_workers=True),
+                 id="w3-device-augment-threads"),
+    # every sample's pixels and label checked against the index, or nothing but the NPY header
+    pytest.param(dict(num_workers=2, check_samples=True), id="w2-check-samples"),
+    pytest.param(dict(train=False, num_workers=0, check_samples=True, return_keys=True), id="eval-w0-check-samples"),
+    pytest.param(dict(train=False, num_workers=2, check_samples=False), id="eval-w2-no-checks"),
 ]
 
 
@@ -170,7 +178,7 @@ def _with_readers(matrix):
     for p in matrix:
         opts = p.values[0]
         yield pytest.param(opts, id=f"{p.id}-index")
-        if "subset" not in opts and "class_weights" not in opts:
+        if "subset" not in opts and "class_weights" not in opts and opts.get("check_samples") is not True:
             yield pytest.param({**opts, "reader": "stream"}, id=f"{p.id}-stream")
 
 
@@ -242,6 +250,60 @@ def test_on_error_skip_with_a_damaged_shard(damaged, stored, workers, reader, ca
         assert "leaving out a damaged shard" in caplog.text
 
 
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_on_error_skip_in_an_eval_pass(damaged, stored, workers, reader):
+    """An eval pass with one rank over cut shards (the case that used to re-read a damaged shard to
+    reach the planned batch count, then fail): every sample at most once, all readable ones read
+    (streaming: up to the cut; the index reader: the whole undamaged shards), no error."""
+    opts = dict(train=False, split="train", num_workers=workers, on_error="skip", return_keys=True, reader=reader)
+    loader = make_loader(damaged, batch_size=B, **opts)
+    ep = run_epochs(loader, opts, [None])[0][1]
+    keys = check_epoch(ep, stored["train"], expectation(damaged, opts), 0, batch_size=B)
+    readable = read_stored(sorted(damaged.glob("train-*.tar")))
+    whole = read_stored([p for p in sorted(damaged.glob("train-*.tar")) if p.name not in CUT])
+    assert len(keys) == len(set(keys))
+    assert sorted(keys) == sorted(readable if reader == "stream" else whole)
+
+
+@pytest.fixture(scope="module")
+def flipped(folder, tmp_path_factory) -> tuple[Path, set[str]]:
+    """The folder with one pixel byte flipped in 7 samples (shard sizes unchanged): damage only the
+    npy_xxh3 check sees. Returns the folder and the damaged keys."""
+    from training_adapter.indexread import read_sample_index
+    from training_adapter.shardlist import resolve_urls
+
+    bad = tmp_path_factory.mktemp("flipped") / str(S)
+    shutil.copytree(folder, bad)
+    shards = resolve_urls(bad, split="train")
+    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    rows = np.random.default_rng(5).choice(len(idx), 7, replace=False)
+    for r in rows:
+        path = Path(idx.urls[int(idx.shard[r])])
+        data = bytearray(path.read_bytes())
+        data[int(idx.offset[r]) + 128 + 3 * int(r) % (S * S * 3)] ^= 0x10
+        path.write_bytes(bytes(data))
+    return bad, {idx.key_str(int(r)) for r in rows}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("train", [True, False])
+def test_index_reader_skips_damaged_samples_one_rank(flipped, stored, workers, train, caplog):
+    """check_samples=True, on_error='skip': each flipped sample is left out of its batch and logged,
+    the others are their own, the batch count is len()'s and nothing repeats."""
+    bad, hurt = flipped
+    opts = dict(train=train, split="train", num_workers=workers, on_error="skip", return_keys=True,
+                check_samples=True, drop_last=False)
+    with caplog.at_level("WARNING", logger="training_adapter"):
+        loader = make_loader(bad, batch_size=B, **opts)
+        ep = run_epochs(loader, opts, [None])[0][1]
+    keys = check_epoch(ep, stored["train"], expectation(bad, opts), loader.epoch, batch_size=B)
+    assert len(ep.batches) == len(loader)
+    assert sorted(keys) == sorted(set(stored["train"]) - hurt)
+    if workers == 0 or loader.dataset.copies_only:  # read in this process: its log is captured
+        assert caplog.text.count("leaving out a damaged sample") == len(hurt)
+
+
 def test_index_reader_refuses_a_shard_that_does_not_match_its_index(damaged):
     with pytest.raises(ShardError, match=rf"{damaged}/train-000000.tar is [\d,]+ bytes; its index says [\d,]+: "
                                          r"the shard does not match its index .*\(2 such shards\)"):
@@ -258,6 +320,7 @@ HELD = [
     pytest.param(dict(num_workers=2, device_augment=True), id="w2-device-augment"),
     pytest.param(dict(num_workers=0, train=False, split="train"), id="eval-w0"),
     pytest.param(dict(num_workers=2, train=False, split="train", prefetch_factor=1), id="eval-w2"),
+    pytest.param(dict(num_workers=3, device_augment=True, prefetch_factor=1), id="w3-device-augment-threads"),
 ]
 
 
@@ -360,6 +423,26 @@ def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
                 assert len(ep.batches) == results[r][j]["len"]
                 lens.add(len(ep.batches))
         assert len(lens) == 1
+
+
+def test_ranks_skip_damaged_samples_without_repeats(flipped, stored, tmp_path):
+    """Two ranks, the index reader, flipped samples skipped: every rank yields len() batches (a
+    damaged sample's batch is one shorter), and no sample appears twice, on one rank or across
+    ranks: the rule that keeps batch counts equal repeats nothing."""
+    bad, hurt = flipped
+    runs = [dict(num_workers=w, on_error="skip", check_samples=True, return_keys=True, drop_last=False)
+            for w in (0, 2)]
+    results = _spawn_ranks(2, bad, runs, tmp_path)
+    for j in range(len(runs)):
+        per_epoch: dict[int, list[str]] = {}
+        for r in range(2):
+            for epoch, ep in _epochs_of(results[r][j]):
+                keys = check_epoch(ep, stored["train"], expectation(bad, {}), epoch, batch_size=B)
+                assert len(ep.batches) == results[r][j]["len"]
+                per_epoch.setdefault(epoch, []).extend(keys)
+        for epoch, keys in per_epoch.items():
+            assert len(keys) == len(set(keys)) and not set(keys) & hurt
+            assert len(keys) >= len(stored["train"]) - len(hurt) - 1  # all but the damaged (and the odd one out)
 
 
 def test_top_up_reads_spare_shards_only_after_damage(folder, damaged, stored, monkeypatch, caplog):

@@ -1,8 +1,9 @@
 """training_adapter: streams wds-tools (plain WebDataset) shards into PyTorch at memory speed.
 
 Data flow: ``shardlist`` (which shards) -> ``indexread`` (with an index: plan the epoch from
-samples.npz, read each sample by offset) or ``tarread`` (without: tar -> samples) -> ``augment``
-(random transforms) -> ``loader`` (batches); ``config`` reads a trainer config. Submodules import torch
+samples.npz) -> ``gather`` (read each sample by offset; ``threads``: reader threads where they only
+copy) or ``tarread`` (without: tar -> samples) -> ``augment`` (random transforms) -> ``loader``
+(batches; ``buffers``: their memory); ``config`` reads a trainer config. Submodules import torch
 on first use, so ``import training_adapter`` stays light.
 """
 

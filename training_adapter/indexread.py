@@ -1,17 +1,16 @@
-"""Index read: plan each epoch from samples.npz, then gather every batch from the shards by offset.
+"""Index read: plan each epoch from samples.npz; ``gather`` then reads every batch by offset.
 
 samples.npz (the split's rows: shard, .npy offset, label, key) -> ``select`` (a subset) ->
 ``epoch_order`` (shuffle, or class-weighted draws; pure in seed and epoch) -> ``deal`` (to ranks,
-batches, workers; pure) -> ``Gather`` (one ``preadv`` per sample straight into the batch, or
-ranged reads from object storage). No tar header is parsed on the way: the index already says
-where every pixel is. The shards stay plain WebDataset tars; without an index the loader streams
-them instead (``tarread``).
+batches, workers; pure) -> ``gather.Gather`` (each sample copied once from a memory mapping into
+the batch, or ranged reads from object storage). No tar header is parsed on the way: the index
+already says where every pixel is. The shards stay plain WebDataset tars; without an index the
+loader streams them instead (``tarread``).
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,11 +20,10 @@ import torch
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
-from wds_tools.format.layout import SAMPLES_FILE, join, read_ranges, read_samples
-from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
+from wds_tools.format.layout import SAMPLES_FILE, join, read_samples
+from wds_tools.format.npy import NPY_HEADER_BYTES
 
-__all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "Gather",
-           "read_sample_index"]
+__all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "read_sample_index"]
 
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
@@ -45,6 +43,8 @@ class SampleIndex:
     classes: list[str]
     columns: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # for subset filters
     npy_xxh3: np.ndarray | None = field(default=None, repr=False)  # [n] xxh3-64 of each .npy member
+    cls_offset: np.ndarray | None = field(default=None, repr=False)  # [n] file offset of the .cls member's data
+    cls_length: np.ndarray | None = field(default=None, repr=False)  # [n] its length
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -81,6 +81,8 @@ class SampleIndex:
             classes=list(meta.get("classes") or []),
             columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
             npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
+            cls_offset=columns["cls_offset"][rows].astype(np.int64) if "cls_offset" in columns else None,
+            cls_length=columns["cls_length"][rows].astype(np.int64) if "cls_length" in columns else None,
         )
 
     def key_str(self, i: int) -> str:
@@ -158,10 +160,12 @@ def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
 
 
 def _class_index(index: SampleIndex, value, what: str) -> int:
-    if isinstance(value, str) and not value.isdigit():
-        if value not in index.classes:
+    """A class given by name (``"mel"``, ``"07"``; integer classes are named ``"0"``, ``"1"``, ...) or index."""
+    if isinstance(value, str):
+        if value in index.classes:
+            return index.classes.index(value)
+        if not (value.isascii() and value.isdigit()):
             raise OptionError(f"{what}: no class {value!r}; the index has {', '.join(index.classes)}")
-        return index.classes.index(value)
     i = int(value)
     if index.classes and not 0 <= i < len(index.classes):
         raise OptionError(f"{what}: class index {i} out of range 0..{len(index.classes) - 1}")
@@ -244,108 +248,12 @@ def deal(order: np.ndarray, *, batch_size: int, rank: int, world: int, num_worke
     return [batches[w::num_workers] for w in range(num_workers)]
 
 
-# --- reading ---------------------------------------------------------------------------------
-class Gather:
-    """Reads rows' stored pixels by offset. Local shards are memory-mapped (read-only, shared): a
-    sample is one copy from the page cache into the batch, or none when augmentation reads the
-    mapping itself; object storage is read with concurrent ranged GETs. Every sample's NPY header
-    is checked against the one the index's size implies."""
-
-    def __init__(self, index: SampleIndex, check: bool = False):
-        self.index = index
-        self.check = check  # compare each .npy member's xxh3-64 with the index's
-        self.header = np.frombuffer(image_header(index.size), np.uint8)
-        self.want = NPY_HEADER_BYTES + index.sample_bytes
-        self._maps: dict[int, np.ndarray] = {}
-        self.bytes_read = 0  # bytes of samples asked for (headers and pixels), for subset accounting
-
-    def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
-        return {**self.__dict__, "_maps": {}}
-
-    def _map(self, shard: int) -> np.ndarray:
-        arr = self._maps.get(shard)
-        if arr is None:
-            url = self.index.urls[shard]
-            try:
-                with open(url, "rb") as f:
-                    # copy-on-write: writable for torch.from_numpy, never written, shared with the page cache
-                    arr = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
-            except (OSError, ValueError) as e:  # ValueError: an empty file
-                raise ShardError(f"{url}: cannot map the shard: {e}", url=url) from None
-            self._maps[shard] = arr
-        return arr
-
-    def _member(self, r: int) -> np.ndarray:
-        """Row ``r``'s whole .npy member (header + pixels) as a view of its shard's mapping."""
-        idx = self.index
-        s, off = int(idx.shard[r]), int(idx.offset[r])
-        m = self._map(s)[off:off + self.want]
-        if len(m) != self.want:
-            raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: the shard ends {len(m)} bytes "
-                             f"into its {self.want}-byte .npy; it is shorter than its index says (truncated copy?)",
-                             url=idx.urls[s], offset=off)
-        if not np.array_equal(m[:NPY_HEADER_BYTES], self.header):
-            raise ShardError(f"{idx.urls[s]}: byte {off}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px "
-                             f"image where the index points; the shard does not match its index",
-                             url=idx.urls[s], offset=off)
-        if self.check:
-            self._check(m, r)
-        return m
-
-    def _check(self, member: np.ndarray, r: int) -> None:
-        idx = self.index
-        if xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
-            raise ShardError(f"{idx.urls[int(idx.shard[r])]}: byte {int(idx.offset[r])}: sample {idx.key_str(r)!r}: "
-                             f"its pixels do not match their checksum in the index (npy_xxh3): the shard is "
-                             f"damaged (wds-tools verify lists every such sample)",
-                             url=idx.urls[int(idx.shard[r])], offset=int(idx.offset[r]))
-
-    def _remote(self, rows) -> bool:
-        return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
-
-    def views(self, rows, scratch: np.ndarray) -> list[np.ndarray]:
-        """Each row's pixels [S*S*3]: views of the mapping (local), or rows of ``scratch`` read into."""
-        if self._remote(rows):
-            self.read(rows, scratch[:len(rows)])
-            return list(scratch[:len(rows)])
-        self.bytes_read += len(rows) * self.want
-        return [self._member(r)[NPY_HEADER_BYTES:] for r in rows]
-
-    def read(self, rows, out: np.ndarray) -> None:
-        """The pixels of ``rows`` into ``out`` [len(rows), S*S*3] uint8."""
-        if self._remote(rows):
-            self._read_remote(rows, out)
-        else:
-            for i, r in enumerate(rows):
-                out[i] = self._member(r)[NPY_HEADER_BYTES:]
-        self.bytes_read += len(rows) * self.want
-
-    def _read_remote(self, rows, out: np.ndarray) -> None:
-        idx, want = self.index, self.want
-        paths = [idx.urls[int(idx.shard[r])] for r in rows]
-        starts = [int(idx.offset[r]) for r in rows]
-        try:
-            blobs = read_ranges(paths, starts, [s + want for s in starts])
-        except OSError as e:
-            raise ShardError(f"{paths[0]}: ranged read failed: {e}", url=paths[0]) from None
-        for i, (b, p, s, r) in enumerate(zip(blobs, paths, starts, rows)):
-            if isinstance(b, BaseException) or len(b) != want:
-                got = f"failed: {b}" if isinstance(b, BaseException) else f"gave {len(b)} of {want} bytes"
-                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: the ranged read {got}", url=p, offset=s)
-            head = np.frombuffer(b, np.uint8, NPY_HEADER_BYTES)
-            if not np.array_equal(head, self.header):
-                raise ShardError(f"{p}: byte {s}: sample {idx.key_str(r)!r}: no .npy header of a {idx.size} px image "
-                                 f"where the index points; the shard does not match its index", url=p, offset=s)
-            if self.check:
-                self._check(np.frombuffer(b, np.uint8), r)
-            out[i] = np.frombuffer(b, np.uint8, offset=NPY_HEADER_BYTES)
-
-
 def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) -> SampleIndex:
     """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
-    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", *_FILTER_COLUMNS[:3]]
+    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
+              *_FILTER_COLUMNS[:3]]
     return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
 
 
@@ -356,10 +264,10 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     (channels-last memory, a copy the caller owns), the label index, the sample key and a dict of
     the index's per-sample columns (``width``, ``height``, ``src_size``: the source image's size
     and bytes). Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
-    ``DistributedSampler(dataset)``. ``subset`` as in ``make_loader``.
+    ``DistributedSampler(dataset)``. ``subset`` and ``check_samples`` as in ``make_loader``.
     """
 
-    def __init__(self, path, *, split: str = "train", subset=None):
+    def __init__(self, path, *, split: str = "train", subset=None, check_samples: bool | str = "labels"):
         from .shardlist import resolve_urls
 
         shards = resolve_urls(path, split=split)
@@ -373,7 +281,8 @@ class ShardIndexDataset(torch.utils.data.Dataset):
         self.rows = select(self.index, subset)
         self.classes = self.index.classes
         self.mean, self.std = shards.mean, shards.std
-        self._gather: Gather | None = None
+        self.check_samples = check_samples
+        self._gather = None  # a gather.Gather, made on first use (in each DataLoader worker)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -392,7 +301,9 @@ class ShardIndexDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {i} out of range for {len(self)} samples")
         r = int(self.rows[i])
         if self._gather is None:
-            self._gather = Gather(self.index)
+            from .gather import Gather
+
+            self._gather = Gather(self.index, labels=bool(self.check_samples), pixels=self.check_samples is True)
         S = self.index.size
         pixels = np.empty((1, S * S * 3), np.uint8)
         self._gather.read([r], pixels)

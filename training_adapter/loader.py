@@ -8,14 +8,12 @@ main process copies nothing), and yields whole batches; the DataLoader runs with
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import multiprocessing as mp
-import os
-import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import numpy as np
@@ -24,168 +22,18 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.cpus import usable_cpus
-from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 
 from .augment import _cv2, AugmentConfig, augment_batch, augment_into, batch_params, normalize
-from .indexread import Gather, SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .buffers import BatchRing, BufferPool, Slot
+from .gather import Gather
+from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
-from .tarread import DEFAULT_CHUNK, iter_samples
+from .tarread import DEFAULT_CHUNK, SampleStream, Views
+from .threads import in_order
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
 
 log = logging.getLogger("training_adapter")
-
-
-@dataclass
-class _Sample:
-    key: str
-    label: int
-    pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
-
-
-class _Views:
-    """Stored pixels of streamed samples: views of the read chunks or of shuffle-buffer rows."""
-
-    def __init__(self, samples: list[_Sample]):
-        self.samples = samples
-
-    def arrays(self, S: int):
-        return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
-
-    def copy_into(self, flat: np.ndarray) -> None:
-        for i, s in enumerate(self.samples):
-            flat[i] = np.frombuffer(s.pixels, np.uint8)
-
-
-class _Rows:
-    """Stored pixels of index rows, read by offset: copied straight into the batch when it takes them
-    as they are; for augmentation, views of the shard mappings (remote: a reused scratch array)."""
-
-    def __init__(self, gather: Gather, rows: np.ndarray, scratch: np.ndarray):
-        self.gather, self.rows, self.scratch = gather, rows, scratch
-
-    def arrays(self, S: int):
-        return (v.reshape(S, S, 3) for v in self.gather.views(self.rows, self.scratch))
-
-    def copy_into(self, flat: np.ndarray) -> None:
-        self.gather.read(self.rows, flat)
-
-
-def _npy_shape(header: bytes, url: str, key: str) -> tuple[int, ...]:
-    try:
-        side = image_side(header)
-    except ValueError as e:
-        raise ShardError(f"{url}: sample {key!r}: bad .npy header: {e}", url=url) from None
-    return side, side, 3
-
-
-def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
-    """True when ``arrays[i]`` is referenced by that list alone: no tensor made from it is alive
-    (``torch.from_numpy`` keeps a reference to the array for as long as its memory is in use)."""
-    return sys.getrefcount(arrays[i]) == 2  # the list and getrefcount's own argument
-
-
-class _BufferPool:
-    """Batch buffers reused once the caller has let go of every tensor made from them.
-
-    A fresh 9.6 MB batch costs a page fault per 4 KB on its first write, about as much as
-    augmenting the batch's samples takes; reusing buffers removes that. A buffer is a numpy array
-    and each batch a ``torch.from_numpy`` view of it: the view's storage holds a reference to the
-    array until the last tensor sharing it (views, slices) is gone, so the array's reference count
-    says, without any private API, when no batch the caller could still read is in it.
-    """
-
-    def __init__(self, limit: int = 4):
-        self.limit = limit
-        self._bufs: list[np.ndarray] = []
-
-    def get(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = math.prod(shape)
-        for i in range(len(self._bufs)):
-            if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i):
-                return torch.from_numpy(self._bufs[i]).view(shape)
-        arr = np.empty(nbytes, np.uint8)
-        if len(self._bufs) < self.limit:
-            self._bufs.append(arr)
-        elif self._bufs:  # the caller keeps many batches, or sizes change: replace the oldest
-            self._bufs.pop(0)
-            self._bufs.append(arr)
-        return torch.from_numpy(arr).view(shape)
-
-
-class _Slot:
-    """Stands in a worker's batch for images left in a ``_BatchRing`` slot."""
-
-    __slots__ = ("worker", "slot", "shape")
-
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]):
-        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3]
-
-
-class _BatchRing:
-    """Preallocated shared memory through which workers hand uint8 batches to the main process.
-
-    A fresh shared-memory tensor per batch costs page faults on every batch (8 ms for 64 images
-    at 224 px here, more than reading them); a worker fills one of its slots in place instead.
-    The main process lends the slot itself to the caller (no copy) and frees it once nothing the
-    caller holds refers to it any more, which the reference count of the slot's numpy array tells
-    (as in ``_BufferPool``). Each slot is its own shared-memory block, so a batch the caller keeps
-    keeps only its slot alive, not the epoch's ring. At most ``LEND`` slots per worker are lent;
-    beyond that a batch is copied out and its slot freed at once, so a caller that keeps many
-    batches never starves a worker. A worker that finds none of its slots free (at an epoch's end
-    the DataLoader may queue more batches on the last workers) waits for the main process to take
-    one, for as long as the main process lives.
-    """
-
-    LEND = 2
-
-    def __init__(self, workers: int, prefetch: int, slot_bytes: int):
-        self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
-        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(slot_bytes), 0,
-                                                                (slot_bytes,))
-                        for _ in range(workers * self.slots)]
-        self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
-        self._parent = os.getpid()
-        self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
-        self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
-
-    def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[_Slot, torch.Tensor] | None:
-        nbytes = math.prod(shape)
-        if nbytes > self.slot_bytes:
-            return None
-        first = worker * self.slots
-        waited = 0
-        while not len(free := (self.busy[first:first + self.slots] == 0).nonzero()):
-            time.sleep(0.0005)
-            waited += 1
-            if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second
-                raise ShardError(f"worker {worker}: the main process is gone")
-        s = int(free[0])
-        return _Slot(worker, s, shape), self.buffers[first + s][:nbytes].view(shape)
-
-    def publish(self, ref: _Slot) -> None:
-        self.busy[ref.worker * self.slots + ref.slot] = 1
-
-    def take(self, ref: _Slot, pin: bool, pool: _BufferPool) -> torch.Tensor:
-        """The slot's images as [B, 3, H, W] (channels-last memory): the slot itself, lent, or a copy."""
-        self._reclaim()
-        i = ref.worker * self.slots + ref.slot
-        nbytes = math.prod(ref.shape)
-        if not pin and sum(1 for w in self._lent.values() if w == ref.worker) < self.LEND:
-            if self._arrays is None:
-                self._arrays = [b.numpy() for b in self.buffers]
-            self._lent[i] = ref.worker
-            return torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape).permute(0, 3, 1, 2)
-        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
-        out.copy_(self.buffers[i][:nbytes].view(ref.shape))
-        self.busy[i] = 0
-        return out.permute(0, 3, 1, 2)
-
-    def _reclaim(self) -> None:
-        """Free the lent slots no tensor refers to any more."""
-        for i in [i for i in self._lent if _unreferenced(self._arrays, i)]:
-            del self._lent[i]
-            self.busy[i] = 0
 
 
 class ShardDataset(IterableDataset):
@@ -200,7 +48,10 @@ class ShardDataset(IterableDataset):
                  shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
                  epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
                  return_keys: bool = False, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                 subset=None, class_weights=None, check_samples: bool = False):
+                 subset=None, class_weights=None, check_samples: bool | str = "labels"):
+        if check_samples not in (True, False, "labels"):
+            raise OptionError(f"check_samples={check_samples!r}: expected 'labels' (the default), True (labels and "
+                              f"pixels) or False")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise OptionError(f"batch_size={batch_size!r}: expected a positive integer")
         if on_error not in ("raise", "skip"):
@@ -228,13 +79,16 @@ class ShardDataset(IterableDataset):
         self._shape: tuple[int, ...] | None = None
         self.rank_world: tuple[int, int] | None = None
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
-        self.ring: _BatchRing | None = None  # set by ShardLoader for its worker processes
-        self._pool = _BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
+        self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes
+        self._pool = BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
         # the index reader: samples planned from samples.npz and read by offset (None: stream the tars)
         self.index: SampleIndex | None = None
         self.rows: np.ndarray | None = None  # the index rows of the subset
         self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
         self._gather: Gather | None = None
+        self._scratch: np.ndarray | None = None  # the index reader's fetches from object storage
+        self._helpers: tuple | None = None  # (executor, ways) doing a reader thread's copies
+        self.copying: list = []  # futures of the last batch's copies, when the helpers do them
         self.check_samples = check_samples
         if _use_index(shards, reader, subset, class_weights, check_samples):
             self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
@@ -254,6 +108,18 @@ class ShardDataset(IterableDataset):
     @property
     def epoch(self) -> int:
         return int(self._epoch.value)
+
+    @property
+    def copies_only(self) -> bool:
+        """Whether a worker only copies stored pixels (the index reader without CPU augmentation):
+        ``ShardLoader`` then runs its workers as threads."""
+        return self.index is not None and (self.augment is None or self.device_augment)
+
+    def reader_copy(self) -> ShardDataset:
+        """A copy for one reader thread: the same plan, its own buffers and mappings."""
+        other = copy.copy(self)
+        other._pool, other._gather, other._scratch, other.ring, other._helpers = BufferPool(), None, None, None, None
+        return other
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch.value = int(epoch)
@@ -281,128 +147,6 @@ class ShardDataset(IterableDataset):
                           num_workers=num_workers, shuffle=self.shuffle_shards, drop_last=self.drop_last,
                           resampled=self.resampled, epoch_batches=self.epoch_batches)
 
-    # --- sample stream -------------------------------------------------------------------------
-    def _read_shard(self, url: str) -> Iterator[_Sample]:
-        header: bytes | None = None
-        expect = 0
-        try:
-            for key, members, offset in iter_samples(url, chunk_size=self.read_size):
-                npy, cls = members.get("npy"), members.get("cls")
-                if npy is None or cls is None:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
-                                     f"expected .npy and .cls members", url=url, offset=offset)
-                h = bytes(npy[:NPY_HEADER_BYTES])
-                if h != header:
-                    shape = _npy_shape(h, url, key)
-                    if self._shape is None:
-                        self._shape = shape
-                    elif shape != self._shape:
-                        raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
-                                         f"earlier samples {self._shape}; a batch needs one size",
-                                         url=url, offset=offset)
-                    header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
-                if len(npy) != expect:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
-                                     f"header says {expect} (a damaged or hand-edited shard)", url=url, offset=offset)
-                digits = bytes(cls).strip()
-                if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
-                                     f"expected a class index of at most 9 decimal digits", url=url, offset=offset)
-                label = int(digits)
-                yield _Sample(key, label, npy[NPY_HEADER_BYTES:])
-        except ShardError as e:
-            if self.on_error == "raise":
-                raise
-            log.warning("skipping the rest of a shard: %s", e)
-
-    def _samples(self, plan: WorkerPlan, rng: np.random.Generator, need: int | None) -> Iterator[_Sample]:
-        """The worker's samples: its own shards; then, while skipped damage leaves it short of the
-        ``need`` samples its batches take, its spare shards (several ranks only, see ``plan_epoch``)."""
-        urls = self.shards.urls
-        if self.resampled:
-            yield from self._resampled(rng)
-            return
-        got = 0
-        for i in plan.shards:
-            for s in self._read_shard(urls[i]):
-                got += 1
-                yield s
-        if need is None or got >= need or self.on_error != "skip":
-            return
-        for i in plan.spares:
-            log.warning("topping up %d samples lost to skipped damage from spare shard %s", need - got, urls[i])
-            for s in self._read_shard(urls[i]):
-                if got >= need:
-                    return
-                got += 1
-                yield s
-
-    def _resampled(self, rng: np.random.Generator) -> Iterator[_Sample]:
-        """Shards drawn with replacement, for ever; stops with an error when every draw comes up empty."""
-        urls, empty = self.shards.urls, 0
-        while True:
-            got = 0
-            for s in self._read_shard(urls[int(rng.integers(len(urls)))]):
-                got += 1
-                yield s
-            empty = 0 if got else empty + 1
-            if empty > 2 * len(urls) + 8:  # skipped errors everywhere: would loop for ever
-                raise ShardError(f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
-                                 f"or empty?), e.g. {urls[0]}")
-
-    def _groups(self, samples: Iterator[_Sample]) -> Iterator[list[_Sample]]:
-        """Samples in lists of ``batch_size`` (the last may be short), in stream order."""
-        group: list[_Sample] = []
-        for s in samples:
-            group.append(s)
-            if len(group) == self.batch_size:
-                yield group
-                group = []
-        if group:
-            yield group
-
-    def _shuffled_groups(self, samples: Iterator[_Sample], rng: np.random.Generator) -> Iterator[list[_Sample]]:
-        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
-
-        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
-        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
-        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
-        batch_size`` rows are enough (the buffer's, and the current list's).
-        """
-        n, B = self.shuffle_buffer, self.batch_size
-        rows: np.ndarray | None = None
-        free: list[int] = []
-        buf: list[tuple[str, int, int]] = []  # (key, label, row)
-        group: list[_Sample] = []
-        lent: list[int] = []
-        for s in samples:
-            if rows is None:
-                rows = np.empty((n + B, len(s.pixels)), np.uint8)
-                free = list(range(n + B - 1, -1, -1))
-            r = free.pop()
-            rows[r] = np.frombuffer(s.pixels, np.uint8)
-            if len(buf) < n:
-                buf.append((s.key, s.label, r))
-                continue
-            j = int(rng.integers(n))
-            key, label, out = buf[j]
-            buf[j] = (s.key, s.label, r)
-            group.append(_Sample(key, label, rows[out]))
-            lent.append(out)
-            if len(group) == B:
-                yield group
-                group = []
-                free.extend(lent)  # the caller is done with the list it was given
-                lent = []
-        for j in rng.permutation(len(buf)):
-            key, label, out = buf[j]
-            group.append(_Sample(key, label, rows[out]))
-            if len(group) == B:
-                yield group
-                group = []
-        if group:
-            yield group
-
     # --- batches -------------------------------------------------------------------------------
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
         nbytes = math.prod(shape)
@@ -411,30 +155,32 @@ class ShardDataset(IterableDataset):
             return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
         return self._pool.get(shape)
 
-    def _batches(self, samples: Iterator[_Sample], rng: np.random.Generator, limit: int | None,
-                 epoch: int) -> Iterator[tuple]:
-        """At most ``limit`` collated batches; a short last one only without ``drop_last``."""
-        if self.shuffle_buffer > 1:
-            groups = self._shuffled_groups(samples, rng)
-        else:
-            groups = self._groups(samples)
+    def _batches(self, stream: SampleStream, plan: WorkerPlan, rng: np.random.Generator, epoch: int
+                 ) -> Iterator[tuple]:
+        """At most ``plan.batches`` collated batches; a short last one only without ``drop_last``."""
+        limit = plan.batches
+        need = None if limit is None else limit * self.batch_size
+        groups = stream.groups(stream.samples(plan, rng, need), rng)
         if limit == 0:
             return
         made = 0
         for group in groups:
             if len(group) < self.batch_size and self.drop_last:
                 return
+            self._shape = stream.shape
             # collated before the group's rows are reused
-            yield self._collate([s.key for s in group], [s.label for s in group], epoch, self.augment, _Views(group))
+            yield self._collate([s.key for s in group], [s.label for s in group], epoch, self.augment, Views(group))
             made += 1
             if made == limit:  # stop before reading on: the next group would be read for nothing
                 return
 
-    def _collate(self, keys: list[str], labels: list[int], epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
-        """One batch of ``keys``; ``stored`` gives their stored pixels (``_Views`` or ``_Rows``)."""
-        n = len(keys)
+    def _collate(self, keys: list[str] | None, labels, epoch: int, cfg: AugmentConfig | None, stored) -> tuple:
+        """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
+        augmentation nor ``return_keys`` needs them); ``stored`` gives their stored pixels
+        (``tarread.Views`` or ``gather.Located``)."""
+        n = len(labels)
         S = self._shape[0]
-        labels = torch.tensor(labels, dtype=torch.int64)
+        labels = torch.as_tensor(labels, dtype=torch.int64)
         params = None if cfg is None else batch_params(cfg, seed=self.seed, epoch=epoch, keys=keys, src_size=S)
         on_cpu = cfg is not None and not self.device_augment  # the workers augment
         fast_cpu, cpu_affine = on_cpu and not cfg.affine_p, on_cpu and bool(cfg.affine_p)
@@ -454,19 +200,26 @@ class ShardDataset(IterableDataset):
             for i, src in enumerate(stored.arrays(S)):
                 augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
         else:
-            stored.copy_into(buf.numpy().reshape(n, -1))
+            # reader threads: the helpers copy while this thread goes on (unless normalize reads the pixels now)
+            self.copying = stored.copy_into(buf.numpy().reshape(n, -1), *(self._helpers or ()),
+                                            wait=self.normalize or self._helpers is None)
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
         if self.normalize:
             images = normalize(images.float(), self.shards.mean, self.shards.std)
+        params = None if not self.device_augment else torch.from_numpy(params.astype(np.float32))
         if ref is not None:
             self.ring.publish(ref)
-            images = ref  # the main process puts the slot's images in its place (ShardLoader._through_ring)
+            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
+            # makes tensors of the arrays: a tensor sent from a worker would travel through a
+            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
+            images, labels = ref, labels.numpy()
+            params = None if params is None else params.numpy()
         out: tuple = (images, labels)
         if self.device_augment:
-            out += (torch.from_numpy(params.astype(np.float32)),)
+            out += (params,)
         if self.return_keys:
             out += (keys,)
         return out
@@ -481,12 +234,12 @@ class ShardDataset(IterableDataset):
         if self.index is not None:
             yield from self._index_batches(rank, world, worker, num_workers, epoch)
             return
-        self._shape = None
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
-        need = None if plan.batches is None else plan.batches * self.batch_size
+        stream = SampleStream(self.shards.urls, batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer,
+                              on_error=self.on_error, resampled=self.resampled, read_size=self.read_size)
         made = 0
-        for batch in self._batches(self._samples(plan, rng, need), rng, plan.batches, epoch):
+        for batch in self._batches(stream, plan, rng, epoch):
             made += 1
             yield batch
         if plan.batches is None or made >= plan.batches:
@@ -505,28 +258,52 @@ class ShardDataset(IterableDataset):
 
     def _index_batches(self, rank: int, world: int, worker: int, num_workers: int, epoch: int) -> Iterator[tuple]:
         """The index reader: this worker's batches of the epoch plan, read by offset."""
+        for rows in self.index_plan(rank, world, epoch, worker, num_workers):
+            batch = self.index_batch(rows, rank, world, epoch)
+            if batch is not None:
+                yield batch
+
+    def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1
+                   ) -> list[np.ndarray]:
+        """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
+        the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
         idx, B = self.index, self.batch_size
-        S = idx.size
-        self._shape = (S, S, 3)
         draws = self._resampled_batches(world) * B * world if self.resampled else None
         # shuffle in train mode unless every shuffle was switched off
         shuffle = self.train and (self.shuffle_shards or self.shuffle_buffer > 1)
         order = epoch_order(self.rows, idx.label, seed=self.seed, epoch=epoch, shuffle=shuffle, shares=self.shares,
                             draws=draws)
-        mine = deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
+        return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=self.drop_last,
                     max_batches=None if self.resampled else self.epoch_batches)[worker]
+
+    def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> tuple | None:
+        """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every
+        one of its samples (an error with several ranks: they must yield equal batch counts)."""
+        idx = self.index
+        S = idx.size
+        self._shape = (S, S, 3)
         if self._gather is None:
-            self._gather = Gather(idx, check=self.check_samples)
-        scratch = np.empty((B, idx.sample_bytes), np.uint8) if self.augment is not None else None
-        for rows in mine:
-            keys = [idx.key_str(r) for r in rows]
-            yield self._collate(keys, idx.label[rows].tolist(), epoch, self.augment, _Rows(self._gather, rows, scratch))
+            self._gather = Gather(idx, labels=bool(self.check_samples), pixels=self.check_samples is True,
+                                  skip=self.on_error == "skip")
+        if self._scratch is None and len(idx.urls) and "://" in idx.urls[0]:
+            self._scratch = np.empty((self.batch_size, idx.sample_bytes), np.uint8)  # object storage fetches here
+        good, located = self._gather.locate(rows, self._scratch)
+        if len(good) < len(rows):  # on_error="skip" left damaged samples out of this batch
+            rows = rows[good]
+            if not len(rows):
+                if world > 1:
+                    raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
+                                     f"every rank must yield the same number of batches: repair the shards "
+                                     f"(wds-tools verify names them)")
+                return None
+        keys = [k.decode() for k in idx.key[rows].tolist()] if self.augment is not None or self.return_keys else None
+        return self._collate(keys, idx.label[rows], epoch, self.augment, located)
 
 
 _INDEX_SCHEMES = ("", "file")  # and every fsspec object store; not pipe: or http(s) (no ranged reads there)
 
 
-def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samples: bool) -> bool:
+def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samples: bool | str) -> bool:
     """Whether the loader reads by offset from the index (``reader``: auto, index or stream)."""
     if reader not in ("auto", "index", "stream"):
         raise OptionError(f"reader={reader!r}: expected 'auto', 'index' or 'stream'")
@@ -534,7 +311,7 @@ def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samp
     schemes = {"" if len(x) <= 1 else x for x in schemes}
     possible = shards.meta is not None and not schemes & {"pipe", "http", "https"}
     needs = [name for name, v in (("subset", subset), ("class_weights", class_weights)) if v is not None]
-    needs += ["check_samples"] if check_samples else []
+    needs += ["check_samples=True"] if check_samples is True else []  # "labels": wherever there is an index
     if not possible and (reader == "index" or needs):
         why = ("these URLs are pipe: or http(s) (no ranged reads)" if shards.meta is not None
                else "no index.json lists these shards")
@@ -543,6 +320,10 @@ def _use_index(shards: ShardList, reader: str, subset, class_weights, check_samp
     if reader == "stream" and needs:
         raise OptionError(f"{needs[0]} needs the index reader; drop reader='stream'")
     return possible and reader != "stream"
+
+
+def _as_is(batch):
+    return batch
 
 
 def _world() -> tuple[int, int]:
@@ -566,7 +347,9 @@ class ShardLoader:
         if num_workers:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor or 2,
                       multiprocessing_context=multiprocessing_context)
-        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **kw)
+        # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker)
+        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
+                                 collate_fn=_as_is, **kw)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self._prefetch = prefetch_factor or 2
         # persistent workers keep the dataset they started with, so a ring could not be renewed
@@ -574,6 +357,7 @@ class ShardLoader:
         self._use_ring = bool(num_workers) and not persistent_workers
         self._iterated = False
         self._epoch_set = False
+        self._reader: ShardDataset | None = None  # the reader thread's dataset (_in_threads)
 
     @property
     def mean(self) -> list[float] | None:
@@ -604,9 +388,56 @@ class ShardLoader:
             self.dataset.set_epoch(self.dataset.epoch + 1)
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
+        if not self.num_workers:
+            return self._in_process()
+        if self.dataset.copies_only:
+            return self._in_threads()
         if not self._use_ring:
             return iter(self.loader)
         return self._through_ring()
+
+    def _in_threads(self):
+        """The index reader without CPU augmentation (``threads.py``): one reader thread plans and
+        checks the rank's batches in plan order, ``prefetch_factor`` ahead, and ``num_workers``
+        helper threads copy each batch's pixels, split between them: the same batches as with
+        ``num_workers=0``.
+
+        The reader (its shard mappings and buffers) is kept from epoch to epoch: a fresh mapping
+        faults its pages in again, which on a VM costs about as much as copying them."""
+        ds = self.dataset
+        rank, world = ds.rank_world
+        epoch = ds.epoch
+        reader, self._reader = self._reader or ds.reader_copy(), None
+        helpers = ThreadPoolExecutor(self.num_workers, thread_name_prefix="training_adapter-reader-copy")
+        reader._helpers = (helpers, self.num_workers)
+
+        def make(_, rows):
+            reader.copying = []
+            batch = reader.index_batch(rows, rank, world, epoch)
+            return batch, reader.copying
+
+        batches = in_order(ds.index_plan(rank, world, epoch), make, 1, ahead=self._prefetch)
+        try:
+            for batch, copying in batches:
+                for f in copying:
+                    f.result()
+                if batch is None:
+                    continue
+                if self.pin_memory:
+                    batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+                yield batch
+        finally:
+            batches.close()  # drops what is not started and waits for what is
+            helpers.shutdown(wait=True)
+            self._reader = reader
+
+    def _in_process(self):
+        """``num_workers=0``: the dataset's batches as they are made, without the DataLoader (whose
+        per-batch machinery would only pass them through); pinned when ``pin_memory`` asks."""
+        for batch in self.dataset:
+            if self.pin_memory:
+                batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+            yield batch
 
     def _through_ring(self):
         ds = self.dataset
@@ -616,11 +447,12 @@ class ShardLoader:
             yield from self.loader
             return
         # a new ring every epoch: workers of an abandoned iterator can never write into this one
-        ring = ds.ring = _BatchRing(self.num_workers, self._prefetch, ds.batch_size * out * out * 3)
+        ring = ds.ring = BatchRing(self.num_workers, self._prefetch, ds.batch_size * out * out * 3)
         try:
             for batch in self.loader:
-                if isinstance(batch[0], _Slot):
-                    batch = (ring.take(batch[0], self.pin_memory, ds._pool), *batch[1:])
+                if isinstance(batch[0], Slot):
+                    batch = (ring.take(batch[0], self.pin_memory, ds._pool),
+                             *(torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in batch[1:]))
                 yield batch
         finally:
             ds.ring = None
@@ -634,7 +466,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                 persistent_workers: bool = False, prefetch_factor: int | None = None,
                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                 split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                subset=None, class_weights=None, check_samples: bool = False,
+                subset=None, class_weights=None, check_samples: bool | str = "labels",
                 multiprocessing_context=None) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
@@ -644,8 +476,11 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     ``reader``: ``"auto"`` reads by offset when an index lists the shards (local or object
     storage), else streams the tars; ``"index"`` or ``"stream"`` force one. The index reader alone
     takes ``subset`` (a fraction, keys, ``{column: values}`` or a function of the samples.npz
-    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``
-    (compare each sample's bytes with its checksum in the index as it is read).
+    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``: every
+    sample read is compared with the index, ``"labels"`` (the default): its ``.cls`` with the
+    ``label`` column; ``True``: that and its ``.npy`` bytes with ``npy_xxh3`` (a flipped pixel;
+    costs a quarter to a third of the eval read rate); ``False``: neither (the NPY header is always
+    checked). A mismatch is a ``ShardError`` naming shard, byte offset and key.
     ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
     memory per worker (150 KB each at 224 px: 150 MB for 1000).
     """

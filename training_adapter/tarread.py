@@ -1,20 +1,33 @@
-"""Tar read: a shard URL opened and streamed as samples, with zero-copy member views.
+"""Tar read: the streaming reader, shard URLs opened and streamed as checked samples.
 
 The bytes are parsed by ``wds_tools.format.tar`` (multi-MiB reads, headers parsed in place, so a
 224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.layout`` opens
 the URL (local files unbuffered, ``pipe:`` and ``http(s)://`` through webdataset's ``gopen``,
-object stores through fsspec).
+object stores through fsspec). ``SampleStream`` is one worker's reader: its shards (and spares)
+-> samples with a checked ``.npy`` and ``.cls`` -> lists of ``batch_size`` in stream order or
+through a shuffle buffer.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
 
 from wds_tools.errors import ShardError
 from wds_tools.format.layout import open_stream
+from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
 
-__all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name"]
+from .shardlist import WorkerPlan
+
+__all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name", "Sample", "Views",
+           "SampleStream", "npy_shape"]
+
+log = logging.getLogger("training_adapter")
 
 
 def open_url(url: str):
@@ -45,3 +58,172 @@ def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple
             # when the consumer stopped early or an error is already on its way, it says nothing new
             if finished:
                 raise ShardError(f"{url}: {e}", url=url) from None
+
+
+@dataclass
+class Sample:
+    key: str
+    label: int
+    pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
+
+
+class Views:
+    """Stored pixels of streamed samples: views of the read chunks or of shuffle-buffer rows."""
+
+    def __init__(self, samples: list[Sample]):
+        self.samples = samples
+
+    def arrays(self, S: int):
+        return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
+
+    def copy_into(self, flat: np.ndarray, helpers=None, ways: int = 1, wait: bool = True) -> list:
+        """Copy the samples into ``flat`` (the call of ``gather.Located.copy_into``; here always in this thread)."""
+        for i, s in enumerate(self.samples):
+            flat[i] = np.frombuffer(s.pixels, np.uint8)
+        return []
+
+
+def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
+    try:
+        side = image_side(header)
+    except ValueError as e:
+        raise ShardError(f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset) from None
+    return side, side, 3
+
+class SampleStream:
+    """One worker's streaming reader (see the module docstring); ``shape`` is the samples' [S, S, 3]
+    once the first is read (every later one must match)."""
+
+    def __init__(self, urls: list[str], *, batch_size: int, shuffle_buffer: int, on_error: str, resampled: bool,
+                 read_size: int = DEFAULT_CHUNK):
+        self.urls, self.batch_size, self.shuffle_buffer = urls, batch_size, shuffle_buffer
+        self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
+        self.shape: tuple[int, ...] | None = None
+
+    def read_shard(self, url: str) -> Iterator[Sample]:
+        header: bytes | None = None
+        expect = 0
+        try:
+            for key, members, offset in iter_samples(url, chunk_size=self.read_size):
+                npy, cls = members.get("npy"), members.get("cls")
+                if npy is None or cls is None:
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
+                                     f"expected .npy and .cls members", url=url, offset=offset)
+                h = bytes(npy[:NPY_HEADER_BYTES])
+                if h != header:
+                    shape = npy_shape(h, url, key, offset)
+                    if self.shape is None:
+                        self.shape = shape
+                    elif shape != self.shape:
+                        raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
+                                         f"earlier samples {self.shape}; a batch needs one size",
+                                         url=url, offset=offset)
+                    header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
+                if len(npy) != expect:
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
+                                     f"header says {expect} (a damaged or hand-edited shard)", url=url, offset=offset)
+                digits = bytes(cls).strip()
+                if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
+                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
+                                     f"expected a class index of at most 9 decimal digits", url=url, offset=offset)
+                label = int(digits)
+                yield Sample(key, label, npy[NPY_HEADER_BYTES:])
+        except ShardError as e:
+            if self.on_error == "raise":
+                raise
+            log.warning("skipping the rest of a shard: %s", e)
+
+    def samples(self, plan: WorkerPlan, rng: np.random.Generator, need: int | None) -> Iterator[Sample]:
+        """The worker's samples: its own shards; then, while skipped damage leaves it short of the
+        ``need`` samples its batches take, its spare shards (several ranks only, see ``plan_epoch``)."""
+        urls = self.urls
+        if self.resampled:
+            yield from self._resampled(rng)
+            return
+        got = 0
+        for i in plan.shards:
+            for s in self.read_shard(urls[i]):
+                got += 1
+                yield s
+        if need is None or got >= need or self.on_error != "skip":
+            return
+        for i in plan.spares:
+            log.warning("topping up %d samples lost to skipped damage from spare shard %s", need - got, urls[i])
+            for s in self.read_shard(urls[i]):
+                if got >= need:
+                    return
+                got += 1
+                yield s
+
+    def _resampled(self, rng: np.random.Generator) -> Iterator[Sample]:
+        """Shards drawn with replacement, for ever; stops with an error when every draw comes up empty."""
+        urls, empty = self.urls, 0
+        while True:
+            got = 0
+            for s in self.read_shard(urls[int(rng.integers(len(urls)))]):
+                got += 1
+                yield s
+            empty = 0 if got else empty + 1
+            if empty > 2 * len(urls) + 8:  # skipped errors everywhere: would loop for ever
+                raise ShardError(f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
+                                 f"or empty?), e.g. {urls[0]}")
+
+    def _plain_groups(self, samples: Iterator[Sample]) -> Iterator[list[Sample]]:
+        """Samples in lists of ``batch_size`` (the last may be short), in stream order."""
+        group: list[Sample] = []
+        for s in samples:
+            group.append(s)
+            if len(group) == self.batch_size:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def _shuffled_groups(self, samples: Iterator[Sample], rng: np.random.Generator) -> Iterator[list[Sample]]:
+        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
+
+        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
+        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
+        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
+        batch_size`` rows are enough (the buffer's, and the current list's).
+        """
+        n, B = self.shuffle_buffer, self.batch_size
+        rows: np.ndarray | None = None
+        free: list[int] = []
+        buf: list[tuple[str, int, int]] = []  # (key, label, row)
+        group: list[Sample] = []
+        lent: list[int] = []
+        for s in samples:
+            if rows is None:
+                rows = np.empty((n + B, len(s.pixels)), np.uint8)
+                free = list(range(n + B - 1, -1, -1))
+            r = free.pop()
+            rows[r] = np.frombuffer(s.pixels, np.uint8)
+            if len(buf) < n:
+                buf.append((s.key, s.label, r))
+                continue
+            j = int(rng.integers(n))
+            key, label, out = buf[j]
+            buf[j] = (s.key, s.label, r)
+            group.append(Sample(key, label, rows[out]))
+            lent.append(out)
+            if len(group) == B:
+                yield group
+                group = []
+                free.extend(lent)  # the caller is done with the list it was given
+                lent = []
+        for j in rng.permutation(len(buf)):
+            key, label, out = buf[j]
+            group.append(Sample(key, label, rows[out]))
+            if len(group) == B:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def groups(self, samples: Iterator[Sample], rng: np.random.Generator) -> Iterator[list[Sample]]:
+        """Samples in lists of ``batch_size`` (the last may be short): in stream order, or drawn
+        through the shuffle buffer when it holds more than one sample."""
+        if self.shuffle_buffer > 1:
+            return self._shuffled_groups(samples, rng)
+        return self._plain_groups(samples)

@@ -58,14 +58,19 @@ class Member:
     data: bytes = b""  # the first bytes of the data, when the walker was asked to capture them
 
 
+_OCTAL = re.compile(rb"[0-7]*")
+
+
 def _octal(field: bytes, what: str, pos: int) -> int:
-    if field[0] & 0x80:  # GNU base-256, for sizes of 8 GiB and more
+    """A header's numeric field: octal digits (NUL- or space-padded), or GNU base-256. Never
+    negative (a negative size would move the walk backwards, for ever): a sign, an underscore or
+    any other character, or a negative base-256 number, is a ``TarHeaderError``."""
+    if field[0] == 0x80:  # GNU base-256, for sizes of 8 GiB and more
         return int.from_bytes(field[1:], "big")
     digits = field.rstrip(b"\0 ").lstrip(b" ")
-    try:
-        return int(digits, 8) if digits else 0
-    except ValueError:
-        raise TarHeaderError(f"bad {what} field {field!r} in the header at offset {pos}") from None
+    if field[0] & 0x80 or not _OCTAL.fullmatch(digits):
+        raise TarHeaderError(f"bad {what} field {field!r} in the header at offset {pos}")
+    return int(digits, 8) if digits else 0
 
 
 def _byte_sum(block: bytes) -> int:

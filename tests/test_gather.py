@@ -1,0 +1,255 @@
+"""gather: reads by offset against tarfile, the label and pixel checks against damaged shards, skip, object storage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from conftest import convert_images, upload
+from oracle import read_stored
+from training_adapter import make_loader
+from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
+from training_adapter.indexread import read_sample_index
+from training_adapter.shardlist import resolve_urls
+from wds_tools.errors import OptionError, ShardError
+
+S = 8
+B = 4
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """60 train samples in 5 shards of 12, 3 classes."""
+    return convert_images(tmp_path_factory.mktemp("gather"), 60, size=S, shard_size=12, val_fraction=0.0)
+
+
+@pytest.fixture(scope="module")
+def stored(folder) -> dict:
+    return read_stored(sorted(folder.glob("train-*.tar")))
+
+
+def index_of(path):
+    shards = resolve_urls(path, split="train")
+    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+
+
+def read_eval(path, shuffled: bool = False, **kw) -> dict[str, tuple[int, bytes]]:
+    """key -> (label, pixels) of an epoch of the index reader, in one process: in eval order (runs of
+    one shard, checked vectorised) or ``shuffled`` (train mode with device_augment: stored pixels in
+    a random order, checked row by row)."""
+    out = {}
+    mode = dict(train=True, device_augment=True, drop_last=False) if shuffled else dict(train=False)
+    loader = make_loader(path, batch_size=B, num_workers=0, split="train", return_keys=True, **mode, **kw)
+    assert loader.dataset.index is not None
+    for images, labels, *_, keys in loader:
+        for im, lab, k in zip(images, labels, keys):
+            assert k not in out, f"{k} twice"
+            out[k] = (int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+    return out
+
+
+def reference(stored: dict) -> dict[str, tuple[int, bytes]]:
+    return {k: (s.label, s.pixels.tobytes()) for k, s in stored.items()}
+
+
+def damage(folder: Path, tmp_path: Path, edits: dict[str, list[tuple[int, int]]]) -> Path:
+    """A copy of ``folder`` with bytes of shards xor-ed: {shard name: [(offset, xor)]} (sizes unchanged)."""
+    bad = tmp_path / "damaged"
+    shutil.copytree(folder, bad)
+    for name, flips in edits.items():
+        data = bytearray((bad / name).read_bytes())
+        for at, x in flips:
+            data[at] ^= x
+        (bad / name).write_bytes(bytes(data))
+    return bad
+
+
+def test_reads_equal_tarfile(folder, stored):
+    assert read_eval(folder) == reference(stored)
+    assert read_eval(folder, check_samples=True) == reference(stored)
+    assert read_eval(folder, check_samples=False) == reference(stored)
+
+
+def test_a_changed_cls_digit_is_caught_by_default(folder, tmp_path):
+    idx = index_of(folder)
+    r = int(np.flatnonzero(idx.shard == 2)[3])
+    at = int(idx.cls_offset[r])
+    name = Path(idx.urls[2]).name
+    digit = (folder / name).read_bytes()[at]
+    new = ord("0") + (digit - ord("0") + 1) % 3  # another class's digit
+    bad = damage(folder, tmp_path, {name: [(at, digit ^ new)]})
+    with pytest.raises(ShardError, match=rf"{bad / name}: byte {at}: sample '{idx.key_str(r)}': its \.cls is "
+                                         rf"b'{chr(new)}', the index's label is {digit - ord('0')} \(\w+\): the "
+                                         r"shard does not match its index"):
+        read_eval(bad)
+    try:
+        read_eval(bad)
+    except ShardError as e:
+        assert (e.url, e.offset) == (str(bad / name), at)
+    got = read_eval(bad, check_samples=False)  # unchecked: the index reader takes labels from the index
+    assert got[idx.key_str(r)][0] == digit - ord("0")
+
+
+def test_a_flipped_pixel_is_caught_with_check_samples(folder, stored, tmp_path):
+    idx = index_of(folder)
+    r = int(np.flatnonzero(idx.shard == 4)[0])
+    at = int(idx.offset[r]) + 128 + S * S * 3 - 1  # the last pixel byte
+    name = Path(idx.urls[4]).name
+    bad = damage(folder, tmp_path, {name: [(at, 0x40)]})
+    assert read_eval(bad) != reference(stored)  # the default checks labels only: read as it is
+    with pytest.raises(ShardError, match=rf"{bad / name}: byte {int(idx.offset[r])}: sample '{idx.key_str(r)}': "
+                                         r"its pixels do not match their checksum in the index \(npy_xxh3\)"):
+        read_eval(bad, check_samples=True)
+
+
+def test_skip_leaves_damaged_samples_out_of_their_batch(folder, stored, tmp_path, caplog):
+    """on_error='skip': each damaged sample is left out of its batch (logged), the batch count stays,
+    nothing repeats; every other sample is its own."""
+    idx = index_of(folder)
+    rows = [int(np.flatnonzero(idx.shard == s)[i]) for s, i in ((0, 1), (0, 2), (3, 5))]
+    edits: dict[str, list] = {}
+    for r in rows:
+        edits.setdefault(Path(idx.urls[int(idx.shard[r])]).name, []).append((int(idx.offset[r]) + 200, 1))
+    bad = damage(folder, tmp_path, edits)
+    with caplog.at_level("WARNING", logger="training_adapter"):
+        loader = make_loader(bad, batch_size=B, train=False, num_workers=0, split="train", return_keys=True,
+                             check_samples=True, on_error="skip")
+        batches = list(loader)
+    assert len(batches) == len(loader) == 60 // B
+    assert sorted(len(b[1]) for b in batches)[:2] == [2, 3]  # rows 1 and 2 of shard 0 share a batch
+    got = {k: (int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+           for images, labels, keys in batches for im, lab, k in zip(images, labels, keys)}
+    want = reference(stored)
+    assert set(want) - set(got) == {idx.key_str(r) for r in rows}
+    assert all(got[k] == want[k] for k in got)
+    assert caplog.text.count("leaving out a damaged sample") == 3
+
+
+def test_skip_of_a_whole_batch_with_one_rank_shortens_the_epoch(folder, tmp_path):
+    idx = index_of(folder)
+    first = [int(r) for r in np.flatnonzero(idx.shard == 0)[:B]]  # the first batch in eval order
+    bad = damage(folder, tmp_path, {Path(idx.urls[0]).name: [(int(idx.offset[r]) + 130, 1) for r in first]})
+    loader = make_loader(bad, batch_size=B, train=False, num_workers=0, split="train", check_samples=True,
+                         on_error="skip")
+    assert sum(1 for _ in loader) == len(loader) - 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shard=st.integers(0, 4), pos=st.floats(0, 1, exclude_max=True), xor=st.integers(1, 255),
+       skip=st.booleans(), shuffled=st.booleans())
+@example(shard=1, pos=0.5, xor=1, skip=False, shuffled=False)
+@example(shard=1, pos=0.5, xor=1, skip=False, shuffled=True)
+def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory, shard, pos, xor, skip, shuffled):
+    """A byte flipped anywhere in a shard (size unchanged), check_samples=True: a byte of a .npy
+    member or of a .cls's digits is a ShardError naming the shard and the sample's offset (skip:
+    that sample alone is missing); any other byte (tar headers, .json, padding) changes nothing."""
+    idx = index_of(folder)
+    name = Path(idx.urls[shard]).name
+    size = (folder / name).stat().st_size
+    at = int(pos * size)
+    mine = np.flatnonzero(idx.shard == shard)
+    in_npy = mine[(idx.offset[mine] <= at) & (at < idx.offset[mine] + 128 + S * S * 3)]
+    in_cls = mine[(idx.cls_offset[mine] <= at) & (at < idx.cls_offset[mine] + idx.cls_length[mine])]
+    hit = [int(r) for r in (*in_npy, *in_cls)]
+    bad = damage(folder, tmp_path_factory.mktemp("flip"), {name: [(at, xor)]})
+    want = reference(stored)
+    if not hit:
+        assert read_eval(bad, shuffled, check_samples=True, on_error="skip" if skip else "raise") == want
+        return
+    (r,) = hit
+    if skip:
+        got = read_eval(bad, shuffled, check_samples=True, on_error="skip")
+        assert set(want) - set(got) == {idx.key_str(r)} and all(got[k] == want[k] for k in got)
+        return
+    with pytest.raises(ShardError) as e:
+        read_eval(bad, shuffled, check_samples=True)
+    assert e.value.url == str(bad / name)
+    assert e.value.offset == int(idx.offset[r] if len(in_npy) else idx.cls_offset[r])
+    assert f"byte {e.value.offset}: sample '{idx.key_str(r)}'" in str(e.value)
+
+
+def test_labels_differ_is_the_writers_decimal_rule():
+    def differ(cls: bytes, label: int) -> bool:
+        got = np.frombuffer(cls[:LABEL_BYTES].ljust(LABEL_BYTES, b"\0"), np.uint8)[None]
+        return bool(labels_differ(got, np.array([len(cls)]), label_digits(np.array([label])))[0])
+
+    assert not differ(b"3", 3) and not differ(b"123456789", 123456789) and not differ(b"0", 0)
+    assert differ(b"03", 3) and differ(b"31", 3) and differ(b"3 ", 3) and differ(b"", 3) and differ(b"4", 3)
+    assert differ(b"1234567890", 1234567890 % 10**9)
+
+
+def test_check_samples_option_errors(folder):
+    with pytest.raises(OptionError, match=r"check_samples='pixels': expected 'labels' \(the default\), True"):
+        make_loader(folder, batch_size=B, train=False, split="train", check_samples="pixels")
+    with pytest.raises(OptionError, match="check_samples=True needs the index reader; drop reader='stream'"):
+        make_loader(folder, batch_size=B, train=False, split="train", check_samples=True, reader="stream")
+    make_loader(folder, batch_size=B, train=False, split="train", reader="stream")  # "labels": where an index is
+
+
+def test_object_storage_merges_neighbours_and_checks_as_locally(folder, stored, bucket, monkeypatch):
+    """From S3 (moto): the same samples; neighbours of a shard merged into ranges of at most
+    MERGE_MAX bytes (eval order: one range per shard run of a batch); damage caught as locally."""
+    from wds_tools.format import layout
+
+    fs, url = bucket
+    remote = upload(fs, folder, f"{url}/v1/{S}")
+    ranges = []
+    real = layout.read_ranges
+
+    def counted(urls, starts, ends):
+        ranges.append(list(zip(urls, starts, ends)))
+        return real(urls, starts, ends)
+
+    monkeypatch.setattr("training_adapter.gather.read_ranges", counted)
+    assert read_eval(remote, check_samples=True) == reference(stored)
+    assert len(ranges) == 60 // B and all(len(r) == 1 for r in ranges)  # 12 per shard, batch 4: one range each
+    assert all(e - s <= MERGE_MAX for r in ranges for _, s, e in r)
+    ranges.clear()
+    shuffled = make_loader(remote, batch_size=B, train=True, num_workers=0, split="train", return_keys=True,
+                           device_augment=True)
+    keys = [k for b in shuffled for k in b[-1]]
+    assert len(keys) == len(set(keys)) == 60 // B * B
+    idx = index_of(folder)
+    r = int(np.flatnonzero(idx.shard == 1)[4])
+    name = Path(idx.urls[1]).name
+    data = bytearray((folder / name).read_bytes())
+    data[int(idx.cls_offset[r])] ^= 0x03
+    fs.pipe(f"{remote}/{name}", bytes(data))
+    with pytest.raises(ShardError, match=rf"{remote}/{name}: byte {int(idx.cls_offset[r])}: sample "
+                                         rf"'{idx.key_str(r)}': its \.cls is"):
+        read_eval(remote)
+    got = read_eval(remote, on_error="skip")
+    assert set(reference(stored)) - set(got) == {idx.key_str(r)}
+
+
+def test_map_style_dataset_checks_labels(folder, tmp_path):
+    from training_adapter import ShardIndexDataset
+
+    idx = index_of(folder)
+    name = Path(idx.urls[0]).name
+    bad = damage(folder, tmp_path, {name: [(int(idx.cls_offset[0]), 0x01)]})
+    ds = ShardIndexDataset(bad)
+    i = ds.keys.index(idx.key_str(0))
+    with pytest.raises(ShardError, match="its .cls is"):
+        ds[i]
+    image, label, key, _ = ShardIndexDataset(bad, check_samples=False)[i]
+    assert key == idx.key_str(0) and label == int(idx.label[0])
+    assert torch.equal(image, ShardIndexDataset(folder)[i][0])
+
+
+def test_gather_reads_rows_in_any_order(folder, stored):
+    """Rows from several shards, repeated and out of file order: each its own stored pixels."""
+    idx = index_of(folder)
+    g = Gather(idx, labels=True, pixels=True)
+    rows = np.array([5, 40, 41, 5, 0, 59, 13, 12])
+    out = np.empty((len(rows), S * S * 3), np.uint8)
+    assert g.read(rows, out) == list(range(len(rows)))
+    for i, r in enumerate(rows):
+        assert out[i].tobytes() == stored[idx.key_str(int(r))].pixels.tobytes()
+    assert g.bytes_read == len(rows) * (128 + S * S * 3)

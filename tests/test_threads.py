@@ -1,0 +1,160 @@
+"""threads: reader threads for the index reader without CPU augmentation (eval, device_augment)."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import convert_images
+from training_adapter import make_loader
+from training_adapter.threads import in_order
+from wds_tools.errors import ShardError
+
+S = 8
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("training_adapter-reader")]
+
+
+def test_results_come_in_task_order_from_each_threads_own_state():
+    """Tasks of uneven cost: results in task order, each made with the state of the thread that ran it."""
+    seen: list[tuple[int, int]] = []
+
+    def run(w: int, task: int) -> int:
+        time.sleep(0.002 * (task % 3))
+        seen.append((w, task))
+        return task * task
+
+    assert list(in_order(range(40), run, 3, ahead=6)) == [t * t for t in range(40)]
+    assert sorted(t for _, t in seen) == list(range(40))
+    assert {w for w, _ in seen} <= {0, 1, 2} and len({w for w, _ in seen}) > 1
+
+
+def test_an_error_is_raised_in_its_turn_and_the_threads_end():
+    def run(w: int, task: int) -> int:
+        if task == 5:
+            raise ShardError("x.tar: byte 7: damaged", url="x.tar", offset=7)
+        return task
+
+    before = set(_reader_threads())
+    got = []
+    with pytest.raises(ShardError, match="x.tar: byte 7: damaged") as e:
+        for r in in_order(range(20), run, 2, ahead=4):
+            got.append(r)
+    assert got == [0, 1, 2, 3, 4] and (e.value.url, e.value.offset) == ("x.tar", 7)
+    assert not set(_reader_threads()) - before
+
+
+def test_a_caller_that_stops_early_stops_the_threads():
+    started = []
+
+    def run(w: int, task: int) -> int:
+        started.append(task)
+        time.sleep(0.001)
+        return task
+
+    before = set(_reader_threads())
+    it = in_order(itertools.count(), run, 2, ahead=4)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it.close()
+    assert not set(_reader_threads()) - before
+    n = len(started)
+    time.sleep(0.05)
+    assert len(started) == n <= 3 + 4  # the tasks submitted ahead at most, then nothing
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """90 train samples in 6 shards of 15."""
+    return convert_images(tmp_path_factory.mktemp("threads"), 90, size=S, shard_size=15, val_fraction=0.0)
+
+
+def _epoch(loader) -> list[tuple[str, int, bytes]]:
+    return [(k, int(lab), im.numpy().tobytes()) for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_reader_threads_yield_the_in_process_batches(folder, workers):
+    """Eval and device_augment with workers run in threads, batch for batch as with num_workers=0."""
+    before = set(_reader_threads())
+    for opts in (dict(train=False), dict(train=True, device_augment=True)):
+        kw = dict(batch_size=4, split="train", return_keys=True, **opts)
+        ref = make_loader(folder, num_workers=0, **kw)
+        ld = make_loader(folder, num_workers=workers, **kw)
+        assert ld.dataset.copies_only
+        for epoch in (0, 1):
+            ref.set_epoch(epoch)
+            ld.set_epoch(epoch)
+            assert _epoch(ld) == _epoch(ref)
+    assert not set(_reader_threads()) - before
+
+
+def test_the_reader_and_its_mappings_last_from_epoch_to_epoch(folder):
+    ld = make_loader(folder, batch_size=4, train=False, num_workers=2, split="train")
+    before = set(_reader_threads())
+    first = sum(len(b[1]) for b in ld)
+    reader = ld._reader
+    gather = reader._gather
+    assert first == 90 and gather._maps
+    it = iter(ld)
+    next(it)
+    it.close()  # an abandoned epoch: its threads are stopped and waited for, the reader kept
+    assert ld._reader is reader and sum(len(b[1]) for b in ld) == 90
+    assert ld._reader._gather is gather
+    assert not set(_reader_threads()) - before
+
+
+def test_copies_split_across_helper_threads_equal_one_thread(folder):
+    """Located.copy_into with helpers: the same bytes as alone, for runs (eval) and single rows (shuffled)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from training_adapter.indexread import read_sample_index
+    from training_adapter.gather import Gather
+    from training_adapter.shardlist import resolve_urls
+
+    shards = resolve_urls(folder, split="train")
+    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    g = Gather(idx, labels=True)
+    with ThreadPoolExecutor(2) as helpers:
+        for rows in (np.arange(90), np.random.default_rng(0).permutation(90)[:37], np.array([3, 4, 5, 6, 40, 41])):
+            good, located = g.locate(rows)
+            alone = np.zeros((len(rows), S * S * 3), np.uint8)
+            located.copy_into(alone)
+            for ways in (2, 3):
+                split = np.zeros_like(alone)
+                located.copy_into(split, helpers, ways)
+                assert np.array_equal(split, alone)
+            ref = np.zeros_like(alone)
+            g.read(rows, ref)
+            assert np.array_equal(ref, alone) and good == list(range(len(rows)))
+
+
+def test_a_damaged_sample_in_a_reader_thread(folder, tmp_path):
+    from training_adapter.indexread import read_sample_index
+    from training_adapter.shardlist import resolve_urls
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    shards = resolve_urls(bad, split="train")
+    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    r = int(np.flatnonzero(idx.shard == 3)[7])
+    name = Path(idx.urls[3]).name
+    data = bytearray((bad / name).read_bytes())
+    data[int(idx.cls_offset[r])] ^= 0x02
+    (bad / name).write_bytes(bytes(data))
+    kw = dict(batch_size=4, train=False, num_workers=2, split="train", return_keys=True)
+    before = set(_reader_threads())
+    with pytest.raises(ShardError, match=rf"{name}: byte {int(idx.cls_offset[r])}: sample '{idx.key_str(r)}'"):
+        list(make_loader(bad, **kw))
+    got = _epoch(make_loader(bad, on_error="skip", **kw))
+    keys = [k for k, *_ in got]
+    assert len(keys) == len(set(keys)) == 89 and idx.key_str(r) not in keys
+    time.sleep(0.2)
+    assert not set(_reader_threads()) - before

@@ -1,0 +1,381 @@
+"""Gather: the index reader's read step, the stored pixels of index rows read by offset.
+
+Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
+rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
+compared in a few vectorised steps (short runs, from shuffled rows, row by row), then each sample
+is copied once from the mapping into the batch (a run in one ``index_select``, which reader
+threads can split between them), or lent to the augmentation as a view of the mapping. Object
+storage is read with one set of concurrent ranged GETs per batch, neighbouring samples of a
+shard merged into one range.
+
+``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
+bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the
+index, so a shard whose ``.cls`` says otherwise does not match its index, and other readers of
+the same shard would train on other labels); ``pixels`` (``check_samples=True``) also compares
+its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel). A sample that fails is a
+``ShardError`` naming the shard, the byte offset and the key, or, with ``skip``, left out of its
+batch and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from concurrent.futures import Executor, Future
+
+import numpy as np
+import torch
+import xxhash
+
+from wds_tools.errors import ShardError
+from wds_tools.format.layout import read_ranges
+from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
+
+from .indexread import SampleIndex
+
+__all__ = ["Gather", "Located", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ", "label_digits"]
+
+log = logging.getLogger("training_adapter")
+
+# The .cls bytes read for the label check: its digits (at most 9: a class index fits int32).
+LABEL_BYTES = 9
+# Ranged reads from object storage: neighbouring samples of one shard (the bytes between them, tar
+# headers and the small .cls/.json members, are about 2 KB) are read as one range of at most
+# MERGE_MAX bytes; gaps larger than MERGE_GAP split a range.
+MERGE_GAP = 64 << 10
+# Rows of one shard in a row of at least this many (eval order) are checked in vectorised steps.
+VECTOR_RUN = 4
+MERGE_MAX = 4 << 20
+
+
+def _runs(shard: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal values in ``shard``."""
+    cuts = (np.flatnonzero(shard[1:] != shard[:-1]) + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, len(shard)]))
+
+
+def _windows(m: np.ndarray, length: int) -> np.ndarray:
+    """[len(m) - length + 1, length]: every ``length``-byte window of ``m``, one per offset (a view)."""
+    return np.lib.stride_tricks.as_strided(m, shape=(max(0, len(m) - length + 1), length), strides=(1, 1),
+                                           writeable=False)
+
+
+def label_digits(labels: np.ndarray) -> np.ndarray:
+    """[k, LABEL_BYTES] uint8: each label in ASCII decimal, NUL after its digits."""
+    return np.frombuffer(np.asarray(labels).astype(f"S{LABEL_BYTES}").tobytes(), np.uint8).reshape(-1, LABEL_BYTES)
+
+
+_INSIDE = np.arange(LABEL_BYTES)[None, :] < np.arange(LABEL_BYTES + 1)[:, None]  # [length, byte]: byte < length
+
+
+def labels_differ(got: np.ndarray, length: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """[k] bool: whether the .cls data ``got`` ([k, LABEL_BYTES], the first ``length`` bytes of
+    each row its data) is not the label whose ``label_digits`` are ``want``, as the writer puts it
+    (``b"3"``: so ``b"03"``, ``b"31"`` or ``b"3 "`` differ)."""
+    inside = _INSIDE[np.clip(length, 0, LABEL_BYTES)]
+    return ((got != want) & inside).any(axis=1) | (length != (want != 0).sum(axis=1))
+
+
+class Located:
+    """The stored pixels of a batch's rows, where they are: ``parts`` of (a 1-D uint8 array, the
+    byte offsets of pixels in it, its ``Gather._strided`` windows or None), in batch order."""
+
+    def __init__(self, parts: list[tuple], nbytes: int):
+        self.parts, self.nbytes = parts, nbytes
+
+    def __len__(self) -> int:
+        return sum(len(offsets) for _, offsets, _ in self.parts)
+
+    def arrays(self, S: int):
+        """Each row's pixels as a [S, S, 3] view (for the augmentation, which reads them in place)."""
+        n = self.nbytes
+        for m, offsets, _ in self.parts:
+            for o in offsets.tolist():
+                yield m[o:o + n].reshape(S, S, 3)
+
+    def copy_into(self, flat: np.ndarray, helpers: Executor | None = None, ways: int = 1,
+                  wait: bool = True) -> list[Future]:
+        """Copy the rows into ``flat[:len(self)]`` ([k, S*S*3] uint8): a run with windows in one
+        ``index_select`` (compiled, without the GIL), other rows one by one.
+
+        With ``helpers`` (an executor of threads) the rows are split into ``ways`` shares copied at
+        once: one batch at a time on every core keeps the memory being written small, which copies
+        faster than as many batches at once. ``wait=False``: every share goes to the helpers and
+        their futures are returned (the batch is ready once they are done), so that this thread
+        can go on to the next batch; with ``wait`` this thread copies a share itself and returns
+        when all are done."""
+        jobs: list[tuple] = []  # (source, byte offsets, windows, first row of flat)
+        k = 0
+        for m, offsets, windows in self.parts:
+            step = max(VECTOR_RUN, -(-len(offsets) // ways))
+            for a in range(0, len(offsets), step):
+                jobs.append((m, offsets[a:a + step], windows, k + a))
+            k += len(offsets)
+        if helpers is None or (wait and (ways < 2 or len(jobs) < 2)):
+            self._copy_all(flat, jobs)
+            return []
+        shares = [share for share in (jobs[w::ways] for w in range(ways)) if share]
+        if not wait:
+            return [helpers.submit(self._copy_all, flat, share) for share in shares]
+        futures = [helpers.submit(self._copy_all, flat, share) for share in shares[1:]]
+        try:
+            self._copy_all(flat, shares[0])
+        finally:
+            for f in futures:
+                f.result()
+        return []
+
+    def _copy_all(self, flat: np.ndarray, jobs: list[tuple]) -> None:
+        for job in jobs:
+            self._copy(flat, *job)
+
+    def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows, first: int) -> None:
+        if windows is not None and len(offsets) >= VECTOR_RUN:
+            torch.index_select(windows, 0, torch.from_numpy(offsets), out=torch.from_numpy(flat[first:first + len(offsets)]))
+            return
+        n = self.nbytes
+        for i, o in enumerate(offsets.tolist(), first):
+            flat[i] = m[o:o + n]
+
+
+class Gather:
+    """Reads rows' stored pixels by offset (see the module docstring). ``bytes_read`` counts the
+    bytes of the samples asked for (NPY headers and pixels), for subset accounting."""
+
+    def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False):
+        # an index without the columns (never written by wds-tools 1) has nothing to compare with
+        self.labels = labels and index.cls_offset is not None and index.cls_length is not None
+        self.pixels = pixels and index.npy_xxh3 is not None
+        self.index, self.skip = index, skip
+        self._header_bytes = image_header(index.size)
+        self.header = np.frombuffer(self._header_bytes, np.uint8)
+        self.want = NPY_HEADER_BYTES + index.sample_bytes
+        self._maps: dict[int, np.ndarray] = {}
+        self._windows: dict[int, torch.Tensor] = {}  # torch windows of pixel bytes, for index_select
+        self._views: dict[tuple[int, int], np.ndarray] = {}  # numpy windows of header and .cls bytes
+        self._cls_want: np.ndarray | None = None
+        self.bytes_read = 0
+        self.skipped = 0  # samples left out (skip)
+
+    def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
+        return {**self.__dict__, "_maps": {}, "_windows": {}, "_views": {}}
+
+    # --- local shards ---------------------------------------------------------------------------
+    def _map(self, shard: int) -> np.ndarray:
+        arr = self._maps.get(shard)
+        if arr is None:
+            url = self.index.urls[shard]
+            try:
+                with open(url, "rb") as f:
+                    # copy-on-write: writable for torch.from_numpy, never written, shared with the page cache
+                    arr = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
+            except (OSError, ValueError) as e:  # ValueError: an empty file
+                raise ShardError(f"{url}: cannot map the shard: {e}", url=url) from None
+            self._maps[shard] = arr
+        return arr
+
+    def _local(self, rows: np.ndarray) -> tuple[list[int], Located]:
+        """Positions (into ``rows``) of the good rows, and where their pixels are in the mappings.
+
+        Runs of ``VECTOR_RUN`` or more rows of one shard (eval order) are checked in a few
+        vectorised steps; shorter runs (shuffled rows) one row at a time, which costs less there."""
+        idx, want = self.index, self.want
+        shard, off = idx.shard[rows], idx.offset[rows]
+        good: list[int] = []
+        parts: list[tuple] = []
+        bad: dict[int, ShardError] = {}
+        for a, b in _runs(shard):
+            s = int(shard[a])
+            m = self._map(s)
+            if b - a >= VECTOR_RUN:
+                self._check_run(s, m, rows[a:b], off[a:b], a, bad)
+            else:
+                for i in range(a, b):
+                    self._check_one(m, int(rows[i]), int(off[i]), i, bad)
+            if not self.pixels and not any(a <= i < b for i in bad):  # the common case, without a loop
+                good.extend(range(a, b))
+                parts.append((m, off[a:b] + NPY_HEADER_BYTES, self._strided(s) if b - a >= VECTOR_RUN else None))
+                continue
+            mine = []
+            for i, start in enumerate(off[a:b].tolist(), a):
+                if i in bad:
+                    continue
+                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want]) != int(idx.npy_xxh3[rows[i]]):
+                    bad[i] = self._problem(rows[i], "checksum")
+                    continue
+                good.append(i)
+                mine.append(start + NPY_HEADER_BYTES)
+            if mine:
+                parts.append((m, np.array(mine, np.int64), self._strided(s) if len(mine) >= VECTOR_RUN else None))
+        if bad:
+            self._drop(bad)
+        return good, Located(parts, idx.sample_bytes)
+
+    def _strided(self, shard: int) -> torch.Tensor:
+        """Shard ``shard``'s mapping as a tensor of every ``sample_bytes`` window, one per byte
+        offset (no copy): ``index_select`` of pixel offsets gathers a run into a batch in one call."""
+        t = self._windows.get(shard)
+        if t is None:
+            m, n = self._maps[shard], self.index.sample_bytes
+            t = self._windows[shard] = torch.as_strided(torch.from_numpy(m), (len(m) - n + 1, n), (1, 1))
+        return t
+
+    def _check_run(self, s: int, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
+        """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of shard ``s``,
+        vectorised; problems go into ``bad`` by position (``a`` + position in the run)."""
+        idx = self.index
+        fits = o + self.want <= len(m)
+        every = fits.all()
+        if not every:
+            for i in np.flatnonzero(~fits):
+                bad[a + i] = self._problem(run[i], "short", have=len(m) - int(o[i]))
+            o = np.where(fits, o, 0)
+        heads = self._window(s, m, NPY_HEADER_BYTES)[o] if every or len(m) >= NPY_HEADER_BYTES else None
+        wrong = fits.copy() if heads is None else ~(heads == self.header).all(axis=1) & fits
+        for i in np.flatnonzero(wrong):
+            bad[a + i] = self._problem(run[i], "header")
+        if self.labels:
+            co, length = idx.cls_offset[run], idx.cls_length[run]
+            inside = co + LABEL_BYTES <= len(m)
+            if not inside.all():
+                co = np.where(inside, co, 0)
+            if self._cls_want is None:  # every row's label as its .cls should read, once
+                self._cls_want = label_digits(idx.label)
+            cls = self._window(s, m, LABEL_BYTES)[co]
+            for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
+                bad[a + i] = self._problem(run[i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
+
+    def _window(self, s: int, m: np.ndarray, length: int) -> np.ndarray:
+        w = self._views.get((s, length))
+        if w is None:
+            w = self._views[s, length] = _windows(m, length)
+        return w
+
+    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict) -> None:
+        """The same checks for one row ``r`` at position ``i``."""
+        idx = self.index
+        if o + self.want > len(m):
+            bad[i] = self._problem(r, "short", have=len(m) - o)
+        elif m[o:o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
+            bad[i] = self._problem(r, "header")
+        elif self.labels:
+            co, length = int(idx.cls_offset[r]), int(idx.cls_length[r])
+            got = m[co:co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
+            if got != b"%d" % idx.label[r]:
+                bad[i] = self._problem(r, "label", got=got)
+
+    def _drop(self, bad: dict[int, ShardError]) -> None:
+        """Raise the first problem, or with ``skip`` log each (the caller leaves them out)."""
+        if not self.skip:
+            raise bad[min(bad)]
+        for i in sorted(bad):
+            log.warning("leaving out a damaged sample (on_error='skip'): %s", bad[i])
+        self.skipped += len(bad)
+
+    def _problem(self, r, kind: str, *, have: int = 0, got: bytes = b"") -> ShardError:
+        idx = self.index
+        r = int(r)
+        url, key = idx.urls[int(idx.shard[r])], idx.key_str(r)
+        at = int(idx.offset[r])
+        if kind == "short":
+            what = (f"the shard ends {max(have, 0)} bytes into its {self.want}-byte .npy; it is shorter than its "
+                    f"index says (truncated copy?)")
+        elif kind == "header":
+            what = f"no .npy header of a {idx.size} px image where the index points; the shard does not match its index"
+        elif kind == "checksum":
+            what = ("its pixels do not match their checksum in the index (npy_xxh3): the shard is damaged "
+                    "(wds-tools verify lists every such sample)")
+        else:
+            at = int(idx.cls_offset[r])
+            label = int(idx.label[r])
+            name = f" ({idx.classes[label]})" if 0 <= label < len(idx.classes) else ""
+            what = (f"its .cls is {got!r}, the index's label is {label}{name}: the shard does not match its index "
+                    f"(wds-tools verify lists every such sample)")
+        return ShardError(f"{url}: byte {at}: sample {key!r}: {what}", url=url, offset=at)
+
+    # --- either -------------------------------------------------------------------------------
+    def _remote(self, rows) -> bool:
+        return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
+
+    def locate(self, rows, scratch: np.ndarray | None = None) -> tuple[list[int], Located]:
+        """Positions (into ``rows``) of the rows read, and their pixels: in the mappings (local), or
+        in rows of ``scratch`` ([len(rows), S*S*3] uint8) read into (remote)."""
+        rows = np.asarray(rows, np.int64)
+        if self._remote(rows):
+            good = self._read_remote(rows, scratch)
+            flat = scratch.reshape(-1)
+            offsets = np.arange(len(good), dtype=np.int64) * self.index.sample_bytes
+            return good, Located([(flat, offsets, None)] if good else [], self.index.sample_bytes)
+        good, located = self._local(rows)
+        self.bytes_read += len(rows) * self.want
+        return good, located
+
+    def read(self, rows, out: np.ndarray) -> list[int]:
+        """The pixels of ``rows`` into ``out[:k]`` ([len(rows), S*S*3] uint8), k = the rows read;
+        returns their positions in ``rows`` (all of them unless ``skip`` left some out)."""
+        rows = np.asarray(rows, np.int64)
+        if self._remote(rows):
+            return self._read_remote(rows, out)
+        good, located = self._local(rows)
+        located.copy_into(out)
+        self.bytes_read += len(rows) * self.want
+        return good
+
+    # --- object storage -----------------------------------------------------------------------
+    def spans(self, rows: np.ndarray) -> list[list[int]]:
+        """The byte ranges ``rows`` are read in from object storage: [shard, start, end, first
+        position, last position + 1] each; neighbours of one shard (rows in file order) merged."""
+        idx = self.index
+        shard, npy = idx.shard[rows], idx.offset[rows]
+        start = idx.cls_offset[rows] if self.labels else npy  # labels checked: from the .cls on
+        end = npy + self.want
+        spans: list[list[int]] = []
+        for i in range(len(rows)):
+            s, a, b = int(shard[i]), int(start[i]), int(end[i])
+            last = spans[-1] if spans else None
+            if last and last[0] == s and 0 <= a - last[2] <= MERGE_GAP and b - last[1] <= MERGE_MAX:
+                last[2], last[4] = b, i + 1
+            else:
+                spans.append([s, a, b, i, i + 1])
+        return spans
+
+    def _read_remote(self, rows: np.ndarray, out: np.ndarray) -> list[int]:
+        idx, want = self.index, self.want
+        npy = idx.offset[rows]
+        spans = self.spans(rows)
+        urls = [idx.urls[s] for s, *_ in spans]
+        try:
+            blobs = read_ranges(urls, [sp[1] for sp in spans], [sp[2] for sp in spans])
+        except OSError as e:
+            raise ShardError(f"{urls[0]}: ranged read failed: {e}", url=urls[0]) from None
+        good: list[int] = []
+        bad: dict[int, ShardError] = {}
+        for (s, a, b, first, stop), blob, url in zip(spans, blobs, urls):
+            if isinstance(blob, BaseException) or len(blob) != b - a:
+                got = f"failed: {blob}" if isinstance(blob, BaseException) else f"gave {len(blob)} of {b - a} bytes"
+                for i in range(first, stop):
+                    bad[i] = ShardError(f"{url}: byte {int(npy[i])}: sample {idx.key_str(int(rows[i]))!r}: the "
+                                        f"ranged read {got}", url=url, offset=int(npy[i]))
+                continue
+            data = np.frombuffer(blob, np.uint8)
+            for i in range(first, stop):
+                r, at = int(rows[i]), int(npy[i]) - a
+                member = data[at:at + want]
+                if not np.array_equal(member[:NPY_HEADER_BYTES], self.header):
+                    bad[i] = self._problem(r, "header")
+                    continue
+                if self.labels:
+                    c, length = int(idx.cls_offset[r]) - a, idx.cls_length[r:r + 1]
+                    cls = data[c:c + LABEL_BYTES]
+                    if labels_differ(cls[None], length, label_digits(idx.label[r:r + 1]))[0]:
+                        bad[i] = self._problem(r, "label", got=cls[:max(0, int(length[0]))].tobytes())
+                        continue
+                if self.pixels and xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
+                    bad[i] = self._problem(r, "checksum")
+                    continue
+                out[len(good)] = member[NPY_HEADER_BYTES:]
+                good.append(i)
+        if bad:
+            self._drop(bad)
+        self.bytes_read += len(rows) * want
+        return good
