@@ -177,3 +177,25 @@ def test_leftover_temporary_files_go_when_the_index_is_written(corpus, tmp_path,
     assert res.shards_resumed == 1
     assert not list(dest.glob("*.tmp-*")) and not list(dest.glob(".*")) and verify(dest).ok
     assert load_index(dest).samples.keys is not None
+
+
+def _save(out, i):
+    from wds_tools.convert.finish import save_pairs_locked
+
+    for j in range(20):
+        save_pairs_locked(out, "v1", {f"sha256:{i:02d}{j:062d}": bytes([i, j]) * 8})
+
+
+def test_concurrent_saves_of_a_versions_hash_pairs_lose_none(tmp_path):
+    import multiprocessing
+
+    from wds_tools.convert.hashes import load_pairs
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_save, args=(str(tmp_path), i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs)
+    assert len(load_pairs(tmp_path, "v1")) == 80

@@ -13,6 +13,8 @@ that a kill at any point leaves resumable.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 
 from ..errors import TooManyErrorsError, WdsToolsError
@@ -115,5 +117,19 @@ def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
     """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
     cols = read_npz(store.join(SAMPLES_FILE), ["key", "fingerprint"])
     fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
-    hashes.save_pairs(out, version, {r.content_hash: fp_of[r.key] for r in src.rows
+    save_pairs_locked(out, version, {r.content_hash: fp_of[r.key] for r in src.rows
                                      if r.content_hash is not None and r.key in fp_of})
+
+
+def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
+    """``hashes.save_pairs`` under a lock of the version's cache folder."""
+    folder = hashes.cache_file(out, version).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    # the sizes of a version share the file, and two of them may finish at once: the read-merge-write
+    # of one must not drop the other's pairs
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        hashes.save_pairs(out, version, pairs)
+    finally:
+        os.close(fd)
