@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from wds_tools.convert import convert
-from wds_tools.convert.space import human_bytes, sample_bytes
+from wds_tools.convert.plan import sample_bytes
+from wds_tools.convert.space import human_bytes
 from wds_tools.errors import DiskFullError
 from wds_tools.format.tarwrite import ShardWriter
 from wds_tools.inspect.verify import verify

@@ -10,20 +10,13 @@ import tempfile
 
 from ..errors import DiskFullError
 from ..format.index import INDEX_FILE
+from .plan import sample_bytes
 from .target import Target
 
-__all__ = ["DISK_FULL_ERRNOS", "sample_bytes", "bytes_needed", "disk_full_error", "human_bytes"]
+__all__ = ["DISK_FULL_ERRNOS", "bytes_needed", "disk_full_error", "human_bytes"]
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-_BLOCK = 512
 _INDEX_PER_SAMPLE = 200  # samples.npz columns (~110 B), a DALI .idx line (~60 B), a path: measured ~170 B
-
-
-def sample_bytes(size: int) -> int:
-    """A sample's bytes in a shard: three 512-byte headers, .cls and .json (one block each, as a
-    rule), and the .npy (128-byte header + pixels) padded to the block."""
-    npy = 128 + size * size * 3
-    return 5 * _BLOCK + -(-npy // _BLOCK) * _BLOCK
 
 
 def _pending(t: Target, n_rows: int) -> int:
