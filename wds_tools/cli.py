@@ -99,7 +99,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "(the original key is kept in each sample's json).")
 @click.option("--max-errors", default="1%", show_default=True,
               help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
-                   "Past it the command exits non-zero.")
+                   "Past it the command stops with a non-zero exit and no index.json; the shards written "
+                   "are kept, and the same command with a higher limit finishes the rest.")
 @click.option("--from", "base", default=None,
               help="Reuse pixels from this earlier version (same --size and decode settings). "
                    "Default: the newest such version under --out.")
@@ -131,8 +132,10 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     samples.npz) is written beside the shards, and bad source files are skipped and listed in
     errors.jsonl.
 
-    Running the same command again resumes an interrupted conversion; a folder made with other
-    options or another source is refused, never overwritten.
+    Running the same command again resumes an interrupted conversion (Ctrl-C, kill -9, a full
+    disk); a folder made with other options or another source is refused, never overwritten.
+    One conversion at a time writes a folder: a second one is refused at once, naming the host,
+    pid, start time and command of the one that holds it.
 
     A new version is built incrementally: when OUT holds an earlier version with the same size
     and decode settings, every source whose bytes it already holds is copied from its shards
