@@ -153,29 +153,33 @@ def _about(index_file: str, meta: dict) -> str:
 
 # ------------------------------------------------------------------ mixed
 
+def _by_dataset(parts: Sequence[Shards]) -> dict[str, list[Shards]]:
+    """The parts with an index, grouped by dataset (in the order first named)."""
+    indexed = [p for p in parts if p.meta is not None and p.index_file is not None]
+    if len({id(p.meta) for p in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
+        return {"": indexed} if indexed else {}
+    groups: dict[str, list[Shards]] = {}
+    for p in indexed:
+        groups.setdefault(dataset_key(p.meta), []).append(p)
+    return groups
+
+
 def datasets(parts: Sequence[Shards]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
-    found: dict[str, dict] = {}
-    for p in parts:
-        if p.meta is not None:
-            found.setdefault(dataset_key(p.meta), p.meta)
-    return list(found.values())
+    return [g[0].meta for g in _by_dataset(parts).values()]
 
 
 def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
     """Refuse (``OptionError``) parts of different datasets, naming each (its index, version, size,
     classes, the parts of the spec in it) and how it differs from the first. Parts without an index
     are not compared."""
-    groups: dict[str, list[Shards]] = {}
-    for p in parts:
-        if p.meta is not None and p.index_file is not None:
-            groups.setdefault(dataset_key(p.meta), []).append(p)
+    groups = _by_dataset(parts)
     if len(groups) > 1:
         firsts = [g[0] for g in groups.values()]
         tags = [f"[{i + 1}]" for i in range(len(firsts))]
         lines = [f"{spec}: these shards belong to {len(firsts)} different datasets, which cannot be read as one set:"]
-        lines += [f"  {t} {_about(p.index_file, p.meta)}: {_parts_text(groups[dataset_key(p.meta)])}"
-                  for t, p in zip(tags, firsts)]
+        lines += [f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text(g)}"
+                  for t, g in zip(tags, groups.values())]
         for t, p in zip(tags[1:], firsts[1:]):
             lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].meta, p.meta, tags[0], t)))
         lines.append(f"Read as one set, a label can name different classes in different shards and a key can "
@@ -213,19 +217,14 @@ class Gap:
 
 def gaps(parts: Sequence[Shards]) -> list[Gap]:
     """Per dataset (copies count as one), the splits whose shards the parts name only in part."""
-    named: dict[str, set[str]] = {}
-    first: dict[str, Shards] = {}
-    for p in parts:
-        if p.meta is None or p.names is None or p.index_file is None:
-            continue
-        key = dataset_key(p.meta)
-        first.setdefault(key, p)
-        named.setdefault(key, set()).update(p.names)
     from .layout import indexed_name_problem  # (layout imports this module)
 
     out = []
-    for key, names in named.items():
-        p = first[key]
+    for group in _by_dataset(parts).values():
+        listing = [p for p in group if p.names is not None]  # (a part naming tars its index lacks: not known)
+        if not listing:
+            continue
+        p, names = listing[0], {n for q in listing for n in q.names}
         listed = p.meta.get("shards")
         by_split: dict[str, list[str]] = {}
         for s in listed if isinstance(listed, list) else []:
