@@ -6,7 +6,8 @@ index.json, a brace pattern (``train-{000000..000041}.tar``), several of these j
 or given as a list; each a local path, a ``file://`` URL, an fsspec URL (``s3://``, ``gs://``...)
 or an ``http(s)://`` URL (``pipe:CMD`` passes through, for the loader only). ``resolve`` turns a
 spec into ``Shards``, which the loader (``training_adapter.shardlist``) and the inspectors
-(stats, verify, diff) share.
+(stats, verify) share; it refuses shards of different datasets and specs naming part of a split
+unless told otherwise (the rules: ``format.mixing``).
 
 Bytes, by scheme: ``open_stream`` for sequential reads (local files unbuffered, filled with
 ``readinto``; webdataset's ``gopen`` for ``pipe:`` and ``http(s)://``, as stock webdataset opens
