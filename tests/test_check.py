@@ -3,6 +3,7 @@
 import hashlib
 import os
 
+import pytest
 import xxhash
 
 from conftest import make_images
@@ -54,3 +55,66 @@ def test_check_sources_verifies_a_manifest_hash_when_it_reads(tmp_path):
     assert ok[1] == xxhash.xxh3_128_digest(data) and ok[4]
     # read, no fingerprint and no error: the caller decodes it, and the decode reports the mismatch
     assert bad[0] is None and bad[1] is None and bad[4]
+
+
+def _special_files(root):
+    """A FIFO, a folder named like an image, a Unix socket, and a character device (/dev/zero)."""
+    import socket
+
+    os.mkfifo(root / "pipe.jpg")
+    (root / "folder.jpg").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "sock.jpg"))
+    return sock, {"pipe": "pipe.jpg", "folder": "folder.jpg", "sock": "sock.jpg", "zero": "/dev/zero"}
+
+
+def test_paths_that_are_not_regular_files_are_skipped_never_read(tmp_path):
+    import signal
+
+    from wds_tools.convert.check import open_source
+
+    sock, paths = _special_files(tmp_path)
+    old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked")))
+    signal.alarm(10)  # opening a FIFO for reading blocks until a writer comes: fail, do not hang
+    try:
+        full = [p if os.path.isabs(p) else str(tmp_path / p) for p in paths.values()]
+        got = [g[0] for g in scan_files(full, S)]
+        checked = [c[0] for c in check_sources([Check(p) for p in full], S)]
+        by_hash = [c[0] for c in check_sources([Check(p, stat_only=True) for p in full], S)]
+        for path in full:
+            with pytest.raises(OSError):
+                open_source(path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        sock.close()
+    want = ["is a FIFO (named pipe), not a regular file: skipped, never read",
+            "is a directory, not a regular file: skipped, never read",
+            "is a socket, not a regular file: skipped, never read",
+            "is a character device, not a regular file: skipped, never read"]
+    assert got == checked == by_hash == want
+
+
+def test_a_conversion_lists_special_files_and_goes_on(tmp_path):
+    import json
+    import signal
+
+    from conftest import write_manifest
+    from wds_tools.convert import convert
+
+    rows = make_images(tmp_path, 12)
+    sock, paths = _special_files(tmp_path)
+    rows += [{"key": k, "path": p, "label": "a"} for k, p in paths.items()]
+    manifest = write_manifest(tmp_path / "m.csv", rows)
+    old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked")))
+    signal.alarm(60)
+    try:
+        res = convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=2, max_errors="4",
+                      progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        sock.close()
+    assert res.samples_written == 12 and res.failed == 4
+    errors = {e["key"]: e["error"] for e in map(json.loads, open(res.errors_file))}
+    assert set(errors) == set(paths) and all("not a regular file" in v for v in errors.values())

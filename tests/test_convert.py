@@ -151,9 +151,14 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert all(e["path"].startswith("img/") and e["line"] > 1 for e in errors)
     assert "trunc" not in load_index(res.out_dir).samples.keys
     assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"
-    # the same errors over a lower threshold: the run completes but says so
-    res2 = _run(manifest, tmp_path / "out2", max_errors="3")
-    assert res2.failed == 4 and res2.max_errors_exceeded and res2.samples_written == 30
+    # the same errors over a lower threshold (3 at the scan, "trunc" at decoding): stopped, no index
+    # (issue 15: it used to write the index and report max_errors_exceeded); test_finish.py has the rest
+    with pytest.raises(TooManyErrorsError, match=r"4 of 34 source files failed.*more than --max-errors allows \(3\)"):
+        _run(manifest, tmp_path / "out2", max_errors="3")
+    assert not (tmp_path / "out2/v1/32/index.json").exists()
+    res2 = _run(manifest, tmp_path / "out2", max_errors="4")
+    assert res2.failed == 4 and not res2.max_errors_exceeded and res2.samples_written == 30
+    assert _files(tmp_path / "out2/v1/32") == _files(tmp_path / "out/v1/32")
 
 
 def test_too_many_unreadable_files_stops_before_writing(tmp_path):
@@ -315,6 +320,32 @@ def test_keys_at_the_length_limit_are_written_and_read_by_every_reader(tmp_path)
     out3 = _run(write_manifest(tmp_path / "c" / "m3.csv", rows), tmp_path / "out3", sanitize_keys=True).out_dir
     keys = load_index(out3).samples.keys
     assert max(len(k) for k in keys) == 95 and len(set(keys)) == 4
+
+
+def test_a_resumed_run_reports_its_own_rate_and_what_it_kept(corpus, tmp_path, interrupt_writes, monkeypatch):
+    import wds_tools.convert.pipeline as pipeline
+
+    written = interrupt_writes(2)
+    with pytest.raises(KeyboardInterrupt):
+        _run(corpus, tmp_path / "out")
+    written.restore()
+    res = _run(corpus, tmp_path / "out")
+    kept = sum(s["samples"] for s in load_index(res.out_dir).shards if s["name"] in written)
+    assert (res.shards_resumed, res.samples_resumed, res.decoded) == (2, kept, 40 - kept)
+    assert f"; {40 - kept} images in this run at {res.images_per_second:,.1f} images/s, {kept} images in 2 " \
+           "shards kept from an interrupted run)" in res.to_text()
+    assert res.images_per_second > 0
+    # every shard done, killed before the index: the rerun converts nothing and says so, no "0.0 images/s"
+    real = pipeline.finish_size
+    monkeypatch.setattr(pipeline, "finish_size", lambda *a, **kw: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        _run(corpus, tmp_path / "out2")
+    monkeypatch.setattr(pipeline, "finish_size", real)
+    res = _run(corpus, tmp_path / "out2")
+    assert (res.shards_resumed, res.samples_resumed, res.decoded) == (res.shards, 40, 0)
+    text = res.to_text()
+    assert f"all 40 images in {res.shards} shards kept from an interrupted run, this run wrote the index" in text
+    assert "images/s" not in text
 
 
 # ------------------------------------------------------------------ clinical sets as they come (issue 14)

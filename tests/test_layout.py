@@ -65,10 +65,10 @@ def test_folder_index_file_and_file_url_agree(folder, names):
 
 
 def test_pattern_in_an_indexed_folder(folder, samples):
-    s = resolve(str(folder / "train-{000001..000003}.tar"))
+    s = resolve(str(folder / "train-{000001..000003}.tar"), allow_partial=True)
     assert s.names == ["train-000001.tar", "train-000002.tar", "train-000003.tar"] and s.selected
     assert s.counts == [samples[n] for n in s.names] and s.index_base == str(folder)
-    one = resolve(str(folder / "val-000001.tar"))
+    one = resolve(str(folder / "val-000001.tar"), allow_partial=True)
     assert one.urls == [str(folder / "val-000001.tar")] and one.counts == [samples["val-000001.tar"]]
 
 
@@ -86,19 +86,19 @@ def test_pattern_and_folder_without_index(folder, tmp_path):
 
 def test_joined_patterns_and_lists(folder, samples, tmp_path):
     one, two = str(folder / "train-{000000..000001}.tar"), str(folder / "val-000000.tar")
-    joined, listed = resolve(f"{one}::{two}"), resolve([one, Path(two)])
+    joined, listed = resolve(f"{one}::{two}", allow_partial=True), resolve([one, Path(two)], allow_partial=True)
     assert joined.urls == listed.urls == [str(folder / n) for n in
                                           ("train-000000.tar", "train-000001.tar", "val-000000.tar")]
     assert joined.names == [Path(u).name for u in joined.urls]
     assert joined.counts == [samples[n] for n in joined.names]
     assert joined.spec == f"{one}::{two}" and joined.selected and joined.folder == str(folder)
     other = shutil.copytree(folder, tmp_path / "other")
-    mixed = resolve([one, str(other / "val-000000.tar")])
+    mixed = resolve([one, str(other / "val-000000.tar")], allow_partial=True)
     assert mixed.folder is None and mixed.names is None and mixed.counts == joined.counts  # two indexes
     with pytest.raises(OptionError, match=r"the shards are in several folders \(.*other.*\); give one shards folder"):
         resolve([one, str(other / "val-000000.tar")], one_folder=True)
     shutil.copytree(folder, tmp_path / "other2")
-    assert len(resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar")) == 2
+    assert len(resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", allow_partial=True)) == 2
     with pytest.raises(OptionError, match="the pattern spans several folders; give one shards folder at a time"):
         resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", one_folder=True)
 
@@ -115,8 +115,9 @@ def test_errors_are_named(folder, tmp_path):
     gappy = shutil.copytree(folder, tmp_path / "gappy")
     (gappy / "train-000001.tar").unlink()  # listed in the index, gone from the folder
     with pytest.raises(ShardError, match=r"1 of 3 shards do not exist, e.g. .*gappy/train-000001.tar"):
-        resolve(str(gappy / "train-{000000..000002}.tar"))  # the loader
-    assert len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True).names) == 3  # verify names it
+        resolve(str(gappy / "train-{000000..000002}.tar"), allow_partial=True)  # the loader
+    assert len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True,
+                       allow_partial=True).names) == 3  # verify names it
     with pytest.raises(IndexFormatError, match=r"index.json: no split 'test'; the index has train, val"):
         resolve(folder, split="test")
     with pytest.raises(OptionError, match="pipe: commands are read by the loader only"):
@@ -201,7 +202,7 @@ def test_s3_folder_index_and_pattern(folder, names, bucket, tmp_path):
         s = resolve(spec)
         assert s.urls == [f"{base}/{n}" for n in names] and s.counts == local.counts and s.index_base == base
         assert s.meta == local.meta
-    p = resolve(f"{base}/train-{{000001..000002}}.tar", need_index=True)
+    p = resolve(f"{base}/train-{{000001..000002}}.tar", need_index=True, allow_partial=True)
     assert p.names == ["train-000001.tar", "train-000002.tar"] and p.counts == local.counts[1:3] and p.selected
     bare = upload(fs, folder, f"{url}/bare", skip=("index.json", "samples.npz"))
     assert [u.rsplit("/", 1)[1] for u in resolve(bare, scan=True).urls] == sorted(n for n in names)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HAM_COLUMNS, ISIC_COLUMNS, write_ham, write_isic
+from conftest import HAM_COLUMNS, write_ham, write_isic
 from wds_tools.convert.manifest import (
     Columns, PathTemplate, bind, cell_text, column_type, metadata_values, read_table, typed,
 )

@@ -109,3 +109,74 @@ def test_ray_executor_multi_size_is_byte_identical_to_local(corpus, tmp_path):
     for size in (32, 48):
         convert(corpus, out=tmp_path / "local", workers=1, size=size, **common)
         assert _files(tmp_path / f"ray/v1/{size}") == _files(tmp_path / f"local/v1/{size}")
+
+
+def _session_alive(sid: int) -> list[str]:
+    """Processes of session ``sid`` that are not zombies: 'pid state command'."""
+    import os
+
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp session ...
+        if int(fields[3]) == sid and fields[0] not in "ZX":
+            alive.append(f"{entry} {fields[0]} {cmd}")
+    return alive
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_kill_9_of_the_cli_leaves_no_worker_and_closes_its_pipes(tmp_path, start):
+    """The parent dies by SIGKILL while its pool decodes; every worker (and with spawn the resource
+    tracker) must be gone within a few seconds, and the caller's stdout and stderr pipes reach EOF."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import make_images, write_manifest
+
+    root = tmp_path / "c"
+    manifest = write_manifest(root / "m.csv", make_images(root, 60, size=(1600, 1200)))
+    # a thread in the caller makes the runner spawn rather than fork (see runner._start_method)
+    pre = ("import threading, time; threading.Thread(target=time.sleep, args=(600,), daemon=True).start(); "
+           if start == "spawn" else "")
+    cmd = [sys.executable, "-c", pre + "from wds_tools.cli import main; main()", "convert", "--source",
+           str(manifest), "--version", "v1", "--size", "64", "--out", str(tmp_path / "out"), "--shard-size", "4",
+           "--workers", "3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        dest = tmp_path / "out/v1/64"
+        deadline = time.time() + 120
+        while not list(dest.glob("*.tar")) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.01)  # the pool is decoding once the first shard is there
+        workers = [p for p in _session_alive(proc.pid) if not p.startswith(f"{proc.pid} ")]
+        assert proc.poll() is None and len(workers) >= 2, (workers, proc.poll())
+        assert not (dest / "index.json").exists()
+        os.kill(proc.pid, signal.SIGKILL)
+        t0, open_fds = time.time(), {proc.stdout.fileno(), proc.stderr.fileno()}
+        while open_fds and time.time() - t0 < 5:
+            ready, _, _ = select.select(list(open_fds), [], [], 0.2)
+            for fd in ready:
+                if not os.read(fd, 1 << 16):
+                    open_fds.discard(fd)
+        assert not open_fds, "a process still holds the caller's stdout or stderr 5 s after kill -9"
+        while _session_alive(proc.pid) and time.time() - t0 < 5:
+            time.sleep(0.05)
+        assert not _session_alive(proc.pid), _session_alive(proc.pid)
+    finally:
+        for line in _session_alive(proc.pid):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        proc.wait(10)

@@ -149,7 +149,8 @@ def test_killed_multi_size_run_resumes_byte_identical(tmp_path, phase):
     if phase == "spilled size":
         assert big["already_complete"]
     else:
-        assert big["shards_resumed"] >= 2 and big["decodes"] < 2 * 150
+        # the second tar was there: the first shard had its resume marker (the second may not yet)
+        assert big["shards_resumed"] >= 1 and big["decodes"] < 2 * 150
     for size in ("32", "64"):
         ref = subprocess.run(command(tmp_path / "ref", size), cwd=ROOT, capture_output=True, text=True,
                              timeout=300)

@@ -284,13 +284,15 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     (channels-last memory, a copy the caller owns), the label index, the sample key and a dict of
     the index's per-sample columns (``width``, ``height``, ``src_size``: the source image's size
     and bytes). Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
-    ``DistributedSampler(dataset)``. ``subset`` and ``check_samples`` as in ``make_loader``.
+    ``DistributedSampler(dataset)``. ``subset``, ``check_samples`` and ``allow_partial`` as in
+    ``make_loader``.
     """
 
-    def __init__(self, path, *, split: str = "train", subset=None, check_samples: bool | str = "labels"):
+    def __init__(self, path, *, split: str = "train", subset=None, check_samples: bool | str = "labels",
+                 allow_partial: bool = False):
         from .shardlist import resolve_urls
 
-        shards = resolve_urls(path, split=split)
+        shards = resolve_urls(path, split=split, allow_partial=allow_partial)
         if shards.meta is None or any(u.startswith(("pipe:", "http://", "https://")) for u in shards.urls):
             raise OptionError(f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
                               f"storage; point it at the shards folder or its index.json")

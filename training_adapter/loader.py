@@ -467,6 +467,7 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                 split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
                 subset=None, class_weights=None, check_samples: bool | str = "labels",
+                allow_mixed: bool = False, allow_partial: bool = False,
                 multiprocessing_context=None) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
@@ -483,8 +484,15 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
     checked). A mismatch is a ``ShardError`` naming shard, byte offset and key.
     ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
     memory per worker (150 KB each at 224 px: 150 MB for 1000).
+    ``allow_mixed``: read shards of different datasets (index.json files of another version,
+    classes, size or build) as one set, with the streaming reader: each sample's label is its own
+    ``.cls``, and classes, mean/std and size are the first index's; refused by default, since a
+    label then names different classes in different shards. Copies of one dataset (a mirror) need
+    no option. ``allow_partial``: read a pattern that names only some shards of a split; refused by
+    default, naming the missing shards.
     """
-    shards = resolve_urls(urls, split=split or ("train" if train else "val"))
+    shards = resolve_urls(urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed,
+                          allow_partial=allow_partial)
     if mean is not None:
         shards.mean = list(mean)
     if std is not None:

@@ -4,7 +4,8 @@ URLs follow webdataset's conventions: brace patterns (``train-{000000..000041}.t
 patterns joined with ``::``, ``pipe:`` and ``http(s)://`` URLs passed through to ``gopen``. A wds-tools
 shards folder or its ``index.json`` (local, object storage or http) is accepted in place of a
 pattern; it, or the index beside a pattern's shards, also gives the samples per shard (for equal
-batch counts across ranks) and the pixel mean/std. ``wds_tools.format.layout`` resolves them.
+batch counts across ranks) and the pixel mean/std. ``wds_tools.format.layout`` resolves them, and
+refuses shards of different datasets and patterns naming part of a split (``format.mixing``).
 
 The epoch plan is a pure function of (sample counts, seed, epoch, rank, world size, workers).
 """
@@ -43,10 +44,20 @@ class ShardList:
         return len(self.urls)
 
 
-def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train") -> ShardList:
+def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train",
+                 allow_mixed: bool = False, allow_partial: bool = False) -> ShardList:
     """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes);
-    ``format.layout.resolve`` does the work."""
-    shards = resolve(urls, split=split, pipe=True)
+    ``format.layout.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
+    pattern naming part of a split (``allow_partial``) are refused unless allowed."""
+    for name, value in (("allow_mixed", allow_mixed), ("allow_partial", allow_partial)):
+        if not isinstance(value, bool):
+            raise OptionError(f"{name}={value!r}: expected True or False")
+    shards = resolve(urls, split=split, pipe=True, allow_mixed=allow_mixed, allow_partial=allow_partial)
+    sizes = sorted({m.get("size") for m in shards.datasets}, key=str)
+    if len(sizes) > 1:  # only with allow_mixed: refused before training, not at the first odd sample
+        raise OptionError(f"{shards.spec}: allow_mixed=True, but these datasets hold images of "
+                          f"{' and '.join(f'{s} px' for s in sizes)}, which cannot share a batch; "
+                          f"give shards of one size")
     meta = shards.meta or {}
     listed = shards.names is not None
     return ShardList(shards.urls, shards.counts, meta.get("mean"), meta.get("std"), meta.get("size"),

@@ -119,7 +119,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "(the original key is kept in each sample's json).")
 @click.option("--max-errors", default="1%", show_default=True,
               help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
-                   "Past it the command exits non-zero.")
+                   "Past it the command stops with a non-zero exit and no index.json; the shards written "
+                   "are kept, and the same command with a higher limit finishes the rest.")
 @click.option("--from", "base", default=None,
               help="Reuse pixels from this earlier version (same --size and decode settings), and with --group "
                    "or --stratify keep the splits of its groups. Default: the newest such version under --out.")
@@ -155,8 +156,10 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     path (a column, or a template), and optionally a --group column (lesion, patient) whose groups
     never straddle two splits.
 
-    Running the same command again resumes an interrupted conversion; a folder made with other
-    options or another source is refused, never overwritten.
+    Running the same command again resumes an interrupted conversion (Ctrl-C, kill -9, a full
+    disk); a folder made with other options or another source is refused, never overwritten.
+    One conversion at a time writes a folder: a second one is refused at once, naming the host,
+    pid, start time and command of the one that holds it.
 
     A new version is built incrementally: when OUT holds an earlier version with the same size
     and decode settings, every source whose bytes it already holds is copied from its shards
@@ -288,13 +291,20 @@ def index_files(path, out, wids, dali, as_json) -> None:
 @click.option("--group", "group", default=None, metavar="COL",
               help="Report the groups of this metadata column (e.g. patient_id) found in more than one split. "
                    "Default: the --group column the set was converted with, if any.")
+@click.option("--allow-mixed", is_flag=True,
+              help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
+                   "size or build), refused by default with a message naming both; they can only be read as one "
+                   "set with --scan, as any reader of the tars would see them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def stats(path, out, world_size, workers, scan, plot_path, by, group, as_json) -> None:
+def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixed, as_json) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
     (shards/v1/224/train-{000000..000041}.tar), local or a URL (s3://bucket/shards/v1/224,
     https://host/shards/v1/224/index.json). Default: the newest OUT/<version>/<size>/.
+    Shards of different datasets (e.g. v1 and v2 patterns joined with ::) are refused (see
+    --allow-mixed); a pattern naming only some shards of a split is reported on, with a warning
+    naming the shards it leaves out.
 
     Per split: shard count; samples and bytes per shard (min, median, max, max/min, coefficient
     of variation); the class distribution and each shard's largest deviation from it; shards and
@@ -320,7 +330,7 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, as_json) -
         if plot_path:
             require_matplotlib()
         report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan, by=by,
-                               group=group)
+                               group=group, allow_mixed=allow_mixed)
         if plot_path:
             plot_stats(report, plot_path)
     except WdsToolsError as e:
@@ -344,8 +354,12 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, as_json) -
 @click.option("--no-stats", is_flag=True,
               help="Do not recompute mean/std from the pixels (about a third less CPU for a full verify); they are "
                    "then only compared with splits.train's.")
+@click.option("--allow-mixed", is_flag=True,
+              help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
+                   "size or build), refused by default with a message naming both; they can only be read as one "
+                   "set with --scan, as any reader of the tars would see them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def verify(path, out, quick, scan, threads, no_stats, as_json) -> None:
+def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -357,7 +371,9 @@ def verify(path, out, quick, scan, threads, no_stats, as_json) -> None:
     and sha256, every member's name, offset and length, every .npy header (dtype |u1, shape
     [S, S, 3]) and XXH3-64, each sample's label (.cls), class name, key, fingerprint, width,
     height and source path (.json), every key exactly once, and mean/std recomputed from the
-    pixels. A missing, truncated or altered shard or index field is reported by name.
+    pixels. A missing, truncated or altered shard or index field is reported by name. Shards of
+    different datasets are refused (see --allow-mixed); a pattern naming only some shards of a
+    split checks those, with a warning naming the shards it leaves out.
 
     \b
     Examples:
@@ -365,13 +381,14 @@ def verify(path, out, quick, scan, threads, no_stats, as_json) -> None:
       wds-tools verify --quick                             # newest version under ./shards
       wds-tools verify "shards/v1/224/val-{000000..000003}.tar" --json
       wds-tools verify old-shards/ --scan                  # no index.json there
+      wds-tools verify "shards/v1/224::shards/v2/224" --scan --allow-mixed   # both as one set: duplicate keys
       wds-tools verify https://host/shards/v1/224/index.json --quick
     """
     from .inspect.verify import verify as run_verify
 
     try:
         report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads, stats=not no_stats,
-                            progress=sys.stderr.isatty())
+                            allow_mixed=allow_mixed, progress=sys.stderr.isatty())
     except WdsToolsError as e:
         _fail(e)
     _emit(report, as_json)

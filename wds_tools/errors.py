@@ -13,6 +13,8 @@ __all__ = [
     "ShardError",
     "ExtraNotInstalledError",
     "TooManyErrorsError",
+    "OutputBusyError",
+    "DiskFullError",
 ]
 
 
@@ -68,3 +70,11 @@ class ExtraNotInstalledError(WdsToolsError):
 
 class TooManyErrorsError(WdsToolsError):
     """More source files failed than --max-errors allows."""
+
+
+class OutputBusyError(WdsToolsError):
+    """Another conversion is writing the output folder; the message names it (host, pid, since, command)."""
+
+
+class DiskFullError(WdsToolsError):
+    """The output's filesystem is full; the message names the folder and the space still needed."""

@@ -8,9 +8,11 @@ base's (the quick check) needs a stat only; anything else is read whole and fing
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
+import stat
 from dataclasses import dataclass
 
 import xxhash
@@ -19,14 +21,30 @@ from .decode import DecodeError, DecodeSettings, probe_image
 from ..format.layout import filesystem
 from .storage import is_remote, open_input
 
-__all__ = ["HASH_ALGORITHMS", "Check", "open_source", "os_reason", "scan_files", "check_sources",
+__all__ = ["HASH_ALGORITHMS", "Check", "NotRegularFileError", "open_source", "os_reason", "scan_files", "check_sources",
            "content_hasher", "hash_mismatch"]
 
 HASH_ALGORITHMS = {"sha256": 64, "md5": 32}  # manifest column -> hex digits
 _CHUNK = 4 << 20
 
 
+class NotRegularFileError(OSError):
+    """A source path names a FIFO, a device, a socket or a folder: skipped, never read."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular(mode: int, path: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise NotRegularFileError(errno.EINVAL, kind, path)
+
+
 def os_reason(e: OSError) -> str:
+    if isinstance(e, NotRegularFileError):
+        return f"is {e.strerror}, not a regular file: skipped, never read"
     if isinstance(e, FileNotFoundError):
         return "missing file"
     if isinstance(e, PermissionError):
@@ -41,9 +59,17 @@ def open_source(path: str):
     if is_remote(path):
         f = open_input(path)
         return f, int(f.size), 0
-    f = open(path, "rb", buffering=0)
-    st = os.fstat(f.fileno())
-    return f, st.st_size, st.st_mtime_ns
+    _require_regular(os.stat(path).st_mode, path)  # a FIFO would block open(), a device never end
+    # O_NONBLOCK: should the path turn into a FIFO after the stat, open() still returns at once
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        _require_regular(st.st_mode, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb", buffering=0), st.st_size, st.st_mtime_ns
 
 
 def content_hasher(content_hash: str | None):
@@ -70,6 +96,7 @@ def _stat(path: str) -> tuple[int, int]:
     if is_remote(path):
         return int(filesystem(path).info(path)["size"]), 0
     st = os.stat(path)
+    _require_regular(st.st_mode, path)
     return st.st_size, st.st_mtime_ns
 
 

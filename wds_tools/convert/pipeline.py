@@ -19,12 +19,14 @@ from dataclasses import replace
 from .. import __version__
 from ..errors import OptionError, TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
-from ..format.index import ERRORS_FILE, read_npz
+from ..format.index import ERRORS_FILE
 from ..format.sample import classes_digest
 from . import hashes
-from .assemble import assemble_index, dry_run_result, result_from_index, source_stats, write_errors
+from .assemble import dry_run_result, result_from_index, write_errors
 from .check import Check, check_sources, scan_files
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
+from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
+from .lock import lock_folders, release_all
 from .plan import parse_shard_size, plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
 from .reuse import Base
@@ -33,6 +35,7 @@ from .groups import find_split_base
 from .manifest import Columns
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
+from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store, join
 from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
@@ -126,7 +129,11 @@ def convert(
     default). ``dry_run`` reports the plan and writes nothing. ``executor="ray"`` runs one task
     per shard on a Ray cluster (``ray_address``; default: a local instance) with the same plan
     and bytes. Resumes an interrupted run with the same arguments; refuses a folder made with
-    other options or another source. Bad source files are skipped and listed in errors.jsonl.
+    other options or another source. Bad source files are skipped and listed in errors.jsonl;
+    more than ``max_errors`` raises ``TooManyErrorsError`` with no index written (a rerun with a
+    higher limit finishes). Each size folder is locked for the run (lock.py): a conversion into a
+    folder another one is writing raises ``OutputBusyError`` naming it. A full disk raises
+    ``DiskFullError`` naming the folder and the space still needed.
 
     A manifest's columns are ``key``, ``path`` and ``label`` (and ``split`` when it has one) unless
     ``key``, ``label``, ``path`` (a column, or a template such as ``"images/{image_id}.jpg"``) and
@@ -161,47 +168,82 @@ def convert(
     split_base = find_split_base(out, str(version), sizes, base, group) if group is not None or stratify else None
     src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, columns=columns,
                       stratify=stratify, split_base=split_base)
-    targets = []
-    for s in sizes:
-        store = Store(join(out, str(version), str(s)))
-        sp = spec(src, version=version, size=s, resize=resize, shard_size=n_per_shard[s], seed=seed,
-                  val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
-        state, done_meta = prepare_dest(store, sp)
-        result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=s,
-                               max_errors_allowed=allowed_errors(max_err, len(src.rows)), dry_run=dry_run,
-                               checksum=checksum)
-        targets.append(Target(s, store, sp, state, done_meta, result, n_per_shard[s]))
-    for t in targets:
-        if t.state == "complete":
-            _already_complete(t, t0)
-    todo = [t for t in targets if t.state != "complete"]
-    if todo:
-        for t in todo:
-            t.base = select_base(os.fspath(out), str(version), t.size, resize, decode, reuse, base,
-                                 decoder_versions())
-            t.result.base = t.base.version if t.base is not None else None
-        runner = make_runner(executor, workers, ray_address)  # before writing: a missing extra leaves nothing
-        try:
-            if not dry_run:
-                for t in todo:
-                    t.store.makedirs(t.work)
-                    t.store.write_bytes(join(t.work, "run.json"), (dumps_canonical(t.spec) + "\n").encode())
-            _run(src, todo, runner, out=os.fspath(out), version=str(version), seed=seed, resize=resize,
-                 settings=decode, checksum=checksum, dry_run=dry_run, progress=progress, t0=t0)
-        except BrokenProcessPool:
-            runner.close(cancel=True)
-            raise WdsToolsError(
-                "a worker process died (killed, or out of memory?); finished shards are kept. "
-                "Run the same command again to resume, with fewer --workers if memory is short."
-            ) from None
-        except BaseException:
-            runner.close(cancel=True)
-            raise
-        finally:
-            runner.close()
+    stores = [Store(join(out, str(version), str(s))) for s in sizes]
+    # one writer per folder, taken before the folder's state is read; a dry run writes nothing
+    locks = [] if dry_run else lock_folders(stores)
+    try:
+        targets = []
+        for s, store, lock in zip(sizes, stores, locks or [None] * len(sizes)):
+            sp = spec(src, version=version, size=s, resize=resize, shard_size=n_per_shard[s], seed=seed,
+                      val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
+            # a complete folder an interrupted run left unclean is cleaned by any run
+            unclean = clean_complete_folder(store) if lock is not None else False
+            state, done_meta = prepare_dest(store, sp)
+            result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=s,
+                                   max_errors_allowed=allowed_errors(max_err, len(src.rows)), dry_run=dry_run,
+                                   checksum=checksum)
+            if lock is not None and lock.taken_over is not None and state != "fresh":
+                result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
+                                    "interrupted")
+            targets.append(Target(s, store, sp, state, done_meta, result, n_per_shard[s]))
+            if unclean:
+                _cleaned(targets[-1], src, out=os.fspath(out), version=str(version))
+        for t in targets:
+            if t.state == "complete":
+                _already_complete(t, t0)
+        todo = [t for t in targets if t.state != "complete"]
+        if todo:
+            _convert_todo(src, todo, out=os.fspath(out), version=str(version), seed=seed, resize=resize,
+                          decode=decode, reuse=reuse, base=base, checksum=checksum, dry_run=dry_run,
+                          executor=executor, workers=workers, ray_address=ray_address, progress=progress,
+                          t0=t0)
+    finally:
+        release_all(locks)
     if len(targets) == 1:
         return targets[0].result
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
+
+
+def _convert_todo(src: Source, todo: list[Target], *, out: str, version: str, seed: int, resize: str,
+                  decode: DecodeSettings, reuse: bool, base: str | None, checksum: bool, dry_run: bool,
+                  executor: str, workers: int | None, ray_address: str | None, progress: bool,
+                  t0: float) -> None:
+    for t in todo:
+        t.base = select_base(out, version, t.size, resize, decode, reuse, base, decoder_versions())
+        t.result.base = t.base.version if t.base is not None else None
+    runner = make_runner(executor, workers, ray_address)  # before writing: a missing extra leaves nothing
+    try:
+        if not dry_run:
+            for t in todo:
+                t.store.makedirs(t.work)
+                t.store.write_bytes(join(t.work, "run.json"), (dumps_canonical(t.spec) + "\n").encode())
+        _run(src, todo, runner, out=out, version=version, seed=seed, resize=resize,
+             settings=decode, checksum=checksum, dry_run=dry_run, progress=progress, t0=t0)
+    except BrokenProcessPool:
+        runner.close(cancel=True)
+        raise WdsToolsError(
+            "a worker process died (killed, or out of memory?); finished shards are kept. "
+            "Run the same command again to resume, with fewer --workers if memory is short."
+        ) from None
+    except OSError as e:
+        runner.close(cancel=True)
+        if e.errno in DISK_FULL_ERRNOS:
+            raise disk_full_error(todo, e, len(src.rows)) from None
+        raise
+    except BaseException:
+        runner.close(cancel=True)
+        raise
+    finally:
+        runner.close()
+
+
+def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
+    """``t``'s folder was complete but unclean (a run killed after its index.json) and has been cleaned."""
+    t.result.notes.append(f"removed what an interrupted run left after writing the index ({WORK_DIR}/, "
+                          "temporary files)")
+    if t.state == "complete" and not t.store.remote and any(r.content_hash for r in src.rows):
+        # the same source: save the manifest-hash pairs the killed run may not have saved
+        clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
 
 
 def _already_complete(t: Target, t0: float) -> None:
@@ -286,7 +328,8 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
         names = []
         for t in todo:
             names.append(write_errors(t.store, failures))
-            t.store.rmtree(t.work)
+            if not [n for n in t.store.names(t.work) if n != "run.json" and not n.startswith("run.json.tmp")]:
+                t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
             f"{len(failures)} of {len(rows)} source files are unreadable, more than --max-errors allows "
             f"({allowed}); nothing was converted. The files and reasons are in {', '.join(names)}. "
@@ -379,12 +422,20 @@ def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: st
     """Write ``t``'s pending shards (those a previous run finished are kept), then its index."""
     result, store = t.result, t.store
     result.shards_resumed = len(t.metas)
+    result.samples_resumed = sum(m["samples"] for m in t.metas.values())
     pending = [task for task in t.tasks if task.name not in t.metas]
+    gate = ErrorGate(t, src, scan_failures)
+    gate.check()  # the shards kept from an earlier run may already hold too many failures
+
+    def done(task: ShardTask, meta: dict) -> None:
+        t.metas[task.name] = meta
+        gate.check()
+
     t_write = time.perf_counter()
     label = f"convert {t.size}" + (f"+{'+'.join(str(s) for s, _ in pending[0].spill)}"
                                    if pending and pending[0].spill else "")
     with _bar(sum(len(task.samples) for task in pending), label, "img", progress) as bar:
-        write_shards(pending, runner, lambda task, meta: t.metas.__setitem__(task.name, meta), bar.update)
+        write_shards(pending, runner, done, bar.update)
     write_seconds = time.perf_counter() - t_write
     for task in pending:
         meta = t.metas[task.name]
@@ -393,37 +444,14 @@ def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: st
         result.decodes += meta.get("decodes", 0)
         result.reuse_problems += meta["reuse_problems"]
 
-    # 4. index: written last, from the per-shard columns
-    failures = list(scan_failures)
-    for task in t.tasks:
-        failures += t.metas[task.name]["failed"]
-    result.errors_file = write_errors(store, failures)  # before the index, which names it
+    # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
+    failures = gate.failures()
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, settings, t.base,  # golden test pins them
-                          result.errors_file is not None, provenance)
-    if not store.remote and any(r.content_hash for r in src.rows):
-        _save_hash_pairs(out, version, src, store)
-    if not store.remote:  # the quick check's mtimes, kept outside the format (hashes.py)
-        hashes.save_stats(out, version, source_stats(store, t.work, t.tasks, src))
-    planned = {task.name for task in t.tasks}
-    for name in store.names(store.root):  # leftovers of an interrupted run whose plan has since changed
-        if (name.endswith(".tar") and name not in planned) or ".partial" in name:
-            store.remove(store.join(name))
-    store.rmtree(t.work)
-
+    meta = finish_size(t, src, failures, out=out, version=version, settings=settings,  # golden test pins them
+                       provenance=provenance)
     result_from_index(result, store, meta)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
     result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0
     result.seconds = round(time.perf_counter() - t0, 3)
-
-
-def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
-    """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
-    from ..format.index import SAMPLES_FILE
-
-    cols = read_npz(store.join(SAMPLES_FILE), ["key", "fingerprint"])
-    fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
-    hashes.save_pairs(out, version, {r.content_hash: fp_of[r.key] for r in src.rows
-                                     if r.content_hash is not None and r.key in fp_of})

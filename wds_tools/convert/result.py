@@ -22,7 +22,8 @@ class ConvertResult:
     samples_written: int = 0
     failed: int = 0
     shards: int = 0
-    shards_resumed: int = 0
+    shards_resumed: int = 0  # shards an interrupted run had finished, kept
+    samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
     base: str | None = None  # the version whose pixels were reused
     decoded: int = 0  # samples decoded from source in this run
     reused: int = 0  # samples copied from the base, label unchanged
@@ -43,6 +44,7 @@ class ConvertResult:
     max_errors_allowed: int = 0
     max_errors_exceeded: bool = False
     already_complete: bool = False
+    notes: list[str] = field(default_factory=list)  # e.g. a lock or clean-up taken over from a killed run
 
     def to_text(self) -> str:
         """What the run did (or would do), per split, with reuse and failure counts."""
@@ -52,9 +54,8 @@ class ConvertResult:
             lines = [f"Dry run, nothing written: {self.out_dir} would hold "
                      f"{sum(s['samples'] for s in self.splits.values()):,} samples in {self.shards} shards"]
         else:
-            resumed = f", {self.shards_resumed} kept from an interrupted run" if self.shards_resumed else ""
-            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards{resumed} in "
-                     f"{self.out_dir} ({self.seconds:.1f} s, {self.images_per_second:,.1f} images/s)"]
+            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards in {self.out_dir} "
+                     f"({self.seconds:.1f} s{self._rate()})"]
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
             lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
@@ -80,7 +81,19 @@ class ConvertResult:
         if self.failed:
             where = f" (reasons in {self.errors_file})" if self.errors_file else ""
             lines.append(f"  failed: {self.failed}{where}")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _rate(self) -> str:
+        """The rate of this run's own images; a resumed run says how many it kept."""
+        if not self.shards_resumed:
+            return f", {self.images_per_second:,.1f} images/s"
+        kept = (f"{self.samples_resumed:,} images in {self.shards_resumed} shard"
+                f"{'s' if self.shards_resumed != 1 else ''} kept from an interrupted run")
+        now = self.decoded + self.reused + self.relabeled
+        if not now:
+            return f"; all {kept}, this run wrote the index"
+        return f"; {now:,} images in this run at {self.images_per_second:,.1f} images/s, {kept}"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -34,14 +34,54 @@ def orphaned() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def _init_worker(q) -> None:
+def _init_worker(q, parent: int) -> None:
     global _progress, _parent_pid
     _progress = q.put
-    _parent_pid = os.getppid()
+    _parent_pid = parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    # An idle worker blocks reading its task queue and would outlive a parent killed with -9
-    # (holding the parent's stdout open); leave as soon as the parent is gone.
-    threading.Thread(target=_exit_when_orphaned, daemon=True).start()
+    # A worker must not outlive a parent killed with -9: an idle one blocks reading its task queue,
+    # and it would hold the caller's stdout/stderr open (a script reading them to EOF would hang),
+    # and keep the resource tracker (spawn) alive, which waits for every holder of its pipe.
+    _die_with_parent()
+    _detach_stdio()
+    if orphaned():  # the parent died before the lines above took effect
+        os._exit(1)
+    threading.Thread(target=_exit_when_orphaned, daemon=True).start()  # where prctl is missing
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGKILL to this process when its parent dies (PR_SET_PDEATHSIG).
+
+    The signal follows the thread that forked the worker; the pool forks from the thread that
+    creates the Runner or submits to it, the main thread of the converter, which lives as long
+    as its process.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass  # the watchdog thread still ends the worker within 0.2 s
+
+
+def _detach_stdio() -> None:
+    """Point the worker's stdin, stdout and stderr at /dev/null, so that no worker, even one that
+    lingers (stuck in the kernel, say), keeps the caller's pipes open. A worker reports through its
+    results: an exception comes back to the parent, which prints it; a crash breaks the pool, which
+    the parent reports."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
 
 
 def _exit_when_orphaned() -> None:
@@ -93,7 +133,7 @@ class Runner:
             ctx = get_context(_start_method())
             self.queue = ctx.Queue()
             self.pool = ProcessPoolExecutor(workers - 1, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(self.queue,))
+                                            initargs=(self.queue, os.getpid()))
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
             for _ in range(workers - 1):

@@ -62,6 +62,9 @@ class SpillWriter:
             self.offset += len(npy)
 
     def finish(self) -> None:
+        if not self.rows:  # nothing of this shard was needed: keep what an interrupted run spilled for it
+            self.abort()
+            return
         self.f.flush()
         os.fsync(self.f.fileno())  # as a shard is: renamed only once its bytes are on disk
         self.f.close()
@@ -80,7 +83,10 @@ class SpillWriter:
 
     def abort(self) -> None:
         if not self.f.closed:
-            self.f.close()
+            try:
+                self.f.close()
+            except OSError:  # disk full: flushing on close fails again; the file goes anyway
+                pass
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:

@@ -23,6 +23,7 @@ __all__ = ["WORK_DIR", "Target", "spec", "spec_differences", "prepare_dest", "ta
            "finished_meta", "select_base"]
 
 WORK_DIR = ".wds-tools-work"
+LOCK_FILE = ".wds-tools-lock"  # see lock.py
 _BUILD_RECORD_ONLY = ("source_path", "base")  # recorded in index.json, not part of what is built
 
 
@@ -106,7 +107,7 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
                 f"{dest} to start over."
             )
         return "resume", None
-    others = [name for name in store.names(dest) if name not in (ERRORS_FILE, WORK_DIR)]
+    others = [name for name in store.names(dest) if name not in (ERRORS_FILE, WORK_DIR, LOCK_FILE)]
     if others:
         raise OutputExistsError(
             f"{dest} exists and holds files wds-tools did not write ({', '.join(others[:5])}); "
@@ -129,6 +130,9 @@ def finished_meta(store: Store, task: ShardTask) -> dict | None:
         ok = (meta.get("digest") == task.digest
               and store.size(join(task.dest, task.name)) == meta["bytes"]
               and store.exists(join(task.work, task.name + ".npz")))
+        if ok and meta.get("failed_stat"):  # a source that failed and has changed since (repaired?): redo
+            now = {s.key: [s.src_size, s.src_mtime_ns] for s in task.samples}
+            ok = all(now.get(key) == stat for key, stat in meta["failed_stat"].items())
         return meta if ok else None
     except (OSError, ValueError, KeyError):
         return None

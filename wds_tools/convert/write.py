@@ -89,6 +89,7 @@ class Encoded:
     rows: list[tuple] = field(default_factory=list)  # key, label, fp, width, height, src_size, mtime, npy_xxh3, path
     hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     failed: list[dict] = field(default_factory=list)
+    failed_stat: dict[str, list[int]] = field(default_factory=dict)  # key -> the source's [size, mtime_ns]
     problems: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=lambda: {"decoded": 0, "reused": 0, "relabeled": 0})
     decodes: int = 0  # libjpeg/Pillow decodes done (a multi-size sample may need one per draft scale)
@@ -192,6 +193,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 error = reason if reason is not None else str(pictures[task.size])
                 out.failed.append({"key": s.key, "path": s.source_path, "line": s.line,
                                    "stage": "decode", "error": error})
+                out.failed_stat[s.key] = [s.src_size, s.src_mtime_ns]  # a rerun redoes the shard if it changes
                 npy = None
             else:
                 dec = pictures[task.size]
@@ -263,6 +265,7 @@ class ShardAssembler:
         self.spills = {size: SpillWriter(folder, task.name) for size, folder in task.spill}
         self.rows: list[tuple] = []
         self.failed: list[dict] = []
+        self.failed_stat: dict[str, list[int]] = {}
         self.problems: list[dict] = []
         self.counts = {"decoded": 0, "reused": 0, "relabeled": 0}
         self.hist = np.zeros(768, dtype=np.int64)
@@ -276,6 +279,7 @@ class ShardAssembler:
             self.rows.append((k, label, fp, width, height, src_size, mtime, npy_x, path, placed))
         self.hist += enc.hist
         self.failed += enc.failed
+        self.failed_stat.update(enc.failed_stat)
         self.problems += enc.problems
         for k, v in enc.counts.items():
             self.counts[k] += v
@@ -295,7 +299,7 @@ class ShardAssembler:
             self.cleanup()
         store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(self.rows)))
         meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
-                "sha256": sha, "samples": len(self.rows), "failed": self.failed,
+                "sha256": sha, "samples": len(self.rows), "failed": self.failed, "failed_stat": self.failed_stat,
                 "histogram": self.hist.tolist(), "counts": self.counts, "reuse_problems": self.problems,
                 "decodes": self.decodes}
         store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())

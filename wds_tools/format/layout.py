@@ -6,7 +6,8 @@ index.json, a brace pattern (``train-{000000..000041}.tar``), several of these j
 or given as a list; each a local path, a ``file://`` URL, an fsspec URL (``s3://``, ``gs://``...)
 or an ``http(s)://`` URL (``pipe:CMD`` passes through, for the loader only). ``resolve`` turns a
 spec into ``Shards``, which the loader (``training_adapter.shardlist``) and the inspectors
-(stats, verify, diff) share.
+(stats, verify) share; it refuses shards of different datasets and specs naming part of a split
+unless told otherwise (the rules: ``format.mixing``).
 
 Bytes, by scheme: ``open_stream`` for sequential reads (local files unbuffered, filled with
 ``readinto``; webdataset's ``gopen`` for ``pipe:`` and ``http(s)://``, as stock webdataset opens
@@ -32,6 +33,7 @@ from urllib.request import url2pathname
 import numpy as np
 
 from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
+from . import mixing
 
 __all__ = [
     "INDEX_FILE", "SAMPLES_FILE", "REMOTE_BLOCK",
@@ -192,6 +194,8 @@ class Shards:
     names: list[str] | None = field(default=None, repr=False)  # each URL's entry in meta["shards"]
     counts: list[int] | None = field(default=None, repr=False)  # samples per shard
     selected: bool = False  # named by a pattern or a .tar (some shards), not a whole folder or index
+    gaps: list = field(default_factory=list, repr=False)  # mixing.Gap: splits named only in part
+    datasets: list = field(default_factory=list, repr=False)  # index.json of each dataset named (copies once)
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -228,7 +232,7 @@ class _Rules:
 
 def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
             need_index: bool = False, scan: bool = False, pipe: bool = False, one_folder: bool = False,
-            strict: bool = True) -> Shards:
+            strict: bool = True, allow_mixed: bool = False, allow_partial: bool = False) -> Shards:
     """The shards a spec names (see the module docstring).
 
     ``split``: from a folder or index, only that split's shards (None: all of them).
@@ -237,6 +241,9 @@ def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str
     ``pipe``: accept ``pipe:`` commands. ``one_folder``: refuse shards from several folders.
     ``strict``: an index entry naming a file outside its folder (``index_shards``) raises
     ``IndexFormatError``; otherwise that entry is left out (never opened) and the caller reports it.
+    ``allow_mixed``: accept shards of different datasets (``format.mixing.check_mixed``; copies of
+    one dataset are always accepted). ``allow_partial``: accept a spec naming only some shards of a
+    split (``format.mixing.check_partial``); ``Shards.gaps`` lists them either way.
     """
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     texts = [t.strip() for item in items for t in os.fspath(item).split("::") if t.strip()]
@@ -244,43 +251,59 @@ def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str
         raise OptionError("no shard given; expected a shards folder, its index.json or a pattern like "
                           "shards/v1/224/train-{000000..000041}.tar")
     rules = _Rules(split, need_index, scan, pipe, one_folder, strict)
-    parts = [_resolve_one(t, rules) for t in texts]
+    parts = [p for t in texts for p in _resolve_one(t, rules)]  # one per text and folder
+    whole = "::".join(texts)
+    if not allow_mixed:
+        mixing.check_mixed(whole, parts)
+    shards = _combine(whole, parts, len(texts), one_folder)
+    shards.gaps, shards.datasets = mixing.gaps(parts), mixing.datasets(parts)
+    if not allow_partial:
+        mixing.check_partial(whole, shards.gaps)
+    return shards
+
+
+def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Shards:
+    """One Shards of the parts: ``names`` where one index lists them all, ``counts`` where each has them."""
     if len(parts) == 1:
         return parts[0]
     first, folders = parts[0], {p.folder for p in parts}
     folder = first.folder if len(folders) == 1 else None
     if one_folder and folder is None:
-        raise OptionError(f"{'::'.join(texts)}: the shards are in several folders "
-                          f"({', '.join(sorted(str(f) for f in folders))}); give one shards folder at a time")
+        also = " (or read their tars as one set: --scan)"
+        if texts == 1:
+            raise OptionError(f"{spec}: the pattern spans several folders; give one shards folder at a time{also}")
+        raise OptionError(f"{spec}: the shards are in several folders ({', '.join(sorted(str(f) for f in folders))})"
+                          f"; give one shards folder at a time{also}")
     one_index = all(p.names is not None and p.index_base == first.index_base for p in parts)
     return Shards(
-        "::".join(texts), [u for p in parts for u in p.urls], folder, first.meta, first.index_base,
+        spec, [u for p in parts for u in p.urls], folder, first.meta, first.index_base,
         [n for p in parts for n in p.names] if one_index else None,
         None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts],
         selected=True)
 
 
-def _resolve_one(text: str, rules: _Rules) -> Shards:
+def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
+    """The shards of one spec item: one Shards, or one per folder of a pattern spanning several."""
     kind = scheme(text)
     if kind == "pipe":
         if not rules.pipe:
             raise OptionError(f"{text}: pipe: commands are read by the loader only; give a shards folder, "
                               "its index.json or a shard pattern")
-        return Shards(text, expand(text))
+        return [Shards(text, expand(text))]
     if kind in ("", "file"):
         path = str(Path(os.path.expanduser(local_path(text))))
         if os.path.isdir(path):
-            return _folder(text, path, rules)
+            return [_folder(text, path, rules)]
     else:
         path = text.rstrip("/")
     if path.endswith(".json"):
         meta = read_index(path, required=True)
-        return _listed(text, parent(path), meta, rules.split, rules.strict)
+        return [_listed(text, parent(path), meta, rules.split, rules.strict)]
     if "{" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
     if kind in ("", "file"):
         raise OptionError(f"{text}: no such shards folder, index file or shard pattern")
-    return _folder(text, path, rules)
+    return [_folder(text, path, rules)]
 
 
 def _folder(text: str, folder: str, rules: _Rules) -> Shards:
@@ -313,18 +336,21 @@ def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = 
                   [int(s["samples"]) for s in shards])
 
 
-def _pattern(text: str, pattern: str, rules: _Rules) -> Shards:
+def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
+    """A pattern's shards, one Shards per folder (in the order the pattern first names each folder),
+    each with the index.json of its folder when that lists its shards."""
     urls = expand(pattern)
     if not urls:
         raise OptionError(f"{text}: the pattern names no files")
     if not (rules.need_index or rules.scan):  # the loader: a mistyped range fails here, not in a worker
         _check_exist(text, urls)
-    folders = {parent(u) for u in urls}
-    if len(folders) > 1:
-        if rules.one_folder:
-            raise OptionError(f"{text}: the pattern spans several folders; give one shards folder at a time")
-        return Shards(text, urls, selected=True)
-    folder = folders.pop()
+    by_folder: dict[str, list[str]] = {}
+    for u in urls:
+        by_folder.setdefault(parent(u), []).append(u)
+    return [_in_folder(text, folder, group, rules) for folder, group in by_folder.items()]
+
+
+def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards:
     try:
         meta = rules.index_in(folder)
         listed = index_shards(meta, join(folder, INDEX_FILE), strict=rules.strict) if meta else []
@@ -356,15 +382,19 @@ def _check_exist(text: str, urls: list[str]) -> None:
 
 
 def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "shards",
-                   scan: bool = False, strict: bool = True) -> Shards:
+                   scan: bool = False, strict: bool = True, allow_mixed: bool = False) -> Shards:
     """What the inspectors (stats, verify) read: PATH, or the newest version under ``out``.
 
-    Without ``scan`` an index must list every shard; with it a folder may hold tars alone.
-    ``strict`` as in ``resolve`` (verify passes False and reports bad entries itself).
+    Without ``scan`` an index must list every shard, and the shards must be in one folder (its
+    index is what is reported on); with it a folder may hold tars alone, and several folders are
+    read as one set. ``strict`` as in ``resolve`` (verify passes False and reports bad entries
+    itself); ``allow_mixed`` as in ``resolve``. A spec naming part of a split is accepted: its
+    ``gaps`` say what it leaves out, and the inspectors print them.
     """
     if path is None:
         path = newest_dataset(out, need_index=not scan)
-    return resolve(path, need_index=not scan, scan=scan, one_folder=True, strict=strict)
+    return resolve(path, need_index=not scan, scan=scan, one_folder=not scan, strict=strict,
+                   allow_mixed=allow_mixed, allow_partial=True)
 
 
 def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:

@@ -79,8 +79,12 @@ class ShardWriter:
         return self.offset, self._sha.hexdigest()
 
     def abort(self) -> None:
+        """Remove the partial file, also after a failed write (disk full: closing may fail again)."""
         if not self._f.closed:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError:
+                pass
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:

@@ -228,6 +228,7 @@ class StatsReport:
     seconds: float = 0.0
     by: Breakdown | None = None  # --by COL: class counts per value of a metadata column
     groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
+    notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
 
     @property
     def samples(self) -> int:
@@ -239,8 +240,8 @@ class StatsReport:
 
     @property
     def warnings(self) -> list[str]:
-        return [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] + \
-            (self.groups.warnings if self.groups is not None else [])
+        return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] \
+            + (self.groups.warnings if self.groups is not None else [])
 
     def to_dict(self) -> dict:
         extra = {k: v.to_dict() for k, v in (("by", self.by), ("groups", self.groups)) if v is not None}
@@ -276,11 +277,14 @@ class StatsReport:
 
 def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards",
                   world_size: int = 1, workers: int | None = None, scan: bool = False, by: str | None = None,
-                  group: str | None = None) -> StatsReport:
+                  group: str | None = None, allow_mixed: bool = False) -> StatsReport:
     """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
     version under ``out``).
 
-    ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte).
+    ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte;
+    shards of several folders are read as one set). Shards of different datasets are refused
+    unless ``allow_mixed`` (then only with ``scan``: one index cannot describe them). A pattern
+    naming part of a split is reported on, with a warning naming the shards it leaves out.
     ``by`` breaks each split's class counts down by a metadata column; the groups of ``group`` (default:
     the index's ``build.group``) found in more than one split are reported (both need the index).
     """
@@ -290,11 +294,14 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     if scan and (by is not None or group is not None):
         raise OptionError(f"{'--by' if by is not None else '--group'} reads the index's metadata columns; "
                           "it cannot be combined with --scan")
-    target = resolve_target(path, out=out, scan=scan)
+    target = resolve_target(path, out=out, scan=scan, allow_mixed=allow_mixed)
     if scan:
         report = _from_scan(target, world_size, workers)
     else:
         report = _from_index(target, world_size, workers, by, group)
+    # a part of a split is a legitimate question (which shards are these?); the report says it is a part
+    report.notes = [f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
+                    f"shards only (mean/std are the index's)" for g in target.gaps]
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -444,6 +451,9 @@ def _from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
         raise ShardError(f"{len(missing)} shard(s) missing, first: {missing[0]}; run `wds-tools verify`")
     with ThreadPoolExecutor(max_workers=min(len(paths), usable_cpus()) or 1) as ex:
         scans = list(ex.map(_scan_shard, paths))
+    if target.folder is None:  # several folders (allowed with --scan): a shard is named by its URL
+        for s, p in zip(scans, paths):
+            s.name = p
     n_classes = max((max(s.labels) + 1 for s in scans if s.labels), default=0)
     names: dict[int, str] = {}
     for s in scans:
@@ -452,7 +462,7 @@ def _from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
     classes = [names.get(i, str(i)) for i in range(n_classes)]
     by_split: dict[str, list[_ShardScan]] = {}
     for s in scans:
-        by_split.setdefault(shard_split(s.name), []).append(s)
+        by_split.setdefault(shard_split(basename(s.name)), []).append(s)
     splits = {}
     hists = {}
     for name, group in sorted(by_split.items()):
@@ -468,7 +478,7 @@ def _from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))
     mean, std = histogram_mean_std(total)
     sizes = {s.size for s in scans if s.size is not None}
-    return StatsReport("scan", target.spec, target.folder, None, None,
+    return StatsReport("scan", target.spec, target.folder or target.spec, None, None,
                        sizes.pop() if len(sizes) == 1 else None, classes, splits,
                        sum(s.bytes for s in scans), 0, mean, std, stats_split, world_size, workers)
 
@@ -508,6 +518,7 @@ def _render_text(r: StatsReport) -> str:
     if r.mean:
         lines.append(f"  mean {' '.join(f'{x:.4f}' for x in r.mean)}   std {' '.join(f'{x:.4f}' for x in r.std)}"
                      f"   (R G B, 0-1, over {r.stats_split})")
+    lines += [f"  warning: {n}" for n in r.notes]
     for name, sp in d["splits"].items():
         dist = sp["distribution"]
         lines.append("")

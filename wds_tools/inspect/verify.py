@@ -41,13 +41,16 @@ MEMBERS = ("cls", "json", "npy")
 # ------------------------------------------------------------------ entry point
 
 def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards", quick: bool = False,
-           scan: bool = False, threads: int | None = None, stats: bool = True,
+           scan: bool = False, threads: int | None = None, stats: bool = True, allow_mixed: bool = False,
            progress: bool = False) -> VerifyReport:
     """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
     newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
-    mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr."""
+    mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr.
+    Shards of different datasets are refused unless ``allow_mixed`` (then only with ``scan``, which
+    checks the tars of several folders as one set); a pattern naming part of a split is checked,
+    with a warning naming the shards it leaves out."""
     t0 = time.perf_counter()
-    target = resolve_target(path, out=out, scan=scan, strict=False)
+    target = resolve_target(path, out=out, scan=scan, strict=False, allow_mixed=allow_mixed)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
     threads = threads or 2 * usable_cpus()
@@ -55,6 +58,8 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
         report = _verify_scan(target, quick, threads)
     else:
         report = _verify_index(target, quick, threads, progress, stats)
+    report.warnings[:0] = [f"the spec {g.describe(where=False)}: only the named shards were checked"
+                           for g in target.gaps]
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -268,8 +273,7 @@ class _ScanResult:
     bytes_read: int
 
 
-def _check_scan(url: str, quick: bool) -> _ScanResult:
-    name = basename(url)
+def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
     try:
         if quick:
             walker = walk_headers(url, _capture_npy)
@@ -311,10 +315,12 @@ def _check_scan(url: str, quick: bool) -> _ScanResult:
 
 
 def _verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
-    report = VerifyReport(target.spec, target.folder, None, "scan-quick" if quick else "scan")
+    report = VerifyReport(target.spec, target.folder or target.spec, None, "scan-quick" if quick else "scan")
     report.warnings.append("no index used: file sizes and sha256 cannot be checked, only the tars' structure")
+    # several folders (allowed with scan): a shard is named by its URL, as names repeat across folders
+    name = basename if target.folder is not None else str
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(target.urls)))) as ex:
-        results = list(ex.map(lambda u: _check_scan(u, quick), target.urls))
+        results = list(ex.map(lambda u: _check_scan(u, quick, name(u)), target.urls))
     # the .npy header most samples share is the reference (|u1 [S, S, 3])
     counts: Counter = Counter()
     for r in results:

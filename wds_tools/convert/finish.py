@@ -1,0 +1,145 @@
+"""The end of one size's conversion: the --max-errors gate, then index, then clean-up, in an order
+that a kill at any point leaves resumable.
+
+1. ``ErrorGate``: as each shard finishes, the failures so far (scan + finished shards) are counted;
+   past --max-errors the run stops with no index.json, keeping the shards and their resume state,
+   so a rerun with a raised limit only writes what is missing, and a rerun with the same limit
+   stops again.
+2. errors.jsonl, samples.npz, the sidecars, then index.json (atomic): the folder is complete.
+3. ``clean_after_index``: the manifest-hash pairs, leftovers of interrupted runs (partial files,
+   temporary files, shards the plan no longer has), then the work folder, last. Any later run
+   into a complete folder whose work folder is still there (killed during 3) does 3 again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+
+from ..errors import TooManyErrorsError, WdsToolsError
+from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
+from . import hashes
+from .assemble import assemble_index, source_stats, write_errors
+from .decode import DecodeSettings
+from .source import Source
+from .storage import Store
+from .target import WORK_DIR, Target
+
+__all__ = ["ErrorGate", "finish_size", "clean_after_index", "clean_complete_folder", "needs_cleaning"]
+
+_TEMPORARY = re.compile(r"(\.partial-\d+$)|(\.tmp-\d+$)")  # ShardWriter and atomic_write_bytes names
+
+
+class ErrorGate:
+    """Stops a size's conversion as soon as its failures pass --max-errors (no index is written)."""
+
+    def __init__(self, t: Target, src: Source, scan_failures: list[dict]):
+        self.t, self.total, self.scan = t, len(src.rows), list(scan_failures)
+
+    def failures(self) -> list[dict]:
+        out = list(self.scan)
+        for task in self.t.tasks:
+            meta = self.t.metas.get(task.name)
+            if meta is not None:
+                out += meta["failed"]
+        return out
+
+    def check(self) -> None:
+        """Raise ``TooManyErrorsError`` (after writing errors.jsonl) when past the limit."""
+        allowed = self.t.result.max_errors_allowed
+        failures = self.failures()
+        if len(failures) <= allowed:
+            return
+        store, t = self.t.store, self.t
+        errors = write_errors(store, failures)
+        done = sum(1 for task in t.tasks if task.name in t.metas)
+        decode = len(failures) - len(self.scan)
+        first = min(failures, key=lambda e: (e["line"], e["key"]))
+        raise TooManyErrorsError(
+            f"{len(failures)} of {self.total} source files failed ({len(self.scan)} unreadable at the scan, "
+            f"{decode} at decoding so far), more than --max-errors allows ({allowed}). Stopped with {done} of "
+            f"{len(t.tasks)} shards of {store.root} written and no {INDEX_FILE}; the files and reasons are in "
+            f"{errors}. First: {first['path']}: {first['error']}. Repair those files and run the same command "
+            "again (the shards holding them are made again), or accept them with a higher --max-errors: the "
+            "shards written are kept, and only the rest is decoded."
+        )
+
+
+def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str,
+                settings: DecodeSettings, provenance: dict) -> dict:
+    """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the meta.
+
+    ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
+    """
+    store = t.store
+    t.result.errors_file = write_errors(store, failures)  # before the index, which names it
+    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, settings, t.base,
+                          t.result.errors_file is not None, provenance)
+    if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
+        _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
+    clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)
+    return meta
+
+
+def needs_cleaning(store: Store) -> bool:
+    """A complete folder that an interrupted run left unclean (work folder or temporary files)."""
+    return store.exists(store.join(INDEX_FILE)) and any(
+        name == WORK_DIR or _TEMPORARY.search(name) for name in store.names(store.root))
+
+
+def clean_after_index(store: Store, src: Source | None, planned: set[str], *, out: str, version: str) -> None:
+    """After index.json: record manifest-hash pairs (when ``src`` is the folder's source), remove
+    leftovers, then the work folder (last: its presence tells a later run that this step did not
+    finish)."""
+    if src is not None and not store.remote and any(r.content_hash for r in src.rows):
+        _save_hash_pairs(out, version, src, store)
+    for name in store.names(store.root):  # leftovers of interrupted runs, and shards of an older plan
+        if (name.endswith(".tar") and name not in planned) or _TEMPORARY.search(name):
+            store.remove(store.join(name))
+    store.rmtree(store.join(WORK_DIR))
+
+
+def clean_complete_folder(store: Store) -> bool:
+    """Any run that finds a complete folder unclean (killed after its index.json) removes the leftovers,
+    whatever its own options; returns whether it had to. The hash pairs need the source: see
+    ``clean_after_index``, which the run with the folder's own options calls."""
+    if not needs_cleaning(store):
+        return False
+    try:
+        meta = parse_index_meta(store.read_bytes(store.join(INDEX_FILE)), store.join(INDEX_FILE))
+        planned = {str(s["name"]) for s in meta["shards"]}
+    except (WdsToolsError, OSError, KeyError, TypeError):  # not an index to act on: touch nothing
+        return False
+    clean_after_index(store, None, planned, out="", version="")
+    return True
+
+
+def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
+    """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
+    cols = read_npz(store.join(SAMPLES_FILE), ["key", "fingerprint"])
+    fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
+    save_pairs_locked(out, version, {r.content_hash: fp_of[r.key] for r in src.rows
+                                     if r.content_hash is not None and r.key in fp_of})
+
+
+def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
+    """``hashes.save_pairs`` under a lock of the version's cache folder."""
+    _locked(out, version, hashes.save_pairs, pairs)
+
+
+def _locked(out: str, version: str, save, entries: dict) -> None:
+    """``save(out, version, entries)`` (a read-merge-write of a cache file) under a lock of the
+    version's cache folder."""
+    if not entries:
+        return
+    folder = hashes.cache_file(out, version).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    # the sizes of a version share the file, and two of them may finish at once: the read-merge-write
+    # of one must not drop the other's entries
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        save(out, version, entries)
+    finally:
+        os.close(fd)
