@@ -625,7 +625,7 @@ def _reference_bad_samples(folder) -> set[str]:
             members = {m.name: (m.offset_data, tf.extractfile(m).read()) for m in tf.getmembers()}
         for i in np.flatnonzero(cols["shard"] == pos):
             key = cols["key"][i].decode()
-            got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "json", "npy")}
+            got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "i32", "json", "npy")}
             if any(got[ext] is None or got[ext][0] != cols[f"{ext}_offset"][i] or
                    len(got[ext][1]) != cols[f"{ext}_length"][i] for ext in got):
                 bad.add(key)
@@ -634,6 +634,9 @@ def _reference_bad_samples(folder) -> set[str]:
             o = cols["path_offsets"]
             path = bytes(cols["path_data"][o[i]:o[i + 1]]).decode()
             if (got["cls"][1] != str(int(cols["label"][i])).encode()
+                    or got["i32"][1] != int(cols["label"][i]).to_bytes(4, "little", signed=True)
+                    or (info["dataset_version"], info["classes_digest"]) != (meta["dataset_version"],
+                                                                              meta["classes_digest"])
                     or xxhash.xxh3_64_intdigest(got["npy"][1]) != int(cols["npy_xxh3"][i])
                     or info["key"] != key or info["label"] != meta["classes"][int(cols["label"][i])]
                     or info["fingerprint"] != "xxh3_128:" + cols["fingerprint"][i].tobytes().hex()
@@ -645,7 +648,7 @@ def _reference_bad_samples(folder) -> set[str]:
 
 @settings(max_examples=12, deadline=None)
 @given(edits=st.lists(st.tuples(st.sampled_from(["label", "npy_xxh3", "fingerprint", "width", "height", "path"]),
-                                st.integers(0, 29)), min_size=1, max_size=4))
+                                st.integers(0, 29)), min_size=1, max_size=4, unique=True))  # no edit undone
 def test_bad_samples_match_a_tarfile_reference(two_splits, tmp_path_factory, edits):
     """Random consistent rewrites of samples.npz: verify (default options) names exactly the samples a
     tarfile-based reference finds."""
@@ -984,3 +987,54 @@ def test_any_damage_to_metadata_columns_is_a_report_never_a_traceback(ham_set, t
     for quick in (False, True):
         r = verify(folder, quick=quick)
         assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+
+
+# ------------------------------------------------------------------ format version 2: .i32 and the dataset fields
+
+def _edit_member(folder, ext: str, edit) -> str:
+    """Rewrite the data of the first sample's ``.<ext>`` member of train-000000.tar with ``edit``
+    (same length: nothing moves); returns the sample's key."""
+    keys = []
+
+    def change(ms):
+        for i, (info, data) in enumerate(ms):
+            if info.name.endswith(f".{ext}"):
+                new = edit(data)
+                assert len(new) == len(data)
+                ms[i] = (info, new)
+                keys.append(info.name.split(".")[0])
+                return ms
+        raise AssertionError(f"no .{ext} member")
+    rewrite_tar(folder / "train-000000.tar", change)
+    return keys[0]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_an_i32_member_that_disagrees_with_the_label_is_named(split_set, quick):
+    key = _edit_member(split_set, "i32", lambda d: (int.from_bytes(d, "little") + 1).to_bytes(4, "little"))
+    hits = _found(verify(split_set, quick=quick), "label", rf"^{key}\.i32: holds \d+, samples\.npz label says \d+ "
+                  r"\(the int32 must equal the \.cls and the label\)$", shard="train-000000.tar")
+    assert [h.key for h in hits] == [key]
+
+
+def test_a_sample_of_another_dataset_version_is_named(split_set):
+    version = json.loads((split_set / "index.json").read_text())["dataset_version"]
+    other = version[:-1] + chr(ord(version[-1]) + 1)
+    key = _edit_member(split_set, "json", lambda d: d.replace(f'"dataset_version":"{version}"'.encode(),
+                                                              f'"dataset_version":"{other}"'.encode()))
+    _found(verify(split_set, quick=True), "sample_meta", rf"^{key}\.json: dataset_version is '{other}'; index\.json's "
+           rf"is '{version}' \(a sample of another dataset\?\)$")
+
+
+def test_a_json_without_a_field_every_sample_has_is_named(split_set):
+    key = _edit_member(split_set, "json", lambda d: d.replace(b'"original_key"', b'"originalXkey"'))
+    r = verify(split_set, quick=True)
+    _found(r, "sample_meta", rf"^{key}\.json: every sample of a conversion has the same \.json fields; missing "
+           r"original_key; extra originalXkey$")
+    assert r.bad_samples == [key]
+
+
+def test_a_wrong_classes_digest_in_the_index_is_named(split_set):
+    _edit_index(split_set, lambda m: m.__setitem__("classes_digest", "0" * 16))
+    _found(verify(split_set, quick=True), "field", r"^classes_digest is '0{16}'; the classes' digest is '[0-9a-f]{16}'",
+           shard="index.json")

@@ -31,11 +31,11 @@ from .verify_meta import IndexFacts, check_counts, check_index, mean_std, stats_
 from .verify_metadata import check_columns
 from .verify_report import INDEX, MAX_PER_KIND, PROBLEM_KINDS, SCHEMA, Problem, VerifyReport, capped
 from .verify_shards import Context, ShardJob, ShardResult, check_shard
-from .verify_table import ROW_COLUMNS, TableFacts, file_digest, open_columns, scan_table
+from ..format.sample import MEMBERS, MEMBERS_V1
+from .verify_table import TableFacts, row_columns, file_digest, open_columns, scan_table
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
-MEMBERS = ("cls", "json", "npy")
 
 
 # ------------------------------------------------------------------ entry point
@@ -79,7 +79,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         report.problems += problems
     try:
         if table is not None:
-            rows, usable = table.check_format()
+            rows, usable = table.check_format(facts.columns)
             report.problems += table.problems
             categories = None
             if facts.metadata is not None:
@@ -99,7 +99,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         jobs = _jobs(target, facts, tf, report)
         ctx = Context(table, usable, tf.paths_ok if tf else False, _reference_header(facts, tf), facts.classes, quick,
                       stats, facts.metadata if table is not None and categories is not None else None,
-                      categories or {})
+                      categories or {}, facts.members, facts.dataset)
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on
         report.problems.append(Problem(facts.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))
@@ -113,7 +113,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         report.samples += r.samples
         report.bytes += job.bytes or 0
     report.shards = len(jobs)
-    if jobs and (tf is None or tf.ranges is None or not set(ROW_COLUMNS) <= usable):
+    if jobs and (tf is None or tf.ranges is None or not set(row_columns(facts.members)) <= usable):
         report.warnings.append("samples.npz rows could not be matched to the shards (see the problems): member "
                                "tables and sample contents were not compared")
     report.problems += _class_names(facts, results)
@@ -306,10 +306,11 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
     last = order[-1] if walker.error and order else None
     for stem in order:
         exts = [e for e, _ in groups[stem]]
-        if sorted(exts) != sorted(MEMBERS) and stem != last:
+        if sorted(exts) not in (sorted(MEMBERS), sorted(MEMBERS_V1)) and stem != last:
             first = groups[stem][0][1]
             problems.append(Problem(name, "incomplete_sample", f"sample {stem} has members "
-                                    f"{', '.join('.' + e for e in exts)}; expected .cls, .json, .npy once each",
+                                    f"{', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
+                                    "each (format version 1: .cls, .json, .npy)",
                                     key=stem, offset=first.offset - BLOCK))
     return _ScanResult(name, capped(problems), order, headers, size, read)
 

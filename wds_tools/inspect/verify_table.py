@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..format.index import SAMPLE_COLUMNS
+from ..format.sample import column_prefix
 from ..format.layout import is_local, open_ranged, read_ranges, scheme
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.tar import iter_chunks
@@ -27,11 +28,16 @@ from .verify_meta import IndexFacts
 from .verify_metadata import GroupSplits, block_names, block_problems
 from .verify_report import MAX_PER_KIND, Problem
 
-__all__ = ["BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
+__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
 
 BLOCK_ROWS = 1 << 16
 ROW_COLUMNS = ("key", "label", "shard", "cls_offset", "cls_length", "json_offset", "json_length",
-               "npy_offset", "npy_length")  # without these no row can be compared with a shard
+               "npy_offset", "npy_length")  # without these no row can be compared with a shard (version 1)
+
+
+def row_columns(members: tuple[str, ...]) -> tuple[str, ...]:
+    """``ROW_COLUMNS`` of a format version: key, label, shard and each member's offset and length."""
+    return ("key", "label", "shard") + tuple(f"{column_prefix(m)}_{f}" for m in members for f in ("offset", "length"))
 
 
 @dataclass
@@ -119,12 +125,13 @@ class SampleColumns:
             row_items = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
             self.columns[column] = _Column(dtype, tuple(shape), data + head.tell(), row_items * dtype.itemsize)
 
-    def check_format(self) -> tuple[int, set[str]]:
-        """(rows, usable columns): each column's dtype and shape against ``SAMPLE_COLUMNS``."""
+    def check_format(self, columns: dict[str, str] = SAMPLE_COLUMNS) -> tuple[int, set[str]]:
+        """(rows, usable columns): each column's dtype and shape against ``columns`` (the format
+        version's, ``format.index.sample_columns``)."""
         key = self.columns.get("key")
         rows = key.shape[0] if key is not None and len(key.shape) == 1 else None
         usable = set()
-        for name, want in SAMPLE_COLUMNS.items():
+        for name, want in columns.items():
             col = self.columns.get(name)
             if col is None:
                 self.problems.append(Problem(self.name, "column", f"samples.npz has no column {name!r}"))
