@@ -22,6 +22,7 @@ from ..format.cpus import usable_cpus
 from ..format.index import histogram_mean_std
 from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
 from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.sample import read_label_i32
 from ..format.meta import read_metadata
 from ..format.tar import CHUNK, TarWalker, scan_file
 from .stats_meta import Breakdown, GroupReport, breakdown, check_column, group_report, metadata_arrays
@@ -384,7 +385,8 @@ def _scan_shard(url: str) -> _ShardScan:
     hist = np.zeros(768, dtype=np.int64)
 
     def capture(name: str) -> int:
-        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else 0)
+        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else
+                                                               8 if name.endswith(".i32") else 0)
 
     walker = TarWalker(capture)
     done = 0  # members before this one are fully counted
@@ -427,6 +429,9 @@ def _scan_shard(url: str) -> _ShardScan:
             except ValueError:
                 raise ShardError(f"{url}: member {m.name} holds {m.data[:20]!r}, not a class number") from None
             labels.append(last_cls)
+        elif m.name.endswith(".i32") and read_label_i32(m.data) != last_cls:  # format version 2: the label as int32
+            raise ShardError(f"{url}: member {m.name} holds {m.data[:8]!r}, but the sample's .cls says {last_cls}; "
+                             "run `wds-tools verify` for a full report")
         elif m.name.endswith(".json") and last_cls is not None and last_cls not in names:
             try:
                 names[last_cls] = str(json.loads(m.data)["label"])
