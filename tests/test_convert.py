@@ -520,3 +520,45 @@ def test_column_options_from_wds_tools_toml(tmp_path, monkeypatch):
     build = load_index(root / "shards" / "v1" / "16").meta["build"]
     assert build["columns"]["path"] == "images/{image_id}.jpg" and build["group"] == "lesion_id"
     assert build["stratify"] is True
+
+
+def _json_key_sets(folder) -> dict[frozenset, list[str]]:
+    """Every .json of a converted folder (read with tarfile): its set of keys -> the samples with it."""
+    out: dict[frozenset, list[str]] = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".json"):
+                    obj = json.loads(tf.extractfile(m).read())
+                    out.setdefault(frozenset(obj), []).append(obj["key"])
+    return out
+
+
+def test_every_sample_of_a_conversion_has_the_same_json_keys(tmp_path):
+    """FORMAT.md: optional fields are always present. Keys mapped by --sanitize-keys next to keys that
+    are not (original_key: the key itself), and metadata with missing cells (meta: every column,
+    null for missing): one key set per conversion."""
+    from conftest import write_ham
+
+    rows = make_images(tmp_path / "c", 12)
+    for r in rows[::3]:
+        r["key"] = "with space " + r["key"]  # mapped; the others are not
+    folder = Path(_run(write_manifest(tmp_path / "c" / "m.csv", rows), tmp_path / "out", sanitize_keys=True).out_dir)
+    sets = _json_key_sets(folder)
+    assert list(sets) == [frozenset({"classes_digest", "dataset_version", "fingerprint", "height", "key", "label",
+                                     "original_key", "source_path", "width"})], sets
+    originals = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".json"):
+                    obj = json.loads(tf.extractfile(m).read())
+                    originals[obj["key"]] = obj["original_key"]
+    assert sum(k != o for k, o in originals.items()) == 4 and all(o == k for k, o in originals.items()
+                                                                   if not o.startswith("with space"))
+    manifest = write_ham(tmp_path / "ham", [2, 1, 3, 1, 2, 1])
+    res = _cli("convert", "--source", manifest, *HAM_OPTIONS, "--version", "v1", "--size", 16, "--out",
+               tmp_path / "hout", "--workers", 1, "--quiet")
+    assert res.exit_code == 0, res.output
+    sets = _json_key_sets(tmp_path / "hout" / "v1" / "16")
+    assert len(sets) == 1 and "meta" in next(iter(sets)), sets
