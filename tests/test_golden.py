@@ -38,12 +38,13 @@ import pytest
 from click.testing import CliRunner
 
 from wds_tools.cli import cli
-from wds_tools.format.index import FORMAT_VERSION, READABLE_VERSIONS, load_index
+from wds_tools.format.index import FORMAT_VERSION, READABLE_VERSIONS, load_index, read_npz
+from wds_tools.format.sample import classes_digest
 
 GOLDEN_ROOT = Path(__file__).parent / "golden"
 RELEASED = {1}  # format versions whose golden files are never rewritten
 S = 8
-MTIME_NS = 1_700_000_000_123_456_789  # every source file's mtime (samples.npz records it)
+MTIME_NS = 1_700_000_000_123_456_789  # every source file's mtime (version 1's samples.npz records it)
 FIXED_VERSIONS = {"libjpeg": "golden", "pillow": "golden"}  # decoder_versions: no JPEG is decoded here
 ROWS = [  # key, label, split; "ISIC 0006" is sanitized to ISIC_0006 (original_key kept)
     ("ISIC_0001", "benign", "train"), ("ISIC_0002", "malignant", "train"), ("ISIC_0003", "benign", "train"),
@@ -193,19 +194,43 @@ def test_the_writer_reproduces_the_golden_bytes(tmp_path, fixed_provenance):
             "document it in docs/FORMAT.md and write new golden files")
 
 
-def test_a_plain_manifest_still_gives_version_1s_bytes_but_the_version_number(tmp_path, fixed_provenance):
-    """Without metadata or column options version 2 adds nothing: every file is version 1's golden file
-    but index.json, which differs only in its format_version line."""
+def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path, fixed_provenance):
+    """Version 1's corpus converted today, against version 1's golden files, sample by sample: the same
+    pixels, labels and source facts; added only the .i32 member (the label as int32), the .json's
+    dataset_version, classes_digest and original_key (the key itself when not mapped); samples.npz
+    without src_mtime_ns, with i32 offsets; index.json with classes_digest and the new members."""
     write_corpus(tmp_path / "a", 1)
-    made = folder_files(convert_corpus(tmp_path / "a", corpus=1))
-    want = golden_files(1)
-    assert sorted(made) == sorted(want)
-    for name in want:
-        if name == "index.json":
-            assert made[name].replace(f'"format_version": {FORMAT_VERSION},'.encode(), b'"format_version": 1,') \
-                == want[name] != made[name]
-        else:
-            assert made[name] == want[name], name
+    made_dir = convert_corpus(tmp_path / "a", corpus=1)
+    old = golden_folder(tmp_path, 1)
+    new_meta, old_meta = load_index(made_dir).meta, load_index(old).meta
+    assert new_meta["sample"]["members"] == ["cls", "i32", "json", "npy"] and old_meta["sample"]["members"] == [
+        "cls", "json", "npy"]
+    assert new_meta["classes_digest"] == classes_digest(old_meta["classes"])
+    for m in (new_meta, old_meta):
+        for k in ("format_version", "classes_digest", "sample", "samples_file", "shards"):
+            m.pop(k, None)
+    assert new_meta == old_meta
+    samples = {}
+    for folder in (old, made_dir):
+        got = samples.setdefault(folder, {})
+        for tar in sorted(folder.glob("*.tar")):
+            with tarfile.open(tar) as tf:
+                for m in tf:
+                    key, ext = m.name.split(".", 1)
+                    got.setdefault((tar.name, key), {})[ext] = tf.extractfile(m).read()
+    assert samples[old].keys() == samples[made_dir].keys()
+    for where, o in samples[old].items():
+        n = samples[made_dir][where]
+        assert set(n) == set(o) | {"i32"} and n["i32"] == int(o["cls"]).to_bytes(4, "little")
+        assert (n["cls"], n["npy"]) == (o["cls"], o["npy"])
+        js, was = json.loads(n["json"]), json.loads(o["json"])
+        assert (js.pop("dataset_version"), js.pop("classes_digest")) == ("v1", classes_digest(["benign", "malignant"]))
+        assert js.pop("original_key") == was.pop("original_key", where[1]) and js == was
+    a, b = read_npz(made_dir / "samples.npz"), read_npz(old / "samples.npz")
+    assert set(a) == set(b) - {"src_mtime_ns"} | {"i32_offset", "i32_length"}
+    for name in set(a) & set(b):
+        if not name.endswith(("_offset", "json_length")) or name == "path_offsets":  # members moved; .json grew
+            assert np.array_equal(a[name], b[name]), name
 
 
 def test_golden_files_hold_what_the_format_promises(golden):
@@ -220,13 +245,20 @@ def test_golden_files_hold_what_the_format_promises(golden):
             members = tf.getmembers()
             assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 and not m.pax_headers for m in members)
             names = [m.name for m in members]
-            assert len(names) == 3 * shard["samples"]
-            for j in range(0, len(names), 3):
+            exts = ["cls", "json", "npy"] if version == 1 else ["cls", "i32", "json", "npy"]
+            M = len(exts)
+            assert len(names) == M * shard["samples"]
+            for j in range(0, len(names), M):
                 key = names[j][:-4]
-                assert names[j:j + 3] == [f"{key}.cls", f"{key}.json", f"{key}.npy"]
-                stored[key] = (int(tf.extractfile(members[j]).read()),
-                               np.load(io.BytesIO(tf.extractfile(members[j + 2]).read())),
-                               json.loads(tf.extractfile(members[j + 1]).read().decode("utf-8")), shard["split"])
+                assert names[j:j + M] == [f"{key}.{e}" for e in exts]
+                data = {e: tf.extractfile(members[j + t]).read() for t, e in enumerate(exts)}
+                stored[key] = (int(data["cls"]), np.load(io.BytesIO(data["npy"])),
+                               json.loads(data["json"].decode("utf-8")), shard["split"])
+                if version >= 2:  # the label as int32; the dataset named; every optional field present
+                    assert data["i32"] == int(data["cls"]).to_bytes(4, "little")
+                    js = stored[key][2]
+                    assert (js["dataset_version"], js["classes_digest"]) == ("v1", meta["classes_digest"])
+                    assert js["original_key"] == ("ISIC 0006" if key == "ISIC_0006" else key)
     columns = np.load(folder / "samples.npz")
     keys = columns["key"].astype("U").tolist()
     for i, (key, label, _) in enumerate(ROWS, 1):
@@ -329,26 +361,45 @@ def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tm
     monkeypatch.chdir(root)  # the relative --source the golden index records
     options = CORPORA[version].options
     named = dict(zip(options[::2], options[1::2])) if version >= 2 else {}
+    kw = {"key": named["--key"], "label": named["--label"], "path": named["--path"], "group": named["--group"],
+          "stratify": True, "val_fraction": 0.34} if named else {}
     r = convert(CORPORA[version].manifest, version="v2", size=S, out="shards", shard_size=2, sanitize_keys=True,
-                workers=1, progress=False, **({"key": named["--key"], "label": named["--label"],
-                                                "path": named["--path"], "group": named["--group"],
-                                                "stratify": True, "val_fraction": 0.34} if named else {}))
+                workers=1, progress=False, **kw)
     assert (r.decoded, r.reused, r.base) == (0, 6, "v1")
     made = folder_files(root / "shards" / "v2" / str(S))
-    want = golden_files(version)
+    # byte-identical to a conversion without a base (the .json of a copied sample names the new version)
+    fresh = convert(CORPORA[version].manifest, version="v2", size=S, out="fresh", shard_size=2, sanitize_keys=True,
+                    workers=1, progress=False, reuse=False, **kw)
+    assert fresh.decoded == 6
+    plain = folder_files(root / "fresh" / "v2" / str(S))
+    assert made.keys() == plain.keys()
+    for name in plain:
+        if name == "index.json":
+            m, w = json.loads(made[name]), json.loads(plain[name])
+            assert (m["build"].pop("base"), w["build"].pop("base")) == ("v1", None)
+            if "split_base" in w["build"]:  # the golden lesions kept their splits
+                assert (m["build"].pop("split_base"), w["build"].pop("split_base")) == ("v1", None)
+            assert m == w
+        else:
+            assert made[name] == plain[name], name
+    if version != FORMAT_VERSION:
+        return
+    want = golden_files(version)  # and the golden set itself, but for the version's name and its base
     assert made.keys() == want.keys()
     for name in want:
-        if name.endswith(".json"):  # the version's name, and the base it came from
+        if name.endswith(".json"):
             m, w = json.loads(made[name]), json.loads(want[name])
             if name == "index.json":
                 assert (m.pop("dataset_version"), m["build"].pop("base"), m.pop("samples_file")) == (
                     "v2", "v1", w.pop("samples_file"))
                 w.pop("dataset_version"), w["build"].pop("base")
-                assert m.pop("format_version") == FORMAT_VERSION and w.pop("format_version") == version
-                if "split_base" in w["build"]:  # the golden lesions kept their splits
-                    assert (m["build"].pop("split_base"), w["build"].pop("split_base")) == ("v1", None)
+                assert (m["build"].pop("split_base"), w["build"].pop("split_base")) == ("v1", None)
+                for a_, b_ in zip(m.pop("shards"), w.pop("shards")):  # each .json names v2: other sha256
+                    assert a_.pop("sha256") != b_.pop("sha256") and a_ == b_
             else:
                 assert m.pop("name") == w.pop("name").replace("v1/", "v2/")
             assert m == w, name
+        elif name.endswith(".tar"):  # "v1" and "v2" have one length: nothing moves
+            assert made[name] == want[name].replace(b'"dataset_version":"v1"', b'"dataset_version":"v2"'), name
         else:
             assert made[name] == want[name], name
