@@ -458,6 +458,8 @@ def test_an_isic_train_csv_through_the_library(tmp_path):
      "--path 'images/{imageid}.jpg' names column 'imageid', which the file does not have; did you mean "
      "'image_id'?"),
     ((), "missing column(s) key, label, path"),
+    (("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "dx"),
+     "--group 'dx' is the --label column of "),
 ])
 def test_column_errors_name_the_column_and_write_nothing(tmp_path, options, message):
     from conftest import write_ham

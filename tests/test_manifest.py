@@ -56,6 +56,21 @@ def test_a_missing_or_misspelt_column_option_names_the_column_and_lists_the_file
         bind(table, columns)
 
 
+@pytest.mark.parametrize("group, role", [("image_id", "the --key column"), ("dx", "the --label column"),
+                                         ("dx_type", "the split column"), ("sha256", "a hash column"),
+                                         ("path", "the --path column")])
+def test_a_group_column_that_is_the_key_label_path_split_or_a_hash_is_refused(tmp_path, group, role):
+    path = tmp_path / "m.csv"
+    path.write_text("lesion_id,image_id,dx,dx_type,path,sha256\nL1,a,nv,train,a.jpg,\n")
+    cols = Columns(key="image_id", label="dx", path="path" if group == "path" else "{image_id}.jpg",
+                   split="dx_type", group=group)
+    with pytest.raises(OptionError, match=rf"--group '{group}' is {role} of .*m\.csv; a group column names what "
+                                          r"samples share .* e\.g\. --group lesion_id"):
+        bind(read_table(str(path)), cols)
+    assert bind(read_table(str(path)), Columns(key="image_id", label="dx", path="path", split="dx_type",
+                                               group="lesion_id")).metadata == ["lesion_id"]
+
+
 def test_the_default_columns_missing_suggest_the_options(tmp_path):
     table = read_table(str(write_ham(tmp_path, [1])))
     with pytest.raises(SourceError, match=r"missing column\(s\) key, label, path: .* The file's columns: lesion_id, "

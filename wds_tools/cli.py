@@ -106,14 +106,16 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "whose path names a missing file is skipped and listed in errors.jsonl.")
 @click.option("--split", "split", default=None, metavar="COL",
               help="Manifest column holding each sample's split (train, val, ...); a row with an empty one gets "
-                   "a drawn split. Default: the column 'split' when the manifest has one.")
+                   "a drawn split. Default: the column 'split' when the manifest has one. With --group, a group "
+                   "it puts in two splits is refused, naming the group.")
 @click.option("--group", "group", default=None, metavar="COL",
               help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
                    "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
                    "their split (see --from).")
 @click.option("--stratify", is_flag=True,
-              help="Draw splits so that each split's class mix is close to the whole's (per group with --group; "
-                   "the rule is in docs/FORMAT.md, Planning).")
+              help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
+                   "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
+                   "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).")
 @click.option("--sanitize-keys", is_flag=True,
               help="Map invalid or clashing keys to valid ones instead of refusing them "
                    "(the original key is kept in each sample's json).")

@@ -204,10 +204,14 @@ def bind(table: Table, cols: Columns) -> Bound:
         raise SourceError(f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
                           f"not have{_close(unknown[0], have)}. The file's columns: {shown}. Nothing was written.")
     split = cols.split if cols.split is not None else ("split" if "split" in have else None)
-    taken = {cols.key, cols.label, split, *HASH_ALGORITHMS}
-    if template.bare:
-        taken.add(cols.path)
-    return Bound(cols, template, split, [c for c in have if c not in taken])
+    roles = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
+             **({cols.path: "the --path column"} if template.bare else {}), cols.label: "the --label column",
+             cols.key: "the --key column"}
+    if cols.group is not None and cols.group in roles:  # a group must be a metadata column
+        raise OptionError(f"--group {cols.group!r} is {roles[cols.group]} of {table.path}; a group column names "
+                          "what samples share (a lesion, a patient), e.g. --group lesion_id, and must be "
+                          "another column")
+    return Bound(cols, template, split, [c for c in have if c not in roles])
 
 
 def cell_text(value) -> str | None:
