@@ -300,11 +300,16 @@ def npz_file(columns: list[tuple[str, np.ndarray]]) -> bytes:
     return bytes(local + central + end)
 
 
-def sample_json(r: dict, width: int, height: int, fingerprint: bytes) -> bytes:
+def classes_digest(classes: list[str]) -> str:
+    """FORMAT.md: the first 16 hex digits of SHA-256 of the class list as canonical JSON, UTF-8."""
+    return hashlib.sha256(json.dumps(classes, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def sample_json(r: dict, width: int, height: int, fingerprint: bytes, version: str, classes: list[str]) -> bytes:
     obj = {"key": r["key"], "label": r["label"], "source_path": r["source_path"], "width": width,
-           "height": height, "fingerprint": "xxh3_128:" + fingerprint.hex()}
-    if r["original_key"] is not None:
-        obj["original_key"] = r["original_key"]
+           "height": height, "fingerprint": "xxh3_128:" + fingerprint.hex(), "dataset_version": version,
+           "classes_digest": classes_digest(classes)}
+    obj["original_key"] = r["original_key"] if r["original_key"] is not None else r["key"]  # always present
     if "meta" in r:
         obj["meta"] = r["meta"]
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -332,8 +337,8 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
     good = [r for r in rows if scan_ok(r["file"])]
     files: dict[str, bytes] = {}
     cols: dict[str, list] = {c: [] for c in ("key", "label", "shard", "fingerprint", "width", "height", "src_size",
-                                            "src_mtime_ns", "cls_offset", "cls_length", "json_offset", "json_length",
-                                            "npy_offset", "npy_length", "npy_xxh3", "path")}
+                                            "cls_offset", "cls_length", "i32_offset", "i32_length", "json_offset",
+                                            "json_length", "npy_offset", "npy_length", "npy_xxh3", "path")}
     shards, splits, hist = [], {}, {}
     for number, (name, members) in enumerate(plan(good, classes)):
         split = name.rsplit("-", 1)[0]
@@ -347,8 +352,8 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
             data = r["file"].read_bytes()
             st = r["file"].stat()
             npy = npy_file(pixels)
-            entry = {"cls": str(label_index[r["label"]]).encode(),
-                     "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data)), "npy": npy}
+            entry = {"cls": str(label_index[r["label"]]).encode(), "i32": struct.pack("<i", label_index[r["label"]]),
+                     "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data), version, classes), "npy": npy}
             for ext, payload in entry.items():
                 tar += tar_header(f"{r['key']}.{ext}", len(payload))
                 cols[f"{ext}_offset"].append(len(tar))
@@ -361,7 +366,6 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
             cols["width"].append(width)
             cols["height"].append(height)
             cols["src_size"].append(st.st_size)
-            cols["src_mtime_ns"].append(st.st_mtime_ns)
             cols["npy_xxh3"].append(xxhash.xxh3_64_intdigest(npy))
             cols["path"].append(r["source_path"].encode())
             cols.setdefault("meta", []).append(r.get("meta"))
@@ -384,8 +388,8 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
              ("shard", np.array(cols["shard"], "<u4")),
              ("fingerprint", np.frombuffer(b"".join(cols["fingerprint"]), "|u1").reshape(-1, 16))]
     table += [(c, np.array(cols[c], d)) for c, d in [
-        ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("src_mtime_ns", "<i8"), ("cls_offset", "<u8"),
-        ("cls_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
+        ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("cls_offset", "<u8"),
+        ("cls_length", "<u8"), ("i32_offset", "<u8"), ("i32_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
         ("npy_length", "<u8"), ("npy_xxh3", "<u8")]]
     table += [("path_offsets", np.array([0] + list(np.cumsum([len(p) for p in paths])), "<u8")),
               ("path_data", np.frombuffer(b"".join(paths), "|u1"))]
@@ -402,7 +406,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
         lines = [f"v1.2 {s['samples']}"]
         for r in (i for i, sh in enumerate(cols["shard"]) if sh == number):
             lines.append(" ".join(f"{e} {cols[f'{e}_offset'][r]} {cols[f'{e}_length'][r]} {cols['key'][r].decode()}.{e}"
-                                  for e in ("cls", "json", "npy")))
+                                  for e in ("cls", "i32", "json", "npy")))
         files[s["name"][:-4] + ".idx"] = ("\n".join(lines) + "\n").encode()
     top = hist["train"] if "train" in hist else sum(hist.values())
     mean, std = mean_std(top)
@@ -415,8 +419,8 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
         "build": {"shard_size": SHARD_SIZE, "seed": SEED, "val_fraction": VAL_FRACTION, "sanitize_keys": True,
                   "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},
                   "source_path": "m.csv", "base": None, **(build or {})},
-        "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [S, S, 3]},
-        "classes": classes,
+        "sample": {"members": ["cls", "i32", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [S, S, 3]},
+        "classes": classes, "classes_digest": classes_digest(classes),
         "class_counts": [sum(sp["class_counts"][c] for sp in splits.values()) for c in range(len(classes))],
         "samples": len(cols["key"]), "mean": mean, "std": std,
         "stats_split": "train" if "train" in splits else "all", "splits": splits, "shards": shards,
