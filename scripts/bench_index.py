@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, load_index, pack_strings, write_index
+from wds_tools.format.index import FORMAT_NAME, load_index, pack_strings, write_index
 
 
 def make_index(dest: Path, n: int, n_shards: int) -> None:
@@ -41,7 +41,7 @@ def make_index(dest: Path, n: int, n_shards: int) -> None:
     cols["path_offsets"], cols["path_data"] = pack_strings(paths)
     shards = [{"name": f"train-{s:06d}.tar", "split": "train", "samples": per, "bytes": per * 154112,
                "sha256": "0" * 64} for s in range(n_shards)]
-    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "bench",
+    meta = {"format": FORMAT_NAME, "format_version": 1, "dataset_version": "bench",  # version 1's columns (still read)
             "size": 224, "classes": [f"c{i}" for i in range(7)], "samples": n, "shards": shards,
             "splits": {"train": {"samples": n, "shards": n_shards,
                                  "urls": f"train-{{000000..{n_shards - 1:06d}}}.tar"}}}

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_index import make_index  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
-from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index  # noqa: E402
+from wds_tools.format.index import FORMAT_NAME, pack_strings, write_index  # noqa: E402
 from wds_tools.format.layout import url_pattern  # noqa: E402
 from wds_tools.format.npy import image_header  # noqa: E402
 from wds_tools.format.tarwrite import ShardWriter  # noqa: E402
@@ -253,7 +253,7 @@ def make_tiny_set(dest: Path, n: int, n_shards: int, size: int = 2) -> None:
         columns[c] = np.array(cols[c], "<u8")
     columns["path_offsets"], columns["path_data"] = pack_strings(paths)
     counts = np.bincount(columns["label"], minlength=len(classes)).tolist()
-    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "bench", "size": size,
+    meta = {"format": FORMAT_NAME, "format_version": 1, "dataset_version": "bench", "size": size,  # version 1 (read)
             "resize": "center-crop", "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
                                                 "npy_shape": [size, size, 3]},
             "classes": classes, "class_counts": counts, "samples": n, "mean": mean, "std": std,

@@ -53,6 +53,60 @@ def convert_images(root: Path, n: int, *, size: int, shard_size: int, val_every:
     return root / "out" / "v1" / str(size)
 
 
+HAM_COLUMNS = ["lesion_id", "image_id", "dx", "dx_type", "age", "sex", "localization"]
+ISIC_COLUMNS = ["image_name", "patient_id", "sex", "age_approx", "anatom_site_general_challenge", "diagnosis",
+                "benign_malignant", "target"]
+
+
+def write_ham(root: Path, lesions: list[int], *, seed: int = 0) -> Path:
+    """A HAM10000-shaped corpus: ``HAM10000_metadata.csv`` with one row per image, ``lesions[j]`` images of
+    lesion j (its dx shared), JPEGs in ``images/<image_id>.jpg`` (image n's bytes depend on n and ``seed``
+    only); ages with gaps (missing) and unicode sites. Returns the manifest."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    dxs = ["nv", "mel", "bkl", "bcc"]
+    sites = ["back", "lower extremity", "face", "épaule", "頭皮", "unknown"]
+    rows, n = [], 0
+    for j, count in enumerate(lesions):
+        for _ in range(count):
+            image = f"ISIC_{n:07d}"
+            (root / "images" / f"{image}.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=seed * 7919 + n),
+                                                                      quality=90))
+            rows.append([f"HAM_{j:07d}", image, dxs[j % len(dxs)], ["histo", "follow_up", "consensus"][n % 3],
+                         "" if n % 5 == 4 else f"{(n * 7) % 80 + 5}.0", ["male", "female", "unknown"][n % 3],
+                         sites[n % len(sites)]])
+            n += 1
+    path = root / "HAM10000_metadata.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(HAM_COLUMNS)
+        w.writerows(rows)
+    return path
+
+
+def write_isic(root: Path, patients: list[int], *, seed: int = 1) -> Path:
+    """An ISIC-2020-shaped corpus: ``train.csv`` (patients[j] images of patient j, some malignant), JPEGs in
+    ``train/<image_name>.jpg``, empty sex/age/site cells as ISIC has them. Returns the manifest."""
+    (root / "train").mkdir(parents=True, exist_ok=True)
+    path = root / "train.csv"
+    n = 0
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(ISIC_COLUMNS)
+        for j, count in enumerate(patients):
+            for _ in range(count):
+                image = f"ISIC_{2_000_000 + n}"
+                (root / "train" / f"{image}.jpg").write_bytes(jpeg_bytes(photo_like(36, 36, seed=seed * 7919 + n),
+                                                                        quality=90))
+                malignant = n % 4 == 1
+                w.writerow([image, f"IP_{1000 + j}", "" if n % 6 == 5 else ["male", "female"][j % 2],
+                            "" if n % 6 == 5 else f"{30 + 5 * (j % 10)}.0",
+                            "" if n % 7 == 3 else ["torso", "lower extremity", "head/neck"][n % 3],
+                            "melanoma" if malignant else "nevus", "malignant" if malignant else "benign",
+                            int(malignant)])
+                n += 1
+    return path
+
+
 @pytest.fixture
 def interrupt_writes(monkeypatch):
     """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt

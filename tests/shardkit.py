@@ -13,6 +13,7 @@ import xxhash
 
 from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index
 from wds_tools.format.layout import url_pattern
+from wds_tools.format.sample import MEMBERS, classes_digest, column_prefix, label_i32
 from wds_tools.format.tarwrite import ShardWriter, npy_header
 
 
@@ -33,11 +34,13 @@ def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a
                 px = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
                 pixels_by_split[split].append(px.reshape(-1, 3))
                 meta = {"key": key, "label": classes[label], "source_path": f"img/{key}.jpg",
-                        "width": 10, "height": 10, "fingerprint": "xxh3_128:" + "0" * 32}
+                        "width": 10, "height": 10, "fingerprint": "xxh3_128:" + "0" * 32, "original_key": key,
+                        "dataset_version": "t", "classes_digest": classes_digest(classes)}
                 c = w.add(f"{key}.cls", str(label).encode())
+                i32 = w.add(f"{key}.i32", label_i32(label))
                 js = w.add(f"{key}.json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
                 npy = w.add(f"{key}.npy", header, px.tobytes())
-                rows.append((key, label, len(shards), *c, *js, *npy,
+                rows.append((key, label, len(shards), *c, *i32, *js, *npy,
                              xxhash.xxh3_64_intdigest(header + px.tobytes()), f"img/{key}.jpg"))
             nbytes, sha = w.close()
             shards.append({"name": name, "split": split, "samples": len(labels), "bytes": nbytes, "sha256": sha})
@@ -55,20 +58,20 @@ def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a
         "shard": np.array([r[2] for r in rows], dtype="<u4"),
         "fingerprint": np.zeros((n, 16), "u1"),
         "width": np.full(n, 10, "<u4"), "height": np.full(n, 10, "<u4"),
-        "src_size": np.full(n, 1000, "<u8"), "src_mtime_ns": np.zeros(n, "<i8"),
-        "npy_xxh3": np.array([r[9] for r in rows], dtype="<u8"),
+        "src_size": np.full(n, 1000, "<u8"),
+        "npy_xxh3": np.array([r[11] for r in rows], dtype="<u8"),
     }
-    for j, member in enumerate(("cls", "json", "npy")):
-        cols[f"{member}_offset"] = np.array([r[3 + 2 * j] for r in rows], dtype="<u8")
-        cols[f"{member}_length"] = np.array([r[4 + 2 * j] for r in rows], dtype="<u8")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r[10] for r in rows])
+    for j, member in enumerate(MEMBERS):
+        cols[f"{column_prefix(member)}_offset"] = np.array([r[3 + 2 * j] for r in rows], dtype="<u8")
+        cols[f"{column_prefix(member)}_length"] = np.array([r[4 + 2 * j] for r in rows], dtype="<u8")
+    cols["path_offsets"], cols["path_data"] = pack_strings([r[12] for r in rows])
     stats_split = "train" if "train" in splits else "all"
     mean, std = _mean_std(pixels_by_split["train"] if "train" in splits
                           else [p for ps in pixels_by_split.values() for p in ps])
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "t", "size": size,
-            "resize": "center-crop", "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
+            "resize": "center-crop", "sample": {"members": list(MEMBERS), "npy_dtype": "uint8",
                                                 "npy_shape": [size, size, 3]},
-            "classes": list(classes), "samples": n,
+            "classes": list(classes), "classes_digest": classes_digest(classes), "samples": n,
             "class_counts": np.bincount(cols["label"], minlength=len(classes)).tolist(),
             "mean": mean, "std": std, "stats_split": stats_split, "splits": split_meta, "shards": shards,
             "errors_file": None}

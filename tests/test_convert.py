@@ -44,7 +44,7 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
             names = tf.getnames()
             data = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
         keys = list(dict.fromkeys(n.split(".")[0] for n in names))
-        assert names == [f"{k}.{ext}" for k in keys for ext in ("cls", "json", "npy")]
+        assert names == [f"{k}.{ext}" for k in keys for ext in ("cls", "i32", "json", "npy")]
         for k in keys:
             arr = np.load(io.BytesIO(data[f"{k}.npy"]))
             meta = json.loads(data[f"{k}.json"])
@@ -52,6 +52,9 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
             assert arr.dtype == np.uint8 and arr.shape == (32, 32, 3) and arr.flags.c_contiguous
             assert np.array_equal(arr, decode_file(str(src), 32).pixels)
             assert idx.classes[int(data[f"{k}.cls"])] == rows[k]["label"] == meta["label"]
+            assert data[f"{k}.i32"] == int(data[f"{k}.cls"]).to_bytes(4, "little")  # DALI's INT32
+            assert (meta["dataset_version"], meta["classes_digest"]) == ("v1", idx.meta["classes_digest"])
+            assert meta["original_key"] == k  # always present; the key itself when not mapped
             assert meta["source_path"] == rows[k]["path"] and (meta["width"], meta["height"]) == (96, 72)
             assert meta["fingerprint"].startswith("xxh3_128:")
             seen[k] = shard["name"]
@@ -66,6 +69,8 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
         assert np.array_equal(np.load(io.BytesIO(blob[off:off + n])),
                               decode_file(str(corpus.parent / rows[s.keys[i]]["path"]), 32).pixels)
         assert blob[int(s["cls_offset"][i]):int(s["cls_offset"][i]) + int(s["cls_length"][i])] == str(s["label"][i]).encode()
+        off, n = int(s["i32_offset"][i]), int(s["i32_length"][i])
+        assert n == 4 and int.from_bytes(blob[off:off + n], "little", signed=True) == int(s["label"][i])
         assert s.source_path(i) == rows[s.keys[i]]["path"]
     meta = idx.meta
     assert meta["samples"] == 40 and sum(meta["class_counts"]) == 40
@@ -341,3 +346,221 @@ def test_a_resumed_run_reports_its_own_rate_and_what_it_kept(corpus, tmp_path, i
     text = res.to_text()
     assert f"all 40 images in {res.shards} shards kept from an interrupted run, this run wrote the index" in text
     assert "images/s" not in text
+
+
+# ------------------------------------------------------------------ clinical sets as they come (issue 14)
+
+def _cli(*args, cwd=None):
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+HAM_OPTIONS = ("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesion_id")
+
+
+def _splits_of_groups(folder: Path, column: str) -> dict:
+    """group value -> the splits its samples are in, read from the shards' .json members."""
+    found: dict = {}
+    for shard in load_index(folder).shards:
+        with tarfile.open(folder / shard["name"]) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    found.setdefault(json.loads(tf.extractfile(m).read())["meta"][column], set()).add(shard["split"])
+    return found
+
+
+def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
+    from conftest import write_ham
+
+    manifest = write_ham(tmp_path / "ham", [3, 1, 2, 4, 1, 1, 2, 3, 1, 2])
+    out = tmp_path / "out"
+    res = _cli("convert", "--source", manifest, *HAM_OPTIONS, "--stratify", "--val-fraction", "0.3", "--version",
+               "v1", "--size", 16, "--out", out, "--workers", 1, "--shard-size", 5, "--quiet", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["samples_written"] == 20
+    folder = out / "v1" / "16"
+    idx = load_index(folder)
+    assert idx.meta["format_version"] == 2 and idx.meta["build"]["group"] == "lesion_id"
+    assert idx.meta["build"]["stratify"] is True
+    assert idx.meta["metadata"] == [{"name": "lesion_id", "type": "string"}, {"name": "dx_type", "type": "string"},
+                                    {"name": "age", "type": "float"}, {"name": "sex", "type": "string"},
+                                    {"name": "localization", "type": "string"}]
+    # every manifest value round-trips, typed, in the sample's json and in the index
+    rows = {r["image_id"]: r for r in __import__("csv").DictReader(open(manifest, encoding="utf-8"))}
+    meta = idx.metadata
+    for i, key in enumerate(idx.samples.keys):
+        r = rows[key]
+        want = {"lesion_id": r["lesion_id"], "dx_type": r["dx_type"], "age": float(r["age"]) if r["age"] else None,
+                "sex": r["sex"], "localization": r["localization"]}
+        assert {name: v.value(i) for name, v in meta.items()} == want
+        assert idx.samples.source_path(i) == f"images/{key}.jpg"
+    for shard in idx.shards:
+        with tarfile.open(folder / shard["name"]) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    raw = tf.extractfile(m).read()
+                    js = json.loads(raw)
+                    r = rows[js["key"]]
+                    assert js["meta"]["age"] == (float(r["age"]) if r["age"] else None)
+                    assert js["meta"]["localization"] == r["localization"]
+                    if r["localization"] in ("épaule", "頭皮"):
+                        assert r["localization"].encode() in raw  # unicode as itself, not \u escapes
+    assert all(len(s) == 1 for s in _splits_of_groups(folder, "lesion_id").values())
+    assert set(idx.splits) == {"train", "val"}
+    v = _cli("verify", folder, "--json")
+    assert v.exit_code == 0 and json.loads(v.stdout)["ok"], v.output
+    st = _cli("stats", folder, "--by", "localization", "--workers", 1)
+    assert st.exit_code == 0 and "train by localization (string): samples per class" in st.output
+    assert "頭皮" in st.output and "groups of lesion_id: 10; each in one split" in st.output
+    js = json.loads(_cli("stats", folder, "--by", "age", "--workers", 1, "--json").stdout)
+    assert js["by"]["values"][-1] is None and js["groups"] == {"column": "lesion_id", "groups": 10,
+                                                               "in_several_splits": []}
+
+
+def test_an_isic_train_csv_through_the_library(tmp_path):
+    from conftest import write_isic
+
+    manifest = write_isic(tmp_path / "isic", [4, 1, 3, 2, 5, 1, 2])
+    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_name", label="benign_malignant",
+                  path="train/{image_name}.jpg", group="patient_id", val_fraction=0.3, workers=1, progress=False)
+    assert res.samples_written == 18 and res.failed == 0
+    folder = tmp_path / "out" / "v1" / "16"
+    idx = load_index(folder)
+    types = {c["name"]: c["type"] for c in idx.meta["metadata"]}
+    assert types["target"] == "int" and types["age_approx"] == "float" and types["sex"] == "string"
+    assert "benign_malignant" not in types and "image_name" not in types
+    target = idx.metadata["target"]
+    assert [idx.classes[int(lab)] for lab in idx.samples["label"]] == [
+        "malignant" if target.value(i) else "benign" for i in range(len(idx.samples))]
+    assert all(len(s) == 1 for s in _splits_of_groups(folder, "patient_id").values())
+    from training_adapter import make_loader
+
+    for split in idx.splits:
+        loader = make_loader(folder, batch_size=4, train=False, split=split, num_workers=0, return_keys=True,
+                             subset={"anatom_site_general_challenge": ["torso", None]})
+        keys = [k for _, _, ks in loader for k in ks]
+        site = idx.metadata["anatom_site_general_challenge"]
+        want = [k for i, k in enumerate(idx.samples.keys) if site.value(i) in ("torso", None)
+                and idx.shards[int(idx.samples["shard"][i])]["split"] == split]
+        assert sorted(keys) == sorted(want)
+
+
+@pytest.mark.parametrize("options, message", [
+    (("--key", "image_idd", "--label", "dx", "--path", "images/{image_id}.jpg"),
+     "missing column(s) image_idd: 'image_idd' (--key; did you mean 'image_id'?). The file's columns: lesion_id, "
+     "image_id, dx, dx_type, age, sex, localization."),
+    (("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesionid"),
+     "'lesionid' (--group; did you mean 'lesion_id'?)"),
+    (("--key", "image_id", "--label", "dx", "--path", "images/{imageid}.jpg"),
+     "--path 'images/{imageid}.jpg' names column 'imageid', which the file does not have; did you mean "
+     "'image_id'?"),
+    ((), "missing column(s) key, label, path"),
+    (("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "dx"),
+     "--group 'dx' is the --label column of "),
+])
+def test_column_errors_name_the_column_and_write_nothing(tmp_path, options, message):
+    from conftest import write_ham
+
+    manifest = write_ham(tmp_path / "ham", [1, 1])
+    res = _cli("convert", "--source", manifest, *options, "--version", "v1", "--size", 16, "--out",
+               tmp_path / "out", "--quiet")
+    assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_template_giving_a_missing_file_skips_that_row_and_lists_it(tmp_path):
+    from conftest import write_ham
+
+    manifest = write_ham(tmp_path / "ham", [2, 2, 1])
+    (tmp_path / "ham" / "images" / "ISIC_0000003.jpg").unlink()
+    with open(manifest, "a", encoding="utf-8") as f:
+        f.write("HAM_0000009,ISIC_0000099,nv,histo,40.0,male,\n")  # its image does not exist either
+    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
+                  path="images/{image_id}.jpg", max_errors=2, workers=1, progress=False)
+    assert res.samples_written == 4 and res.failed == 2
+    errors = [json.loads(line) for line in (tmp_path / "out" / "v1" / "16" / "errors.jsonl").read_text().splitlines()]
+    assert [(e["key"], e["path"], e["stage"]) for e in errors] == [
+        ("ISIC_0000003", "images/ISIC_0000003.jpg", "scan"), ("ISIC_0000099", "images/ISIC_0000099.jpg", "scan")]
+    assert "ISIC_0000003" not in load_index(tmp_path / "out" / "v1" / "16").samples.keys
+
+
+def test_a_template_cell_left_empty_fails_its_row_like_a_bad_file(tmp_path):
+    from conftest import write_ham
+
+    manifest = write_ham(tmp_path / "ham", [2, 2])
+    text = manifest.read_text(encoding="utf-8").splitlines()
+    text[2] = text[2].replace(",follow_up,", ",,")  # dx_type of row 2 empty; the template names it
+    for p in (tmp_path / "ham" / "images").glob("*.jpg"):
+        for kind in ("histo", "follow_up", "consensus"):
+            (tmp_path / "ham" / "images" / kind).mkdir(exist_ok=True)
+            (tmp_path / "ham" / "images" / kind / p.name).write_bytes(p.read_bytes())
+    manifest.write_text("\n".join(text) + "\n", encoding="utf-8")
+    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
+                  path="images/{dx_type}/{image_id}.jpg", max_errors=1, workers=1, progress=False)
+    assert res.samples_written == 3 and res.failed == 1
+    (error,) = [json.loads(line) for line in (tmp_path / "out" / "v1" / "16" / "errors.jsonl").read_text().splitlines()]
+    assert error == {"key": "ISIC_0000001", "path": "images//ISIC_0000001.jpg", "line": 3, "stage": "scan",
+                     "error": "column 'dx_type' is empty; --path 'images/{dx_type}/{image_id}.jpg' needs it"}
+    idx = load_index(tmp_path / "out" / "v1" / "16")
+    assert [c["name"] for c in idx.meta["metadata"]] == ["lesion_id", "dx_type", "age", "sex", "localization"]
+
+
+def test_column_options_from_wds_tools_toml(tmp_path, monkeypatch):
+    from conftest import write_ham
+
+    root = tmp_path / "proj"
+    write_ham(root / "ham", [2, 1, 3])
+    (root / "wds-tools.toml").write_text('source = "ham/HAM10000_metadata.csv"\nout = "shards"\n[convert]\n'
+                                         'key = "image_id"\nlabel = "dx"\npath = "images/{image_id}.jpg"\n'
+                                         'group = "lesion_id"\nstratify = true\nworkers = 1\n', encoding="utf-8")
+    monkeypatch.chdir(root)
+    res = _cli("convert", "--version", "v1", "--size", 16, "--quiet")
+    assert res.exit_code == 0, res.output
+    build = load_index(root / "shards" / "v1" / "16").meta["build"]
+    assert build["columns"]["path"] == "images/{image_id}.jpg" and build["group"] == "lesion_id"
+    assert build["stratify"] is True
+
+
+def _json_key_sets(folder) -> dict[frozenset, list[str]]:
+    """Every .json of a converted folder (read with tarfile): its set of keys -> the samples with it."""
+    out: dict[frozenset, list[str]] = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".json"):
+                    obj = json.loads(tf.extractfile(m).read())
+                    out.setdefault(frozenset(obj), []).append(obj["key"])
+    return out
+
+
+def test_every_sample_of_a_conversion_has_the_same_json_keys(tmp_path):
+    """FORMAT.md: optional fields are always present. Keys mapped by --sanitize-keys next to keys that
+    are not (original_key: the key itself), and metadata with missing cells (meta: every column,
+    null for missing): one key set per conversion."""
+    from conftest import write_ham
+
+    rows = make_images(tmp_path / "c", 12)
+    for r in rows[::3]:
+        r["key"] = "with space " + r["key"]  # mapped; the others are not
+    folder = Path(_run(write_manifest(tmp_path / "c" / "m.csv", rows), tmp_path / "out", sanitize_keys=True).out_dir)
+    sets = _json_key_sets(folder)
+    assert list(sets) == [frozenset({"classes_digest", "dataset_version", "fingerprint", "height", "key", "label",
+                                     "original_key", "source_path", "width"})], sets
+    originals = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".json"):
+                    obj = json.loads(tf.extractfile(m).read())
+                    originals[obj["key"]] = obj["original_key"]
+    assert sum(k != o for k, o in originals.items()) == 4 and all(o == k for k, o in originals.items()
+                                                                   if not o.startswith("with space"))
+    manifest = write_ham(tmp_path / "ham", [2, 1, 3, 1, 2, 1])
+    res = _cli("convert", "--source", manifest, *HAM_OPTIONS, "--version", "v1", "--size", 16, "--out",
+               tmp_path / "hout", "--workers", 1, "--quiet")
+    assert res.exit_code == 0, res.output
+    sets = _json_key_sets(tmp_path / "hout" / "v1" / "16")
+    assert len(sets) == 1 and "meta" in next(iter(sets)), sets

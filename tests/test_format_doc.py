@@ -170,8 +170,14 @@ def classes_of(rows: list[dict]) -> list[str]:
 
 
 def source_digest(rows: list[dict]) -> str:
-    return hashlib.sha256(b"".join(f"{r['key']}\t{r['source_path']}\t{r['label']}\t{r['split']}\n".encode()
+    def tail(r):
+        return "\t" + compact(r["meta"]) if "meta" in r else ""
+    return hashlib.sha256(b"".join(f"{r['key']}\t{r['source_path']}\t{r['label']}\t{r['split']}{tail(r)}\n".encode()
                                    for r in rows)).hexdigest()
+
+
+def compact(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def scan_ok(path: Path) -> bool:
@@ -294,11 +300,18 @@ def npz_file(columns: list[tuple[str, np.ndarray]]) -> bytes:
     return bytes(local + central + end)
 
 
-def sample_json(r: dict, width: int, height: int, fingerprint: bytes) -> bytes:
+def classes_digest(classes: list[str]) -> str:
+    """FORMAT.md: the first 16 hex digits of SHA-256 of the class list as canonical JSON, UTF-8."""
+    return hashlib.sha256(json.dumps(classes, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def sample_json(r: dict, width: int, height: int, fingerprint: bytes, version: str, classes: list[str]) -> bytes:
     obj = {"key": r["key"], "label": r["label"], "source_path": r["source_path"], "width": width,
-           "height": height, "fingerprint": "xxh3_128:" + fingerprint.hex()}
-    if r["original_key"] is not None:
-        obj["original_key"] = r["original_key"]
+           "height": height, "fingerprint": "xxh3_128:" + fingerprint.hex(), "dataset_version": version,
+           "classes_digest": classes_digest(classes)}
+    obj["original_key"] = r["original_key"] if r["original_key"] is not None else r["key"]  # always present
+    if "meta" in r:
+        obj["meta"] = r["meta"]
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -313,16 +326,19 @@ def mean_std(hist: np.ndarray):
     return [round(float(x) / 255, 6) for x in m], [round(float(x) / 255, 6) for x in sd]
 
 
-def rebuild(root: Path, mode: str) -> dict[str, bytes]:
-    """Every file of a conversion (but errors.jsonl), from the sources and FORMAT.md alone."""
-    rows = read_rows(root)
+def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: str | None = None,
+            metadata: list[dict] | None = None, build: dict | None = None) -> dict[str, bytes]:
+    """Every file of a conversion (but errors.jsonl), from the sources and FORMAT.md alone: of m.csv
+    (``rows`` None), or of ``rows`` with their ``metadata`` columns and the ``build`` fields they add."""
+    version = version or mode
+    rows = read_rows(root) if rows is None else rows
     classes = classes_of(rows)
     label_index = {c: i for i, c in enumerate(classes)}
     good = [r for r in rows if scan_ok(r["file"])]
     files: dict[str, bytes] = {}
     cols: dict[str, list] = {c: [] for c in ("key", "label", "shard", "fingerprint", "width", "height", "src_size",
-                                            "src_mtime_ns", "cls_offset", "cls_length", "json_offset", "json_length",
-                                            "npy_offset", "npy_length", "npy_xxh3", "path")}
+                                            "cls_offset", "cls_length", "i32_offset", "i32_length", "json_offset",
+                                            "json_length", "npy_offset", "npy_length", "npy_xxh3", "path")}
     shards, splits, hist = [], {}, {}
     for number, (name, members) in enumerate(plan(good, classes)):
         split = name.rsplit("-", 1)[0]
@@ -336,8 +352,8 @@ def rebuild(root: Path, mode: str) -> dict[str, bytes]:
             data = r["file"].read_bytes()
             st = r["file"].stat()
             npy = npy_file(pixels)
-            entry = {"cls": str(label_index[r["label"]]).encode(),
-                     "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data)), "npy": npy}
+            entry = {"cls": str(label_index[r["label"]]).encode(), "i32": struct.pack("<i", label_index[r["label"]]),
+                     "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data), version, classes), "npy": npy}
             for ext, payload in entry.items():
                 tar += tar_header(f"{r['key']}.{ext}", len(payload))
                 cols[f"{ext}_offset"].append(len(tar))
@@ -350,9 +366,9 @@ def rebuild(root: Path, mode: str) -> dict[str, bytes]:
             cols["width"].append(width)
             cols["height"].append(height)
             cols["src_size"].append(st.st_size)
-            cols["src_mtime_ns"].append(st.st_mtime_ns)
             cols["npy_xxh3"].append(xxhash.xxh3_64_intdigest(npy))
             cols["path"].append(r["source_path"].encode())
+            cols.setdefault("meta", []).append(r.get("meta"))
             for c in range(3):
                 hist[split][c] += np.bincount(pixels[..., c].ravel(), minlength=256)
             sp = splits.setdefault(split, {"samples": 0, "shards": 0, "class_counts": [0] * len(classes)})
@@ -367,42 +383,44 @@ def rebuild(root: Path, mode: str) -> dict[str, bytes]:
                        "sha256": hashlib.sha256(tar).hexdigest()})
     n = max([len(k) for k in cols["key"]] + [1])
     paths = cols.pop("path")
+    metas = cols.pop("meta", [])
     table = [("key", np.array(cols["key"], dtype=f"|S{n}")), ("label", np.array(cols["label"], "<i4")),
              ("shard", np.array(cols["shard"], "<u4")),
              ("fingerprint", np.frombuffer(b"".join(cols["fingerprint"]), "|u1").reshape(-1, 16))]
     table += [(c, np.array(cols[c], d)) for c, d in [
-        ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("src_mtime_ns", "<i8"), ("cls_offset", "<u8"),
-        ("cls_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
+        ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("cls_offset", "<u8"),
+        ("cls_length", "<u8"), ("i32_offset", "<u8"), ("i32_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
         ("npy_length", "<u8"), ("npy_xxh3", "<u8")]]
     table += [("path_offsets", np.array([0] + list(np.cumsum([len(p) for p in paths])), "<u8")),
               ("path_data", np.frombuffer(b"".join(paths), "|u1"))]
+    table += metadata_arrays(metadata or [], metas)
     files["samples.npz"] = npz_file(table)
     for split, sp in splits.items():
         sp["urls"] = f"{split}-000000.tar" if sp["shards"] == 1 else f"{split}-{{000000..{sp['shards'] - 1:06d}}}.tar"
         sp["mean"], sp["std"] = mean_std(hist[split])
         files[f"{split}.wids.json"] = (json.dumps({
-            "__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{mode}/{S}/{split}",
+            "__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{version}/{S}/{split}",
             "shardlist": [{"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]}
                           for s in shards if s["split"] == split]}, sort_keys=True, indent=1) + "\n").encode()
     for number, s in enumerate(shards):
         lines = [f"v1.2 {s['samples']}"]
         for r in (i for i, sh in enumerate(cols["shard"]) if sh == number):
             lines.append(" ".join(f"{e} {cols[f'{e}_offset'][r]} {cols[f'{e}_length'][r]} {cols['key'][r].decode()}.{e}"
-                                  for e in ("cls", "json", "npy")))
+                                  for e in ("cls", "i32", "json", "npy")))
         files[s["name"][:-4] + ".idx"] = ("\n".join(lines) + "\n").encode()
     top = hist["train"] if "train" in hist else sum(hist.values())
     mean, std = mean_std(top)
     meta = {
-        "format": "wds-tools-index", "format_version": 1, "created_by": f"wds-tools {package_version('wds-tools')}",
-        "dataset_version": mode, "size": S, "resize": mode,
+        "format": "wds-tools-index", "format_version": 2, "created_by": f"wds-tools {package_version('wds-tools')}",
+        "dataset_version": version, "size": S, "resize": mode,
         "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
                    "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS},
         "decoder_versions": {"pillow": Image.__version__, "libjpeg": str(features.version("jpg"))},
         "build": {"shard_size": SHARD_SIZE, "seed": SEED, "val_fraction": VAL_FRACTION, "sanitize_keys": True,
                   "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},
-                  "source_path": "m.csv", "base": None},
-        "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [S, S, 3]},
-        "classes": classes,
+                  "source_path": "m.csv", "base": None, **(build or {})},
+        "sample": {"members": ["cls", "i32", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [S, S, 3]},
+        "classes": classes, "classes_digest": classes_digest(classes),
         "class_counts": [sum(sp["class_counts"][c] for sp in splits.values()) for c in range(len(classes))],
         "samples": len(cols["key"]), "mean": mean, "std": std,
         "stats_split": "train" if "train" in splits else "all", "splits": splits, "shards": shards,
@@ -410,6 +428,8 @@ def rebuild(root: Path, mode: str) -> dict[str, bytes]:
                          "sha256": hashlib.sha256(files["samples.npz"]).hexdigest()},
         "errors_file": "errors.jsonl",
     }
+    if metadata:
+        meta["metadata"] = metadata
     files["index.json"] = (json.dumps(meta, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
     return files
 
@@ -511,3 +531,215 @@ def test_samples_npz_bytes_do_not_depend_on_the_os(monkeypatch):
     assert here == npz_file(list(columns.items()))  # the doc's bytes, on this OS
     monkeypatch.setattr(sys, "platform", "win32")
     assert write_npz(columns) == here
+
+
+# ------------------------------------------------------------------ version 2: a dataset's own metadata file
+
+META_HEADER = ["lesion_id", "image_id", "dx", "dx_type", "age", "sex", "localization", "code", "count"]
+META_OPTIONS = ["--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesion_id",
+                "--stratify"]
+META_BUILD = {"columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "split": None},
+              "group": "lesion_id", "stratify": True}
+# (lesion, dx of each image): lesion L4's labels tie (its class is the smaller index, mel), two images have no
+# lesion (each its own unit), ISIC_0000005's file is missing (a scan failure; its site is in no other row)
+LESIONS = [("L1", "nv nv nv"), ("L2", "mel"), ("L3", "nv nv"), ("", "bkl"), ("L4", "nv mel nv mel"),
+           ("L5", "mel mel"), ("", "nv"), ("L6", "bkl"), ("L7", "mel bkl mel"), ("L8", "nv"), ("L9", "nv nv"),
+           ("L10", "bkl bkl")]
+NEW_LESIONS = [("L11", "mel mel"), ("L12", "nv"), ("L2", "mel")]  # the second version: two new lesions, L2 grows
+MISSING_IMAGE = "ISIC_0000005"
+
+
+def _meta_cells(n: int, lesion: str, dx: str) -> list[str]:
+    """A HAM10000-shaped row: floats written several ways, a code with leading zeros (text), an int
+    column with negatives and gaps, unicode sites, missing cells."""
+    site = "only-the-failed-row" if f"ISIC_{n:07d}" == MISSING_IMAGE else \
+        ["back", "\u00e9paule", "\u982d\u76ae", "", "lower extremity", "back"][n % 6]
+    return [lesion, f"ISIC_{n:07d}", dx, ["histo", "follow_up", "consensus"][n % 3],
+            ["45", "60.5", "+3", ".5", "", "1e1", "70"][n % 7], ["male", "female", ""][n % 3], site,
+            ["007", "12", "0"][n % 3], ["3", "-1", "", "0"][n % 4]]
+
+
+def write_meta_corpus(root: Path, lesions=LESIONS) -> list[list[str]]:
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rows, n = [], 0
+    for lesion, dxs in lesions:
+        for dx in dxs.split():
+            image = f"ISIC_{n:07d}"
+            if image != MISSING_IMAGE:
+                (root / "images" / f"{image}.jpg").write_bytes(_jpeg(_photo(40 + n, 30 + n % 7, 100 + n)))
+            rows.append(_meta_cells(n, lesion, dx))
+            n += 1
+    with open(root / "meta.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(META_HEADER)
+        w.writerows(rows)
+    return rows
+
+
+def convert_meta(root: Path, version: str, val_fraction: float) -> Path:
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        r = CliRunner().invoke(cli, ["convert", "--source", "meta.csv", "--version", version, "--size", str(S),
+                                     "--out", "out", "--shard-size", str(SHARD_SIZE), "--val-fraction",
+                                     str(val_fraction), "--max-errors", "2", "--sanitize-keys", "--workers", "1",
+                                     "--quiet", *META_OPTIONS])
+        assert r.exit_code == 0, r.output
+    finally:
+        os.chdir(cwd)
+    return root / "out" / version / str(S)
+
+
+INT_TEXT = re.compile(r"-?(0|[1-9][0-9]*)")
+FLOAT_TEXT = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def column_type(texts: list[str | None]) -> str:
+    """Metadata, 'A column's type'."""
+    present = [t for t in texts if t is not None]
+
+    def is_int(t):
+        return bool(INT_TEXT.fullmatch(t)) and -2**63 <= int(t) < 2**63
+
+    def is_float(t):
+        return is_int(t) if INT_TEXT.fullmatch(t) else bool(FLOAT_TEXT.fullmatch(t)) and math.isfinite(float(t))
+    if present and all(map(is_int, present)):
+        return "int"
+    if present and all(map(is_float, present)):
+        return "float"
+    return "string"
+
+
+def unit_text(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def draw_splits(rows: list[dict], classes: list[str], val_fraction: float, fixed: dict) -> None:
+    """Planning, 'Splits per group', with --stratify: sets each row's split."""
+    index = {c: i for i, c in enumerate(classes)}
+    units: dict[tuple, Counter] = {}
+    for r in rows:
+        lesion = r["meta"]["lesion_id"]
+        r["unit"] = ("g", unit_text(lesion)) if lesion is not None else ("k", r["key"])
+        units.setdefault(r["unit"], Counter())[index[r["label"]]] += 1
+    p, q = val_fraction.as_integer_ratio()
+    split_of = {}
+    by_class: dict[int, list] = {}
+    for unit, labels in units.items():
+        by_class.setdefault(min(labels, key=lambda c: (-labels[c], c)), []).append(unit)
+    for members in by_class.values():
+        total = sum(sum(units[u].values()) for u in members)
+        v = sum(sum(units[u].values()) for u in members if fixed.get(u) == "val")
+        free = [u for u in members if u not in fixed]
+        h = {u: int.from_bytes(blake(f"group:{SEED}:{u[1]}", 8), "big") if u[0] == "g" else h_split(u[1])
+             for u in free}
+        for u in sorted(free, key=lambda u: (h[u], u)):
+            size = sum(units[u].values())
+            if (2 * v + size) * q < 2 * p * total:
+                split_of[u], v = "val", v + size
+            else:
+                split_of[u] = "train"
+        split_of.update({u: fixed[u] for u in members if u in fixed})
+    for r in rows:
+        r["split"] = split_of[r["unit"]]
+
+
+def read_meta_rows(root: Path, val_fraction: float, fixed: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """Rows and index.json metadata of meta.csv, from Planning's column rules and Metadata."""
+    with open(root / "meta.csv", newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        raw = [(reader.line_num, {k: (v or "").strip() for k, v in rec.items()}) for rec in reader]
+        names = [c for c in reader.fieldnames if c not in ("image_id", "dx", "sha256", "md5")]
+    texts = [[r[c] or None for c in names] for _, r in raw]
+    types = [column_type([t[i] for t in texts]) for i in range(len(names))]
+    rows = []
+    for (line, r), cells in zip(raw, texts):
+        meta = {c: None if t is None else int(t) if ty == "int" else float(t) if ty == "float" else t
+                for c, t, ty in zip(names, cells, types)}
+        rows.append({"key": r["image_id"], "source_path": f"images/{r['image_id']}.jpg", "label": r["dx"],
+                     "line": line, "original_key": None, "file": root / "images" / f"{r['image_id']}.jpg",
+                     "meta": meta})
+    draw_splits(rows, classes_of(rows), val_fraction, fixed or {})
+    return rows, [{"name": c, "type": t} for c, t in zip(names, types)]
+
+
+def metadata_arrays(metadata: list[dict], metas: list[dict]) -> list[tuple[str, np.ndarray]]:
+    """samples.npz's metadata arrays (Metadata) of the samples written, ``metas`` their meta objects."""
+    out = []
+    for i, c in enumerate(metadata):
+        values = [m[c["name"]] for m in metas]
+        if c["type"] == "int":
+            out += [(f"meta{i}", np.array([0 if v is None else v for v in values], "<i8")),
+                    (f"meta{i}_missing", np.array([v is None for v in values], "|b1"))]
+        elif c["type"] == "float":
+            out += [(f"meta{i}", np.array([np.nan if v is None else v for v in values], "<f8"))]
+        else:
+            cats = sorted({v for v in values if v is not None})
+            data = [v.encode() for v in cats]
+            out += [(f"meta{i}", np.array([-1 if v is None else cats.index(v) for v in values], "<i4")),
+                    (f"meta{i}_offsets", np.array([0] + list(np.cumsum([len(d) for d in data])), "<u8")),
+                    (f"meta{i}_data", np.frombuffer(b"".join(data), "|u1"))]
+    return out
+
+
+@pytest.fixture(scope="module")
+def meta_corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("formatdoc-meta")
+    write_meta_corpus(root)
+    return root
+
+
+def test_a_metadata_file_with_groups_rebuilt_from_the_doc(meta_corpus):
+    """Version 2's additions: column options, typed metadata in each .json and in samples.npz, index.json
+    metadata and build fields, stratified per-lesion splits; then a second version whose old lesions keep
+    the first's splits (the split base) while new ones are drawn at another val_fraction."""
+    folder = convert_meta(meta_corpus, "m1", VAL_FRACTION)
+    rows, metadata = read_meta_rows(meta_corpus, VAL_FRACTION)
+    assert [c["type"] for c in metadata] == ["string", "string", "float", "string", "string", "string", "int"]
+    want = rebuild(meta_corpus, "center-crop", rows, version="m1", metadata=metadata,
+                   build={**META_BUILD, "source_path": "meta.csv", "split_base": None})
+    assert sorted(want) == sorted(p.name for p in folder.iterdir() if p.name != "errors.jsonl")
+    for name, data in want.items():
+        got = (folder / name).read_bytes()
+        if name == "index.json":
+            assert json.loads(data) == json.loads(got)
+        assert data == got, name
+    assert {r["split"] for r in rows} == {"train", "val"}
+    # the corpus exercises the rules: a unit of mixed labels, ungrouped rows, a category only a failed row has
+    errors = [json.loads(line) for line in (folder / "errors.jsonl").read_text().splitlines()]
+    assert [(e["key"], e["stage"]) for e in errors] == [(MISSING_IMAGE, "scan")]
+    assert b"only-the-failed-row" not in want["samples.npz"] and "\u982d\u76ae".encode() in want["samples.npz"]
+
+    # version 2 of the set: L1..L10 keep m1's splits; L11, L12 are drawn (at another val_fraction)
+    with open(meta_corpus / "meta.csv", "a", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        n = sum(len(d.split()) for _, d in LESIONS)
+        for lesion, dxs in NEW_LESIONS:
+            for dx in dxs.split():
+                (meta_corpus / "images" / f"ISIC_{n:07d}.jpg").write_bytes(_jpeg(_photo(41, 33, 300 + n)))
+                w.writerow(_meta_cells(n, lesion, dx))
+                n += 1
+    folder2 = convert_meta(meta_corpus, "m2", 0.5)
+    with np.load(folder / "samples.npz") as z:  # the base's units, from its samples and lesion column
+        index1 = json.loads((folder / "index.json").read_text())
+        lesion_col = [c["name"] for c in index1["metadata"]].index("lesion_id")
+        offsets, data = z[f"meta{lesion_col}_offsets"], z[f"meta{lesion_col}_data"].tobytes()
+        cats = [data[a:b].decode() for a, b in zip(offsets[:-1], offsets[1:])]
+        base_split: dict[tuple, set] = {}
+        for key, code, shard in zip(z["key"], z[f"meta{lesion_col}"], z["shard"]):
+            unit = ("g", cats[code]) if code >= 0 else ("k", key.decode())
+            base_split.setdefault(unit, set()).add(index1["shards"][shard]["split"])
+    fixed = {u: next(iter(s)) for u, s in base_split.items() if len(s) == 1}
+    rows2, metadata2 = read_meta_rows(meta_corpus, 0.5, fixed)
+    want2 = rebuild(meta_corpus, "center-crop", rows2, version="m2", metadata=metadata2,
+                    build={**META_BUILD, "source_path": "meta.csv", "split_base": "m1", "base": "m1",
+                           "val_fraction": 0.5})
+    for name, data in want2.items():
+        got = (folder2 / name).read_bytes()
+        if name == "index.json":
+            assert json.loads(data) == json.loads(got)
+        assert data == got, name
+    by_unit = {r["unit"]: r["split"] for r in rows}
+    assert all(r["split"] == by_unit[r["unit"]] for r in rows2 if r["unit"] in by_unit)
+    unfixed, _ = read_meta_rows(meta_corpus, 0.5)  # without the base some old lesion would move
+    assert any(a["split"] != b["split"] for a, b in zip(unfixed, rows2) if a["unit"] in by_unit)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from wds_tools.errors import OptionError
 from wds_tools.convert.plan import (
-    assign_split, default_shard_size, key_hash, parse_shard_size, plan_split, sample_bytes,
+    assign_split, default_shard_size, key_hash, parse_shard_size, plan_split, sample_bytes, split_groups, unit_hash,
 )
 
 
@@ -82,3 +82,91 @@ def test_plan_is_deterministic_and_order_independent():
 
 def test_plan_empty():
     assert plan_split("train", [], shard_size=10, seed=0) == []
+
+
+# ------------------------------------------------------------------ splits drawn per group
+
+@st.composite
+def group_structures(draw, max_groups=40):
+    """{unit: {label: samples}}: groups of 1-8 samples (pure: one label, or mixed), some ungrouped rows."""
+    n_classes = draw(st.integers(1, 4))
+    pure = draw(st.booleans())
+    units = {}
+    for g in range(draw(st.integers(1, max_groups))):
+        if pure:
+            units[("g", f"G{g}")] = {draw(st.integers(0, n_classes - 1)): draw(st.integers(1, 8))}
+        else:
+            labels = draw(st.lists(st.integers(0, n_classes - 1), min_size=1, max_size=8))
+            units[("g", f"G{g}")] = dict(Counter(labels))
+    for k in range(draw(st.integers(0, 10))):
+        units[("k", f"key{k}")] = {draw(st.integers(0, n_classes - 1)): 1}
+    return units
+
+
+def _majority(labels: dict) -> int:
+    return min(labels, key=lambda c: (-labels[c], c))
+
+
+@settings(max_examples=300, deadline=None)
+@given(group_structures(), st.sampled_from([0.0, 0.1, 0.2, 0.5, 0.9]), st.integers(0, 3), st.booleans(), st.randoms())
+def test_split_groups_is_a_pure_function_of_groups_labels_and_seed(units, frac, seed, stratify, rnd):
+    got = split_groups(units, seed=seed, val_fraction=frac, stratify=stratify)
+    assert set(got) == set(units) and set(got.values()) <= {"train", "val"}
+    shuffled = list(units.items())
+    rnd.shuffle(shuffled)
+    assert split_groups(dict(shuffled), seed=seed, val_fraction=frac, stratify=stratify) == got  # order-free
+    if frac == 0.0:
+        assert set(got.values()) == {"train"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(group_structures(), st.sampled_from([0.1, 0.25, 0.5]), st.integers(0, 3))
+def test_without_stratify_a_unit_goes_by_its_own_hash(units, frac, seed):
+    got = split_groups(units, seed=seed, val_fraction=frac)
+    for unit, split in got.items():
+        assert split == ("val" if unit_hash(unit, seed) < frac * 2**64 else "train")
+        if unit[0] == "k":  # an ungrouped row: the key rule of version 1
+            assert split == assign_split(unit[1], seed=seed, val_fraction=frac)
+
+
+@settings(max_examples=400, deadline=None)
+@given(group_structures(), st.sampled_from([0.1, 0.2, 0.34, 0.5, 0.8]), st.integers(0, 3))
+def test_stratified_val_is_within_half_the_largest_group_of_its_share(units, frac, seed):
+    """The documented bound: per majority class, val samples within m/2 of val_fraction x samples (m: the
+    class's largest unit); for groups of one label, per label."""
+    got = split_groups(units, seed=seed, val_fraction=frac, stratify=True)
+    pools: dict[int, list] = {}
+    for unit, labels in units.items():
+        pools.setdefault(_majority(labels), []).append((sum(labels.values()), got[unit] == "val"))
+    for pool in pools.values():
+        total = sum(n for n, _ in pool)
+        val = sum(n for n, v in pool if v)
+        assert abs(val - frac * total) <= max(n for n, _ in pool) / 2 + 1e-9, (pool, frac)
+    if all(len(labels) == 1 for labels in units.values()):
+        per_label: dict[int, list] = {}
+        for unit, labels in units.items():
+            (label, n), = labels.items()
+            per_label.setdefault(label, []).append((n, got[unit] == "val"))
+        for pool in per_label.values():
+            assert abs(sum(n for n, v in pool if v) - frac * sum(n for n, _ in pool)) <= max(n for n, _ in pool) / 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_structures(), st.sampled_from([0.2, 0.5]), st.booleans(), st.data())
+def test_fixed_units_keep_their_split_and_the_others_follow_the_rule(units, frac, stratify, data):
+    names = sorted(units)
+    fixed = {u: data.draw(st.sampled_from(["train", "val", "test"])) for u in
+             data.draw(st.lists(st.sampled_from(names), unique=True))}
+    got = split_groups(units, seed=0, val_fraction=frac, stratify=stratify, fixed=fixed)
+    assert all(got[u] == s for u, s in fixed.items())
+    if not stratify:  # the others are drawn exactly as without any fixed unit
+        free = split_groups(units, seed=0, val_fraction=frac)
+        assert all(got[u] == free[u] for u in units if u not in fixed)
+
+
+def test_stratify_worked_example():
+    """Two classes, groups drawn in hash order: val takes a group while 2v + size < 2 x 0.5 x S."""
+    units = {("g", f"A{i}"): {0: 2} for i in range(5)} | {("g", f"B{i}"): {1: 1} for i in range(4)}
+    got = split_groups(units, seed=0, val_fraction=0.5, stratify=True)
+    assert sum(2 for u, s in got.items() if u[1][0] == "A" and s == "val") == 4  # of 10: 2v + 2 < 10 twice
+    assert sum(1 for u, s in got.items() if u[1][0] == "B" and s == "val") == 2  # of 4: 2v + 1 < 4 twice

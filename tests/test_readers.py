@@ -44,8 +44,8 @@ _RECIPE = re.compile(r"<!-- recipe: ([\w-]+)[^\n]*-->\n```(\w+)\n(.*?)```", re.S
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """56 JPEG and PNG sources in 12 classes: train in 5 shards, val in one; three keys mapped by
-    --sanitize-keys, none of them among the first 5 samples of train-000000 (so HF's inference
-    sees no ``original_key``)."""
+    --sanitize-keys, none of them among the first 5 samples of train-000000 (``original_key`` is
+    in every sample's json all the same: the key itself when it was not mapped)."""
     root = tmp_path_factory.mktemp("readers")
     (root / "img").mkdir()
     rows = []
@@ -70,7 +70,7 @@ def folder(tmp_path_factory) -> Path:
     assert meta["splits"]["train"]["shards"] == 5 and meta["splits"]["val"]["shards"] == 1
     with tarfile.open(out / "train-000000.tar") as tf:
         first = [json.loads(tf.extractfile(m).read()) for m in tf if m.name.endswith(".json")][:5]
-    assert not any("original_key" in j for j in first)
+    assert all(j["original_key"] == j["key"] for j in first)  # in every json (format version 2)
     return out
 
 
@@ -160,7 +160,7 @@ def need_tool(name: str, install: str, version_has: str) -> str:
 def test_every_recipe_in_the_doc_is_run_here():
     names = {m.group(1) for m in _RECIPE.finditer(DOC.read_text())}
     tested = {"webdataset", "webdataset-ranks", "webdataset-one-shard", "wids", "hf-datasets", "ray-data",
-              "dali", "dali-labels", "gnu-tar", "bsdtar", "extracted-files", "python-tarfile"}
+              "dali", "gnu-tar", "bsdtar", "extracted-files", "python-tarfile"}
     assert names == tested
     assert DOC.read_text().count("```python") + DOC.read_text().count("```sh") == len(names)
 
@@ -222,13 +222,13 @@ def test_hugging_face_datasets(folder, tmp_path, monkeypatch):
     want = truth(folder, "train")
     check(ns["samples"], want)
     originals = {x["json"]["key"]: x["json"]["original_key"] for x in ns["ds"]}
-    assert sorted(k for k, o in originals.items() if o is not None) == sorted(
+    assert sorted(k for k, o in originals.items() if o != k) == sorted(
         k for k in want if k.startswith("s_"))
-    # why the recipe gives features and dtype: without them the optional field is gone and pixels are int64
-    tars = sorted(map(str, folder.glob("train-*.tar")))
-    inferred = datasets.load_dataset("webdataset", data_files={"train": tars}, split="train")
-    assert "original_key" not in inferred.features["json"]
-    assert inferred.with_format("numpy")[0]["npy"].dtype == np.int64
+    # no features= needed: every json has original_key (none of the first 5 was mapped), and the
+    # recipe's dtype gives uint8 pixels
+    assert "original_key" in ns["ds"].features["json"]
+    assert sorted(ns["ds"].features["json"]) == sorted(json.loads(
+        next(m for m in _members(folder / "train-000000.tar") if m[0].endswith(".json"))[1]))
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +251,11 @@ def test_ray_data(folder, ray_local):
 
 
 # ------------------------------------------------------------------ DALI, on its inputs
+
+def _members(tar: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(tar) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
+
 
 def dali_reader(paths: list[str], index_paths: list[str], ext: list[str], dtype_sizes: list[int]):
     """What ``fn.readers.webdataset`` reads for these arguments, by the rules of DALI's loader
@@ -275,8 +280,8 @@ def dali_reader(paths: list[str], index_paths: list[str], ext: list[str], dtype_
 
 def test_dali_recipe_inputs_and_labels(folder):
     _, code = recipe("dali")
-    for needed in ('ext=["npy", "cls"]', "dtypes=[types.UINT8, types.UINT8]", "start=[128]",
-                   "shape=[S * S * 3]", "shape=[S, S, 3]", "fn.pad(cls, axes=[0], shape=[8])"):
+    for needed in ('ext=["npy", "i32"]', "dtypes=[types.UINT8, types.INT32]", "start=[128]",
+                   "shape=[S * S * 3]", "shape=[S, S, 3]"):
         assert needed in code, needed  # what the emulation below assumes
     setup = with_root(code.split("\n\n\n@pipeline_def")[0].replace(
         "from nvidia.dali import fn, pipeline_def, types\n", ""), ROOT_LINE, folder)
@@ -289,14 +294,13 @@ def test_dali_recipe_inputs_and_labels(folder):
         listed = [(p[i + 3], int(p[i + 1]), int(p[i + 2])) for line in Path(index_path).read_text().splitlines()[1:]
                   for p in [line.split(" ")] for i in range(0, len(p), 4)]
         assert listed == members  # every member tarfile sees, at its data offset, in file order
-    dali_labels = run_recipe("dali-labels")["dali_labels"]
-    reads = list(dali_reader(ns["shards"], ns["index_paths"], ["npy", "cls"], [1, 1]))
+    reads = list(dali_reader(ns["shards"], ns["index_paths"], ["npy", "i32"], [1, 4]))
     npy = [r["npy"] for r, _ in reads]
-    cls = np.zeros((len(reads), 8), np.uint8)  # fn.pad(cls, axes=[0], shape=[8])
-    for i, (r, _) in enumerate(reads):
-        cls[i, :len(r["cls"])] = np.frombuffer(r["cls"], np.uint8)
-    assert {len(r["cls"]) for r, _ in reads} == {1, 2}  # ASCII digits; 1 and 2 bytes: no INT32 for DALI
-    labels = dali_labels(cls)
+    labels = [np.frombuffer(r["i32"], "<i4") for r, _ in reads]  # DALI's INT32 output: one value per sample
+    assert all(lab.shape == (1,) for lab in labels) and {int(lab[0]) for lab in labels} >= {10, 11}
+    with pytest.raises(AssertionError, match="component size and dtype incompatible"):  # why not .cls
+        list(dali_reader(ns["shards"], ns["index_paths"], ["npy", "cls"], [1, 4]))
+    labels = [int(lab[0]) for lab in labels]
     pixels = [np.frombuffer(b, np.uint8, count=S * S * 3, offset=128).reshape(S, S, 3) for b in npy]
     keys = [name.split(".")[0] for _, name in reads]
     check(zip(keys, labels, pixels), truth(folder, "train"))

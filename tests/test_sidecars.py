@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import convert_images, upload
+from wds_tools.format.sample import MEMBERS_V1, members_of
 from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
 from wds_tools.format.index import load_index
 
@@ -96,8 +97,8 @@ def test_dali_index_files_match_every_member_tarfile_sees(folder):
         listed = []
         for line in lines:
             parts = line.split(" ")
-            assert len(parts) == 12
-            for j in range(0, 12, 4):
+            assert len(parts) == 16 == 4 * len(members_of(idx.meta))  # cls, i32, json, npy
+            for j in range(0, 16, 4):
                 ext, off, size, name = parts[j:j + 4]
                 assert name.endswith("." + ext)
                 listed.append((name, int(off), int(size)))
@@ -116,5 +117,8 @@ def test_dali_index_of_an_empty_shard_number():
     cols = {"shard": np.array([0], np.uint32), "key": np.array([b"a"]),
             **{f"{m}_{f}": np.array([512 * (1 + j) if f == "offset" else 3], np.uint64)
                for j, m in enumerate(("cls", "json", "npy")) for f in ("offset", "length")}}
-    assert dali_index(cols, 0) == "v1.2 1\ncls 512 3 a.cls json 1024 3 a.json npy 1536 3 a.npy\n"
-    assert dali_index(cols, 1) == "v1.2 0\n"
+    assert dali_index(cols, 0, MEMBERS_V1) == "v1.2 1\ncls 512 3 a.cls json 1024 3 a.json npy 1536 3 a.npy\n"
+    assert dali_index(cols, 1, MEMBERS_V1) == "v1.2 0\n"
+    cols.update(i32_offset=np.array([2048], np.uint64), i32_length=np.array([4], np.uint64))
+    assert dali_index(cols, 0) == ("v1.2 1\ncls 512 3 a.cls i32 2048 4 a.i32 json 1024 3 a.json "
+                                   "npy 1536 3 a.npy\n")  # version 2's members, in MEMBERS order

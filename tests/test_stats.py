@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import convert_images, upload
-from shardkit import build_dataset, copy_tars
+from shardkit import build_dataset, copy_tars, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.index import load_index
@@ -143,6 +144,29 @@ def test_scan_agrees_with_index(converted, unbalanced, tmp_path):
         assert a["bytes"]["shards"] == b["bytes"]["shards"]
         np.testing.assert_allclose(a["mean"], b["mean"], atol=2e-6)
         np.testing.assert_allclose(a["std"], b["std"], atol=2e-6)
+
+
+def test_scan_reads_version_1_shards_and_refuses_an_i32_that_disagrees(converted, tmp_path):
+    """--scan: version-1 shards (no .i32) give the same figures as their index; a version-2 .i32 that
+    is not the .cls's label is refused, naming the member."""
+    from test_golden import golden_folder
+
+    v1 = golden_folder(tmp_path, 1)
+    a = compute_stats(v1).to_dict()
+    b = compute_stats(copy_tars(v1, tmp_path / "v1"), scan=True).to_dict()
+    assert a["splits"] == b["splits"] and a["classes"] == b["classes"]
+    tars = copy_tars(converted, tmp_path / "bad")
+    key = []
+
+    def edit(ms):
+        i = next(i for i, (m, _) in enumerate(ms) if m.name.endswith(".i32"))
+        key.append(ms[i][0].name)
+        ms[i] = (ms[i][0], (int.from_bytes(ms[i][1], "little") + 1).to_bytes(4, "little"))
+        return ms
+    rewrite_tar(tars / "train-000000.tar", edit)
+    with pytest.raises(ShardError, match=rf"train-000000.tar: member {re.escape(key[0])} holds .*, but the sample's "
+                                         r"\.cls says \d+"):
+        compute_stats(tars, scan=True)
 
 
 def test_json_schema_is_stable(converted, runner):

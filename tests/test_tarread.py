@@ -38,7 +38,7 @@ def test_samples_group_by_key(shard):
     samples = list(iter_samples(str(shard)))
     assert len(samples) == 12
     key, members, offset = samples[1]
-    assert sorted(members) == ["cls", "json", "npy"]
+    assert sorted(members) == ["cls", "i32", "json", "npy"]  # format version 2
     assert len(members["npy"]) == 128 + 32 * 32 * 3
     with open(shard, "rb") as f:  # the offset is the sample's first header
         f.seek(offset)

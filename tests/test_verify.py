@@ -625,7 +625,7 @@ def _reference_bad_samples(folder) -> set[str]:
             members = {m.name: (m.offset_data, tf.extractfile(m).read()) for m in tf.getmembers()}
         for i in np.flatnonzero(cols["shard"] == pos):
             key = cols["key"][i].decode()
-            got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "json", "npy")}
+            got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "i32", "json", "npy")}
             if any(got[ext] is None or got[ext][0] != cols[f"{ext}_offset"][i] or
                    len(got[ext][1]) != cols[f"{ext}_length"][i] for ext in got):
                 bad.add(key)
@@ -634,6 +634,9 @@ def _reference_bad_samples(folder) -> set[str]:
             o = cols["path_offsets"]
             path = bytes(cols["path_data"][o[i]:o[i + 1]]).decode()
             if (got["cls"][1] != str(int(cols["label"][i])).encode()
+                    or got["i32"][1] != int(cols["label"][i]).to_bytes(4, "little", signed=True)
+                    or (info["dataset_version"], info["classes_digest"]) != (meta["dataset_version"],
+                                                                              meta["classes_digest"])
                     or xxhash.xxh3_64_intdigest(got["npy"][1]) != int(cols["npy_xxh3"][i])
                     or info["key"] != key or info["label"] != meta["classes"][int(cols["label"][i])]
                     or info["fingerprint"] != "xxh3_128:" + cols["fingerprint"][i].tobytes().hex()
@@ -645,7 +648,7 @@ def _reference_bad_samples(folder) -> set[str]:
 
 @settings(max_examples=12, deadline=None)
 @given(edits=st.lists(st.tuples(st.sampled_from(["label", "npy_xxh3", "fingerprint", "width", "height", "path"]),
-                                st.integers(0, 29)), min_size=1, max_size=4))
+                                st.integers(0, 29)), min_size=1, max_size=4, unique=True))  # no edit undone
 def test_bad_samples_match_a_tarfile_reference(two_splits, tmp_path_factory, edits):
     """Random consistent rewrites of samples.npz: verify (default options) names exactly the samples a
     tarfile-based reference finds."""
@@ -860,3 +863,178 @@ def test_a_missing_or_foreign_samples_npz_is_named(split_set):
     (split_set / "samples.npz").write_bytes(b"not a zip file at all" * 100)
     _edit_index(split_set, lambda m: m["samples_file"].update(bytes=2100))
     _found(verify(split_set, quick=True), "index", r"samples\.npz is not a readable \.npz \(ZIP\) file")
+
+
+# ------------------------------------------------------------------ metadata (format version 2)
+
+@pytest.fixture(scope="module")
+def ham_set(tmp_path_factory):
+    """A HAM10000-shaped set converted with --group lesion_id: 24 samples of 10 lesions, train and val."""
+    from conftest import write_ham
+    from wds_tools.convert import convert
+
+    root = tmp_path_factory.mktemp("ham")
+    manifest = write_ham(root / "c", [3, 1, 2, 4, 1, 1, 2, 3, 1, 2, 4])
+    convert(manifest, version="v1", size=16, out=root / "out", key="image_id", label="dx",
+            path="images/{image_id}.jpg", group="lesion_id", val_fraction=0.3, shard_size=5, workers=1,
+            progress=False)
+    return root / "out" / "v1" / "16"
+
+
+@pytest.fixture
+def ham(ham_set, tmp_path):
+    return shutil.copytree(ham_set, tmp_path / "ham")
+
+
+def _meta_edit(i_col, row, value):
+    def edit(cols, meta):
+        cols[i_col] = cols[i_col].copy()
+        cols[i_col][row] = value
+    return edit
+
+
+# (consistent rewrite of a metadata column, the row it names, pattern)
+META_EDITS = {
+    "string code": (_meta_edit("meta4", 2, 0), 2, r"^{key}\.json: meta is \{.*\}; samples.npz's metadata columns say "
+                                                  r"\{.*\"localization\": \"back\".*\}$"),
+    "float": (_meta_edit("meta2", 3, 99.5), 3, r"^{key}\.json: meta is .*; samples.npz's metadata columns say "
+                                               r"\{\"age\": 99\.5, .*\}$"),
+    "float missing": (_meta_edit("meta2", 0, np.nan), 0, r"metadata columns say \{\"age\": null, "),
+}
+
+
+@pytest.mark.parametrize("what", list(META_EDITS))
+def test_a_consistent_rewrite_of_a_metadata_column_is_caught_by_the_json(ham, what):
+    assert verify(ham).ok and verify(ham, quick=True).ok
+    edit, row, pattern = META_EDITS[what]
+    key = read_npz(ham / "samples.npz", ["key"])["key"][row].decode()
+    _edit_table(ham, edit)
+    for quick in (False, True):
+        r = verify(ham, quick=quick)
+        hits = _found(r, "sample_meta", pattern.replace("{key}", key))
+        assert {p.key for p in hits} == {key} and r.bad_samples == [key], r.to_text()
+
+
+def test_metadata_column_values_out_of_the_format_are_named(ham):
+    _edit_table(ham, _meta_edit("meta0", 1, 99))  # a string code past the lesion values
+    _found(verify(ham), "column", r"^row 1: meta0 \(metadata 'lesion_id'\) is 99, not -1 \(missing\) or a value "
+                                  r"0\.\.10$")
+    _edit_table(ham, lambda c, m: c.__setitem__("meta2", c["meta2"].astype("<f4")))
+    _found(verify(ham, quick=True), "column", r"^column 'meta2' \(metadata 'age'\) is <f4 \[24\]; expected <f8 \[24\]$")
+    _edit_table(ham, lambda c, m: c.pop("meta3_data"))
+    _found(verify(ham, quick=True), "column", r"^samples.npz has no column 'meta3_data' \(metadata column 'sex', "
+                                              r"string\)$")
+
+
+def test_a_group_in_two_splits_is_named(ham):
+    assert not [p for p in verify(ham).problems if p.kind == "group_split"]
+    _edit_index(ham, lambda m: m["build"].__setitem__("group", "sex"))  # sex straddles the splits
+    r = verify(ham, quick=True)
+    hits = _found(r, "group_split", r"^group 'female' of column 'sex' \(build\.group\) is in 2 splits: train \(\d+ "
+                                    r"samples?\), val \(\d+ samples?\)$", shard="index.json")
+    assert len(hits) == 1 and not r.ok
+    res = CliRunner().invoke(cli, ["verify", str(ham), "--quick"])
+    assert res.exit_code == 1 and "group_split" in res.output
+
+
+@pytest.mark.parametrize("edit, pattern", [
+    (lambda m: m["metadata"][2].__setitem__("type", "date"), r"^metadata\[2\] is .*; expected \{name: a non-empty "
+                                                             r"string, type: int \| float \| string\}$"),
+    (lambda m: m["metadata"].append(dict(m["metadata"][0])), r"^metadata\[5\] names column 'lesion_id' again$"),
+    (lambda m: m.__setitem__("metadata", {"a": 1}), r"^metadata is dict; expected a list of \{name, type\}$"),
+    (lambda m: m["build"].__setitem__("group", "lesion"), r"^build\.group is 'lesion', which is not a column of "
+                                                          r"metadata$"),
+])
+def test_a_damaged_metadata_field_is_named(ham, edit, pattern):
+    _edit_index(ham, edit)
+    _found(verify(ham, quick=True), "field", pattern, shard="index.json")
+
+
+def test_meta_in_the_json_but_no_metadata_in_the_index_is_named(ham):
+    _edit_index(ham, lambda m: m.pop("metadata"))
+    r = verify(ham, quick=True)
+    hits = [p for p in r.problems if p.kind == "sample_meta"]
+    assert len(r.bad_samples) == 24 and all("but index.json lists no metadata columns" in p.message for p in hits)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_metadata_columns_is_a_report_never_a_traceback(ham_set, tmp_path_factory, data):
+    folder = shutil.copytree(ham_set, tmp_path_factory.mktemp("fuzz") / "set")
+    names = sorted(n for n in read_npz(folder / "samples.npz") if n.startswith("meta"))
+
+    def edit(cols, meta):
+        for _ in range(data.draw(st.integers(1, 3))):
+            name = data.draw(st.sampled_from(names))
+            if name not in cols:
+                continue
+            a = cols[name]
+            how = data.draw(st.sampled_from(["drop", "dtype", "rows", "values"]))
+            if how == "drop":
+                del cols[name]
+            elif how == "dtype":
+                cols[name] = a.astype(data.draw(st.sampled_from(["<i8", "<u2", "<f4", "<i4", "|b1"])))
+            elif how == "rows":
+                cols[name] = a[:data.draw(st.integers(0, len(a) + 2))]
+            elif a.size:
+                flat = a.reshape(-1).copy()
+                flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(0, 255))
+                cols[name] = flat
+        if data.draw(st.booleans()):
+            meta["metadata"][data.draw(st.integers(0, 4))]["type"] = data.draw(st.sampled_from(["int", "float",
+                                                                                                 "string"]))
+    _edit_table(folder, edit)
+    for quick in (False, True):
+        r = verify(folder, quick=quick)
+        assert isinstance(r.to_text(), str) and json.dumps(r.to_dict())
+
+
+# ------------------------------------------------------------------ format version 2: .i32 and the dataset fields
+
+def _edit_member(folder, ext: str, edit) -> str:
+    """Rewrite the data of the first sample's ``.<ext>`` member of train-000000.tar with ``edit``
+    (same length: nothing moves); returns the sample's key."""
+    keys = []
+
+    def change(ms):
+        for i, (info, data) in enumerate(ms):
+            if info.name.endswith(f".{ext}"):
+                new = edit(data)
+                assert len(new) == len(data)
+                ms[i] = (info, new)
+                keys.append(info.name.split(".")[0])
+                return ms
+        raise AssertionError(f"no .{ext} member")
+    rewrite_tar(folder / "train-000000.tar", change)
+    return keys[0]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_an_i32_member_that_disagrees_with_the_label_is_named(split_set, quick):
+    key = _edit_member(split_set, "i32", lambda d: (int.from_bytes(d, "little") + 1).to_bytes(4, "little"))
+    hits = _found(verify(split_set, quick=quick), "label", rf"^{key}\.i32: holds \d+, samples\.npz label says \d+ "
+                  r"\(the int32 must equal the \.cls and the label\)$", shard="train-000000.tar")
+    assert [h.key for h in hits] == [key]
+
+
+def test_a_sample_of_another_dataset_version_is_named(split_set):
+    version = json.loads((split_set / "index.json").read_text())["dataset_version"]
+    other = version[:-1] + chr(ord(version[-1]) + 1)
+    key = _edit_member(split_set, "json", lambda d: d.replace(f'"dataset_version":"{version}"'.encode(),
+                                                              f'"dataset_version":"{other}"'.encode()))
+    _found(verify(split_set, quick=True), "sample_meta", rf"^{key}\.json: dataset_version is '{other}'; index\.json's "
+           rf"is '{version}' \(a sample of another dataset\?\)$")
+
+
+def test_a_json_without_a_field_every_sample_has_is_named(split_set):
+    key = _edit_member(split_set, "json", lambda d: d.replace(b'"original_key"', b'"originalXkey"'))
+    r = verify(split_set, quick=True)
+    _found(r, "sample_meta", rf"^{key}\.json: every sample of a conversion has the same \.json fields; missing "
+           r"original_key; extra originalXkey$")
+    assert r.bad_samples == [key]
+
+
+def test_a_wrong_classes_digest_in_the_index_is_named(split_set):
+    _edit_index(split_set, lambda m: m.__setitem__("classes_digest", "0" * 16))
+    _found(verify(split_set, quick=True), "field", r"^classes_digest is '0{16}'; the classes' digest is '[0-9a-f]{16}'",
+           shard="index.json")

@@ -21,6 +21,7 @@ import xxhash
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.layout import SAMPLES_FILE, join, read_samples
+from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
 
 __all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "read_sample_index"]
@@ -45,6 +46,7 @@ class SampleIndex:
     npy_xxh3: np.ndarray | None = field(default=None, repr=False)  # [n] xxh3-64 of each .npy member
     cls_offset: np.ndarray | None = field(default=None, repr=False)  # [n] file offset of the .cls member's data
     cls_length: np.ndarray | None = field(default=None, repr=False)  # [n] its length
+    metadata: dict[str, MetaValues] = field(default_factory=dict, repr=False)  # format 2: the manifest's columns
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -83,6 +85,7 @@ class SampleIndex:
             npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
             cls_offset=columns["cls_offset"][rows].astype(np.int64) if "cls_offset" in columns else None,
             cls_length=columns["cls_length"][rows].astype(np.int64) if "cls_length" in columns else None,
+            metadata={n: v.take(rows) for n, v in read_metadata(columns, meta, where=where).items()},
         )
 
     def key_str(self, i: int) -> str:
@@ -115,8 +118,9 @@ def _key_fraction(keys: np.ndarray) -> np.ndarray:
 def select(index: SampleIndex, subset) -> np.ndarray:
     """Row numbers of ``subset``: None (all), a fraction in (0, 1] (the same samples every epoch and
     run: those whose key hashes below it), keys (a list or set of strings), a mapping
-    ``{column: value or list of values}`` over ``label`` (class index or name), ``key`` and the
-    numeric columns, or a function of the columns dict returning a boolean mask."""
+    ``{column: value or list of values}`` over ``label`` (class index or name), ``key``, the
+    numeric columns and the metadata columns (``"localization": ["back"]``; None selects missing
+    values; also named ``meta.<name>``), or a function of the columns dict returning a boolean mask."""
     n = len(index)
     if subset is None:
         return np.arange(n)
@@ -141,6 +145,12 @@ def select(index: SampleIndex, subset) -> np.ndarray:
                 values = [_class_index(index, v, "subset") for v in values]
             elif name == "key":
                 values = [str(v).encode() for v in values]
+            elif name not in _OWN and name.removeprefix("meta.") in index.metadata:
+                try:
+                    mask &= index.metadata[name.removeprefix("meta.")].mask(values)
+                except TypeError as e:
+                    raise OptionError(f"subset: {e}") from None
+                continue
             mask &= np.isin(cols[name], values)
         return np.flatnonzero(mask)
     if isinstance(subset, (list, tuple, set, frozenset, np.ndarray)):
@@ -155,8 +165,18 @@ def select(index: SampleIndex, subset) -> np.ndarray:
                       f"or a function of the columns")
 
 
+_OWN = ("label", "key", *_FILTER_COLUMNS)  # a metadata column of the same name is meta.<name>
+
+
 def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
-    return {"label": index.label, "key": index.key, **index.columns}
+    """What a subset names: our columns, then each metadata column by name (unless one of ours has it)
+    and as meta.<name> (strings as objects, None where missing; numbers with NaN where missing)."""
+    meta = {}
+    for name, values in index.metadata.items():
+        meta[f"meta.{name}"] = values.array()
+        if name not in _OWN:
+            meta.setdefault(name, meta[f"meta.{name}"])
+    return {"label": index.label, "key": index.key, **index.columns, **meta}
 
 
 def _class_index(index: SampleIndex, value, what: str) -> int:
@@ -253,7 +273,7 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
     wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
-              *_FILTER_COLUMNS[:3]]
+              *_FILTER_COLUMNS[:3], *column_names(meta)]
     return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
 
 

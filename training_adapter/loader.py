@@ -28,7 +28,7 @@ from .buffers import BatchRing, BufferPool, Slot
 from .gather import Gather
 from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .shardlist import ShardList, WorkerPlan, plan_epoch, resolve_urls, worker_info
-from .tarread import DEFAULT_CHUNK, SampleStream, Views
+from .tarread import DEFAULT_CHUNK, Identity, SampleStream, Views, first_identity
 from .threads import in_order
 
 __all__ = ["ShardDataset", "ShardLoader", "make_loader", "to_device"]
@@ -48,7 +48,7 @@ class ShardDataset(IterableDataset):
                  shuffle_buffer: int = 0, shuffle_shards: bool = True, resampled: bool = False,
                  epoch_batches: int | None = None, drop_last: bool | None = None, on_error: str = "raise",
                  return_keys: bool = False, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                 subset=None, class_weights=None, check_samples: bool | str = "labels"):
+                 subset=None, class_weights=None, check_samples: bool | str = "labels", allow_mixed: bool = False):
         if check_samples not in (True, False, "labels"):
             raise OptionError(f"check_samples={check_samples!r}: expected 'labels' (the default), True (labels and "
                               f"pixels) or False")
@@ -90,6 +90,8 @@ class ShardDataset(IterableDataset):
         self._helpers: tuple | None = None  # (executor, ways) doing a reader thread's copies
         self.copying: list = []  # futures of the last batch's copies, when the helpers do them
         self.check_samples = check_samples
+        self.allow_mixed = allow_mixed
+        self.expect: Identity | None = None  # streaming: the dataset every sample must name (tarread.SampleStream)
         if _use_index(shards, reader, subset, class_weights, check_samples):
             self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
             self.rows = select(self.index, subset)
@@ -237,7 +239,8 @@ class ShardDataset(IterableDataset):
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         rng = np.random.default_rng([self.seed, epoch, rank, worker, 0x5B])
         stream = SampleStream(self.shards.urls, batch_size=self.batch_size, shuffle_buffer=self.shuffle_buffer,
-                              on_error=self.on_error, resampled=self.resampled, read_size=self.read_size)
+                              on_error=self.on_error, resampled=self.resampled, read_size=self.read_size,
+                              allow_mixed=self.allow_mixed, expect=self.expect)
         made = 0
         for batch in self._batches(stream, plan, rng, epoch):
             made += 1
@@ -505,7 +508,8 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
                       shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
                       shuffle_shards=shuffle_shards, resampled=resampled, epoch_batches=epoch_batches,
                       drop_last=drop_last, on_error=on_error, return_keys=return_keys, read_size=read_size,
-                      reader=reader, subset=subset, class_weights=class_weights, check_samples=check_samples)
+                      reader=reader, subset=subset, class_weights=class_weights, check_samples=check_samples,
+                      allow_mixed=allow_mixed)
     if num_workers is None:  # every core, but no more workers than this rank has shards (streaming) or batches
         if ds.index is not None:
             num_workers = min(usable_cpus(), max(1, ds.num_batches(rank=rank, world=world, num_workers=1)))
@@ -515,6 +519,11 @@ def make_loader(urls, *, batch_size: int, train: bool, num_workers: int | None =
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
     if ds.index is None:
         ds.plans(rank=rank, world=world, num_workers=max(1, num_workers))  # fail now, not inside a worker
+        if not allow_mixed and len(shards):  # every worker compares its samples with the first shard's first
+            try:
+                ds.expect = first_identity(shards.urls[0])
+            except ShardError:  # reading it fails again in the worker that owns it, with on_error applied
+                ds.expect = None
     elif epoch_batches is not None and not resampled:
         ds.epoch_batches = None
         have = ds.num_batches(rank=rank, world=world, num_workers=1)

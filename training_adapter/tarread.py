@@ -10,6 +10,7 @@ through a shuffle buffer.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, spl
 from .shardlist import WorkerPlan
 
 __all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name", "Sample", "Views",
-           "SampleStream", "npy_shape"]
+           "SampleStream", "npy_shape", "Identity", "sample_identity", "first_identity"]
 
 log = logging.getLogger("training_adapter")
 
@@ -90,15 +91,71 @@ def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]
         raise ShardError(f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset) from None
     return side, side, 3
 
+@dataclass(frozen=True)
+class Identity:
+    """Which dataset a sample says it belongs to (its .json's ``dataset_version`` and
+    ``classes_digest``, format version 2; both None for version 1), and where that was read."""
+
+    dataset_version: str | None
+    classes_digest: str | None
+    url: str
+    key: str
+
+    def same(self, other: Identity) -> bool:
+        return (self.dataset_version, self.classes_digest) == (other.dataset_version, other.classes_digest)
+
+    def describe(self) -> str:
+        if self.dataset_version is None and self.classes_digest is None:
+            return "a sample without dataset fields (format version 1)"
+        return f"dataset_version {self.dataset_version!r}, classes_digest {self.classes_digest!r}"
+
+
+def sample_identity(meta: bytes | memoryview | None, url: str, key: str) -> Identity:
+    """The ``Identity`` a sample's .json gives (None fields when it has none or is not a JSON object)."""
+    try:
+        obj = json.loads(bytes(meta)) if meta is not None else None
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        obj = {}
+    return Identity(obj.get("dataset_version"), obj.get("classes_digest"), url, key)
+
+
+def first_identity(url: str, *, chunk_size: int = 1 << 16) -> Identity | None:
+    """The ``Identity`` of the first sample of shard ``url`` (None: the shard has none); reads only
+    as far as that sample."""
+    for key, members, _ in iter_samples(url, chunk_size=chunk_size):
+        return sample_identity(members.get("json"), url, key)
+    return None
+
+
 class SampleStream:
     """One worker's streaming reader (see the module docstring); ``shape`` is the samples' [S, S, 3]
-    once the first is read (every later one must match)."""
+    once the first is read (every later one must match).
+
+    Unless ``allow_mixed``, every sample must name the dataset ``expect`` names (the first sample of
+    the first shard, found before the workers start; None: this stream's own first sample): a
+    sample of another version or class list is refused, naming both shards.
+    """
 
     def __init__(self, urls: list[str], *, batch_size: int, shuffle_buffer: int, on_error: str, resampled: bool,
-                 read_size: int = DEFAULT_CHUNK):
+                 read_size: int = DEFAULT_CHUNK, allow_mixed: bool = False, expect: Identity | None = None):
         self.urls, self.batch_size, self.shuffle_buffer = urls, batch_size, shuffle_buffer
         self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
         self.shape: tuple[int, ...] | None = None
+        self.allow_mixed, self.expect = allow_mixed, expect
+
+    def _check_identity(self, meta, url: str, key: str, offset: int) -> None:
+        got = sample_identity(meta, url, key)
+        if self.expect is None:
+            self.expect = got
+        elif not got.same(self.expect):
+            e = self.expect
+            raise ShardError(f"{url}: byte {offset}: sample {key!r} has {got.describe()}, but the first sample "
+                             f"({e.key!r} in {e.url}) has {e.describe()}: these shards are of different datasets "
+                             f"(a version that added a class shifts every label); give the shards of one "
+                             f"conversion, or pass allow_mixed=True to read them as one set anyway",
+                             url=url, offset=offset)
 
     def read_shard(self, url: str) -> Iterator[Sample]:
         header: bytes | None = None
@@ -109,6 +166,8 @@ class SampleStream:
                 if npy is None or cls is None:
                     raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
                                      f"expected .npy and .cls members", url=url, offset=offset)
+                if not self.allow_mixed:  # first: another dataset is the likelier reason for any odd sample
+                    self._check_identity(members.get("json"), url, key, offset)
                 h = bytes(npy[:NPY_HEADER_BYTES])
                 if h != header:
                     shape = npy_shape(h, url, key, offset)

@@ -72,8 +72,9 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 @cli.command()
 @click.option("--source", type=click.Path(), required=True,
-              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5]; paths "
-                   "relative to the manifest's folder) or an image folder ROOT/<label>/<file>.")
+              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5], or a dataset's own "
+                   "metadata file with --key/--label/--path; paths relative to the manifest's folder) or an image "
+                   "folder ROOT/<label>/<file>.")
 @click.option("--version", "version", required=True,
               help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/.")
 @click.option("--size", type=_SIZES, required=True,
@@ -91,9 +92,30 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="center-crop: scale the short side to SIZE and crop the middle; squash: scale "
                    "both sides to SIZE, ignoring aspect; pad: fit the long side and pad with black.")
 @click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1,
-              show_default=True, help="Fraction of keys put in split 'val' when the manifest has no split column.")
+              show_default=True, help="Fraction of keys (of groups, with --group) put in split 'val' when the "
+                                      "manifest has no split column.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the key hash that orders samples and assigns splits.")
+@click.option("--key", "key", default="key", show_default=True, metavar="COL",
+              help="Manifest column holding each sample's key, e.g. image_id.")
+@click.option("--label", "label", default="label", show_default=True, metavar="COL",
+              help="Manifest column holding the class name, e.g. dx.")
+@click.option("--path", "path", default="path", show_default=True, metavar="TEMPLATE",
+              help="Manifest column holding each image's path, or a template naming columns in braces, e.g. "
+                   "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). A row "
+                   "whose path names a missing file is skipped and listed in errors.jsonl.")
+@click.option("--split", "split", default=None, metavar="COL",
+              help="Manifest column holding each sample's split (train, val, ...); a row with an empty one gets "
+                   "a drawn split. Default: the column 'split' when the manifest has one. With --group, a group "
+                   "it puts in two splits is refused, naming the group.")
+@click.option("--group", "group", default=None, metavar="COL",
+              help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
+                   "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
+                   "their split (see --from).")
+@click.option("--stratify", is_flag=True,
+              help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
+                   "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
+                   "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).")
 @click.option("--sanitize-keys", is_flag=True,
               help="Map invalid or clashing keys to valid ones instead of refusing them "
                    "(the original key is kept in each sample's json).")
@@ -102,8 +124,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "Past it the command stops with a non-zero exit and no index.json; the shards written "
                    "are kept, and the same command with a higher limit finishes the rest.")
 @click.option("--from", "base", default=None,
-              help="Reuse pixels from this earlier version (same --size and decode settings). "
-                   "Default: the newest such version under --out.")
+              help="Reuse pixels from this earlier version (same --size and decode settings), and with --group "
+                   "or --stratify keep the splits of its groups. Default: the newest such version under --out.")
 @click.option("--no-reuse", is_flag=True, help="Decode every image, even those an earlier version holds.")
 @click.option("--checksum", is_flag=True,
               help="Read and fingerprint every source to find what changed since the base. Default: a "
@@ -122,15 +144,19 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "Default: start a local Ray instance.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed,
-            sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
+            group, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
-    (source path, original size, label name, source fingerprint). An index (index.json +
-    samples.npz) is written beside the shards, and bad source files are skipped and listed in
-    errors.jsonl.
+    (source path, original size, label name, source fingerprint, and the manifest's other columns
+    under "meta"). An index (index.json + samples.npz, with those columns typed) is written beside
+    the shards, and bad source files are skipped and listed in errors.jsonl.
+
+    A dataset's own metadata file is a manifest too: name its key and label columns and its image
+    path (a column, or a template), and optionally a --group column (lesion, patient) whose groups
+    never straddle two splits.
 
     Running the same command again resumes an interrupted conversion (Ctrl-C, kill -9, a full
     disk); a folder made with other options or another source is refused, never overwritten.
@@ -151,6 +177,8 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     Examples:
       wds-tools convert --source data/manifest.csv --version v1 --size 224
       wds-tools convert --source data/manifest.csv --version v1 --size 224,384
+      wds-tools convert --source HAM10000_metadata.csv --key image_id --label dx \\
+          --path 'images/{image_id}.jpg' --group lesion_id --stratify --version v1 --size 224
       wds-tools convert --source data/manifest_v2.csv --version v2 --size 224 --dry-run
       wds-tools convert --source data/manifest.csv --version v1 --size 224 --executor ray --ray-address auto
       wds-tools convert --source photos/ --version v1 --size 256 --resize pad --workers 8
@@ -166,7 +194,9 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
     try:
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
-                             sanitize_keys=sanitize_keys, max_errors=max_errors, reuse=not no_reuse,
+                             sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
+                             group=group, stratify=stratify,
+                             max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
     except KeyboardInterrupt:
@@ -257,12 +287,18 @@ def index_files(path, out, wids, dali, as_json) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also draw samples per shard and a class-share heatmap into this PNG "
                    "(needs the plot extra: pip install 'wds-tools[plot]').")
+@click.option("--by", "by", default=None, metavar="COL",
+              help="Break each split's class counts down by this metadata column (a column of the dataset's "
+                   "metadata file, e.g. localization or sex; missing values counted apart).")
+@click.option("--group", "group", default=None, metavar="COL",
+              help="Report the groups of this metadata column (e.g. patient_id) found in more than one split. "
+                   "Default: the --group column the set was converted with, if any.")
 @click.option("--allow-mixed", is_flag=True,
               help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
                    "size or build), refused by default with a message naming both; they can only be read as one "
                    "set with --scan, as any reader of the tars would see them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def stats(path, out, world_size, workers, scan, plot_path, allow_mixed, as_json) -> None:
+def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixed, as_json) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -276,11 +312,15 @@ def stats(path, out, world_size, workers, scan, plot_path, allow_mixed, as_json)
     of variation); the class distribution and each shard's largest deviation from it; shards and
     samples per rank and per worker for --world-size × --workers, with a warning when some get
     none or ranks get unequal sample counts, and the nearest shard counts that divide evenly.
-    Also the dataset's mean/std and its size on disk.
+    Also the dataset's mean/std and its size on disk; with --by, each split's class counts per value
+    of a metadata column; and any group of the --group column (by default the one the set was
+    converted with) found in more than one split.
 
     \b
     Examples:
       wds-tools stats shards/v1/224
+      wds-tools stats shards/v1/224 --by localization
+      wds-tools stats shards/v1/224 --group patient_id     # a set converted without --group: any leakage?
       wds-tools stats --world-size 8 --workers 6          # newest version under ./shards
       wds-tools stats shards/v1/224/index.json --json
       wds-tools stats s3://bucket/shards/v1/224
@@ -291,8 +331,8 @@ def stats(path, out, world_size, workers, scan, plot_path, allow_mixed, as_json)
     try:
         if plot_path:
             require_matplotlib()
-        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan,
-                               allow_mixed=allow_mixed)
+        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan, by=by,
+                               group=group, allow_mixed=allow_mixed)
         if plot_path:
             plot_stats(report, plot_path)
     except WdsToolsError as e:

@@ -39,8 +39,10 @@ def load_config(path: str | os.PathLike | None = None) -> dict:
     base = p.parent.resolve()
 
     def resolve(d: dict) -> dict:
-        return {k: (str(base / v) if k in _PATH_KEYS and isinstance(v, str) and "://" not in v else v)
-                for k, v in d.items()}
+        # a relative path is relative to the file's folder, and stays relative (to the working
+        # directory): index.json records `source` as given, so a copied project converts to the same bytes
+        return {k: (os.path.relpath(base / v) if k in _PATH_KEYS and isinstance(v, str) and "://" not in v
+                    and not os.path.isabs(v) else v) for k, v in d.items()}
 
     return {"_path": str(p), **resolve({k: v for k, v in data.items() if k in _TOP_LEVEL}),
             **{c: resolve(data[c]) for c in _COMMANDS if c in data}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -10,7 +11,9 @@ import numpy as np
 from ..format.index import (
     ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
 )
+from ..format.sample import MEMBERS, classes_digest
 from ..format.layout import url_pattern
+from ..format.meta import encode_columns
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base
@@ -18,7 +21,7 @@ from .source import Source
 from .storage import Store, join
 from .write import ShardTask
 
-__all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result"]
+__all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result", "source_stats"]
 
 _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
 
@@ -88,6 +91,9 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
     columns["path_data"] = np.concatenate([p["path_data"] for p in parts] + [np.zeros(0, "u1")])
     if columns["fingerprint"].ndim == 1:
         columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
+    if src.metadata:  # typed columns, taken from the manifest rows of the samples written
+        row_of = {r.key: r for r in src.rows}
+        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta for k in columns["key"].tolist()]))
 
     n_classes = len(src.classes)
     splits: dict[str, dict] = {}
@@ -118,9 +124,10 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         "decoder_versions": provenance["decoder_versions"],
         "build": {**spec["build"], "source_path": src.path,  # as given: the same command elsewhere writes the same bytes
                   "base": base.version if base is not None else None},
-        "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
+        "sample": {"members": list(MEMBERS), "npy_dtype": "uint8",
                    "npy_shape": [spec["size"], spec["size"], 3]},
         "classes": src.classes,
+        "classes_digest": classes_digest(src.classes),  # as each sample's .json has it
         "class_counts": class_counts,
         "samples": int(len(columns["key"])),
         "mean": mean,
@@ -130,7 +137,24 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         "shards": shard_entries,
         "errors_file": ERRORS_FILE if has_errors else None,
     }
+    if src.metadata:
+        meta["metadata"] = [c.to_dict() for c in src.metadata]
     return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
+
+
+def source_stats(store: Store, work: str, tasks: list[ShardTask], src: Source) -> dict[str, tuple[int, int, bytes]]:
+    """{absolute path: (size, mtime_ns, fingerprint)} of every written sample of a local source, from
+    the shards' work columns: what ``hashes.save_stats`` keeps for the next version's quick check."""
+    path_of = {r.key: r.path for r in src.rows}
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for t in tasks:
+        part = join(work, t.name + ".npz")
+        cols = read_npz(part, data=store.read_bytes(part), names=["key", "src_size", "src_mtime_ns", "fingerprint"])
+        for i, k in enumerate(cols["key"].tolist()):
+            path, mtime = path_of.get(k.decode()), int(cols["src_mtime_ns"][i])
+            if path is not None and mtime and "://" not in path:  # URLs have no mtime here
+                out[os.path.abspath(path)] = (int(cols["src_size"][i]), mtime, cols["fingerprint"][i].tobytes())
+    return out
 
 
 def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:

@@ -20,7 +20,7 @@ import re
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
 from . import hashes
-from .assemble import assemble_index, write_errors
+from .assemble import assemble_index, source_stats, write_errors
 from .decode import DecodeSettings
 from .source import Source
 from .storage import Store
@@ -76,6 +76,8 @@ def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, versi
     t.result.errors_file = write_errors(store, failures)  # before the index, which names it
     meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, settings, t.base,
                           t.result.errors_file is not None, provenance)
+    if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
+        _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
     clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)
     return meta
 
@@ -123,13 +125,21 @@ def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
 
 def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
     """``hashes.save_pairs`` under a lock of the version's cache folder."""
+    _locked(out, version, hashes.save_pairs, pairs)
+
+
+def _locked(out: str, version: str, save, entries: dict) -> None:
+    """``save(out, version, entries)`` (a read-merge-write of a cache file) under a lock of the
+    version's cache folder."""
+    if not entries:
+        return
     folder = hashes.cache_file(out, version).parent
     folder.mkdir(parents=True, exist_ok=True)
     # the sizes of a version share the file, and two of them may finish at once: the read-merge-write
-    # of one must not drop the other's pairs
+    # of one must not drop the other's entries
     fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
-        hashes.save_pairs(out, version, pairs)
+        save(out, version, entries)
     finally:
         os.close(fd)

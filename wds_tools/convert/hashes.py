@@ -1,4 +1,14 @@
-"""Manifest content hashes (a ``sha256`` or ``md5`` column) and the fingerprints they stand for.
+"""What a later version needs to skip reading unchanged sources, kept outside the format.
+
+Two files per version in ``OUT/.wds-tools-cache/<version>/`` (the sizes of a version share them):
+``source-hashes.npz`` (manifest hashes, below) and ``source-stats.npz``: for every written sample
+of a local source, the file's absolute path, size, mtime (ns) and fingerprint when it was read.
+The quick check takes a source whose path, size and mtime equal an entry as unchanged, with that
+entry's fingerprint. samples.npz holds no mtime (format version 2), so that the same corpus in
+another folder converts to the same bytes; a version-1 base still has ``src_mtime_ns`` there,
+and is used as before. Losing either file costs speed (sources are read again), never correctness.
+
+Manifest content hashes (a ``sha256`` or ``md5`` column) and the fingerprints they stand for.
 
 The index keeps the format's fingerprint of every source, XXH3-128 of its bytes. A manifest may
 also give each file a sha256 or md5, as published datasets often do. Every (manifest hash,
@@ -18,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from ..format.fsutil import atomic_write_bytes
-from ..format.index import read_npz, write_npz
+from ..format.index import pack_strings, read_npz, write_npz
 
-__all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs"]
+__all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs", "stats_file", "load_stats", "save_stats"]
 
 CACHE_DIR = ".wds-tools-cache"
 
@@ -53,5 +63,44 @@ def save_pairs(out: str | os.PathLike, version: str, pairs: dict[str, bytes]) ->
     cols = {"hash": np.array([n.encode() for n in names], dtype="S"),
             "fingerprint": np.frombuffer(b"".join(merged[n] for n in names), dtype="u1").reshape(-1, 16)}
     path = cache_file(out, version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, write_npz(cols))
+
+
+def stats_file(out: str | os.PathLike, version: str) -> Path:
+    return Path(out) / CACHE_DIR / version / "source-stats.npz"
+
+
+def load_stats(out: str | os.PathLike, version: str) -> dict[str, tuple[int, int, bytes]]:
+    """{absolute path: (size, mtime_ns, fingerprint)} recorded for ``version``; {} when there is no
+    readable file."""
+    path = stats_file(out, version)
+    if not path.is_file():
+        return {}
+    try:
+        cols = read_npz(path)
+        offsets, data = cols["path_offsets"], cols["path_data"].tobytes()
+        size, mtime, fps = cols["size"], cols["mtime_ns"], cols["fingerprint"]
+        n = len(size)
+        if len(offsets) != n + 1 or len(mtime) != n or fps.shape != (n, 16):
+            return {}
+        return {data[offsets[i]:offsets[i + 1]].decode(): (int(size[i]), int(mtime[i]), fps[i].tobytes())
+                for i in range(n)}
+    except Exception:  # a damaged cache is no cache
+        return {}
+
+
+def save_stats(out: str | os.PathLike, version: str, stats: dict[str, tuple[int, int, bytes]]) -> None:
+    """Add ``stats`` ({absolute path: (size, mtime_ns, fingerprint)}) to ``version``'s file."""
+    if not stats:
+        return
+    merged = {**load_stats(out, version), **stats}
+    names = sorted(merged)
+    cols = {}
+    cols["path_offsets"], cols["path_data"] = pack_strings(names)
+    cols["size"] = np.array([merged[n][0] for n in names], dtype="<u8")
+    cols["mtime_ns"] = np.array([merged[n][1] for n in names], dtype="<i8")
+    cols["fingerprint"] = np.frombuffer(b"".join(merged[n][2] for n in names), dtype="u1").reshape(-1, 16)
+    path = stats_file(out, version)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, write_npz(cols))

@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import OptionError, TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
+from ..format.sample import classes_digest
 from . import hashes
 from .assemble import dry_run_result, result_from_index, write_errors
 from .check import Check, check_sources, scan_files
@@ -30,6 +31,8 @@ from .plan import parse_shard_size, plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
 from .reuse import Base
 from .runner import EXECUTORS, make_runner, usable_cpus
+from .groups import find_split_base
+from .manifest import Columns
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
@@ -96,6 +99,12 @@ def convert(
     val_fraction: float = 0.1,
     seed: int = 0,
     sanitize_keys: bool = False,
+    key: str = "key",
+    label: str = "label",
+    path: str = "path",
+    split: str | None = None,
+    group: str | None = None,
+    stratify: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -125,6 +134,13 @@ def convert(
     higher limit finishes). Each size folder is locked for the run (lock.py): a conversion into a
     folder another one is writing raises ``OutputBusyError`` naming it. A full disk raises
     ``DiskFullError`` naming the folder and the space still needed.
+
+    A manifest's columns are ``key``, ``path`` and ``label`` (and ``split`` when it has one) unless
+    ``key``, ``label``, ``path`` (a column, or a template such as ``"images/{image_id}.jpg"``) and
+    ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
+    whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
+    ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
+    keep their split there (``base``, else the newest other version under ``out``).
     """
     t0 = time.perf_counter()
     if not _VERSION_PATTERN.fullmatch(str(version)):
@@ -148,7 +164,10 @@ def convert(
     n_per_shard = {s: parse_shard_size(shard_size, s) for s in sizes}
     max_err = parse_max_errors(max_errors)
 
-    src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys)
+    columns = Columns(key=key, label=label, path=path, split=split, group=group)
+    split_base = find_split_base(out, str(version), sizes, base, group) if group is not None or stratify else None
+    src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, columns=columns,
+                      stratify=stratify, split_base=split_base)
     stores = [Store(join(out, str(version), str(s))) for s in sizes]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     locks = [] if dry_run else lock_folders(stores)
@@ -251,13 +270,14 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
         fn, most = scan_files, _SCAN_CHUNK
         items = [r.path for r in rows]
     else:
-        fn, items = check_sources, []
-        for r in rows:
+        fn, items, quick = check_sources, [], {}
+        for k, r in enumerate(rows):
             by_hash = not checksum and r.content_hash is not None and r.content_hash in pairs
             trusted = None
             if not checksum and r.content_hash is None:
-                size, mtime = base.trusted_stat(r.source_path)
-                trusted = (size, mtime) if size is not None and mtime else None
+                found = base.trusted_stat(r.path, r.source_path)
+                if found is not None:
+                    trusted, quick[k] = found[:2], found[2]
             items.append(Check(r.path, trusted, by_hash, r.content_hash))
         # files read whole make slow tasks: keep those small, stat-only ones large
         most = _HASH_CHUNK if checksum or sum(1 for c in items if c.stat_only or c.trusted) < len(items) // 2 \
@@ -277,7 +297,7 @@ def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, byt
                         fp = pairs[rows[k].content_hash]
                         counts["unchanged_by_hash"] += 1
                     else:
-                        fp = base.fingerprint_of(rows[k].source_path)
+                        fp = quick[k]
                         counts["unchanged_by_stat"] += 1
                 elif read:
                     counts["sources_read"] += 1
@@ -296,6 +316,7 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
     if scan_base is not None and not checksum and any(r.content_hash for r in rows):
         pairs = hashes.load_pairs(out, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, settings, checksum, progress)
+    scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
     for t in todo:
@@ -375,10 +396,11 @@ def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: 
                 samples.append(SampleTask(
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
                     reuse=t.base.reuse(fp, r.label) if t.base is not None and fp is not None else None,
-                    src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash))
+                    src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash, meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
                                    task_digest(spec_digest, plan.name, samples), t.size, resize,
-                                   settings, tuple(samples)))
+                                   settings, tuple(samples), dataset_version=t.spec["dataset_version"],
+                                   classes_digest=classes_digest(src.classes)))
     return tasks
 
 

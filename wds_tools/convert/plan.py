@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ..format.layout import shard_name
 from ..format.npy import NPY_HEADER_BYTES
@@ -18,6 +19,7 @@ from ..format.tarwrite import BLOCK as TAR_BLOCK
 __all__ = [
     "key_hash",
     "assign_split",
+    "split_groups",
     "sample_bytes",
     "default_shard_size",
     "parse_shard_size",
@@ -40,11 +42,68 @@ def assign_split(key: str, *, seed: int, val_fraction: float) -> str:
     return "val" if key_hash(key, seed, "split") < val_fraction * 2**64 else "train"
 
 
+Unit = tuple[str, str]  # a split unit: ("g", group value as text) or ("k", key) for a row without a group
+
+
+def unit_hash(unit: Unit, seed: int) -> int:
+    """h_group of a group's text (``"group:<seed>:<text>"``), h_split of an ungrouped row's key."""
+    kind, text = unit
+    return key_hash(text, seed, "group" if kind == "g" else "split")
+
+
+def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_fraction: float,
+                 stratify: bool = False, fixed: Mapping[Unit, str] | None = None) -> dict[Unit, str]:
+    """The split of every unit (a group, or an ungrouped row), ``units`` giving its samples per label.
+
+    ``fixed`` units keep their split (a manifest split column, or the base version's). Without
+    ``stratify``, a unit goes to ``val`` when its hash is below ``val_fraction`` · 2^64, as a key does
+    without groups. With ``stratify``, each unit belongs to the class most of its samples have (the
+    smallest label index on a tie); per class, of the units in train or val (fixed ones included),
+    with S their samples and v those in fixed val units, the other units are taken in order of
+    (hash, unit) and each goes to val when 2·v + size < 2 · val_fraction · S (exactly, with the
+    double's exact value), v growing as it does. So each class's val samples are within half its
+    largest unit of val_fraction × its samples when nothing is fixed (and, for units of one label,
+    per label).
+    """
+    fixed = dict(fixed or {})
+    out: dict[Unit, str] = {}
+    if not stratify:
+        limit = val_fraction * 2**64
+        for unit in units:
+            out[unit] = fixed.get(unit) or ("val" if unit_hash(unit, seed) < limit else "train")
+        return out
+    frac = Fraction(val_fraction)
+    pools: dict[int, list] = {}  # majority class -> [(hash, unit, size)] of units to draw
+    total: dict[int, int] = {}
+    in_val: dict[int, int] = {}
+    for unit, labels in units.items():
+        size = sum(labels.values())
+        major = min(labels, key=lambda c: (-labels[c], c)) if labels else -1
+        split = fixed.get(unit)
+        if split is not None:
+            out[unit] = split
+            if split not in ("train", "val"):
+                continue
+            in_val[major] = in_val.get(major, 0) + (size if split == "val" else 0)
+        else:
+            pools.setdefault(major, []).append((unit_hash(unit, seed), unit, size))
+        total[major] = total.get(major, 0) + size
+    for major, pool in pools.items():
+        v, bound = in_val.get(major, 0), 2 * frac.numerator * total[major]
+        for _, unit, size in sorted(pool):
+            if (2 * v + size) * frac.denominator < bound:
+                out[unit] = "val"
+                v += size
+            else:
+                out[unit] = "train"
+    return out
+
+
 def sample_bytes(size: int, json_bytes: int = 256) -> int:
-    """Approximate bytes a sample takes in a tar: three headers, data, padding."""
+    """Approximate bytes a sample takes in a tar: four headers (.cls, .i32, .json, .npy), data, padding."""
     npy = NPY_HEADER_BYTES + size * size * 3
     pad = lambda n: -(-n // TAR_BLOCK) * TAR_BLOCK  # noqa: E731
-    return 3 * TAR_BLOCK + pad(npy) + pad(8) + pad(json_bytes)
+    return 4 * TAR_BLOCK + pad(npy) + pad(8) + pad(4) + pad(json_bytes)
 
 
 def default_shard_size(size: int) -> int:

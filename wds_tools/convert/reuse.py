@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -57,6 +58,7 @@ class Base:
     """Lookups into a base index by source fingerprint and by source path."""
 
     index: DatasetIndex
+    stats: dict[str, tuple[int, int, bytes]] = field(default_factory=dict)  # hashes.load_stats of its version
 
     @property
     def version(self) -> str:
@@ -75,16 +77,24 @@ class Base:
         s = self.index.samples
         return {s.source_path(i): i for i in range(len(s))}
 
-    def trusted_stat(self, source_path: str) -> tuple[int | None, int | None]:
-        """(size, mtime_ns) recorded for a source path, for --trust-mtime; (None, None) if unknown."""
-        i = self.by_source_path.get(source_path)
-        if i is None:
-            return None, None
-        s = self.index.samples
-        return int(s["src_size"][i]), int(s["src_mtime_ns"][i])
+    def trusted_stat(self, path: str, source_path: str) -> tuple[int, int, bytes] | None:
+        """(size, mtime_ns, fingerprint) recorded for a source, for the quick check; None if unknown.
 
-    def fingerprint_of(self, source_path: str) -> bytes:
-        return self.index.samples["fingerprint"][self.by_source_path[source_path]].tobytes()
+        From the base version's stat cache (``hashes.load_stats``: by absolute path, outside the
+        format), else, for a version-1 base, from its samples.npz ``src_mtime_ns`` (by source path).
+        """
+        if "://" in path:  # URLs have no mtime here: always read
+            return None
+        found = self.stats.get(os.path.abspath(path))
+        if found is not None:
+            return found if found[1] else None
+        s = self.index.samples
+        if "src_mtime_ns" not in s.columns:
+            return None
+        i = self.by_source_path.get(source_path)
+        if i is None or not int(s["src_mtime_ns"][i]):
+            return None
+        return int(s["src_size"][i]), int(s["src_mtime_ns"][i]), s["fingerprint"][i].tobytes()
 
     def reuse(self, fingerprint: bytes, label_name: str) -> Reuse | None:
         """Where the pixels of a source with this fingerprint are stored, or None."""

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import os
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import InvalidKeyError, SourceError
+from ..errors import InvalidKeyError, OptionError, SourceError
+from ..format.meta import MetaColumn, meta_object, value_text
 from .check import HASH_ALGORITHMS
-from .plan import assign_split
-from .storage import is_remote, join, open_input
+from .groups import SplitBase
+from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
+from .plan import Unit, assign_split, split_groups
+from .storage import is_remote, join
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -47,6 +48,8 @@ class SourceRow:
     line: int  # manifest line (or 1-based file position in an image folder), for messages
     original_key: str | None = None  # set when the key was mapped by sanitizing
     content_hash: str | None = None  # "sha256:<hex>" or "md5:<hex>" from a manifest hash column
+    meta: tuple | None = None  # the metadata columns' values (None: missing), in Source.metadata order
+    error: str | None = None  # why the row fails before its file is looked at (a path template's empty cell)
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,43 @@ class Source:
     path: str
     rows: list[SourceRow]
     classes: list[str]  # class names; the label index of a row is its position here
+    metadata: tuple[MetaColumn, ...] = ()  # the manifest's other columns, typed
+    columns: Columns = Columns()
+    stratify: bool = False
+    split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
 
     def label_index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.classes)}
 
+    def meta_json(self, row: SourceRow) -> str:
+        """The row's ``"meta"`` object as its sample's .json writes it (keys sorted, compact)."""
+        return json.dumps(meta_object(self.metadata, row.meta), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False)
+
+    def meta_items(self, row: SourceRow) -> tuple | None:
+        """(name, value) pairs of the row's metadata, or None without metadata columns."""
+        return tuple(zip((c.name for c in self.metadata), row.meta)) if self.metadata else None
+
     def digest(self) -> str:
-        """sha256 over (key, source_path, label, split) of every row: the source's identity."""
+        """sha256 over (key, source_path, label, split[, meta]) of every row: the source's identity."""
         h = hashlib.sha256()
         for r in self.rows:
-            h.update(f"{r.key}\t{r.source_path}\t{r.label}\t{r.split}\n".encode())
+            tail = f"\t{self.meta_json(r)}" if self.metadata else ""
+            h.update(f"{r.key}\t{r.source_path}\t{r.label}\t{r.split}{tail}\n".encode())
         return h.hexdigest()
+
+    def build_fields(self) -> dict:
+        """index.json ``build`` fields of the column options, present only when used."""
+        out: dict = {}
+        if not self.columns.default:
+            out["columns"] = self.columns.record()
+        if self.columns.group is not None:
+            out["group"] = self.columns.group
+        if self.stratify:
+            out["stratify"] = True
+        if self.columns.group is not None or self.stratify:
+            out["split_base"] = self.split_base
+        return out
 
 
 def _key_hash(key: str) -> str:
@@ -124,55 +154,12 @@ def _classes(labels: set[str]) -> list[str]:
     return sorted(labels)
 
 
-def _open_text(path: str):
-    if is_remote(path):
-        return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
-    return open(path, newline="", encoding="utf-8-sig")
-
-
-def _manifest_records(path: str) -> tuple[str, list[tuple[int, dict]]]:
-    suffix = os.path.splitext(path)[1].lower()
-    records: list[tuple[int, dict]] = []
-    try:
-        with _open_text(path) as f:
-            if suffix in (".jsonl", ".ndjson"):
-                for line_no, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise SourceError(f"{path}: line {line_no} is not valid JSON: {e.msg}") from None
-                    if not isinstance(obj, dict):
-                        raise SourceError(f"{path}: line {line_no} is not a JSON object")
-                    records.append((line_no, obj))
-                return "jsonl", records
-            if suffix not in (".csv", ".tsv"):
-                raise SourceError(
-                    f"{path}: unknown manifest type {suffix!r}; expected .csv, .tsv or .jsonl "
-                    "(or pass an image folder ROOT/<label>/<file>)"
-                )
-            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
-            missing = {"key", "path", "label"} - set(reader.fieldnames or [])
-            if missing:
-                raise SourceError(
-                    f"{path}: missing column(s) {', '.join(sorted(missing))}; found "
-                    f"{', '.join(reader.fieldnames or []) or 'no header'}; expected key,path,label[,split]"
-                )
-            for obj in reader:
-                records.append((reader.line_num, obj))
-            return "csv", records
-    except OSError as e:
-        raise SourceError(f"cannot read manifest {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise SourceError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-
-
-def _field(obj: dict, name: str, path: Path, line: int, required: bool = True) -> str:
+def _field(obj: dict, name: str, path: str, line: int, option: str, required: bool = True) -> str:
     value = obj.get(name)
     if value is None or str(value).strip() == "":
         if required:
-            raise SourceError(f"{path}: line {line}: empty or missing {name!r}")
+            shown = f"{name!r}" if option == f"--{name}" else f"{name!r} ({option})"
+            raise SourceError(f"{path}: line {line}: empty or missing {shown}")
         return ""
     return str(value).strip()
 
@@ -193,25 +180,43 @@ def _content_hash(obj: dict, path: str, line: int) -> str | None:
     return None
 
 
-def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool) -> Source:
-    kind, records = _manifest_records(path)
-    if not records:
+def _path_of(obj: dict, bound: Bound, path: str, line: int) -> tuple[str, str | None]:
+    """(source path, error): a column's value, or the template filled in; an empty cell the template
+    needs makes the row fail (listed in errors.jsonl) rather than name another file."""
+    t = bound.template
+    if t.bare:
+        return _field(obj, bound.columns.path, path, line, "--path"), None
+    cells, error = {}, None
+    for name in t.fields:
+        text = cell_text(obj.get(name))
+        if text is None and error is None:
+            error = f"column {name!r} is empty; --path {t.text!r} needs it"
+        cells[name] = text or ""
+    return t.render(cells), error
+
+
+def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool, columns: Columns,
+                   stratify: bool, split_base: SplitBase | None) -> Source:
+    table = read_table(path)
+    if not table.records:
         raise SourceError(f"{path}: the manifest has no rows")
+    bound = bind(table, columns)
+    meta_columns, meta_values = metadata_values(table, bound.metadata) if bound.metadata else ([], None)
     base = path.rsplit("/", 1)[0] if is_remote(path) else str(Path(path).parent.resolve())
     originals, raw = [], []
-    for line, obj in records:
-        key = _field(obj, "key", path, line)
-        rel = _field(obj, "path", path, line)
-        label = _field(obj, "label", path, line)
-        split = _field(obj, "split", path, line, required=False)
+    for line, obj in table.records:
+        key = _field(obj, columns.key, path, line, "--key")
+        rel, error = _path_of(obj, bound, path, line)
+        label = _field(obj, columns.label, path, line, "--label")
+        split = _field(obj, bound.split, path, line, "--split", required=False) if bound.split else ""
         if split and not _SPLIT_PATTERN.fullmatch(split):
             raise SourceError(f"{path}: line {line}: split {split!r} must match [A-Za-z0-9_-]{{1,32}}")
         originals.append(key)
-        raw.append((line, rel, label, split, _content_hash(obj, path, line)))
+        raw.append((line, rel, label, split, _content_hash(obj, path, line), error))
     keys = sanitize_keys(originals) if sanitize else originals
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
     rows = []
-    for (line, rel, label, split, content_hash), key, orig in zip(raw, keys, originals):
+    for j, ((line, rel, label, split, content_hash, error), key, orig) in enumerate(zip(raw, keys, originals)):
         if is_remote(rel):
             full = rel
         elif is_remote(base):
@@ -219,14 +224,52 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool)
         else:
             full = os.path.normpath(rel if os.path.isabs(rel) else os.path.join(base, rel))
         rows.append(SourceRow(
-            key=key, path=full, source_path=rel, label=label,
-            split=split or assign_split(key, seed=seed, val_fraction=val_fraction),
-            line=line, original_key=orig if orig != key else None, content_hash=content_hash,
+            key=key, path=full, source_path=rel, label=label, split=split, line=line,
+            original_key=orig if orig != key else None, content_hash=content_hash,
+            meta=meta_values[j] if meta_values is not None else None, error=error,
         ))
-    return Source(kind, str(path), rows, _classes({r.label for r in rows}))
+    src = Source(table.kind, str(path), rows, _classes({r.label for r in rows}), tuple(meta_columns), columns,
+                 stratify, split_base.version if split_base is not None else None)
+    return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
 
 
-def _read_folder(root: Path, *, val_fraction: float, seed: int) -> Source:
+def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None) -> Source:
+    """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
+    column or stratification, its unit's split (plan.split_groups), a base's units keeping theirs."""
+    rows = src.rows
+    if src.columns.group is None and not src.stratify:
+        return replace(src, rows=[r if r.split else replace(r, split=assign_split(r.key, seed=seed,
+                                  val_fraction=val_fraction)) for r in rows])
+    gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
+    labels = src.label_index()
+    units, explicit = [], {}
+    sizes: dict[Unit, Counter] = {}
+    for r in rows:
+        value = r.meta[gi] if gi is not None else None
+        unit = ("g", value_text(value)) if value is not None else ("k", r.key)
+        units.append(unit)
+        sizes.setdefault(unit, Counter())[labels[r.label]] += 1
+        if r.split:
+            explicit.setdefault(unit, {}).setdefault(r.split, []).append(r.line)
+    clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
+    if clashes:
+        (_, text), where = clashes[0]
+        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}" for split, lines in sorted(where.items()))
+        raise SourceError(
+            f"{src.path}: group {text!r} of column {src.columns.group!r} is in {len(where)} splits of the "
+            f"manifest's split column ({listed}); all samples of a group must be in "
+            f"one split (that is what --group is for). Fix the split column, or leave it empty for that group "
+            f"to have it drawn" + (f" ({len(clashes) - 1} more such groups)" if len(clashes) > 1 else "")
+        )
+    fixed = {u: next(iter(where)) for u, where in explicit.items()}
+    if split_base is not None:
+        fixed = {**{u: s for u, s in split_base.splits.items() if u in sizes}, **fixed}
+    chosen = split_groups(sizes, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
+    return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
+
+
+def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
+                 split_base: SplitBase | None) -> Source:
     files: list[tuple[str, str]] = []  # (relative path, label)
     for label_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for dirpath, dirnames, filenames in os.walk(label_dir):
@@ -245,27 +288,39 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int) -> Source:
     keys = sanitize_keys(rels, bases=[os.path.splitext(rel)[0] for rel in rels])
     check_keys([(i, k) for i, k in enumerate(keys, 1)], str(root))
     rows = [
-        SourceRow(key=k, path=str(root.resolve() / rel), source_path=rel, label=label,
-                  split=assign_split(k, seed=seed, val_fraction=val_fraction), line=i,
+        SourceRow(key=k, path=str(root.resolve() / rel), source_path=rel, label=label, split="", line=i,
                   original_key=rel)
         for i, ((rel, label), k) in enumerate(zip(files, keys), 1)
     ]
-    return Source("image-folder", str(root), rows, _classes({r.label for r in rows}))
+    src = Source("image-folder", str(root), rows, _classes({r.label for r in rows}), stratify=stratify,
+                 split_base=split_base.version if split_base is not None else None)
+    return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
 
 
 def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0,
-                sanitize_keys: bool = False) -> Source:
-    """Read a manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256|md5]) or an image folder.
+                sanitize_keys: bool = False, columns: Columns | None = None, stratify: bool = False,
+                split_base: SplitBase | None = None) -> Source:
+    """Read a manifest (.csv/.tsv/.jsonl) or an image folder.
 
-    The manifest and the paths in it may be fsspec URLs (s3://...); an image folder is local.
+    A manifest's columns are ``key,path,label[,split][,sha256|md5]`` unless ``columns`` names others
+    (``Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")``); its
+    other columns are kept as typed metadata. With a group column or ``stratify``, splits are drawn
+    per group (plan.split_groups), the groups of ``split_base`` keeping their split. The manifest and
+    the paths in it may be fsspec URLs (s3://...); an image folder is local.
     """
+    columns = columns or Columns()
     if not 0.0 <= val_fraction < 1.0:
         raise SourceError(f"val_fraction must be in [0, 1), not {val_fraction}")
     if is_remote(path):
-        return _read_manifest(os.fspath(path), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys)
+        return _read_manifest(os.fspath(path), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys,
+                              columns=columns, stratify=stratify, split_base=split_base)
     p = Path(path)
     if p.is_dir():
-        return _read_folder(p, val_fraction=val_fraction, seed=seed)
+        if not columns.default or columns.group is not None:
+            raise OptionError(f"--key, --label, --path, --split and --group name a manifest's columns; {p} is an "
+                              "image folder (ROOT/<label>/<file>), which has none")
+        return _read_folder(p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base)
     if not p.exists():
         raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
-    return _read_manifest(str(p), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys)
+    return _read_manifest(str(p), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys, columns=columns,
+                          stratify=stratify, split_base=split_base)

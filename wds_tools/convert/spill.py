@@ -76,7 +76,7 @@ class SpillWriter:
         }
         for j, name in enumerate(("width", "height", "src_size", "src_mtime_ns", "npy_offset",
                                   "npy_length", "npy_xxh3"), 2):
-            cols[name] = np.array([r[j] for r in self.rows], dtype=SAMPLE_COLUMNS[name])
+            cols[name] = np.array([r[j] for r in self.rows], dtype=SAMPLE_COLUMNS.get(name, "<i8"))  # mtime: <i8
         cols["path_offsets"], cols["path_data"] = pack_strings([r[9] for r in self.rows])
         cols["bytes"] = np.array([self.offset], dtype="<u8")
         self.store.write_bytes(self.table, write_npz(cols))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, OutputExistsError
 from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
+from . import hashes
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base, find_base
@@ -53,7 +54,8 @@ def spec(source: Source, *, version: str, size: int, resize: str, shard_size: in
         "dataset_version": version, "size": size, "resize": resize, "decode": settings.to_dict(),
         "build": {"shard_size": shard_size, "seed": seed, "val_fraction": val_fraction,
                   "sanitize_keys": sanitize_keys,
-                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()}},
+                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
+                  **source.build_fields()},
     }
 
 
@@ -152,6 +154,8 @@ def select_base(out: str, version: str, size: int, resize: str, settings: Decode
     wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
               "decoder_versions": decoders}
     found = find_base(Path(out), version, wanted, base)
-    return Base(found) if found is not None else None
+    if found is None:
+        return None
+    return Base(found, hashes.load_stats(out, found.meta["dataset_version"]))
 
 

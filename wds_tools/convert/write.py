@@ -10,7 +10,6 @@ plan order to the shard's tar, then writes its sample columns and its meta, the 
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from .check import content_hasher, hash_mismatch, open_source, os_reason
 from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
+from ..format.sample import MEMBERS, column_prefix, label_i32, sample_json as json_bytes
 from ..format.layout import open_ranged
 from .runner import orphaned
 from .spill import SpillWriter, Staged
@@ -62,6 +62,7 @@ class SampleTask:
     src_mtime_ns: int = 0
     content_hash: str | None = None  # the manifest's "algo:hex": checked whenever the file is read
     also: tuple[int, ...] = ()  # other sizes of a multi-size run to decode from the same read
+    meta: tuple | None = None  # (column, value) pairs of the manifest's metadata, for the .json's "meta"
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,15 @@ class ShardTask:
     settings: DecodeSettings
     samples: tuple[SampleTask, ...]
     spill: tuple[tuple[int, str], ...] = ()  # (size, folder) for the sizes in the samples' ``also``
+    dataset_version: str = ""  # each .json names its dataset: --version and the class list's digest
+    classes_digest: str = ""
 
 
 @dataclass
 class Encoded:
     """A batch of a shard's samples, ready to append: member bytes and index fields."""
 
-    members: list[tuple[str, bytes, bytes, bytes]] = field(default_factory=list)  # key, cls, json, npy
+    members: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)  # key, data of each of MEMBERS
     rows: list[tuple] = field(default_factory=list)  # key, label, fp, width, height, src_size, mtime, npy_xxh3, path
     hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     failed: list[dict] = field(default_factory=list)
@@ -93,12 +96,18 @@ class Encoded:
     spilled: dict[int, list[tuple]] = field(default_factory=dict)  # size -> rows, see _spill_row
 
 
-def sample_json(s: SampleTask, width: int, height: int, fingerprint: str) -> bytes:
+def sample_json(s: SampleTask, width: int, height: int, fingerprint: str, dataset_version: str,
+                classes_digest: str) -> bytes:
+    """A sample's .json (docs/FORMAT.md): every sample of a conversion has the same keys, so
+    ``original_key`` is the key itself when it was not mapped, and ``meta`` is there for every
+    sample when the conversion has metadata columns."""
     meta = {"key": s.key, "label": s.label_name, "source_path": s.source_path,
-            "width": width, "height": height, "fingerprint": f"xxh3_128:{fingerprint}"}
-    if s.original_key is not None:
-        meta["original_key"] = s.original_key
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            "width": width, "height": height, "fingerprint": f"xxh3_128:{fingerprint}",
+            "original_key": s.original_key if s.original_key is not None else s.key,
+            "dataset_version": dataset_version, "classes_digest": classes_digest}
+    if s.meta is not None:
+        meta["meta"] = dict(s.meta)
+    return json_bytes(meta)
 
 
 class _StoredPixels:
@@ -195,7 +204,8 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 out.counts["decoded"] += 1
             if npy is not None:
                 out.hist += _histogram(flat, task.size)
-                out.members.append((s.key, str(s.label).encode(), sample_json(s, width, height, fp_row.hex()), npy))
+                js = sample_json(s, width, height, fp_row.hex(), task.dataset_version, task.classes_digest)
+                out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
                 out.rows.append((s.key, s.label, fp_row, width, height, src_size_row, mtime_row, npy_x,
                                  s.source_path))
             for size in s.also:
@@ -263,13 +273,10 @@ class ShardAssembler:
 
     def append(self, enc: Encoded) -> None:
         w = self.writer
-        for (key, cls, js, npy), row in zip(enc.members, enc.rows):
-            cls_off, cls_len = w.add(f"{key}.cls", cls)
-            json_off, json_len = w.add(f"{key}.json", js)
-            npy_off, npy_n = w.add(f"{key}.npy", npy)
+        for (key, data), row in zip(enc.members, enc.rows):
+            placed = [w.add(f"{key}.{ext}", d) for ext, d in zip(MEMBERS, data)]
             k, label, fp, width, height, src_size, mtime, npy_x, path = row
-            self.rows.append((k, label, fp, width, height, src_size, mtime, cls_off, cls_len,
-                              json_off, json_len, npy_off, npy_n, npy_x, path))
+            self.rows.append((k, label, fp, width, height, src_size, mtime, npy_x, path, placed))
         self.hist += enc.hist
         self.failed += enc.failed
         self.failed_stat.update(enc.failed_stat)
@@ -328,9 +335,9 @@ def write_shard(task: ShardTask, batch: int = 16) -> dict:
 
 
 def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
-    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns",
-             "cls_offset", "cls_length", "json_offset", "json_length", "npy_offset", "npy_length",
-             "npy_xxh3"]
+    """A shard's sample columns, kept in its work folder until the index is assembled. They hold
+    ``src_mtime_ns`` too: the index leaves it out, the quick-check cache takes it (hashes.py)."""
+    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3"]
     cols: dict[str, np.ndarray] = {}
     for j, name in enumerate(names):
         values = [r[j] for r in rows]
@@ -339,7 +346,11 @@ def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
         elif name == "fingerprint":
             cols[name] = np.frombuffer(b"".join(values), dtype="u1").reshape(len(values), 16)
         else:
-            cols[name] = np.array(values, dtype=SAMPLE_COLUMNS[name])
+            cols[name] = np.array(values, dtype=SAMPLE_COLUMNS.get(name, "<i8"))
+    for j, ext in enumerate(MEMBERS):
+        prefix = column_prefix(ext)
+        cols[f"{prefix}_offset"] = np.array([r[9][j][0] for r in rows], dtype="<u8")
+        cols[f"{prefix}_length"] = np.array([r[9][j][1] for r in rows], dtype="<u8")
     cols["shard"] = np.zeros(len(rows), dtype="<u4")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r[14] for r in rows])
+    cols["path_offsets"], cols["path_data"] = pack_strings([r[8] for r in rows])
     return cols

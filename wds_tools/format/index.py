@@ -20,14 +20,18 @@ import numpy as np
 from ..errors import IndexFormatError
 from .layout import INDEX_FILE, SAMPLES_FILE, join, samples_file_name  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
+from .meta import MetaValues, column_names, read_metadata
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "INDEX_FILE",
     "SAMPLES_FILE",
     "ERRORS_FILE",
     "SAMPLE_COLUMNS",
+    "SAMPLE_COLUMNS_V1",
+    "sample_columns",
     "DatasetIndex",
     "SampleTable",
     "load_index",
@@ -41,11 +45,15 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
+READABLE_VERSIONS = (1, 2)  # what every reader reads
 ERRORS_FILE = "errors.jsonl"
 
-# Column name -> dtype, in the order they are stored. "key" is |S<n> (n = longest key);
-# the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1].
+# Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
+# key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
+# member has <prefix>_offset and <prefix>_length (format.sample.column_prefix). No source mtime: the
+# quick check's mtimes are kept outside the format (convert/hashes.py), so the same corpus in another
+# folder gives the same bytes.
 SAMPLE_COLUMNS: dict[str, str] = {
     "key": "S",
     "label": "<i4",
@@ -54,9 +62,10 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "width": "<u4",
     "height": "<u4",
     "src_size": "<u8",
-    "src_mtime_ns": "<i8",
     "cls_offset": "<u8",
     "cls_length": "<u8",
+    "i32_offset": "<u8",
+    "i32_length": "<u8",
     "json_offset": "<u8",
     "json_length": "<u8",
     "npy_offset": "<u8",
@@ -65,6 +74,20 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "path_offsets": "<u8",
     "path_data": "u1",
 }
+# Format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere).
+SAMPLE_COLUMNS_V1: dict[str, str] = {
+    **{k: v for k, v in SAMPLE_COLUMNS.items() if k in ("key", "label", "shard", "fingerprint", "width", "height",
+                                                         "src_size")},
+    "src_mtime_ns": "<i8",
+    **{k: v for k, v in SAMPLE_COLUMNS.items() if k.startswith(("cls_o", "cls_l", "json_", "npy_", "path_"))},
+}
+
+
+def sample_columns(meta: dict | None = None) -> dict[str, str]:
+    """The samples.npz columns (name -> dtype, stored order) of an index.json's format version."""
+    return SAMPLE_COLUMNS_V1 if meta is not None and meta.get("format_version") == 1 else SAMPLE_COLUMNS
+
+
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -134,6 +157,10 @@ class SampleTable:
     def fingerprint_hex(self, i: int) -> str:
         return self.columns["fingerprint"][i].tobytes().hex()
 
+    def metadata(self, meta: dict) -> dict[str, MetaValues]:
+        """The metadata columns (format version 2) by name; {} when the index has none."""
+        return read_metadata(self.columns, meta)
+
 
 @dataclass
 class DatasetIndex:
@@ -149,6 +176,11 @@ class DatasetIndex:
             name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
             self._samples = SampleTable(read_npz(self.root / name))
         return self._samples
+
+    @property
+    def metadata(self) -> dict[str, MetaValues]:
+        """The per-sample metadata columns by name (format version 2; {} when there are none)."""
+        return self.samples.metadata(self.meta)
 
     @property
     def shards(self) -> list[dict]:
@@ -201,9 +233,11 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise IndexFormatError(f"{where} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
     version = meta.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise IndexFormatError(
-            f"{where} has format_version {version!r}; this wds-tools reads version {FORMAT_VERSION}"
+            f"{where} has format_version {version!r}; this wds-tools reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (a newer version needs a "
+            "newer wds-tools)"
         )
     return meta
 
@@ -231,10 +265,11 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
     """
     from .sidecars import sidecar_files
 
-    missing = set(SAMPLE_COLUMNS) - set(columns)
+    names = [*sample_columns(meta), *column_names(meta)]  # then the metadata's, in index.json "metadata" order
+    missing = set(names) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
-    data = write_npz({name: columns[name] for name in SAMPLE_COLUMNS})
+    data = write_npz({name: columns[name] for name in names})
     write_bytes(join(dest, SAMPLES_FILE), data)
     if sidecars:
         for name, side in sidecar_files(meta, columns).items():

@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from .sample import MEMBERS, column_prefix, members_of
+
 __all__ = ["MEMBERS", "wids_name", "dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
 
-MEMBERS = ("cls", "json", "npy")  # a sample's members, in file order
 DALI_VERSION = "v1.2"
 
 
@@ -45,16 +46,17 @@ def wids_shard_list(meta: Mapping, split: str) -> dict:
     }
 
 
-def dali_index(columns: Mapping[str, np.ndarray], shard: int) -> str:
-    """The wds2idx v1.2 text of shard number ``shard`` (its position in index.json's ``shards``)."""
+def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str, ...] = MEMBERS) -> str:
+    """The wds2idx v1.2 text of shard number ``shard`` (its position in index.json's ``shards``);
+    ``members``: a sample's member extensions in file order (``format.sample.members_of``)."""
     rows = np.flatnonzero(columns["shard"] == shard)
     rows = rows[np.argsort(columns["cls_offset"][rows], kind="stable")]
     lines = [f"{DALI_VERSION} {len(rows)}"]
     keys = columns["key"]
     for r in rows:
         key = keys[r].decode()
-        lines.append(" ".join(f"{m} {int(columns[f'{m}_offset'][r])} {int(columns[f'{m}_length'][r])} {key}.{m}"
-                              for m in MEMBERS))
+        lines.append(" ".join(f"{m} {int(columns[f'{c}_offset'][r])} {int(columns[f'{c}_length'][r])} {key}.{m}"
+                              for m, c in zip(members, map(column_prefix, members))))
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +70,7 @@ def sidecar_files(meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: boo
             out[wids_name(split)] = text.encode()
     if dali:
         for i, s in enumerate(meta["shards"]):
-            out[dali_name(s["name"])] = dali_index(columns, i).encode()
+            out[dali_name(s["name"])] = dali_index(columns, i, members_of(meta)).encode()
     return out
 
 

@@ -22,7 +22,11 @@ from ..format.cpus import usable_cpus
 from ..format.index import histogram_mean_std
 from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
 from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.sample import read_label_i32
+from ..format.meta import read_metadata
 from ..format.tar import CHUNK, TarWalker, scan_file
+from .stats_meta import Breakdown, GroupReport, breakdown, check_column, group_report, metadata_arrays
+from .stats_meta import render_text as render_metadata
 
 __all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "compute_stats",
            "plot_stats", "require_matplotlib"]
@@ -223,6 +227,8 @@ class StatsReport:
     world_size: int
     workers: int
     seconds: float = 0.0
+    by: Breakdown | None = None  # --by COL: class counts per value of a metadata column
+    groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
     notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
 
     @property
@@ -235,9 +241,11 @@ class StatsReport:
 
     @property
     def warnings(self) -> list[str]:
-        return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings]
+        return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] \
+            + (self.groups.warnings if self.groups is not None else [])
 
     def to_dict(self) -> dict:
+        extra = {k: v.to_dict() for k, v in (("by", self.by), ("groups", self.groups)) if v is not None}
         return {
             "schema": SCHEMA,
             "source": self.source,
@@ -257,6 +265,7 @@ class StatsReport:
             "world_size": self.world_size,
             "workers": self.workers,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
+            **extra,  # only when asked for (--by) or the set has a group column
             "warnings": self.warnings,
             "seconds": round(self.seconds, 4),
         }
@@ -268,8 +277,8 @@ class StatsReport:
 # ------------------------------------------------------------------ computing it
 
 def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards",
-                  world_size: int = 1, workers: int | None = None, scan: bool = False,
-                  allow_mixed: bool = False) -> StatsReport:
+                  world_size: int = 1, workers: int | None = None, scan: bool = False, by: str | None = None,
+                  group: str | None = None, allow_mixed: bool = False) -> StatsReport:
     """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
     version under ``out``).
 
@@ -277,15 +286,20 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     shards of several folders are read as one set). Shards of different datasets are refused
     unless ``allow_mixed`` (then only with ``scan``: one index cannot describe them). A pattern
     naming part of a split is reported on, with a warning naming the shards it leaves out.
+    ``by`` breaks each split's class counts down by a metadata column; the groups of ``group`` (default:
+    the index's ``build.group``) found in more than one split are reported (both need the index).
     """
     t0 = time.perf_counter()
     workers = usable_cpus() if workers is None else workers
     distribute([], world_size, workers)  # validate before any reading
+    if scan and (by is not None or group is not None):
+        raise OptionError(f"{'--by' if by is not None else '--group'} reads the index's metadata columns; "
+                          "it cannot be combined with --scan")
     target = resolve_target(path, out=out, scan=scan, allow_mixed=allow_mixed)
     if scan:
         report = _from_scan(target, world_size, workers)
     else:
-        report = _from_index(target, world_size, workers)
+        report = _from_index(target, world_size, workers, by, group)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
     report.notes = [f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
                     f"shards only (mean/std are the index's)" for g in target.gaps]
@@ -293,11 +307,19 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     return report
 
 
-def _from_index(target: Shards, world_size: int, workers: int) -> StatsReport:
+def _from_index(target: Shards, world_size: int, workers: int, by: str | None = None,
+                group: str | None = None) -> StatsReport:
     meta, base = target.meta, target.index_base
     classes = list(meta.get("classes", []))
     shards = meta["shards"]
-    cols = read_samples(join(base, meta["samples_file"]["name"]), ("label", "shard"))
+    for name, option in ((by, "--by"), (group, "--group")):
+        if name is not None:
+            check_column(meta, name, option)
+    build = meta.get("build") if isinstance(meta.get("build"), dict) else {}
+    group = group if group is not None else build.get("group")
+    wanted = [n for n in (by, group) if n is not None]
+    where = join(base, meta["samples_file"]["name"])
+    cols = read_samples(where, ("label", "shard", *metadata_arrays(meta, wanted)))
     label = cols["label"].astype(np.int64)
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
@@ -324,10 +346,22 @@ def _from_index(target: Shards, world_size: int, workers: int) -> StatsReport:
         index_bytes += file_size(target.index_file)
     except OSError:
         pass
-    return StatsReport(
+    report = StatsReport(
         "index", target.spec, base, target.index_file, meta.get("dataset_version"),
         meta.get("size"), classes, splits, sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
         index_bytes, meta.get("mean"), meta.get("std"), meta.get("stats_split"), world_size, workers)
+    if wanted:
+        values = read_metadata(cols, meta, wanted, where)
+        names = list(splits)
+        split_of = np.array([names.index(s["split"]) if s["split"] in splits and (chosen is None or s["name"] in
+                             chosen) else -1 for s in shards], np.int64)
+        row_split = split_of[shard]
+        mine = np.flatnonzero(row_split >= 0)
+        if by is not None:
+            report.by = breakdown(values[by].take(mine), label[mine], row_split[mine], names, n_classes)
+        if group is not None:
+            report.groups = group_report(values[group].take(mine), row_split[mine], names)
+    return report
 
 
 @dataclass
@@ -351,7 +385,8 @@ def _scan_shard(url: str) -> _ShardScan:
     hist = np.zeros(768, dtype=np.int64)
 
     def capture(name: str) -> int:
-        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else 0)
+        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else
+                                                               8 if name.endswith(".i32") else 0)
 
     walker = TarWalker(capture)
     done = 0  # members before this one are fully counted
@@ -394,6 +429,9 @@ def _scan_shard(url: str) -> _ShardScan:
             except ValueError:
                 raise ShardError(f"{url}: member {m.name} holds {m.data[:20]!r}, not a class number") from None
             labels.append(last_cls)
+        elif m.name.endswith(".i32") and read_label_i32(m.data) != last_cls:  # format version 2: the label as int32
+            raise ShardError(f"{url}: member {m.name} holds {m.data[:8]!r}, but the sample's .cls says {last_cls}; "
+                             "run `wds-tools verify` for a full report")
         elif m.name.endswith(".json") and last_cls is not None and last_cls not in names:
             try:
                 names[last_cls] = str(json.loads(m.data)["label"])
@@ -523,6 +561,7 @@ def _render_text(r: StatsReport) -> str:
                      f"readers: {_even_text(dist['even_shards_below'], dist['even_shards_above'])}")
         for w in dist["warnings"]:
             lines.append(f"  warning: {w}")
+    lines += render_metadata(r.by, r.groups, r.classes, TEXT_CLASSES)
     return "\n".join(lines)
 
 

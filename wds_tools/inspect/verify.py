@@ -28,13 +28,14 @@ from ..format.npy import NPY_HEADER_BYTES, image_header, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, scan_file, split_name, walk_headers
 from .verify_meta import IndexFacts, check_counts, check_index, mean_std, stats_problems
+from .verify_metadata import check_columns
 from .verify_report import INDEX, MAX_PER_KIND, PROBLEM_KINDS, SCHEMA, Problem, VerifyReport, capped
 from .verify_shards import Context, ShardJob, ShardResult, check_shard
-from .verify_table import ROW_COLUMNS, TableFacts, file_digest, open_columns, scan_table
+from ..format.sample import MEMBERS, MEMBERS_V1
+from .verify_table import TableFacts, row_columns, file_digest, open_columns, scan_table
 
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "Problem", "VerifyReport", "verify"]
 
-MEMBERS = ("cls", "json", "npy")
 
 
 # ------------------------------------------------------------------ entry point
@@ -70,7 +71,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
     facts, problems = check_index(meta)
     report.problems += problems
-    table, usable, tf = None, set(), None
+    table, usable, tf, categories = None, set(), None, None
     if facts.samples_name is not None:
         url = join(base, facts.samples_name)
         report.problems += _samples_file(url, facts, quick)
@@ -78,10 +79,15 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         report.problems += problems
     try:
         if table is not None:
-            rows, usable = table.check_format()
+            rows, usable = table.check_format(facts.columns)
             report.problems += table.problems
+            categories = None
+            if facts.metadata is not None:
+                ok, found, problems = check_columns(table, rows, facts.metadata)
+                report.problems += problems
+                categories = found if ok else None
             if "key" in usable:
-                tf, problems = scan_table(table, rows, usable, facts)
+                tf, problems = scan_table(table, rows, usable, facts, categories)
                 report.problems += problems
         if tf is not None:
             report.problems += check_counts(facts, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split,
@@ -92,7 +98,8 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
                                             "shards[].samples")
         jobs = _jobs(target, facts, tf, report)
         ctx = Context(table, usable, tf.paths_ok if tf else False, _reference_header(facts, tf), facts.classes, quick,
-                      stats)
+                      stats, facts.metadata if table is not None and categories is not None else None,
+                      categories or {}, facts.members, facts.dataset)
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on
         report.problems.append(Problem(facts.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))
@@ -106,7 +113,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         report.samples += r.samples
         report.bytes += job.bytes or 0
     report.shards = len(jobs)
-    if jobs and (tf is None or tf.ranges is None or not set(ROW_COLUMNS) <= usable):
+    if jobs and (tf is None or tf.ranges is None or not set(row_columns(facts.members)) <= usable):
         report.warnings.append("samples.npz rows could not be matched to the shards (see the problems): member "
                                "tables and sample contents were not compared")
     report.problems += _class_names(facts, results)
@@ -299,10 +306,11 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
     last = order[-1] if walker.error and order else None
     for stem in order:
         exts = [e for e, _ in groups[stem]]
-        if sorted(exts) != sorted(MEMBERS) and stem != last:
+        if sorted(exts) not in (sorted(MEMBERS), sorted(MEMBERS_V1)) and stem != last:
             first = groups[stem][0][1]
             problems.append(Problem(name, "incomplete_sample", f"sample {stem} has members "
-                                    f"{', '.join('.' + e for e in exts)}; expected .cls, .json, .npy once each",
+                                    f"{', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
+                                    "each (format version 1: .cls, .json, .npy)",
                                     key=stem, offset=first.offset - BLOCK))
     return _ScanResult(name, capped(problems), order, headers, size, read)
 

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format.index import ERRORS_FILE
+from ..format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
 from ..format.layout import SAMPLES_FILE, expand, indexed_name_problem, shard_name, url_pattern
+from ..format.meta import MetaColumn
+from ..format.sample import MEMBERS, classes_digest, members_of
+from .verify_metadata import check_field
 from .verify_report import INDEX, Problem
 
 __all__ = ["ShardEntry", "IndexFacts", "check_index", "check_counts", "mean_std", "stats_problems"]
@@ -87,6 +90,12 @@ class IndexFacts:
     samples_sha256: str | None = None
     errors_file: str | None = None
     shards_ok: bool = False  # shards is a list whose every entry has a usable name, split and samples
+    metadata: list[MetaColumn] | None = field(default_factory=list)  # None: the field is unusable
+    group: str | None = None  # build.group, when it names a metadata column
+    members: tuple[str, ...] = MEMBERS  # a sample's member extensions, by format_version
+    columns: dict[str, str] = field(default_factory=lambda: dict(SAMPLE_COLUMNS))  # samples.npz's, by version
+    # the .json fields that name the dataset (version 2), as every sample must have them; None: not checked
+    dataset: dict[str, str] | None = None
 
     @property
     def stats_of(self) -> str:
@@ -123,10 +132,12 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
     for key, kind in (("created_by", "text"), ("dataset_version", "text"), ("resize", "text"),
                       ("decode", "object"), ("decoder_versions", "object"), ("build", "object")):
         c.get(meta, key, key, kind, required=False)  # provenance: checked when present
+    f.members, f.columns = members_of(meta), sample_columns(meta)
     sample = c.get(meta, "sample", "sample", "object")
     if sample is not None:
-        if sample.get("members") != ["cls", "json", "npy"]:
-            c.problem("field", f"sample.members is {_show(sample.get('members'))}; expected ['cls', 'json', 'npy']")
+        if sample.get("members") != list(f.members):
+            c.problem("field", f"sample.members is {_show(sample.get('members'))}; expected {list(f.members)} "
+                               f"(format_version {meta.get('format_version')})")
         if sample.get("npy_dtype") != "uint8":
             c.problem("field", f"sample.npy_dtype is {_show(sample.get('npy_dtype'))}; expected 'uint8'")
         shape = sample.get("npy_shape")
@@ -144,11 +155,21 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
             if name in seen:
                 c.problem("field", f"classes[{i}] is {name!r}, the same name as classes[{seen[name]}]")
             seen.setdefault(name, i)
+    if meta.get("format_version") != 1:
+        digest = c.get(meta, "classes_digest", "classes_digest", "text")
+        if digest is not None and f.classes is not None and digest != classes_digest(f.classes):
+            c.problem("field", f"classes_digest is {digest!r}; the classes' digest is {classes_digest(f.classes)!r} "
+                               "(FORMAT.md: SHA-256 of the class list as canonical JSON, first 16 hex digits)")
+        version = meta.get("dataset_version")
+        if digest is not None and isinstance(version, str):
+            f.dataset = {"dataset_version": version, "classes_digest": digest}
     f.class_counts = c.get(meta, "class_counts", "class_counts", "counts")
     f.samples = c.get(meta, "samples", "samples", "count")
     f.mean = c.get(meta, "mean", "mean", "rgb")
     f.std = c.get(meta, "std", "std", "rgb")
     f.stats_split = c.get(meta, "stats_split", "stats_split", "text")
+    f.metadata, f.group, problems = check_field(meta)
+    c.problems += problems
     _check_files(c, f, meta)
     _check_shards(c, f, meta)
     _check_splits(c, f, meta)

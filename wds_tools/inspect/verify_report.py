@@ -31,15 +31,19 @@ PROBLEM_KINDS = {
                    "or, after a sha256 mismatch, a member's bytes differ from the index",
     "label": "a .cls member is not a class index, or differs from the sample's label in samples.npz",
     "class_name": "the class name in a sample's .json is not classes[label]: classes is reordered or edited",
-    "sample_meta": "a .json member's key, fingerprint, width, height or source_path differs from samples.npz",
+    "sample_meta": "a .json member's key, fingerprint, width, height, source_path or meta (the manifest's other "
+                   "columns) differs from samples.npz",
     # the index against itself and the data
     "index": "samples.npz is missing or unreadable, or its size or sha256 differs from index.json",
-    "field": "an index.json field is missing, of the wrong type, or disagrees with the rest of the index",
+    "field": "an index.json field (metadata included) is missing, of the wrong type, or disagrees with the rest "
+             "of the index",
     "shard_name": "index.json names a file outside its folder or not <split>-NNNNNN.tar (never read)",
     "count": "a count in index.json (samples, class_counts, splits.*.samples, .shards, .class_counts, "
              "shards[].samples) differs from samples.npz",
     "urls": "a split's URL pattern does not name exactly that split's shards",
-    "column": "a samples.npz column is missing, of the wrong dtype or shape, or out of order or range",
+    "column": "a samples.npz column (metadata columns included) is missing, of the wrong dtype or shape, or out "
+              "of order or range",
+    "group_split": "a group of the build.group column has samples in more than one split",
     "image_size": "size, sample.npy_shape or samples.npz npy_length disagree with each other or the .npy headers",
     "pixel_stats": "mean/std in index.json differ from the pixels (recomputed when verify reads every byte)",
 }

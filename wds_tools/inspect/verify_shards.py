@@ -23,14 +23,16 @@ from ..format.layout import file_size, read_ranges
 from ..format.npy import NPY_HEADER_BYTES, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ..format.meta import MetaColumn
+from .verify_metadata import block_names, row_meta, same_meta
 from .verify_report import Problem, capped
-from .verify_table import ROW_COLUMNS, SampleColumns
+from ..format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
+from .verify_table import SampleColumns, row_columns
 
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "check_shard"]
 
-MEMBERS = ("cls", "json", "npy")
-CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls / .json member kept; a longer one is damage
-ROW_DATA = ROW_COLUMNS + ("npy_xxh3", "fingerprint", "width", "height")
+CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls (or .i32) / .json member kept; a longer one is damage
+ROW_EXTRA = ("npy_xxh3", "fingerprint", "width", "height")
 
 
 @dataclass
@@ -56,6 +58,10 @@ class Context:
     classes: list[str] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
+    metadata: list[MetaColumn] | None = None  # index.json's (None: unusable, not compared)
+    categories: dict[int, list[str]] = field(default_factory=dict)  # string values of the metadata columns
+    members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
+    dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
 
     def __post_init__(self):
         # each class index as its .cls member holds it (only these are agreed labels)
@@ -159,7 +165,7 @@ _json = json.JSONDecoder().decode  # json.loads less its per-call encoding detec
 
 
 def _capture(name: str) -> int:
-    return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith(".cls") else \
+    return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith((".cls", ".i32")) else \
         JSON_CAP if name.endswith(".json") else 0
 
 
@@ -211,7 +217,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result.problems = capped(result.problems)
         return result
     result.samples = len(rows.keys)
-    structure = _compare(job, walker, rows, ctx.header)
+    structure = _compare(job, walker, rows, ctx.header, ctx.members)
     content = _contents(job, ctx, rows, walker, digests, sha_ok, result)
     if not ctx.quick and walker.error is not None:
         content += _unreached(job, ctx, rows, walker, result)
@@ -267,31 +273,36 @@ class _Rows:
 
     keys: list[str]
     labels: list[int]
-    offsets: list[list[int]]  # per row: data offsets of .cls, .json, .npy
+    offsets: list[list[int]]  # per row: data offsets of each member (Context.members order)
     lengths: list[list[int]]
     xxh3: list[int] | None
     fingerprints: list[str] | None  # "xxh3_128:<hex>", as the .json has it
     dims: dict[str, list[int]]  # width, height
     paths: list[str] | None
+    meta: list[dict] | None = None  # the .json "meta" each row expects (None: not compared)
 
 
 def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
-    if job.rows is None or ctx.table is None or not set(ROW_COLUMNS) <= ctx.usable:
+    need = row_columns(ctx.members)
+    if job.rows is None or ctx.table is None or not set(need) <= ctx.usable:
         return None
     a, b = job.rows
-    cols = ctx.table.read([c for c in ROW_DATA if c in ctx.usable], a, b)
+    cols = ctx.table.read([c for c in need + ROW_EXTRA if c in ctx.usable], a, b)
     paths = None
     if ctx.paths_ok:
         po = ctx.table.read(["path_offsets"], a, b + 1)["path_offsets"].astype(np.int64)
         data = ctx.table.read(["path_data"], int(po[0]), int(po[-1]))["path_data"].tobytes()
         paths = [data[s - po[0]:e - po[0]].decode("utf-8", "replace") for s, e in zip(po[:-1], po[1:])]
     fp = cols.get("fingerprint")
+    meta = None
+    if ctx.metadata:
+        meta = row_meta(ctx.table.read(block_names(ctx.metadata), a, b), ctx.metadata, ctx.categories)
     return _Rows(cols["key"].astype("U").tolist(), cols["label"].tolist(),
-                 np.stack([cols[f"{m}_offset"] for m in MEMBERS], axis=1).tolist(),
-                 np.stack([cols[f"{m}_length"] for m in MEMBERS], axis=1).tolist(),
+                 np.stack([cols[f"{column_prefix(m)}_offset"] for m in ctx.members], axis=1).tolist(),
+                 np.stack([cols[f"{column_prefix(m)}_length"] for m in ctx.members], axis=1).tolist(),
                  cols["npy_xxh3"].tolist() if "npy_xxh3" in cols else None,
                  ["xxh3_128:" + r.tobytes().hex() for r in fp] if fp is not None else None,
-                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths)
+                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths, meta)
 
 
 def _size_problem(job: ShardJob, size: int) -> list[Problem]:
@@ -335,11 +346,12 @@ def _not_image(header: bytes) -> bool:
     return False
 
 
-def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes) -> list[Problem]:
+def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
+             members: tuple[str, ...] = MEMBERS) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
     for k, o, n in zip(rows.keys, rows.offsets, rows.lengths):
-        exp += [(f"{k}.cls", o[0], n[0]), (f"{k}.json", o[1], n[1]), (f"{k}.npy", o[2], n[2])]
+        exp += [(f"{k}.{ext}", o[j], n[j]) for j, ext in enumerate(members)]
     act = [(m.name, m.offset, m.size) for m in walker.members]
     if exp == act and not walker.error:  # the common case: every member where its row says
         return _headers(job, walker, header)
@@ -377,20 +389,22 @@ def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes) -> li
 def _contents(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, digests: dict[int, int] | None,
               sha_ok: bool | None, result: ShardResult) -> list[Problem]:
     """Each sample's members found where its row says, against the row."""
-    members = walker.members
-    aligned = len(members) == 3 * len(rows.keys) and all(  # the common case: member 3i + j is row i's
+    members, exts = walker.members, ctx.members
+    M, N = len(exts), exts.index("npy")
+    aligned = len(members) == M * len(rows.keys) and all(  # the common case: member M*i + j is row i's
         m.name == f"{k}.{ext}" and m.offset == o[j] and m.size == n[j]
-        for k, o, n, trio in zip(rows.keys, rows.offsets, rows.lengths, zip(*[iter(members)] * 3))
-        for j, (ext, m) in enumerate(zip(MEMBERS, trio)))
+        for k, o, n, group in zip(rows.keys, rows.offsets, rows.lengths, zip(*[iter(members)] * M))
+        for j, (ext, m) in enumerate(zip(exts, group)))
     at = {} if aligned else {(m.name, m.offset, m.size): m for m in members}
     problems = []
     for i, k in enumerate(rows.keys):
         if aligned:
-            cls, meta, npy = members[3 * i:3 * i + 3]
+            found = members[M * i:M * i + M]
         else:
             o, n = rows.offsets[i], rows.lengths[i]
-            cls, meta, npy = (at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(MEMBERS))
-        problems += _check_sample(job, ctx, rows, i, cls.data if cls else None, meta.data if meta else None, result)
+            found = [at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(exts)]
+        npy = found[N]
+        problems += _check_sample(job, ctx, rows, i, [m.data if m else None for m in found], result)
         if npy is not None and digests is not None and rows.xxh3 is not None and npy.offset in digests:
             problems += _check_xxh3(job, rows, i, digests[npy.offset], sha_ok)
     return problems
@@ -404,17 +418,30 @@ def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | Non
     why = ("the shard matches its sha256, so samples.npz npy_xxh3 was changed" if sha_ok else
            "the pixel bytes differ from the index")
     return [Problem(job.name, "sample_data", f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says "
-                    f"{want:016x}: {why}", key=k, offset=rows.offsets[i][2])]
+                    f"{want:016x}: {why}", key=k, offset=rows.offsets[i][-1])]  # .npy: the last member
 
 
-def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, cls: bytes | None, meta: bytes | None,
+def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[bytes | None],
                   result: ShardResult) -> list[Problem]:
-    """One sample's .cls and .json against its row (None: the member is not where the row says)."""
+    """One sample's .cls, .i32 and .json against its row; ``data``: the captured bytes of each member
+    (``ctx.members`` order; None: the member is not where the row says)."""
     k, label, o, n = rows.keys[i], rows.labels[i], rows.offsets[i], rows.lengths[i]
+    exts = ctx.members
     problems: list[Problem] = []
+    J = exts.index("json")
+    n = [n[0], n[J]]  # the lengths used below: .cls's and .json's
+    cls, meta = data[0], data[J]
 
     def bad(kind: str, member: int, message: str) -> None:
-        problems.append(Problem(job.name, kind, f"{k}.{MEMBERS[member]}: {message}", key=k, offset=o[member]))
+        j = (0, J)[member] if member < 2 else member - 2  # 0: .cls, 1: .json, else 2 + position
+        problems.append(Problem(job.name, kind, f"{k}.{exts[j]}: {message}", key=k, offset=o[j]))
+
+    if "i32" in exts and data[exts.index("i32")] is not None:
+        got = read_label_i32(data[exts.index("i32")])
+        if got != label:
+            bad("label", 2 + exts.index("i32"), f"holds {got if got is not None else data[exts.index('i32')][:8]!r}"
+                f"{'' if got is not None else ' (not 4 bytes)'}, samples.npz label says {label} (the int32 "
+                "must equal the .cls and the label)")
 
     agreed = False
     if cls is None:
@@ -445,7 +472,7 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, cls: bytes |
         if name != ctx.classes[label]:
             result.misnamed.append((label, Problem(job.name, "class_name", f"{k}.json: label {name!r}, but "
                                                    f"classes[{label}] is {ctx.classes[label]!r}", key=k,
-                                                   offset=o[1])))
+                                                   offset=o[J])))
     if rows.fingerprints is not None and obj.get("fingerprint") != rows.fingerprints[i]:
         bad("sample_meta", 1, f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says "
                               f"{rows.fingerprints[i]}")
@@ -455,7 +482,27 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, cls: bytes |
     if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
         bad("sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says "
                               f"{rows.paths[i]!r}")
+    if ctx.dataset is not None:
+        for name, want in ctx.dataset.items():
+            if obj.get(name) != want:
+                bad("sample_meta", 1, f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of "
+                                      "another dataset?)")
+        keys = set(obj) - {"meta"}
+        if keys != set(JSON_FIELDS):
+            missing, extra = sorted(set(JSON_FIELDS) - keys), sorted(keys - set(JSON_FIELDS))
+            bad("sample_meta", 1, "every sample of a conversion has the same .json fields"
+                + (f"; missing {', '.join(missing)}" if missing else "") + (f"; extra {', '.join(extra)}" if extra else ""))
+    if rows.meta is not None and not same_meta(obj.get("meta"), rows.meta[i]):
+        bad("sample_meta", 1, f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say "
+                              f"{_short(rows.meta[i])}")
+    elif ctx.metadata == [] and "meta" in obj:
+        bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, result: ShardResult) -> list[Problem]:
@@ -465,17 +512,19 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     seen = {m.name for m in walker.members}
     wanted = [i for i, k in enumerate(rows.keys) if f"{k}.cls" not in seen and rows.offsets[i][0] >= reach
               and all(o + n <= size for o, n in zip(rows.offsets[i], rows.lengths[i]))]
-    starts = [rows.offsets[i][j] for i in wanted for j in range(3)]
-    ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(3)]
+    M = len(ctx.members)
+    starts = [rows.offsets[i][j] for i in wanted for j in range(M)]
+    ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(M)]
     blobs = read_ranges([job.url] * len(starts), starts, ends)
     problems = []
     for t, i in enumerate(wanted):
-        cls, meta, npy = blobs[3 * t:3 * t + 3]
-        err = next((b for b in (cls, meta, npy) if isinstance(b, BaseException)), None)
+        got = blobs[M * t:M * t + M]
+        npy = got[-1]
+        err = next((b for b in got if isinstance(b, BaseException)), None)
         if err is not None:
             return problems + [Problem(job.name, "unreadable", f"cannot read {job.url} at "
                                        f"{rows.offsets[i][0]:,}: {err}", key=rows.keys[i])]
-        problems += _check_sample(job, ctx, rows, i, cls, meta, result)
+        problems += _check_sample(job, ctx, rows, i, list(got), result)
         if rows.xxh3 is not None:
             problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(npy), False)
     return problems

@@ -20,17 +20,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..format.index import SAMPLE_COLUMNS
+from ..format.sample import column_prefix
 from ..format.layout import is_local, open_ranged, read_ranges, scheme
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.tar import iter_chunks
 from .verify_meta import IndexFacts
+from .verify_metadata import GroupSplits, block_names, block_problems
 from .verify_report import MAX_PER_KIND, Problem
 
-__all__ = ["BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
+__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
 
 BLOCK_ROWS = 1 << 16
 ROW_COLUMNS = ("key", "label", "shard", "cls_offset", "cls_length", "json_offset", "json_length",
-               "npy_offset", "npy_length")  # without these no row can be compared with a shard
+               "npy_offset", "npy_length")  # without these no row can be compared with a shard (version 1)
+
+
+def row_columns(members: tuple[str, ...]) -> tuple[str, ...]:
+    """``ROW_COLUMNS`` of a format version: key, label, shard and each member's offset and length."""
+    return ("key", "label", "shard") + tuple(f"{column_prefix(m)}_{f}" for m in members for f in ("offset", "length"))
 
 
 @dataclass
@@ -118,12 +125,13 @@ class SampleColumns:
             row_items = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
             self.columns[column] = _Column(dtype, tuple(shape), data + head.tell(), row_items * dtype.itemsize)
 
-    def check_format(self) -> tuple[int, set[str]]:
-        """(rows, usable columns): each column's dtype and shape against ``SAMPLE_COLUMNS``."""
+    def check_format(self, columns: dict[str, str] = SAMPLE_COLUMNS) -> tuple[int, set[str]]:
+        """(rows, usable columns): each column's dtype and shape against ``columns`` (the format
+        version's, ``format.index.sample_columns``)."""
         key = self.columns.get("key")
         rows = key.shape[0] if key is not None and len(key.shape) == 1 else None
         usable = set()
-        for name, want in SAMPLE_COLUMNS.items():
+        for name, want in columns.items():
             col = self.columns.get(name)
             if col is None:
                 self.problems.append(Problem(self.name, "column", f"samples.npz has no column {name!r}"))
@@ -202,9 +210,11 @@ def _key_hash(keys: np.ndarray) -> np.ndarray:
     return h
 
 
-def scan_table(table: SampleColumns, rows: int, usable: set[str],
-               facts: IndexFacts) -> tuple[TableFacts, list[Problem]]:
-    """One pass over samples.npz in blocks: order, ranges, counts, sizes and unique keys."""
+def scan_table(table: SampleColumns, rows: int, usable: set[str], facts: IndexFacts,
+               categories: dict[int, list[str]] | None = None) -> tuple[TableFacts, list[Problem]]:
+    """One pass over samples.npz in blocks: order, ranges, counts, sizes and unique keys; with
+    ``categories`` (the metadata's string values; None: its columns are unusable) the metadata
+    columns' values, and no group of ``build.group`` in two splits."""
     out = TableFacts(rows, usable)
     problems: list[Problem] = []
     name = table.name
@@ -231,9 +241,18 @@ def scan_table(table: SampleColumns, rows: int, usable: set[str],
     path_total = table.columns["path_data"].shape[0] if paths_ok else 0
     last_path = 0
     wanted = [c for c in ("shard", "label", "key", "npy_length") if c in usable]
+    meta_cols = facts.metadata if categories is not None and facts.metadata else []
+    wanted += block_names(meta_cols)
+    groups = None
+    if meta_cols and facts.group is not None and shard_ok:
+        i = [c.name for c in meta_cols].index(facts.group)
+        groups = GroupSplits(meta_cols[i], i, split_names, categories.get(i))
+    meta_problems: list[Problem] = []
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
         block = table.read(wanted, start, stop)
+        if meta_cols and len(meta_problems) < MAX_PER_KIND:
+            meta_problems += block_problems(name, start, block, meta_cols, categories)
         if shard_ok:
             sh = block["shard"].astype(np.int64)
             outside = np.flatnonzero(sh >= n_shards)
@@ -247,6 +266,8 @@ def scan_table(table: SampleColumns, rows: int, usable: set[str],
             last_shard = int(sh[-1])
             inside = sh[sh < n_shards]
             per_shard += np.bincount(inside, minlength=n_shards)[:n_shards]
+            if groups is not None:
+                groups.add(block, split_of[np.minimum(sh, n_shards)])
         if "label" in usable:
             lab = block["label"].astype(np.int64)
             top = n_classes if n_classes is not None else int(lab.max(initial=-1)) + 1
@@ -299,6 +320,9 @@ def scan_table(table: SampleColumns, rows: int, usable: set[str],
         if shard_ok:
             out.labels_by_split = {s: by_split[i + 1] for i, s in enumerate(split_names)}
     out.ranges = _ranges(out, facts, shard_ok and not out_of_range and not unordered)
+    problems += meta_problems
+    if groups is not None:
+        problems += groups.problems()
     problems += _size_problems(name, lengths, facts, want_len, out)
     if hashes is not None:
         problems += _duplicates(table, hashes, facts)

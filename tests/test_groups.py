@@ -1,0 +1,126 @@
+"""convert/groups.py: splits that stay put across versions (a base's groups keep their split), through
+real conversions of HAM10000-shaped sets."""
+
+import json
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import write_ham
+from wds_tools.convert import convert
+from wds_tools.convert.groups import base_units, find_split_base
+from wds_tools.errors import OptionError
+from wds_tools.format.index import load_index
+
+HAM = {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "group": "lesion_id"}
+
+
+def _convert(manifest, out, version, **kw):
+    kw = {**HAM, "val_fraction": 0.3, "shard_size": 4, "workers": 1, "progress": False, **kw}
+    return convert(manifest, version=version, size=8, out=out, **kw)
+
+
+def _group_splits(folder) -> dict[str, set]:
+    """lesion -> the splits of its samples, from the index's metadata column and shard list."""
+    idx = load_index(folder)
+    lesion = idx.metadata["lesion_id"]
+    found: dict[str, set] = {}
+    for i, shard in enumerate(idx.samples["shard"].tolist()):
+        found.setdefault(lesion.value(i), set()).add(idx.shards[shard]["split"])
+    return found
+
+
+@st.composite
+def lesion_versions(draw):
+    """(v1 lesion sizes, v2 lesion sizes): v2 keeps a prefix of v1's lesions, resized (0 removes one), and
+    adds new ones."""
+    v1 = draw(st.lists(st.integers(1, 4), min_size=2, max_size=14))
+    kept = [draw(st.integers(0, 5)) for _ in v1]
+    added = draw(st.lists(st.integers(1, 4), max_size=8))
+    return v1, kept + added
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lesion_versions(), st.booleans(), st.sampled_from([0.2, 0.4]))
+def test_no_lesion_in_two_splits_and_each_keeps_its_split_in_the_next_version(tmp_path_factory, versions, stratify,
+                                                                               frac):
+    v1, v2 = versions
+    root = tmp_path_factory.mktemp("ham")
+    out = root / "out"
+    _convert(write_ham(root / "a", v1), out, "v1", stratify=stratify, val_fraction=frac)
+    sizes = [n for n in v2]
+    if not any(sizes):
+        sizes.append(1)
+    # v2's manifest names lesions by position, as v1's did, so lesion j is the same lesion in both
+    r = _convert(write_ham(root / "b", sizes), out, "v2", stratify=stratify, val_fraction=frac)
+    first, second = _group_splits(out / "v1" / "8"), _group_splits(out / "v2" / "8")
+    assert all(len(s) == 1 for s in first.values()) and all(len(s) == 1 for s in second.values())
+    for lesion in set(first) & set(second):
+        assert first[lesion] == second[lesion], lesion
+    assert load_index(out / "v2" / "8").meta["build"]["split_base"] == "v1"
+    assert r.samples_written == sum(sizes)
+
+
+def test_splits_do_not_depend_on_reusing_pixels_and_follow_from(tmp_path):
+    out = tmp_path / "out"
+    _convert(write_ham(tmp_path / "a", [3, 2, 2, 1, 4, 2, 1, 1]), out, "v1", val_fraction=0.5)
+    manifest = write_ham(tmp_path / "b", [3, 2, 2, 1, 4, 2, 1, 1, 2, 3])
+    _convert(manifest, out, "v2", val_fraction=0.1)  # another fraction: the old lesions still keep theirs
+    _convert(manifest, out, "v3", reuse=False, val_fraction=0.1, base=None)
+    a, b, c = (_group_splits(out / v / "8") for v in ("v1", "v2", "v3"))
+    assert all(b[k] == a[k] for k in a) and all(c[k] == b[k] for k in c)
+    assert load_index(out / "v3" / "8").meta["build"]["split_base"] == "v2"  # the newest other version
+    _convert(manifest, out, "v4", base="v1")
+    assert load_index(out / "v4" / "8").meta["build"]["split_base"] == "v1"
+
+
+def test_running_the_command_again_follows_the_recorded_base(tmp_path, interrupt_writes):
+    out = tmp_path / "out"
+    _convert(write_ham(tmp_path / "a", [2, 2, 2, 1]), out, "v1")
+    manifest = write_ham(tmp_path / "b", [2, 2, 2, 1, 3, 1, 2])
+    written = interrupt_writes(1)
+    with pytest.raises(KeyboardInterrupt):
+        _convert(manifest, out, "v2")
+    written.restore()
+    # meanwhile a v3 is made (from v1: v2 has no index yet), with other splits for the new lesions
+    _convert(write_ham(tmp_path / "c", [2, 2, 2, 1, 1]), out, "v3", val_fraction=0.9)
+    r = _convert(manifest, out, "v2")  # resumes, still against v1 (run.json says so), not v3
+    assert r.shards_resumed == 1 and load_index(out / "v2" / "8").meta["build"]["split_base"] == "v1"
+    again = _convert(manifest, out, "v2")  # complete: the index records v1
+    assert again.already_complete
+
+
+def test_base_units_and_groups_found_in_two_splits(tmp_path):
+    out = tmp_path / "out"
+    manifest = write_ham(tmp_path / "a", [2, 2, 1])
+    text = manifest.read_text(encoding="utf-8").splitlines()
+    header = text[0] + ",split"
+    rows = [line + f",{s}" for line, s in zip(text[1:], ["train", "val", "train", "train", "val"])]
+    (tmp_path / "a" / "m.csv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    # converted without --group: lesion HAM_0000000 straddles two splits, the others do not
+    convert(tmp_path / "a" / "m.csv", version="v1", size=8, out=out, key="image_id", label="dx",
+            path="images/{image_id}.jpg", workers=1, progress=False)
+    idx = load_index(out / "v1" / "8")
+    assert base_units(idx, "lesion_id") == {("g", "HAM_0000001"): "train", ("g", "HAM_0000002"): "val"}
+    assert base_units(idx, None) == {("k", k): s for k, s in zip(
+        [f"ISIC_{i:07d}" for i in range(5)], ["train", "val", "train", "train", "val"])}
+    assert base_units(idx, "no_such_column") == base_units(idx, None)
+    base = find_split_base(out, "v2", [8], None, "lesion_id")
+    assert base.version == "v1" and ("g", "HAM_0000000") not in base.splits  # drawn again, by the rule
+
+
+def test_find_split_base_edge_cases(tmp_path):
+    assert find_split_base(tmp_path / "nothing", "v1", [8], None, "g") is None
+    assert find_split_base("s3://bucket/out", "v1", [8], None, "g") is None
+    with pytest.raises(OptionError, match=r"--from v0: no finished conversion under .*v0 \(no index.json\)"):
+        find_split_base(tmp_path, "v1", [8], "v0", "g")
+    out = tmp_path / "out"
+    _convert(write_ham(tmp_path / "a", [1, 2]), out, "v1")
+    shutil.copytree(out / "v1" / "8", out / "v1" / "16")  # another size of the same version
+    (out / "v1" / "16" / "index.json").write_text("{not json")
+    assert find_split_base(out, "v2", [32], "v1", "lesion_id").version == "v1"  # any size of --from
+    meta = json.loads((out / "v1" / "8" / "index.json").read_text())
+    assert find_split_base(out, "v1", [8], None, "lesion_id") is None  # recorded: v1 had none
+    assert meta["build"]["split_base"] is None

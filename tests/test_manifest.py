@@ -1,0 +1,188 @@
+"""The manifest as a table: column options checked against the header, path templates, cell typing."""
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import HAM_COLUMNS, write_ham, write_isic
+from wds_tools.convert.manifest import (
+    Columns, PathTemplate, bind, cell_text, column_type, metadata_values, read_table, typed,
+)
+from wds_tools.errors import OptionError, SourceError
+
+HAM = Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")
+ISIC = Columns(key="image_name", label="benign_malignant", path="train/{image_name}.jpg", group="patient_id")
+
+
+def test_ham_and_isic_headers_bind_and_keep_every_other_column(tmp_path):
+    ham = read_table(str(write_ham(tmp_path / "ham", [2, 1])))
+    assert ham.kind == "csv" and ham.columns == HAM_COLUMNS and len(ham.records) == 3
+    b = bind(ham, HAM)
+    assert b.template.fields == ["image_id"] and not b.template.bare and b.split is None
+    assert b.metadata == ["lesion_id", "dx_type", "age", "sex", "localization"]  # image_id and dx are taken
+    isic = read_table(str(write_isic(tmp_path / "isic", [2, 2])))
+    b = bind(isic, ISIC)
+    assert b.metadata == ["patient_id", "sex", "age_approx", "anatom_site_general_challenge", "diagnosis", "target"]
+
+
+def test_a_plain_manifest_binds_as_before(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("key,path,label,split,sha256\na,a.jpg,cat,val,\n")
+    b = bind(read_table(str(path)), Columns())
+    assert b.template.bare and b.split == "split" and b.metadata == []  # sha256 is a hash, not metadata
+    assert Columns().default and not HAM.default
+
+
+@pytest.mark.parametrize("option, columns, message", [
+    ("--key", Columns(key="image_idd", label="dx", path="images/{image_id}.jpg"),
+     r"missing column\(s\) image_idd: 'image_idd' \(--key; did you mean 'image_id'\?\)\. The file's columns: "
+     r"lesion_id, image_id, dx, dx_type, age, sex, localization\."),
+    ("--label", Columns(key="image_id", label="diagnosis", path="images/{image_id}.jpg"),
+     r"missing column\(s\) diagnosis: 'diagnosis' \(--label\)\. The file's columns: lesion_id, image_id"),
+    ("--group", Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion"),
+     r"'lesion' \(--group; did you mean 'lesion_id'\?\)"),
+    ("--split", Columns(key="image_id", label="dx", path="images/{image_id}.jpg", split="Split"),
+     r"'Split' \(--split\)"),
+    ("--path", Columns(key="image_id", label="dx", path="file"), r"'file' \(--path\)"),
+    ("--label", Columns(key="image_id", label="DX", path="images/{image_id}.jpg"), r"did you mean 'dx'\?"),
+])
+def test_a_missing_or_misspelt_column_option_names_the_column_and_lists_the_files(tmp_path, option, columns,
+                                                                                   message):
+    table = read_table(str(write_ham(tmp_path, [1])))
+    with pytest.raises(SourceError, match=message):
+        bind(table, columns)
+
+
+@pytest.mark.parametrize("group, role", [("image_id", "the --key column"), ("dx", "the --label column"),
+                                         ("dx_type", "the split column"), ("sha256", "a hash column"),
+                                         ("path", "the --path column")])
+def test_a_group_column_that_is_the_key_label_path_split_or_a_hash_is_refused(tmp_path, group, role):
+    path = tmp_path / "m.csv"
+    path.write_text("lesion_id,image_id,dx,dx_type,path,sha256\nL1,a,nv,train,a.jpg,\n")
+    cols = Columns(key="image_id", label="dx", path="path" if group == "path" else "{image_id}.jpg",
+                   split="dx_type", group=group)
+    with pytest.raises(OptionError, match=rf"--group '{group}' is {role} of .*m\.csv; a group column names what "
+                                          r"samples share .* e\.g\. --group lesion_id"):
+        bind(read_table(str(path)), cols)
+    assert bind(read_table(str(path)), Columns(key="image_id", label="dx", path="path", split="dx_type",
+                                               group="lesion_id")).metadata == ["lesion_id"]
+
+
+def test_the_default_columns_missing_suggest_the_options(tmp_path):
+    table = read_table(str(write_ham(tmp_path, [1])))
+    with pytest.raises(SourceError, match=r"missing column\(s\) key, label, path: .* The file's columns: lesion_id, "
+                                          r"image_id, .*--key image_id --label dx --path 'images/\{image_id\}\.jpg'"):
+        bind(table, Columns())
+
+
+@pytest.mark.parametrize("template, unknown, close", [
+    ("images/{imageid}.jpg", "imageid", "image_id"), ("{lesion_id}/{image}.jpg", "image", "image_id"),
+    ("images/{nothing_like_it}.jpg", "nothing_like_it", None)])
+def test_a_template_naming_an_unknown_column_is_refused(tmp_path, template, unknown, close):
+    table = read_table(str(write_ham(tmp_path, [1])))
+    hint = rf"; did you mean '{close}'\?" if close else ""
+    with pytest.raises(SourceError, match=rf"--path '{template.replace('{', '[{]').replace('.', '[.]')}' names column "
+                                          rf"'{unknown}', which the file does not have{hint}\. The file's columns: "
+                                          "lesion_id"):
+        bind(table, Columns(key="image_id", label="dx", path=template))
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("path", (("path",),)),
+    ("images/{image_id}.jpg", ("images/", ("image_id",), ".jpg")),
+    ("{a}{b}", (("a",), ("b",))),
+    ("x{{y}}/{Patient ID}.png", ("x{y}/", ("Patient ID",), ".png")),
+    ("{é}", (("é",),)),
+])
+def test_templates_parse(text, parts):
+    t = PathTemplate.parse(text)
+    assert t.parts == parts and t.bare == (text == "path")
+
+
+@pytest.mark.parametrize("text, where", [("images/{image_id.jpg", "position 7"), ("a}b", "position 1"),
+                                         ("a{}b", "position 1"), ("{a{b}}", "position 0")])
+def test_malformed_templates_are_refused(text, where):
+    with pytest.raises(OptionError, match=rf"--path .*{where}"):
+        PathTemplate.parse(text)
+
+
+def test_render_fills_the_columns():
+    t = PathTemplate.parse("{site}/{id}-{id}.jpg")
+    assert t.fields == ["site", "id"] and t.render({"site": "back", "id": "7"}) == "back/7-7.jpg"
+
+
+def test_duplicate_and_nameless_header_columns(tmp_path):
+    dup = tmp_path / "d.csv"
+    dup.write_text("key,path,label,age,age\na,a.jpg,c,1,2\n")
+    with pytest.raises(SourceError, match="column\\(s\\) 'age' more than once"):
+        read_table(str(dup))
+    trailing = tmp_path / "t.csv"
+    trailing.write_text("key,path,label,\na,a.jpg,c,\n")  # a trailing comma: an empty nameless column
+    assert read_table(str(trailing)).columns == ["key", "path", "label"]
+    filled = tmp_path / "f.csv"
+    filled.write_text("key,path,label,\na,a.jpg,c,\nb,b.jpg,c,x\n")
+    with pytest.raises(SourceError, match="column 4 has no name in the header but holds values \\(line 3\\)"):
+        read_table(str(filled))
+
+
+def test_jsonl_columns_are_the_keys_in_first_seen_order(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"key": "a", "path": "a.jpg", "label": "x", "age": 40}\n\n'
+                    '{"key": "b", "label": "y", "path": "b.jpg", "site": "back", "age": null}\n')
+    t = read_table(str(path))
+    assert t.kind == "jsonl" and t.columns == ["key", "path", "label", "age", "site"]
+    cols, values = metadata_values(t, bind(t, Columns()).metadata)
+    assert [(c.name, c.type) for c in cols] == [("age", "int"), ("site", "string")]
+    assert values == [(40, None), (None, "back")]
+
+
+@pytest.mark.parametrize("values, kind", [
+    (["45", "-3", "0", None], "int"),
+    (["45", "45.0"], "float"), (["1e3", ".5", "2."], "float"), (["+5"], "float"),
+    (["007"], "string"), (["02134", "1"], "string"), (["00.5"], "string"), (["0.5", "-0"], "float"), (["-0x1"], "string"), (["NaN"], "string"), (["inf"], "string"), (["1e999"], "string"),
+    (["9223372036854775807"], "int"), (["9223372036854775808"], "string"), (["١٢"], "string"),
+    ([None, None], "string"), (["male", "45"], "string"),
+])
+def test_column_types(values, kind):
+    assert column_type(values) == kind
+
+
+def test_cells_as_text():
+    assert [cell_text(v) for v in ("  back ", "", "  ", None, 45, 45.0, True, [1, "a"], {"b": 1, "a": "é"})] == [
+        "back", None, None, None, "45", "45.0", "true", '[1,"a"]', '{"a":"é","b":1}']
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-(2 ** 63), 2 ** 63 - 1)), min_size=1))
+def test_integers_round_trip(values):
+    texts = [cell_text(v) for v in values]
+    kind = column_type(texts)
+    assert kind == ("int" if any(v is not None for v in values) else "string")
+    if kind == "int":
+        assert [typed(t, kind) for t in texts] == values
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)), min_size=1))
+def test_floats_round_trip(values):
+    texts = [cell_text(v) for v in values]  # JSON numbers as Python writes them: 45.0, 1e-07, -0.0
+    kind = column_type(texts)
+    if any(v is not None for v in values):
+        assert kind == "float"
+        got = [typed(t, kind) for t in texts]
+        assert all((a is None and b is None) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+                   for a, b in zip(got, values))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(min_size=1)), min_size=1))
+def test_strings_keep_their_text_stripped(values):
+    texts = [cell_text(v) for v in values]
+    kind = column_type(texts)
+    for t, v in zip(texts, values):
+        assert t == (None if v is None or not v.strip() else v.strip())
+        if kind == "string" and t is not None:
+            assert typed(t, kind) == t and json.loads(json.dumps(t, ensure_ascii=False)) == t

@@ -1,0 +1,106 @@
+"""Splits that stay put across versions: which earlier version a grouped (or stratified) conversion
+follows, and the split each of its groups had there.
+
+A *unit* is what a split is drawn for (``plan.split_groups``): a group, ``("g", value as text)``, or a
+row without a group value, ``("k", key)``. A unit found in one split of the base keeps that split; one
+found in several (a base converted without --group) is drawn again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import IndexFormatError, OptionError
+from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from ..format.meta import value_text
+from .plan import Unit
+from .storage import is_remote
+
+WORK_DIR = ".wds-tools-work"  # target.WORK_DIR (target imports source, which imports this module)
+
+__all__ = ["SplitBase", "base_units", "find_split_base", "recorded_split_base"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class SplitBase:
+    version: str
+    splits: dict[Unit, str]  # the units the base holds in exactly one split
+
+
+def base_units(index: DatasetIndex, group: str | None) -> dict[Unit, str]:
+    """Each unit of ``index`` found in exactly one split -> that split; groups are read from the base's
+    metadata column named ``group`` when it has one (else every row is a unit of its own key)."""
+    s = index.samples
+    splits = np.array([sh["split"] for sh in index.shards] + [""], dtype=object)
+    row_split = splits[np.minimum(s["shard"].astype(np.int64), len(splits) - 1)]
+    values = index.metadata.get(group) if group is not None else None
+    found: dict[Unit, set] = {}
+    for i, key in enumerate(s.keys):
+        v = values.value(i) if values is not None else None
+        unit = ("g", value_text(v)) if v is not None else ("k", key)
+        found.setdefault(unit, set()).add(row_split[i])
+    return {u: next(iter(where)) for u, where in found.items() if len(where) == 1}
+
+
+def recorded_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int]):
+    """The split base an earlier run of this very conversion used (its index.json, or the run.json of an
+    unfinished run), so that running the command again gives the same splits; ``_MISSING`` if none."""
+    for size in sizes:
+        folder = Path(out) / version / str(size)
+        for path in (folder / INDEX_FILE, folder / WORK_DIR / "run.json"):  # the index, or the run's spec
+            try:
+                build = json.loads(path.read_bytes()).get("build")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(build, dict) and "split_base" in build:
+                return build["split_base"]
+    return _MISSING
+
+
+def find_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int], explicit: str | None,
+                    group: str | None) -> SplitBase | None:
+    """The version whose units keep their split: the one an earlier run of this conversion recorded,
+    else ``explicit`` (--from), else the newest other version under ``out`` (any size). None for an
+    object-store ``out`` or when there is none."""
+    if is_remote(out):
+        return None
+    name = recorded_split_base(out, version, sizes)
+    if name is _MISSING:
+        name = explicit
+    elif name is None:
+        return None
+    if name is not None:  # the version's index at a requested size, else at any size that reads
+        folders = [Path(out) / name / str(s) for s in sizes]
+        folders += [p.parent for p in sorted((Path(out) / name).glob(f"*/{INDEX_FILE}")) if p.parent not in folders]
+        folders = [f for f in folders if (f / INDEX_FILE).exists()]
+        if not folders:
+            raise OptionError(f"--from {name}: no finished conversion under {Path(out) / name} (no {INDEX_FILE})")
+        index = None
+        for folder in folders:
+            try:
+                index = load_index(folder)
+                break
+            except IndexFormatError:
+                if folder == folders[-1]:
+                    raise
+    else:
+        index = None
+        for folder in indexes_newest_first(out):
+            if folder.parent.name == version:
+                continue
+            try:
+                index = load_index(folder)
+                break
+            except Exception:  # noqa: BLE001 - an unreadable neighbour is no base, and no reason to fail
+                continue
+        if index is None:
+            return None
+    return SplitBase(Path(index.root).parent.name, base_units(index, group))

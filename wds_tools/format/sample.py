@@ -1,0 +1,64 @@
+"""A sample in a shard: its members, their order, and its ``.json`` (docs/FORMAT.md, "Shards").
+
+Version 2 (written): ``<key>.cls``, ``<key>.i32``, ``<key>.json``, ``<key>.npy``, in that order
+(code-point order of the extensions). ``.i32`` is the label as a 4-byte little-endian int32, a
+member NVIDIA DALI can type (``ext=[..., "i32"], dtypes=[..., types.INT32]``). Its extension has
+four characters, no more than ``.json``'s five, so the longest member name is still
+``<key>.json`` and keys of 95 characters still fit ustar's 100-byte name field (``.cls.i32``
+would have cut the key limit to 92). Version 1 (read): ``cls``, ``json``, ``npy``.
+
+Every ``.json`` of a version-2 conversion holds the same keys: ``dataset_version`` and
+``classes_digest`` name the dataset (so a reader without the index can refuse mixed shards),
+``original_key`` is always there (the key itself when it was not mapped), and ``meta`` is there
+for every sample exactly when the conversion has metadata columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Mapping, Sequence
+
+__all__ = ["MEMBERS", "MEMBERS_V1", "members_of", "column_prefix", "label_i32", "read_label_i32",
+           "classes_digest", "sample_json", "JSON_FIELDS", "DIGEST_HEX"]
+
+MEMBERS_V1 = ("cls", "json", "npy")
+MEMBERS = ("cls", "i32", "json", "npy")  # what the converter writes (format version 2)
+DIGEST_HEX = 16  # classes_digest: the first 16 lowercase hex digits (64 bits) of a SHA-256
+# the .json fields of every version-2 sample ("meta" too when the conversion has metadata columns)
+JSON_FIELDS = ("classes_digest", "dataset_version", "fingerprint", "height", "key", "label", "original_key",
+               "source_path", "width")
+
+
+def members_of(meta: Mapping) -> tuple[str, ...]:
+    """A sample's member extensions, in file order, for an index.json (its ``format_version``)."""
+    return MEMBERS_V1 if meta.get("format_version") == 1 else MEMBERS
+
+
+def column_prefix(ext: str) -> str:
+    """samples.npz's column prefix of a member (``i32`` -> ``i32_offset``, ``i32_length``): the
+    extension with any dot as ``_``."""
+    return ext.replace(".", "_")
+
+
+def label_i32(label: int) -> bytes:
+    """The ``.i32`` member: the class index as a little-endian int32."""
+    return struct.pack("<i", label)
+
+
+def read_label_i32(data: bytes | memoryview) -> int | None:
+    """The class index an ``.i32`` member holds; None when it is not 4 bytes."""
+    return struct.unpack("<i", data)[0] if len(data) == 4 else None
+
+
+def classes_digest(classes: Sequence[str]) -> str:
+    """The first 16 hex digits of SHA-256 of the class list as canonical JSON, UTF-8:
+    ``json.dumps(classes, ensure_ascii=False, separators=(",", ":"))`` (``["cat","dog"]``)."""
+    text = json.dumps(list(classes), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+
+
+def sample_json(fields: Mapping) -> bytes:
+    """A ``.json`` member's bytes: sorted keys, no whitespace, non-ASCII as itself, UTF-8."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
