@@ -8,6 +8,7 @@ array, then S·S·3 pixel bytes. Readers check a header with ``image_side``; the
 from __future__ import annotations
 
 import io
+import re
 from functools import lru_cache
 
 import numpy as np
@@ -39,12 +40,29 @@ def read_npy_header(header: bytes) -> tuple[tuple[int, int], tuple[int, ...], bo
         shape, fortran, dtype = read(f)
     except EOFError as e:
         raise ValueError(f"cut short: {e}") from None
+    except ValueError:
+        raise
+    except Exception as e:  # numpy's parser lets SyntaxError, tokenize.TokenError, ... through
+        raise ValueError(f"not an NPY header numpy can parse ({type(e).__name__}: {e})") from None
     return version, shape, fortran, dtype, f.tell()
+
+
+# The shape in the header a conversion writes; the whole header is then compared with ours, so a
+# match needs no parsing. numpy's parser (``ast.literal_eval``) is only used for other headers: it
+# is slower, and CPython 3.11's ast keeps a recursion counter shared by all threads, which a fork
+# taken while another thread is in it leaves wrong in the child ("AST constructor recursion depth
+# mismatch"), so a reader's workers must not depend on it.
+_OUR_SHAPE = re.compile(rb"'shape': \((\d{1,7}), \1, 3\)")
 
 
 def image_side(header: bytes) -> int:
     """S of a wds-tools image header (NPY 1.0, 128 bytes, uint8 [S, S, 3] in C order); ValueError
     saying what differs for anything else."""
+    found = _OUR_SHAPE.search(bytes(header[:NPY_HEADER_BYTES]))
+    if found is not None and len(header) >= NPY_HEADER_BYTES:
+        side = int(found.group(1))
+        if side >= 1 and bytes(header[:NPY_HEADER_BYTES]) == image_header(side):
+            return side
     version, shape, fortran, dtype, length = read_npy_header(header)
     if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3 or shape[0] != shape[1] or shape[0] < 1:
         raise ValueError(f"it holds {describe_fields(dtype, shape, fortran)}; expected uint8 [S, S, 3] in C order")
