@@ -363,3 +363,61 @@ def test_streaming_refuses_version_1_shards_among_version_2_shards(versions, tmp
                                         r"fields \(format version 1\), but the first sample .* has dataset_version "
                                         r"'v2'"):
         loaded(ld)
+
+
+def _rewrite_json(tar: Path, out: Path, edit) -> list[str]:
+    """``tar`` copied to ``out`` by stock tarfile, each sample's .json replaced by ``edit(key, obj)``
+    (bytes, or None to keep it); the keys whose .json changed."""
+    import io
+    import tarfile
+
+    changed = []
+    with tarfile.open(tar) as src, tarfile.open(out, "w", format=tarfile.USTAR_FORMAT) as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read()
+            key, ext = m.name.split(".", 1)
+            if ext == "json":
+                new = edit(key, json.loads(data))
+                if new is not None:
+                    data, m.size = new, len(new)
+                    changed.append(key)
+            dst.addfile(m, io.BytesIO(data))
+    return changed
+
+
+def test_the_unparsed_check_agrees_with_parsing_every_json(versions, tmp_path):
+    """The streaming reader takes a .json that begins as the converter writes the first sample's
+    dataset fields without parsing it (``format.sample.identity_prefix``), and parses any other:
+    every .json the converter wrote has the prefix; one written another way (indented, keys in
+    another order) with the same fields is read as a plain parse would; one naming another digest
+    is refused."""
+    from wds_tools.format.sample import identity_prefix, sample_json
+
+    v2 = json.loads((versions["v2"] / "index.json").read_text())
+    prefix = identity_prefix("v2", v2["classes_digest"])
+    first, second = tars(versions["v2"], "train")[:2]
+    for shard in (first, second):  # every .json the converter wrote begins with the prefix
+        with open(shard, "rb") as f:
+            assert all(d.startswith(prefix) for k, d in read_stored_json(f).items())
+    (tmp_path / "t").mkdir()
+    a, b = tmp_path / "t" / "train-000000.tar", tmp_path / "t" / "train-000001.tar"
+    shutil.copy(first, a)
+    pretty = _rewrite_json(second, b, lambda k, o: json.dumps(dict(reversed(o.items())), indent=2).encode())
+    assert pretty and not any(x.startswith(prefix) for x in read_stored_json(open(b, "rb")).values())
+    ld = make_loader([str(a), str(b)], batch_size=4, train=False, num_workers=0, return_keys=True)
+    assert ld.dataset.index is None
+    assert Counter(loaded(ld)) == Counter(loaded(make_loader([str(a), str(b)], batch_size=4, train=False,
+                                                             num_workers=0, return_keys=True, allow_mixed=True)))
+    other = {**v2, "classes_digest": "f" * 16}
+    wrong = _rewrite_json(second, b, lambda k, o: sample_json({**o, "classes_digest": other["classes_digest"]}))
+    ld = make_loader([str(a), str(b)], batch_size=4, train=False, num_workers=0, return_keys=True)
+    with pytest.raises(Exception, match=rf"sample '{wrong[0]}' has dataset_version 'v2', classes_digest "
+                                        rf"'{'f' * 16}', but the first sample"):
+        loaded(ld)
+
+
+def read_stored_json(f) -> dict[str, bytes]:
+    import tarfile
+
+    with tarfile.open(fileobj=f) as t:
+        return {m.name.split(".", 1)[0]: t.extractfile(m).read() for m in t.getmembers() if m.name.endswith(".json")}

@@ -22,6 +22,7 @@ from wds_tools.errors import ShardError
 from wds_tools.format.layout import open_stream
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
+from wds_tools.format.sample import identity_prefix
 
 from .shardlist import WorkerPlan
 
@@ -144,12 +145,19 @@ class SampleStream:
         self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
         self.shape: tuple[int, ...] | None = None
         self.allow_mixed, self.expect = allow_mixed, expect
+        self._prefix: bytes | None = None  # set once a sample of the expected dataset has been parsed
 
     def _check_identity(self, meta, url: str, key: str, offset: int) -> None:
+        prefix = self._prefix
+        if prefix is not None and meta is not None and meta[:len(prefix)] == prefix:
+            return  # begins with the expected dataset's fields as the converter writes them (no parse)
         got = sample_identity(meta, url, key)
         if self.expect is None:
             self.expect = got
-        elif not got.same(self.expect):
+        if got.same(self.expect):
+            if got.dataset_version is not None and got.classes_digest is not None and self._prefix is None:
+                self._prefix = identity_prefix(str(got.dataset_version), str(got.classes_digest))
+        else:
             e = self.expect
             raise ShardError(f"{url}: byte {offset}: sample {key!r} has {got.describe()}, but the first sample "
                              f"({e.key!r} in {e.url}) has {e.describe()}: these shards are of different datasets "

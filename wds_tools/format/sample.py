@@ -21,7 +21,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 __all__ = ["MEMBERS", "MEMBERS_V1", "members_of", "column_prefix", "label_i32", "read_label_i32",
-           "classes_digest", "sample_json", "JSON_FIELDS", "DIGEST_HEX"]
+           "classes_digest", "sample_json", "identity_prefix", "JSON_FIELDS", "DIGEST_HEX"]
 
 MEMBERS_V1 = ("cls", "json", "npy")
 MEMBERS = ("cls", "i32", "json", "npy")  # what the converter writes (format version 2)
@@ -62,3 +62,10 @@ def classes_digest(classes: Sequence[str]) -> str:
 def sample_json(fields: Mapping) -> bytes:
     """A ``.json`` member's bytes: sorted keys, no whitespace, non-ASCII as itself, UTF-8."""
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def identity_prefix(dataset_version: str, digest: str) -> bytes:
+    """How every ``.json`` the converter writes for this dataset begins: ``classes_digest`` and
+    ``dataset_version`` are the first two of its sorted keys (``sample_json``). A reader may take a
+    sample that begins so as one of this dataset without parsing it, and parse any other."""
+    return sample_json({"classes_digest": digest, "dataset_version": dataset_version})[:-1] + b","
