@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,20 @@ def group_report(values: MetaValues, row_split: np.ndarray, splits: list[str]) -
         for g in several.tolist()])
 
 
+def display_width(text: str) -> int:
+    """Terminal columns of ``text``: East Asian wide and fullwidth characters take two, combining
+    marks none (so a table of ``頭皮`` and ``back`` lines up)."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
+
+
+def pad(text: str, width: int, *, left: bool) -> str:
+    """``text`` padded with spaces to ``width`` display columns, on the right (``left``: text
+    aligned left) or on the left."""
+    fill = " " * max(0, width - display_width(text))
+    return text + fill if left else fill + text
+
+
 def render_text(by: Breakdown | None, groups: GroupReport | None, classes: list[str], max_classes: int) -> list[str]:
     lines: list[str] = []
     if by is not None:
@@ -107,9 +122,9 @@ def render_text(by: Breakdown | None, groups: GroupReport | None, classes: list[
             for v, row in list(zip(by.values, counts))[:TEXT_VALUES]:
                 rows.append(["(missing)" if v is None else str(v), *(f"{int(x):,}" for x in row[:max_classes]),
                              f"{int(row.sum()):,}"])
-            widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-            lines += ["  " + "  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c])
-                                       for c, cell in enumerate(r)).rstrip() for r in rows]
+            widths = [max(display_width(r[c]) for r in rows) for c in range(len(rows[0]))]
+            lines += ["  " + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip()
+                      for r in rows]
             if len(by.values) > TEXT_VALUES:
                 lines.append(f"  ... {len(by.values) - TEXT_VALUES} more values (all in --json)")
             if len(classes) > max_classes:
