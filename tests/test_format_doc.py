@@ -611,7 +611,18 @@ def column_type(texts: list[str | None]) -> str:
 
 
 def unit_text(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
+    """FORMAT.md, Splits per group: a group value as text."""
+    if isinstance(value, str):
+        if re.fullmatch(r"-?(0|[1-9][0-9]*)", value):
+            return str(int(value))
+        if re.fullmatch(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", value) and \
+                math.isfinite(float(value)):
+            value = float(value)
+        else:
+            return value
+    if isinstance(value, float):
+        return str(int(value)) if value == int(value) else repr(value)
+    return str(value)
 
 
 def draw_splits(rows: list[dict], classes: list[str], val_fraction: float, fixed: dict) -> None:
@@ -743,3 +754,13 @@ def test_a_metadata_file_with_groups_rebuilt_from_the_doc(meta_corpus):
     assert all(r["split"] == by_unit[r["unit"]] for r in rows2 if r["unit"] in by_unit)
     unfixed, _ = read_meta_rows(meta_corpus, 0.5)  # without the base some old lesion would move
     assert any(a["split"] != b["split"] for a, b in zip(unfixed, rows2) if a["unit"] in by_unit)
+
+
+def test_the_group_text_rule_as_written_is_the_codes():
+    """FORMAT.md's rule for a group value as text (``unit_text``, written from the doc) against the
+    converter's, on values of every type, including those the conversions above do not hold."""
+    from wds_tools.format.meta import value_text
+
+    values = [0, -3, 2 ** 63 - 1, 5.0, -0.0, 45.5, 1e-07, 1e20, 0.1 + 0.2, "5.0", "5", "-0", "1e3", "45.50", ".5",
+              "+7", "99999999999999999999", "007", "NaN", "inf", "1e400", " 5", "٣", "HAM_01", ""]
+    assert [unit_text(v) for v in values] == [value_text(v) for v in values]

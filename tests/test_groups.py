@@ -126,19 +126,21 @@ def test_find_split_base_edge_cases(tmp_path):
     assert meta["build"]["split_base"] is None
 
 
-@pytest.mark.xfail(strict=True, reason="review1416: the group column is typed from all its values; one new cell "
-                   "'20.5' turns an int column float, every old group's text goes from '7' to '7.0', no unit of the "
-                   "base matches, and old patients are drawn again: some move between train and val across versions")
-def test_a_new_cell_that_changes_the_group_columns_type_keeps_every_old_group_in_its_split(tmp_path):
+@pytest.mark.parametrize("ids, new", [
+    (lambda i: str(i // 2), "20.5"),  # int ids 0..19 in v1; one new non-integer id turns the column float
+    (lambda i: f"{i // 2}.0" if i % 4 else f"{i // 2}.5", "P20"),  # float ids; one new text id turns it text
+    (lambda i: str(i // 2), "P20"),  # int ids; turned text
+], ids=["int to float", "float to text", "int to text"])
+def test_a_new_cell_that_changes_the_group_columns_type_keeps_every_old_group_in_its_split(tmp_path, ids, new):
     from conftest import make_images, write_manifest
 
     rows = make_images(tmp_path / "c", 41)
     for i, r in enumerate(rows):
-        r["patient"] = str(i // 2)  # int ids 0..19 in v1
+        r["patient"] = ids(i)
     fields = ("key", "path", "label", "patient")
     opts = {"key": "key", "label": "label", "path": "path", "group": "patient"}
     _convert(write_manifest(tmp_path / "c" / "v1.csv", rows[:40], fields), tmp_path / "out", "v1", **opts)
-    rows[40]["patient"] = "20.5"  # one new row with a non-integer id
+    rows[40]["patient"] = new  # one new row whose id changes the column's type
     _convert(write_manifest(tmp_path / "c" / "v2.csv", rows, fields), tmp_path / "out", "v2", **opts)
 
     def split_of(folder):

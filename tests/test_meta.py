@@ -126,7 +126,14 @@ def test_damaged_string_codes_are_refused():
 
 
 def test_value_text_is_a_groups_identity():
-    assert [value_text(v) for v in ("HAM_01", 5, 5.0, -0.0, 1e-07)] == ["HAM_01", "5", "5.0", "-0.0", "1e-07"]
+    # a whole float is the int it equals (an int column turned float by one new cell keeps its groups)
+    assert [value_text(v) for v in ("HAM_01", 5, 5.0, -0.0, 1e-07, 45.5, 1e20)] == \
+        ["HAM_01", "5", "5", "0", "1e-07", "45.5", "100000000000000000000"]
+    # a text cell that an int or float column would hold is that number (a column turned text by a
+    # new cell keeps its groups); other text is itself
+    assert [value_text(v) for v in ("5.0", "5", "-0", "1e3", "45.50", "99999999999999999999", "007", "NaN",
+                                    "1e400", " 5", "٣")] == \
+        ["5", "5", "0", "1000", "45.5", "99999999999999999999", "007", "NaN", "1e400", " 5", "٣"]
 
 
 def test_npz_names_are_positional_and_never_ours():

@@ -13,22 +13,17 @@ import csv
 import difflib
 import io
 import json
-import math
 import os
-import re
 from dataclasses import dataclass
 
 from ..errors import OptionError, SourceError
-from ..format.meta import MetaColumn
+from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
 from .check import HASH_ALGORITHMS
 from .storage import is_remote, open_input
 
 __all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type",
            "typed"]
 
-_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # canonical: no sign but '-', no leading zero (ASCII digits only)
-_FLOAT = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no leading zero
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
 @dataclass(frozen=True)
@@ -229,16 +224,6 @@ def cell_text(value) -> str | None:
     else:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return text.strip() or None
-
-
-def _is_int(text: str) -> bool:
-    return bool(_INT.fullmatch(text)) and _INT64[0] <= int(text) <= _INT64[1]
-
-
-def _is_float(text: str) -> bool:
-    if _INT.fullmatch(text):
-        return _is_int(text)
-    return bool(_FLOAT.fullmatch(text)) and math.isfinite(float(text))
 
 
 def column_type(texts: list[str | None]) -> str:

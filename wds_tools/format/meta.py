@@ -8,6 +8,7 @@ stored in samples.npz under the names ``npz_names(i, type)``; each sample's ``.j
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,9 +17,13 @@ import numpy as np
 from ..errors import IndexFormatError
 
 __all__ = ["META_TYPES", "MetaColumn", "MetaValues", "metadata_columns", "npz_names", "npz_dtypes",
-           "encode_columns", "read_metadata", "value_text", "meta_object", "column_names"]
+           "encode_columns", "read_metadata", "value_text", "meta_object", "column_names", "is_int_text",
+           "is_float_text"]
 
 META_TYPES = ("int", "float", "string")
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # canonical: no sign but '-', no leading zero (ASCII digits only)
+_FLOAT = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no leading zero
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _NPZ = {  # type -> (suffix, dtype) of each samples.npz array of a column, in stored order
     "int": (("", "<i8"), ("_missing", "|b1")),
     "float": (("", "<f8"),),
@@ -54,9 +59,35 @@ def npz_dtypes(i: int, type: str) -> dict[str, str]:
     return {f"meta{i}{suffix}": dtype for suffix, dtype in _NPZ[type]}
 
 
+def is_int_text(text: str) -> bool:
+    """A cell an int column holds: a canonical decimal integer within int64 (docs/FORMAT.md, Metadata)."""
+    return bool(_INT.fullmatch(text)) and _INT64[0] <= int(text) <= _INT64[1]
+
+
+def is_float_text(text: str) -> bool:
+    """A cell a float column holds: such an integer, or a finite decimal number without a leading zero."""
+    if _INT.fullmatch(text):
+        return is_int_text(text)
+    return bool(_FLOAT.fullmatch(text)) and math.isfinite(float(text))
+
+
 def value_text(value) -> str:
-    """A value as text: a group's identity, whatever its column's type (``5``, ``5.0``, ``HAM_01``)."""
-    return repr(value) if isinstance(value, float) else str(value)
+    """A value as text: a group's identity, the same whatever type its column has in a version (one
+    new cell can turn an int column float, or a float column text): a number as its value, a whole
+    one as the int it equals (``5``, ``5.0`` and a text cell ``5.0`` are all ``5``), another as
+    Python's ``repr`` of the float (``45.5``); a text cell an int or float column would hold is that
+    number (``-0`` -> ``0``, ``1e3`` -> ``1000``; integers past int64 keep all their digits); any
+    other text is itself (``007``, ``HAM_01``)."""
+    if isinstance(value, str):
+        if _INT.fullmatch(value):
+            return str(int(value))
+        if _FLOAT.fullmatch(value) and math.isfinite(float(value)):
+            value = float(value)
+        else:
+            return value
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
 
 
 def meta_object(columns: Sequence[MetaColumn], values: Sequence) -> dict:
