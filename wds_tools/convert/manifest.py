@@ -145,6 +145,14 @@ def read_table(path: str) -> Table:
                 raise SourceError(f"{path}: the header names column(s) {', '.join(map(repr, dups))} more than once; "
                                   "every column needs its own name")
             for obj in reader:
+                extra, short = obj.get(None), None in obj.values()
+                if extra or short:  # DictReader keeps extra cells under None and fills short rows with None
+                    n = len(header) + len(extra) if extra else sum(v is not None for v in obj.values())
+                    raise SourceError(
+                        f"{path}: line {reader.line_num} has {n} cells, but the header has {len(header)} columns: a "
+                        f"cell that holds the delimiter {reader.reader.dialect.delimiter!r} must be in double "
+                        f"quotes, and every row needs a cell for every column (empty for a missing value). Nothing "
+                        f"was written.")
                 records.append((reader.line_num, obj))
             nameless = [i for i, n in enumerate(header) if not n.strip()]
             for i in nameless:
@@ -196,8 +204,9 @@ def bind(table: Table, cols: Columns) -> Bound:
                           f"The file's columns: {shown}.{hint}")
     unknown = [name for name in template.fields if name not in have]
     if not template.bare and unknown:
+        close = _close(unknown[0], have)
         raise SourceError(f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
-                          f"not have{_close(unknown[0], have)}. The file's columns: {shown}. Nothing was written.")
+                          f"not have{close}{'' if close else '.'} The file's columns: {shown}. Nothing was written.")
     split = cols.split if cols.split is not None else ("split" if "split" in have else None)
     roles = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
              **({cols.path: "the --path column"} if template.bare else {}), cols.label: "the --label column",
