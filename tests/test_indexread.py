@@ -302,9 +302,6 @@ def test_check_samples_catches_a_flipped_pixel(folder, tmp_path):
     assert sum(len(b[1]) for b in make_loader(folder, check_samples=True, **kw)) == len(idx)
 
 
-@pytest.mark.xfail(strict=True, reason="review1416: a metadata column named like one of ours ('label', 'key', "
-                   "'width', ...) is reachable only as 'meta.<name>', which README and FORMAT.md never mention, and "
-                   "subset={'label': [...]} answers \"no class 'x'\" without naming meta.label")
 def test_a_metadata_column_named_label_is_named_in_the_subset_message(tmp_path):
     from conftest import make_images, write_manifest
     from wds_tools.convert import convert

@@ -142,7 +142,13 @@ def select(index: SampleIndex, subset) -> np.ndarray:
                 raise OptionError(f"subset: no column {name!r}; the index has {', '.join(sorted(cols))}")
             values = list(want) if isinstance(want, (list, tuple, set, frozenset)) else [want]
             if name == "label":
-                values = [_class_index(index, v, "subset") for v in values]
+                try:
+                    values = [_class_index(index, v, "subset") for v in values]
+                except OptionError as e:
+                    if "label" not in index.metadata:
+                        raise
+                    raise OptionError(f"{e}. 'label' names the classes; the metadata column 'label' is "
+                                      f"'meta.label': subset={{'meta.label': {values!r}}}") from None
             elif name == "key":
                 values = [str(v).encode() for v in values]
             elif name not in _OWN and name.removeprefix("meta.") in index.metadata:

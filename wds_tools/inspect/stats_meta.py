@@ -56,13 +56,22 @@ def check_column(meta: dict, name: str, option: str) -> None:
     names = [c.name for c in metadata_columns(meta)]
     if name in names:
         return
+    columns = (meta.get("build") or {}).get("columns") or {}
+    role = next((r for r in ("label", "key", "path", "split") if isinstance(columns, dict) and columns.get(r) == name),
+                None)
+    listed = f"Its metadata columns: {', '.join(names)}." if names else "It has no metadata columns."
+    if role == "label":
+        raise OptionError(f"{option} {name!r}: {name!r} is this conversion's label column (--label), whose classes "
+                          f"are the table's columns already; name a metadata column. {listed}")
+    if role is not None:
+        raise OptionError(f"{option} {name!r}: {name!r} is this conversion's {role} column (--{role}), not "
+                          f"metadata. {listed}")
     if not names:
         raise OptionError(f"{option} {name!r}: this index has no metadata columns (it was converted from a plain "
                           "key,path,label manifest, or in format version 1)")
     close = difflib.get_close_matches(name, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise OptionError(f"{option} {name!r}: the index has no metadata column {name!r}{hint} Its columns: "
-                      f"{', '.join(names)}")
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    raise OptionError(f"{option} {name!r}: the index has no metadata column {name!r}{hint} {listed}")
 
 
 def metadata_arrays(meta: dict, names: list[str]) -> list[str]:
@@ -104,6 +113,12 @@ def display_width(text: str) -> int:
                for ch in text)
 
 
+def printable(text: str) -> str:
+    """``text`` for one table cell: a character that is not printable (newline, tab, other controls)
+    as its Python escape (``\\n``), the rest as is."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def pad(text: str, width: int, *, left: bool) -> str:
     """``text`` padded with spaces to ``width`` display columns, on the right (``left``: text
     aligned left) or on the left."""
@@ -118,9 +133,10 @@ def render_text(by: Breakdown | None, groups: GroupReport | None, classes: list[
         for split, counts in by.counts.items():
             lines.append("")
             lines.append(f"{split} by {by.column} ({by.type}): samples per class")
-            rows = [[by.column, *shown, "total"]]
+            rows = [[printable(by.column), *map(printable, shown), "total"]]
             for v, row in list(zip(by.values, counts))[:TEXT_VALUES]:
-                rows.append(["(missing)" if v is None else str(v), *(f"{int(x):,}" for x in row[:max_classes]),
+                cell = "(missing)" if v is None else printable(str(v))
+                rows.append([cell, *(f"{int(x):,}" for x in row[:max_classes]),
                              f"{int(row.sum()):,}"])
             widths = [max(display_width(r[c]) for r in rows) for c in range(len(rows[0]))]
             lines += ["  " + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip()
