@@ -159,8 +159,8 @@ def need_tool(name: str, install: str, version_has: str) -> str:
 
 def test_every_recipe_in_the_doc_is_run_here():
     names = {m.group(1) for m in _RECIPE.finditer(DOC.read_text())}
-    tested = {"webdataset", "webdataset-ranks", "webdataset-one-shard", "wids", "hf-datasets", "ray-data",
-              "dali", "gnu-tar", "bsdtar", "extracted-files", "python-tarfile"}
+    tested = {"webdataset", "webdataset-ranks", "webdataset-one-shard", "wids", "hf-datasets", "hf-datasets-metadata",
+              "ray-data", "dali", "gnu-tar", "bsdtar", "extracted-files", "python-tarfile"}
     assert names == tested
     assert DOC.read_text().count("```python") + DOC.read_text().count("```sh") == len(names)
 
@@ -229,6 +229,10 @@ def test_hugging_face_datasets(folder, tmp_path, monkeypatch):
     assert "original_key" in ns["ds"].features["json"]
     assert sorted(ns["ds"].features["json"]) == sorted(json.loads(
         next(m for m in _members(folder / "train-000000.tar") if m[0].endswith(".json"))[1]))
+    # the recipe with features= from index.json reads a set without metadata columns the same
+    with_features = run_recipe("hf-datasets-metadata", folder)
+    check(with_features["samples"], want)
+    assert [x["json"] for x in with_features["ds"]] == [x["json"] for x in ns["ds"]]
 
 
 @pytest.fixture(scope="module")
@@ -336,9 +340,6 @@ def test_tar_tools(folder, tmp_path, monkeypatch, tool):
 
 # ------------------------------------------------------------------ review of issues 14/16: metadata
 
-@pytest.mark.xfail(strict=True, reason="review1416: the hf-datasets recipe infers the .json schema from the first "
-                   "5 samples; a metadata column missing (null) in all of them is typed null and load_dataset fails "
-                   "with `TypeError: Couldn't cast array of type int64 to null` when a later sample has a value")
 def test_hugging_face_datasets_reads_a_sparse_metadata_column(tmp_path, monkeypatch):
     datasets = need("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
@@ -356,7 +357,15 @@ def test_hugging_face_datasets_reads_a_sparse_metadata_column(tmp_path, monkeypa
     stored = {json.loads(d)["key"]: json.loads(d) for n, d in _members(folder / "train-000000.tar")
               if n.endswith(".json")}
     assert [j["meta"]["visits"] for j in stored.values()][:5] == [None] * 5 and stored[last]["meta"]["visits"] == 3
-    ns = run_recipe("hf-datasets", folder)
+    with pytest.raises(Exception) as failed:  # without features=, as READERS.md says
+        run_recipe("hf-datasets", folder)
+    chain, e = [], failed.value
+    while e is not None:
+        chain.append(str(e))
+        e = e.__cause__ or e.__context__
+    assert any("Couldn't cast array of type int64 to null" in c for c in chain), chain
+    ns = run_recipe("hf-datasets-metadata", folder)
     check(ns["samples"], truth(folder, "train"))
     assert {x["json"]["key"]: x["json"]["meta"]["visits"] for x in ns["ds"]} == {
         k: j["meta"]["visits"] for k, j in stored.items()}
+    assert {x["json"]["key"]: x["json"] for x in ns["ds"]} == stored  # every field, typed as stored
