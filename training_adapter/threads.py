@@ -5,11 +5,11 @@ copies from the shard mappings, which release the GIL; in threads it needs no pr
 shared-memory hand-over and no per-batch messages between processes (on two cores these cost more
 than the copies). Each thread makes whole batches (plan, check, copy), and the calling thread
 helps (``in_order(..., caller=True)``): while the batch it waits for is not ready, it makes the
-next batch nobody has started, instead of sleeping. On a 2-core VM a pipeline of one background
-thread and a waiting caller ran at a fifth of its rate whenever other work took part of a core
-(the background thread's half-core set the pace), and splitting every batch's copy between
-helper threads lost a third there; a caller that helps keeps the rate of the faster of the two
-(README, Figures).
+next batch nobody has started, instead of sleeping. On a 2-core VM whose cores other work takes
+in part, a pipeline in which the caller only waits runs at the pace of its slowest thread (a
+background thread on a shared core read at well under half the rate of ``num_workers=0``), and
+splitting every batch's copy between helper threads lost about a third; a caller that helps
+keeps the faster thread busy (README, Figures).
 """
 
 from __future__ import annotations
