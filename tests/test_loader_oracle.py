@@ -320,6 +320,8 @@ HELD = [
     pytest.param(dict(num_workers=2, device_augment=True), id="w2-device-augment"),
     pytest.param(dict(num_workers=0, train=False, split="train"), id="eval-w0"),
     pytest.param(dict(num_workers=2, train=False, split="train", prefetch_factor=1), id="eval-w2"),
+    pytest.param(dict(num_workers=2, train=False, split="train"), id="eval-w2-prefetch2"),
+    pytest.param(dict(num_workers=1, train=False, split="train", prefetch_factor=3), id="eval-w1-prefetch3"),
     pytest.param(dict(num_workers=3, device_augment=True, prefetch_factor=1), id="w3-device-augment-threads"),
 ]
 

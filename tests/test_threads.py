@@ -70,6 +70,79 @@ def test_a_caller_that_stops_early_stops_the_threads():
     assert len(started) == n <= 3 + 4  # the tasks submitted ahead at most, then nothing
 
 
+def test_the_caller_makes_what_the_threads_have_not_started():
+    """caller=True: while the result it waits for is not ready, the caller runs the next task nobody
+    started (as worker ``workers``); results in task order, never more than ``ahead`` started
+    beyond those taken."""
+    seen: list[tuple[int, int]] = []
+    taken = [0]
+    lock = threading.Lock()
+
+    def run(w: int, task: int) -> int:
+        with lock:
+            assert task < taken[0] + 3  # ahead=3: at most 3 started beyond the results taken
+            seen.append((w, task))
+        if w == 0:
+            time.sleep(0.02)  # a slow background thread: the caller takes over the rest
+        return task * 10
+
+    got = []
+    for r in in_order(range(30), run, 1, ahead=3, caller=True):
+        got.append(r)
+        taken[0] += 1
+    assert got == [t * 10 for t in range(30)]
+    assert sorted(t for _, t in seen) == list(range(30))
+    ran = {w: sum(1 for x, _ in seen if x == w) for w in (0, 1)}
+    assert ran[1] > ran[0] > 0  # both ran tasks, the caller most of them
+
+
+def test_with_no_threads_the_caller_runs_every_task():
+    before = set(_reader_threads())
+    seen = []
+    assert list(in_order(range(7), lambda w, t: seen.append(w) or -t, 0, ahead=2)) == [-t for t in range(7)]
+    assert seen == [0] * 7 and not set(_reader_threads()) - before
+
+
+@pytest.mark.parametrize("bad_in", ["caller", "thread"])
+def test_an_error_in_a_task_the_caller_ran_or_a_thread_ran_comes_in_its_turn(bad_in):
+    def run(w: int, task: int) -> int:
+        if task == 5 and (w == 1) == (bad_in == "caller"):
+            raise ShardError("x.tar: byte 9: damaged", url="x.tar", offset=9)
+        if w == 0 and bad_in == "caller":
+            time.sleep(0.01)  # the caller gets to most tasks, task 5 among them (or the thread raises it)
+        return task
+
+    before = set(_reader_threads())
+    for _ in range(5):  # which thread runs task 5 is up to timing: an error is raised in turn either way
+        got = []
+        try:
+            for r in in_order(range(12), run, 1, ahead=2, caller=True):
+                got.append(r)
+        except ShardError as e:
+            assert got == [0, 1, 2, 3, 4] and (e.url, e.offset) == ("x.tar", 9)
+        else:
+            assert got == list(range(12))
+    assert not set(_reader_threads()) - before
+
+
+def test_a_caller_that_helps_and_stops_early_stops_the_threads():
+    started = []
+
+    def run(w: int, task: int) -> int:
+        started.append(task)
+        time.sleep(0.001)
+        return task
+
+    before = set(_reader_threads())
+    it = in_order(itertools.count(), run, 1, ahead=3, caller=True)
+    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
+    it.close()
+    assert not set(_reader_threads()) - before
+    n = len(started)
+    time.sleep(0.05)
+    assert len(started) == n <= 4 + 3
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """90 train samples in 6 shards of 15."""
@@ -80,9 +153,10 @@ def _epoch(loader) -> list[tuple[str, int, bytes]]:
     return [(k, int(lab), im.numpy().tobytes()) for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
 def test_reader_threads_yield_the_in_process_batches(folder, workers):
-    """Eval and device_augment with workers run in threads, batch for batch as with num_workers=0."""
+    """Eval and device_augment with workers run in threads (the caller helping), batch for batch as
+    with num_workers=0."""
     before = set(_reader_threads())
     for opts in (dict(train=False), dict(train=True, device_augment=True)):
         kw = dict(batch_size=4, split="train", return_keys=True, **opts)
@@ -96,18 +170,46 @@ def test_reader_threads_yield_the_in_process_batches(folder, workers):
     assert not set(_reader_threads()) - before
 
 
+@pytest.mark.parametrize("slow", ["caller", "threads"])
+def test_batches_are_the_same_whichever_thread_makes_them(folder, monkeypatch, slow):
+    """The caller or the background threads slowed down, so that the other makes most batches: the
+    same batches as num_workers=0."""
+    from training_adapter.loader import ShardDataset
+
+    kw = dict(batch_size=4, split="train", return_keys=True, train=False)
+    ref = _epoch(make_loader(folder, num_workers=0, **kw))
+    made: list[str] = []
+    index_batch = ShardDataset.index_batch
+
+    def timed(self, *a, **k):
+        me = threading.current_thread().name
+        made.append(me)
+        if me.startswith("training_adapter-reader") == (slow == "threads"):
+            time.sleep(0.01)
+        return index_batch(self, *a, **k)
+
+    monkeypatch.setattr(ShardDataset, "index_batch", timed)
+    assert _epoch(make_loader(folder, num_workers=2, **kw)) == ref
+    by_threads = sum(m.startswith("training_adapter-reader") for m in made)
+    assert len(made) == -(-len(ref) // 4)  # every batch made once
+    if slow == "caller":
+        assert by_threads > len(made) / 2
+    else:  # the thread starts the first batch it can, then the caller makes the rest of the window
+        assert 0 < by_threads < len(made) / 2
+
+
 def test_the_reader_and_its_mappings_last_from_epoch_to_epoch(folder):
     ld = make_loader(folder, batch_size=4, train=False, num_workers=2, split="train")
     before = set(_reader_threads())
     first = sum(len(b[1]) for b in ld)
-    reader = ld._reader
-    gather = reader._gather
-    assert first == 90 and gather._maps
+    readers = ld._readers  # one per background thread, and the calling thread's
+    gathers = [r._gather for r in readers]
+    assert first == 90 and len(readers) == 2 and any(g is not None and g._maps for g in gathers)
     it = iter(ld)
     next(it)
-    it.close()  # an abandoned epoch: its threads are stopped and waited for, the reader kept
-    assert ld._reader is reader and sum(len(b[1]) for b in ld) == 90
-    assert ld._reader._gather is gather
+    it.close()  # an abandoned epoch: its threads are stopped and waited for, the readers kept
+    assert ld._readers is readers and sum(len(b[1]) for b in ld) == 90
+    assert all(r._gather is g for r, g in zip(ld._readers, gathers) if g is not None)
     assert not set(_reader_threads()) - before
 
 

@@ -3,10 +3,10 @@
 Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
 rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
 compared in a few vectorised steps (short runs, from shuffled rows, row by row), then each sample
-is copied once from the mapping into the batch (a run in one ``index_select``, which reader
-threads can split between them), or lent to the augmentation as a view of the mapping. Object
-storage is read with one set of concurrent ranged GETs per batch, neighbouring samples of a
-shard merged into one range.
+is copied once from the mapping into the batch (a run in one ``index_select``, which helper
+threads can split between them: ``Located.copy_into``), or lent to the augmentation as a view of
+the mapping. Object storage is read with one set of concurrent ranged GETs per batch,
+neighbouring samples of a shard merged into one range.
 
 ``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
 bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the

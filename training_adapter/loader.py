@@ -12,7 +12,6 @@ import copy
 import logging
 import math
 import multiprocessing as mp
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from urllib.parse import urlparse
 
@@ -87,8 +86,6 @@ class ShardDataset(IterableDataset):
         self.shares: np.ndarray | None = None  # each class's share of an epoch (class_weights)
         self._gather: Gather | None = None
         self._scratch: np.ndarray | None = None  # the index reader's fetches from object storage
-        self._helpers: tuple | None = None  # (executor, ways) doing a reader thread's copies
-        self.copying: list = []  # futures of the last batch's copies, when the helpers do them
         self.check_samples = check_samples
         self.allow_mixed = allow_mixed
         self.expect: Identity | None = None  # streaming: the dataset every sample must name (tarread.SampleStream)
@@ -117,10 +114,10 @@ class ShardDataset(IterableDataset):
         ``ShardLoader`` then runs its workers as threads."""
         return self.index is not None and (self.augment is None or self.device_augment)
 
-    def reader_copy(self) -> ShardDataset:
-        """A copy for one reader thread: the same plan, its own buffers and mappings."""
+    def reader_copy(self, buffers: int = 4) -> ShardDataset:
+        """A copy for one reader thread: the same plan, its own mappings and ``buffers`` batch buffers."""
         other = copy.copy(self)
-        other._pool, other._gather, other._scratch, other.ring, other._helpers = BufferPool(), None, None, None, None
+        other._pool, other._gather, other._scratch, other.ring = BufferPool(buffers), None, None, None
         return other
 
     def set_epoch(self, epoch: int) -> None:
@@ -202,9 +199,7 @@ class ShardDataset(IterableDataset):
             for i, src in enumerate(stored.arrays(S)):
                 augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
         else:
-            # reader threads: the helpers copy while this thread goes on (unless normalize reads the pixels now)
-            self.copying = stored.copy_into(buf.numpy().reshape(n, -1), *(self._helpers or ()),
-                                            wait=self.normalize or self._helpers is None)
+            stored.copy_into(buf.numpy().reshape(n, -1))
         images = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
         if cpu_affine:
             x = augment_batch(images, params, config=cfg).round_()
@@ -360,7 +355,7 @@ class ShardLoader:
         self._use_ring = bool(num_workers) and not persistent_workers
         self._iterated = False
         self._epoch_set = False
-        self._reader: ShardDataset | None = None  # the reader thread's dataset (_in_threads)
+        self._readers: list[ShardDataset] | None = None  # the reader threads' datasets (_in_threads)
 
     @property
     def mean(self) -> list[float] | None:
@@ -400,30 +395,29 @@ class ShardLoader:
         return self._through_ring()
 
     def _in_threads(self):
-        """The index reader without CPU augmentation (``threads.py``): one reader thread plans and
-        checks the rank's batches in plan order, ``prefetch_factor`` ahead, and ``num_workers``
-        helper threads copy each batch's pixels, split between them: the same batches as with
+        """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``
+        background threads and the calling thread make the rank's batches, each thread whole
+        batches (plan, check, copy) with its own reader, at most ``prefetch_factor`` per
+        background thread ahead of the batch the caller waits for; the caller makes the next
+        unstarted batch itself rather than wait. Batches come in plan order: the same as with
         ``num_workers=0``.
 
-        The reader (its shard mappings and buffers) is kept from epoch to epoch: a fresh mapping
-        faults its pages in again, which on a VM costs about as much as copying them."""
+        The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
+        mapping faults its pages in again, which on a VM costs about as much as copying them."""
         ds = self.dataset
         rank, world = ds.rank_world
         epoch = ds.epoch
-        reader, self._reader = self._reader or ds.reader_copy(), None
-        helpers = ThreadPoolExecutor(self.num_workers, thread_name_prefix="training_adapter-reader-copy")
-        reader._helpers = (helpers, self.num_workers)
+        threads = max(1, self.num_workers - 1)
+        ahead = self._prefetch * threads + 1  # counting the batch the caller waits for
+        # each reader's buffers: the batches made ahead, the one being made and two the caller holds
+        readers, self._readers = self._readers or [ds.reader_copy(ahead + 3) for _ in range(threads + 1)], None
 
-        def make(_, rows):
-            reader.copying = []
-            batch = reader.index_batch(rows, rank, world, epoch)
-            return batch, reader.copying
+        def make(w, rows):
+            return readers[w].index_batch(rows, rank, world, epoch)
 
-        batches = in_order(ds.index_plan(rank, world, epoch), make, 1, ahead=self._prefetch)
+        batches = in_order(ds.index_plan(rank, world, epoch), make, threads, ahead=ahead, caller=True)
         try:
-            for batch, copying in batches:
-                for f in copying:
-                    f.result()
+            for batch in batches:
                 if batch is None:
                     continue
                 if self.pin_memory:
@@ -431,8 +425,7 @@ class ShardLoader:
                 yield batch
         finally:
             batches.close()  # drops what is not started and waits for what is
-            helpers.shutdown(wait=True)
-            self._reader = reader
+            self._readers = readers
 
     def _in_process(self):
         """``num_workers=0``: the dataset's batches as they are made, without the DataLoader (whose

@@ -3,19 +3,19 @@
 Without CPU augmentation (eval, ``device_augment``) the index reader spends its time in memory
 copies from the shard mappings, which release the GIL; in threads it needs no process start, no
 shared-memory hand-over and no per-batch messages between processes (on two cores these cost more
-than the copies). One reader thread plans and checks the batches in plan order (``in_order``),
-and ``num_workers`` helper threads copy each batch, split between them: one batch at a time on
-every core keeps the memory being written small; on two cores a batch per thread at once copied
-slower than one thread alone (FFCV parallelises within a batch too).
+than the copies). Each thread makes whole batches (plan, check, copy), and the calling thread
+helps (``in_order(..., caller=True)``): while the batch it waits for is not ready, it makes the
+next batch nobody has started, instead of sleeping. On a 2-core VM whose cores other work takes
+in part, a pipeline in which the caller only waits runs at the pace of its slowest thread (a
+background thread on a shared core read at well under half the rate of ``num_workers=0``), and
+splitting every batch's copy between helper threads lost about a third; a caller that helps
+keeps the faster thread busy (README, Figures).
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 __all__ = ["in_order"]
@@ -24,28 +24,85 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def in_order(tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ahead: int) -> Iterator[R]:
-    """``run(w, task)`` for every task, on ``workers`` threads (``w``: the thread's number, 0 to
-    workers - 1, so that each uses its own state), at most ``ahead`` tasks started before the
-    caller takes their results; results in task order. An exception is raised here, in order.
-    When the caller stops early, tasks not started are dropped and running ones waited for."""
-    local = threading.local()
-    numbers = itertools.count()
+def in_order(tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ahead: int,
+             caller: bool = False) -> Iterator[R]:
+    """``run(w, task)`` for every task, on ``workers`` background threads (``w``: 0 to workers - 1,
+    so that each uses its own state) and, with ``caller``, in the calling thread too (``w`` =
+    ``workers``) while the result it waits for is not ready. At most ``ahead`` tasks are started
+    beyond the results the caller has taken; results in task order. An exception is raised here,
+    in its turn. When the caller stops early, tasks not started are dropped and running ones
+    waited for."""
+    ahead = max(1, ahead)
+    caller = caller or not workers  # without threads the caller runs every task
+    it = iter(tasks)
+    cv = threading.Condition()
+    results: dict[int, tuple[bool, object]] = {}  # task number -> (ok, result or exception)
+    state = {"started": 0, "taken": 0, "end": None, "stop": False}
 
-    def call(task: T) -> R:
-        w = getattr(local, "w", None)
-        if w is None:
-            w = local.w = next(numbers)  # atomic: each pool thread gets its own number
-        return run(w, task)
+    def claim(limit: int) -> tuple[int, T] | None:
+        """The next task and its number, if one may start below ``limit`` (under ``cv``)."""
+        if state["stop"] or state["end"] is not None or state["started"] >= limit:
+            return None
+        try:
+            task = next(it)
+        except BaseException as e:  # the task list itself failed (or ended): no more tasks
+            state["end"] = state["started"]
+            if not isinstance(e, StopIteration):
+                results[state["started"]] = (False, e)
+                state["end"] += 1
+            cv.notify_all()
+            return None
+        state["started"] += 1
+        return state["started"] - 1, task
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="training_adapter-reader")
-    pending: collections.deque = collections.deque()
+    def do(w: int, got: tuple[int, T]) -> None:
+        i, task = got
+        try:
+            out = (True, run(w, task))
+        except BaseException as e:  # raised in the caller, in its turn
+            out = (False, e)
+        with cv:
+            results[i] = out
+            cv.notify_all()
+
+    def background(w: int) -> None:
+        while True:
+            with cv:
+                while (got := claim(state["taken"] + ahead)) is None:
+                    if state["stop"] or state["end"] is not None:
+                        return
+                    cv.wait()
+            do(w, got)
+
+    threads = [threading.Thread(target=background, args=(w,), name=f"training_adapter-reader-{w}", daemon=True)
+               for w in range(workers)]
+    for t in threads:
+        t.start()
     try:
-        for task in tasks:
-            pending.append(pool.submit(call, task))
-            if len(pending) >= max(1, ahead):
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        i = 0
+        while True:
+            with cv:
+                while i not in results:
+                    got = claim(i + ahead) if caller else None
+                    if got is not None:
+                        break
+                    if state["end"] is not None and i >= state["end"]:
+                        return
+                    cv.wait()
+                else:
+                    ok, out = results.pop(i)
+                    state["taken"] = i = i + 1
+                    cv.notify_all()
+                    got = None
+            if got is not None:  # nothing ready: make the next batch here rather than wait
+                do(workers, got)
+                continue
+            if not ok:
+                raise out
+            yield out
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        with cv:
+            state["stop"] = True
+            cv.notify_all()
+        for t in threads:
+            t.join()
