@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-from concurrent.futures import Executor, Future
 
 import numpy as np
 import torch
@@ -93,37 +92,17 @@ class Located:
             for o in offsets.tolist():
                 yield m[o:o + n].reshape(S, S, 3)
 
-    def copy_into(self, flat: np.ndarray, helpers: Executor | None = None, ways: int = 1,
-                  wait: bool = True) -> list[Future]:
+    def copy_into(self, flat: np.ndarray) -> None:
         """Copy the rows into ``flat[:len(self)]`` ([k, S*S*3] uint8): a run with windows in one
-        ``index_select`` (compiled, without the GIL), other rows one by one.
-
-        With ``helpers`` (an executor of threads) the rows are split into ``ways`` shares copied at
-        once: one batch at a time on every core keeps the memory being written small, which copies
-        faster than as many batches at once. ``wait=False``: every share goes to the helpers and
-        their futures are returned (the batch is ready once they are done), so that this thread
-        can go on to the next batch; with ``wait`` this thread copies a share itself and returns
-        when all are done."""
+        ``index_select`` (compiled, without the GIL), other rows one by one. (Reader threads make
+        whole batches each, ``threads.in_order``: splitting one batch's copies over threads was
+        slower on two cores.)"""
         jobs: list[tuple] = []  # (source, byte offsets, windows, first row of flat)
         k = 0
         for m, offsets, windows in self.parts:
-            step = max(VECTOR_RUN, -(-len(offsets) // ways))
-            for a in range(0, len(offsets), step):
-                jobs.append((m, offsets[a:a + step], windows, k + a))
+            jobs.append((m, offsets, windows, k))
             k += len(offsets)
-        if helpers is None or (wait and (ways < 2 or len(jobs) < 2)):
-            self._copy_all(flat, jobs)
-            return []
-        shares = [share for share in (jobs[w::ways] for w in range(ways)) if share]
-        if not wait:
-            return [helpers.submit(self._copy_all, flat, share) for share in shares]
-        futures = [helpers.submit(self._copy_all, flat, share) for share in shares[1:]]
-        try:
-            self._copy_all(flat, shares[0])
-        finally:
-            for f in futures:
-                f.result()
-        return []
+        self._copy_all(flat, jobs)
 
     def _copy_all(self, flat: np.ndarray, jobs: list[tuple]) -> None:
         for job in jobs:

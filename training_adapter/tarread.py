@@ -78,11 +78,10 @@ class Views:
     def arrays(self, S: int):
         return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
 
-    def copy_into(self, flat: np.ndarray, helpers=None, ways: int = 1, wait: bool = True) -> list:
-        """Copy the samples into ``flat`` (the call of ``gather.Located.copy_into``; here always in this thread)."""
+    def copy_into(self, flat: np.ndarray) -> None:
+        """Copy the samples into ``flat`` (the call of ``gather.Located.copy_into``)."""
         for i, s in enumerate(self.samples):
             flat[i] = np.frombuffer(s.pixels, np.uint8)
-        return []
 
 
 def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
