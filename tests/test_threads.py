@@ -52,7 +52,9 @@ def test_an_error_is_raised_in_its_turn_and_the_threads_end():
     assert not set(_reader_threads()) - before
 
 
-def test_a_caller_that_stops_early_stops_the_threads():
+@pytest.mark.parametrize("workers, ahead, caller, taken", [(2, 4, False, 3), (1, 3, True, 4)],
+                         ids=["threads only", "the caller helping"])
+def test_a_caller_that_stops_early_stops_the_threads(workers, ahead, caller, taken):
     started = []
 
     def run(w: int, task: int) -> int:
@@ -61,13 +63,13 @@ def test_a_caller_that_stops_early_stops_the_threads():
         return task
 
     before = set(_reader_threads())
-    it = in_order(itertools.count(), run, 2, ahead=4)
-    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it = in_order(itertools.count(), run, workers, ahead=ahead, caller=caller)
+    assert [next(it) for _ in range(taken)] == list(range(taken))
     it.close()
     assert not set(_reader_threads()) - before
     n = len(started)
     time.sleep(0.05)
-    assert len(started) == n <= 3 + 4  # the tasks submitted ahead at most, then nothing
+    assert len(started) == n <= taken + ahead  # the tasks submitted ahead at most, then nothing
 
 
 def test_the_caller_makes_what_the_threads_have_not_started():
@@ -123,24 +125,6 @@ def test_an_error_in_a_task_the_caller_ran_or_a_thread_ran_comes_in_its_turn(bad
         else:
             assert got == list(range(12))
     assert not set(_reader_threads()) - before
-
-
-def test_a_caller_that_helps_and_stops_early_stops_the_threads():
-    started = []
-
-    def run(w: int, task: int) -> int:
-        started.append(task)
-        time.sleep(0.001)
-        return task
-
-    before = set(_reader_threads())
-    it = in_order(itertools.count(), run, 1, ahead=3, caller=True)
-    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
-    it.close()
-    assert not set(_reader_threads()) - before
-    n = len(started)
-    time.sleep(0.05)
-    assert len(started) == n <= 4 + 3
 
 
 @pytest.fixture(scope="module")

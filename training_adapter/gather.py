@@ -97,16 +97,10 @@ class Located:
         ``index_select`` (compiled, without the GIL), other rows one by one. (Reader threads make
         whole batches each, ``threads.in_order``: splitting one batch's copies over threads was
         slower on two cores.)"""
-        jobs: list[tuple] = []  # (source, byte offsets, windows, first row of flat)
-        k = 0
+        k = 0  # the first row of flat for each part
         for m, offsets, windows in self.parts:
-            jobs.append((m, offsets, windows, k))
+            self._copy(flat, m, offsets, windows, k)
             k += len(offsets)
-        self._copy_all(flat, jobs)
-
-    def _copy_all(self, flat: np.ndarray, jobs: list[tuple]) -> None:
-        for job in jobs:
-            self._copy(flat, *job)
 
     def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows, first: int) -> None:
         if windows is not None and len(offsets) >= VECTOR_RUN:

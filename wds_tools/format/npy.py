@@ -58,10 +58,11 @@ _OUR_SHAPE = re.compile(rb"'shape': \((\d{1,7}), \1, 3\)")
 def image_side(header: bytes) -> int:
     """S of a wds-tools image header (NPY 1.0, 128 bytes, uint8 [S, S, 3] in C order); ValueError
     saying what differs for anything else."""
-    found = _OUR_SHAPE.search(bytes(header[:NPY_HEADER_BYTES]))
-    if found is not None and len(header) >= NPY_HEADER_BYTES:
+    head = bytes(header[:NPY_HEADER_BYTES])
+    found = _OUR_SHAPE.search(head)
+    if found is not None and len(head) == NPY_HEADER_BYTES:
         side = int(found.group(1))
-        if side >= 1 and bytes(header[:NPY_HEADER_BYTES]) == image_header(side):
+        if side >= 1 and head == image_header(side):
             return side
     version, shape, fortran, dtype, length = read_npy_header(header)
     if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3 or shape[0] != shape[1] or shape[0] < 1:
