@@ -41,6 +41,7 @@ from bench_verify import drop_cache  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
 from wds_tools.convert.decode import decode_image  # noqa: E402
+from wds_tools.convert.hashes import CACHE_DIR  # noqa: E402
 
 RATIO_TARGET = 0.08
 
@@ -210,17 +211,27 @@ def main() -> None:
     base_dir = out / "v1" / str(args.size)
 
     configs = {
-        "full v2 (--no-reuse)": dict(version="v2-full", reuse=False),
-        "incremental v2, default": dict(version="v2", base="v1"),
-        "incremental v2, --checksum": dict(version="v2-checksum", base="v1", checksum=True),
+        "full v2 (--no-reuse)": dict(reuse=False),
+        "incremental v2, default": dict(base="v1"),
+        "incremental v2, --checksum": dict(base="v1", checksum=True),
     }
+    # each run writes version v2 into its own output root holding a copy of v1 (and v1's cache of
+    # source stats and hashes): every sample's .json names its dataset version, so outputs can only
+    # be compared byte for byte under one version name
+    outs: dict[str, Path] = {}
+    for i, name in enumerate(configs):
+        outs[name] = work / f"out-{i}"
+        shutil.copytree(out / "v1", outs[name] / "v1")
+        if (out / CACHE_DIR).is_dir():
+            shutil.copytree(out / CACHE_DIR, outs[name] / CACHE_DIR)
     times: dict[str, list[float]] = {k: [] for k in configs}
     busy: dict[str, list[float]] = {k: [] for k in configs}
     results: dict[str, object] = {}
     names = list(configs)
     for r in range(args.repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            seconds, others, res = timed_run(m2, out, sources=sources, base_dir=base_dir, **configs[name], **common)
+            seconds, others, res = timed_run(m2, outs[name], "v2", sources=sources,
+                                             base_dir=outs[name] / "v1" / str(args.size), **configs[name], **common)
             times[name].append(seconds)
             busy[name].append(others)
             results[name] = res
@@ -228,8 +239,8 @@ def main() -> None:
                   flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     full_name, inc_name, chk_name = names
-    ref = _outputs(out / "v2-full" / str(args.size))
-    same = {name: _outputs(out / configs[name]["version"] / str(args.size)) == ref for name in (inc_name, chk_name)}
+    ref = _outputs(outs[full_name] / "v2" / str(args.size))
+    same = {name: _outputs(outs[name] / "v2" / str(args.size)) == ref for name in (inc_name, chk_name)}
     ratio, chk_ratio = med[inc_name] / med[full_name], med[chk_name] / med[full_name]
     inc = results[inc_name]
     ok_ratio, ok_decoded = ratio <= RATIO_TARGET, inc.decoded == added + changed
