@@ -41,10 +41,11 @@ def read_stored(tars: list[Path]) -> dict[str, Stored]:
         try:
             with tarfile.open(tar) as tf:
                 for m in tf:
-                    if m.isfile():
+                    f = tf.extractfile(m) if m.isfile() else None
+                    if f is not None:
                         base = m.name.rsplit("/", 1)[-1]
                         key = m.name[:len(m.name) - len(base)] + base.split(".", 1)[0]
-                        members.setdefault(key, {})[base.split(".", 1)[1]] = tf.extractfile(m).read()
+                        members.setdefault(key, {})[base.split(".", 1)[1]] = f.read()
         except (tarfile.TarError, OSError):
             continue
     return {k: Stored(int(v["cls"]), np.load(io.BytesIO(v["npy"])))

@@ -231,7 +231,7 @@ def _identity_jitter(img: torch.Tensor, b: float, c: float, s: float) -> torch.T
 
 @pytest.mark.parametrize("b, c, s", [(1.2, 0.8, 1), (0.8, 1.2, 1), (1.0, 1.2, 1), (2.0, 2.0, 1), (0.05, 1.9, 1),
                                      (1.1, 0.9, 0.6), (0.9, 1.15, 1.4), (1, 1, 0)])
-def test_jitter_is_the_documented_composition_of_torchvisions_definitions(b, c, s):
+def test_jitter_is_the_documented_composition_of_torchvisions_definitions(b: float, c: float, s: float) -> None:
     """OpenCV, torch's int16 (default ranges) and int32 (wide ranges) fixed point and the 3x3 map
     (saturation) against brightness, contrast and saturation written from torchvision's definitions,
     clamped once at the end as augment documents ("fused into one per-pixel linear map"): within 1
@@ -244,7 +244,7 @@ def test_jitter_is_the_documented_composition_of_torchvisions_definitions(b, c, 
 @pytest.mark.parametrize("b", [0.8, 1.2])
 @pytest.mark.parametrize("c", [0.8, 1.2])
 @pytest.mark.parametrize("s", [0.8, 1.2])
-def test_jitter_is_torchvisions_color_jitter_where_no_step_clamps(b, c, s):
+def test_jitter_is_torchvisions_color_jitter_where_no_step_clamps(b: float, c: float, s: float) -> None:
     """At the corners of the default ranges, on an image whose every intermediate value stays in
     0..255, torchvision's step-by-step clamping never acts: the jitter is torchvision's, within 1."""
     rng = np.random.default_rng(4)
@@ -257,7 +257,7 @@ def test_jitter_is_torchvisions_color_jitter_where_no_step_clamps(b, c, s):
     assert np.abs(_identity_jitter(torch.from_numpy(img), b, c, s).numpy() - want).max() <= 1
 
 
-def test_jitter_differs_from_torchvision_where_brightness_clamps():
+def test_jitter_differs_from_torchvision_where_brightness_clamps() -> None:
     """The documented difference, worked by hand: half the pixels 250, half 50 (mean grey 150),
     brightness 1.2 then contrast 0.8. torchvision clamps after brightness: 300 -> 255 and 60, mean
     157.5, then 0.8 * 255 + 0.2 * 157.5 = 235.5 and 0.8 * 60 + 31.5 = 79.5. The fused map does not:
@@ -270,7 +270,7 @@ def test_jitter_differs_from_torchvision_where_brightness_clamps():
     assert np.allclose(tv[: S // 2], 235.5) and np.allclose(tv[S // 2:], 79.5)
 
 
-def test_the_reference_jitter_is_pils_image_enhance():
+def test_the_reference_jitter_is_pils_image_enhance() -> None:
     """The reference's torchvision definitions against PIL's ImageEnhance (Brightness, Contrast,
     Color: the same blends, PIL rounding its mean grey and truncating every step to uint8): within
     3 levels (three truncations, each under 1 and scaled by the later factors)."""
@@ -284,7 +284,7 @@ def test_the_reference_jitter_is_pils_image_enhance():
         assert np.abs(np.asarray(im) - augref.jitter(img, b, c, s, clamp_each=True)).max() <= 3
 
 
-def test_the_reference_resize_is_pils_bilinear():
+def test_the_reference_resize_is_pils_bilinear() -> None:
     """The reference's triangle filter against PIL's BILINEAR resize of float images (mode F), up and down."""
     from PIL import Image
 
@@ -296,7 +296,7 @@ def test_the_reference_resize_is_pils_bilinear():
 
 @pytest.mark.parametrize("cfg", [AugmentConfig(), AugmentConfig(size=48), AugmentConfig(size=20, saturation=0.4),
                                  AugmentConfig(brightness=1, contrast=1, saturation=1, size=40)])
-def test_per_sample_and_batch_paths_match_the_reference(cfg):
+def test_per_sample_and_batch_paths_match_the_reference(cfg: AugmentConfig) -> None:
     """augment_into (crop, resize inside the crop, flips, turns, jitter) and augment_batch (every step
     by sampling, with and without the affine) against the reference, sample by sample, from the same
     parameter rows. augment_into: max |diff| <= 1 + G, G the jitter's gain b·c·(s + |1 - s|): the
@@ -322,7 +322,7 @@ def test_per_sample_and_batch_paths_match_the_reference(cfg):
             assert np.abs(got - want).max() < 0.01
 
 
-def test_sample_params_hand_worked():
+def test_sample_params_hand_worked() -> None:
     """sample_params for seed 0, epoch 0, key "k", a 224 px source, against values worked by hand from
     BLAKE2b-512 of b"0\\x000\\x00k" (coreutils: printf '0\\0000\\000k' | b2sum -l 512 gives
     d52e39db 2bb6757a 397aca6c 27c60f25 945f7826 48214d5c 3c9f919a 5ca3ef14 2a85791a 780e1b53 af339958

@@ -375,7 +375,7 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
         dist.destroy_process_group()
 
 
-RANK_RUNS = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
+RANK_RUNS: list[dict] = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
              dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
              dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
              dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
@@ -502,7 +502,7 @@ def test_oracle_sees_a_swapped_image(folder, stored):
         check_epoch(ep, stored["train"], expectation(folder, {}), 0, batch_size=B)
 
 
-def test_oracle_sees_its_own_pixels_with_another_epochs_transform(folder, stored):
+def test_oracle_sees_its_own_pixels_with_another_epochs_transform(folder: Path, stored: dict) -> None:
     """The tolerance is tight enough to tell a sample's own pixels augmented with other parameters
     (another epoch's crop, flips and jitter) from its expected image, keys given or not."""
     from augref import augment_reference

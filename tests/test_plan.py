@@ -185,14 +185,14 @@ GROUP0 = {"G1": 0xC9875CD7FD05DF0E, "G2": 0x4132B416D420576E, "G3": 0x303C5D9444
 SEVEN = [("a", 0), ("b", 1), ("c", 0), ("d", 1), ("e", 0), ("f", 1), ("g", 0)]  # positions 0..6
 
 
-def test_seeded_hashes_are_blake2b_of_purpose_seed_key():
+def test_seeded_hashes_are_blake2b_of_purpose_seed_key() -> None:
     assert all(key_hash(k, 0) == h for k, h in ORDER0.items())
     assert all(key_hash(k, 0, "split") == h for k, h in SPLIT0.items())
     assert all(unit_hash(("g", g), 0) == h for g, h in GROUP0.items())
     assert unit_hash(("k", "c"), 0) == SPLIT0["c"]
 
 
-def test_plan_worked_by_hand():
+def test_plan_worked_by_hand() -> None:
     """7 items, 3 per shard: ceil(7 / 3) = 3 shards. Sorted by (label, order hash): label 0 is
     c (2162…), e (683e…), g (855d…), a (b947…), label 1 is f (226f…), b (310b…), d (70f8…), i.e.
     positions 2 4 6 0 5 1 3; dealt round-robin: shard 0 gets 2 0 3, shard 1 gets 4 5, shard 2 gets
@@ -207,14 +207,14 @@ def test_plan_worked_by_hand():
     assert [p.members for p in plan_split("train", SEVEN, shard_size=2, seed=0)] == [(2, 5), (1, 4), (3, 6), (0,)]
 
 
-def test_assign_split_worked_by_hand():
+def test_assign_split_worked_by_hand() -> None:
     """val when the split hash < fraction · 2^64: 0.3 · 2^64 = 0x4ccc…, so c (377e…) and e (4bbd…);
     0.25 · 2^64 = 0x4000…, so c only."""
     assert [k for k, _ in SEVEN if assign_split(k, seed=0, val_fraction=0.3) == "val"] == ["c", "e"]
     assert [k for k, _ in SEVEN if assign_split(k, seed=0, val_fraction=0.25) == "val"] == ["c"]
 
 
-def test_split_groups_worked_by_hand():
+def test_split_groups_worked_by_hand() -> None:
     units = {("g", "G1"): {0: 3}, ("g", "G2"): {0: 1}, ("g", "G3"): {0: 2}, ("k", "c"): {0: 1},
              ("g", "G4"): {1: 2, 0: 1}, ("k", "a"): {1: 1}}
     # without stratify, fraction 0.3 (0x4ccc…): G2 (4132…), G3 (303c…), c (377e…) go to val

@@ -7,6 +7,7 @@ import itertools
 import shutil
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -134,14 +135,14 @@ def folder(tmp_path_factory) -> Path:
     return convert_images(tmp_path_factory.mktemp("threads"), 90, size=S, shard_size=15, val_fraction=0.0)
 
 
-def _epoch(loader) -> list[tuple[str, int, bytes]]:
+def _epoch(loader: Iterable) -> list[tuple[str, int, bytes]]:
     """(key, label, [H, W, 3] pixel bytes) of every sample the loader yields, in order."""
     return [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
             for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
 
 
 @pytest.fixture(scope="module")
-def stock(folder) -> list[tuple[str, int, bytes]]:
+def stock(folder: Path) -> list[tuple[str, int, bytes]]:
     """Every sample as stock webdataset reads the shards, in name order (key, label, pixel bytes),
     cross-checked against stock tarfile (tests/oracle.read_stored)."""
     import webdataset as wds
@@ -157,7 +158,7 @@ def stock(folder) -> list[tuple[str, int, bytes]]:
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 5])
-def test_reader_threads_yield_what_stock_webdataset_reads(folder, stock, workers):
+def test_reader_threads_yield_what_stock_webdataset_reads(folder: Path, stock: list, workers: int) -> None:
     """Eval with workers runs in threads (the caller helping): sample by sample, the keys, labels and
     pixels stock webdataset reads, in its order (shards by name, samples as stored). device_augment
     (threads too): each epoch a permutation of those samples, each with its own label, stored pixels
@@ -195,7 +196,8 @@ def test_reader_threads_yield_what_stock_webdataset_reads(folder, stock, workers
 
 
 @pytest.mark.parametrize("slow", ["caller", "threads"])
-def test_batches_are_the_same_whichever_thread_makes_them(folder, stock, monkeypatch, slow):
+def test_batches_are_the_same_whichever_thread_makes_them(folder: Path, stock: list,
+                                                         monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
     """The caller or the background threads slowed down, so that the other makes most batches: the
     samples stock webdataset reads, in its order."""
     from training_adapter.loader import ShardDataset
