@@ -26,6 +26,7 @@ from ``training_adapter`` and takes a sample's parameters as a plain row in ``PA
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -42,8 +43,6 @@ GREY = np.array([0.299, 0.587, 0.114])
 
 def uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
     """The 16 uniforms augment documents: BLAKE2b-512 of "seed NUL epoch NUL key", as 16 little-endian u32 / 2^32."""
-    import hashlib
-
     h = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}".encode(), digest_size=64).digest()
     return np.array([int.from_bytes(h[4 * i:4 * i + 4], "little") / 2**32 for i in range(16)])
 
@@ -121,14 +120,11 @@ def geometry_sampled(src: np.ndarray, p: np.ndarray, out: int) -> np.ndarray:
     return ((f[y0, x0] * (1 - fx) + f[y0, x1] * fx) * (1 - fy) + (f[y1, x0] * (1 - fx) + f[y1, x1] * fx) * fy)
 
 
-def augment_reference(src: np.ndarray, p: np.ndarray, *, out: int, sampled: bool = False,
-                      jitter_on: bool = True) -> np.ndarray:
+def augment_reference(src: np.ndarray, p: np.ndarray, *, out: int, sampled: bool = False) -> np.ndarray:
     """One uint8 [S, S, 3] sample augmented with its parameter row: float [out, out, 3] in 0..255.
 
     ``sampled``: the sampling path (every step by inverse mapping, as with the affine); otherwise crop,
     resize inside the crop, flips and turns. The jitter (clamped once, at the end) follows.
     """
     img = geometry_sampled(src, p, out) if sampled else geometry_resize(src, p, out)
-    if jitter_on:
-        img = jitter(img, p[_I["brightness"]], p[_I["contrast"]], p[_I["saturation"]])
-    return img
+    return jitter(img, p[_I["brightness"]], p[_I["contrast"]], p[_I["saturation"]])

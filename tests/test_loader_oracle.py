@@ -375,11 +375,12 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
         dist.destroy_process_group()
 
 
-RANK_RUNS: list[dict] = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
-             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
-             dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
-             dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
-             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
+RANK_RUNS: list[dict] = [
+    dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
+    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
+    dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
+    dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
+    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
 
 
 def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
