@@ -1,4 +1,5 @@
-"""augment: parameter purity, each transform's geometry on known patterns, and batch == per-sample."""
+"""augment: parameter purity (and a hand-worked row), each transform's geometry on known patterns, both paths
+against the independent reference (tests/augref.py: torchvision's jitter, PIL's bilinear), and batch == per-sample."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import augref
 from training_adapter.augment import PARAM_NAMES, AugmentConfig, augment_batch, augment_into, batch_params, sample_params
 from wds_tools.errors import OptionError
 
@@ -220,22 +222,129 @@ def test_resize_writes_the_batch_like_interpolate():
         assert torch.equal(out, ref[0].permute(1, 2, 0))
 
 
-@pytest.mark.parametrize("b, c", [(1.2, 0.8), (0.8, 1.2), (1.0, 1.2), (2.0, 2.0), (0.05, 1.9)])
-def test_jitter_is_within_rounding_of_float(b, c):
-    """OpenCV, or torch's int16 (default ranges) and int32 (wide ranges) fixed point, against the float map."""
-    from training_adapter.augment import _jitter_, _jitter_float, _luma_mean
+# --- against the independent reference (tests/augref.py) ------------------------------------
 
+def _identity_jitter(img: torch.Tensor, b: float, c: float, s: float) -> torch.Tensor:
+    """augment_into with every geometric step off: only the jitter, with these factors."""
+    return run(img, params(brightness=b, contrast=c, saturation=s), cfg=dataclasses.replace(OFF, brightness=0.5))
+
+
+@pytest.mark.parametrize("b, c, s", [(1.2, 0.8, 1), (0.8, 1.2, 1), (1.0, 1.2, 1), (2.0, 2.0, 1), (0.05, 1.9, 1),
+                                     (1.1, 0.9, 0.6), (0.9, 1.15, 1.4), (1, 1, 0)])
+def test_jitter_is_the_documented_composition_of_torchvisions_definitions(b: float, c: float, s: float) -> None:
+    """OpenCV, torch's int16 (default ranges) and int32 (wide ranges) fixed point and the 3x3 map
+    (saturation) against brightness, contrast and saturation written from torchvision's definitions,
+    clamped once at the end as augment documents ("fused into one per-pixel linear map"): within 1
+    level (0.5 for the final rounding, at most 0.5 more from coefficients rounded to 1/256)."""
     img = torch.from_numpy(np.random.default_rng(3).integers(0, 256, (S, S, 3), dtype=np.uint8))
-    p = params(brightness=b, contrast=c)
-    out = img.clone()
-    _jitter_(out, p)
-    assert abs(_luma_mean(img) - float(_gray_mean_ref(img))) < 1e-3
-    ref = _jitter_float(img.permute(2, 0, 1)[None].float(), torch.as_tensor(p[None], dtype=torch.float32))
-    ref = ref.clamp(0, 255)[0].permute(1, 2, 0)
-    assert (out.float() - ref).abs().max() <= 1
+    want = augref.jitter(img.numpy(), b, c, s)
+    assert np.abs(_identity_jitter(img, b, c, s).numpy() - want).max() <= 1
 
 
-def _gray_mean_ref(img_hwc):
-    from training_adapter.augment import _gray_mean
+@pytest.mark.parametrize("b", [0.8, 1.2])
+@pytest.mark.parametrize("c", [0.8, 1.2])
+@pytest.mark.parametrize("s", [0.8, 1.2])
+def test_jitter_is_torchvisions_color_jitter_where_no_step_clamps(b: float, c: float, s: float) -> None:
+    """At the corners of the default ranges, on an image whose every intermediate value stays in
+    0..255, torchvision's step-by-step clamping never acts: the jitter is torchvision's, within 1."""
+    rng = np.random.default_rng(4)
+    img = rng.integers(70, 181, (S, S, 3), dtype=np.uint8)
+    x1 = b * img.astype(float)  # each step unclamped: the precondition, checked
+    x2 = c * x1 + (1 - c) * (x1 @ augref.GREY).mean()
+    x3 = s * x2 + (1 - s) * (x2 @ augref.GREY)[..., None]
+    assert all(0 <= x.min() and x.max() <= 255 for x in (x1, x2, x3))
+    want = augref.jitter(img, b, c, s, clamp_each=True)
+    assert np.abs(_identity_jitter(torch.from_numpy(img), b, c, s).numpy() - want).max() <= 1
 
-    return _gray_mean(img_hwc.permute(2, 0, 1)[None])[0]
+
+def test_jitter_differs_from_torchvision_where_brightness_clamps() -> None:
+    """The documented difference, worked by hand: half the pixels 250, half 50 (mean grey 150),
+    brightness 1.2 then contrast 0.8. torchvision clamps after brightness: 300 -> 255 and 60, mean
+    157.5, then 0.8 * 255 + 0.2 * 157.5 = 235.5 and 0.8 * 60 + 31.5 = 79.5. The fused map does not:
+    0.96 * 250 + 0.2 * 1.2 * 150 = 276 -> 255 and 0.96 * 50 + 36 = 84."""
+    img = torch.full((S, S, 3), 50, dtype=torch.uint8)
+    img[: S // 2] = 250
+    out = _identity_jitter(img, 1.2, 0.8, 1)
+    assert set(out[: S // 2].flatten().tolist()) == {255} and set(out[S // 2:].flatten().tolist()) == {84}
+    tv = augref.jitter(img.numpy(), 1.2, 0.8, 1, clamp_each=True)
+    assert np.allclose(tv[: S // 2], 235.5) and np.allclose(tv[S // 2:], 79.5)
+
+
+def test_the_reference_jitter_is_pils_image_enhance() -> None:
+    """The reference's torchvision definitions against PIL's ImageEnhance (Brightness, Contrast,
+    Color: the same blends, PIL rounding its mean grey and truncating every step to uint8): within
+    3 levels (three truncations, each under 1 and scaled by the later factors)."""
+    from PIL import Image, ImageEnhance
+
+    img = np.random.default_rng(5).integers(0, 256, (S, S, 3), dtype=np.uint8)
+    for b, c, s in ((1.2, 0.8, 1.3), (0.8, 1.2, 0.7), (1.1, 1.1, 1.0)):
+        im = Image.fromarray(img)
+        for enhance, f in ((ImageEnhance.Brightness, b), (ImageEnhance.Contrast, c), (ImageEnhance.Color, s)):
+            im = enhance(im).enhance(f)
+        assert np.abs(np.asarray(im) - augref.jitter(img, b, c, s, clamp_each=True)).max() <= 3
+
+
+def test_the_reference_resize_is_pils_bilinear() -> None:
+    """The reference's triangle filter against PIL's BILINEAR resize of float images (mode F), up and down."""
+    from PIL import Image
+
+    img = np.random.default_rng(6).uniform(0, 255, (20, 13)).astype(np.float32)
+    for h, w in ((37, 50), (7, 5), (20, 6)):
+        pil = np.asarray(Image.fromarray(img, "F").resize((w, h), Image.Resampling.BILINEAR))
+        assert np.abs(augref.resize(img[..., None], h, w)[..., 0] - pil).max() < 1e-3
+
+
+@pytest.mark.parametrize("cfg", [AugmentConfig(), AugmentConfig(size=48), AugmentConfig(size=20, saturation=0.4),
+                                 AugmentConfig(brightness=1, contrast=1, saturation=1, size=40)])
+def test_per_sample_and_batch_paths_match_the_reference(cfg: AugmentConfig) -> None:
+    """augment_into (crop, resize inside the crop, flips, turns, jitter) and augment_batch (every step
+    by sampling, with and without the affine) against the reference, sample by sample, from the same
+    parameter rows. augment_into: max |diff| <= 1 + G, G the jitter's gain b·c·(s + |1 - s|): the
+    resized crop is rounded to uint8 by a fixed-point resize (under 1 level), the jitter scales that
+    by up to G and rounds again; mean |diff| < 0.75. augment_batch: float32 rounding only (< 0.01)."""
+    rng = np.random.default_rng(7)
+    coarse = torch.from_numpy(rng.integers(0, 256, (6, 3, 5, 5), dtype=np.uint8)).float()
+    imgs = torch.nn.functional.interpolate(coarse, size=(S, S), mode="bicubic").clamp(0, 255).round().to(torch.uint8)
+    O = cfg.size or S
+    for epoch in range(3):
+        keys = [f"s{i}" for i in range(len(imgs))]
+        p = batch_params(cfg, seed=1, epoch=epoch, keys=keys, src_size=S)
+        for i in range(len(imgs)):
+            src = imgs[i].permute(1, 2, 0).contiguous()
+            d = np.abs(run(src, p[i], cfg, O).numpy() - augref.augment_reference(src.numpy(), p[i], out=O))
+            b, c, s = p[i, P["brightness"]], p[i, P["contrast"]], p[i, P["saturation"]]
+            assert d.max() <= 1 + b * c * (s + abs(1 - s)) and d.mean() < 0.75
+        for affine_cfg in (cfg, dataclasses.replace(cfg, affine_p=1.0)):
+            pa = batch_params(affine_cfg, seed=1, epoch=epoch, keys=keys, src_size=S)
+            got = augment_batch(imgs, pa, config=affine_cfg).permute(0, 2, 3, 1).numpy()
+            want = np.stack([augref.augment_reference(im.permute(1, 2, 0).numpy(), row, out=O, sampled=True)
+                             for im, row in zip(imgs, pa)])
+            assert np.abs(got - want).max() < 0.01
+
+
+def test_sample_params_hand_worked() -> None:
+    """sample_params for seed 0, epoch 0, key "k", a 224 px source, against values worked by hand from
+    BLAKE2b-512 of b"0\\x000\\x00k" (coreutils: printf '0\\0000\\000k' | b2sum -l 512 gives
+    d52e39db 2bb6757a 397aca6c 27c60f25 945f7826 48214d5c 3c9f919a 5ca3ef14 2a85791a 780e1b53 af339958
+    ff0e1978 5edafb96 eec3d7d6 10d52f03 3b4da7b3; each 4 bytes little-endian / 2^32 is one uniform u_i).
+
+    defaults: area = 224² (0.08 + 0.92 u0), u0 = 0xdb392ed5 / 2^32 = 0.856341 -> 43544.4; ratio =
+    exp(ln 3/4 + ln(16/9) u1), u1 = 0.478359 -> 0.987626; w = round(sqrt(43544.4 · 0.987626)) =
+    round(207.38) = 207, h = round(sqrt(43544.4 / 0.987626)) = round(209.98) = 210; top = int(u2 ·
+    (224 - 210 + 1)) = int(0.424965 · 15) = 6, left = int(u3 · 18) = int(0.144772 · 18) = 2; hflip
+    u4 = 0.150 < 0.5: 1; vflip u5 = 0.361 < 0.5: 1; rot90 int(4 u6) = int(2.415) = 2; affine u7 =
+    0.0818 >= affine_p 0: angle 0, shift 0, scale 1; brightness 1 + 0.2 (2 u12 - 1) = 1 + 0.2 · 0.179561
+    = 1.035912; contrast 1 + 0.2 (2 · 0.839230 - 1) = 1.135692; saturation 0: factor 1.
+    affine_p 0.5: u7 < 0.5, angle 10 (2 u8 - 1) = 10 (2 · 0.103417 - 1) = -7.931665; tx = 0.05 (2 u9 - 1)
+    = 0.05 (2 · 0.324632 - 1) = -0.017537; ty = 0.05 (2 · 0.346088 - 1) = -0.015391; scale 0.9 + 0.2 u11
+    = 0.9 + 0.2 · 0.469132 = 0.993826.
+    """
+    assert np.allclose(augref.uniforms(0, 0, "k")[[0, 1, 2, 3, 12, 13]],
+                       [0xDB392ED5 / 2**32, 0x7A75B62B / 2**32, 0x6CCA7A39 / 2**32, 0x250FC627 / 2**32,
+                        0x96FBDA5E / 2**32, 0xD6D7C3EE / 2**32], rtol=0, atol=1e-15)
+    want = [6, 2, 210, 207, 1, 1, 2, 0, 0, 0, 1, 1.035912, 1.135692, 1]
+    got = sample_params(AugmentConfig(), seed=0, epoch=0, key="k", src_size=224)
+    assert np.allclose(got, want, rtol=0, atol=1e-6)
+    aff = sample_params(AugmentConfig(affine_p=0.5), seed=0, epoch=0, key="k", src_size=224)
+    assert np.allclose(aff, want[:7] + [-7.931665, -0.017537, -0.015391, 0.993826] + want[11:], rtol=0, atol=1e-6)
+    assert list(PARAM_NAMES) == list(augref.PARAM_ORDER)

@@ -2,8 +2,10 @@
 
 Every batch of every configuration below (the defaults a user gets always among them) is checked:
 each sample is exactly one stored sample, with its own label and its own stored pixels augmented
-with its own (seed, epoch, key) parameters; no key twice in a rank's epoch; the epoch covers what
-the plan promises. Batches the caller keeps are checked again after later ones were made.
+with its own (seed, epoch, key) parameters by the independent reference (tests/augref.py, within the
+tolerance ``Expect.tolerance`` states; unaugmented pixels exactly); no key twice in a rank's epoch;
+the epoch covers what the plan promises. Batches the caller keeps are checked again after later
+ones were made.
 """
 
 from __future__ import annotations
@@ -346,7 +348,8 @@ def test_batches_kept_by_the_caller_never_change(folder, stored, opts):
         assert [digest(im) for im in view] == digests[1:]
         assert [digest(torch.from_numpy(a)) for a in arr] == digests
         for im, k in zip(images, keys):
-            assert digest(im) == digest(expect.image(stored[split][k], k, epoch))
+            src = stored[split][k]
+            expect.check(im.numpy(), expect.image(src, k, epoch), k, epoch, src.pixels.shape[0])
 
 
 # --- several ranks under gloo ------------------------------------------------------------------
@@ -359,34 +362,46 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         result = []
-        for opts in runs:
+        for j, opts in enumerate(runs):
             ld = make_loader(folder, train=True, batch_size=B, **opts)
             epochs = run_epochs(ld, opts, [None, None])
+            for n, (_, ep) in enumerate(epochs):  # the images beside the JSON, in yield order
+                np.save(Path(out, f"rank{rank}-{j}-{n}.npy"), np.stack([im for _, _, im, _ in ep.samples]))
             result.append({"len": len(ld), "epochs": [
-                [e, [[[k, lab, d, None if p is None else p.tolist()] for k, lab, d, p in b] for b in ep.batches]]
+                [e, [[[k, lab, None if p is None else p.tolist()] for k, lab, _, p in b] for b in ep.batches]]
                 for e, ep in epochs]})
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
 
-RANK_RUNS = [dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
-             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
-             dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
-             dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
-             dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
+RANK_RUNS: list[dict] = [
+    dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
+    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
+    dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
+    dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
+    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
 
 
 def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
+    """Each rank's result per run: len() and its epochs, each epoch's images read back from its .npy."""
     import torch.multiprocessing as tmp_mp
 
     tmp_mp.spawn(_rank_main, args=(world, f"file://{tmp}/init", str(folder), runs, str(tmp)), nprocs=world, join=True)
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+    results = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+    for r, per_run in enumerate(results):
+        for j, res in enumerate(per_run):
+            res["images"] = [np.load(tmp / f"rank{r}-{j}-{n}.npy") for n in range(len(res["epochs"]))]
+    return results
 
 
 def _epochs_of(rank_result: dict) -> list[tuple[int, Epoch]]:
-    return [(e, Epoch([[(k, lab, d, None if p is None else np.array(p, np.float32)) for k, lab, d, p in b]
-                       for b in batches])) for e, batches in rank_result["epochs"]]
+    out = []
+    for (e, batches), images in zip(rank_result["epochs"], rank_result["images"]):
+        it = iter(images)
+        out.append((e, Epoch([[(k, lab, next(it), None if p is None else np.array(p, np.float32))
+                                for k, lab, p in b] for b in batches])))
+    return out
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -486,3 +501,23 @@ def test_oracle_sees_a_swapped_image(folder, stored):
     ep.batches[0][0], ep.batches[0][1] = (k0, l0, d1, p0), (k1, l1, d0, p1)
     with pytest.raises(AssertionError, match="not its own stored pixels"):
         check_epoch(ep, stored["train"], expectation(folder, {}), 0, batch_size=B)
+
+
+def test_oracle_sees_its_own_pixels_with_another_epochs_transform(folder: Path, stored: dict) -> None:
+    """The tolerance is tight enough to tell a sample's own pixels augmented with other parameters
+    (another epoch's crop, flips and jitter) from its expected image, keys given or not."""
+    from augref import augment_reference
+
+    expect = expectation(folder, {})
+    for keys in (True, False):
+        loader = make_loader(folder, train=True, batch_size=B, num_workers=0, return_keys=keys)
+        loader.set_epoch(0)
+        ep = Epoch([record(b, keys=keys, params=False) for b in loader])
+        check_epoch(ep, stored["train"], expect, 0, batch_size=B)  # as yielded: passes
+        k, lab, _, p = ep.batches[0][0]
+        k = k or check_epoch(Epoch([ep.batches[0][:1]]), stored["train"], expect, 0, batch_size=B)[0]
+        src = stored["train"][k].pixels
+        other = augment_reference(src, expect.params(k, 1, S), out=S).round().transpose(2, 0, 1).astype(np.uint8)
+        ep.batches[0][0] = (ep.batches[0][0][0], lab, other, p)
+        with pytest.raises(AssertionError, match="not its own stored pixels"):
+            check_epoch(ep, stored["train"], expect, 0, batch_size=B)

@@ -1,3 +1,5 @@
+"""plan: hand-worked plans and splits (hashes from coreutils b2sum, not plan.py), plus property tests."""
+
 from collections import Counter
 
 import pytest
@@ -170,3 +172,64 @@ def test_stratify_worked_example():
     got = split_groups(units, seed=0, val_fraction=0.5, stratify=True)
     assert sum(2 for u, s in got.items() if u[1][0] == "A" and s == "val") == 4  # of 10: 2v + 2 < 10 twice
     assert sum(1 for u, s in got.items() if u[1][0] == "B" and s == "val") == 2  # of 4: 2v + 1 < 4 twice
+
+
+# ------------------------------------------------------------------ plans worked by hand
+# The seeded hashes below are BLAKE2b with an 8-byte digest, big-endian, from coreutils rather than
+# from plan.py: printf 'order:0:a' | b2sum -l 64 (likewise 'split:0:<key>', 'group:0:<group>').
+ORDER0 = {"a": 0xB947D20B969C879A, "b": 0x310B2567F4BB06D4, "c": 0x2162B1C9CE4C19E7, "d": 0x70F88EA9B8503616,
+          "e": 0x683E5D1A5F93E990, "f": 0x226FE2A543671244, "g": 0x855D83F03E2CB3DD}
+SPLIT0 = {"a": 0x9691EC03D07CED40, "b": 0xE72D08E025975B83, "c": 0x377EBC720C6D89FB, "d": 0xCD8D52178F60BD64,
+          "e": 0x4BBDE4A0F1DD138E, "f": 0xE53BD6060015BB32, "g": 0x8D3E50AFF6DD6DAE}
+GROUP0 = {"G1": 0xC9875CD7FD05DF0E, "G2": 0x4132B416D420576E, "G3": 0x303C5D94442C8895, "G4": 0xE91CE2EEF4535CCA}
+SEVEN = [("a", 0), ("b", 1), ("c", 0), ("d", 1), ("e", 0), ("f", 1), ("g", 0)]  # positions 0..6
+
+
+def test_seeded_hashes_are_blake2b_of_purpose_seed_key() -> None:
+    assert all(key_hash(k, 0) == h for k, h in ORDER0.items())
+    assert all(key_hash(k, 0, "split") == h for k, h in SPLIT0.items())
+    assert all(unit_hash(("g", g), 0) == h for g, h in GROUP0.items())
+    assert unit_hash(("k", "c"), 0) == SPLIT0["c"]
+
+
+def test_plan_worked_by_hand() -> None:
+    """7 items, 3 per shard: ceil(7 / 3) = 3 shards. Sorted by (label, order hash): label 0 is
+    c (2162…), e (683e…), g (855d…), a (b947…), label 1 is f (226f…), b (310b…), d (70f8…), i.e.
+    positions 2 4 6 0 5 1 3; dealt round-robin: shard 0 gets 2 0 3, shard 1 gets 4 5, shard 2 gets
+    6 1. Within a shard by hash: shard 0 c d a = (2, 3, 0), shard 1 f e = (5, 4), shard 2 b g = (1, 6)."""
+    plans = plan_split("train", SEVEN, shard_size=3, seed=0)
+    assert [(p.split, p.index, p.members) for p in plans] == [("train", 0, (2, 3, 0)), ("train", 1, (5, 4)),
+                                                             ("train", 2, (1, 6))]
+    assert [p.name for p in plans] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    # one shard: every item, by hash alone: c f b e d g a
+    assert [p.members for p in plan_split("val", SEVEN, shard_size=7, seed=0)] == [(2, 5, 1, 4, 3, 6, 0)]
+    # 2 per shard: 4 shards; 2 4 6 0 5 1 3 dealt: (2, 5), (4, 1), (6, 3), (0,) -> by hash (2, 5), (1, 4), (3, 6), (0,)
+    assert [p.members for p in plan_split("train", SEVEN, shard_size=2, seed=0)] == [(2, 5), (1, 4), (3, 6), (0,)]
+
+
+def test_assign_split_worked_by_hand() -> None:
+    """val when the split hash < fraction · 2^64: 0.3 · 2^64 = 0x4ccc…, so c (377e…) and e (4bbd…);
+    0.25 · 2^64 = 0x4000…, so c only."""
+    assert [k for k, _ in SEVEN if assign_split(k, seed=0, val_fraction=0.3) == "val"] == ["c", "e"]
+    assert [k for k, _ in SEVEN if assign_split(k, seed=0, val_fraction=0.25) == "val"] == ["c"]
+
+
+def test_split_groups_worked_by_hand() -> None:
+    units = {("g", "G1"): {0: 3}, ("g", "G2"): {0: 1}, ("g", "G3"): {0: 2}, ("k", "c"): {0: 1},
+             ("g", "G4"): {1: 2, 0: 1}, ("k", "a"): {1: 1}}
+    # without stratify, fraction 0.3 (0x4ccc…): G2 (4132…), G3 (303c…), c (377e…) go to val
+    assert split_groups(units, seed=0, val_fraction=0.3) == {
+        ("g", "G1"): "train", ("g", "G2"): "val", ("g", "G3"): "val", ("k", "c"): "val", ("g", "G4"): "train",
+        ("k", "a"): "train"}
+    # stratified, fraction 0.5. Class 0 (G1 3, G2 1, G3 2, c 1: S = 7, bound 2 · 0.5 · 7 = 7), by hash
+    # G3, c, G2, G1: G3 2 · 0 + 2 < 7 val (v = 2); c 4 + 1 < 7 val (v = 3); G2 6 + 1 = 7 train; G1 6 + 3
+    # train. Class 1 (G4's majority is 1; with a: S = 4, bound 4), by hash a (9691…), G4 (e91c…):
+    # a 0 + 1 < 4 val (v = 1); G4 2 + 3 train.
+    assert split_groups(units, seed=0, val_fraction=0.5, stratify=True) == {
+        ("g", "G1"): "train", ("g", "G2"): "train", ("g", "G3"): "val", ("k", "c"): "val", ("g", "G4"): "train",
+        ("k", "a"): "val"}
+    # G3 fixed in train: class 0 still has S = 7, v = 0; c 0 + 1 < 7 val (v = 1); G2 2 + 1 < 7 val (v = 2);
+    # G1 4 + 3 = 7 train
+    assert split_groups(units, seed=0, val_fraction=0.5, stratify=True, fixed={("g", "G3"): "train"}) == {
+        ("g", "G1"): "train", ("g", "G2"): "val", ("g", "G3"): "train", ("k", "c"): "val", ("g", "G4"): "train",
+        ("k", "a"): "val"}

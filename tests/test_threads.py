@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import shutil
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -133,35 +135,74 @@ def folder(tmp_path_factory) -> Path:
     return convert_images(tmp_path_factory.mktemp("threads"), 90, size=S, shard_size=15, val_fraction=0.0)
 
 
-def _epoch(loader) -> list[tuple[str, int, bytes]]:
-    return [(k, int(lab), im.numpy().tobytes()) for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
+def _epoch(loader: Iterable) -> list[tuple[str, int, bytes]]:
+    """(key, label, [H, W, 3] pixel bytes) of every sample the loader yields, in order."""
+    return [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+            for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
+
+
+@pytest.fixture(scope="module")
+def stock(folder: Path) -> list[tuple[str, int, bytes]]:
+    """Every sample as stock webdataset reads the shards, in name order (key, label, pixel bytes),
+    cross-checked against stock tarfile (tests/oracle.read_stored)."""
+    import webdataset as wds
+    from oracle import read_stored
+
+    tars = sorted(Path(folder).glob("train-*.tar"))
+    got = [(s["__key__"], int(s["cls"]), np.load(io.BytesIO(s["npy"])).tobytes())
+           for s in wds.WebDataset([str(t) for t in tars], shardshuffle=False)]
+    by_tarfile = read_stored(tars)
+    assert len(got) == len(by_tarfile) == 90
+    assert all((lab, px) == (by_tarfile[k].label, by_tarfile[k].pixels.tobytes()) for k, lab, px in got)
+    return got
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 5])
-def test_reader_threads_yield_the_in_process_batches(folder, workers):
-    """Eval and device_augment with workers run in threads (the caller helping), batch for batch as
-    with num_workers=0."""
+def test_reader_threads_yield_what_stock_webdataset_reads(folder: Path, stock: list, workers: int) -> None:
+    """Eval with workers runs in threads (the caller helping): sample by sample, the keys, labels and
+    pixels stock webdataset reads, in its order (shards by name, samples as stored). device_augment
+    (threads too): each epoch a permutation of those samples, each with its own label, stored pixels
+    and sample_params row, in the same order as without workers (the order does not depend on them)."""
+    from training_adapter import AugmentConfig, sample_params
+
     before = set(_reader_threads())
-    for opts in (dict(train=False), dict(train=True, device_augment=True)):
-        kw = dict(batch_size=4, split="train", return_keys=True, **opts)
-        ref = make_loader(folder, num_workers=0, **kw)
-        ld = make_loader(folder, num_workers=workers, **kw)
-        assert ld.dataset.copies_only
-        for epoch in (0, 1):
-            ref.set_epoch(epoch)
-            ld.set_epoch(epoch)
-            assert _epoch(ld) == _epoch(ref)
+    kw = dict(batch_size=4, split="train", return_keys=True)
+    ld = make_loader(folder, num_workers=workers, train=False, **kw)
+    assert ld.dataset.copies_only
+    for epoch in (0, 1):
+        ld.set_epoch(epoch)
+        assert _epoch(ld) == stock
+    want = {k: (lab, px) for k, lab, px in stock}
+    kw.update(train=True, device_augment=True, drop_last=False)
+    ld = make_loader(folder, num_workers=workers, **kw)
+    in_process = make_loader(folder, num_workers=0, **kw)
+    assert ld.dataset.copies_only
+    orders = []
+    for epoch in (0, 1):
+        ld.set_epoch(epoch)
+        in_process.set_epoch(epoch)
+        got = [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes(), p.numpy())
+               for b in ld for im, lab, p, k in zip(b[0], b[1], b[2], b[-1])]
+        keys = [k for k, *_ in got]
+        assert sorted(keys) == sorted(want) and keys != [k for k, *_ in stock]  # all of them, shuffled
+        for k, lab, px, p in got:
+            assert (lab, px) == want[k]
+            assert np.array_equal(p, sample_params(AugmentConfig(), seed=0, epoch=epoch, key=k, src_size=S)
+                                  .astype(np.float32))
+        assert keys == [k for b in in_process for k in b[-1]]
+        orders.append(keys)
+    assert orders[0] != orders[1]
     assert not set(_reader_threads()) - before
 
 
 @pytest.mark.parametrize("slow", ["caller", "threads"])
-def test_batches_are_the_same_whichever_thread_makes_them(folder, monkeypatch, slow):
+def test_batches_are_the_same_whichever_thread_makes_them(folder: Path, stock: list,
+                                                         monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
     """The caller or the background threads slowed down, so that the other makes most batches: the
-    same batches as num_workers=0."""
+    samples stock webdataset reads, in its order."""
     from training_adapter.loader import ShardDataset
 
     kw = dict(batch_size=4, split="train", return_keys=True, train=False)
-    ref = _epoch(make_loader(folder, num_workers=0, **kw))
     made: list[str] = []
     index_batch = ShardDataset.index_batch
 
@@ -173,9 +214,9 @@ def test_batches_are_the_same_whichever_thread_makes_them(folder, monkeypatch, s
         return index_batch(self, *a, **k)
 
     monkeypatch.setattr(ShardDataset, "index_batch", timed)
-    assert _epoch(make_loader(folder, num_workers=2, **kw)) == ref
+    assert _epoch(make_loader(folder, num_workers=2, **kw)) == stock
     by_threads = sum(m.startswith("training_adapter-reader") for m in made)
-    assert len(made) == -(-len(ref) // 4)  # every batch made once
+    assert len(made) == -(-len(stock) // 4)  # every batch made once
     if slow == "caller":
         assert by_threads > len(made) / 2
     else:  # the thread starts the first batch it can, then the caller makes the rest of the window
