@@ -12,7 +12,7 @@ import numpy as np
 import xxhash
 
 from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index
-from wds_tools.format.layout import url_pattern
+from wds_tools.format.names import url_pattern
 from wds_tools.format.sample import MEMBERS, classes_digest, column_prefix, label_i32
 from wds_tools.format.tarwrite import ShardWriter, npy_header
 

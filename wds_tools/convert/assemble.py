@@ -12,7 +12,7 @@ from ..format.index import (
     ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
 )
 from ..format.sample import MEMBERS, classes_digest
-from ..format.layout import url_pattern
+from ..format.names import url_pattern
 from ..format.meta import encode_columns
 from .decode import DecodeSettings
 from .result import ConvertResult

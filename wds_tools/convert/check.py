@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import xxhash
 
 from .decode import DecodeError, DecodeSettings, probe_image
-from ..format.layout import filesystem
+from ..format.transport import filesystem
 from .storage import is_remote, open_input
 
 __all__ = ["HASH_ALGORITHMS", "Check", "NotRegularFileError", "open_source", "os_reason", "scan_files", "check_sources",

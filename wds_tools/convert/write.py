@@ -21,7 +21,7 @@ from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
 from ..format.sample import MEMBERS, column_prefix, label_i32, sample_json as json_bytes
-from ..format.layout import open_ranged
+from ..format.transport import open_ranged
 from .runner import orphaned
 from .spill import SpillWriter, Staged
 from .storage import Store, join

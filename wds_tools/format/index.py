@@ -10,7 +10,7 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IndexFormatError
-from .layout import INDEX_FILE, SAMPLES_FILE, join, samples_file_name  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
 from .meta import MetaValues, column_names, read_metadata
+from .names import samples_file_name
+from .sidecars import sidecar_files
+from .transport import is_local, join, local_path, parent, read_bytes
 
 __all__ = [
     "FORMAT_NAME",
@@ -35,6 +37,9 @@ __all__ = [
     "DatasetIndex",
     "SampleTable",
     "load_index",
+    "read_index",
+    "index_of",
+    "read_samples",
     "parse_index_meta",
     "indexes_newest_first",
     "histogram_mean_std",
@@ -47,6 +52,9 @@ __all__ = [
 FORMAT_NAME = "wds-tools-index"
 FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
 READABLE_VERSIONS = (1, 2)  # what every reader reads
+# The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
+INDEX_FILE = "index.json"
+SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
 
 # Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
@@ -204,18 +212,48 @@ class DatasetIndex:
 
 
 def load_index(path: str | os.PathLike) -> DatasetIndex:
-    """Load an index from a shards folder or its index.json."""
+    """Load an index from a local shards folder or its index.json."""
     p = Path(path)
     index_path = p / INDEX_FILE if p.is_dir() else p
+    return DatasetIndex(index_path.parent, read_index(str(index_path), required=True))
+
+
+def read_index(url: str, *, required: bool = False) -> dict:
+    """index.json at ``url``, checked to be a wds-tools index of a version this code reads.
+
+    A missing file raises ``FileNotFoundError``, or ``IndexFormatError`` when ``required``.
+    """
     try:
-        data = index_path.read_bytes()
+        data = read_bytes(url)
     except FileNotFoundError:
-        raise IndexFormatError(
-            f"no index at {index_path}; convert first, or point at a folder holding {INDEX_FILE}"
-        ) from None
+        if required:
+            raise IndexFormatError(
+                f"no index at {url}; convert first, or point at a folder holding {INDEX_FILE}") from None
+        raise
     except OSError as e:
-        raise IndexFormatError(f"cannot read index {index_path}: {e}") from None
-    return DatasetIndex(index_path.parent, parse_index_meta(data, index_path))
+        raise IndexFormatError(f"cannot read index {url}: {e}") from None
+    return parse_index_meta(data, url)
+
+
+def index_of(spec: str | os.PathLike) -> tuple[str, dict]:
+    """(folder, index.json's dict) of a shards folder or its index.json, local or a URL."""
+    text = os.fspath(spec)
+    if text.endswith(".json") and not os.path.isdir(text):
+        url = text
+    else:
+        url = join(text, INDEX_FILE)
+    return parent(url), read_index(url, required=True)
+
+
+def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Columns of a samples.npz (``names``, or all); a local file is read only for those columns."""
+    if data is None and not is_local(url):
+        try:
+            data = read_bytes(url)
+        except OSError as e:
+            raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
+    return read_npz(local_path(url) or url, names, data=data)
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
@@ -263,8 +301,6 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
 
     ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
     """
-    from .sidecars import sidecar_files
-
     names = [*sample_columns(meta), *column_names(meta)]  # then the metadata's, in index.json "metadata" order
     missing = set(names) - set(columns)
     if missing:

@@ -1,6 +1,6 @@
 """Whether the shards a spec names belong together: one dataset, and whole splits of it.
 
-docs/FORMAT.md, "Layout". ``format.layout.resolve`` calls these on the parts of a spec (each
+docs/FORMAT.md, "Layout". ``format.resolve.resolve`` calls these on the parts of a spec (each
 folder, index file or pattern, one ``Shards`` per folder) before any reader sees a shard:
 
 - *mixed*: the parts' index.json files are different datasets (``dataset_identity`` differs: a
@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import OptionError
+from .names import indexed_name_problem
 
-if TYPE_CHECKING:
-    from .layout import Shards
-
-__all__ = ["RECORD_ONLY", "dataset_identity", "dataset_key", "differences", "class_difference",
+__all__ = ["Part", "RECORD_ONLY", "dataset_identity", "dataset_key", "differences", "class_difference",
            "datasets", "Gap", "check_mixed", "gaps", "check_partial", "MIXED_HINT", "PARTIAL_HINT"]
 
 # build fields that are provenance only (the same conversion may record other values; FORMAT.md, index.json)
@@ -39,6 +37,24 @@ MIXED_HINT = ("pass allow_mixed=True to read them as one set anyway (wds-tools s
               "a trainer config: allow_mixed: true in its dataset block)")
 PARTIAL_HINT = ("pass allow_partial=True to read only the shards named, on purpose (a quick experiment; "
                 "a trainer config: allow_partial: true in its dataset block)")
+
+
+class Part(Protocol):
+    """What these rules read of one part of a spec: a ``format.resolve.Shards``."""
+
+    @property
+    def spec(self) -> str: ...
+
+    @property
+    def meta(self) -> dict | None: ...
+
+    @property
+    def index_file(self) -> str | None: ...
+
+    @property
+    def names(self) -> list[str] | None: ...
+
+    def __len__(self) -> int: ...
 
 
 # ------------------------------------------------------------------ what a dataset is
@@ -153,23 +169,23 @@ def _about(index_file: str, meta: dict) -> str:
 
 # ------------------------------------------------------------------ mixed
 
-def _by_dataset(parts: Sequence[Shards]) -> dict[str, list[Shards]]:
+def _by_dataset(parts: Sequence[Part]) -> dict[str, list[Part]]:
     """The parts with an index, grouped by dataset (in the order first named)."""
     indexed = [p for p in parts if p.meta is not None and p.index_file is not None]
     if len({id(p.meta) for p in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
         return {"": indexed} if indexed else {}
-    groups: dict[str, list[Shards]] = {}
+    groups: dict[str, list[Part]] = {}
     for p in indexed:
         groups.setdefault(dataset_key(p.meta), []).append(p)
     return groups
 
 
-def datasets(parts: Sequence[Shards]) -> list[dict]:
+def datasets(parts: Sequence[Part]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
     return [g[0].meta for g in _by_dataset(parts).values()]
 
 
-def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
+def check_mixed(spec: str, parts: Sequence[Part]) -> None:
     """Refuse (``OptionError``) parts of different datasets, naming each (its index, version, size,
     classes, the parts of the spec in it) and how it differs from the first. Parts without an index
     are not compared."""
@@ -187,7 +203,7 @@ def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
         raise OptionError("\n".join(lines))
 
 
-def _parts_text(parts: Sequence[Shards]) -> str:
+def _parts_text(parts: Sequence[Part]) -> str:
     shown = [f"{len(p)} shard{'s' if len(p) != 1 else ''} of {p.spec}" for p in parts[:SHOWN]]
     return "; ".join(shown) + (f"; and {len(parts) - SHOWN} more parts" if len(parts) > SHOWN else "")
 
@@ -215,10 +231,8 @@ class Gap:
                 "missing": list(self.missing)}
 
 
-def gaps(parts: Sequence[Shards]) -> list[Gap]:
+def gaps(parts: Sequence[Part]) -> list[Gap]:
     """Per dataset (copies count as one), the splits whose shards the parts name only in part."""
-    from .layout import indexed_name_problem  # (layout imports this module)
-
     out = []
     for group in _by_dataset(parts).values():
         listing = [p for p in group if p.names is not None]  # (a part naming tars its index lacks: not known)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ShardError
 from .tarwrite import BLOCK
-from .layout import open_ranged, open_stream
+from .transport import open_ranged, open_stream
 
 __all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",
            "decode_header", "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks",
@@ -202,7 +202,7 @@ class TarWalker:
 
 def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
                  *, window: int = 64 << 10) -> TarWalker:
-    """Walk a tar's headers with small positioned reads (``layout.open_ranged``: a local path or a
+    """Walk a tar's headers with small positioned reads (``transport.open_ranged``: a local path or a
     URL), skipping the data of large members."""
     walker = TarWalker(capture)
     with open_ranged(os.fspath(path)) as f:
@@ -247,7 +247,7 @@ def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = No
 def iter_chunks(path: str | os.PathLike, chunk: int = CHUNK) -> Iterator[memoryview]:
     """Yield a file's bytes start to end as consecutive views of ``chunk`` bytes (the last may be short).
 
-    ``path`` is a local path or a URL (``layout.open_stream``). The views share one buffer: each is
+    ``path`` is a local path or a URL (``transport.open_stream``). The views share one buffer: each is
     valid until the next is yielded, so a caller keeps bytes by copying them.
     """
     if chunk % BLOCK:
