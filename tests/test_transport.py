@@ -9,13 +9,23 @@ import pytest
 
 from conftest import convert_images, upload
 from wds_tools.format import transport
-from wds_tools.format.transport import file_size, list_tars, open_ranged, open_stream, read_bytes, read_ranges
+from wds_tools.format.transport import (
+    file_size, is_local, is_remote, list_tars, open_ranged, open_stream, read_bytes, read_ranges, scheme,
+)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """25 train samples in 7 shards of up to 4, 5 val samples in 2 shards, and the index."""
     return convert_images(tmp_path_factory.mktemp("transport"), 30, size=16, shard_size=4, val_every=6)
+
+
+def test_the_scheme_names_the_store():
+    """One test of a path's scheme, which every reader and the converter's output ask."""
+    paths = ("/a/b", "a/b", "/a/b://c", "file:///a", "S3://b/k", "https://h/x", "pipe:cat x")
+    assert [scheme(p) for p in paths] == ["", "", "", "file", "s3", "https", "pipe"]
+    assert [is_local(p) for p in paths] == [True, True, True, True, False, False, False]
+    assert all(is_remote(p) != is_local(p) for p in paths)
 
 
 @pytest.fixture

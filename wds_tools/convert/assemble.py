@@ -14,11 +14,12 @@ from ..format.index import (
 from ..format.sample import MEMBERS, classes_digest
 from ..format.names import url_pattern
 from ..format.meta import encode_columns
+from ..format.transport import join
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base
 from .source import Source
-from .storage import Store, join
+from .storage import Store
 from .write import ShardTask
 
 __all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result", "source_stats"]

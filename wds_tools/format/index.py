@@ -21,6 +21,7 @@ from ..errors import IndexFormatError
 from .fsutil import atomic_write_bytes, dumps_canonical
 from .meta import MetaValues, column_names, read_metadata
 from .names import samples_file_name
+from .packed import unpack_strings
 from .sidecars import sidecar_files
 from .transport import is_local, join, local_path, parent, read_bytes
 
@@ -46,7 +47,6 @@ __all__ = [
     "write_index",
     "write_npz",
     "read_npz",
-    "pack_strings",
 ]
 
 FORMAT_NAME = "wds-tools-index"
@@ -97,14 +97,6 @@ def sample_columns(meta: dict | None = None) -> dict[str, str]:
 
 
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
-
-
-def pack_strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 strings -> (offsets uint64 [N+1], data uint8)."""
-    encoded = [v.encode() for v in values]
-    offsets = np.zeros(len(encoded) + 1, dtype="<u8")
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return offsets, np.frombuffer(b"".join(encoded), dtype="u1")
 
 
 def write_npz(columns: dict[str, np.ndarray]) -> bytes:
@@ -159,8 +151,7 @@ class SampleTable:
         return {k: i for i, k in enumerate(self.keys)}
 
     def source_path(self, i: int) -> str:
-        o = self.columns["path_offsets"]
-        return self.columns["path_data"][o[i]:o[i + 1]].tobytes().decode()
+        return unpack_strings(self.columns["path_offsets"][i:i + 2], self.columns["path_data"])[0]
 
     def fingerprint_hex(self, i: int) -> str:
         return self.columns["fingerprint"][i].tobytes().hex()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import IndexFormatError
+from .packed import pack_strings, unpack_strings
 
 __all__ = ["META_TYPES", "MetaColumn", "MetaValues", "metadata_columns", "npz_names", "npz_dtypes",
            "encode_columns", "read_metadata", "value_text", "meta_object", "column_names", "is_int_text",
@@ -111,11 +112,7 @@ def encode_columns(columns: Sequence[MetaColumn], values: Sequence[Sequence]) ->
             categories = sorted({v for v in col if v is not None})
             code = {v: j for j, v in enumerate(categories)}
             out[names[0]] = np.array([-1 if v is None else code[v] for v in col], dtype="<i4").reshape(n)
-            encoded = [v.encode() for v in categories]
-            offsets = np.zeros(len(encoded) + 1, dtype="<u8")
-            np.cumsum([len(b) for b in encoded], out=offsets[1:])
-            out[names[1]] = offsets
-            out[names[2]] = np.frombuffer(b"".join(encoded), dtype="|u1")
+            out[names[1]], out[names[2]] = pack_strings(categories)
     return out
 
 
@@ -220,8 +217,7 @@ def read_metadata(columns: Mapping[str, np.ndarray], meta: Mapping, names: Itera
             values = values.astype(np.float64)
             out[c.name] = MetaValues(c, values, np.isnan(values))
         else:
-            offsets, data = columns[keys[1]].astype(np.int64), columns[keys[2]].tobytes()
-            cats = [data[a:b].decode("utf-8", "replace") for a, b in zip(offsets[:-1], offsets[1:])]
+            cats = unpack_strings(columns[keys[1]].astype(np.int64), columns[keys[2]], errors="replace")
             codes = values.astype(np.int64)
             if len(codes) and (codes.min() < -1 or codes.max() >= len(cats)):
                 raise IndexFormatError(f"{where}: column {keys[0]!r} (metadata {c.name!r}) holds codes outside "
