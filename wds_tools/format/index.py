@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -144,16 +145,20 @@ class SampleTable:
 
     @cached_property
     def keys(self) -> list[str]:
+        """Every sample's key, in row order."""
         return self.columns["key"].astype("U").tolist()
 
     @cached_property
     def key_positions(self) -> dict[str, int]:
+        """Key -> its row."""
         return {k: i for i, k in enumerate(self.keys)}
 
     def source_path(self, i: int) -> str:
+        """Row i's source file, as the converter read it."""
         return unpack_strings(self.columns["path_offsets"][i:i + 2], self.columns["path_data"])[0]
 
     def fingerprint_hex(self, i: int) -> str:
+        """Row i's source fingerprint (xxh3-128) as hex."""
         return self.columns["fingerprint"][i].tobytes().hex()
 
     def metadata(self, meta: dict) -> dict[str, MetaValues]:
@@ -171,6 +176,7 @@ class DatasetIndex:
 
     @property
     def samples(self) -> SampleTable:
+        """samples.npz, read on first use."""
         if self._samples is None:
             name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
             self._samples = SampleTable(read_npz(self.root / name))
@@ -183,14 +189,17 @@ class DatasetIndex:
 
     @property
     def shards(self) -> list[dict]:
+        """index.json's ``shards`` entries."""
         return self.meta["shards"]
 
     @property
     def splits(self) -> dict[str, dict]:
+        """index.json's ``splits``, by name."""
         return self.meta["splits"]
 
     @property
     def classes(self) -> list[str]:
+        """The class names; a label is an index into them."""
         return self.meta["classes"]
 
     def url_pattern(self, split: str) -> str:
@@ -271,7 +280,7 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
     return meta
 
 
-def histogram_mean_std(hist: np.ndarray, empty=(None, None)):
+def histogram_mean_std(hist: np.ndarray, empty: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:
     """Per-channel mean and std in [0, 1] units (index.json's ``mean``/``std``) from a [3, 256] pixel
     value histogram; ``empty`` when a channel has no pixels."""
     hist = hist.reshape(3, 256).astype(np.float64)

@@ -38,6 +38,7 @@ class MetaColumn:
     type: str  # "int", "float" or "string"
 
     def to_dict(self) -> dict:
+        """The column as index.json's ``metadata`` lists it."""
         return {"name": self.name, "type": self.type}
 
 
@@ -57,6 +58,7 @@ def npz_names(i: int, type: str) -> tuple[str, ...]:
 
 
 def npz_dtypes(i: int, type: str) -> dict[str, str]:
+    """samples.npz array name -> dtype of metadata column ``i`` (``npz_names``, in stored order)."""
     return {f"meta{i}{suffix}": dtype for suffix, dtype in _NPZ[type]}
 
 
@@ -72,7 +74,7 @@ def is_float_text(text: str) -> bool:
     return bool(_FLOAT.fullmatch(text)) and math.isfinite(float(text))
 
 
-def value_text(value) -> str:
+def value_text(value: object) -> str:
     """A value as text: a group's identity, the same whatever type its column has in a version (one
     new cell can turn an int column float, or a float column text): a number as its value, a whole
     one as the int it equals (``5``, ``5.0`` and a text cell ``5.0`` are all ``5``), another as
@@ -130,9 +132,10 @@ class MetaValues:
         return len(self.values)
 
     def take(self, rows: np.ndarray) -> MetaValues:
+        """These rows only."""
         return MetaValues(self.column, self.values[rows], self.missing[rows], self.categories)
 
-    def value(self, i: int):
+    def value(self, i: int) -> int | float | str | None:
         """Row i's value as the sample's .json has it (None: missing)."""
         if self.missing[i]:
             return None
@@ -142,6 +145,7 @@ class MetaValues:
         return int(v) if self.column.type == "int" else float(v)
 
     def tolist(self) -> list:
+        """Every row's value (``value``)."""
         return [self.value(i) for i in range(len(self))]
 
     def mask(self, wanted: Iterable) -> np.ndarray:

@@ -54,7 +54,7 @@ def samples_file_name(meta: dict, where: str) -> str:
     info = meta.get("samples_file")
     name = info.get("name") if isinstance(info, dict) else None
     problem = indexed_name_problem(name, shard=False)
-    if problem:
+    if problem is not None or not isinstance(name, str):
         raise IndexFormatError(f"{where}: samples_file.name {problem}")
     return name
 

@@ -26,6 +26,6 @@ def unpack_strings(offsets: np.ndarray, data: np.ndarray, *, errors: str = "stri
 
     ``data`` is read in place (no copy of the whole array), so one row of a large table is cheap.
     """
-    buf = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     bounds = np.asarray(offsets).tolist()
     return [bytes(buf[a:b]).decode("utf-8", errors) for a, b in zip(bounds[:-1], bounds[1:])]

@@ -18,7 +18,7 @@ from ..errors import IndexFormatError, OptionError, ShardError
 from . import mixing
 from .index import INDEX_FILE, indexes_newest_first, read_index
 from .names import expand, index_shards
-from .transport import basename, is_local, join, list_tars, local_path, parent, scheme
+from .transport import basename, join, list_tars, local_path, parent, scheme
 
 __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset"]
 
@@ -48,6 +48,7 @@ class Shards:
 
     @property
     def index_file(self) -> str | None:
+        """The index.json that ``meta`` was read from (None: no index)."""
         return join(self.index_base, INDEX_FILE) if self.index_base is not None else None
 
 
@@ -123,8 +124,8 @@ def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Sh
     one_index = all(p.names is not None and p.index_base == first.index_base for p in parts)
     return Shards(
         spec, [u for p in parts for u in p.urls], folder, first.meta, first.index_base,
-        [n for p in parts for n in p.names] if one_index else None,
-        None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts],
+        [n for p in parts for n in p.names or ()] if one_index else None,
+        None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts or ()],
         selected=True)
 
 
@@ -136,8 +137,9 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
             raise OptionError(f"{text}: pipe: commands are read by the loader only; give a shards folder, "
                               "its index.json or a shard pattern")
         return [Shards(text, expand(text))]
-    if kind in ("", "file"):
-        path = str(Path(os.path.expanduser(local_path(text))))
+    local = local_path(text)
+    if local is not None:
+        path = str(Path(os.path.expanduser(local)))
         if os.path.isdir(path):
             return [_folder(text, path, rules)]
     else:
@@ -221,7 +223,7 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
 def _check_exist(text: str, urls: list[str]) -> None:
     """Local shards a pattern names must exist (remote ones are found missing when read; the
     inspectors report missing shards themselves)."""
-    missing = [u for u in urls if is_local(u) and not os.path.isfile(local_path(u))]
+    missing = [u for u in urls if (local := local_path(u)) is not None and not os.path.isfile(local)]
     if missing:
         raise ShardError(f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
                          f"check the pattern, or point at the shards folder")

@@ -19,10 +19,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from functools import lru_cache
+from http.client import HTTPResponse
+from types import TracebackType
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from ..errors import ExtraNotInstalledError, OptionError
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 __all__ = [
     "REMOTE_BLOCK",
@@ -89,13 +95,13 @@ def basename(url: str) -> str:
     return url.rsplit("/", 1)[-1] if scheme(url) else os.path.basename(url)
 
 
-def filesystem(url: str):
+def filesystem(url: str) -> AbstractFileSystem:
     """The fsspec filesystem of ``url``'s scheme (s3, gs...), made once per scheme."""
     return _filesystem(scheme(url))
 
 
 @lru_cache(maxsize=16)
-def _filesystem(protocol: str):
+def _filesystem(protocol: str) -> AbstractFileSystem:
     try:
         import fsspec
     except ImportError:
@@ -107,22 +113,22 @@ def _filesystem(protocol: str):
                           "pip install 'wds-tools[s3]'") from None
 
 
-def open_stream(url: str):
+def open_stream(url: str) -> BinaryIO:
     """Open a file for reading start to end: unbuffered for a local file (fill buffers with
     ``readinto``), webdataset's ``gopen`` for pipe: and http(s), fsspec in ``REMOTE_BLOCK`` ranged
     requests for an object store. A missing file raises ``FileNotFoundError`` where the scheme
     tells (not through gopen: there the first read fails)."""
-    kind = scheme(url)
-    if kind in ("", "file"):
-        return open(local_path(url), "rb", buffering=0)
-    if kind in GOPEN_SCHEMES:
+    local = local_path(url)
+    if local is not None:
+        return open(local, "rb", buffering=0)
+    if scheme(url) in GOPEN_SCHEMES:
         from webdataset.gopen import gopen
 
         return gopen(url, "rb", bufsize=GOPEN_BUFFER)
     return open_file(url, block_size=REMOTE_BLOCK)
 
 
-def open_file(url: str, block_size: int | None = None):
+def open_file(url: str, block_size: int | None = None) -> BinaryIO:
     """Open a seekable binary file: a local one, or any URL fsspec knows (its file objects have
     ``size``), read in ranged requests of ``block_size`` as the reader goes (no download first)."""
     local = local_path(url)
@@ -134,10 +140,11 @@ def open_file(url: str, block_size: int | None = None):
 
 def read_bytes(url: str) -> bytes:
     """A whole (small) file."""
-    kind = scheme(url)
-    if kind in ("", "file"):
-        with open(local_path(url), "rb") as f:
+    local = local_path(url)
+    if local is not None:
+        with open(local, "rb") as f:
             return f.read()
+    kind = scheme(url)
     if kind in HTTP_SCHEMES:
         with _http(url) as r:
             return r.read()
@@ -149,9 +156,10 @@ def read_bytes(url: str) -> bytes:
 
 def file_size(url: str) -> int:
     """The size of a file in bytes; ``FileNotFoundError`` when there is none."""
+    local = local_path(url)
+    if local is not None:
+        return os.path.getsize(local)
     kind = scheme(url)
-    if kind in ("", "file"):
-        return os.path.getsize(local_path(url))
     if kind in HTTP_SCHEMES:
         with _http(url, "HEAD") as r:
             length = r.headers.get("Content-Length")
@@ -165,8 +173,9 @@ def file_size(url: str) -> int:
 
 def exists(url: str) -> bool:
     """Whether a file is there."""
-    if is_local(url):
-        return os.path.isfile(local_path(url))
+    local = local_path(url)
+    if local is not None:
+        return os.path.isfile(local)
     try:
         file_size(url)
     except FileNotFoundError:
@@ -176,10 +185,10 @@ def exists(url: str) -> bool:
 
 def list_tars(folder: str) -> list[str] | None:
     """Names of the ``*.tar`` files in a folder, sorted; None where the store cannot list (http)."""
-    kind = scheme(folder)
-    if kind in ("", "file"):
-        return sorted(e.name for e in os.scandir(local_path(folder)) if e.name.endswith(".tar") and e.is_file())
-    if kind in GOPEN_SCHEMES:
+    local = local_path(folder)
+    if local is not None:
+        return sorted(e.name for e in os.scandir(local) if e.name.endswith(".tar") and e.is_file())
+    if scheme(folder) in GOPEN_SCHEMES:
         return None
     try:
         found = filesystem(folder).ls(folder, detail=False, refresh=True)
@@ -188,10 +197,11 @@ def list_tars(folder: str) -> list[str] | None:
     return sorted(n for n in (p.rstrip("/").rsplit("/", 1)[-1] for p in found) if n.endswith(".tar"))
 
 
-def _http(url: str, method: str = "GET", start: int | None = None, end: int | None = None):
-    """An open urllib response; HTTP 404 raises ``FileNotFoundError``, other failures ``OSError``."""
+def _http(url: str, method: str = "GET", start: int | None = None, end: int | None = None) -> HTTPResponse:
+    """An open urllib response (bytes ``start:end`` when given); HTTP 404 raises ``FileNotFoundError``,
+    other failures ``OSError``."""
     req = urllib.request.Request(url, method=method)
-    if start is not None:
+    if start is not None and end is not None:
         req.add_header("Range", f"bytes={start}-{end - 1}")
     try:
         return urllib.request.urlopen(req, timeout=HTTP_TIMEOUT)
@@ -210,13 +220,14 @@ class RangedFile:
     An http server that ignores ``Range`` sends the whole file: it is kept and sliced.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str) -> None:
         self.url = url
         self._kind = scheme(url)
         self._fd: int | None = None
         self._whole: bytes | None = None
-        if self._kind in ("", "file"):
-            self._fd = os.open(local_path(url), os.O_RDONLY)
+        local = local_path(url)
+        if local is not None:
+            self._fd = os.open(local, os.O_RDONLY)
             self.size = os.fstat(self._fd).st_size
         elif self._kind in GOPEN_SCHEMES - HTTP_SCHEMES:
             raise OSError(f"{url}: a {self._kind}: URL cannot be read at offsets")
@@ -242,6 +253,7 @@ class RangedFile:
         return filesystem(self.url).cat_file(self.url, start=offset, end=end)
 
     def close(self) -> None:
+        """Close the local file (a remote one holds nothing open)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -250,7 +262,8 @@ class RangedFile:
     def __enter__(self) -> RangedFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
 
