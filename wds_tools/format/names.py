@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import braceexpand  # installed with webdataset
+
 from ..errors import IndexFormatError
 
 __all__ = ["shard_name", "url_pattern", "shard_split", "expand", "indexed_name_problem", "samples_file_name",
@@ -85,6 +87,4 @@ def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
 
 def expand(pattern: str) -> list[str]:
     """A webdataset brace pattern (``train-{000000..000041}.tar``) as its list of names."""
-    import braceexpand  # installed with webdataset
-
     return list(braceexpand.braceexpand(pattern))
