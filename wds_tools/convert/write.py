@@ -26,7 +26,8 @@ from ..format.transport import join, open_ranged
 from .runner import orphaned
 from .spill import SpillWriter, Staged
 from .storage import Store
-from ..format.tarwrite import ShardWriter, npy_header
+from ..format.npy import npy_header
+from ..format.tarwrite import ShardWriter
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "Encoded", "encode_batch", "ShardAssembler",
            "open_shard", "write_shard", "sample_json"]

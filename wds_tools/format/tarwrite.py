@@ -7,9 +7,7 @@ import os
 import tarfile
 from types import TracebackType
 
-from .npy import npy_header, read_npy_header  # noqa: F401 - the converter imports them here
-
-__all__ = ["ShardWriter", "npy_header", "read_npy_header", "MTIME", "partial_path"]
+__all__ = ["ShardWriter", "MTIME", "partial_path"]
 
 BLOCK = 512
 RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
