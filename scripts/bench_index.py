@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wds_tools.format.index import FORMAT_NAME, load_index, pack_strings, write_index
+from wds_tools.format.index import FORMAT_NAME, load_index, write_index
+from wds_tools.format.packed import pack_strings
 
 
 def make_index(dest: Path, n: int, n_shards: int) -> None:

@@ -48,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_index import make_index  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
-from wds_tools.format.index import FORMAT_NAME, pack_strings, write_index  # noqa: E402
-from wds_tools.format.layout import url_pattern  # noqa: E402
+from wds_tools.format.index import FORMAT_NAME, write_index  # noqa: E402
+from wds_tools.format.packed import pack_strings  # noqa: E402
+from wds_tools.format.names import url_pattern  # noqa: E402
 from wds_tools.format.npy import image_header  # noqa: E402
 from wds_tools.format.tarwrite import ShardWriter  # noqa: E402
 from wds_tools.inspect.verify import verify  # noqa: E402

@@ -155,7 +155,7 @@ def s3_server():
 
     from moto.server import ThreadedMotoServer
 
-    from wds_tools.format import layout
+    from wds_tools.format import transport
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -165,12 +165,12 @@ def s3_server():
                                              "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
     os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
                       AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
-    layout._filesystem.cache_clear()
+    transport._filesystem.cache_clear()
     import s3fs
     s3fs.S3FileSystem.clear_instance_cache()
     yield f"http://{host}:{port}"
     server.stop()
-    layout._filesystem.cache_clear()
+    transport._filesystem.cache_clear()
     s3fs.S3FileSystem.clear_instance_cache()
     for k, v in saved.items():
         if v is None:

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, pack_strings, write_index
-from wds_tools.format.layout import url_pattern
+from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, write_index
+from wds_tools.format.names import url_pattern
+from wds_tools.format.npy import npy_header
+from wds_tools.format.packed import pack_strings
 from wds_tools.format.sample import MEMBERS, classes_digest, column_prefix, label_i32
-from wds_tools.format.tarwrite import ShardWriter, npy_header
+from wds_tools.format.tarwrite import ShardWriter
 
 
 def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a", "b", "c"),

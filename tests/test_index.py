@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 from wds_tools.errors import IndexFormatError
-from wds_tools.format.index import (
-    FORMAT_VERSION, SAMPLE_COLUMNS, load_index, pack_strings, read_npz, write_index, write_npz,
-)
+from wds_tools.format.index import FORMAT_VERSION, SAMPLE_COLUMNS, load_index, read_npz, write_index, write_npz
+from wds_tools.format.packed import pack_strings
 
 
 def _columns(n: int) -> dict:

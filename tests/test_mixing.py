@@ -21,7 +21,7 @@ from training_adapter import ShardIndexDataset, load_config, make_loader
 from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
-from wds_tools.format.layout import resolve
+from wds_tools.format.resolve import resolve
 from wds_tools.format.mixing import Gap, class_difference, dataset_key, differences
 from wds_tools.inspect.stats import compute_stats
 from wds_tools.inspect.verify import verify

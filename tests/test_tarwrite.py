@@ -6,7 +6,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from wds_tools.format.tarwrite import ShardWriter, npy_header, partial_path
+from wds_tools.format.npy import npy_header
+from wds_tools.format.tarwrite import ShardWriter, partial_path
 
 
 def test_writer_offsets_ustar_and_atomic_rename(tmp_path):

@@ -18,7 +18,8 @@ from shardkit import build_dataset, copy_tars, member, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.fsutil import dumps_canonical
-from wds_tools.format.index import histogram_mean_std, load_index, pack_strings, read_npz, write_npz
+from wds_tools.format.index import histogram_mean_std, load_index, read_npz, write_npz
+from wds_tools.format.packed import pack_strings
 from wds_tools.inspect.verify import PROBLEM_KINDS, SCHEMA, verify
 from wds_tools.inspect.verify_meta import mean_std
 from wds_tools.inspect.verify_shards import PixelSums

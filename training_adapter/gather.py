@@ -27,7 +27,7 @@ import torch
 import xxhash
 
 from wds_tools.errors import ShardError
-from wds_tools.format.layout import read_ranges
+from wds_tools.format.transport import read_ranges
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex

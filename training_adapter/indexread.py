@@ -20,7 +20,8 @@ import torch
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
-from wds_tools.format.layout import SAMPLES_FILE, join, read_samples
+from wds_tools.format.index import SAMPLES_FILE, read_samples
+from wds_tools.format.transport import join
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
 

@@ -4,7 +4,7 @@ URLs follow webdataset's conventions: brace patterns (``train-{000000..000041}.t
 patterns joined with ``::``, ``pipe:`` and ``http(s)://`` URLs passed through to ``gopen``. A wds-tools
 shards folder or its ``index.json`` (local, object storage or http) is accepted in place of a
 pattern; it, or the index beside a pattern's shards, also gives the samples per shard (for equal
-batch counts across ranks) and the pixel mean/std. ``wds_tools.format.layout`` resolves them, and
+batch counts across ranks) and the pixel mean/std. ``wds_tools.format.resolve`` resolves them, and
 refuses shards of different datasets and patterns naming part of a split (``format.mixing``).
 
 The epoch plan is a pure function of (sample counts, seed, epoch, rank, world size, workers).
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wds_tools.errors import OptionError
-from wds_tools.format.layout import resolve
+from wds_tools.format.resolve import resolve
 
 __all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
 
@@ -47,7 +47,7 @@ class ShardList:
 def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train",
                  allow_mixed: bool = False, allow_partial: bool = False) -> ShardList:
     """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes);
-    ``format.layout.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
+    ``format.resolve.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
     pattern naming part of a split (``allow_partial``) are refused unless allowed."""
     for name, value in (("allow_mixed", allow_mixed), ("allow_partial", allow_partial)):
         if not isinstance(value, bool):

@@ -1,7 +1,7 @@
 """Tar read: the streaming reader, shard URLs opened and streamed as checked samples.
 
 The bytes are parsed by ``wds_tools.format.tar`` (multi-MiB reads, headers parsed in place, so a
-224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.layout`` opens
+224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.transport`` opens
 the URL (local files unbuffered, ``pipe:`` and ``http(s)://`` through webdataset's ``gopen``,
 object stores through fsspec). ``SampleStream`` is one worker's reader: its shards (and spares)
 -> samples with a checked ``.npy`` and ``.cls`` -> lists of ``batch_size`` in stream order or
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wds_tools.errors import ShardError
-from wds_tools.format.layout import open_stream
+from wds_tools.format.transport import open_stream
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
 from wds_tools.format.sample import identity_prefix
@@ -33,7 +33,7 @@ log = logging.getLogger("training_adapter")
 
 
 def open_url(url: str):
-    """Open a shard for streaming (``format.layout.open_stream``); ``ShardError`` when it cannot be."""
+    """Open a shard for streaming (``format.transport.open_stream``); ``ShardError`` when it cannot be."""
     try:
         return open_stream(url)
     except (OSError, ValueError) as e:

@@ -261,7 +261,7 @@ def index_files(path, out, wids, dali, as_json) -> None:
       wds-tools index s3://bucket/shards/v1/224 --wids
     """
     from .convert.reindex import write_reader_indexes
-    from .format.layout import newest_dataset
+    from .format.resolve import newest_dataset
 
     if not wids and not dali:
         wids = dali = True

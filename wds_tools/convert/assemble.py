@@ -12,13 +12,14 @@ from ..format.index import (
     ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
 )
 from ..format.sample import MEMBERS, classes_digest
-from ..format.layout import url_pattern
+from ..format.names import url_pattern
 from ..format.meta import encode_columns
+from ..format.transport import join
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base
 from .source import Source
-from .storage import Store, join
+from .storage import Store
 from .write import ShardTask
 
 __all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result", "source_stats"]

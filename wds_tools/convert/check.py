@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import xxhash
 
 from .decode import DecodeError, DecodeSettings, probe_image
-from ..format.layout import filesystem
-from .storage import is_remote, open_input
+from ..format.transport import filesystem, is_remote
+from .storage import open_input
 
 __all__ = ["HASH_ALGORITHMS", "Check", "NotRegularFileError", "open_source", "os_reason", "scan_files", "check_sources",
            "content_hasher", "hash_mismatch"]

@@ -19,8 +19,8 @@ import numpy as np
 from ..errors import IndexFormatError, OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 from ..format.meta import value_text
+from ..format.transport import is_remote
 from .plan import Unit
-from .storage import is_remote
 
 WORK_DIR = ".wds-tools-work"  # target.WORK_DIR (target imports source, which imports this module)
 

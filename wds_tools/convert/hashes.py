@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from ..format.fsutil import atomic_write_bytes
-from ..format.index import pack_strings, read_npz, write_npz
+from ..format.index import read_npz, write_npz
+from ..format.packed import pack_strings, unpack_strings
 
 __all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs", "stats_file", "load_stats", "save_stats"]
 
@@ -79,13 +80,13 @@ def load_stats(out: str | os.PathLike, version: str) -> dict[str, tuple[int, int
         return {}
     try:
         cols = read_npz(path)
-        offsets, data = cols["path_offsets"], cols["path_data"].tobytes()
+        offsets = cols["path_offsets"]
         size, mtime, fps = cols["size"], cols["mtime_ns"], cols["fingerprint"]
         n = len(size)
         if len(offsets) != n + 1 or len(mtime) != n or fps.shape != (n, 16):
             return {}
-        return {data[offsets[i]:offsets[i + 1]].decode(): (int(size[i]), int(mtime[i]), fps[i].tobytes())
-                for i in range(n)}
+        paths = unpack_strings(offsets, cols["path_data"])
+        return {paths[i]: (int(size[i]), int(mtime[i]), fps[i].tobytes()) for i in range(n)}
     except Exception:  # a damaged cache is no cache
         return {}
 

@@ -347,7 +347,7 @@ def lock_folder(store: Store) -> FolderLock:
         if held is not None:
             raise _busy(store.root, held.holder, lock_path=path, marker=held.marker is not None, thread=True)
         if store.remote:
-            from ..format.layout import filesystem
+            from ..format.transport import filesystem
 
             lock = _lock_marker(store.root, path, me, _RemoteMarkers(filesystem(path)), [])
         else:

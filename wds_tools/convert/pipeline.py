@@ -21,6 +21,7 @@ from ..errors import OptionError, TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
 from ..format.sample import classes_digest
+from ..format.transport import join
 from . import hashes
 from .assemble import dry_run_result, result_from_index, write_errors
 from .check import Check, check_sources, scan_files
@@ -37,7 +38,7 @@ from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
-from .storage import Store, join
+from .storage import Store
 from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 

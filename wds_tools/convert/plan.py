@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..format.layout import shard_name
+from ..format.names import shard_name
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.tarwrite import BLOCK as TAR_BLOCK
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..format.layout import index_of, join, read_samples, samples_file_name
+from ..format.index import index_of, read_samples
+from ..format.names import samples_file_name
+from ..format.transport import join
 from ..format.sidecars import sidecar_files
 from .storage import Store
 

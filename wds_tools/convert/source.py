@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
+from ..format.transport import is_remote, join
 from .check import HASH_ALGORITHMS
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, assign_split, split_groups
-from .storage import is_remote, join
 
 __all__ = [
     "IMAGE_EXTENSIONS",

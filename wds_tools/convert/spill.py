@@ -16,9 +16,11 @@ import tempfile
 
 import numpy as np
 
-from ..format.index import SAMPLE_COLUMNS, pack_strings, read_npz, write_npz
+from ..format.index import SAMPLE_COLUMNS, read_npz, write_npz
+from ..format.packed import pack_strings, unpack_strings
 from ..format.tarwrite import partial_path
-from .storage import Store, join
+from ..format.transport import join
+from .storage import Store
 
 __all__ = ["SPILL_DIR", "Staged", "SpillWriter", "load_spill"]
 
@@ -106,10 +108,10 @@ def load_spill(store: Store, folder: str) -> dict[str, tuple]:
             cols = read_npz(table, data=store.read_bytes(table))
         except Exception:  # unreadable: those samples are decoded again
             continue
-        offsets, data = cols["path_offsets"], cols["path_data"].tobytes()
+        paths = unpack_strings(cols["path_offsets"], cols["path_data"])
         nbytes = int(cols["bytes"][0])
         for i, key in enumerate(cols["key"]):
-            path = data[int(offsets[i]):int(offsets[i + 1])].decode()
+            path = paths[i]
             out[key.decode()] = (path, cols["fingerprint"][i].tobytes(), int(cols["width"][i]),
                                  int(cols["height"][i]), int(cols["src_size"][i]), int(cols["src_mtime_ns"][i]),
                                  blob, nbytes, int(cols["npy_offset"][i]), int(cols["npy_length"][i]),

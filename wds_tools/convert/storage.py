@@ -1,6 +1,6 @@
 """Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...).
 
-Just the operations a conversion needs, on top of ``format.layout`` (which reads). Writes are
+Just the operations a conversion needs, on top of ``format.transport`` (which reads). Writes are
 atomic: local files are written to a temporary name and renamed; an object store PUT is
 all-or-nothing by itself.
 """
@@ -10,16 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..format.layout import filesystem, join, local_path, open_file, read_bytes
+from ..format.transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 from ..format.fsutil import atomic_write_bytes
 
-__all__ = ["Store", "is_remote", "join", "open_input", "read_input"]
-
-
-def is_remote(path: str | os.PathLike) -> bool:
-    """True for a URL other than file:// (those go through fsspec)."""
-    text = os.fspath(path)
-    return "://" in text and not text.startswith("file://")
+__all__ = ["Store", "open_input", "read_input"]
 
 
 open_input = open_file  # a source or shard, local or any fsspec URL

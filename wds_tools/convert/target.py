@@ -11,12 +11,14 @@ from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, OutputExistsError
 from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
+from ..format.mixing import RECORD_ONLY
+from ..format.transport import is_remote, join
 from . import hashes
 from .decode import DecodeSettings
 from .result import ConvertResult
 from .reuse import Base, find_base
 from .source import Source
-from .storage import Store, is_remote, join
+from .storage import Store
 from .write import SampleTask, ShardTask
 
 __all__ = ["WORK_DIR", "Target", "spec", "spec_differences", "prepare_dest", "task_digest",
@@ -24,7 +26,6 @@ __all__ = ["WORK_DIR", "Target", "spec", "spec_differences", "prepare_dest", "ta
 
 WORK_DIR = ".wds-tools-work"
 LOCK_FILE = ".wds-tools-lock"  # see lock.py
-_BUILD_RECORD_ONLY = ("source_path", "base")  # recorded in index.json, not part of what is built
 
 
 @dataclass
@@ -85,7 +86,7 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
     if store.exists(store.join(INDEX_FILE)):
         meta = read_meta(store)
         old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
-        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in _BUILD_RECORD_ONLY}
+        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in RECORD_ONLY}
         diffs = spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(

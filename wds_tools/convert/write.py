@@ -19,13 +19,15 @@ import xxhash
 from .check import content_hasher, hash_mismatch, open_source, os_reason
 from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
-from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
+from ..format.index import SAMPLE_COLUMNS, write_npz
+from ..format.packed import pack_strings
 from ..format.sample import MEMBERS, column_prefix, label_i32, sample_json as json_bytes
-from ..format.layout import open_ranged
+from ..format.transport import join, open_ranged
 from .runner import orphaned
 from .spill import SpillWriter, Staged
-from .storage import Store, join
-from ..format.tarwrite import ShardWriter, npy_header
+from .storage import Store
+from ..format.npy import npy_header
+from ..format.tarwrite import ShardWriter
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "Encoded", "encode_batch", "ShardAssembler",
            "open_shard", "write_shard", "sample_json"]

@@ -26,6 +26,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def dumps_canonical(obj) -> str:
+def dumps_canonical(obj: object) -> str:
     """JSON with sorted keys and fixed separators, so equal data gives equal bytes."""
     return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False)

@@ -10,17 +10,21 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import IndexFormatError
-from .layout import INDEX_FILE, SAMPLES_FILE, join, samples_file_name  # file names are the layout's
 from .fsutil import atomic_write_bytes, dumps_canonical
 from .meta import MetaValues, column_names, read_metadata
+from .names import samples_file_name
+from .packed import unpack_strings
+from .sidecars import sidecar_files
+from .transport import is_local, join, local_path, parent, read_bytes
 
 __all__ = [
     "FORMAT_NAME",
@@ -35,18 +39,23 @@ __all__ = [
     "DatasetIndex",
     "SampleTable",
     "load_index",
+    "read_index",
+    "index_of",
+    "read_samples",
     "parse_index_meta",
     "indexes_newest_first",
     "histogram_mean_std",
     "write_index",
     "write_npz",
     "read_npz",
-    "pack_strings",
 ]
 
 FORMAT_NAME = "wds-tools-index"
 FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
 READABLE_VERSIONS = (1, 2)  # what every reader reads
+# The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
+INDEX_FILE = "index.json"
+SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
 
 # Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
@@ -89,14 +98,6 @@ def sample_columns(meta: dict | None = None) -> dict[str, str]:
 
 
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
-
-
-def pack_strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 strings -> (offsets uint64 [N+1], data uint8)."""
-    encoded = [v.encode() for v in values]
-    offsets = np.zeros(len(encoded) + 1, dtype="<u8")
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return offsets, np.frombuffer(b"".join(encoded), dtype="u1")
 
 
 def write_npz(columns: dict[str, np.ndarray]) -> bytes:
@@ -144,17 +145,20 @@ class SampleTable:
 
     @cached_property
     def keys(self) -> list[str]:
+        """Every sample's key, in row order."""
         return self.columns["key"].astype("U").tolist()
 
     @cached_property
     def key_positions(self) -> dict[str, int]:
+        """Key -> its row."""
         return {k: i for i, k in enumerate(self.keys)}
 
     def source_path(self, i: int) -> str:
-        o = self.columns["path_offsets"]
-        return self.columns["path_data"][o[i]:o[i + 1]].tobytes().decode()
+        """Row i's source file, as the converter read it."""
+        return unpack_strings(self.columns["path_offsets"][i:i + 2], self.columns["path_data"])[0]
 
     def fingerprint_hex(self, i: int) -> str:
+        """Row i's source fingerprint (xxh3-128) as hex."""
         return self.columns["fingerprint"][i].tobytes().hex()
 
     def metadata(self, meta: dict) -> dict[str, MetaValues]:
@@ -172,6 +176,7 @@ class DatasetIndex:
 
     @property
     def samples(self) -> SampleTable:
+        """samples.npz, read on first use."""
         if self._samples is None:
             name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
             self._samples = SampleTable(read_npz(self.root / name))
@@ -184,14 +189,17 @@ class DatasetIndex:
 
     @property
     def shards(self) -> list[dict]:
+        """index.json's ``shards`` entries."""
         return self.meta["shards"]
 
     @property
     def splits(self) -> dict[str, dict]:
+        """index.json's ``splits``, by name."""
         return self.meta["splits"]
 
     @property
     def classes(self) -> list[str]:
+        """The class names; a label is an index into them."""
         return self.meta["classes"]
 
     def url_pattern(self, split: str) -> str:
@@ -204,18 +212,48 @@ class DatasetIndex:
 
 
 def load_index(path: str | os.PathLike) -> DatasetIndex:
-    """Load an index from a shards folder or its index.json."""
+    """Load an index from a local shards folder or its index.json."""
     p = Path(path)
     index_path = p / INDEX_FILE if p.is_dir() else p
+    return DatasetIndex(index_path.parent, read_index(str(index_path), required=True))
+
+
+def read_index(url: str, *, required: bool = False) -> dict:
+    """index.json at ``url``, checked to be a wds-tools index of a version this code reads.
+
+    A missing file raises ``FileNotFoundError``, or ``IndexFormatError`` when ``required``.
+    """
     try:
-        data = index_path.read_bytes()
+        data = read_bytes(url)
     except FileNotFoundError:
-        raise IndexFormatError(
-            f"no index at {index_path}; convert first, or point at a folder holding {INDEX_FILE}"
-        ) from None
+        if required:
+            raise IndexFormatError(
+                f"no index at {url}; convert first, or point at a folder holding {INDEX_FILE}") from None
+        raise
     except OSError as e:
-        raise IndexFormatError(f"cannot read index {index_path}: {e}") from None
-    return DatasetIndex(index_path.parent, parse_index_meta(data, index_path))
+        raise IndexFormatError(f"cannot read index {url}: {e}") from None
+    return parse_index_meta(data, url)
+
+
+def index_of(spec: str | os.PathLike) -> tuple[str, dict]:
+    """(folder, index.json's dict) of a shards folder or its index.json, local or a URL."""
+    text = os.fspath(spec)
+    if text.endswith(".json") and not os.path.isdir(text):
+        url = text
+    else:
+        url = join(text, INDEX_FILE)
+    return parent(url), read_index(url, required=True)
+
+
+def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Columns of a samples.npz (``names``, or all); a local file is read only for those columns."""
+    if data is None and not is_local(url):
+        try:
+            data = read_bytes(url)
+        except OSError as e:
+            raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
+    return read_npz(local_path(url) or url, names, data=data)
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
@@ -242,7 +280,7 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
     return meta
 
 
-def histogram_mean_std(hist: np.ndarray, empty=(None, None)):
+def histogram_mean_std(hist: np.ndarray, empty: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:
     """Per-channel mean and std in [0, 1] units (index.json's ``mean``/``std``) from a [3, 256] pixel
     value histogram; ``empty`` when a channel has no pixels."""
     hist = hist.reshape(3, 256).astype(np.float64)
@@ -263,8 +301,6 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
 
     ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
     """
-    from .sidecars import sidecar_files
-
     names = [*sample_columns(meta), *column_names(meta)]  # then the metadata's, in index.json "metadata" order
     missing = set(names) - set(columns)
     if missing:

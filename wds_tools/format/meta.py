@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import IndexFormatError
+from .packed import pack_strings, unpack_strings
 
 __all__ = ["META_TYPES", "MetaColumn", "MetaValues", "metadata_columns", "npz_names", "npz_dtypes",
            "encode_columns", "read_metadata", "value_text", "meta_object", "column_names", "is_int_text",
@@ -37,6 +38,7 @@ class MetaColumn:
     type: str  # "int", "float" or "string"
 
     def to_dict(self) -> dict:
+        """The column as index.json's ``metadata`` lists it."""
         return {"name": self.name, "type": self.type}
 
 
@@ -56,6 +58,7 @@ def npz_names(i: int, type: str) -> tuple[str, ...]:
 
 
 def npz_dtypes(i: int, type: str) -> dict[str, str]:
+    """samples.npz array name -> dtype of metadata column ``i`` (``npz_names``, in stored order)."""
     return {f"meta{i}{suffix}": dtype for suffix, dtype in _NPZ[type]}
 
 
@@ -71,7 +74,7 @@ def is_float_text(text: str) -> bool:
     return bool(_FLOAT.fullmatch(text)) and math.isfinite(float(text))
 
 
-def value_text(value) -> str:
+def value_text(value: object) -> str:
     """A value as text: a group's identity, the same whatever type its column has in a version (one
     new cell can turn an int column float, or a float column text): a number as its value, a whole
     one as the int it equals (``5``, ``5.0`` and a text cell ``5.0`` are all ``5``), another as
@@ -111,11 +114,7 @@ def encode_columns(columns: Sequence[MetaColumn], values: Sequence[Sequence]) ->
             categories = sorted({v for v in col if v is not None})
             code = {v: j for j, v in enumerate(categories)}
             out[names[0]] = np.array([-1 if v is None else code[v] for v in col], dtype="<i4").reshape(n)
-            encoded = [v.encode() for v in categories]
-            offsets = np.zeros(len(encoded) + 1, dtype="<u8")
-            np.cumsum([len(b) for b in encoded], out=offsets[1:])
-            out[names[1]] = offsets
-            out[names[2]] = np.frombuffer(b"".join(encoded), dtype="|u1")
+            out[names[1]], out[names[2]] = pack_strings(categories)
     return out
 
 
@@ -133,9 +132,10 @@ class MetaValues:
         return len(self.values)
 
     def take(self, rows: np.ndarray) -> MetaValues:
+        """These rows only."""
         return MetaValues(self.column, self.values[rows], self.missing[rows], self.categories)
 
-    def value(self, i: int):
+    def value(self, i: int) -> int | float | str | None:
         """Row i's value as the sample's .json has it (None: missing)."""
         if self.missing[i]:
             return None
@@ -145,6 +145,7 @@ class MetaValues:
         return int(v) if self.column.type == "int" else float(v)
 
     def tolist(self) -> list:
+        """Every row's value (``value``)."""
         return [self.value(i) for i in range(len(self))]
 
     def mask(self, wanted: Iterable) -> np.ndarray:
@@ -220,8 +221,7 @@ def read_metadata(columns: Mapping[str, np.ndarray], meta: Mapping, names: Itera
             values = values.astype(np.float64)
             out[c.name] = MetaValues(c, values, np.isnan(values))
         else:
-            offsets, data = columns[keys[1]].astype(np.int64), columns[keys[2]].tobytes()
-            cats = [data[a:b].decode("utf-8", "replace") for a, b in zip(offsets[:-1], offsets[1:])]
+            cats = unpack_strings(columns[keys[1]].astype(np.int64), columns[keys[2]], errors="replace")
             codes = values.astype(np.int64)
             if len(codes) and (codes.min() < -1 or codes.max() >= len(cats)):
                 raise IndexFormatError(f"{where}: column {keys[0]!r} (metadata {c.name!r}) holds codes outside "

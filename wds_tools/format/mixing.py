@@ -1,6 +1,6 @@
 """Whether the shards a spec names belong together: one dataset, and whole splits of it.
 
-docs/FORMAT.md, "Layout". ``format.layout.resolve`` calls these on the parts of a spec (each
+docs/FORMAT.md, "Layout". ``format.resolve.resolve`` calls these on the parts of a spec (each
 folder, index file or pattern, one ``Shards`` per folder) before any reader sees a shard:
 
 - *mixed*: the parts' index.json files are different datasets (``dataset_identity`` differs: a
@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple, Protocol
 
 from ..errors import OptionError
+from .names import indexed_name_problem
 
-if TYPE_CHECKING:
-    from .layout import Shards
-
-__all__ = ["RECORD_ONLY", "dataset_identity", "dataset_key", "differences", "class_difference",
+__all__ = ["Part", "RECORD_ONLY", "dataset_identity", "dataset_key", "differences", "class_difference",
            "datasets", "Gap", "check_mixed", "gaps", "check_partial", "MIXED_HINT", "PARTIAL_HINT"]
 
 # build fields that are provenance only (the same conversion may record other values; FORMAT.md, index.json)
@@ -39,6 +37,34 @@ MIXED_HINT = ("pass allow_mixed=True to read them as one set anyway (wds-tools s
               "a trainer config: allow_mixed: true in its dataset block)")
 PARTIAL_HINT = ("pass allow_partial=True to read only the shards named, on purpose (a quick experiment; "
                 "a trainer config: allow_partial: true in its dataset block)")
+
+
+class Part(Protocol):
+    """What these rules read of one part of a spec: a ``format.resolve.Shards``."""
+
+    @property
+    def spec(self) -> str:
+        """The part of the spec, as given."""
+        ...
+
+    @property
+    def meta(self) -> dict | None:
+        """The index.json beside its shards (None: none)."""
+        ...
+
+    @property
+    def index_file(self) -> str | None:
+        """That index.json's path."""
+        ...
+
+    @property
+    def names(self) -> list[str] | None:
+        """Each shard's entry in ``meta["shards"]`` (None: not every shard is listed)."""
+        ...
+
+    def __len__(self) -> int:
+        """How many shards."""
+        ...
 
 
 # ------------------------------------------------------------------ what a dataset is
@@ -68,6 +94,10 @@ def class_difference(a: object, b: object, na: str = "[1]", nb: str = "[2]") -> 
     whose index differs (a label meaning one class in ``a`` means another in ``b``)."""
     if a == b:
         return None
+    return _class_difference(a, b, na, nb)
+
+
+def _class_difference(a: object, b: object, na: str, nb: str) -> str:
     if not (isinstance(a, list) and isinstance(b, list)):
         return f"classes {_short(a)} / {_short(b)}"
     pos_a, pos_b = {c: i for i, c in enumerate(a)}, {c: i for i, c in enumerate(b)}
@@ -98,7 +128,7 @@ def differences(a: dict, b: dict, na: str = "[1]", nb: str = "[2]") -> list[str]
         if x == y:
             continue
         if k == "classes":
-            out.append(class_difference(x, y, na, nb))
+            out.append(_class_difference(x, y, na, nb))
         elif isinstance(x, dict) and isinstance(y, dict):
             out += _dict_difference(x, y, k)
         else:
@@ -153,23 +183,31 @@ def _about(index_file: str, meta: dict) -> str:
 
 # ------------------------------------------------------------------ mixed
 
-def _by_dataset(parts: Sequence[Shards]) -> dict[str, list[Shards]]:
+class _Indexed(NamedTuple):
+    """A part with an index: its index.json and that file's path."""
+
+    meta: dict
+    index_file: str
+    part: Part
+
+
+def _by_dataset(parts: Sequence[Part]) -> dict[str, list[_Indexed]]:
     """The parts with an index, grouped by dataset (in the order first named)."""
-    indexed = [p for p in parts if p.meta is not None and p.index_file is not None]
-    if len({id(p.meta) for p in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
+    indexed = [_Indexed(p.meta, p.index_file, p) for p in parts if p.meta is not None and p.index_file is not None]
+    if len({id(i.meta) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
         return {"": indexed} if indexed else {}
-    groups: dict[str, list[Shards]] = {}
-    for p in indexed:
-        groups.setdefault(dataset_key(p.meta), []).append(p)
+    groups: dict[str, list[_Indexed]] = {}
+    for i in indexed:
+        groups.setdefault(dataset_key(i.meta), []).append(i)
     return groups
 
 
-def datasets(parts: Sequence[Shards]) -> list[dict]:
+def datasets(parts: Sequence[Part]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
     return [g[0].meta for g in _by_dataset(parts).values()]
 
 
-def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
+def check_mixed(spec: str, parts: Sequence[Part]) -> None:
     """Refuse (``OptionError``) parts of different datasets, naming each (its index, version, size,
     classes, the parts of the spec in it) and how it differs from the first. Parts without an index
     are not compared."""
@@ -178,7 +216,7 @@ def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
         firsts = [g[0] for g in groups.values()]
         tags = [f"[{i + 1}]" for i in range(len(firsts))]
         lines = [f"{spec}: these shards belong to {len(firsts)} different datasets, which cannot be read as one set:"]
-        lines += [f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text(g)}"
+        lines += [f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text([i.part for i in g])}"
                   for t, g in zip(tags, groups.values())]
         for t, p in zip(tags[1:], firsts[1:]):
             lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].meta, p.meta, tags[0], t)))
@@ -187,7 +225,7 @@ def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
         raise OptionError("\n".join(lines))
 
 
-def _parts_text(parts: Sequence[Shards]) -> str:
+def _parts_text(parts: Sequence[Part]) -> str:
     shown = [f"{len(p)} shard{'s' if len(p) != 1 else ''} of {p.spec}" for p in parts[:SHOWN]]
     return "; ".join(shown) + (f"; and {len(parts) - SHOWN} more parts" if len(parts) > SHOWN else "")
 
@@ -211,20 +249,20 @@ class Gap:
         return f"names {self.named} of the {self.total} {self.split} shards{of}; missing: {_few(list(self.missing))}"
 
     def to_dict(self) -> dict:
+        """The gap as JSON (``--json`` output)."""
         return {"index": self.index_file, "split": self.split, "named": self.named, "total": self.total,
                 "missing": list(self.missing)}
 
 
-def gaps(parts: Sequence[Shards]) -> list[Gap]:
+def gaps(parts: Sequence[Part]) -> list[Gap]:
     """Per dataset (copies count as one), the splits whose shards the parts name only in part."""
-    from .layout import indexed_name_problem  # (layout imports this module)
-
     out = []
     for group in _by_dataset(parts).values():
-        listing = [p for p in group if p.names is not None]  # (a part naming tars its index lacks: not known)
+        # (a part naming tars its index lacks has no names: what it leaves out is not known)
+        listing = [(i, i.part.names) for i in group if i.part.names is not None]
         if not listing:
             continue
-        p, names = listing[0], {n for q in listing for n in q.names}
+        p, names = listing[0][0], {n for _, listed_names in listing for n in listed_names}
         listed = p.meta.get("shards")
         by_split: dict[str, list[str]] = {}
         for s in listed if isinstance(listed, list) else []:

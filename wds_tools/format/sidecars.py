@@ -26,6 +26,7 @@ DALI_VERSION = "v1.2"
 
 
 def wids_name(split: str) -> str:
+    """``train`` -> ``train.wids.json``."""
     return f"{split}.wids.json"
 
 
@@ -75,7 +76,7 @@ def sidecar_files(meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: boo
 
 
 def write_sidecars(folder: str | os.PathLike, meta: Mapping, columns: Mapping[str, np.ndarray],
-                   write_bytes: Callable[[str, bytes], None], join: Callable[..., str], **which) -> list[str]:
+                   write_bytes: Callable[[str, bytes], None], join: Callable[..., str], **which: bool) -> list[str]:
     """Write ``sidecar_files`` into ``folder`` with ``write_bytes`` (atomic); returns their names."""
     files = sidecar_files(meta, columns, **which)
     for name, data in files.items():

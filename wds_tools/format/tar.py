@@ -21,12 +21,13 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 
 from ..errors import ShardError
 from .tarwrite import BLOCK
-from .layout import open_ranged, open_stream
+from .transport import open_ranged, open_stream
 
 __all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",
            "decode_header", "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks",
@@ -135,6 +136,7 @@ class TarWalker:
     _want: int = 0  # data bytes still to capture for members[-1]
 
     def feed(self, buf: bytes | bytearray | memoryview) -> None:
+        """Walk the headers in the next bytes of the tar."""
         mv = memoryview(buf).cast("B")
         base = self.pos
         end = base + len(mv)
@@ -202,7 +204,7 @@ class TarWalker:
 
 def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
                  *, window: int = 64 << 10) -> TarWalker:
-    """Walk a tar's headers with small positioned reads (``layout.open_ranged``: a local path or a
+    """Walk a tar's headers with small positioned reads (``transport.open_ranged``: a local path or a
     URL), skipping the data of large members."""
     walker = TarWalker(capture)
     with open_ranged(os.fspath(path)) as f:
@@ -247,7 +249,7 @@ def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = No
 def iter_chunks(path: str | os.PathLike, chunk: int = CHUNK) -> Iterator[memoryview]:
     """Yield a file's bytes start to end as consecutive views of ``chunk`` bytes (the last may be short).
 
-    ``path`` is a local path or a URL (``layout.open_stream``). The views share one buffer: each is
+    ``path`` is a local path or a URL (``transport.open_stream``). The views share one buffer: each is
     valid until the next is yielded, so a caller keeps bytes by copying them.
     """
     if chunk % BLOCK:
@@ -258,7 +260,7 @@ def iter_chunks(path: str | os.PathLike, chunk: int = CHUNK) -> Iterator[memoryv
             yield buf[:n]
 
 
-def read_full(f, view: memoryview) -> int:
+def read_full(f: BinaryIO, view: memoryview) -> int:
     """Fill ``view`` unless the file ends first (so only the last chunk is short); from ``read``
     where the stream has no ``readinto`` (webdataset's Pipe)."""
     readinto = getattr(f, "readinto", None)
@@ -278,7 +280,6 @@ def read_full(f, view: memoryview) -> int:
 
 # --- the streaming reader ---------------------------------------------------------------------
 DEFAULT_CHUNK = 8 << 20  # the streaming reader's reads
-_ZERO_BLOCK = bytes(BLOCK)
 _NAME_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 
 
@@ -291,9 +292,9 @@ def split_name(name: str) -> tuple[str | None, str | None]:
 class _Chunks:
     """A read buffer over a stream; each refill is a new array, so earlier views stay valid."""
 
-    def __init__(self, stream, url: str, chunk_size: int):
+    def __init__(self, stream: BinaryIO, url: str, chunk_size: int) -> None:
         self.stream, self.url, self.chunk_size = stream, url, chunk_size
-        self.mv = memoryview(np.empty(0, np.uint8))
+        self.mv = np.empty(0, np.uint8).data
         self.start = 0  # parse position in mv
         self.end = 0  # valid bytes in mv
         self.base = 0  # stream offset of mv[0]
@@ -313,7 +314,7 @@ class _Chunks:
     def _refill(self, n: int) -> None:
         tail = self.end - self.start
         size = max(self.chunk_size, n + BLOCK)
-        new = memoryview(np.empty(size, np.uint8))
+        new = np.empty(size, np.uint8).data
         new[:tail] = self.mv[self.start:self.end]
         filled = tail + read_full(self.stream, new[tail:])
         self.eof = filled < size
@@ -351,7 +352,7 @@ def pax_path(data: memoryview) -> str | None:
 MAX_MEMBER = 1 << 30
 
 
-def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, memoryview]]:
+def iter_members(stream: BinaryIO, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, memoryview]]:
     """Yield (member name, byte offset of its header, data view) for every regular file.
 
     A view stays valid as long as it is referenced. Raises ``ShardError`` naming ``url`` and the
@@ -367,16 +368,16 @@ def iter_members(stream, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterat
                 f"blocks (incomplete download or copy? check its size and sha256 in index.json)",
                 url=url, offset=offset)
         s = buf.start
-        hdr = buf.mv[s:s + BLOCK]
-        if hdr == _ZERO_BLOCK:
-            return
         try:
-            name, size, kind = decode_header(hdr, offset)
+            header = decode_header(buf.mv[s:s + BLOCK], offset)
         except TarChecksumError:
             raise ShardError(f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
                              f"the shard is damaged: re-copy or re-convert it", url=url, offset=offset) from None
         except TarHeaderError as e:
             raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}", url=url, offset=offset) from None
+        if header is None:  # a zero block: the end of the archive
+            return
+        name, size, kind = header
         if size > MAX_MEMBER:
             raise ShardError(f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
                              f"(more than {MAX_MEMBER}); the shard is damaged", url=url, offset=offset)
@@ -409,12 +410,12 @@ def group_samples(members: Iterator[tuple[str, int, memoryview]], url: str
                   ) -> Iterator[tuple[str, dict[str, memoryview], int]]:
     """(key, {ext: data view}, header offset of the sample's first member) from ``iter_members``:
     consecutive members with the same key, as webdataset's ``group_by_keys`` groups them."""
-    key: str | None = None
+    key = ""  # no sample yet (split_name never gives an empty key)
     sample: dict[str, memoryview] = {}
     first = 0
     for name, offset, data in members:
         k, ext = split_name(name)
-        if k is None:
+        if k is None or ext is None:  # (both None together: a name without a dot)
             continue
         ext = ext.lower()
         if k != key:

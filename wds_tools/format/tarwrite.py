@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import tarfile
+from types import TracebackType
 
-from .npy import npy_header, read_npy_header  # noqa: F401 - the converter imports them here
-
-__all__ = ["ShardWriter", "npy_header", "read_npy_header", "MTIME", "partial_path"]
+__all__ = ["ShardWriter", "MTIME", "partial_path"]
 
 BLOCK = 512
 RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
@@ -42,14 +41,14 @@ class ShardWriter:
     ``add`` returns the byte offset of the member's data, so the index can point at it.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
         self.tmp = partial_path(path)
         self._f = open(self.tmp, "wb")
         self._sha = hashlib.sha256()
         self.offset = 0
 
-    def _write(self, data) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._f.write(data)
         self._sha.update(data)
         self.offset += len(data)
@@ -93,7 +92,8 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.abort()
         elif not self._f.closed:  # the block ended without close(): finish the shard, as a file would

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..format.index import SampleTable
-from ..format.layout import index_of, join, read_samples
+from ..format.index import SampleTable, index_of, read_samples
+from ..format.transport import join
 
 __all__ = ["DiffResult", "diff_versions"]
 

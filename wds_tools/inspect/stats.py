@@ -1,7 +1,7 @@
 """Shard statistics: balance, class drift, the rank/worker split of an epoch, mean/std and size.
 
 ``compute_stats`` reads only index.json and two columns of samples.npz (or, with ``scan``, the
-tars themselves), local or through a URL (``format.layout``), and returns a ``StatsReport``; ``distribute`` is the pure rank/worker
+tars themselves), local or through a URL (``format.transport``), and returns a ``StatsReport``; ``distribute`` is the pure rank/worker
 arithmetic; ``plot_stats`` draws a report when matplotlib (the ``plot`` extra) is installed.
 """
 
@@ -19,8 +19,10 @@ import numpy as np
 
 from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, ShardError
 from ..format.cpus import usable_cpus
-from ..format.index import histogram_mean_std
-from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
+from ..format.index import histogram_mean_std, read_samples
+from ..format.names import shard_split
+from ..format.resolve import Shards, resolve_target
+from ..format.transport import basename, exists, file_size, join
 from ..format.npy import NPY_HEADER_BYTES, image_side
 from ..format.sample import read_label_i32
 from ..format.meta import read_metadata

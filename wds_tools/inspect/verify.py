@@ -8,7 +8,7 @@ headers and XXH3-64, labels and .json metadata against its rows, pixel sums) -> 
 compares the totals: counts, class names, image size and mean/std recomputed from the pixels.
 ``quick`` reads headers, .cls and .json only (no sha256, pixels or mean/std); without an index
 (``scan``) the tars are checked against each other. Every file is reached through
-``format.layout``: local paths, ``s3://`` and other fsspec URLs, ``http(s)://``. A shard name in the
+``format.transport``: local paths, ``s3://`` and other fsspec URLs, ``http(s)://``. A shard name in the
 index that would lead outside the folder is reported and never opened.
 """
 
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..format.cpus import usable_cpus
-from ..format.layout import Shards, basename, exists, file_size, join, list_tars, resolve_target
+from ..format.resolve import Shards, resolve_target
+from ..format.transport import basename, exists, file_size, join, list_tars
 from ..format.npy import NPY_HEADER_BYTES, image_header, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, scan_file, split_name, walk_headers

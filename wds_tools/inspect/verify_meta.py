@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
-from ..format.layout import SAMPLES_FILE, expand, indexed_name_problem, shard_name, url_pattern
+from ..format.index import ERRORS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, sample_columns
+from ..format.names import expand, indexed_name_problem, shard_name, url_pattern
 from ..format.meta import MetaColumn
 from ..format.sample import MEMBERS, classes_digest, members_of
 from .verify_metadata import check_field

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ..format.layout import file_size, read_ranges
+from ..format.transport import file_size, read_ranges
 from ..format.npy import NPY_HEADER_BYTES, image_side
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers

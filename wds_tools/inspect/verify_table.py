@@ -21,7 +21,7 @@ import numpy as np
 
 from ..format.index import SAMPLE_COLUMNS
 from ..format.sample import column_prefix
-from ..format.layout import is_local, open_ranged, read_ranges, scheme
+from ..format.transport import is_local, open_ranged, read_ranges, scheme
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.tar import iter_chunks
 from .verify_meta import IndexFacts
@@ -49,7 +49,7 @@ class _Column:
 
 
 class _RangedIO(io.RawIOBase):
-    """A read-only seekable file over ``layout.RangedFile`` (for ``zipfile`` on object storage and http)."""
+    """A read-only seekable file over ``transport.RangedFile`` (for ``zipfile`` on object storage and http)."""
 
     def __init__(self, ranged):
         self.ranged, self.pos = ranged, 0

@@ -1,5 +1,5 @@
-"""format.layout: shard names and patterns, the one resolver of specs, and the one reader of bytes,
-on local folders, file:// URLs, S3 (moto on 127.0.0.1) and http (http.server on 127.0.0.1)."""
+"""format.resolve: the one resolver of specs, on local folders, file:// URLs, S3 (moto on 127.0.0.1)
+and http (http.server on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,14 @@ import pytest
 
 from conftest import convert_images, upload
 from shardkit import copy_tars
-from wds_tools.convert import plan
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.format import layout
-from wds_tools.format.layout import (
-    expand, file_size, list_tars, open_ranged, open_stream, read_bytes, read_ranges, resolve, resolve_target,
-    shard_name, shard_split, url_pattern,
-)
+from wds_tools.format.resolve import resolve, resolve_target
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """25 train samples in 7 shards of up to 4, 5 val samples in 2 shards, and the index."""
-    return convert_images(tmp_path_factory.mktemp("layout"), 30, size=16, shard_size=4, val_every=6)
+    return convert_images(tmp_path_factory.mktemp("resolve"), 30, size=16, shard_size=4, val_every=6)
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +31,6 @@ def names(folder) -> list[str]:
 def samples(folder) -> dict[str, int]:
     """Shard name -> samples, as index.json says."""
     return {s["name"]: s["samples"] for s in json.loads((folder / "index.json").read_text())["shards"]}
-
-
-
-# ------------------------------------------------------------------ names and patterns
-
-def test_names_and_patterns():
-    assert shard_name("train", 3) == "train-000003.tar"
-    assert url_pattern("train", 42) == "train-{000000..000041}.tar" and url_pattern("val", 1) == "val-000000.tar"
-    assert expand(url_pattern("val", 3)) == [shard_name("val", i) for i in range(3)]
-    assert [shard_split(n) for n in ("train-000000.tar", "my-val-000012.tar", "x.tar", "val-12.tar")] == [
-        "train", "my-val", "all", "all"]
-    assert plan.ShardPlan("val", 12, ()).name == "val-000012.tar"  # the converter names shards by the layout
 
 
 # ------------------------------------------------------------------ the resolver, local
@@ -230,54 +213,6 @@ def test_http_index_pattern_and_folder(folder, names, serve_http, tmp_path):
         resolve("http://127.0.0.1:1/train-000000.tar", need_index=True)
 
 
-# ------------------------------------------------------------------ bytes
-
-@pytest.fixture
-def places(folder, bucket, serve_http) -> dict[str, str]:
-    """The same folder: local, file://, S3, http with and without Range support."""
-    fs, url = bucket
-    return {"local": str(folder), "file": f"file://{folder}", "s3": upload(fs, folder, f"{url}/v1/16"),
-            "http": serve_http(folder), "http-ranges": serve_http(folder, ranges=True)}
-
-
-def test_every_store_gives_the_same_bytes(folder, places):
-    name = "train-000001.tar"
-    data = (folder / name).read_bytes()
-    index = (folder / "index.json").read_bytes()
-    for where, base in places.items():
-        url = layout.join(base, name)
-        assert file_size(url) == len(data), where
-        assert read_bytes(layout.join(base, "index.json")) == index, where
-        with open_stream(url) as f:
-            got = bytearray()
-            while chunk := f.read(5000):
-                got += chunk
-        assert got == data, where
-        with open_ranged(url) as f:
-            assert f.size == len(data)
-            assert f.read(512, 100) == data[512:612] and f.read(len(data) - 10, 100) == data[-10:], where
-            assert f.read(len(data), 10) == b"", where
-        spans = [(0, 512), (1024, 1500), (len(data) - 512, len(data))]
-        assert read_ranges([url] * 3, *zip(*spans)) == [data[a:b] for a, b in spans], where
-
-
-def test_missing_files_and_listing(folder, places):
-    for where, base in places.items():
-        gone = layout.join(base, "train-000099.tar")
-        with pytest.raises(FileNotFoundError):
-            file_size(gone)
-        with pytest.raises(FileNotFoundError):
-            read_bytes(gone)
-        with pytest.raises(FileNotFoundError):
-            open_ranged(gone)
-        assert not layout.exists(gone) and layout.exists(layout.join(base, "index.json")), where
-        tars = list_tars(base)
-        if where.startswith("http"):
-            assert tars is None  # a web server cannot list a folder
-        else:
-            assert tars == sorted(p.name for p in folder.glob("*.tar")), where
-
-
 def test_training_adapter_imports_only_the_format_and_errors():
     """The loader depends on the format, not on the converter's modules."""
     import ast
@@ -290,5 +225,5 @@ def test_training_adapter_imports_only_the_format_and_errors():
                 found.add(node.module)
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names if a.name.startswith("wds_tools"))
-    assert "wds_tools.format.layout" in found  # the walk saw the imports
+    assert "wds_tools.format.resolve" in found  # the walk saw the imports
     assert {m for m in found if m != "wds_tools.errors" and not m.startswith("wds_tools.format.")} == set()

@@ -1,0 +1,90 @@
+"""Names: what a shard file is called, the brace patterns that name several, and which names an
+index.json may hold.
+
+docs/FORMAT.md, "Layout". A version's shards are ``<split>-NNNNNN.tar`` beside ``index.json`` and
+``samples.npz`` in ``OUT/<version>/<size>/``; a pattern such as ``train-{000000..000041}.tar``
+names a split's shards. An index.json names only files in its own folder (``index_shards``), so a
+reader never opens a file elsewhere because of what an index says.
+"""
+
+from __future__ import annotations
+
+import re
+
+import braceexpand  # installed with webdataset
+
+from ..errors import IndexFormatError
+
+__all__ = ["shard_name", "url_pattern", "shard_split", "expand", "indexed_name_problem", "samples_file_name",
+           "index_shards"]
+
+_SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
+# What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the
+# converter's split rule, another file (samples.npz) without a leading dot.
+_INDEXED_SHARD = re.compile(r"[A-Za-z0-9_-]{1,32}-[0-9]{6}\.tar")
+_INDEXED_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
+
+
+def shard_name(split: str, number: int) -> str:
+    """``train``, 3 -> ``train-000003.tar``."""
+    return f"{split}-{number:06d}.tar"
+
+
+def url_pattern(split: str, count: int) -> str:
+    """The brace pattern of a split's ``count`` shards (``train-{000000..000041}.tar``)."""
+    if count == 1:
+        return shard_name(split, 0)
+    return f"{split}-{{{0:06d}..{count - 1:06d}}}.tar"
+
+
+def shard_split(name: str) -> str:
+    """The split a shard file belongs to, from its name ``<split>-NNNNNN.tar`` (``all`` for other names)."""
+    m = _SHARD_NAME.match(name)
+    return m.group("split") if m else "all"
+
+
+def indexed_name_problem(name: object, *, shard: bool = True) -> str | None:
+    """Why an index.json may not name ``name`` (None: it may): every name is a file in the index's own
+    folder, a shard ``<split>-NNNNNN.tar``, another file (``shard=False``) a plain name."""
+    if isinstance(name, str) and (_INDEXED_SHARD if shard else _INDEXED_FILE).fullmatch(name):
+        return None
+    return f"is {name!r}; expected {'<split>-NNNNNN.tar' if shard else 'a file name'} in the index's own folder"
+
+
+def samples_file_name(meta: dict, where: str) -> str:
+    """index.json's ``samples_file.name``, refused (``IndexFormatError``) unless a plain name in its folder."""
+    info = meta.get("samples_file")
+    name = info.get("name") if isinstance(info, dict) else None
+    problem = indexed_name_problem(name, shard=False)
+    if problem is not None or not isinstance(name, str):
+        raise IndexFormatError(f"{where}: samples_file.name {problem}")
+    return name
+
+
+def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
+    """index.json's ``shards`` entries a reader may open: a name by ``indexed_name_problem`` and a
+    ``samples`` count (``samples_file.name`` is checked too). ``strict``: the first bad entry raises
+    ``IndexFormatError``; otherwise bad entries are left out, never opened (verify reports them)."""
+    shards, info, problems, good = meta.get("shards"), meta.get("samples_file"), [], []
+    if isinstance(info, dict) and indexed_name_problem(info.get("name"), shard=False):
+        problems.append(f"samples_file.name {indexed_name_problem(info.get('name'), shard=False)}")
+    if not isinstance(shards, list):
+        problems.append(f"shards is {type(shards).__name__}; expected a list")
+    for i, s in enumerate(shards if isinstance(shards, list) else []):
+        count = s.get("samples") if isinstance(s, dict) else None
+        if not isinstance(s, dict):
+            problems.append(f"shards[{i}] is {type(s).__name__}; expected an object")
+        elif indexed_name_problem(s.get("name")):
+            problems.append(f"shards[{i}].name {indexed_name_problem(s.get('name'))}")
+        elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            problems.append(f"shards[{i}].samples is {count!r}; expected a count >= 0")
+        else:
+            good.append(s)
+    if problems and strict:
+        raise IndexFormatError(f"{where}: {problems[0]}; the index is damaged or was edited: convert again")
+    return good
+
+
+def expand(pattern: str) -> list[str]:
+    """A webdataset brace pattern (``train-{000000..000041}.tar``) as its list of names."""
+    return list(braceexpand.braceexpand(pattern))

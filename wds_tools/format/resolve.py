@@ -1,0 +1,264 @@
+"""Which shards a spec names: ``resolve`` turns a spec into ``Shards``.
+
+docs/FORMAT.md, "Layout". A *spec* names some shards: a folder, its index.json, a brace pattern
+(``train-{000000..000041}.tar``), several of these joined with ``::`` or given as a list; each a
+local path or a URL (``format.transport``). The loader (``training_adapter.shardlist``) and the
+inspectors (stats, verify) share ``Shards``; ``resolve`` refuses shards of different datasets and
+specs naming part of a split unless told otherwise (the rules: ``format.mixing``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import IndexFormatError, OptionError, ShardError
+from . import mixing
+from .index import INDEX_FILE, indexes_newest_first, read_index
+from .names import expand, index_shards
+from .transport import basename, join, list_tars, local_path, parent, scheme
+
+__all__ = ["Shards", "resolve", "resolve_target", "newest_dataset"]
+
+
+@dataclass
+class Shards:
+    """What a spec names: the shards' URLs (plain paths for local files) and the index listing them.
+
+    ``meta`` is the index.json in the folder of the (first) shards, when there is one; ``names``
+    and ``counts`` are set when it lists every shard named (``counts``: also when several indexes
+    do, one per folder).
+    """
+
+    spec: str  # as given; several joined with "::"
+    urls: list[str]
+    folder: str | None = None  # the one folder holding every shard; None when they are in several
+    meta: dict | None = field(default=None, repr=False)
+    index_base: str | None = None  # the folder holding meta's index.json (and samples.npz)
+    names: list[str] | None = field(default=None, repr=False)  # each URL's entry in meta["shards"]
+    counts: list[int] | None = field(default=None, repr=False)  # samples per shard
+    selected: bool = False  # named by a pattern or a .tar (some shards), not a whole folder or index
+    gaps: list = field(default_factory=list, repr=False)  # mixing.Gap: splits named only in part
+    datasets: list = field(default_factory=list, repr=False)  # index.json of each dataset named (copies once)
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    @property
+    def index_file(self) -> str | None:
+        """The index.json that ``meta`` was read from (None: no index)."""
+        return join(self.index_base, INDEX_FILE) if self.index_base is not None else None
+
+
+@dataclass
+class _Rules:
+    split: str | None
+    need_index: bool
+    scan: bool
+    pipe: bool
+    one_folder: bool
+    strict: bool = True
+    indexes: dict[str, dict | None] = field(default_factory=dict)  # folder -> its index.json, read once
+
+    def no_index(self, where: str) -> str:
+        hint = "pass --scan to read the tars themselves (slower)" if self.need_index else \
+            "convert first, or give a shard pattern"
+        return f"no index at {where}; {hint}"
+
+    def index_in(self, folder: str) -> dict | None:
+        """The index.json in ``folder``; None where there is none."""
+        if folder not in self.indexes:
+            try:
+                self.indexes[folder] = read_index(join(folder, INDEX_FILE))
+            except FileNotFoundError:
+                self.indexes[folder] = None
+        return self.indexes[folder]
+
+
+def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
+            need_index: bool = False, scan: bool = False, pipe: bool = False, one_folder: bool = False,
+            strict: bool = True, allow_mixed: bool = False, allow_partial: bool = False) -> Shards:
+    """The shards a spec names (see the module docstring).
+
+    ``split``: from a folder or index, only that split's shards (None: all of them).
+    ``need_index``: an index.json beside the shards must list every one (stats, verify).
+    ``scan``: a folder without an index stands for the ``*.tar`` in it, where the store can list.
+    ``pipe``: accept ``pipe:`` commands. ``one_folder``: refuse shards from several folders.
+    ``strict``: an index entry naming a file outside its folder (``index_shards``) raises
+    ``IndexFormatError``; otherwise that entry is left out (never opened) and the caller reports it.
+    ``allow_mixed``: accept shards of different datasets (``format.mixing.check_mixed``; copies of
+    one dataset are always accepted). ``allow_partial``: accept a spec naming only some shards of a
+    split (``format.mixing.check_partial``); ``Shards.gaps`` lists them either way.
+    """
+    items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    texts = [t.strip() for item in items for t in os.fspath(item).split("::") if t.strip()]
+    if not texts:
+        raise OptionError("no shard given; expected a shards folder, its index.json or a pattern like "
+                          "shards/v1/224/train-{000000..000041}.tar")
+    rules = _Rules(split, need_index, scan, pipe, one_folder, strict)
+    parts = [p for t in texts for p in _resolve_one(t, rules)]  # one per text and folder
+    whole = "::".join(texts)
+    if not allow_mixed:
+        mixing.check_mixed(whole, parts)
+    shards = _combine(whole, parts, len(texts), one_folder)
+    shards.gaps, shards.datasets = mixing.gaps(parts), mixing.datasets(parts)
+    if not allow_partial:
+        mixing.check_partial(whole, shards.gaps)
+    return shards
+
+
+def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Shards:
+    """One Shards of the parts: ``names`` where one index lists them all, ``counts`` where each has them."""
+    if len(parts) == 1:
+        return parts[0]
+    first, folders = parts[0], {p.folder for p in parts}
+    folder = first.folder if len(folders) == 1 else None
+    if one_folder and folder is None:
+        also = " (or read their tars as one set: --scan)"
+        if texts == 1:
+            raise OptionError(f"{spec}: the pattern spans several folders; give one shards folder at a time{also}")
+        raise OptionError(f"{spec}: the shards are in several folders ({', '.join(sorted(str(f) for f in folders))})"
+                          f"; give one shards folder at a time{also}")
+    one_index = all(p.names is not None and p.index_base == first.index_base for p in parts)
+    return Shards(
+        spec, [u for p in parts for u in p.urls], folder, first.meta, first.index_base,
+        [n for p in parts for n in p.names or ()] if one_index else None,
+        None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts or ()],
+        selected=True)
+
+
+def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
+    """The shards of one spec item: one Shards, or one per folder of a pattern spanning several."""
+    kind = scheme(text)
+    if kind == "pipe":
+        if not rules.pipe:
+            raise OptionError(f"{text}: pipe: commands are read by the loader only; give a shards folder, "
+                              "its index.json or a shard pattern")
+        return [Shards(text, expand(text))]
+    local = local_path(text)
+    if local is not None:
+        path = str(Path(os.path.expanduser(local)))
+        if os.path.isdir(path):
+            return [_folder(text, path, rules)]
+    else:
+        path = text.rstrip("/")
+    if path.endswith(".json"):
+        meta = read_index(path, required=True)
+        return [_listed(text, parent(path), meta, rules.split, rules.strict)]
+    if "{" in path or path.endswith(".tar"):
+        return _pattern(text, path, rules)
+    if kind in ("", "file"):
+        raise OptionError(f"{text}: no such shards folder, index file or shard pattern")
+    return [_folder(text, path, rules)]
+
+
+def _folder(text: str, folder: str, rules: _Rules) -> Shards:
+    meta = rules.index_in(folder)
+    if meta is not None:
+        return _listed(text, folder, meta, rules.split, rules.strict)
+    where = join(folder, INDEX_FILE)
+    if not rules.scan:
+        raise IndexFormatError(rules.no_index(where))
+    names = list_tars(folder)
+    if names is None:
+        raise IndexFormatError(f"no index at {where}, and a {scheme(folder)}:// folder cannot be listed; "
+                               "give a shard pattern")
+    if not names:
+        raise IndexFormatError(f"{folder}: neither {INDEX_FILE} nor any *.tar shard")
+    return Shards(text, [join(folder, n) for n in names], folder)
+
+
+def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = True) -> Shards:
+    """Every shard the index lists (of ``split``, when given)."""
+    shards = index_shards(meta, join(base, INDEX_FILE), strict=strict)
+    if split is not None:
+        splits = meta.get("splits", {})
+        if split not in splits:
+            raise IndexFormatError(f"{join(base, INDEX_FILE)}: no split {split!r}; the index has "
+                                   f"{', '.join(splits) or 'none'}")
+        shards = [s for s in shards if s.get("split") == split]
+    names = [s["name"] for s in shards]
+    return Shards(text, [join(base, n) for n in names], base, meta, base, names,
+                  [int(s["samples"]) for s in shards])
+
+
+def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
+    """A pattern's shards, one Shards per folder (in the order the pattern first names each folder),
+    each with the index.json of its folder when that lists its shards."""
+    urls = expand(pattern)
+    if not urls:
+        raise OptionError(f"{text}: the pattern names no files")
+    if not (rules.need_index or rules.scan):  # the loader: a mistyped range fails here, not in a worker
+        _check_exist(text, urls)
+    by_folder: dict[str, list[str]] = {}
+    for u in urls:
+        by_folder.setdefault(parent(u), []).append(u)
+    return [_in_folder(text, folder, group, rules) for folder, group in by_folder.items()]
+
+
+def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards:
+    try:
+        meta = rules.index_in(folder)
+        listed = index_shards(meta, join(folder, INDEX_FILE), strict=rules.strict) if meta else []
+    except IndexFormatError:
+        if rules.need_index:
+            raise
+        meta, listed = None, []  # a damaged or unreachable index beside a pattern: read the shards without it
+    names = [basename(u) for u in urls]
+    by_name = {s["name"]: s["samples"] for s in listed}
+    unknown = [n for n in names if n not in by_name]
+    if rules.need_index:
+        if meta is None:
+            raise IndexFormatError(rules.no_index(join(folder, INDEX_FILE)))
+        if unknown:
+            raise IndexFormatError(f"{text}: {len(unknown)} shard(s) are not in {join(folder, INDEX_FILE)} "
+                                   f"(first: {unknown[0]}); use --scan to read the tars themselves")
+    if unknown:
+        return Shards(text, urls, folder, meta, folder if meta else None, selected=True)
+    return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True)
+
+
+def _check_exist(text: str, urls: list[str]) -> None:
+    """Local shards a pattern names must exist (remote ones are found missing when read; the
+    inspectors report missing shards themselves)."""
+    missing = [u for u in urls if (local := local_path(u)) is not None and not os.path.isfile(local)]
+    if missing:
+        raise ShardError(f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
+                         f"check the pattern, or point at the shards folder")
+
+
+def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "shards",
+                   scan: bool = False, strict: bool = True, allow_mixed: bool = False) -> Shards:
+    """What the inspectors (stats, verify) read: PATH, or the newest version under ``out``.
+
+    Without ``scan`` an index must list every shard, and the shards must be in one folder (its
+    index is what is reported on); with it a folder may hold tars alone, and several folders are
+    read as one set. ``strict`` as in ``resolve`` (verify passes False and reports bad entries
+    itself); ``allow_mixed`` as in ``resolve``. A spec naming part of a split is accepted: its
+    ``gaps`` say what it leaves out, and the inspectors print them.
+    """
+    if path is None:
+        path = newest_dataset(out, need_index=not scan)
+    return resolve(path, need_index=not scan, scan=scan, one_folder=not scan, strict=strict,
+                   allow_mixed=allow_mixed, allow_partial=True)
+
+
+def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:
+    """The most recently modified local ``OUT/<version>/<size>/`` holding index.json (or, if not needed, tars)."""
+    out = Path(out)
+    indexed = indexes_newest_first(out)
+    if indexed:
+        return str(indexed[0])
+    found = []
+    if not need_index:
+        found = [(max(t.stat().st_mtime for t in d.glob("*.tar")), d)
+                 for d in out.glob("*/*") if d.is_dir() and any(d.glob("*.tar"))]
+    if not found:
+        what = f"OUT/<version>/<size>/{INDEX_FILE}" if need_index else "OUT/<version>/<size>/*.tar"
+        raise IndexFormatError(
+            f"no converted dataset under {out} (looked for {what}); pass a PATH, or --out with the "
+            "folder you converted into"
+        )
+    return str(max(found, key=lambda t: (t[0], str(t[1])))[1])
