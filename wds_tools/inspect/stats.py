@@ -21,7 +21,7 @@ from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, Shar
 from ..format.cpus import usable_cpus
 from ..format.index import histogram_mean_std
 from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
-from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ..format.sample import read_label_i32
 from ..format.meta import read_metadata
 from ..format.tar import CHUNK, TarWalker, scan_file
@@ -438,15 +438,8 @@ def _scan_shard(url: str) -> _ShardScan:
             except (ValueError, KeyError, TypeError):
                 pass
         elif m.name.endswith(".npy") and size is None and m.data:
-            size = _npy_side(m.data)
+            size = image_side_or_none(m.data)
     return _ShardScan(basename(url), walker.pos, labels, names, hist, size)
-
-
-def _npy_side(header: bytes) -> int | None:
-    try:
-        return image_side(header)
-    except ValueError:
-        return None
 
 
 def _from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..format.cpus import usable_cpus
 from ..format.layout import Shards, basename, exists, file_size, join, list_tars, resolve_target
-from ..format.npy import NPY_HEADER_BYTES, image_header, image_side
+from ..format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, scan_file, split_name, walk_headers
 from .verify_meta import IndexFacts, check_counts, check_index, mean_std, stats_problems
@@ -258,11 +258,6 @@ def _capture_npy(name: str) -> int:
     return NPY_HEADER_BYTES if name.endswith(".npy") else 0
 
 
-def _stem(name: str) -> str | None:
-    """A member's sample key, by the rule every reader uses (``format.tar.split_name``)."""
-    return split_name(name)[0]
-
-
 @dataclass
 class _ScanResult:
     name: str
@@ -326,7 +321,7 @@ def _verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
     counts: Counter = Counter()
     for r in results:
         counts.update(r.headers.keys())
-    valid = [h for h, _ in counts.most_common() if _is_image_header(h)]
+    valid = [h for h, _ in counts.most_common() if image_side_or_none(h) is not None]
     reference = valid[0] if valid else None
     where: dict[str, list[str]] = {}
     for r in results:
@@ -338,7 +333,7 @@ def _verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
             if h != reference:
                 expected = describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
                 report.problems.append(Problem(r.name, "npy_header", f"{member}: the header says {describe_npy(h)}; "
-                                               f"expected {expected}", key=_stem(member)))
+                                               f"expected {expected}", key=split_name(member)[0]))
         for k in r.keys:
             where.setdefault(k, []).append(r.name)
     dups = [(k, v) for k, v in where.items() if len(v) > 1]
@@ -351,11 +346,3 @@ def _verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
                                        f"... and {len(dups) - MAX_PER_KIND} more duplicated keys"))
     report.shards = len(results)
     return report
-
-
-def _is_image_header(h: bytes) -> bool:
-    try:
-        image_side(h)
-    except ValueError:
-        return False
-    return True

@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 
 from ..format.layout import file_size, read_ranges
-from ..format.npy import NPY_HEADER_BYTES, image_side
+from ..format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ..format.npy import describe as describe_npy
 from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 from ..format.meta import MetaColumn
@@ -207,10 +207,9 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
-        try:
-            result.sides.add(image_side(header))
-        except ValueError:
-            pass
+        side = image_side_or_none(header)
+        if side is not None:
+            result.sides.add(side)
     if rows is None:  # no usable rows: the shard's own structure only
         result.problems += _structure_only(job, walker)
         result.samples = sum(1 for m in walker.members if m.name.endswith(".npy"))
@@ -312,11 +311,6 @@ def _size_problem(job: ShardJob, size: int) -> list[Problem]:
     return [Problem(job.name, "size", f"{what}: {size:,} bytes, the index says {job.bytes:,}")]
 
 
-def _stem(name: str) -> str | None:
-    """A member's sample key, by the rule every reader uses (``format.tar.split_name``)."""
-    return split_name(name)[0]
-
-
 def _walk_error(job: ShardJob, walker: TarWalker, more: str = "", key: str | None = None) -> list[Problem]:
     if not walker.error:
         return []
@@ -331,19 +325,11 @@ def _structure_only(job: ShardJob, walker: TarWalker) -> list[Problem]:
 def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Problem]:
     problems = []
     for m in walker.members:
-        if m.name.endswith(".npy") and (m.data != header if header is not None else _not_image(m.data)):
+        if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
             expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
             problems.append(Problem(job.name, "npy_header", f"{m.name}: the header says {describe_npy(m.data)}; "
-                                    f"expected {expected}", key=_stem(m.name), offset=m.offset))
+                                    f"expected {expected}", key=split_name(m.name)[0], offset=m.offset))
     return problems
-
-
-def _not_image(header: bytes) -> bool:
-    try:
-        image_side(header)
-    except ValueError:
-        return True
-    return False
 
 
 def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
@@ -361,22 +347,22 @@ def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
     here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
     problems = _walk_error(job, walker, f"; {unreached} indexed member(s) after it were not reached" if unreached
-                           else "", key=_stem(here[0]) if here else None)
+                           else "", key=split_name(here[0])[0] if here else None)
     problems += _headers(job, walker, header)
     if exp == act:
         return problems
     exp_at = {n: (o, s) for n, o, s in exp}
     for n, c in seen.items():
         if c > 1:
-            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=_stem(n)))
+            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=split_name(n)[0]))
     for n, o, s in act:
         if n not in exp_at:
             problems.append(Problem(job.name, "extra_member", f"{n} ({s:,} B) is not in the index",
-                                    key=_stem(n), offset=o - BLOCK))
+                                    key=split_name(n)[0], offset=o - BLOCK))
     for n, o, s in exp:
         if n not in seen and not (walker.error and o >= reach):
             problems.append(Problem(job.name, "missing_member", f"{n} is in the index but not in the tar",
-                                    key=_stem(n), offset=o - BLOCK))
+                                    key=split_name(n)[0], offset=o - BLOCK))
     moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
     if moved:
         n, o, s, (eo, es) = moved[0]
