@@ -21,6 +21,7 @@ from ..errors import ExtraNotInstalledError, IndexFormatError, OptionError, Shar
 from ..format.cpus import usable_cpus
 from ..format.index import histogram_mean_std
 from ..format.layout import Shards, basename, exists, file_size, join, read_samples, resolve_target, shard_split
+from ..format.ranks import deal
 from ..format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ..format.sample import read_label_i32
 from ..format.meta import read_metadata
@@ -43,7 +44,7 @@ class Distribution:
     """How one epoch of a split is dealt to ``world_size`` ranks × ``workers`` DataLoader workers.
 
     Shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank goes to
-    its worker j % W (``split_by_worker``). ``worker_*`` are [rank][worker].
+    its worker j % W (``split_by_worker``): ``format.ranks.deal``. ``worker_*`` are [rank][worker].
     """
 
     world_size: int
@@ -76,9 +77,11 @@ def distribute(shard_sample_counts: Sequence[int], world_size: int = 1, workers:
         raise OptionError(f"workers {workers!r}: expected an integer >= 1 (DataLoader workers per rank)")
     counts = np.asarray(shard_sample_counts, dtype=np.int64).reshape(-1)
     n, r, w = len(counts), world_size, workers
-    i = np.arange(n)
-    rank = i % r
-    slot = rank * w + (i // r) % w
+    slot = np.empty(n, dtype=np.int64)  # reader (rank, worker) of each shard, as rank * w + worker
+    for rank_no, row in enumerate(deal(range(n), r, w)):
+        for worker_no, positions in enumerate(row):
+            slot[positions] = rank_no * w + worker_no
+    rank = slot // w
     rank_shards = np.bincount(rank, minlength=r)
     rank_samples = np.bincount(rank, weights=counts, minlength=r).astype(np.int64)
     worker_shards = np.bincount(slot, minlength=r * w).reshape(r, w)
