@@ -19,10 +19,11 @@ from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.fsutil import dumps_canonical
 from wds_tools.format.index import histogram_mean_std, load_index, pack_strings, read_npz, write_npz
-from wds_tools.inspect.verify import PROBLEM_KINDS, SCHEMA, verify
-from wds_tools.inspect.verify_meta import mean_std
-from wds_tools.inspect.verify_shards import PixelSums
-from wds_tools.inspect.verify_table import SampleColumns
+from wds_tools.inspect.verify import verify
+from wds_tools.inspect.verify.index_file import mean_std
+from wds_tools.inspect.verify.report import PROBLEM_KINDS, SCHEMA
+from wds_tools.inspect.verify.shards import PixelSums
+from wds_tools.inspect.verify.table import SampleColumns
 
 
 @pytest.fixture(scope="module")
@@ -751,7 +752,7 @@ def test_columns_read_by_row_ranges_match_numpy_load(two_splits, bucket, serve_h
 def test_verify_recomputes_the_converters_mean_and_std_exactly(two_splits, tmp_path, monkeypatch):
     """The pixel sums of a full verify give index.json's mean/std to the last digit (the tolerance is
     for hand-built indexes): checked by making the tolerance zero."""
-    import wds_tools.inspect.verify_meta as vm
+    import wds_tools.inspect.verify.index_file as vm
 
     monkeypatch.setattr(vm, "STATS_TOLERANCE", 0.0)
     assert verify(two_splits).ok

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
-from ..format.layout import SAMPLES_FILE, expand, indexed_name_problem, shard_name, url_pattern
-from ..format.meta import MetaColumn
-from ..format.sample import MEMBERS, classes_digest, members_of
-from .verify_metadata import check_field
-from .verify_report import INDEX, Problem
+from ...format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
+from ...format.layout import SAMPLES_FILE, expand, indexed_name_problem, shard_name, url_pattern
+from ...format.meta import MetaColumn
+from ...format.sample import MEMBERS, classes_digest, members_of
+from .metadata import check_field
+from .report import INDEX, Problem
 
 __all__ = ["ShardEntry", "IndexFacts", "check_index", "check_counts", "mean_std", "stats_problems"]
 

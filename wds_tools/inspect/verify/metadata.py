@@ -1,10 +1,10 @@
 """Metadata (format version 2) checked: index.json ``metadata`` and ``build.group``, the samples.npz
 ``meta<i>`` columns, each sample's ``.json`` ``"meta"`` against its row, and no group in two splits.
 
-``check_field`` is index.json's part (``verify_meta``); ``check_columns`` the columns' dtypes, shapes
+``check_field`` is index.json's part (``index_file``); ``check_columns`` the columns' dtypes, shapes
 and string values (``verify``); ``GroupSplits`` gathers (group, split) pairs block by block while
-``verify_table`` scans the table, so memory grows with the groups, not the rows; ``row_meta`` gives
-the ``"meta"`` objects a shard's rows expect (``verify_shards``).
+``table`` scans the table, so memory grows with the groups, not the rows; ``row_meta`` gives
+the ``"meta"`` objects a shard's rows expect (``shards``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 
-from ..format.meta import META_TYPES, MetaColumn, npz_dtypes, npz_names
-from .verify_report import INDEX, MAX_PER_KIND, Problem
+from ...format.meta import META_TYPES, MetaColumn, npz_dtypes, npz_names
+from .report import INDEX, MAX_PER_KIND, Problem
 
 __all__ = ["check_field", "check_columns", "GroupSplits", "row_meta", "same_meta"]
 
@@ -55,7 +55,7 @@ def check_field(meta: dict) -> tuple[list[MetaColumn] | None, str | None, list[P
 
 def check_columns(table, rows: int, columns: list[MetaColumn]) -> tuple[bool, dict[int, list[str]], list[Problem]]:
     """(usable, string values by column position, problems): each metadata column's arrays in samples.npz
-    (``table``: verify_table.SampleColumns) of the dtype and shape the format gives, string values
+    (``table``: table.SampleColumns) of the dtype and shape the format gives, string values
     distinct, in code-point order and UTF-8, int values 0 where missing."""
     problems: list[Problem] = []
     name = table.name

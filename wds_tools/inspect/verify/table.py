@@ -19,16 +19,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format.index import SAMPLE_COLUMNS
-from ..format.sample import column_prefix
-from ..format.layout import is_local, open_ranged, read_ranges, scheme
-from ..format.npy import NPY_HEADER_BYTES
-from ..format.tar import iter_chunks
-from .verify_meta import IndexFacts
-from .verify_metadata import GroupSplits, block_names, block_problems
-from .verify_report import MAX_PER_KIND, Problem
+from ...format.index import SAMPLE_COLUMNS
+from ...format.sample import column_prefix
+from ...format.layout import file_size, is_local, open_ranged, read_ranges, scheme
+from ...format.npy import NPY_HEADER_BYTES
+from ...format.tar import iter_chunks
+from .index_file import IndexFacts
+from .metadata import GroupSplits, block_names, block_problems
+from .report import MAX_PER_KIND, Problem
 
-__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
+__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest",
+           "check_samples_file", "scan_table"]
 
 BLOCK_ROWS = 1 << 16
 ROW_COLUMNS = ("key", "label", "shard", "cls_offset", "cls_length", "json_offset", "json_length",
@@ -183,6 +184,25 @@ def file_digest(url: str) -> str:
     for part in iter_chunks(url):
         sha.update(part)
     return sha.hexdigest()
+
+
+def check_samples_file(url: str, facts: IndexFacts, quick: bool) -> list[Problem]:
+    """samples.npz's size, and its sha256 unless quick (read in chunks, never whole)."""
+    name = facts.samples_name
+    try:
+        size = file_size(url)
+        if facts.samples_bytes is not None and size != facts.samples_bytes:
+            return [Problem(name, "index", f"{size:,} bytes, index.json says {facts.samples_bytes}")]
+        digest = None if quick else file_digest(url)
+    except FileNotFoundError:
+        return []  # open_columns names it
+    except OSError as e:
+        return [Problem(name, "index", f"cannot read {url}: {e.strerror or e}")]
+    if digest is not None and facts.samples_sha256 is not None and digest != facts.samples_sha256:
+        return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(facts.samples_sha256)[:16]}...")]
+    return []
+
+
 
 
 @dataclass

@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ..format.layout import file_size, read_ranges
-from ..format.npy import NPY_HEADER_BYTES, image_side_or_none
-from ..format.npy import describe as describe_npy
-from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
-from ..format.meta import MetaColumn
-from .verify_metadata import block_names, row_meta, same_meta
-from .verify_report import Problem, capped
-from ..format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
-from .verify_table import SampleColumns, row_columns
+from ...format.layout import file_size, read_ranges
+from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
+from ...format.npy import describe as describe_npy
+from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ...format.meta import MetaColumn
+from .metadata import block_names, row_meta, same_meta
+from .report import Problem, capped
+from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
+from .index_file import IndexFacts
+from .table import SampleColumns, TableFacts, row_columns
 
-__all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "check_shard"]
+__all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
 
 CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls (or .i32) / .json member kept; a longer one is damage
 ROW_EXTRA = ("npy_xxh3", "fingerprint", "width", "height")
@@ -167,6 +168,15 @@ _json = json.JSONDecoder().decode  # json.loads less its per-call encoding detec
 def _capture(name: str) -> int:
     return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith((".cls", ".i32")) else \
         JSON_CAP if name.endswith(".json") else 0
+
+
+def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
+    """The .npy header members are compared with: of the size samples.npz's npy_length says when
+    uniform (a wrong ``size`` is then one problem, not one per sample), else of ``size``."""
+    side = (tf.npy_size if tf is not None else None) or facts.size or (facts.npy_shape or [None])[0]
+    return image_header(side) if side else None
+
+
 
 
 def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
