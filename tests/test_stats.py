@@ -14,7 +14,8 @@ from shardkit import build_dataset, copy_tars, rewrite_tar
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.index import load_index
-from wds_tools.inspect.stats import SCHEMA, compute_stats, distribute
+from wds_tools.inspect.stats import compute_stats
+from wds_tools.inspect.stats.report import SCHEMA, distribute
 
 
 @pytest.fixture(scope="module")
