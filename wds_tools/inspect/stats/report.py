@@ -51,6 +51,7 @@ class Distribution:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The distribution as plain JSON types."""
         return {k: getattr(self, k) for k in _DISTRIBUTION_KEYS}
 
 
@@ -59,7 +60,7 @@ _DISTRIBUTION_KEYS = ("world_size", "workers", "shards", "samples", "rank_shards
                       "even_shards_above", "warnings")
 
 
-def distribute(shard_sample_counts: Sequence[int], world_size: int = 1, workers: int = 1) -> Distribution:
+def distribute(shard_sample_counts: Sequence[int] | np.ndarray, world_size: int = 1, workers: int = 1) -> Distribution:
     """Deal shards to ranks (i % R) and then to each rank's workers (j % W); count what each gets."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise OptionError(f"world_size {world_size!r}: expected an integer >= 1 (the number of ranks)")
@@ -119,18 +120,22 @@ class SplitStats:
 
     @property
     def shards(self) -> int:
+        """Number of shards in the split."""
         return len(self.shard_names)
 
     @property
     def samples(self) -> int:
+        """Number of samples in the split."""
         return int(self.shard_samples.sum())
 
     @cached_property
     def class_counts(self) -> np.ndarray:
+        """Samples per class in the split."""
         return self.shard_class_counts.sum(axis=0)
 
     @property
     def class_share(self) -> np.ndarray:
+        """Share of each class in the split (zeros when it is empty)."""
         total = self.class_counts.sum()
         return self.class_counts / total if total else np.zeros(len(self.class_counts))
 
@@ -151,10 +156,12 @@ class SplitStats:
 
     @property
     def drift_class(self) -> np.ndarray:
+        """Per shard, the class whose share deviates most from the split's."""
         dev = self._deviation
         return dev.argmax(axis=1) if dev.shape[1] else np.zeros(len(dev), dtype=np.int64)
 
     def to_dict(self, classes: list[str]) -> dict:
+        """The split's figures as plain JSON types, classes named by ``classes``."""
         s, b = self.shard_samples, self.shard_bytes
         drift, drift_class = self.drift, self.drift_class
         worst = [i for i in np.argsort(-np.nan_to_num(drift, nan=-1.0), kind="stable")[:TOP_DRIFT]
@@ -222,18 +229,22 @@ class StatsReport:
 
     @property
     def samples(self) -> int:
+        """Number of samples in all splits."""
         return sum(sp.samples for sp in self.splits.values())
 
     @property
     def shards(self) -> int:
+        """Number of shards in all splits."""
         return sum(sp.shards for sp in self.splits.values())
 
     @property
     def warnings(self) -> list[str]:
+        """Notes on the whole report, then each split's distribution warnings, then the groups'."""
         return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] \
             + (self.groups.warnings if self.groups is not None else [])
 
     def to_dict(self) -> dict:
+        """The stable ``--json`` schema (``SCHEMA``)."""
         extra = {k: v.to_dict() for k, v in (("by", self.by), ("groups", self.groups)) if v is not None}
         return {
             "schema": SCHEMA,
@@ -276,6 +287,7 @@ class Breakdown:
     counts: dict[str, np.ndarray]  # split -> int64 [values, classes]
 
     def to_dict(self) -> dict:
+        """The breakdown as plain JSON types."""
         return {"column": self.column, "type": self.type, "values": self.values,
                 "splits": {s: c.tolist() for s, c in self.counts.items()}}
 
@@ -289,6 +301,7 @@ class GroupReport:
     in_several: list[dict] = field(default_factory=list)  # {"group": value, "splits": {split: samples}}
 
     def to_dict(self) -> dict:
+        """The groups as plain JSON types."""
         return {"column": self.column, "groups": self.groups, "in_several_splits": self.in_several}
 
     @property
@@ -299,6 +312,7 @@ class GroupReport:
 
 def breakdown(values: MetaValues, labels: np.ndarray, row_split: np.ndarray, splits: list[str],
               n_classes: int) -> Breakdown:
+    """Samples per (value of the column, class) in each split; missing values counted last."""
     ids, distinct = values.factorize()
     n = len(distinct)
     slot = np.where(ids < 0, n, ids)  # missing last
@@ -314,6 +328,7 @@ def breakdown(values: MetaValues, labels: np.ndarray, row_split: np.ndarray, spl
 
 
 def group_report(values: MetaValues, row_split: np.ndarray, splits: list[str]) -> GroupReport:
+    """The groups of the column and those found in more than one split, with their samples per split."""
     ids, distinct = values.factorize()
     present = ids >= 0
     pairs = ids[present] * len(splits) + row_split[present]

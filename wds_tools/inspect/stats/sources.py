@@ -31,13 +31,16 @@ __all__ = ["from_index", "from_scan", "check_column", "metadata_arrays"]
 def from_index(target: Shards, world_size: int, workers: int, by: str | None = None,
                 group: str | None = None) -> StatsReport:
     """The report from index.json and two columns of samples.npz (and the metadata ``by``/``group`` name)."""
-    meta, base = target.meta, target.index_base
+    meta, base, index_file = target.meta, target.index_base, target.index_file
+    if meta is None or base is None or index_file is None:  # (resolve_target without scan needs the index)
+        raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to read the tars")
     classes = list(meta.get("classes", []))
     shards = meta["shards"]
     for name, option in ((by, "--by"), (group, "--group")):
         if name is not None:
             check_column(meta, name, option)
-    build = meta.get("build") if isinstance(meta.get("build"), dict) else {}
+    build_field = meta.get("build")
+    build: dict = build_field if isinstance(build_field, dict) else {}
     group = group if group is not None else build.get("group")
     wanted = [n for n in (by, group) if n is not None]
     where = join(base, meta["samples_file"]["name"])
@@ -46,10 +49,10 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
     if len(label) and (label.min() < 0 or label.max() >= n_classes or shard.max() >= n_shards):
-        raise IndexFormatError(f"{target.index_file}: samples.npz has labels or shard numbers "
+        raise IndexFormatError(f"{index_file}: samples.npz has labels or shard numbers "
                                "outside the index's classes/shards; the index is damaged (run verify)")
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
-    chosen = set(target.names) if target.selected else None
+    chosen = set(target.names or ()) if target.selected else None
     per_split: dict[str, list[int]] = {}
     for i, s in enumerate(shards):
         if chosen is None or s["name"] in chosen:
@@ -65,11 +68,11 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
             sp_meta.get("mean"), sp_meta.get("std"), distribute(samples, world_size, workers))
     index_bytes = meta.get("samples_file", {}).get("bytes", 0)
     try:
-        index_bytes += file_size(target.index_file)
+        index_bytes += file_size(index_file)
     except OSError:
         pass
     report = StatsReport(
-        "index", target.spec, base, target.index_file, meta.get("dataset_version"),
+        "index", target.spec, base, index_file, meta.get("dataset_version"),
         meta.get("size"), classes, splits, sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
         index_bytes, meta.get("mean"), meta.get("std"), meta.get("stats_split"), world_size, workers)
     if wanted:

@@ -67,7 +67,8 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
     facts, problems = check_index(meta)
     report.problems += problems
-    table, usable, tf, categories = None, set(), None, None
+    table, tf, categories = None, None, None
+    usable: set[str] = set()
     if facts.samples_name is not None:
         url = join(base, facts.samples_name)
         report.problems += check_samples_file(url, facts, quick)

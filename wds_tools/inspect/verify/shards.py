@@ -64,7 +64,7 @@ class Context:
     members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
     dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # each class index as its .cls member holds it (only these are agreed labels)
         self.digits = {i: str(i).encode() for i in range(len(self.classes))} if self.classes is not None else None
 
@@ -95,7 +95,7 @@ class PixelSums:
     SMALL = 1 << 14  # pieces below this are gathered into a buffer of up to STAGE bytes
     STAGE = 1 << 17
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.acc1 = np.zeros(self.SLOTS, np.uint16)
         self.acc2 = np.zeros(self.SLOTS, np.uint32)
         self.tmp = np.empty(self.SLOTS, np.uint16)
@@ -104,7 +104,8 @@ class PixelSums:
         self.stage = bytearray()
         self.count, self.s1, self.s2 = [0, 0, 0], [0, 0, 0], [0, 0, 0]
 
-    def add(self, data, phase: int) -> None:
+    def add(self, data: bytes | bytearray | memoryview, phase: int) -> None:
+        """Add the pixel bytes ``data``, whose first byte is of channel ``phase`` (0 R, 1 G, 2 B)."""
         n = len(data)
         q, r = divmod(n, 3)
         count = self.count
@@ -153,6 +154,7 @@ class PixelSums:
         used.fill(0)
 
     def totals(self) -> tuple[list[int], list[int], list[int]]:
+        """(count, sum, sum of squares) per channel of every byte added."""
         if self.stage:
             self._add(np.frombuffer(self.stage, np.uint8), 0)
             self.stage = bytearray()
@@ -496,7 +498,7 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[b
     return problems
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 120 else text[:117] + "..."
 
@@ -512,7 +514,7 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     starts = [rows.offsets[i][j] for i in wanted for j in range(M)]
     ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(M)]
     blobs = read_ranges([job.url] * len(starts), starts, ends)
-    problems = []
+    problems: list[Problem] = []
     for t, i in enumerate(wanted):
         got = blobs[M * t:M * t + M]
         npy = got[-1]

@@ -16,12 +16,13 @@ import io
 import struct
 import zipfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ...format.index import SAMPLE_COLUMNS
 from ...format.sample import column_prefix
-from ...format.layout import file_size, is_local, open_ranged, read_ranges, scheme
+from ...format.layout import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
 from ...format.npy import NPY_HEADER_BYTES
 from ...format.tar import iter_chunks
 from .index_file import IndexFacts
@@ -52,7 +53,7 @@ class _Column:
 class _RangedIO(io.RawIOBase):
     """A read-only seekable file over ``layout.RangedFile`` (for ``zipfile`` on object storage and http)."""
 
-    def __init__(self, ranged):
+    def __init__(self, ranged: RangedFile) -> None:
         self.ranged, self.pos = ranged, 0
 
     def readable(self) -> bool:
@@ -68,7 +69,7 @@ class _RangedIO(io.RawIOBase):
         self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.ranged.size + offset
         return self.pos
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: Any) -> int:
         data = self.ranged.read(self.pos, len(b))
         b[:len(data)] = data
         self.pos += len(data)
@@ -78,7 +79,7 @@ class _RangedIO(io.RawIOBase):
 class SampleColumns:
     """Rows of samples.npz columns by positioned reads; ``problems`` lists entries not in the format."""
 
-    def __init__(self, url: str, name: str):
+    def __init__(self, url: str, name: str) -> None:
         self.url, self.name = url, name
         self.file = open_ranged(url)  # FileNotFoundError / OSError: the caller names them
         self.columns: dict[str, _Column] = {}
@@ -91,6 +92,7 @@ class SampleColumns:
             self.columns = {}
 
     def close(self) -> None:
+        """Close samples.npz."""
         self.file.close()
 
     def _directory(self) -> None:
@@ -169,6 +171,7 @@ class SampleColumns:
 
 
 def open_columns(url: str, name: str) -> tuple[SampleColumns | None, list[Problem]]:
+    """samples.npz opened for row reads, or None and the problem that kept it closed."""
     try:
         table = SampleColumns(url, name)
     except FileNotFoundError:
