@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ...errors import IndexFormatError
 from ...format.cpus import usable_cpus
 from ...format.layout import Shards, exists, join, list_tars, resolve_target
 from .index_file import IndexFacts, check_counts, check_index
@@ -64,6 +65,8 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
 
 def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, stats: bool) -> VerifyReport:
     meta, base = target.meta, target.index_base
+    if meta is None or base is None:  # (verify comes here only when the spec has an index)
+        raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to check the tars")
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
     facts, problems = check_index(meta)
     report.problems += problems
@@ -93,7 +96,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
             listed = [s.samples or 0 for s in facts.shards]
             report.problems += check_counts(facts, sum(listed), np.array(listed, np.int64), None, None,
                                             "shards[].samples")
-        jobs = _jobs(target, facts, tf, report)
+        jobs = _jobs(target, base, facts, tf, report)
         ctx = Context(table, usable, tf.paths_ok if tf else False, reference_header(facts, tf), facts.classes, quick,
                       stats, facts.metadata if table is not None and categories is not None else None,
                       categories or {}, facts.members, facts.dataset)
@@ -127,7 +130,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
 
 
 
-def _jobs(target: Shards, facts: IndexFacts, tf: TableFacts | None, report: VerifyReport) -> list[ShardJob]:
+def _jobs(target: Shards, base: str, facts: IndexFacts, tf: TableFacts | None, report: VerifyReport) -> list[ShardJob]:
     """The shards to read: those the spec names whose name is safe (the others are problems already)."""
     chosen = set(target.names or []) if target.selected else None
     jobs = []
@@ -135,10 +138,10 @@ def _jobs(target: Shards, facts: IndexFacts, tf: TableFacts | None, report: Veri
         if s.name is None or (chosen is not None and s.name not in chosen):
             continue
         rows = tf.ranges[s.pos] if tf is not None and tf.ranges is not None else None
-        jobs.append(ShardJob(join(target.index_base, s.name), s.name, s.pos, s.bytes, s.sha256, rows))
+        jobs.append(ShardJob(join(base, s.name), s.name, s.pos, s.bytes, s.sha256, rows))
     if not target.selected:  # (a store that cannot list, http, is not looked at)
         indexed = {s.name for s in facts.shards if s.name}
-        extra = [n for n in list_tars(target.index_base) or [] if n not in indexed]
+        extra = [n for n in list_tars(base) or [] if n not in indexed]
         if extra:
             report.warnings.append(f"{len(extra)} tar file(s) in the folder are not in the index "
                                    f"(not checked): {', '.join(extra[:10])}")

@@ -25,7 +25,11 @@ class Columns(Protocol):
     """What ``check_columns`` reads of samples.npz (``table.SampleColumns`` is one)."""
 
     name: str
-    columns: Mapping[str, Any]
+
+    @property
+    def columns(self) -> Mapping[str, Any]:
+        """The arrays of samples.npz by name."""
+        ...
 
     def read(self, names: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
         """Rows [start, stop) of the arrays ``names``."""

@@ -78,9 +78,9 @@ def verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
     report = VerifyReport(target.spec, target.folder or target.spec, None, "scan-quick" if quick else "scan")
     report.warnings.append("no index used: file sizes and sha256 cannot be checked, only the tars' structure")
     # several folders (allowed with scan): a shard is named by its URL, as names repeat across folders
-    name = basename if target.folder is not None else str
+    shard_label = basename if target.folder is not None else str
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(target.urls)))) as ex:
-        results = list(ex.map(lambda u: _check_scan(u, quick, name(u)), target.urls))
+        results = list(ex.map(lambda u: _check_scan(u, quick, shard_label(u)), target.urls))
     # the .npy header most samples share is the reference (|u1 [S, S, 3])
     counts: Counter = Counter()
     for r in results:

@@ -55,7 +55,7 @@ class Context:
     table: SampleColumns | None
     usable: set[str]
     paths_ok: bool
-    header: bytes  # the .npy header every member should have
+    header: bytes | None  # the .npy header every member should have (None: any image header)
     classes: list[str] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
@@ -344,7 +344,7 @@ def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Pro
     return problems
 
 
-def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
+def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None,
              members: tuple[str, ...] = MEMBERS) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
