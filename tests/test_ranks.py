@@ -1,7 +1,8 @@
-"""format.ranks: the one rule dealing shards to ranks and workers, worked out by hand."""
+"""format.ranks: the one rule dealing shards to ranks and workers, worked out by hand and against webdataset."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,3 +31,17 @@ def test_deal_is_a_partition_by_i_mod_world_then_j_mod_workers(n, world, workers
         for w, part in enumerate(row):
             assert all(i % world == rank and (i // world) % workers == w for i in part)
             assert part == sorted(part)
+
+
+@pytest.mark.parametrize("n, world, workers", [(0, 1, 1), (7, 2, 2), (10, 3, 4), (5, 4, 2), (13, 1, 3), (9, 3, 1)])
+def test_deal_is_webdatasets_split_by_node_then_split_by_worker(n, world, workers, monkeypatch):
+    """The reference: webdataset's own ``split_by_node`` and ``split_by_worker``, rank and worker set
+    through the environment variables they read."""
+    shardlists = pytest.importorskip("webdataset.shardlists")
+    dealt = deal(range(n), world, workers)
+    for rank in range(world):
+        for worker in range(workers):
+            for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("WORKER", worker), ("NUM_WORKERS", workers)):
+                monkeypatch.setenv(name, str(value))
+            got = list(shardlists.split_by_worker(shardlists.split_by_node(iter(range(n)))))
+            assert dealt[rank][worker] == got, (rank, worker)
