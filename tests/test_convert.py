@@ -415,7 +415,7 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
     st = _cli("stats", folder, "--by", "localization", "--workers", 1)
     assert st.exit_code == 0 and "train by localization (string): samples per class" in st.output
     assert "頭皮" in st.output and "groups of lesion_id: 10; each in one split" in st.output
-    from wds_tools.inspect.stats_meta import display_width
+    from wds_tools.inspect.stats.render import display_width
     table = st.output.split("train by localization (string): samples per class\n")[1].split("\n\n")[0]
     rows = [line for line in table.splitlines() if line.startswith("  ") and not line.startswith("  ...")]
     assert any("頭皮" in r for r in rows) and len({display_width(r) for r in rows}) == 1, table  # columns line up

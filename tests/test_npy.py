@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wds_tools.format.npy import NPY_HEADER_BYTES, describe, image_header, image_side, npy_header
+from wds_tools.format.npy import NPY_HEADER_BYTES, describe, image_header, image_side, image_side_or_none, npy_header
 
 
 @pytest.mark.parametrize("size", [1, 8, 224, 512, 4096])
@@ -93,3 +93,13 @@ def test_our_headers_are_read_without_numpys_parser(monkeypatch):
     for size in (1, 16, 224, 384, 4096):
         assert image_side(image_header(size)) == size
         assert image_side(image_header(size) + b"\0" * 64) == size
+
+
+def test_image_side_or_none_is_image_side_without_the_reason():
+    """The one check stats and verify apply to a header they only need to accept or refuse."""
+    assert image_side_or_none(image_header(224)) == 224
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (4, 4, 3)})
+    assert image_side_or_none(buf.getvalue()) is None
+    assert image_side_or_none(b"not an npy header at all") is None
+    assert image_side_or_none(b"") is None

@@ -20,6 +20,7 @@ import numpy as np
 
 from wds_tools.errors import OptionError
 from wds_tools.format.resolve import resolve
+from wds_tools.format.ranks import deal
 
 __all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
 
@@ -95,7 +96,7 @@ class WorkerPlan:
 def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
                rank: int, world: int, num_workers: int, shuffle: bool, drop_last: bool,
                resampled: bool = False, epoch_batches: int | None = None) -> list[WorkerPlan]:
-    """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers.
+    """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``format.ranks.deal``).
 
     Without resampling every rank gets the same number of batches: with ``world > 1`` each worker
     yields only full batches, and ranks are cut to the smallest rank's total (needs ``counts``).
@@ -123,8 +124,8 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
             f"convert with a smaller --shard-size to get more shards, or pass resampled=True"
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)
-    mine = order[rank::world]
-    plans = [mine[w::num_workers] for w in range(num_workers)]
+    dealt = deal(order, world, num_workers)  # [rank][worker] -> shards
+    plans = dealt[rank]
     if world == 1 and epoch_batches is None:
         if counts is None:
             return [WorkerPlan(p, None) for p in plans]
@@ -138,8 +139,7 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
         )
 
     def full_batches(r: int) -> list[int]:
-        rs = order[r::world]
-        return [sum(counts[i] for i in rs[w::num_workers]) // batch_size for w in range(num_workers)]
+        return [sum(counts[i] for i in shards) // batch_size for shards in dealt[r]]
 
     quota = min(sum(full_batches(r)) for r in range(world))
     if epoch_batches is not None:
@@ -151,6 +151,6 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
     while sum(mine_full) > quota:  # cut the worker with the most batches (the last one on ties)
         w = max(range(num_workers), key=lambda i: (mine_full[i], i))
         mine_full[w] -= 1
-    others = [order[(rank + d) % world::world] for d in range(1, world)]
-    return [WorkerPlan(p, b, [i for o in others for i in o[w::num_workers]])
+    others = [dealt[(rank + d) % world] for d in range(1, world)]
+    return [WorkerPlan(p, b, [i for o in others for i in o[w]])
             for w, (p, b) in enumerate(zip(plans, mine_full))]

@@ -326,7 +326,8 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixe
       wds-tools stats s3://bucket/shards/v1/224
       wds-tools stats "shards/v1/224/train-{000000..000009}.tar" --scan --plot shards.png
     """
-    from .inspect.stats import compute_stats, plot_stats, require_matplotlib
+    from .inspect.stats import compute_stats
+    from .inspect.stats.plot import plot_stats, require_matplotlib
 
     try:
         if plot_path:

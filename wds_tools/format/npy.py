@@ -13,7 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["NPY_HEADER_BYTES", "npy_header", "image_header", "read_npy_header", "image_side", "describe"]
+__all__ = ["NPY_HEADER_BYTES", "npy_header", "image_header", "read_npy_header", "image_side", "image_side_or_none",
+           "describe", "describe_fields"]
 
 NPY_HEADER_BYTES = 128
 
@@ -73,7 +74,16 @@ def image_side(header: bytes) -> int:
     return int(shape[0])
 
 
+def image_side_or_none(header: bytes) -> int | None:
+    """S of a wds-tools image header, or None for any other header (``image_side`` without the reason)."""
+    try:
+        return image_side(header)
+    except ValueError:
+        return None
+
+
 def describe_fields(dtype: np.dtype, shape: tuple[int, ...], fortran: bool) -> str:
+    """dtype, shape and order of an NPY header, for messages."""
     return f"dtype {dtype.str}, shape {list(shape)}" + (", Fortran order" if fortran else "")
 
 

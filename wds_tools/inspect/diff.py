@@ -22,6 +22,7 @@ class DiffResult:
     unchanged: int = 0
 
     def to_dict(self) -> dict:
+        """The result as plain JSON types (``--json``)."""
         return asdict(self)
 
     def to_text(self, limit: int = 20) -> str:

@@ -16,19 +16,21 @@ import io
 import struct
 import zipfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..format.index import SAMPLE_COLUMNS
-from ..format.sample import column_prefix
-from ..format.transport import is_local, open_ranged, read_ranges, scheme
-from ..format.npy import NPY_HEADER_BYTES
-from ..format.tar import iter_chunks
-from .verify_meta import IndexFacts
-from .verify_metadata import GroupSplits, block_names, block_problems
-from .verify_report import MAX_PER_KIND, Problem
+from ...format.index import SAMPLE_COLUMNS
+from ...format.sample import column_prefix
+from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
+from ...format.npy import NPY_HEADER_BYTES
+from ...format.tar import iter_chunks
+from .index_file import IndexFacts
+from .metadata import GroupSplits, block_names, block_problems
+from .report import MAX_PER_KIND, Problem
 
-__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest", "scan_table"]
+__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest",
+           "check_samples_file", "scan_table"]
 
 BLOCK_ROWS = 1 << 16
 ROW_COLUMNS = ("key", "label", "shard", "cls_offset", "cls_length", "json_offset", "json_length",
@@ -51,7 +53,7 @@ class _Column:
 class _RangedIO(io.RawIOBase):
     """A read-only seekable file over ``transport.RangedFile`` (for ``zipfile`` on object storage and http)."""
 
-    def __init__(self, ranged):
+    def __init__(self, ranged: RangedFile) -> None:
         self.ranged, self.pos = ranged, 0
 
     def readable(self) -> bool:
@@ -67,7 +69,7 @@ class _RangedIO(io.RawIOBase):
         self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.ranged.size + offset
         return self.pos
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: Any) -> int:
         data = self.ranged.read(self.pos, len(b))
         b[:len(data)] = data
         self.pos += len(data)
@@ -77,7 +79,7 @@ class _RangedIO(io.RawIOBase):
 class SampleColumns:
     """Rows of samples.npz columns by positioned reads; ``problems`` lists entries not in the format."""
 
-    def __init__(self, url: str, name: str):
+    def __init__(self, url: str, name: str) -> None:
         self.url, self.name = url, name
         self.file = open_ranged(url)  # FileNotFoundError / OSError: the caller names them
         self.columns: dict[str, _Column] = {}
@@ -90,6 +92,7 @@ class SampleColumns:
             self.columns = {}
 
     def close(self) -> None:
+        """Close samples.npz."""
         self.file.close()
 
     def _directory(self) -> None:
@@ -168,6 +171,7 @@ class SampleColumns:
 
 
 def open_columns(url: str, name: str) -> tuple[SampleColumns | None, list[Problem]]:
+    """samples.npz opened for row reads, or None and the problem that kept it closed."""
     try:
         table = SampleColumns(url, name)
     except FileNotFoundError:
@@ -183,6 +187,25 @@ def file_digest(url: str) -> str:
     for part in iter_chunks(url):
         sha.update(part)
     return sha.hexdigest()
+
+
+def check_samples_file(url: str, facts: IndexFacts, quick: bool) -> list[Problem]:
+    """samples.npz's size, and its sha256 unless quick (read in chunks, never whole)."""
+    name = facts.samples_name
+    try:
+        size = file_size(url)
+        if facts.samples_bytes is not None and size != facts.samples_bytes:
+            return [Problem(name, "index", f"{size:,} bytes, index.json says {facts.samples_bytes}")]
+        digest = None if quick else file_digest(url)
+    except FileNotFoundError:
+        return []  # open_columns names it
+    except OSError as e:
+        return [Problem(name, "index", f"cannot read {url}: {e.strerror or e}")]
+    if digest is not None and facts.samples_sha256 is not None and digest != facts.samples_sha256:
+        return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(facts.samples_sha256)[:16]}...")]
+    return []
+
+
 
 
 @dataclass

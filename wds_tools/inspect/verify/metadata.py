@@ -1,22 +1,39 @@
 """Metadata (format version 2) checked: index.json ``metadata`` and ``build.group``, the samples.npz
 ``meta<i>`` columns, each sample's ``.json`` ``"meta"`` against its row, and no group in two splits.
 
-``check_field`` is index.json's part (``verify_meta``); ``check_columns`` the columns' dtypes, shapes
+``check_field`` is index.json's part (``index_file``); ``check_columns`` the columns' dtypes, shapes
 and string values (``verify``); ``GroupSplits`` gathers (group, split) pairs block by block while
-``verify_table`` scans the table, so memory grows with the groups, not the rows; ``row_meta`` gives
-the ``"meta"`` objects a shard's rows expect (``verify_shards``).
+``table`` scans the table, so memory grows with the groups, not the rows; ``row_meta`` gives
+the ``"meta"`` objects a shard's rows expect (``shards``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..format.meta import META_TYPES, MetaColumn, npz_dtypes, npz_names
-from .verify_report import INDEX, MAX_PER_KIND, Problem
+from ...format.meta import META_TYPES, MetaColumn, npz_dtypes, npz_names
+from .report import INDEX, MAX_PER_KIND, Problem
 
 __all__ = ["check_field", "check_columns", "GroupSplits", "row_meta", "same_meta"]
+
+
+class Columns(Protocol):
+    """What ``check_columns`` reads of samples.npz (``table.SampleColumns`` is one)."""
+
+    name: str
+
+    @property
+    def columns(self) -> Mapping[str, Any]:
+        """The arrays of samples.npz by name."""
+        ...
+
+    def read(self, names: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
+        """Rows [start, stop) of the arrays ``names``."""
+        ...
 
 
 def check_field(meta: dict) -> tuple[list[MetaColumn] | None, str | None, list[Problem]]:
@@ -53,9 +70,9 @@ def check_field(meta: dict) -> tuple[list[MetaColumn] | None, str | None, list[P
     return columns, group if columns is not None else None, problems
 
 
-def check_columns(table, rows: int, columns: list[MetaColumn]) -> tuple[bool, dict[int, list[str]], list[Problem]]:
+def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple[bool, dict[int, list[str]], list[Problem]]:
     """(usable, string values by column position, problems): each metadata column's arrays in samples.npz
-    (``table``: verify_table.SampleColumns) of the dtype and shape the format gives, string values
+    (``table``: table.SampleColumns) of the dtype and shape the format gives, string values
     distinct, in code-point order and UTF-8, int values 0 where missing."""
     problems: list[Problem] = []
     name = table.name
@@ -137,12 +154,13 @@ class GroupSplits:
     found in more than one split."""
 
     def __init__(self, column: MetaColumn, position: int, split_names: list[str],
-                 categories: list[str] | None):
+                 categories: list[str] | None) -> None:
         self.column, self.names, self.split_names, self.categories = column, npz_names(position, column.type), \
             split_names, categories
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, block: dict[str, np.ndarray], split_ids: np.ndarray) -> None:
+        """Count the (group, split) pairs of one block of rows."""
         values = block[self.names[0]]
         if self.column.type == "string":
             present = values >= 0
@@ -155,6 +173,7 @@ class GroupSplits:
         self.parts.append((uniq["g"], uniq["s"], counts))
 
     def problems(self) -> list[Problem]:
+        """One problem per group found in more than one split."""
         if not self.parts:
             return []
         pairs = _pairs(np.concatenate([p[0] for p in self.parts]), np.concatenate([p[1] for p in self.parts]))
@@ -176,7 +195,7 @@ class GroupSplits:
                                                           "several splits"))
         return problems
 
-    def _show(self, value) -> str:
+    def _show(self, value: object) -> str:
         if self.categories is not None:
             return repr(self.categories[int(value)])
         return repr(int(value) if self.column.type == "int" else float(value))
@@ -206,6 +225,6 @@ def row_meta(block: dict[str, np.ndarray], columns: list[MetaColumn],
     return [{c.name: per_column[j][r] for j, c in enumerate(columns)} for r in range(n)]
 
 
-def same_meta(got, want: dict) -> bool:
+def same_meta(got: object, want: dict) -> bool:
     """Equal values of equal JSON types (45 and 45.0 differ)."""
     return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)

@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ..format.transport import file_size, read_ranges
-from ..format.npy import NPY_HEADER_BYTES, image_side
-from ..format.npy import describe as describe_npy
-from ..format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
-from ..format.meta import MetaColumn
-from .verify_metadata import block_names, row_meta, same_meta
-from .verify_report import Problem, capped
-from ..format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
-from .verify_table import SampleColumns, row_columns
+from ...format.transport import file_size, read_ranges
+from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
+from ...format.npy import describe as describe_npy
+from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ...format.meta import MetaColumn
+from .metadata import block_names, row_meta, same_meta
+from .report import Problem, capped
+from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
+from .index_file import IndexFacts
+from .table import SampleColumns, TableFacts, row_columns
 
-__all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "check_shard"]
+__all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
 
 CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls (or .i32) / .json member kept; a longer one is damage
 ROW_EXTRA = ("npy_xxh3", "fingerprint", "width", "height")
@@ -54,7 +55,7 @@ class Context:
     table: SampleColumns | None
     usable: set[str]
     paths_ok: bool
-    header: bytes  # the .npy header every member should have
+    header: bytes | None  # the .npy header every member should have (None: any image header)
     classes: list[str] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
@@ -63,7 +64,7 @@ class Context:
     members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
     dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # each class index as its .cls member holds it (only these are agreed labels)
         self.digits = {i: str(i).encode() for i in range(len(self.classes))} if self.classes is not None else None
 
@@ -94,7 +95,7 @@ class PixelSums:
     SMALL = 1 << 14  # pieces below this are gathered into a buffer of up to STAGE bytes
     STAGE = 1 << 17
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.acc1 = np.zeros(self.SLOTS, np.uint16)
         self.acc2 = np.zeros(self.SLOTS, np.uint32)
         self.tmp = np.empty(self.SLOTS, np.uint16)
@@ -103,7 +104,8 @@ class PixelSums:
         self.stage = bytearray()
         self.count, self.s1, self.s2 = [0, 0, 0], [0, 0, 0], [0, 0, 0]
 
-    def add(self, data, phase: int) -> None:
+    def add(self, data: bytes | bytearray | memoryview, phase: int) -> None:
+        """Add the pixel bytes ``data``, whose first byte is of channel ``phase`` (0 R, 1 G, 2 B)."""
         n = len(data)
         q, r = divmod(n, 3)
         count = self.count
@@ -152,6 +154,7 @@ class PixelSums:
         used.fill(0)
 
     def totals(self) -> tuple[list[int], list[int], list[int]]:
+        """(count, sum, sum of squares) per channel of every byte added."""
         if self.stage:
             self._add(np.frombuffer(self.stage, np.uint8), 0)
             self.stage = bytearray()
@@ -167,6 +170,15 @@ _json = json.JSONDecoder().decode  # json.loads less its per-call encoding detec
 def _capture(name: str) -> int:
     return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith((".cls", ".i32")) else \
         JSON_CAP if name.endswith(".json") else 0
+
+
+def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
+    """The .npy header members are compared with: of the size samples.npz's npy_length says when
+    uniform (a wrong ``size`` is then one problem, not one per sample), else of ``size``."""
+    side = (tf.npy_size if tf is not None else None) or facts.size or (facts.npy_shape or [None])[0]
+    return image_header(side) if side else None
+
+
 
 
 def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
@@ -207,10 +219,9 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
-        try:
-            result.sides.add(image_side(header))
-        except ValueError:
-            pass
+        side = image_side_or_none(header)
+        if side is not None:
+            result.sides.add(side)
     if rows is None:  # no usable rows: the shard's own structure only
         result.problems += _structure_only(job, walker)
         result.samples = sum(1 for m in walker.members if m.name.endswith(".npy"))
@@ -312,11 +323,6 @@ def _size_problem(job: ShardJob, size: int) -> list[Problem]:
     return [Problem(job.name, "size", f"{what}: {size:,} bytes, the index says {job.bytes:,}")]
 
 
-def _stem(name: str) -> str | None:
-    """A member's sample key, by the rule every reader uses (``format.tar.split_name``)."""
-    return split_name(name)[0]
-
-
 def _walk_error(job: ShardJob, walker: TarWalker, more: str = "", key: str | None = None) -> list[Problem]:
     if not walker.error:
         return []
@@ -331,22 +337,14 @@ def _structure_only(job: ShardJob, walker: TarWalker) -> list[Problem]:
 def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Problem]:
     problems = []
     for m in walker.members:
-        if m.name.endswith(".npy") and (m.data != header if header is not None else _not_image(m.data)):
+        if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
             expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
             problems.append(Problem(job.name, "npy_header", f"{m.name}: the header says {describe_npy(m.data)}; "
-                                    f"expected {expected}", key=_stem(m.name), offset=m.offset))
+                                    f"expected {expected}", key=split_name(m.name)[0], offset=m.offset))
     return problems
 
 
-def _not_image(header: bytes) -> bool:
-    try:
-        image_side(header)
-    except ValueError:
-        return True
-    return False
-
-
-def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
+def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None,
              members: tuple[str, ...] = MEMBERS) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
@@ -361,22 +359,22 @@ def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes,
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
     here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
     problems = _walk_error(job, walker, f"; {unreached} indexed member(s) after it were not reached" if unreached
-                           else "", key=_stem(here[0]) if here else None)
+                           else "", key=split_name(here[0])[0] if here else None)
     problems += _headers(job, walker, header)
     if exp == act:
         return problems
     exp_at = {n: (o, s) for n, o, s in exp}
     for n, c in seen.items():
         if c > 1:
-            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=_stem(n)))
+            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=split_name(n)[0]))
     for n, o, s in act:
         if n not in exp_at:
             problems.append(Problem(job.name, "extra_member", f"{n} ({s:,} B) is not in the index",
-                                    key=_stem(n), offset=o - BLOCK))
+                                    key=split_name(n)[0], offset=o - BLOCK))
     for n, o, s in exp:
         if n not in seen and not (walker.error and o >= reach):
             problems.append(Problem(job.name, "missing_member", f"{n} is in the index but not in the tar",
-                                    key=_stem(n), offset=o - BLOCK))
+                                    key=split_name(n)[0], offset=o - BLOCK))
     moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
     if moved:
         n, o, s, (eo, es) = moved[0]
@@ -500,7 +498,7 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[b
     return problems
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 120 else text[:117] + "..."
 
@@ -516,7 +514,7 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     starts = [rows.offsets[i][j] for i in wanted for j in range(M)]
     ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(M)]
     blobs = read_ranges([job.url] * len(starts), starts, ends)
-    problems = []
+    problems: list[Problem] = []
     for t, i in enumerate(wanted):
         got = blobs[M * t:M * t + M]
         npy = got[-1]

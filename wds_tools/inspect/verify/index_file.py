@@ -12,15 +12,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..format.index import ERRORS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, sample_columns
-from ..format.names import expand, indexed_name_problem, shard_name, url_pattern
-from ..format.meta import MetaColumn
-from ..format.sample import MEMBERS, classes_digest, members_of
-from .verify_metadata import check_field
-from .verify_report import INDEX, Problem
+from ...format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
+from ...format.index import SAMPLES_FILE
+from ...format.names import expand, indexed_name_problem, shard_name, url_pattern
+from ...format.meta import MetaColumn
+from ...format.sample import MEMBERS, classes_digest, members_of
+from .metadata import check_field
+from .report import INDEX, Problem
 
 __all__ = ["ShardEntry", "IndexFacts", "check_index", "check_counts", "mean_std", "stats_problems"]
 
@@ -29,11 +31,11 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 STATS_TOLERANCE = 2e-6  # mean/std are stored rounded to 6 decimals; a float path may differ in the last one
 
 
-def _count(v) -> bool:
+def _count(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _number(v) -> bool:
+def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -53,7 +55,7 @@ _TYPES = {
 }
 
 
-def _show(v) -> str:
+def _show(v: object) -> str:
     text = repr(v)
     return (text if len(text) <= 60 else text[:57] + "...") + f" ({type(v).__name__})"
 
@@ -104,13 +106,13 @@ class IndexFacts:
 
 
 class _Checker:
-    def __init__(self):
+    def __init__(self) -> None:
         self.problems: list[Problem] = []
 
     def problem(self, kind: str, message: str, shard: str = INDEX) -> None:
         self.problems.append(Problem(shard, kind, message))
 
-    def get(self, obj: dict, key: str, path: str, kind: str, *, required: bool = True):
+    def get(self, obj: dict, key: str, path: str, kind: str, *, required: bool = True) -> Any:
         """``obj[key]`` when it is of type ``kind``; None (and a ``field`` problem) otherwise."""
         test, expected = _TYPES[kind]
         if key not in obj:

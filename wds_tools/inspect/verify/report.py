@@ -60,6 +60,7 @@ class Problem:
     offset: int | None = None
 
     def to_dict(self) -> dict:
+        """The problem as plain JSON types."""
         return {"shard": self.shard, "kind": self.kind, "message": self.message, "key": self.key,
                 "offset": self.offset}
 
@@ -92,17 +93,21 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when no problem was found."""
         return not self.problems
 
     @property
     def bad_shards(self) -> list[str]:
+        """The files with a problem, sorted."""
         return sorted({p.shard for p in self.problems})
 
     @property
     def bad_samples(self) -> list[str]:
+        """The keys of the samples with a problem, sorted."""
         return sorted({p.key for p in self.problems if p.key is not None})
 
     def to_dict(self) -> dict:
+        """The stable ``--json`` schema (``SCHEMA``)."""
         return {
             "schema": SCHEMA,
             "path": self.path,
@@ -123,6 +128,7 @@ class VerifyReport:
         }
 
     def to_text(self) -> str:
+        """The report as text: a summary line, warnings, then each problem."""
         reads_all = self.mode in ("full", "scan")
         rate = (f", {self.bytes_read / self.seconds / 1e6:,.0f} MB/s"
                 if reads_all and self.seconds > 0 and self.bytes_read else "")
@@ -147,7 +153,8 @@ class VerifyReport:
 def capped(problems: list[Problem]) -> list[Problem]:
     """At most ``MAX_PER_KIND`` problems of one kind per file, and one line counting the rest."""
     by_kind: Counter = Counter()
-    kept, dropped = [], Counter()
+    kept: list[Problem] = []
+    dropped: Counter[tuple[str, str]] = Counter()
     for p in problems:
         by_kind[(p.shard, p.kind)] += 1
         if by_kind[(p.shard, p.kind)] <= MAX_PER_KIND:

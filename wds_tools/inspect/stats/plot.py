@@ -1,0 +1,59 @@
+"""``wds-tools stats --plot``: samples per shard and class share per shard, drawn with matplotlib
+(the ``plot`` extra)."""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import numpy as np
+
+from ...errors import ExtraNotInstalledError, ShardError
+from .report import StatsReport
+
+__all__ = ["plot_stats", "require_matplotlib"]
+
+
+def plot_stats(report: StatsReport, path: str | os.PathLike) -> str:
+    """Draw samples per shard and class share per shard (a heatmap) for each split into ``path``."""
+    mpl = require_matplotlib()
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    splits = list(report.splits.values())
+    if not splits:
+        raise ShardError(f"{report.root}: no shards to plot")
+    fig, axes = plt.subplots(2, len(splits), figsize=(6 * len(splits), 7), squeeze=False,
+                             gridspec_kw={"height_ratios": [1, 2]})
+    for col, sp in enumerate(splits):
+        ax = axes[0][col]
+        ax.bar(np.arange(sp.shards), sp.shard_samples, width=1.0, color="#4c72b0")
+        ax.set_title(f"{sp.name}: samples per shard")
+        ax.set_xlabel("shard")
+        ax.set_ylabel("samples")
+        ax = axes[1][col]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.nan_to_num(sp.shard_class_counts / sp.shard_samples[:, None])
+        im = ax.imshow(share.T, aspect="auto", interpolation="nearest", cmap="viridis")
+        ax.set_title(f"{sp.name}: class share per shard")
+        ax.set_xlabel("shard")
+        ax.set_ylabel("class")
+        if len(report.classes) <= 30:
+            ax.set_yticks(range(len(report.classes)), report.classes)
+        fig.colorbar(im, ax=ax, label="share of the shard")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def require_matplotlib() -> ModuleType:
+    """matplotlib, or a message naming the extra to install."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ExtraNotInstalledError(
+            "--plot needs matplotlib, which is not installed; install the plot extra: "
+            "pip install 'wds-tools[plot]'"
+        ) from None
+    return matplotlib
