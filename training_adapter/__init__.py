@@ -21,7 +21,7 @@ __all__ = [
 _LAZY = {
     "make_loader": "loader", "to_device": "loader", "ShardLoader": "loader",
     "augment_batch": "augment", "AugmentConfig": "augment", "sample_params": "augment",
-    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "indexread",
+    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "mapstyle",
 }
 
 

@@ -27,7 +27,7 @@ import torch
 import xxhash
 
 from wds_tools.errors import ShardError
-from wds_tools.format.layout import read_ranges
+from wds_tools.format.layout import is_local, read_ranges
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
@@ -268,7 +268,7 @@ class Gather:
 
     # --- either -------------------------------------------------------------------------------
     def _remote(self, rows) -> bool:
-        return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
+        return len(rows) > 0 and not is_local(self.index.urls[int(self.index.shard[rows[0]])])
 
     def locate(self, rows, scratch: np.ndarray | None = None) -> tuple[list[int], Located]:
         """Positions (into ``rows``) of the rows read, and their pixels: in the mappings (local), or
