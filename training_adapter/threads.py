@@ -15,7 +15,7 @@ keeps the faster thread busy (README, Figures).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import TypeVar
 
 __all__ = ["in_order"]
@@ -25,7 +25,7 @@ R = TypeVar("R")
 
 
 def in_order(tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ahead: int,
-             caller: bool = False) -> Iterator[R]:
+             caller: bool = False) -> Generator[R, None, None]:
     """``run(w, task)`` for every task, on ``workers`` background threads (``w``: 0 to workers - 1,
     so that each uses its own state) and, with ``caller``, in the calling thread too (``w`` =
     ``workers``) while the result it waits for is not ready. At most ``ahead`` tasks are started
