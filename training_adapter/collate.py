@@ -9,7 +9,6 @@ process copies nothing) and augments them on the CPU unless the accelerator does
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -22,7 +21,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from wds_tools.errors import OptionError
 
 from .augment import _cv2, augment_batch, augment_into, batch_params, normalize
-from .buffers import BatchRing, BufferPool
+from .buffers import BatchRing, BufferPool, shared
 from .indexread import SampleIndex
 from .options import LoaderOptions
 from .shardlist import ShardList, WorkerInfo, worker_info
@@ -109,10 +108,8 @@ class BatchDataset(IterableDataset):
 
     # --- batches -------------------------------------------------------------------------------
     def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = math.prod(shape)
         if get_worker_info() is not None:  # shared memory: the queue to the main process copies nothing
-            storage = torch.UntypedStorage._new_shared(nbytes)
-            return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)  # type: ignore[call-overload]
+            return shared(shape)
         return self._pool.get(shape)
 
     def collate(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
@@ -145,7 +142,7 @@ class BatchDataset(IterableDataset):
         else:
             stored.copy_into(buf.numpy().reshape(n, -1))
         images: Any = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
-        if cpu_affine:
+        if cpu_affine and params is not None:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
         if o.normalize and self.shards.mean is not None and self.shards.std is not None:

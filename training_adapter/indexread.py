@@ -138,7 +138,7 @@ def _key_fraction(keys: np.ndarray) -> np.ndarray:
     return np.fromiter((xxhash.xxh3_64_intdigest(k, seed=0x5B5E7) for k in keys), np.uint64, len(keys)) / 2.0**64
 
 
-def select(index: SampleIndex, subset) -> np.ndarray:
+def select(index: SampleIndex, subset: Subset) -> np.ndarray:
     """Row numbers of ``subset``: None (all), a fraction in (0, 1] (the same samples every epoch and
     run: those whose key hashes below it), keys (a list or set of strings), a mapping
     ``{column: value or list of values}`` over ``label`` (class index or name), ``key``, the
@@ -208,7 +208,7 @@ def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
     return {"label": index.label, "key": index.key, **index.columns, **meta}
 
 
-def _class_index(index: SampleIndex, value, what: str) -> int:
+def _class_index(index: SampleIndex, value: int | str, what: str) -> int:
     """A class given by name (``"mel"``, ``"07"``; integer classes are named ``"0"``, ``"1"``, ...) or index."""
     if isinstance(value, str):
         if value in index.classes:
@@ -221,7 +221,7 @@ def _class_index(index: SampleIndex, value, what: str) -> int:
     return i
 
 
-def class_shares(index: SampleIndex, weights, rows: np.ndarray) -> np.ndarray:
+def class_shares(index: SampleIndex, weights: ClassWeights, rows: np.ndarray) -> np.ndarray:
     """Each class's share of an epoch (sums to 1) from ``"balanced"`` or ``{class: weight}``
     (classes by index or name; a class not named gets no share)."""
     n_classes = max(len(index.classes), int(index.label.max()) + 1 if len(index.label) else 0)
