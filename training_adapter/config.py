@@ -6,15 +6,13 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from wds_tools.errors import ExtraNotInstalledError, OptionError
 
 from .augment import AugmentConfig
-
-if TYPE_CHECKING:  # annotations only: the loader is imported when a loader is made
-    from .loader import ShardLoader
+from .loader import ShardLoader, make_loader
 
 __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 
@@ -38,15 +36,11 @@ class DatasetConfig:
 
     def train_loader(self, **overrides: Any) -> ShardLoader:
         """``make_loader(train_urls, train=True, ...)`` with this block's options."""
-        from .loader import make_loader
-
         return make_loader(self.train_urls, train=True, augment=self.augment, **{**self.loader, **overrides})
 
     def val_loader(self, **overrides: Any) -> ShardLoader:
         """``make_loader(val_urls, train=False, ...)`` with this block's options (no augmentation, and
         no resampling or class weights: validation sees each sample of its subset once)."""
-        from .loader import make_loader
-
         if self.val_urls is None:
             raise OptionError("dataset.val_urls is not set in the config")
         opts = {k: v for k, v in {**self.loader, **overrides}.items()
