@@ -124,6 +124,7 @@ class AugmentConfig:
 
     @property
     def jitter(self) -> bool:
+        """Whether any colour jitter (brightness, contrast, saturation) is on."""
         return bool(self.brightness or self.contrast or self.saturation)
 
 

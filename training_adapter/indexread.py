@@ -75,6 +75,7 @@ class SampleIndex:
 
     @property
     def sample_bytes(self) -> int:
+        """The bytes of one sample's stored pixels (S * S * 3)."""
         return self.size * self.size * 3
 
     @classmethod
@@ -111,6 +112,7 @@ class SampleIndex:
         )
 
     def key_str(self, i: int) -> str:
+        """Row ``i``'s sample key."""
         return self.key[i].decode()
 
     def damaged_shards(self) -> list[DamagedShard]:

@@ -65,6 +65,8 @@ def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple
 
 @dataclass
 class Sample:
+    """One streamed sample: its key, label and stored pixels."""
+
     key: str
     label: int
     pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
@@ -87,6 +89,7 @@ class Views:
 
 
 def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
+    """The [S, S, 3] an image's NPY header gives; ``ShardError`` naming the sample when it is no such header."""
     try:
         side = image_side(header)
     except ValueError as e:
@@ -104,9 +107,11 @@ class Identity:
     key: str
 
     def same(self, other: Identity) -> bool:
+        """Whether ``other`` names the same dataset (wherever it was read)."""
         return (self.dataset_version, self.classes_digest) == (other.dataset_version, other.classes_digest)
 
     def describe(self) -> str:
+        """The dataset fields, for messages."""
         if self.dataset_version is None and self.classes_digest is None:
             return "a sample without dataset fields (format version 1)"
         return f"dataset_version {self.dataset_version!r}, classes_digest {self.classes_digest!r}"
@@ -167,6 +172,7 @@ class SampleStream:
                              url=url, offset=offset)
 
     def read_shard(self, url: str) -> Iterator[Sample]:
+        """The samples of shard ``url``; a damaged shard raises, or with ``on_error="skip"`` ends with a warning."""
         header: bytes | None = None
         expect = 0
         try:
