@@ -9,7 +9,6 @@ ring (``buffers``). Normalising to float is left to ``to_device`` on the acceler
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -33,8 +32,6 @@ from .tarread import DEFAULT_CHUNK
 from .threads import in_order
 
 __all__ = ["ShardLoader", "make_loader", "open_loader", "open_dataset", "to_device"]
-
-log = logging.getLogger("training_adapter")
 
 
 def _as_is(batch: Any) -> Any:

@@ -8,6 +8,7 @@ stays with ``loader.ShardLoader``; where the shards are, with ``shardlist.resolv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from wds_tools.errors import OptionError
 from wds_tools.format.tar import DEFAULT_CHUNK
@@ -63,7 +64,7 @@ class LoaderOptions:
         if self.reader not in READERS:
             raise OptionError(f"reader={self.reader!r}: expected 'auto', 'index' or 'stream'")
 
-    @property
+    @cached_property  # once: collate asks for every batch
     def augmentation(self) -> AugmentConfig | None:
         """The augmentation applied: ``augment`` (default settings when None) in training, else none."""
         return (self.augment or AugmentConfig()) if self.train else None
