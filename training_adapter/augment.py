@@ -338,7 +338,8 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     return m[:, :2, :]
 
 
-def augment_batch(images: torch.Tensor, keys_or_params: Sequence[str] | np.ndarray | torch.Tensor, *, config: AugmentConfig | None = None, seed: int = 0,
+def augment_batch(images: torch.Tensor, keys_or_params: Sequence[str] | np.ndarray | torch.Tensor, *,
+                  config: AugmentConfig | None = None, seed: int = 0,
                   epoch: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
                   ) -> torch.Tensor:
     """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.

@@ -34,7 +34,8 @@ from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "Located", "Found", "Part", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ", "label_digits"]
+__all__ = ["Gather", "Located", "Found", "Part", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ",
+           "label_digits"]
 
 log = logging.getLogger("training_adapter")
 

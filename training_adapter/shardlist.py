@@ -76,7 +76,7 @@ class WorkerInfo(NamedTuple):
 
 
 def worker_info() -> WorkerInfo:
-    """Rank, world size, worker id and workers, as webdataset finds them (RANK/WORLD_SIZE, torch.distributed, DataLoader)."""
+    """Rank, world, worker and workers, as webdataset finds them (RANK/WORLD_SIZE, torch.distributed, DataLoader)."""
     from webdataset.utils import pytorch_worker_info
 
     return WorkerInfo(*pytorch_worker_info())

@@ -89,7 +89,7 @@ class Views:
 
 
 def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
-    """The [S, S, 3] an image's NPY header gives; ``ShardError`` naming the sample when it is no such header."""
+    """The [S, S, 3] an image's NPY header gives; ``ShardError`` naming the sample for another header."""
     try:
         side = image_side(header)
     except ValueError as e:
