@@ -1,15 +1,13 @@
-"""indexread: epoch plans from samples.npz, subsets, class-balanced epochs, reads by offset, the map-style dataset."""
+"""indexread: epoch plans from samples.npz, subsets, class-balanced epochs, reads by offset."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -232,55 +230,6 @@ def test_reader_option_errors(folder, tmp_path):
         make_loader(folder, batch_size=2, train=True, subset=lambda c: c["label"] < 0)
     with pytest.raises(OptionError, match="epoch_batches=99: a rank has only"):
         make_loader(folder, batch_size=2, train=True, epoch_batches=99)
-
-
-# --- the map-style dataset -----------------------------------------------------------------------
-def test_map_style_dataset_against_stock_webdataset(folder):
-    import webdataset as wds
-
-    ds = ShardIndexDataset(folder)
-    ref = {s["__key__"]: (s["npy"], int(s["cls"])) for s in
-           wds.WebDataset(sorted(str(p) for p in folder.glob("train-*.tar")), shardshuffle=False,
-                          empty_check=False).decode()}
-    assert len(ds) == len(ref) and sorted(ds.keys) == sorted(ref)
-    for i in range(len(ds)):
-        image, label, key, meta = ds[i]
-        assert image.dtype == torch.uint8 and image.shape == (3, S, S)
-        assert np.array_equal(image.permute(1, 2, 0).numpy(), ref[key][0]) and label == ref[key][1]
-        assert meta["width"] == 96 and meta["height"] == 72
-    image, *_ = ds[-1]
-    image.fill_(0)  # the caller owns its copy: the shard is untouched
-    assert np.array_equal(ds[-1][0].permute(1, 2, 0).numpy(), ref[ds[-1][2]][0])
-    with pytest.raises(IndexError):
-        ds[len(ds)]
-
-
-def test_map_style_dataset_with_samplers(folder):
-    ds = ShardIndexDataset(folder, subset={"label": ["a", "c"]})
-    assert set(ds.labels.tolist()) == {0, 2}
-    weights = np.where(ds.labels == 0, 1.0, 3.0)
-    sampler = torch.utils.data.WeightedRandomSampler(torch.as_tensor(weights), 400,
-                                                     generator=torch.Generator().manual_seed(0))
-    dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=2)
-    labels = torch.cat([b[1] for b in dl])
-    assert len(labels) == 400 and (labels == 2).float().mean() > 0.65  # weight 3 vs 1: about 0.75
-    seen = []
-    for rank in range(2):
-        ds_sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=1)
-        seen.append({k for b in torch.utils.data.DataLoader(ds, batch_size=8, sampler=ds_sampler) for k in b[2]})
-    assert not seen[0] & seen[1] and seen[0] | seen[1] == set(ds.keys)
-    with pytest.raises(OptionError, match="needs shards listed in an index.json"):
-        ShardIndexDataset(f"pipe:cat {folder}/train-000000.tar")
-
-
-def test_index_json_path_and_pattern_resolve_to_the_same_rows(folder):
-    a = ShardIndexDataset(folder / "index.json")
-    b = ShardIndexDataset(str(folder / "train-{000000..000002}.tar"), allow_partial=True)
-    meta = json.loads((folder / "index.json").read_text())
-    counts = {s["name"]: s["samples"] for s in meta["shards"]}
-    assert len(a) == sum(n for name, n in counts.items() if name.startswith("train-"))
-    assert len(b) == sum(counts[f"train-{i:06d}.tar"] for i in range(3))
-    assert set(b.keys) == set(read_stored([folder / f"train-{i:06d}.tar" for i in range(3)])) < set(a.keys)
 
 
 def test_check_samples_catches_a_flipped_pixel(folder, tmp_path):

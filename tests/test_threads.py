@@ -200,11 +200,11 @@ def test_batches_are_the_same_whichever_thread_makes_them(folder: Path, stock: l
                                                          monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
     """The caller or the background threads slowed down, so that the other makes most batches: the
     samples stock webdataset reads, in its order."""
-    from training_adapter.loader import ShardDataset
+    from training_adapter.indexed import IndexedDataset
 
     kw = dict(batch_size=4, split="train", return_keys=True, train=False)
     made: list[str] = []
-    index_batch = ShardDataset.index_batch
+    index_batch = IndexedDataset.index_batch
 
     def timed(self, *a, **k):
         me = threading.current_thread().name
@@ -213,7 +213,7 @@ def test_batches_are_the_same_whichever_thread_makes_them(folder: Path, stock: l
             time.sleep(0.01)
         return index_batch(self, *a, **k)
 
-    monkeypatch.setattr(ShardDataset, "index_batch", timed)
+    monkeypatch.setattr(IndexedDataset, "index_batch", timed)
     assert _epoch(make_loader(folder, num_workers=2, **kw)) == stock
     by_threads = sum(m.startswith("training_adapter-reader") for m in made)
     assert len(made) == -(-len(stock) // 4)  # every batch made once

@@ -1,31 +1,37 @@
 """training_adapter: streams wds-tools (plain WebDataset) shards into PyTorch at memory speed.
 
-Data flow: ``shardlist`` (which shards) -> ``indexread`` (with an index: plan the epoch from
-samples.npz) -> ``gather`` (read each sample by offset; ``threads``: reader threads where they only
-copy) or ``tarread`` (without: tar -> samples) -> ``augment`` (random transforms) -> ``loader``
-(batches; ``buffers``: their memory); ``config`` reads a trainer config. Submodules import torch
-on first use, so ``import training_adapter`` stays light.
+Data flow: ``shardlist`` (which shards) -> either ``indexread`` (with an index: the split's rows
+from samples.npz, each epoch's plan) -> ``gather`` (read each sample by offset) -> ``indexed``
+(the index reader's batches; ``threads``: reader threads where they only copy), or ``tarread``
+(without: tar -> samples) -> ``streaming`` (the streaming reader's batches) -> ``collate`` (one
+batch, ``augment``: random transforms, ``buffers``: its memory) -> ``loader`` (``make_loader``,
+its ``options``; the workers). ``mapstyle`` reads one sample at a time by position; ``config``
+reads a trainer config. Submodules import torch on first use, so ``import training_adapter``
+stays light.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
+from typing import Any
 
 from wds_tools.format.index import DatasetIndex, load_index
 
 __all__ = [
     "make_loader", "to_device", "augment_batch", "load_config", "AugmentConfig", "ShardLoader",
-    "resolve_urls", "sample_params", "DatasetIndex", "load_index", "ShardIndexDataset",
+    "resolve_urls", "sample_params", "DatasetIndex", "load_index", "ShardIndexDataset", "LoaderOptions",
 ]
 
 _LAZY = {
     "make_loader": "loader", "to_device": "loader", "ShardLoader": "loader",
     "augment_batch": "augment", "AugmentConfig": "augment", "sample_params": "augment",
-    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "indexread",
+    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "mapstyle",
+    "LoaderOptions": "options",
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its submodule on first use."""
     if name in _LAZY:
         return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

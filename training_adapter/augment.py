@@ -23,6 +23,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 try:  # the train extra installs it; without it the same transforms run in torch, about 2x slower
     import cv2 as _cv2
 except ImportError:  # pragma: no cover - exercised by monkeypatching _cv2 in the tests
-    _cv2 = None
+    _cv2 = None  # type: ignore[assignment]  # the module, or None without the train extra
 
 from wds_tools.errors import OptionError
 
@@ -106,20 +107,24 @@ class AugmentConfig:
                 raise OptionError(f"augment.{name}={getattr(self, name)!r}: expected true or false")
 
     @classmethod
-    def from_dict(cls, d: Mapping | None) -> AugmentConfig:
+    def from_dict(cls, d: Mapping[str, Any] | None) -> AugmentConfig:
+        """The settings of a config file's or ``make_loader``'s ``augment`` mapping (lists as tuples)."""
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise OptionError(f"augment: unknown setting {', '.join(map(repr, unknown))}; "
                               f"expected some of {', '.join(sorted(known))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**kw)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a mapping ``from_dict`` reads back."""
         return asdict(self)
 
     @property
     def jitter(self) -> bool:
+        """Whether any colour jitter (brightness, contrast, saturation) is on."""
         return bool(self.brightness or self.contrast or self.saturation)
 
 
@@ -303,7 +308,8 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     B = p.shape[0]
     eye = torch.eye(3, dtype=dt, device=p.device).expand(B, 3, 3)
 
-    def mat(a, b, c, d, e, f):
+    def mat(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, e: torch.Tensor,
+            f: torch.Tensor) -> torch.Tensor:
         m = torch.zeros(B, 3, 3, dtype=dt, device=p.device)
         m[:, 0, 0], m[:, 0, 1], m[:, 0, 2] = a, b, c
         m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = d, e, f
@@ -332,7 +338,8 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     return m[:, :2, :]
 
 
-def augment_batch(images: torch.Tensor, keys_or_params, *, config: AugmentConfig | None = None, seed: int = 0,
+def augment_batch(images: torch.Tensor, keys_or_params: Sequence[str] | np.ndarray | torch.Tensor, *,
+                  config: AugmentConfig | None = None, seed: int = 0,
                   epoch: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
                   ) -> torch.Tensor:
     """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.
@@ -345,6 +352,7 @@ def augment_batch(images: torch.Tensor, keys_or_params, *, config: AugmentConfig
     if images.dim() != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:
         raise OptionError(f"augment_batch: expected images [B, 3, S, S], got {list(images.shape)}")
     B, _, S, _ = images.shape
+    params: Sequence[str] | np.ndarray | torch.Tensor
     if len(keys_or_params) and isinstance(keys_or_params[0], str):
         params = batch_params(cfg, seed=seed, epoch=epoch, keys=list(keys_or_params), src_size=S)
     else:

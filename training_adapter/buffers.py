@@ -18,13 +18,19 @@ import torch
 
 from wds_tools.errors import ShardError
 
-__all__ = ["BufferPool", "BatchRing", "Slot"]
+__all__ = ["BufferPool", "BatchRing", "Slot", "shared"]
 
 
 def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
     """True when ``arrays[i]`` is referenced by that list alone: no tensor made from it is alive
     (``torch.from_numpy`` keeps a reference to the array for as long as its memory is in use)."""
     return sys.getrefcount(arrays[i]) == 2  # the list and getrefcount's own argument
+
+
+def shared(shape: tuple[int, ...]) -> torch.Tensor:
+    """A fresh uint8 tensor of ``shape`` in shared memory (worker processes hand batches over in it)."""
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)  # type: ignore[call-overload]
 
 
 class BufferPool:
@@ -37,11 +43,12 @@ class BufferPool:
     says, without any private API, when no batch the caller could still read is in it.
     """
 
-    def __init__(self, limit: int = 4):
+    def __init__(self, limit: int = 4) -> None:
         self.limit = limit
         self._bufs: list[np.ndarray] = []
 
     def get(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A uint8 tensor of ``shape``: a free buffer of its size reused, else a new one."""
         nbytes = math.prod(shape)
         for i in range(len(self._bufs)):
             if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i):
@@ -60,7 +67,7 @@ class Slot:
 
     __slots__ = ("worker", "slot", "shape")
 
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]):
+    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]) -> None:
         self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3]
 
 
@@ -81,17 +88,16 @@ class BatchRing:
 
     LEND = 2
 
-    def __init__(self, workers: int, prefetch: int, slot_bytes: int):
+    def __init__(self, workers: int, prefetch: int, slot_bytes: int) -> None:
         self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
-        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(slot_bytes), 0,
-                                                                (slot_bytes,))
-                        for _ in range(workers * self.slots)]
+        self.buffers = [shared((slot_bytes,)) for _ in range(workers * self.slots)]
         self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
         self._parent = os.getpid()
         self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
         self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
 
     def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[Slot, torch.Tensor] | None:
+        """A free slot of ``worker`` and its memory as ``shape`` (waiting for one); None when a batch is too large."""
         nbytes = math.prod(shape)
         if nbytes > self.slot_bytes:
             return None
@@ -106,6 +112,7 @@ class BatchRing:
         return Slot(worker, s, shape), self.buffers[first + s][:nbytes].view(shape)
 
     def publish(self, ref: Slot) -> None:
+        """Mark the slot written: busy until the main process is done with it."""
         self.busy[ref.worker * self.slots + ref.slot] = 1
 
     def take(self, ref: Slot, pin: bool, pool: BufferPool) -> torch.Tensor:
@@ -125,6 +132,9 @@ class BatchRing:
 
     def _reclaim(self) -> None:
         """Free the lent slots no tensor refers to any more."""
-        for i in [i for i in self._lent if _unreferenced(self._arrays, i)]:
+        arrays = self._arrays
+        if arrays is None:  # nothing lent yet
+            return
+        for i in [i for i in self._lent if _unreferenced(arrays, i)]:
             del self._lent[i]
             self.busy[i] = 0

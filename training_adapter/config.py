@@ -6,11 +6,13 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from wds_tools.errors import ExtraNotInstalledError, OptionError
 
 from .augment import AugmentConfig
+from .loader import ShardLoader, make_loader
 
 __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 
@@ -32,17 +34,13 @@ class DatasetConfig:
     loader: dict = field(default_factory=dict)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
-    def train_loader(self, **overrides):
+    def train_loader(self, **overrides: Any) -> ShardLoader:
         """``make_loader(train_urls, train=True, ...)`` with this block's options."""
-        from .loader import make_loader
-
         return make_loader(self.train_urls, train=True, augment=self.augment, **{**self.loader, **overrides})
 
-    def val_loader(self, **overrides):
+    def val_loader(self, **overrides: Any) -> ShardLoader:
         """``make_loader(val_urls, train=False, ...)`` with this block's options (no augmentation, and
         no resampling or class weights: validation sees each sample of its subset once)."""
-        from .loader import make_loader
-
         if self.val_urls is None:
             raise OptionError("dataset.val_urls is not set in the config")
         opts = {k: v for k, v in {**self.loader, **overrides}.items()
@@ -109,7 +107,7 @@ def load_config(path: str | os.PathLike) -> TrainerConfig:
                           f"train_urls, val_urls, augment or {', '.join(sorted(LOADER_KEYS))}")
     base = p.resolve().parent
 
-    def urls(v, name):
+    def urls(v: object, name: str) -> str | list[str]:
         if isinstance(v, str):
             return _resolve(v, base)
         if isinstance(v, list) and v and all(isinstance(x, str) for x in v):

@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import logging
 import mmap
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import xxhash
 
 from wds_tools.errors import ShardError
-from wds_tools.format.transport import read_ranges
+from wds_tools.format.transport import is_local, read_ranges
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "Located", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ", "label_digits"]
+__all__ = ["Gather", "Located", "Found", "Part", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ",
+           "label_digits"]
 
 log = logging.getLogger("training_adapter")
 
@@ -75,17 +78,36 @@ def labels_differ(got: np.ndarray, length: np.ndarray, want: np.ndarray) -> np.n
     return ((got != want) & inside).any(axis=1) | (length != (want != 0).sum(axis=1))
 
 
+_NONE = np.zeros(0, np.int64)  # a column the index lacks
+
+
+class Part(NamedTuple):
+    """Some of a batch's rows in one array: the array, their pixels' byte offsets in it, and its
+    ``Gather._strided`` windows (None: copy row by row)."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+    windows: torch.Tensor | None
+
+
+class Found(NamedTuple):
+    """What ``Gather.locate`` found: the positions (into the rows asked for) of the rows read, and their pixels."""
+
+    good: list[int]
+    located: Located
+
+
 class Located:
     """The stored pixels of a batch's rows, where they are: ``parts`` of (a 1-D uint8 array, the
     byte offsets of pixels in it, its ``Gather._strided`` windows or None), in batch order."""
 
-    def __init__(self, parts: list[tuple], nbytes: int):
+    def __init__(self, parts: list[Part], nbytes: int) -> None:
         self.parts, self.nbytes = parts, nbytes
 
     def __len__(self) -> int:
         return sum(len(offsets) for _, offsets, _ in self.parts)
 
-    def arrays(self, S: int):
+    def arrays(self, S: int) -> Iterator[np.ndarray]:
         """Each row's pixels as a [S, S, 3] view (for the augmentation, which reads them in place)."""
         n = self.nbytes
         for m, offsets, _ in self.parts:
@@ -102,7 +124,8 @@ class Located:
             self._copy(flat, m, offsets, windows, k)
             k += len(offsets)
 
-    def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows, first: int) -> None:
+    def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows: torch.Tensor | None,
+              first: int) -> None:
         if windows is not None and len(offsets) >= VECTOR_RUN:
             torch.index_select(windows, 0, torch.from_numpy(offsets), out=torch.from_numpy(flat[first:first + len(offsets)]))
             return
@@ -119,6 +142,10 @@ class Gather:
         # an index without the columns (never written by wds-tools 1) has nothing to compare with
         self.labels = labels and index.cls_offset is not None and index.cls_length is not None
         self.pixels = pixels and index.npy_xxh3 is not None
+        # the columns the checks read (empty where the index lacks them: then they are off)
+        self._xxh3: np.ndarray = index.npy_xxh3 if index.npy_xxh3 is not None else _NONE
+        self._cls_offset: np.ndarray = index.cls_offset if index.cls_offset is not None else _NONE
+        self._cls_length: np.ndarray = index.cls_length if index.cls_length is not None else _NONE
         self.index, self.skip = index, skip
         self._header_bytes = image_header(index.size)
         self.header = np.frombuffer(self._header_bytes, np.uint8)
@@ -147,7 +174,7 @@ class Gather:
             self._maps[shard] = arr
         return arr
 
-    def _local(self, rows: np.ndarray) -> tuple[list[int], Located]:
+    def _local(self, rows: np.ndarray) -> Found:
         """Positions (into ``rows``) of the good rows, and where their pixels are in the mappings.
 
         Runs of ``VECTOR_RUN`` or more rows of one shard (eval order) are checked in a few
@@ -155,7 +182,7 @@ class Gather:
         idx, want = self.index, self.want
         shard, off = idx.shard[rows], idx.offset[rows]
         good: list[int] = []
-        parts: list[tuple] = []
+        parts: list[Part] = []
         bad: dict[int, ShardError] = {}
         for a, b in _runs(shard):
             s = int(shard[a])
@@ -167,22 +194,22 @@ class Gather:
                     self._check_one(m, int(rows[i]), int(off[i]), i, bad)
             if not self.pixels and not any(a <= i < b for i in bad):  # the common case, without a loop
                 good.extend(range(a, b))
-                parts.append((m, off[a:b] + NPY_HEADER_BYTES, self._strided(s) if b - a >= VECTOR_RUN else None))
+                parts.append(Part(m, off[a:b] + NPY_HEADER_BYTES, self._strided(s) if b - a >= VECTOR_RUN else None))
                 continue
             mine = []
             for i, start in enumerate(off[a:b].tolist(), a):
                 if i in bad:
                     continue
-                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want]) != int(idx.npy_xxh3[rows[i]]):
+                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want].data) != int(self._xxh3[rows[i]]):
                     bad[i] = self._problem(rows[i], "checksum")
                     continue
                 good.append(i)
                 mine.append(start + NPY_HEADER_BYTES)
             if mine:
-                parts.append((m, np.array(mine, np.int64), self._strided(s) if len(mine) >= VECTOR_RUN else None))
+                parts.append(Part(m, np.array(mine, np.int64), self._strided(s) if len(mine) >= VECTOR_RUN else None))
         if bad:
             self._drop(bad)
-        return good, Located(parts, idx.sample_bytes)
+        return Found(good, Located(parts, idx.sample_bytes))
 
     def _strided(self, shard: int) -> torch.Tensor:
         """Shard ``shard``'s mapping as a tensor of every ``sample_bytes`` window, one per byte
@@ -208,7 +235,7 @@ class Gather:
         for i in np.flatnonzero(wrong):
             bad[a + i] = self._problem(run[i], "header")
         if self.labels:
-            co, length = idx.cls_offset[run], idx.cls_length[run]
+            co, length = self._cls_offset[run], self._cls_length[run]
             inside = co + LABEL_BYTES <= len(m)
             if not inside.all():
                 co = np.where(inside, co, 0)
@@ -232,7 +259,7 @@ class Gather:
         elif m[o:o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
             bad[i] = self._problem(r, "header")
         elif self.labels:
-            co, length = int(idx.cls_offset[r]), int(idx.cls_length[r])
+            co, length = int(self._cls_offset[r]), int(self._cls_length[r])
             got = m[co:co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
             if got != b"%d" % idx.label[r]:
                 bad[i] = self._problem(r, "label", got=got)
@@ -245,9 +272,9 @@ class Gather:
             log.warning("leaving out a damaged sample (on_error='skip'): %s", bad[i])
         self.skipped += len(bad)
 
-    def _problem(self, r, kind: str, *, have: int = 0, got: bytes = b"") -> ShardError:
+    def _problem(self, row: int | np.integer, kind: str, *, have: int = 0, got: bytes = b"") -> ShardError:
         idx = self.index
-        r = int(r)
+        r = int(row)
         url, key = idx.urls[int(idx.shard[r])], idx.key_str(r)
         at = int(idx.offset[r])
         if kind == "short":
@@ -259,7 +286,7 @@ class Gather:
             what = ("its pixels do not match their checksum in the index (npy_xxh3): the shard is damaged "
                     "(wds-tools verify lists every such sample)")
         else:
-            at = int(idx.cls_offset[r])
+            at = int(self._cls_offset[r])
             label = int(idx.label[r])
             name = f" ({idx.classes[label]})" if 0 <= label < len(idx.classes) else ""
             what = (f"its .cls is {got!r}, the index's label is {label}{name}: the shard does not match its index "
@@ -267,23 +294,25 @@ class Gather:
         return ShardError(f"{url}: byte {at}: sample {key!r}: {what}", url=url, offset=at)
 
     # --- either -------------------------------------------------------------------------------
-    def _remote(self, rows) -> bool:
-        return len(rows) > 0 and "://" in self.index.urls[int(self.index.shard[rows[0]])]
+    def _remote(self, rows: np.ndarray) -> bool:
+        return len(rows) > 0 and not is_local(self.index.urls[int(self.index.shard[rows[0]])])
 
-    def locate(self, rows, scratch: np.ndarray | None = None) -> tuple[list[int], Located]:
+    def locate(self, rows: Sequence[int] | np.ndarray, scratch: np.ndarray | None = None) -> Found:
         """Positions (into ``rows``) of the rows read, and their pixels: in the mappings (local), or
-        in rows of ``scratch`` ([len(rows), S*S*3] uint8) read into (remote)."""
+        in rows of ``scratch`` ([len(rows), S*S*3] uint8, made when None) read into (remote)."""
         rows = np.asarray(rows, np.int64)
         if self._remote(rows):
+            if scratch is None:
+                scratch = np.empty((len(rows), self.index.sample_bytes), np.uint8)
             good = self._read_remote(rows, scratch)
             flat = scratch.reshape(-1)
             offsets = np.arange(len(good), dtype=np.int64) * self.index.sample_bytes
-            return good, Located([(flat, offsets, None)] if good else [], self.index.sample_bytes)
-        good, located = self._local(rows)
+            return Found(good, Located([Part(flat, offsets, None)] if good else [], self.index.sample_bytes))
+        found = self._local(rows)
         self.bytes_read += len(rows) * self.want
-        return good, located
+        return found
 
-    def read(self, rows, out: np.ndarray) -> list[int]:
+    def read(self, rows: Sequence[int] | np.ndarray, out: np.ndarray) -> list[int]:
         """The pixels of ``rows`` into ``out[:k]`` ([len(rows), S*S*3] uint8), k = the rows read;
         returns their positions in ``rows`` (all of them unless ``skip`` left some out)."""
         rows = np.asarray(rows, np.int64)
@@ -300,7 +329,7 @@ class Gather:
         position, last position + 1] each; neighbours of one shard (rows in file order) merged."""
         idx = self.index
         shard, npy = idx.shard[rows], idx.offset[rows]
-        start = idx.cls_offset[rows] if self.labels else npy  # labels checked: from the .cls on
+        start = self._cls_offset[rows] if self.labels else npy  # labels checked: from the .cls on
         end = npy + self.want
         spans: list[list[int]] = []
         for i in range(len(rows)):
@@ -338,12 +367,12 @@ class Gather:
                     bad[i] = self._problem(r, "header")
                     continue
                 if self.labels:
-                    c, length = int(idx.cls_offset[r]) - a, idx.cls_length[r:r + 1]
+                    c, length = int(self._cls_offset[r]) - a, self._cls_length[r:r + 1]
                     cls = data[c:c + LABEL_BYTES]
                     if labels_differ(cls[None], length, label_digits(idx.label[r:r + 1]))[0]:
                         bad[i] = self._problem(r, "label", got=cls[:max(0, int(length[0]))].tobytes())
                         continue
-                if self.pixels and xxhash.xxh3_64_intdigest(member) != int(idx.npy_xxh3[r]):
+                if self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
                     bad[i] = self._problem(r, "checksum")
                     continue
                 out[len(good)] = member[NPY_HEADER_BYTES:]

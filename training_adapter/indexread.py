@@ -12,23 +12,45 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
-import torch
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.index import SAMPLES_FILE, read_samples
-from wds_tools.format.transport import join
+from wds_tools.format.transport import is_local, join, scheme
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
 
-__all__ = ["ShardIndexDataset", "SampleIndex", "select", "class_shares", "epoch_order", "deal", "read_sample_index"]
+__all__ = ["SampleIndex", "DamagedShard", "Subset", "ClassWeights", "select", "class_shares", "epoch_order", "deal",
+           "read_sample_index", "readable_by_offset"]
 
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
+
+# What ``select`` takes: a fraction, keys, {column: value(s)} or a function of the columns (None: all)
+Subset: TypeAlias = "float | Collection[str] | Mapping[str, Any] | Callable[[dict[str, np.ndarray]], Any] | None"
+# What ``class_shares`` takes: "balanced" or {class (index or name): weight}
+ClassWeights: TypeAlias = "str | Mapping[int | str, float]"
+
+# URL schemes the index reader cannot read by offset (no ranged reads there); every other scheme,
+# local paths and fsspec object stores, it can
+_NOT_RANGED = ("pipe", "http", "https")
+
+
+def readable_by_offset(url: str) -> bool:
+    """Whether the index reader can read ``url`` by offset: a local path or an object store, not pipe: or http(s)."""
+    return scheme(url) not in _NOT_RANGED
+
+
+class DamagedShard(NamedTuple):
+    """A shard the loader cannot read as its index says: its position in the URLs, and why."""
+
+    position: int
+    problem: str
 
 
 @dataclass
@@ -54,6 +76,7 @@ class SampleIndex:
 
     @property
     def sample_bytes(self) -> int:
+        """The bytes of one sample's stored pixels (S * S * 3)."""
         return self.size * self.size * 3
 
     @classmethod
@@ -90,23 +113,25 @@ class SampleIndex:
         )
 
     def key_str(self, i: int) -> str:
+        """Row ``i``'s sample key."""
         return self.key[i].decode()
 
-    def damaged_shards(self) -> list[tuple[int, str]]:
-        """(position, problem) of each local shard that is missing or not the size its index says
-        (remote shards are checked by the ranged reads themselves)."""
+    def damaged_shards(self) -> list[DamagedShard]:
+        """Each local shard that is missing or not the size its index says (remote shards are
+        checked by the ranged reads themselves)."""
         bad = []
         for i, (url, want) in enumerate(zip(self.urls, self.shard_bytes)):
-            if want is None or "://" in url:
+            if want is None or not is_local(url):
                 continue
             try:
                 got = os.path.getsize(url)
             except OSError as e:
-                bad.append((i, f"{url}: cannot read the shard: {e}"))
+                bad.append(DamagedShard(i, f"{url}: cannot read the shard: {e}"))
                 continue
             if got != want:
-                bad.append((i, f"{url} is {got:,} bytes; its index says {want:,}: the shard does not match its "
-                               f"index (re-copy or re-convert it; wds-tools verify names what differs)"))
+                bad.append(DamagedShard(i, f"{url} is {got:,} bytes; its index says {want:,}: the shard does not "
+                                           f"match its index (re-copy or re-convert it; wds-tools verify names "
+                                           f"what differs)"))
         return bad
 
 
@@ -116,7 +141,7 @@ def _key_fraction(keys: np.ndarray) -> np.ndarray:
     return np.fromiter((xxhash.xxh3_64_intdigest(k, seed=0x5B5E7) for k in keys), np.uint64, len(keys)) / 2.0**64
 
 
-def select(index: SampleIndex, subset) -> np.ndarray:
+def select(index: SampleIndex, subset: Subset) -> np.ndarray:
     """Row numbers of ``subset``: None (all), a fraction in (0, 1] (the same samples every epoch and
     run: those whose key hashes below it), keys (a list or set of strings), a mapping
     ``{column: value or list of values}`` over ``label`` (class index or name), ``key``, the
@@ -186,7 +211,7 @@ def _filter_columns(index: SampleIndex) -> dict[str, np.ndarray]:
     return {"label": index.label, "key": index.key, **index.columns, **meta}
 
 
-def _class_index(index: SampleIndex, value, what: str) -> int:
+def _class_index(index: SampleIndex, value: int | str, what: str) -> int:
     """A class given by name (``"mel"``, ``"07"``; integer classes are named ``"0"``, ``"1"``, ...) or index."""
     if isinstance(value, str):
         if value in index.classes:
@@ -199,7 +224,7 @@ def _class_index(index: SampleIndex, value, what: str) -> int:
     return i
 
 
-def class_shares(index: SampleIndex, weights, rows: np.ndarray) -> np.ndarray:
+def class_shares(index: SampleIndex, weights: ClassWeights, rows: np.ndarray) -> np.ndarray:
     """Each class's share of an epoch (sums to 1) from ``"balanced"`` or ``{class: weight}``
     (classes by index or name; a class not named gets no share)."""
     n_classes = max(len(index.classes), int(index.label.max()) + 1 if len(index.label) else 0)
@@ -282,60 +307,3 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
               *_FILTER_COLUMNS[:3], *column_names(meta)]
     return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
-
-
-class ShardIndexDataset(torch.utils.data.Dataset):
-    """Map-style access to a split of wds-tools shards through their index.
-
-    ``dataset[i]`` is ``(image, label, key, meta)``: the stored uint8 pixels as [3, S, S]
-    (channels-last memory, a copy the caller owns), the label index, the sample key and a dict of
-    the index's per-sample columns (``width``, ``height``, ``src_size``: the source image's size
-    and bytes). Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
-    ``DistributedSampler(dataset)``. ``subset``, ``check_samples`` and ``allow_partial`` as in
-    ``make_loader``.
-    """
-
-    def __init__(self, path, *, split: str = "train", subset=None, check_samples: bool | str = "labels",
-                 allow_partial: bool = False):
-        from .shardlist import resolve_urls
-
-        shards = resolve_urls(path, split=split, allow_partial=allow_partial)
-        if shards.meta is None or any(u.startswith(("pipe:", "http://", "https://")) for u in shards.urls):
-            raise OptionError(f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
-                              f"storage; point it at the shards folder or its index.json")
-        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
-        damaged = self.index.damaged_shards()
-        if damaged:
-            raise ShardError(damaged[0][1])
-        self.rows = select(self.index, subset)
-        self.classes = self.index.classes
-        self.mean, self.std = shards.mean, shards.std
-        self.check_samples = check_samples
-        self._gather = None  # a gather.Gather, made on first use (in each DataLoader worker)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def labels(self) -> np.ndarray:
-        """Each item's label index, for samplers (e.g. class weights per item)."""
-        return self.index.label[self.rows]
-
-    @property
-    def keys(self) -> list[str]:
-        return [k.decode() for k in self.index.key[self.rows]]
-
-    def __getitem__(self, i: int):
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"index {i} out of range for {len(self)} samples")
-        r = int(self.rows[i])
-        if self._gather is None:
-            from .gather import Gather
-
-            self._gather = Gather(self.index, labels=bool(self.check_samples), pixels=self.check_samples is True)
-        S = self.index.size
-        pixels = np.empty((1, S * S * 3), np.uint8)
-        self._gather.read([r], pixels)
-        image = torch.from_numpy(pixels.reshape(S, S, 3)).permute(2, 0, 1)
-        meta = {c: int(v[r]) for c, v in self.index.columns.items() if c != "shard"}
-        return image, int(self.index.label[r]), self.index.key_str(r), meta

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from wds_tools.errors import OptionError
 from wds_tools.format.resolve import resolve
 from wds_tools.format.ranks import deal
 
-__all__ = ["ShardList", "WorkerPlan", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
+__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
 
 
 @dataclass
@@ -66,11 +67,20 @@ def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split
                      index_base=shards.index_base if listed else None, names=shards.names)
 
 
-def worker_info() -> tuple[int, int, int, int]:
-    """(rank, world size, worker id, workers), as webdataset finds them (RANK/WORLD_SIZE, torch.distributed, DataLoader)."""
+class WorkerInfo(NamedTuple):
+    """Where the calling code runs: its rank of ``world`` ranks, and its DataLoader worker of ``workers``."""
+
+    rank: int
+    world: int
+    worker: int
+    workers: int
+
+
+def worker_info() -> WorkerInfo:
+    """Rank, world, worker and workers, as webdataset finds them (RANK/WORLD_SIZE, torch.distributed, DataLoader)."""
     from webdataset.utils import pytorch_worker_info
 
-    return pytorch_worker_info()
+    return WorkerInfo(*pytorch_worker_info())
 
 
 def shard_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:

@@ -15,6 +15,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
@@ -32,7 +33,7 @@ __all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_n
 log = logging.getLogger("training_adapter")
 
 
-def open_url(url: str):
+def open_url(url: str) -> BinaryIO:
     """Open a shard for streaming (``format.transport.open_stream``); ``ShardError`` when it cannot be."""
     try:
         return open_stream(url)
@@ -64,6 +65,8 @@ def iter_samples(url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple
 
 @dataclass
 class Sample:
+    """One streamed sample: its key, label and stored pixels."""
+
     key: str
     label: int
     pixels: memoryview | np.ndarray  # S*S*3 uint8, C order
@@ -75,7 +78,8 @@ class Views:
     def __init__(self, samples: list[Sample]):
         self.samples = samples
 
-    def arrays(self, S: int):
+    def arrays(self, S: int) -> Iterator[np.ndarray]:
+        """Each sample's pixels as a [S, S, 3] view."""
         return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
 
     def copy_into(self, flat: np.ndarray) -> None:
@@ -85,6 +89,7 @@ class Views:
 
 
 def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]:
+    """The [S, S, 3] an image's NPY header gives; ``ShardError`` naming the sample for another header."""
     try:
         side = image_side(header)
     except ValueError as e:
@@ -102,9 +107,11 @@ class Identity:
     key: str
 
     def same(self, other: Identity) -> bool:
+        """Whether ``other`` names the same dataset (wherever it was read)."""
         return (self.dataset_version, self.classes_digest) == (other.dataset_version, other.classes_digest)
 
     def describe(self) -> str:
+        """The dataset fields, for messages."""
         if self.dataset_version is None and self.classes_digest is None:
             return "a sample without dataset fields (format version 1)"
         return f"dataset_version {self.dataset_version!r}, classes_digest {self.classes_digest!r}"
@@ -146,7 +153,7 @@ class SampleStream:
         self.allow_mixed, self.expect = allow_mixed, expect
         self._prefix: bytes | None = None  # set once a sample of the expected dataset has been parsed
 
-    def _check_identity(self, meta, url: str, key: str, offset: int) -> None:
+    def _check_identity(self, meta: bytes | memoryview | None, url: str, key: str, offset: int) -> None:
         prefix = self._prefix
         if prefix is not None and meta is not None and meta[:len(prefix)] == prefix:
             return  # begins with the expected dataset's fields as the converter writes them (no parse)
@@ -165,6 +172,7 @@ class SampleStream:
                              url=url, offset=offset)
 
     def read_shard(self, url: str) -> Iterator[Sample]:
+        """The samples of shard ``url``; a damaged shard raises, or with ``on_error="skip"`` ends with a warning."""
         header: bytes | None = None
         expect = 0
         try:
@@ -278,9 +286,10 @@ class SampleStream:
                 group = []
                 free.extend(lent)  # the caller is done with the list it was given
                 lent = []
+        held = rows if rows is not None else np.empty((0, 0), np.uint8)  # None: no sample came
         for j in rng.permutation(len(buf)):
             key, label, out = buf[j]
-            group.append(Sample(key, label, rows[out]))
+            group.append(Sample(key, label, held[out]))
             if len(group) == B:
                 yield group
                 group = []

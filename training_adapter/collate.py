@@ -1,0 +1,169 @@
+"""Collate: a batch's stored pixels -> (augmented) uint8 batch, the step both batch readers share.
+
+``BatchDataset`` is what the streaming reader (``streaming``) and the index reader (``indexed``)
+have in common: the options, the epoch (shared with persistent workers), the memory batches are
+made in (``buffers``) and ``collate``, which writes every sample's pixels straight into a
+preallocated uint8 batch (in shared memory when it runs in a worker, so the hand-over to the main
+process copies nothing) and augments them on the CPU unless the accelerator does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, TypeAlias
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from wds_tools.errors import OptionError
+
+from .augment import _cv2, augment_batch, augment_into, batch_params, normalize
+from .buffers import BatchRing, BufferPool, shared
+from .indexread import SampleIndex
+from .options import LoaderOptions
+from .shardlist import ShardList, WorkerInfo, worker_info
+
+__all__ = ["Batch", "BatchDataset", "Stored"]
+
+# (images uint8 [B, 3, H, W] channels-last, labels int64 [B][, params float32 [B, 14]][, keys]); from a
+# worker that writes into a ``BatchRing``, the images are its ``Slot`` and the rest numpy arrays
+Batch: TypeAlias = tuple[Any, ...]
+
+
+class Stored(Protocol):
+    """A batch's stored pixels where a reader found them (``tarread.Views``, ``gather.Located``)."""
+
+    def arrays(self, S: int) -> Iterator[np.ndarray]:
+        """Each sample's pixels as a [S, S, 3] uint8 view."""
+        ...
+
+    def copy_into(self, flat: np.ndarray) -> None:
+        """Copy the samples into ``flat`` ([k, S*S*3] uint8)."""
+        ...
+
+
+class BatchDataset(IterableDataset):
+    """Yields whole batches: ``(images uint8 [B, 3, H, W] channels-last, labels int64 [B])``.
+
+    With ``device_augment`` a third item, the float32 params [B, 14] for ``augment_batch``; with
+    ``return_keys`` a last item, the list of sample keys.
+    """
+
+    index: SampleIndex | None = None  # the index reader's rows (None: the tars are streamed)
+
+    def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
+        if options.normalize and (shards.mean is None or shards.std is None):
+            raise OptionError("normalize=True needs mean and std: point urls at the shards folder or its "
+                              "index.json, or pass mean= and std=")
+        self.shards = shards
+        self.options = options
+        self.rank_world: tuple[int, int] | None = None  # taken in the main process by ShardLoader
+        self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
+        self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes
+        self._pool = BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose batches ``__iter__`` yields."""
+        return int(self._epoch.value)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next iteration yields (workers, persistent ones too, see it)."""
+        self._epoch.value = int(epoch)
+
+    @property
+    def copies_only(self) -> bool:
+        """Whether a worker only copies stored pixels: ``ShardLoader`` then runs its workers as threads."""
+        return False
+
+    def num_batches(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Batches this rank yields per epoch (None: unknown, the shards come without counts)."""
+        raise NotImplementedError
+
+    def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
+        """Check, in the main process before any worker starts, what would fail in a worker."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a subset function is applied already (the index rows hold it), and need not pickle for
+        # spawned workers
+        state = dict(self.__dict__)
+        if callable(self.options.subset):
+            state["options"] = _without_subset(self.options)
+        return state
+
+    def __iter__(self) -> Iterator[Batch]:
+        if get_worker_info() is not None and _cv2 is not None:
+            _cv2.setNumThreads(0)  # one worker process per core already; no OpenCV threads after fork
+        where = worker_info()
+        if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
+            where = where._replace(rank=self.rank_world[0], world=self.rank_world[1])
+        yield from self.epoch_batches(where, self.epoch)
+
+    def epoch_batches(self, where: WorkerInfo, epoch: int) -> Iterator[Batch]:
+        """This worker's batches of ``epoch``."""
+        raise NotImplementedError
+
+    # --- batches -------------------------------------------------------------------------------
+    def _alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
+        if get_worker_info() is not None:  # shared memory: the queue to the main process copies nothing
+            return shared(shape)
+        return self._pool.get(shape)
+
+    def collate(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
+                S: int) -> Batch:
+        """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
+        augmentation nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3] stored pixels."""
+        o = self.options
+        cfg = o.augmentation
+        n = len(labels)
+        label_t = torch.as_tensor(labels, dtype=torch.int64)
+        params = None if cfg is None else batch_params(cfg, seed=o.seed, epoch=epoch, keys=keys or [], src_size=S)
+        on_cpu = cfg is not None and not o.on_device  # the workers augment
+        fast_cpu = cfg is not None and on_cpu and not cfg.affine_p
+        cpu_affine = cfg is not None and on_cpu and bool(cfg.affine_p)
+        O = (cfg.size or S) if cfg is not None and fast_cpu else S
+        ref = None
+        info = get_worker_info()
+        ring = self.ring if info is not None and not o.normalize and not cpu_affine else None
+        # [B, O, O, 3] in memory, seen as [B, 3, O, O] channels-last: augmented on the CPU, or the
+        # stored [S, S, 3] arrays copied as they are
+        shape = (n, O, O, 3)
+        got = ring.acquire(info.id, shape) if ring is not None and info is not None else None
+        if got is not None:
+            ref, buf = got
+        else:
+            buf = self._alloc(shape)
+        if cfg is not None and params is not None and fast_cpu:
+            for i, src in enumerate(stored.arrays(S)):
+                augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
+        else:
+            stored.copy_into(buf.numpy().reshape(n, -1))
+        images: Any = buf.permute(0, 3, 1, 2)  # [B, 3, H, W], channels-last memory
+        if cpu_affine and params is not None:
+            x = augment_batch(images, params, config=cfg).round_()
+            images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
+        if o.normalize and self.shards.mean is not None and self.shards.std is not None:
+            images = normalize(images.float(), self.shards.mean, self.shards.std)
+        params_out: Any = None if not o.on_device or params is None else torch.from_numpy(params.astype(np.float32))
+        label_out: Any = label_t
+        if ref is not None and ring is not None:
+            ring.publish(ref)
+            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
+            # makes tensors of the arrays: a tensor sent from a worker would travel through a
+            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
+            images, label_out = ref, label_t.numpy()
+            params_out = None if params_out is None else params_out.numpy()
+        out: Batch = (images, label_out)
+        if o.on_device:
+            out += (params_out,)
+        if o.return_keys:
+            out += (keys,)
+        return out
+
+
+def _without_subset(options: LoaderOptions) -> LoaderOptions:
+    """``options`` with ``subset`` None (it is checked again, and passes)."""
+    return replace(options, subset=None)

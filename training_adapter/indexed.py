@@ -1,0 +1,144 @@
+"""Indexed: samples.npz -> epoch plan -> batches read by offset, for shards an index lists.
+
+The split's rows come from ``indexread`` (``select``: a subset; ``class_shares``: class weights),
+each epoch's order and its batches per rank and worker from ``epoch_order`` and ``deal``, and each
+batch's pixels from ``gather.Gather`` (by offset, checked against the index); ``collate`` makes
+the batch. No tar header is parsed on the way.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+
+from wds_tools.errors import OptionError, ShardError
+from wds_tools.format.transport import is_local
+
+from .buffers import BufferPool
+from .collate import Batch, BatchDataset
+from .gather import Gather
+from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .options import LoaderOptions
+from .shardlist import ShardList, WorkerInfo
+
+__all__ = ["IndexedDataset"]
+
+log = logging.getLogger("training_adapter")
+
+
+class IndexedDataset(BatchDataset):
+    """Batches read by offset through the index (see the module docstring and ``BatchDataset``).
+
+    Damaged shards (missing, or not the size the index says) are refused before training starts,
+    or with ``on_error="skip"`` left out.
+    """
+
+    index: SampleIndex
+
+    def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
+        super().__init__(shards, options)
+        if shards.meta is None or shards.index_base is None or shards.names is None:
+            raise OptionError("the index reader needs shards an index.json lists")
+        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        self.rows = select(self.index, options.subset)  # the index rows of the subset
+        damaged = self.index.damaged_shards()
+        if damaged and options.on_error == "raise":
+            raise ShardError(damaged[0].problem + (f" ({len(damaged)} such shards)" if len(damaged) > 1 else ""))
+        for d in damaged:
+            log.warning("leaving out a damaged shard (on_error='skip'): %s", d.problem)
+        if damaged:
+            self.rows = self.rows[~np.isin(self.index.shard[self.rows], [d.position for d in damaged])]
+        if not len(self.rows):
+            raise OptionError(f"subset={options.subset!r} selects no sample of the {len(self.index)} in these "
+                              f"shards")
+        # each class's share of an epoch (class_weights)
+        self.shares = None if options.class_weights is None else class_shares(self.index, options.class_weights,
+                                                                              self.rows)
+        self._gather: Gather | None = None
+        self._scratch: np.ndarray | None = None  # the fetches from object storage
+
+    @property
+    def copies_only(self) -> bool:
+        """Whether a worker only copies stored pixels (no CPU augmentation): ``ShardLoader`` then
+        runs its workers as threads."""
+        return self.options.augmentation is None or self.options.on_device
+
+    def reader_copy(self, buffers: int = 4) -> IndexedDataset:
+        """A copy for one reader thread: the same plan, its own mappings and ``buffers`` batch buffers."""
+        other = copy.copy(self)
+        other._pool, other._gather, other._scratch, other.ring = BufferPool(buffers), None, None, None
+        return other
+
+    def full_batches(self, world: int) -> int:
+        """Batches per rank of the whole selection, before ``epoch_batches`` (without resampling)."""
+        B = self.options.batch_size
+        per = len(self.rows) // world if world > 1 else len(self.rows)
+        return per // B if self.options.drops_last else -(-per // B)
+
+    def num_batches(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Batches this rank yields per epoch."""
+        o = self.options
+        if o.resampled:
+            return self._resampled_batches(world)
+        n = self.full_batches(world)
+        return n if o.epoch_batches is None else min(n, o.epoch_batches)
+
+    def _resampled_batches(self, world: int) -> int:
+        if self.options.epoch_batches is not None:
+            return self.options.epoch_batches
+        return max(1, len(self.rows) // (world * self.options.batch_size))
+
+    def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
+        """Refuse ``epoch_batches`` beyond a rank's batches (without resampling)."""
+        o = self.options
+        if o.epoch_batches is None or o.resampled:
+            return
+        have = self.full_batches(world)
+        if o.epoch_batches > have:
+            raise OptionError(f"epoch_batches={o.epoch_batches}: a rank has only {have} batches of {o.batch_size} "
+                              f"this epoch; use epoch_batches <= {have} or resampled=True")
+
+    def epoch_batches(self, where: WorkerInfo, epoch: int) -> Iterator[Batch]:
+        """This worker's batches of the epoch plan, read by offset."""
+        for rows in self.index_plan(where.rank, where.world, epoch, where.worker, where.workers):
+            batch = self.index_batch(rows, where.rank, where.world, epoch)
+            if batch is not None:
+                yield batch
+
+    def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1
+                   ) -> list[np.ndarray]:
+        """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
+        the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
+        o, B = self.options, self.options.batch_size
+        draws = self._resampled_batches(world) * B * world if o.resampled else None
+        # shuffle in train mode unless every shuffle was switched off
+        shuffle = o.train and (o.shuffles_shards or o.buffer > 1)
+        order = epoch_order(self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle,
+                            shares=self.shares, draws=draws)
+        return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=o.drops_last,
+                    max_batches=None if o.resampled else o.epoch_batches)[worker]
+
+    def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> Batch | None:
+        """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every
+        one of its samples (an error with several ranks: they must yield equal batch counts)."""
+        o, idx = self.options, self.index
+        if self._gather is None:
+            self._gather = Gather(idx, labels=bool(o.check_samples), pixels=o.check_samples is True,
+                                  skip=o.on_error == "skip")
+        if self._scratch is None and len(idx.urls) and not is_local(idx.urls[0]):
+            self._scratch = np.empty((o.batch_size, idx.sample_bytes), np.uint8)  # object storage fetches here
+        good, located = self._gather.locate(rows, self._scratch)
+        if len(good) < len(rows):  # on_error="skip" left damaged samples out of this batch
+            rows = rows[good]
+            if not len(rows):
+                if world > 1:
+                    raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
+                                     f"every rank must yield the same number of batches: repair the shards "
+                                     f"(wds-tools verify names them)")
+                return None
+        wants_keys = o.augmentation is not None or o.return_keys
+        keys = [k.decode() for k in idx.key[rows].tolist()] if wants_keys else None
+        return self.collate(keys, idx.label[rows], epoch, located, idx.size)

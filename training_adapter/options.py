@@ -1,0 +1,97 @@
+"""Options: what a loader reads and how it batches, as one frozen object validated once.
+
+``make_loader`` takes them as keywords and builds a ``LoaderOptions``; the batch datasets
+(``streaming``, ``indexed``) take it whole. How the batches are run (workers, pinning, prefetch)
+stays with ``loader.ShardLoader``; where the shards are, with ``shardlist.resolve_urls``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from wds_tools.errors import OptionError
+from wds_tools.format.tar import DEFAULT_CHUNK
+
+from .augment import AugmentConfig
+from .indexread import ClassWeights, Subset
+
+__all__ = ["LoaderOptions", "READERS", "ON_ERROR"]
+
+READERS = ("auto", "index", "stream")
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """``make_loader``'s reading and batching keywords (see its docstring), checked on creation.
+
+    The fields hold what was asked; the properties below say what applies, since evaluation
+    (``train=False``) neither augments nor shuffles and keeps a short last batch by default.
+    """
+
+    batch_size: int
+    train: bool
+    seed: int = 0
+    augment: AugmentConfig | None = None
+    device_augment: bool = False
+    normalize: bool = False
+    shuffle_buffer: int = 1000
+    shuffle_shards: bool = True
+    resampled: bool = False
+    epoch_batches: int | None = None
+    drop_last: bool | None = None
+    on_error: str = "raise"
+    return_keys: bool = False
+    read_size: int = DEFAULT_CHUNK
+    reader: str = "auto"
+    subset: Subset = None
+    class_weights: ClassWeights | None = None
+    check_samples: bool | str = "labels"
+    allow_mixed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.check_samples not in (True, False, "labels"):
+            raise OptionError(f"check_samples={self.check_samples!r}: expected 'labels' (the default), True (labels "
+                              f"and pixels) or False")
+        b = self.batch_size
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise OptionError(f"batch_size={b!r}: expected a positive integer")
+        if self.on_error not in ON_ERROR:
+            raise OptionError(f"on_error={self.on_error!r}: expected 'raise' or 'skip'")
+        if not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0:
+            raise OptionError(f"shuffle_buffer={self.shuffle_buffer!r}: expected a number of samples >= 0")
+        if self.reader not in READERS:
+            raise OptionError(f"reader={self.reader!r}: expected 'auto', 'index' or 'stream'")
+
+    @cached_property  # once: collate asks for every batch
+    def augmentation(self) -> AugmentConfig | None:
+        """The augmentation applied: ``augment`` (default settings when None) in training, else none."""
+        return (self.augment or AugmentConfig()) if self.train else None
+
+    @property
+    def on_device(self) -> bool:
+        """Whether batches come with augmentation parameters for ``augment_batch`` on the accelerator."""
+        return self.device_augment and self.train
+
+    @property
+    def buffer(self) -> int:
+        """The streaming reader's shuffle buffer in samples (0 in evaluation)."""
+        return self.shuffle_buffer if self.train else 0
+
+    @property
+    def shuffles_shards(self) -> bool:
+        """Whether the shard order is shuffled (training only)."""
+        return self.shuffle_shards and self.train
+
+    @property
+    def drops_last(self) -> bool:
+        """Whether a short last batch is dropped (``drop_last``; by default in training only)."""
+        return self.train if self.drop_last is None else self.drop_last
+
+    @property
+    def needs_index(self) -> list[str]:
+        """The options set that only the index reader takes (for the message refusing them)."""
+        needs = [name for name, v in (("subset", self.subset), ("class_weights", self.class_weights))
+                 if v is not None]
+        return needs + (["check_samples=True"] if self.check_samples is True else [])  # "labels": where there is one

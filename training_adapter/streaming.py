@@ -1,0 +1,102 @@
+"""Streaming: shards -> tar stream -> (shuffle buffer) -> batches, for shards without an index.
+
+Each DataLoader worker reads the shards its ``shardlist.WorkerPlan`` deals it with ``tarread``,
+in lists of ``batch_size`` samples (through the shuffle buffer in training), and ``collate``
+makes each list a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+
+from wds_tools.errors import ShardError
+
+from .collate import Batch, BatchDataset
+from .options import LoaderOptions
+from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch
+from .tarread import Identity, SampleStream, Views, first_identity
+
+__all__ = ["StreamingDataset"]
+
+log = logging.getLogger("training_adapter")
+
+
+class StreamingDataset(BatchDataset):
+    """Batches streamed from the tars (see the module docstring and ``BatchDataset``)."""
+
+    def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
+        super().__init__(shards, options)
+        self.expect: Identity | None = None  # the dataset every sample must name (tarread.SampleStream)
+
+    def num_batches(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Batches this rank yields per epoch (None: unknown, the shards come without counts)."""
+        plans = self.plans(rank=rank, world=world, num_workers=num_workers)
+        counts = [p.batches for p in plans]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def plans(self, *, rank: int, world: int, num_workers: int, epoch: int | None = None) -> list[WorkerPlan]:
+        """Every worker's plan of ``rank`` in ``epoch`` (default: the current one)."""
+        o = self.options
+        return plan_epoch(len(self.shards), self.shards.counts, batch_size=o.batch_size, seed=o.seed,
+                          epoch=self.epoch if epoch is None else epoch, rank=rank, world=world,
+                          num_workers=num_workers, shuffle=o.shuffles_shards, drop_last=o.drops_last,
+                          resampled=o.resampled, epoch_batches=o.epoch_batches)
+
+    def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
+        """Plan now (an impossible plan fails here, not inside a worker); note the first sample's dataset."""
+        self.plans(rank=rank, world=world, num_workers=num_workers)
+        if not self.options.allow_mixed and len(self.shards):  # every worker compares its samples with it
+            try:
+                self.expect = first_identity(self.shards.urls[0])
+            except ShardError:  # reading it fails again in the worker that owns it, with on_error applied
+                self.expect = None
+
+    def _batches(self, stream: SampleStream, plan: WorkerPlan, rng: np.random.Generator, epoch: int
+                 ) -> Iterator[Batch]:
+        """At most ``plan.batches`` collated batches; a short last one only without ``drop_last``."""
+        B = self.options.batch_size
+        limit = plan.batches
+        need = None if limit is None else limit * B
+        groups = stream.groups(stream.samples(plan, rng, need), rng)
+        if limit == 0:
+            return
+        made = 0
+        for group in groups:
+            if len(group) < B and self.options.drops_last:
+                return
+            S = stream.shape[0] if stream.shape is not None else 0
+            # collated before the group's rows are reused
+            yield self.collate([s.key for s in group], [s.label for s in group], epoch, Views(group), S)
+            made += 1
+            if made == limit:  # stop before reading on: the next group would be read for nothing
+                return
+
+    def epoch_batches(self, where: WorkerInfo, epoch: int) -> Iterator[Batch]:
+        """This worker's batches of ``epoch``: its shards' samples; an error (or, skipping, a warning)
+        when damage leaves it short of its planned batches."""
+        o = self.options
+        rank, world, worker, num_workers = where
+        plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
+        rng = np.random.default_rng([o.seed, epoch, rank, worker, 0x5B])
+        stream = SampleStream(self.shards.urls, batch_size=o.batch_size, shuffle_buffer=o.buffer,
+                              on_error=o.on_error, resampled=o.resampled, read_size=o.read_size,
+                              allow_mixed=o.allow_mixed, expect=self.expect)
+        made = 0
+        for batch in self._batches(stream, plan, rng, epoch):
+            made += 1
+            yield batch
+        if plan.batches is None or made >= plan.batches:
+            return
+        if o.on_error == "raise":
+            raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
+                             f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
+                             f"(re-convert, or check with wds-tools verify)")
+        if world > 1:  # the other ranks would wait for this one's missing batches for ever
+            raise ShardError(f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
+                             f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
+                             f"must yield the same number (repair the shards: wds-tools verify names them)")
+        log.warning("worker %d: %d of %d planned batches: damaged shards were skipped", worker, made,
+                    plan.batches)
