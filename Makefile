@@ -4,11 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup clean bench
+.PHONY: demo test test-fast lint setup clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,lint]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,6 +25,12 @@ demo: $(STAMP)
 ## make test: set up and run the test suite
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_convert.py
