@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
-from .. import __version__
+from ..version import __version__
 from ..errors import OptionError, TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
