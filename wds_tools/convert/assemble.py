@@ -1,10 +1,11 @@
-"""The end of a conversion: errors.jsonl, then the index assembled from the per-shard columns."""
+"""Build one size's index from its shards' work files: errors.jsonl, then samples.npz, the sidecars and
+index.json assembled from the per-shard columns and metas (finish.py decides when), and the
+quick-check stats of the sources written."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 
 import numpy as np
 
@@ -15,13 +16,12 @@ from ..format.sample import MEMBERS, classes_digest
 from ..format.layout import url_pattern
 from ..format.meta import encode_columns
 from .decode import DecodeSettings
-from .result import ConvertResult
 from .reuse import Base
 from .source import Source
 from .storage import Store, join
 from .write import ShardTask
 
-__all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result", "source_stats"]
+__all__ = ["write_errors", "assemble_index", "source_stats"]
 
 _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
 
@@ -35,30 +35,6 @@ def write_errors(store: Store, failures: list[dict]) -> str | None:
     data = "".join(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n" for e in failures)
     store.write_bytes(path, data.encode())
     return path
-
-
-def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
-                    t0: float) -> ConvertResult:
-    """What a run would do: counts only, nothing written."""
-    for t in tasks:
-        for s in t.samples:
-            if s.reuse is None:
-                result.decoded += 1
-            elif s.reuse.relabeled:
-                result.relabeled += 1
-            else:
-                result.reused += 1
-        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
-        sp["samples"] += len(t.samples)
-        sp["shards"] += 1
-    for name, sp in result.splits.items():
-        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
-    result.samples_written = 0
-    result.shards = len(tasks)
-    result.failed = len(failures)
-    result.max_errors_exceeded = result.failed > result.max_errors_allowed
-    result.seconds = round(time.perf_counter() - t0, 3)
-    return result
 
 
 def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
@@ -155,11 +131,3 @@ def source_stats(store: Store, work: str, tasks: list[ShardTask], src: Source) -
             if path is not None and mtime and "://" not in path:  # URLs have no mtime here
                 out[os.path.abspath(path)] = (int(cols["src_size"][i]), mtime, cols["fingerprint"][i].tobytes())
     return out
-
-
-def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
-    """Fill ``result``'s totals from an index's meta."""
-    result.samples_written = meta["samples"]
-    result.shards = len(meta["shards"])
-    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
-                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}

@@ -1,5 +1,5 @@
-"""The end of one size's conversion: the --max-errors gate, then index, then clean-up, in an order
-that a kill at any point leaves resumable.
+"""Finish one size's folder in an order a kill at any point leaves resumable: the --max-errors gate
+while its shards are written, then errors.jsonl and the index (built by assemble.py), then the clean-up.
 
 1. ``ErrorGate``: as each shard finishes, the failures so far (scan + finished shards) are counted;
    past --max-errors the run stops with no index.json, keeping the shards and their resume state,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionError, SourceError
 from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
-from .check import HASH_ALGORITHMS
+from .scan import HASH_ALGORITHMS
 from .storage import is_remote, open_input
 
 __all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type",

@@ -22,13 +22,13 @@ from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
 from ..format.sample import classes_digest
 from . import hashes
-from .assemble import dry_run_result, result_from_index, write_errors
-from .check import Check, check_sources, scan_files
+from .assemble import write_errors
+from .scan import Check, check_sources, scan_files
 from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
 from .lock import lock_folders, release_all
 from .plan import parse_shard_size, plan_split
-from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
+from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
 from .reuse import Base
 from .runner import EXECUTORS, make_runner, usable_cpus
 from .groups import find_split_base

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
+from ..format.layout import url_pattern
+from .storage import Store, join
+from .write import ShardTask
 
-__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors"]
+__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
+           "result_from_index"]
 
 
 @dataclass
@@ -121,8 +126,6 @@ def allowed_errors(max_errors: tuple[str, float], total: int) -> int:
     return int(v) if kind == "count" else math.floor(v * total + 1e-9)
 
 
-
-
 @dataclass
 class ConvertResults:
     """A multi-size conversion: one ``ConvertResult`` per size, largest first."""
@@ -139,3 +142,35 @@ class ConvertResults:
 
     def to_dict(self) -> dict:
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
+
+
+def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
+                    t0: float) -> ConvertResult:
+    """What a run would do: counts only, nothing written."""
+    for t in tasks:
+        for s in t.samples:
+            if s.reuse is None:
+                result.decoded += 1
+            elif s.reuse.relabeled:
+                result.relabeled += 1
+            else:
+                result.reused += 1
+        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
+        sp["samples"] += len(t.samples)
+        sp["shards"] += 1
+    for name, sp in result.splits.items():
+        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
+    result.samples_written = 0
+    result.shards = len(tasks)
+    result.failed = len(failures)
+    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.seconds = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
+    """Fill ``result``'s totals from an index's meta."""
+    result.samples_written = meta["samples"]
+    result.shards = len(meta["shards"])
+    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
+                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}

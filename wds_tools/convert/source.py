@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
-from .check import HASH_ALGORITHMS
+from .scan import HASH_ALGORITHMS
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, assign_split, split_groups

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from .check import content_hasher, hash_mismatch, open_source, os_reason
+from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, pack_strings, write_npz
