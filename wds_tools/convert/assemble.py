@@ -15,7 +15,6 @@ from ..format.index import (
 from ..format.sample import MEMBERS, classes_digest
 from ..format.layout import url_pattern
 from ..format.meta import encode_columns
-from .decode import DecodeSettings
 from .reuse import Base
 from .source import Source
 from .storage import Store, join
@@ -27,6 +26,7 @@ _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for
 
 
 def write_errors(store: Store, failures: list[dict]) -> str | None:
+    """Write errors.jsonl, one failure a line in manifest order (remove it when none); its path or None."""
     path = store.join(ERRORS_FILE)
     if not failures:
         store.remove(path)
@@ -38,8 +38,7 @@ def write_errors(store: Store, failures: list[dict]) -> str | None:
 
 
 def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
-                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None,
-                    has_errors: bool, provenance: dict) -> dict:
+                   spec: dict, src: Source, base: Base | None, has_errors: bool, provenance: dict) -> dict:
     """Write samples.npz, the sidecars and index.json from the shards' columns and metas.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.

@@ -21,7 +21,6 @@ from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
 from . import hashes
 from .assemble import assemble_index, source_stats, write_errors
-from .decode import DecodeSettings
 from .source import Source
 from .storage import Store
 from .target import WORK_DIR, Target
@@ -67,15 +66,15 @@ class ErrorGate:
 
 
 def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str,
-                settings: DecodeSettings, provenance: dict) -> dict:
+                provenance: dict) -> dict:
     """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the meta.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
     store = t.store
     t.result.errors_file = write_errors(store, failures)  # before the index, which names it
-    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, settings, t.base,
-                          t.result.errors_file is not None, provenance)
+    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None,
+                          provenance)
     if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
         _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
     clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)

@@ -34,9 +34,9 @@ def bytes_needed(todo: list[Target], n_rows: int) -> dict[str, int]:
         if t.store.exists(t.store.join(INDEX_FILE)):
             continue
         n = _pending(t, n_rows)
-        need = n * (sample_bytes(t.size) + _INDEX_PER_SAMPLE)
+        need = n * (sample_bytes(t.side) + _INDEX_PER_SAMPLE)
         if i > 0 and not todo[0].store.exists(todo[0].store.join(INDEX_FILE)):
-            need += _pending(todo[0], n_rows) * (128 + 3 * t.size * t.size)  # its spill, written beside
+            need += _pending(todo[0], n_rows) * (128 + 3 * t.side * t.side)  # its spill, written beside
         out[t.store.root] = need
     return out
 
