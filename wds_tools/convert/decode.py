@@ -58,6 +58,7 @@ class DecodeSettings:
             raise OptionError(f"filter must be one of {', '.join(_FILTERS)}, not {self.filter!r}")
 
     def to_dict(self) -> dict:
+        """The settings as index.json and run.json record them (tuples as lists)."""
         d = asdict(self)
         d["alpha_background"] = list(self.alpha_background)
         d["pad_fill"] = list(self.pad_fill)
@@ -66,7 +67,9 @@ class DecodeSettings:
 
 @dataclass(frozen=True)
 class Decoded:
-    pixels: np.ndarray  # uint8 [size, size, 3], C order
+    """One decoded image: its square pixels, and the source's displayed width and height."""
+
+    pixels: np.ndarray  # uint8 [side, side, 3], C order
     width: int  # of the source image as displayed (after EXIF orientation)
     height: int
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
@@ -33,10 +34,11 @@ _TEMPORARY = re.compile(r"(\.partial-\d+$)|(\.tmp-\d+$)")  # ShardWriter and ato
 class ErrorGate:
     """Stops a size's conversion as soon as its failures pass --max-errors (no index is written)."""
 
-    def __init__(self, t: Target, src: Source, scan_failures: list[dict]):
+    def __init__(self, t: Target, src: Source, scan_failures: list[dict]) -> None:
         self.t, self.total, self.scan = t, len(src.rows), list(scan_failures)
 
     def failures(self) -> list[dict]:
+        """The scan's failures, then those of each finished shard in plan order."""
         out = list(self.scan)
         for task in self.t.tasks:
             meta = self.t.metas.get(task.name)
@@ -127,7 +129,7 @@ def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
     _locked(out, version, hashes.save_pairs, pairs)
 
 
-def _locked(out: str, version: str, save, entries: dict) -> None:
+def _locked(out: str, version: str, save: Callable[[str, str, dict], None], entries: dict) -> None:
     """``save(out, version, entries)`` (a read-merge-write of a cache file) under a lock of the
     version's cache folder."""
     if not entries:

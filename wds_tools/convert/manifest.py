@@ -56,6 +56,7 @@ class PathTemplate:
 
     @classmethod
     def parse(cls, text: str) -> PathTemplate:
+        """A --path value: a column name, or a template naming columns in braces."""
         if "{" not in text and "}" not in text:
             return cls(text, ((text,),))
         parts: list = []
@@ -93,14 +94,18 @@ class PathTemplate:
 
     @property
     def fields(self) -> list[str]:
+        """The columns the template names, in order, once each."""
         return list(dict.fromkeys(p[0] for p in self.parts if isinstance(p, tuple)))
 
     def render(self, cells: dict[str, str]) -> str:
+        """The path for a row's cells."""
         return "".join(p if isinstance(p, str) else cells[p[0]] for p in self.parts)
 
 
 @dataclass
 class Table:
+    """A manifest file read whole: its kind, header and rows."""
+
     kind: str  # "csv" (also .tsv) or "jsonl"
     path: str
     columns: list[str]  # header order (JSON lines: the order keys first appear)
@@ -218,7 +223,7 @@ def bind(table: Table, cols: Columns) -> Bound:
     return Bound(cols, template, split, [c for c in have if c not in roles])
 
 
-def cell_text(value) -> str | None:
+def cell_text(value: object) -> str | None:
     """A cell as text, or None when it is missing: an empty (or blank) cell, a JSON null or an absent
     key. JSON values: strings as they are, numbers as Python's json writes them, true/false, other
     values as compact JSON; all stripped of surrounding whitespace."""
@@ -250,7 +255,7 @@ def column_type(texts: list[str | None]) -> str:
     return "string"
 
 
-def typed(text: str | None, type: str):
+def typed(text: str | None, type: str) -> int | float | str | None:
     """A cell's value in its column's type (None stays None)."""
     if text is None:
         return None

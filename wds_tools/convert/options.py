@@ -44,7 +44,7 @@ class ConvertOptions:
     """Every option of ``convert`` but the source, with its keyword names and defaults.
 
     Made once per conversion; ``__post_init__`` checks every value and fills the parsed forms
-    (``sides``, ``max_errors_rule``, ``shard_samples``, ``columns``), so nothing downstream
+    (``sides``, ``max_errors_rule``, ``shard_samples``, ``columns``, ``out_root``), so nothing downstream
     validates again. ``workers=None`` becomes the usable CPUs for the local executor.
     """
 
@@ -77,6 +77,7 @@ class ConvertOptions:
     max_errors_rule: tuple[str, float] = field(init=False)  # parse_max_errors
     shard_samples: tuple[tuple[int, int], ...] = field(init=False)  # (side, samples per shard)
     columns: Columns = field(init=False)
+    out_root: str = field(init=False)  # ``out`` as a string
 
     def __post_init__(self) -> None:
         """Check every option, in the order the CLI reports the first bad one, and fill the parsed forms."""
@@ -105,7 +106,7 @@ class ConvertOptions:
         rule = parse_max_errors(self.max_errors)
         columns = Columns(key=self.key, label=self.label, path=self.path, split=self.split, group=self.group)
         for name, value in (("sides", tuple(sides)), ("workers", workers), ("shard_samples", shard_samples),
-                            ("max_errors_rule", rule), ("columns", columns), ("out", os.fspath(self.out))):
+                            ("max_errors_rule", rule), ("columns", columns), ("out_root", os.fspath(self.out))):
             object.__setattr__(self, name, value)  # frozen: set once, here
 
     def samples_per_shard(self, side: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -26,7 +26,7 @@ from .assemble import write_errors
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .decode import DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
-from .lock import lock_folders, release_all
+from .lock import FolderLock, lock_folders, release_all
 from .options import ConvertOptions, parse_sizes
 from .plan import plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
@@ -51,7 +51,7 @@ _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
 class _Bar(Protocol):
     """What the pipeline uses of a tqdm progress bar."""
 
-    def update(self, n: int = 1) -> object:
+    def update(self, n: int = 1) -> None:
         """Count ``n`` more items done."""
 
 
@@ -144,16 +144,17 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     """``convert`` with its options already made and checked: one result per size, as ``convert`` returns."""
     t0 = time.perf_counter()
     opts, version = options, options.version
-    split_base = (find_split_base(opts.out, str(version), opts.sides, opts.base, opts.group)
+    split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
                   if opts.group is not None or opts.stratify else None)
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
                       columns=opts.columns, stratify=opts.stratify, split_base=split_base)
-    stores = [Store(join(opts.out, str(version), str(side))) for side in opts.sides]
+    stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     locks = [] if opts.dry_run else lock_folders(stores)
     try:
         targets = []
-        for side, store, lock in zip(opts.sides, stores, locks or [None] * len(opts.sides)):
+        held: list[FolderLock | None] = list(locks) or [None] * len(opts.sides)
+        for side, store, lock in zip(opts.sides, stores, held):
             sp = spec(src, opts, side)
             # a complete folder an interrupted run left unclean is cleaned by any run
             unclean = clean_complete_folder(store) if lock is not None else False
@@ -166,7 +167,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                                     "interrupted")
             targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))
             if unclean:
-                _cleaned(targets[-1], src, out=opts.out, version=str(version))
+                _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
         for t in targets:
             if t.state == "complete":
                 _already_complete(t, t0)
@@ -264,7 +265,7 @@ def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, pairs: dict[
     chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
     with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
-        def on_result(j: int, out: list[Scanned] | list[Checked]) -> None:
+        def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
                 if isinstance(res, Scanned):
                     errors[k], stats[k] = res.error, SourceStat(None, res.src_nbytes, res.src_mtime_ns)
@@ -292,7 +293,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
     scan_base = next((t.base for t in todo if t.base is not None), None)
     pairs = {}
     if scan_base is not None and not opts.checksum and any(r.content_hash for r in rows):
-        pairs = hashes.load_pairs(opts.out, scan_base.version)
+        pairs = hashes.load_pairs(opts.out_root, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
@@ -426,7 +427,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(t, src, failures, out=opts.out, version=str(opts.version),  # golden test pins them
+    meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
                        provenance=provenance)
     result_from_index(result, store, meta)
     result.failed = len(failures)

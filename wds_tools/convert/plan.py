@@ -144,12 +144,15 @@ def parse_shard_size(value: str | int | None, size: int) -> int:
 
 @dataclass(frozen=True)
 class ShardPlan:
+    """One shard of a split's plan: its number and its members in write order."""
+
     split: str
     index: int  # shard number within the split
     members: tuple[int, ...]  # positions into the caller's item list, in write order
 
     @property
     def name(self) -> str:
+        """The shard's file name."""
         return shard_name(self.split, self.index)
 
 

@@ -101,6 +101,7 @@ class ConvertResult:
         return f"; {now:,} images in this run at {self.images_per_second:,.1f} images/s, {kept}"
 
     def to_dict(self) -> dict:
+        """The result as JSON-ready values (the CLI's --json)."""
         return asdict(self)
 
 
@@ -122,6 +123,7 @@ def parse_max_errors(value: str | int | float) -> tuple[str, float]:
 
 
 def allowed_errors(max_errors: tuple[str, float], total: int) -> int:
+    """The number of failed files ``parse_max_errors``' rule allows among ``total`` rows."""
     kind, v = max_errors
     return int(v) if kind == "count" else math.floor(v * total + 1e-9)
 
@@ -135,12 +137,15 @@ class ConvertResults:
 
     @property
     def max_errors_exceeded(self) -> bool:
+        """Whether any size failed more files than --max-errors allows."""
         return any(r.max_errors_exceeded for r in self.results)
 
     def to_text(self) -> str:
+        """Each size's text, then the total time."""
         return "\n".join([r.to_text() for r in self.results] + [f"All sizes: {self.seconds:.1f} s"])
 
     def to_dict(self) -> dict:
+        """The results as JSON-ready values (the CLI's --json)."""
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
 
 

@@ -62,10 +62,12 @@ class Base:
 
     @property
     def version(self) -> str:
+        """The base's dataset version."""
         return self.index.meta["dataset_version"]
 
     @cached_property
     def by_fingerprint(self) -> dict[bytes, int]:
+        """Source fingerprint -> the base's first row with it."""
         fps = self.index.samples["fingerprint"]
         out: dict[bytes, int] = {}
         for i in range(len(fps)):
@@ -74,6 +76,7 @@ class Base:
 
     @cached_property
     def by_source_path(self) -> dict[str, int]:
+        """Source path as the manifest wrote it -> the base's row."""
         s = self.index.samples
         return {s.source_path(i): i for i in range(len(s))}
 

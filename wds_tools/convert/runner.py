@@ -220,7 +220,7 @@ class LocalRunner:
             while waiting and len(running) < 2 * helpers:  # keep every helper busy, one call queued
                 seq, args = waiting.popleft()
                 running[self.pool.submit(fn, *args)] = seq
-            ready = [f for f in running if f.done()]
+            ready: list[Future] | set[Future] = [f for f in running if f.done()]
             if not ready and waiting and next_seq not in done:
                 seq, args = waiting.popleft()  # nothing to hand on yet: work instead of waiting
                 _progress = on_progress

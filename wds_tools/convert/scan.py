@@ -14,7 +14,7 @@ import io
 import os
 import stat
 from dataclasses import dataclass
-from typing import IO, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import xxhash
 
@@ -92,8 +92,8 @@ def os_reason(e: OSError) -> str:
     return f"unreadable file: {e.strerror or e}"
 
 
-def open_source(path: str) -> tuple[IO[bytes], int, int]:
-    """(binary file, size in bytes, mtime_ns) of a local file or an fsspec URL (mtime 0 for URLs)."""
+def open_source(path: str) -> tuple[Any, int, int]:
+    """(binary file, size in bytes, mtime_ns) of a local file (unbuffered) or an fsspec URL (mtime 0)."""
     if is_remote(path):
         f = open_input(path)
         return f, int(f.size), 0

@@ -40,6 +40,8 @@ _MAX_LISTED = 10
 
 @dataclass(frozen=True, slots=True)
 class SourceRow:
+    """One manifest row (or image-folder file): where its image is, its key, label and split."""
+
     key: str  # the sample key written to the tars
     path: str  # absolute path used to read the file
     source_path: str  # the path as the manifest wrote it (or relative to the image folder)
@@ -54,6 +56,8 @@ class SourceRow:
 
 @dataclass(frozen=True)
 class Source:
+    """A manifest or image folder read whole: its rows, classes and typed metadata columns."""
+
     kind: str  # "csv", "jsonl" or "image-folder"
     path: str
     rows: list[SourceRow]
@@ -64,6 +68,7 @@ class Source:
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
 
     def label_index(self) -> dict[str, int]:
+        """Class name -> label index."""
         return {name: i for i, name in enumerate(self.classes)}
 
     def meta_json(self, row: SourceRow) -> str:

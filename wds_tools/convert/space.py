@@ -41,7 +41,8 @@ def bytes_needed(todo: list[Target], n_rows: int) -> dict[str, int]:
     return out
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
+    """``n`` bytes in decimal units, e.g. 1.5 GB."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

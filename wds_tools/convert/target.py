@@ -144,7 +144,7 @@ def finished_meta(store: Store, task: ShardTask) -> dict | None:
 def select_base(opts: ConvertOptions, side: int, decoders: dict) -> Base | None:
     """The base of a conversion at ``side`` pixels (see reuse.find_base); ``decoders`` are this run's
     decoder_versions, which a base must share."""
-    out, version, base = opts.out, str(opts.version), opts.base
+    out, version, base = opts.out_root, str(opts.version), opts.base
     if not opts.reuse:
         if base is not None:
             raise OptionError("--from and --no-reuse contradict each other; pass one of them")

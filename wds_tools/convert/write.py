@@ -246,9 +246,9 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
                 out.rows.append(row)
             for side in s.also:
-                dec = pictures.get(side)
-                if isinstance(dec, Decoded) and fp is not None:
-                    out.spilled.setdefault(side, []).append(_spill_row(s, side, dec, fp, src_nbytes, mtime))
+                other = pictures.get(side)
+                if isinstance(other, Decoded) and fp is not None:
+                    out.spilled.setdefault(side, []).append(_spill_row(s, side, other, fp, src_nbytes, mtime))
     finally:
         stored.close()
     return out
