@@ -28,9 +28,9 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
 
     "Newest" is the most recently written index.json among OUT/*/SIZE other than ``version``.
     """
-    size = str(wanted["size"])
+    side = str(wanted["size"])
     if explicit is not None:
-        path = out / explicit / size
+        path = out / explicit / side
         if not (path / INDEX_FILE).exists():
             raise OptionError(f"--from {explicit}: no finished conversion at {path} (no {INDEX_FILE})")
         base = load_index(path)
@@ -41,7 +41,7 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
                 "reusing them would not equal a fresh conversion. Pass --no-reuse to decode everything."
             )
         return base
-    for path in indexes_newest_first(out, size):
+    for path in indexes_newest_first(out, side):
         if path.parent.name == version:
             continue
         try:

@@ -248,12 +248,12 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
     labels = src.label_index()
     units, explicit = [], {}
-    sizes: dict[Unit, Counter] = {}
+    unit_labels: dict[Unit, Counter] = {}  # unit -> its samples per label
     for r in rows:
         value = r.meta[gi] if gi is not None else None
         unit = ("g", value_text(value)) if value is not None else ("k", r.key)
         units.append(unit)
-        sizes.setdefault(unit, Counter())[labels[r.label]] += 1
+        unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
         if r.split:
             explicit.setdefault(unit, {}).setdefault(r.split, []).append(r.line)
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
@@ -268,8 +268,8 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
         )
     fixed = {u: next(iter(where)) for u, where in explicit.items()}
     if split_base is not None:
-        fixed = {**{u: s for u, s in split_base.splits.items() if u in sizes}, **fixed}
-    chosen = split_groups(sizes, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
+        fixed = {**{u: s for u, s in split_base.splits.items() if u in unit_labels}, **fixed}
+    chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
 
