@@ -68,7 +68,7 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
     if src.metadata:  # typed columns, taken from the manifest rows of the samples written
         row_of = {r.key: r for r in src.rows}
-        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta for k in columns["key"].tolist()]))
+        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta or () for k in columns["key"].tolist()]))
 
     n_classes = len(src.classes)
     splits: dict[str, dict] = {}

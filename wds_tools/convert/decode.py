@@ -223,7 +223,7 @@ def decode_sizes(
         raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
     im, orientation, w, h = _open_checked(data, settings)
     swap = orientation in _TRANSPOSED_ORIENTATIONS
-    groups: dict[tuple, tuple[Image.Image, list[int]]] = {}
+    groups: dict[tuple, tuple[Image.Image | Exception, list[int]]] = {}
     for side in sorted(set(sizes), reverse=True):
         sx, sy = _resize_scale(w, h, side, resize)
         cand = im

@@ -115,4 +115,5 @@ def find_split_base(out: str | os.PathLike, version: str, sides: Sequence[int], 
                 continue
         if index is None:
             return None
+    assert index is not None  # found, or the last folder's error was raised
     return SplitBase(Path(index.root).parent.name, base_units(index, group))

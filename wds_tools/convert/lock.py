@@ -144,7 +144,7 @@ class FolderLock:
 
 
 def _busy(root: str, holder: Holder | None, *, lock_path: str, marker: bool, thread: bool = False) -> OutputBusyError:
-    if thread:
+    if thread and holder is not None:  # a thread of this process holds it: its holder is known
         who = f"this process ({holder.describe()}), from another thread"
     elif holder is None:
         who = f"another process (it has not written its name into {lock_path} yet)"

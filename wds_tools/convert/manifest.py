@@ -15,6 +15,7 @@ import io
 import json
 import os
 from dataclasses import dataclass
+from typing import TextIO
 
 from ..errors import OptionError, SourceError
 from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
@@ -112,7 +113,7 @@ class Table:
     records: list[tuple[int, dict]]  # (line, {column: cell})
 
 
-def _open_text(path: str):
+def _open_text(path: str) -> TextIO:
     if is_remote(path):
         return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
     return open(path, newline="", encoding="utf-8-sig")
@@ -213,7 +214,7 @@ def bind(table: Table, cols: Columns) -> Bound:
         raise SourceError(f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
                           f"not have{close}{'' if close else '.'} The file's columns: {shown}. Nothing was written.")
     split = cols.split if cols.split is not None else ("split" if "split" in have else None)
-    roles = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
+    roles: dict[str | None, str] = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
              **({cols.path: "the --path column"} if template.bare else {}), cols.label: "the --label column",
              cols.key: "the --key column"}
     if cols.group is not None and cols.group in roles:  # a group must be a metadata column

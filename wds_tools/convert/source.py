@@ -73,12 +73,12 @@ class Source:
 
     def meta_json(self, row: SourceRow) -> str:
         """The row's ``"meta"`` object as its sample's .json writes it (keys sorted, compact)."""
-        return json.dumps(meta_object(self.metadata, row.meta), sort_keys=True, separators=(",", ":"),
+        return json.dumps(meta_object(self.metadata, row.meta or ()), sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False)
 
     def meta_items(self, row: SourceRow) -> tuple | None:
         """(name, value) pairs of the row's metadata, or None without metadata columns."""
-        return tuple(zip((c.name for c in self.metadata), row.meta)) if self.metadata else None
+        return tuple(zip((c.name for c in self.metadata), row.meta or ())) if self.metadata else None
 
     def digest(self) -> str:
         """sha256 over (key, source_path, label, split[, meta]) of every row: the source's identity."""
@@ -247,10 +247,11 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
                                   val_fraction=val_fraction)) for r in rows])
     gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
     labels = src.label_index()
-    units, explicit = [], {}
+    units: list[Unit] = []
+    explicit: dict[Unit, dict[str, list[int]]] = {}
     unit_labels: dict[Unit, Counter] = {}  # unit -> its samples per label
     for r in rows:
-        value = r.meta[gi] if gi is not None else None
+        value = r.meta[gi] if gi is not None and r.meta is not None else None  # a group is a metadata column
         unit = ("g", value_text(value)) if value is not None else ("k", r.key)
         units.append(unit)
         unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1

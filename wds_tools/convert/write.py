@@ -182,7 +182,7 @@ class _StoredPixels:
 
 def _npy_checksum(header: bytes, flat: np.ndarray) -> int:
     h = xxhash.xxh3_64(header)
-    h.update(flat)
+    h.update(flat.data)
     return h.intdigest()
 
 
