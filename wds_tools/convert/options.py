@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import OptionError
+from ..format.cpus import usable_cpus
 from .decode import RESIZE_MODES, DecodeSettings
 from .manifest import Columns
 from .plan import parse_shard_size
 from .result import parse_max_errors
-from .runner import EXECUTORS, usable_cpus
+from .runner import EXECUTORS
 
 __all__ = ["ConvertOptions", "parse_sizes"]
 

@@ -15,10 +15,8 @@ from multiprocessing import get_context
 from multiprocessing.queues import Queue
 from typing import Any, Protocol, runtime_checkable
 
-from ..format.cpus import usable_cpus
-
 __all__ = ["Runner", "BatchRunner", "LocalRunner", "RayRunner", "make_runner", "report_progress", "orphaned",
-           "usable_cpus", "EXECUTORS"]
+           "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
 
