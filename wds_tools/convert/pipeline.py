@@ -185,8 +185,9 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
     for t in todo:
         t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
-    runner = make_runner(opts.executor, opts.workers, opts.ray_address)  # before writing: a missing extra
-    try:  # leaves nothing
+    # the runner before anything is written: a missing extra (Ray) leaves nothing behind
+    runner = make_runner(opts.executor, opts.workers, opts.ray_address)
+    try:
         if not opts.dry_run:
             for t in todo:
                 t.store.makedirs(t.work)

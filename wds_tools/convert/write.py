@@ -198,7 +198,7 @@ def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
 
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
     """Samples ``start:stop`` of ``task``: copy checked pixels from where ``reuse`` says, else decode
-    the source (and the ``also`` sizes from the same bytes, for their spill)."""
+    the source (and the ``also`` sides from the same bytes, for their spill)."""
     header = npy_header((task.side, task.side, 3))
     npy_len = len(header) + task.side * task.side * 3
     out = Encoded()
