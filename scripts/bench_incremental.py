@@ -148,7 +148,7 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     stats = [(bytes(16), 4_000_000, 1_700_000_000_000_000_000) for _ in src.rows]  # what the scan keeps
     plans = plan_split("train", [(r.key, labels[r.label]) for r in src.rows], shard_size=1700, seed=0)
     tasks = [tuple(SampleTask(r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
-                              src_size=stats[i][1], src_mtime_ns=stats[i][2])
+                              src_nbytes=stats[i][1], src_mtime_ns=stats[i][2])
                    for i in (plan.members) for r in (src.rows[i],)) for plan in plans]
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

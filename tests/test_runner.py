@@ -4,7 +4,7 @@ import pytest
 
 from wds_tools.convert import convert
 from wds_tools.errors import ExtraNotInstalledError, OptionError
-from wds_tools.convert.runner import Runner
+from wds_tools.convert.runner import BatchRunner, LocalRunner, Runner
 
 
 def _files(folder):
@@ -17,7 +17,7 @@ def _square(x):
 
 def test_local_runner_in_process_and_pool_agree():
     for workers in (1, 2):
-        runner = Runner(workers)
+        runner = LocalRunner(workers)
         got = {}
         try:
             runner.map(_square, [(i,) for i in range(7)], lambda n: None, got.__setitem__)
@@ -70,7 +70,7 @@ def test_ordered_yields_in_order_and_bounds_what_is_started(workers):
             pulled.append(i)
             yield (d,)
 
-    runner = Runner(workers)
+    runner = LocalRunner(workers)
     try:
         got = []
         for i, pid in enumerate(runner.ordered(_pid_after, args(), lambda n: None)):
@@ -180,3 +180,22 @@ def test_kill_9_of_the_cli_leaves_no_worker_and_closes_its_pipes(tmp_path, start
         for line in _session_alive(proc.pid):
             os.kill(int(line.split()[0]), signal.SIGKILL)
         proc.wait(10)
+
+
+def test_only_runners_with_ordered_results_get_batches():
+    """schedule.py cuts shards into batches for a BatchRunner (in-order results) and gives any other
+    Runner (Ray) whole shards."""
+
+    class WholeShards:
+        workers = 2
+
+        def map(self, fn, args_list, on_progress, on_result):
+            for i, args in enumerate(args_list):
+                on_result(i, fn(*args))
+
+        def close(self, cancel=False):
+            pass
+
+    local = LocalRunner(1)
+    assert isinstance(local, Runner) and isinstance(local, BatchRunner)
+    assert isinstance(WholeShards(), Runner) and not isinstance(WholeShards(), BatchRunner)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from . import __version__
+from .version import __version__
 from .config import CONFIG_FILE, default_map, load_config
 from .convert.decode import RESIZE_MODES
 from .errors import OptionError, WdsToolsError

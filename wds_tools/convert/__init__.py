@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
-from .pipeline import WORK_DIR, ConvertResult, ConvertResults, convert, parse_max_errors, parse_sizes
+from .pipeline import (
+    WORK_DIR, ConvertOptions, ConvertResult, ConvertResults, convert, convert_with, parse_max_errors, parse_sizes,
+)
 
-__all__ = ["convert", "ConvertResult", "ConvertResults", "parse_max_errors", "parse_sizes", "WORK_DIR"]
+__all__ = ["convert", "convert_with", "ConvertOptions", "ConvertResult", "ConvertResults", "parse_max_errors",
+           "parse_sizes", "WORK_DIR"]

@@ -1,10 +1,11 @@
-"""The end of a conversion: errors.jsonl, then the index assembled from the per-shard columns."""
+"""Build one size's index from its shards' work files: errors.jsonl, then samples.npz, the sidecars and
+index.json assembled from the per-shard columns and metas (finish.py decides when), and the
+quick-check stats of the sources written."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 
 import numpy as np
 
@@ -15,19 +16,18 @@ from ..format.sample import MEMBERS, classes_digest
 from ..format.names import url_pattern
 from ..format.meta import encode_columns
 from ..format.transport import join
-from .decode import DecodeSettings
-from .result import ConvertResult
 from .reuse import Base
 from .source import Source
 from .storage import Store
 from .write import ShardTask
 
-__all__ = ["write_errors", "assemble_index", "result_from_index", "dry_run_result", "source_stats"]
+__all__ = ["write_errors", "assemble_index", "source_stats"]
 
 _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
 
 
 def write_errors(store: Store, failures: list[dict]) -> str | None:
+    """Write errors.jsonl, one failure a line in manifest order (remove it when none); its path or None."""
     path = store.join(ERRORS_FILE)
     if not failures:
         store.remove(path)
@@ -38,33 +38,8 @@ def write_errors(store: Store, failures: list[dict]) -> str | None:
     return path
 
 
-def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
-                    t0: float) -> ConvertResult:
-    """What a run would do: counts only, nothing written."""
-    for t in tasks:
-        for s in t.samples:
-            if s.reuse is None:
-                result.decoded += 1
-            elif s.reuse.relabeled:
-                result.relabeled += 1
-            else:
-                result.reused += 1
-        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
-        sp["samples"] += len(t.samples)
-        sp["shards"] += 1
-    for name, sp in result.splits.items():
-        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
-    result.samples_written = 0
-    result.shards = len(tasks)
-    result.failed = len(failures)
-    result.max_errors_exceeded = result.failed > result.max_errors_allowed
-    result.seconds = round(time.perf_counter() - t0, 3)
-    return result
-
-
 def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
-                    spec: dict, src: Source, settings: DecodeSettings, base: Base | None,
-                    has_errors: bool, provenance: dict) -> dict:
+                   spec: dict, src: Source, base: Base | None, has_errors: bool, provenance: dict) -> dict:
     """Write samples.npz, the sidecars and index.json from the shards' columns and metas.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
@@ -94,7 +69,7 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
     if src.metadata:  # typed columns, taken from the manifest rows of the samples written
         row_of = {r.key: r for r in src.rows}
-        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta for k in columns["key"].tolist()]))
+        columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta or () for k in columns["key"].tolist()]))
 
     n_classes = len(src.classes)
     splits: dict[str, dict] = {}
@@ -156,11 +131,3 @@ def source_stats(store: Store, work: str, tasks: list[ShardTask], src: Source) -
             if path is not None and mtime and "://" not in path:  # URLs have no mtime here
                 out[os.path.abspath(path)] = (int(cols["src_size"][i]), mtime, cols["fingerprint"][i].tobytes())
     return out
-
-
-def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
-    """Fill ``result``'s totals from an index's meta."""
-    result.samples_written = meta["samples"]
-    result.shards = len(meta["shards"])
-    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
-                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}

@@ -58,6 +58,7 @@ class DecodeSettings:
             raise OptionError(f"filter must be one of {', '.join(_FILTERS)}, not {self.filter!r}")
 
     def to_dict(self) -> dict:
+        """The settings as index.json and run.json record them (tuples as lists)."""
         d = asdict(self)
         d["alpha_background"] = list(self.alpha_background)
         d["pad_fill"] = list(self.pad_fill)
@@ -66,7 +67,9 @@ class DecodeSettings:
 
 @dataclass(frozen=True)
 class Decoded:
-    pixels: np.ndarray  # uint8 [size, size, 3], C order
+    """One decoded image: its square pixels, and the source's displayed width and height."""
+
+    pixels: np.ndarray  # uint8 [side, side, 3], C order
     width: int  # of the source image as displayed (after EXIF orientation)
     height: int
 
@@ -133,10 +136,10 @@ def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSetting
     return w, h
 
 
-def _resize_scale(w: int, h: int, size: int, resize: str) -> tuple[float, float]:
+def _resize_scale(w: int, h: int, side: int, resize: str) -> tuple[float, float]:
     if resize == "squash":
-        return size / w, size / h
-    s = size / min(w, h) if resize == "center-crop" else size / max(w, h)
+        return side / w, side / h
+    s = side / min(w, h) if resize == "center-crop" else side / max(w, h)
     return s, s
 
 
@@ -220,9 +223,9 @@ def decode_sizes(
         raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
     im, orientation, w, h = _open_checked(data, settings)
     swap = orientation in _TRANSPOSED_ORIENTATIONS
-    groups: dict[tuple, tuple[Image.Image, list[int]]] = {}
-    for size in sorted(set(sizes), reverse=True):
-        sx, sy = _resize_scale(w, h, size, resize)
+    groups: dict[tuple, tuple[Image.Image | Exception, list[int]]] = {}
+    for side in sorted(set(sizes), reverse=True):
+        sx, sy = _resize_scale(w, h, side, resize)
         cand = im
         if settings.draft and im.format == "JPEG":
             # the same calls as decode_image, on a fresh header: draft() can be called once per image
@@ -231,13 +234,13 @@ def decode_sizes(
             try:
                 cand.draft(cand.mode, (need[1], need[0]) if swap else need)
             except Exception as e:
-                groups[("error", size)] = (e, [size])
+                groups[("error", side)] = (e, [side])
                 continue
-        key = (cand.mode, cand.size)
+        key = (cand.mode, cand.size)  # PIL's (w, h) after the draft
         if key in groups:
-            groups[key][1].append(size)
+            groups[key][1].append(side)
         else:
-            groups[key] = (cand, [size])
+            groups[key] = (cand, [side])
     out: dict[int, Decoded | DecodeError] = {}
     for picture, members in groups.values():
         try:
@@ -248,33 +251,33 @@ def decode_sizes(
                 picture = ImageOps.exif_transpose(picture)
             picture = _to_rgb(picture, settings)
         except DecodeError as e:
-            out.update((size, e) for size in members)
+            out.update((side, e) for side in members)
             continue
         except Exception as e:  # as decode_image words it
             err = DecodeError(f"truncated or corrupt image data: {e}")
-            out.update((size, err) for size in members)
+            out.update((side, err) for side in members)
             continue
-        for size in members:
-            out[size] = Decoded(_resize(picture, size, resize, settings), w, h)
+        for side in members:
+            out[side] = Decoded(_resize(picture, side, resize, settings), w, h)
     return out, len(groups)
 
 
-def _resize(im: Image.Image, size: int, resize: str, settings: DecodeSettings) -> np.ndarray:
+def _resize(im: Image.Image, side: int, resize: str, settings: DecodeSettings) -> np.ndarray:
     resample = _FILTERS[settings.filter]
     w, h = im.size  # may be smaller than the source after draft; proportions are kept
     if resize == "squash":
-        out = im.resize((size, size), resample)
+        out = im.resize((side, side), resample)
     elif resize == "center-crop":
-        side = min(w, h)
-        left, top = (w - side) / 2, (h - side) / 2
-        out = im.resize((size, size), resample, box=(left, top, left + side, top + side))
+        crop = min(w, h)
+        left, top = (w - crop) / 2, (h - crop) / 2
+        out = im.resize((side, side), resample, box=(left, top, left + crop, top + crop))
     else:  # pad
-        s = size / max(w, h)
+        s = side / max(w, h)
         nw, nh = max(1, round(w * s)), max(1, round(h * s))
-        out = Image.new("RGB", (size, size), settings.pad_fill)
-        out.paste(im.resize((nw, nh), resample), ((size - nw) // 2, (size - nh) // 2))
+        out = Image.new("RGB", (side, side), settings.pad_fill)
+        out.paste(im.resize((nw, nh), resample), ((side - nw) // 2, (side - nh) // 2))
     arr = np.asarray(out, dtype=np.uint8)
-    if arr.shape != (size, size, 3):  # an invariant of the code above, not of the input
+    if arr.shape != (side, side, 3):  # an invariant of the code above, not of the input
         raise AssertionError(f"resize produced {arr.shape}")
     return np.ascontiguousarray(arr)
 

@@ -1,5 +1,5 @@
-"""The end of one size's conversion: the --max-errors gate, then index, then clean-up, in an order
-that a kill at any point leaves resumable.
+"""Finish one size's folder in an order a kill at any point leaves resumable: the --max-errors gate
+while its shards are written, then errors.jsonl and the index (built by assemble.py), then the clean-up.
 
 1. ``ErrorGate``: as each shard finishes, the failures so far (scan + finished shards) are counted;
    past --max-errors the run stops with no index.json, keeping the shards and their resume state,
@@ -16,12 +16,12 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
 from . import hashes
 from .assemble import assemble_index, source_stats, write_errors
-from .decode import DecodeSettings
 from .source import Source
 from .storage import Store
 from .target import WORK_DIR, Target
@@ -34,10 +34,11 @@ _TEMPORARY = re.compile(r"(\.partial-\d+$)|(\.tmp-\d+$)")  # ShardWriter and ato
 class ErrorGate:
     """Stops a size's conversion as soon as its failures pass --max-errors (no index is written)."""
 
-    def __init__(self, t: Target, src: Source, scan_failures: list[dict]):
+    def __init__(self, t: Target, src: Source, scan_failures: list[dict]) -> None:
         self.t, self.total, self.scan = t, len(src.rows), list(scan_failures)
 
     def failures(self) -> list[dict]:
+        """The scan's failures, then those of each finished shard in plan order."""
         out = list(self.scan)
         for task in self.t.tasks:
             meta = self.t.metas.get(task.name)
@@ -67,15 +68,15 @@ class ErrorGate:
 
 
 def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str,
-                settings: DecodeSettings, provenance: dict) -> dict:
+                provenance: dict) -> dict:
     """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the meta.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
     store = t.store
     t.result.errors_file = write_errors(store, failures)  # before the index, which names it
-    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, settings, t.base,
-                          t.result.errors_file is not None, provenance)
+    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None,
+                          provenance)
     if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
         _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
     clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)
@@ -128,7 +129,7 @@ def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
     _locked(out, version, hashes.save_pairs, pairs)
 
 
-def _locked(out: str, version: str, save, entries: dict) -> None:
+def _locked(out: str, version: str, save: Callable[[str, str, dict], None], entries: dict) -> None:
     """``save(out, version, entries)`` (a read-merge-write of a cache file) under a lock of the
     version's cache folder."""
     if not entries:

@@ -12,7 +12,9 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Final, Literal
 
 import numpy as np
 
@@ -26,11 +28,19 @@ WORK_DIR = ".wds-tools-work"  # target.WORK_DIR (target imports source, which im
 
 __all__ = ["SplitBase", "base_units", "find_split_base", "recorded_split_base"]
 
-_MISSING = object()
+class _Missing(Enum):
+    """No split base recorded (a recorded None means: the run had none)."""
+
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING
 
 
 @dataclass(frozen=True)
 class SplitBase:
+    """The version whose split units keep their split, and those units."""
+
     version: str
     splits: dict[Unit, str]  # the units the base holds in exactly one split
 
@@ -50,11 +60,13 @@ def base_units(index: DatasetIndex, group: str | None) -> dict[Unit, str]:
     return {u: next(iter(where)) for u, where in found.items() if len(where) == 1}
 
 
-def recorded_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int]):
-    """The split base an earlier run of this very conversion used (its index.json, or the run.json of an
-    unfinished run), so that running the command again gives the same splits; ``_MISSING`` if none."""
-    for size in sizes:
-        folder = Path(out) / version / str(size)
+def recorded_split_base(out: str | os.PathLike, version: str, sides: Sequence[int]
+                        ) -> str | None | Literal[_Missing.MISSING]:
+    """The split base (a version name, or None) an earlier run of this very conversion used (its
+    index.json, or the run.json of an unfinished run), so that running the command again gives the
+    same splits; ``_MISSING`` if none."""
+    for side in sides:
+        folder = Path(out) / version / str(side)
         for path in (folder / INDEX_FILE, folder / WORK_DIR / "run.json"):  # the index, or the run's spec
             try:
                 build = json.loads(path.read_bytes()).get("build")
@@ -65,20 +77,20 @@ def recorded_split_base(out: str | os.PathLike, version: str, sizes: Sequence[in
     return _MISSING
 
 
-def find_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int], explicit: str | None,
+def find_split_base(out: str | os.PathLike, version: str, sides: Sequence[int], explicit: str | None,
                     group: str | None) -> SplitBase | None:
     """The version whose units keep their split: the one an earlier run of this conversion recorded,
     else ``explicit`` (--from), else the newest other version under ``out`` (any size). None for an
     object-store ``out`` or when there is none."""
     if is_remote(out):
         return None
-    name = recorded_split_base(out, version, sizes)
+    name = recorded_split_base(out, version, sides)
     if name is _MISSING:
         name = explicit
     elif name is None:
         return None
     if name is not None:  # the version's index at a requested size, else at any size that reads
-        folders = [Path(out) / name / str(s) for s in sizes]
+        folders = [Path(out) / name / str(side) for side in sides]
         folders += [p.parent for p in sorted((Path(out) / name).glob(f"*/{INDEX_FILE}")) if p.parent not in folders]
         folders = [f for f in folders if (f / INDEX_FILE).exists()]
         if not folders:
@@ -103,4 +115,5 @@ def find_split_base(out: str | os.PathLike, version: str, sizes: Sequence[int], 
                 continue
         if index is None:
             return None
+    assert index is not None  # found, or the last folder's error was raised
     return SplitBase(Path(index.root).parent.name, base_units(index, group))

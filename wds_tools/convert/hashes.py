@@ -37,6 +37,7 @@ CACHE_DIR = ".wds-tools-cache"
 
 
 def cache_file(out: str | os.PathLike, version: str) -> Path:
+    """The file of a version's (manifest hash, fingerprint) pairs, beside the versions under ``out``."""
     return Path(out) / CACHE_DIR / version / "source-hashes.npz"
 
 
@@ -69,6 +70,7 @@ def save_pairs(out: str | os.PathLike, version: str, pairs: dict[str, bytes]) ->
 
 
 def stats_file(out: str | os.PathLike, version: str) -> Path:
+    """The file of a version's quick-check stats (path, size, mtime, fingerprint), beside the versions."""
     return Path(out) / CACHE_DIR / version / "source-stats.npz"
 
 

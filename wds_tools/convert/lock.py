@@ -40,6 +40,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from ..errors import OutputBusyError
 from .storage import Store
@@ -72,15 +73,18 @@ class Holder:
 
     @classmethod
     def me(cls) -> Holder:
+        """This process, now."""
         since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return cls(socket.gethostname(), os.getpid(), since, _command())
 
     def to_bytes(self) -> bytes:
+        """The lock file's contents."""
         return (json.dumps({"host": self.host, "pid": self.pid, "since": self.since,
                             "command": self.command}, sort_keys=True) + "\n").encode()
 
     @classmethod
     def parse(cls, data: bytes | None) -> Holder | None:
+        """The holder a lock file names; None when it is missing or unreadable."""
         try:
             d = json.loads(data or b"")
             return cls(str(d["host"]), int(d["pid"]), str(d["since"]), str(d["command"]))
@@ -88,6 +92,7 @@ class Holder:
             return None
 
     def describe(self) -> str:
+        """The holder in a message's words."""
         return f"pid {self.pid} on host {self.host}, since {self.since} UTC, running `{self.command}`"
 
     def gone(self) -> bool:
@@ -116,6 +121,7 @@ class FolderLock:
     created: list[str] = field(default_factory=list)  # folders made for the lock, deepest last
 
     def release(self) -> None:
+        """Give the folder back (remove the lock file, and the folders made for it when empty)."""
         with _HELD_GUARD:
             if _HELD.get(self.path) is not self:
                 return
@@ -138,7 +144,7 @@ class FolderLock:
 
 
 def _busy(root: str, holder: Holder | None, *, lock_path: str, marker: bool, thread: bool = False) -> OutputBusyError:
-    if thread:
+    if thread and holder is not None:  # a thread of this process holds it: its holder is known
         who = f"this process ({holder.describe()}), from another thread"
     elif holder is None:
         who = f"another process (it has not written its name into {lock_path} yet)"
@@ -274,7 +280,7 @@ class _LocalMarkers(_Markers):
 
 
 class _RemoteMarkers(_Markers):
-    def __init__(self, fs):
+    def __init__(self, fs: Any) -> None:
         self.fs = fs
 
     def create(self, path: str, data: bytes) -> bool:
@@ -300,17 +306,17 @@ class _RemoteMarkers(_Markers):
 class _HostMutex:
     """A lockf lock in the temporary folder, keyed by ``key``: serialises this host's takers."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str) -> None:
         folder = os.path.join(tempfile.gettempdir(), "wds-tools-locks")
         os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock")
 
-    def __enter__(self):
+    def __enter__(self) -> _HostMutex:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fcntl.lockf(self.fd, fcntl.LOCK_EX)  # held for a read, a delete and a create
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
 
@@ -369,5 +375,6 @@ def lock_folders(stores: Sequence[Store]) -> list[FolderLock]:
 
 
 def release_all(locks: Sequence[FolderLock]) -> None:
+    """Release ``locks``, the last taken first."""
     for lock in reversed(locks):
         lock.release()

@@ -15,10 +15,11 @@ import io
 import json
 import os
 from dataclasses import dataclass
+from typing import TextIO
 
 from ..errors import OptionError, SourceError
 from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
-from .check import HASH_ALGORITHMS
+from .scan import HASH_ALGORITHMS
 from ..format.transport import is_remote
 from .storage import open_input
 
@@ -57,6 +58,7 @@ class PathTemplate:
 
     @classmethod
     def parse(cls, text: str) -> PathTemplate:
+        """A --path value: a column name, or a template naming columns in braces."""
         if "{" not in text and "}" not in text:
             return cls(text, ((text,),))
         parts: list = []
@@ -94,21 +96,25 @@ class PathTemplate:
 
     @property
     def fields(self) -> list[str]:
+        """The columns the template names, in order, once each."""
         return list(dict.fromkeys(p[0] for p in self.parts if isinstance(p, tuple)))
 
     def render(self, cells: dict[str, str]) -> str:
+        """The path for a row's cells."""
         return "".join(p if isinstance(p, str) else cells[p[0]] for p in self.parts)
 
 
 @dataclass
 class Table:
+    """A manifest file read whole: its kind, header and rows."""
+
     kind: str  # "csv" (also .tsv) or "jsonl"
     path: str
     columns: list[str]  # header order (JSON lines: the order keys first appear)
     records: list[tuple[int, dict]]  # (line, {column: cell})
 
 
-def _open_text(path: str):
+def _open_text(path: str) -> TextIO:
     if is_remote(path):
         return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", newline="")
     return open(path, newline="", encoding="utf-8-sig")
@@ -209,7 +215,7 @@ def bind(table: Table, cols: Columns) -> Bound:
         raise SourceError(f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
                           f"not have{close}{'' if close else '.'} The file's columns: {shown}. Nothing was written.")
     split = cols.split if cols.split is not None else ("split" if "split" in have else None)
-    roles = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
+    roles: dict[str | None, str] = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
              **({cols.path: "the --path column"} if template.bare else {}), cols.label: "the --label column",
              cols.key: "the --key column"}
     if cols.group is not None and cols.group in roles:  # a group must be a metadata column
@@ -219,7 +225,7 @@ def bind(table: Table, cols: Columns) -> Bound:
     return Bound(cols, template, split, [c for c in have if c not in roles])
 
 
-def cell_text(value) -> str | None:
+def cell_text(value: object) -> str | None:
     """A cell as text, or None when it is missing: an empty (or blank) cell, a JSON null or an absent
     key. JSON values: strings as they are, numbers as Python's json writes them, true/false, other
     values as compact JSON; all stripped of surrounding whitespace."""
@@ -251,7 +257,7 @@ def column_type(texts: list[str | None]) -> str:
     return "string"
 
 
-def typed(text: str | None, type: str):
+def typed(text: str | None, type: str) -> int | float | str | None:
     """A cell's value in its column's type (None stays None)."""
     if text is None:
         return None

@@ -9,31 +9,31 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import AbstractContextManager
 from dataclasses import replace
+from typing import Protocol
 
-from .. import __version__
-from ..errors import OptionError, TooManyErrorsError, WdsToolsError
+from ..version import __version__
+from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
 from ..format.sample import classes_digest
 from ..format.transport import join
 from . import hashes
-from .assemble import dry_run_result, result_from_index, write_errors
-from .check import Check, check_sources, scan_files
-from .decode import RESIZE_MODES, DecodeSettings, decoder_versions
+from .assemble import write_errors
+from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
+from .decode import DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
-from .lock import lock_folders, release_all
-from .plan import parse_shard_size, plan_split
-from .result import ConvertResult, ConvertResults, allowed_errors, parse_max_errors
+from .lock import FolderLock, lock_folders, release_all
+from .options import ConvertOptions, parse_sizes
+from .plan import plan_split
+from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
 from .reuse import Base
-from .runner import EXECUTORS, make_runner, usable_cpus
+from .runner import Runner, make_runner
 from .groups import find_split_base
-from .manifest import Columns
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
@@ -42,48 +42,37 @@ from .storage import Store
 from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 
-__all__ = ["convert", "ConvertResult", "ConvertResults", "parse_max_errors", "parse_sizes", "WORK_DIR"]
+__all__ = ["convert", "convert_with", "ConvertOptions", "ConvertResult", "ConvertResults", "parse_max_errors",
+           "parse_sizes", "WORK_DIR"]
 
-_VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
 
 
-def parse_sizes(value: int | str | Sequence[int | str]) -> list[int]:
-    """224, "224", "224,384" or [224, 384] -> the distinct sizes, largest first."""
-    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
-    sizes = []
-    for item in items:
-        try:
-            size = int(str(item).strip()) if not isinstance(item, bool) else None
-        except ValueError:
-            size = None
-        if size is None or not 8 <= size <= 8192:
-            raise OptionError(f"--size {value!r}: expected integers between 8 and 8192 pixels, e.g. 224 "
-                              "or 224,384")
-        sizes.append(size)
-    if not sizes:
-        raise OptionError(f"--size {value!r}: expected at least one size, e.g. 224")
-    return sorted(set(sizes), reverse=True)
+class _Bar(Protocol):
+    """What the pipeline uses of a tqdm progress bar."""
+
+    def update(self, n: int = 1) -> None:
+        """Count ``n`` more items done."""
 
 
 class _NoBar:
     """What ``_bar`` gives without a progress bar: importing tqdm alone costs ~0.1 s."""
 
-    def __enter__(self):
+    def __enter__(self) -> _NoBar:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
     def update(self, n: int = 1) -> None:
-        pass
+        """Nothing to count."""
 
 
-def _bar(total: int, desc: str, unit: str, enabled: bool):
+def _bar(total: int, desc: str, unit: str, enabled: bool) -> AbstractContextManager[_Bar]:
     if not enabled:
         return _NoBar()
-    from tqdm import tqdm
+    from tqdm import tqdm  # imported only when a bar is shown (see _NoBar)
 
     return tqdm(total=total, desc=desc, unit=unit, smoothing=0.1, dynamic_ncols=True, leave=True)
 
@@ -143,61 +132,49 @@ def convert(
     ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
     keep their split there (``base``, else the newest other version under ``out``).
     """
-    t0 = time.perf_counter()
-    if not _VERSION_PATTERN.fullmatch(str(version)):
-        raise OptionError(f"--version {version!r}: use letters, digits, '.', '_' or '-' (at most 64), e.g. v1")
-    sizes = parse_sizes(size)
-    if resize not in RESIZE_MODES:
-        raise OptionError(f"--resize {resize!r}: expected one of {', '.join(RESIZE_MODES)}")
-    if executor not in EXECUTORS:
-        raise OptionError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-    if trust_mtime:
-        if checksum:
-            raise OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone "
-                              "to read every source")
-        warnings.warn("trust_mtime / --trust-mtime is deprecated: taking a source with the base's path, "
-                      "size and mtime as unchanged is now the default (--checksum reads every source)",
-                      DeprecationWarning, stacklevel=2)
-    if workers is None and executor == "local":
-        workers = usable_cpus()
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise OptionError(f"--workers {workers!r}: expected a positive integer")
-    n_per_shard = {s: parse_shard_size(shard_size, s) for s in sizes}
-    max_err = parse_max_errors(max_errors)
+    options = ConvertOptions(
+        version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
+        val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
+        split=split, group=group, stratify=stratify, max_errors=max_errors, decode=decode, reuse=reuse,
+        base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
+        ray_address=ray_address, progress=progress)
+    return convert_with(source, options)
 
-    columns = Columns(key=key, label=label, path=path, split=split, group=group)
-    split_base = find_split_base(out, str(version), sizes, base, group) if group is not None or stratify else None
-    src = read_source(source, val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, columns=columns,
-                      stratify=stratify, split_base=split_base)
-    stores = [Store(join(out, str(version), str(s))) for s in sizes]
+
+def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertResult | ConvertResults:
+    """``convert`` with its options already made and checked: one result per size, as ``convert`` returns."""
+    t0 = time.perf_counter()
+    opts, version = options, options.version
+    split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
+                  if opts.group is not None or opts.stratify else None)
+    src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
+                      columns=opts.columns, stratify=opts.stratify, split_base=split_base)
+    stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
-    locks = [] if dry_run else lock_folders(stores)
+    locks = [] if opts.dry_run else lock_folders(stores)
     try:
         targets = []
-        for s, store, lock in zip(sizes, stores, locks or [None] * len(sizes)):
-            sp = spec(src, version=version, size=s, resize=resize, shard_size=n_per_shard[s], seed=seed,
-                      val_fraction=val_fraction, sanitize_keys=sanitize_keys, settings=decode)
+        held: list[FolderLock | None] = list(locks) or [None] * len(opts.sides)
+        for side, store, lock in zip(opts.sides, stores, held):
+            sp = spec(src, opts, side)
             # a complete folder an interrupted run left unclean is cleaned by any run
             unclean = clean_complete_folder(store) if lock is not None else False
             state, done_meta = prepare_dest(store, sp)
-            result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=s,
-                                   max_errors_allowed=allowed_errors(max_err, len(src.rows)), dry_run=dry_run,
-                                   checksum=checksum)
+            result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
+                                   max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
+                                   dry_run=opts.dry_run, checksum=opts.checksum)
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")
-            targets.append(Target(s, store, sp, state, done_meta, result, n_per_shard[s]))
+            targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))
             if unclean:
-                _cleaned(targets[-1], src, out=os.fspath(out), version=str(version))
+                _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
         for t in targets:
             if t.state == "complete":
                 _already_complete(t, t0)
         todo = [t for t in targets if t.state != "complete"]
         if todo:
-            _convert_todo(src, todo, out=os.fspath(out), version=str(version), seed=seed, resize=resize,
-                          decode=decode, reuse=reuse, base=base, checksum=checksum, dry_run=dry_run,
-                          executor=executor, workers=workers, ray_address=ray_address, progress=progress,
-                          t0=t0)
+            _convert_todo(src, todo, opts, t0)
     finally:
         release_all(locks)
     if len(targets) == 1:
@@ -205,21 +182,18 @@ def convert(
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
 
 
-def _convert_todo(src: Source, todo: list[Target], *, out: str, version: str, seed: int, resize: str,
-                  decode: DecodeSettings, reuse: bool, base: str | None, checksum: bool, dry_run: bool,
-                  executor: str, workers: int | None, ray_address: str | None, progress: bool,
-                  t0: float) -> None:
+def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: float) -> None:
     for t in todo:
-        t.base = select_base(out, version, t.size, resize, decode, reuse, base, decoder_versions())
+        t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
-    runner = make_runner(executor, workers, ray_address)  # before writing: a missing extra leaves nothing
+    # the runner before anything is written: a missing extra (Ray) leaves nothing behind
+    runner = make_runner(opts.executor, opts.workers, opts.ray_address)
     try:
-        if not dry_run:
+        if not opts.dry_run:
             for t in todo:
                 t.store.makedirs(t.work)
                 t.store.write_bytes(join(t.work, "run.json"), (dumps_canonical(t.spec) + "\n").encode())
-        _run(src, todo, runner, out=out, version=version, seed=seed, resize=resize,
-             settings=decode, checksum=checksum, dry_run=dry_run, progress=progress, t0=t0)
+        _run(src, todo, runner, opts, t0)
     except BrokenProcessPool:
         runner.close(cancel=True)
         raise WdsToolsError(
@@ -244,11 +218,13 @@ def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
                           "temporary files)")
     if t.state == "complete" and not t.store.remote and any(r.content_hash for r in src.rows):
         # the same source: save the manifest-hash pairs the killed run may not have saved
+        assert t.done_meta is not None  # a complete folder has its index meta
         clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
 
 
 def _already_complete(t: Target, t0: float) -> None:
     result, store = t.result, t.store
+    assert t.done_meta is not None  # a complete folder has its index meta
     result_from_index(result, store, t.done_meta)
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
@@ -258,65 +234,69 @@ def _already_complete(t: Target, t0: float) -> None:
     result.seconds = round(time.perf_counter() - t0, 3)
 
 
-def _scan(rows: list[SourceRow], runner, base: Base | None, pairs: dict[str, bytes],
-          settings: DecodeSettings, checksum: bool, progress: bool) -> tuple[list, list[tuple], dict]:
+def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, pairs: dict[str, bytes],
+          settings: DecodeSettings, checksum: bool, progress: bool
+          ) -> tuple[list[str | None], list[SourceStat], dict[str, int]]:
     """Check every source; with a base, also decide which are unchanged (reading as few as it can).
 
-    Returns (errors, (fingerprint or None, size, mtime_ns) per row, counts).
+    Returns (error or None, the source's stat per row, counts).
     """
     errors: list[str | None] = [None] * len(rows)
-    stats: list[tuple] = [(None, 0, 0)] * len(rows)
+    stats: list[SourceStat] = [SourceStat(None, 0, 0)] * len(rows)
     counts = {"unchanged_by_stat": 0, "unchanged_by_hash": 0, "sources_read": 0}
+    fn: Callable[..., list[Scanned]] | Callable[..., list[Checked]]
+    items: list[str] | list[Check]
     if base is None:
         fn, most = scan_files, _SCAN_CHUNK
         items = [r.path for r in rows]
     else:
-        fn, items, quick = check_sources, [], {}
+        checks: list[Check] = []
+        quick: dict[int, bytes] = {}
         for k, r in enumerate(rows):
             by_hash = not checksum and r.content_hash is not None and r.content_hash in pairs
             trusted = None
             if not checksum and r.content_hash is None:
                 found = base.trusted_stat(r.path, r.source_path)
                 if found is not None:
-                    trusted, quick[k] = found[:2], found[2]
-            items.append(Check(r.path, trusted, by_hash, r.content_hash))
+                    trusted, quick[k] = (found[0], found[1]), found[2]
+            checks.append(Check(r.path, trusted, by_hash, r.content_hash))
+        fn, items = check_sources, checks
         # files read whole make slow tasks: keep those small, stat-only ones large
-        most = _HASH_CHUNK if checksum or sum(1 for c in items if c.stat_only or c.trusted) < len(items) // 2 \
+        most = _HASH_CHUNK if checksum or sum(1 for c in checks if c.stat_only or c.trusted) < len(checks) // 2 \
             else _SCAN_CHUNK
-    chunk = max(1, min(most, -(-len(rows) // (4 * getattr(runner, "workers", 1)))))  # every worker gets some
+    chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
     with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
-        def on_result(j: int, out: list) -> None:
+        def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
-                if base is None:
-                    errors[k], size, mtime = res
-                    stats[k] = (None, size, mtime)
+                if isinstance(res, Scanned):
+                    errors[k], stats[k] = res.error, SourceStat(None, res.src_nbytes, res.src_mtime_ns)
                     continue
-                err, fp, size, mtime, read = res
-                if err is None and not read:
-                    if items[k].stat_only:
-                        fp = pairs[rows[k].content_hash]
+                fp = res.fingerprint
+                if res.error is None and not res.read:
+                    content_hash = rows[k].content_hash
+                    if checks[k].stat_only and content_hash is not None:
+                        fp = pairs[content_hash]
                         counts["unchanged_by_hash"] += 1
                     else:
                         fp = quick[k]
                         counts["unchanged_by_stat"] += 1
-                elif read:
+                elif res.read:
                     counts["sources_read"] += 1
-                errors[k], stats[k] = err, (fp, size, mtime)
+                errors[k], stats[k] = res.error, SourceStat(fp, res.src_nbytes, res.src_mtime_ns)
             bar.update(len(out))
         runner.map(fn, [(items[i:i + chunk], settings) for i in starts], lambda n: None, on_result)
     return errors, stats, counts
 
 
-def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, seed: int, resize: str,
-         settings: DecodeSettings, checksum: bool, dry_run: bool, progress: bool, t0: float) -> None:
+def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, t0: float) -> None:
     rows = src.rows
     # 1. scan: header checks (and, against a base, which sources are unchanged), shared by all sizes
     scan_base = next((t.base for t in todo if t.base is not None), None)
     pairs = {}
-    if scan_base is not None and not checksum and any(r.content_hash for r in rows):
-        pairs = hashes.load_pairs(out, scan_base.version)
-    scan, stats, counts = _scan(rows, runner, scan_base, pairs, settings, checksum, progress)
+    if scan_base is not None and not opts.checksum and any(r.content_hash for r in rows):
+        pairs = hashes.load_pairs(opts.out_root, scan_base.version)
+    scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
     failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
                 for r, err in zip(rows, scan) if err is not None]
@@ -325,7 +305,7 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
             for k, v in counts.items():
                 setattr(t.result, k, v)
     allowed = todo[0].result.max_errors_allowed
-    if len(failures) > allowed and not dry_run:
+    if len(failures) > allowed and not opts.dry_run:
         names = []
         for t in todo:
             names.append(write_errors(t.store, failures))
@@ -333,17 +313,17 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
                 t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
             f"{len(failures)} of {len(rows)} source files are unreadable, more than --max-errors allows "
-            f"({allowed}); nothing was converted. The files and reasons are in {', '.join(names)}. "
+            f"({allowed}); nothing was converted. The files and reasons are in {', '.join(map(str, names))}. "
             f"First: {failures[0]['path']}: {failures[0]['error']}"
         )
 
     # 2. plan: a pure function of the good rows per size, whatever a base holds
     good = [i for i, err in enumerate(scan) if err is None]
     for t in todo:
-        t.tasks = _plan(src, good, stats, t, seed=seed, resize=resize, settings=settings)
+        t.tasks = _plan(src, good, stats, t, opts)
         if t.base is not None:
             t.result.removed = t.base.removed({r.key for r in rows})
-    if dry_run:
+    if opts.dry_run:
         for t in todo:
             dry_run_result(t.result, t.tasks, failures, t0)
         return
@@ -355,32 +335,32 @@ def _run(src: Source, todo: list[Target], runner, *, out: str, version: str, see
     for t in todo:  # pixels an interrupted multi-size run already decoded for a size are kept
         t.tasks = _with_spill(t, rows, stats)
     if others:
-        need = {o.size: {s.key for task in o.tasks if task.name not in o.metas for s in task.samples
+        need = {o.side: {s.key for task in o.tasks if task.name not in o.metas for s in task.samples
                          if s.reuse is None} for o in others}
-        spill = tuple((o.size, join(o.work, SPILL_DIR)) for o in others if need[o.size])
+        spill = tuple((o.side, join(o.work, SPILL_DIR)) for o in others if need[o.side])
         first.tasks = [replace(task, spill=spill, samples=tuple(
-            replace(s, also=tuple(size for size, _ in spill if s.key in need[size])) for s in task.samples))
+            replace(s, also=tuple(side for side, _ in spill if s.key in need[side])) for s in task.samples))
             for task in first.tasks] if spill else first.tasks
-        first.result.shared_decode = [o.size for o in others]
-    _write(first, src, runner, failures, out=out, version=version, settings=settings, progress=progress, t0=t0)
+        first.result.shared_decode = [o.side for o in others]
+    _write(first, src, runner, failures, opts, t0)
     for o in others:
         o.tasks = _with_spill(o, rows, stats)
-        o.result.shared_decode = [first.size]
-        _write(o, src, runner, failures, out=out, version=version, settings=settings, progress=progress, t0=t0)
+        o.result.shared_decode = [first.side]
+        _write(o, src, runner, failures, opts, t0)
 
 
-def _with_spill(t: Target, rows: list[SourceRow], stats: list[tuple]) -> list[ShardTask]:
+def _with_spill(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> list[ShardTask]:
     """``t``'s tasks, where a sample the base does not hold copies the pixels spilled for it."""
     spilled = _spill_reuse(t, rows, stats)
     if not spilled:
         return t.tasks
     return [replace(task, samples=tuple(
-        replace(s, reuse=spilled[s.key][1], src_size=spilled[s.key][2], src_mtime_ns=spilled[s.key][3])
+        replace(s, reuse=spilled[s.key][0], src_nbytes=spilled[s.key][1], src_mtime_ns=spilled[s.key][2])
         if s.reuse is None and s.key in spilled else s for s in task.samples)) for task in t.tasks]
 
 
-def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: int, resize: str,
-          settings: DecodeSettings) -> list[ShardTask]:
+def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts: ConvertOptions
+          ) -> list[ShardTask]:
     rows, labels = src.rows, src.label_index()
     spec_digest = hashlib.sha256(dumps_canonical(t.spec).encode()).hexdigest()
     by_split: dict[str, list[int]] = {}
@@ -390,36 +370,37 @@ def _plan(src: Source, good: list[int], stats: list[tuple], t: Target, *, seed: 
     for split in sorted(by_split):
         members = by_split[split]
         for plan in plan_split(split, [(rows[i].key, labels[rows[i].label]) for i in members],
-                               shard_size=t.n_per_shard, seed=seed):
+                               shard_size=t.shard_samples, seed=opts.seed):
             samples = []
             for i in (members[j] for j in plan.members):
-                r, (fp, src_size, mtime) = rows[i], stats[i]
+                r, (fp, src_nbytes, mtime) = rows[i], stats[i]
                 samples.append(SampleTask(
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
                     reuse=t.base.reuse(fp, r.label) if t.base is not None and fp is not None else None,
-                    src_size=src_size, src_mtime_ns=mtime, content_hash=r.content_hash, meta=src.meta_items(r)))
+                    src_nbytes=src_nbytes, src_mtime_ns=mtime, content_hash=r.content_hash,
+                    meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
-                                   task_digest(spec_digest, plan.name, samples), t.size, resize,
-                                   settings, tuple(samples), dataset_version=t.spec["dataset_version"],
+                                   task_digest(spec_digest, plan.name, samples), t.side, opts.resize,
+                                   opts.decode, tuple(samples), dataset_version=t.spec["dataset_version"],
                                    classes_digest=classes_digest(src.classes)))
     return tasks
 
 
-def _spill_reuse(t: Target, rows: list[SourceRow], stats: list[tuple]) -> dict[str, tuple]:
-    """key -> (source_path, Reuse, src_size, mtime) of the pixels spilled for ``t``, where the source
-    still has the size and mtime it had when it was decoded (a later run may find it changed)."""
-    current = {r.key: (r.source_path, stats[i][1], stats[i][2]) for i, r in enumerate(rows)}
+def _spill_reuse(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> dict[str, tuple[Reuse, int, int]]:
+    """key -> (Reuse, src_nbytes, mtime_ns) of the pixels spilled for ``t``, where the source still has
+    the path, size and mtime it had when it was decoded (a later run may find it changed)."""
+    current = {r.key: (r.source_path, stats[i].src_nbytes, stats[i].src_mtime_ns) for i, r in enumerate(rows)}
     out = {}
-    for key, (path, fp, width, height, size, mtime, blob, nbytes, off, n, x) in load_spill(
-            t.store, join(t.work, SPILL_DIR)).items():
-        if current.get(key) == (path, size, mtime):
-            out[key] = (path, Reuse(blob, nbytes, off, n, x, width, height, fp, relabeled=False, spilled=True),
-                        size, mtime)
+    for key, sp in load_spill(t.store, join(t.work, SPILL_DIR)).items():
+        if current.get(key) == (sp.source_path, sp.src_nbytes, sp.src_mtime_ns):
+            out[key] = (Reuse(sp.file, sp.file_bytes, sp.npy_offset, sp.npy_length, sp.npy_xxh3, sp.width,
+                              sp.height, sp.fingerprint, relabeled=False, spilled=True),
+                        sp.src_nbytes, sp.src_mtime_ns)
     return out
 
 
-def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: str, version: str,
-           settings: DecodeSettings, progress: bool, t0: float) -> None:
+def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], opts: ConvertOptions,
+           t0: float) -> None:
     """Write ``t``'s pending shards (those a previous run finished are kept), then its index."""
     result, store = t.result, t.store
     result.shards_resumed = len(t.metas)
@@ -433,9 +414,9 @@ def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: st
         gate.check()
 
     t_write = time.perf_counter()
-    label = f"convert {t.size}" + (f"+{'+'.join(str(s) for s, _ in pending[0].spill)}"
+    label = f"convert {t.side}" + (f"+{'+'.join(str(side) for side, _ in pending[0].spill)}"
                                    if pending and pending[0].spill else "")
-    with _bar(sum(len(task.samples) for task in pending), label, "img", progress) as bar:
+    with _bar(sum(len(task.samples) for task in pending), label, "img", opts.progress) as bar:
         write_shards(pending, runner, done, bar.update)
     write_seconds = time.perf_counter() - t_write
     for task in pending:
@@ -448,7 +429,7 @@ def _write(t: Target, src: Source, runner, scan_failures: list[dict], *, out: st
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(t, src, failures, out=out, version=version, settings=settings,  # golden test pins them
+    meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
                        provenance=provenance)
     result_from_index(result, store, meta)
     result.failed = len(failures)

@@ -60,7 +60,7 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
     without groups. With ``stratify``, each unit belongs to the class most of its samples have (the
     smallest label index on a tie); per class, of the units in train or val (fixed ones included),
     with S their samples and v those in fixed val units, the other units are taken in order of
-    (hash, unit) and each goes to val when 2·v + size < 2 · val_fraction · S (exactly, with the
+    (hash, unit) and each goes to val when 2·v + n < 2 · val_fraction · S, n its samples (exactly, with the
     double's exact value), v growing as it does. So each class's val samples are within half its
     largest unit of val_fraction × its samples when nothing is fixed (and, for units of one label,
     per label).
@@ -73,27 +73,27 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
             out[unit] = fixed.get(unit) or ("val" if unit_hash(unit, seed) < limit else "train")
         return out
     frac = Fraction(val_fraction)
-    pools: dict[int, list] = {}  # majority class -> [(hash, unit, size)] of units to draw
+    pools: dict[int, list] = {}  # majority class -> [(hash, unit, samples)] of units to draw
     total: dict[int, int] = {}
     in_val: dict[int, int] = {}
     for unit, labels in units.items():
-        size = sum(labels.values())
+        n = sum(labels.values())
         major = min(labels, key=lambda c: (-labels[c], c)) if labels else -1
         split = fixed.get(unit)
         if split is not None:
             out[unit] = split
             if split not in ("train", "val"):
                 continue
-            in_val[major] = in_val.get(major, 0) + (size if split == "val" else 0)
+            in_val[major] = in_val.get(major, 0) + (n if split == "val" else 0)
         else:
-            pools.setdefault(major, []).append((unit_hash(unit, seed), unit, size))
-        total[major] = total.get(major, 0) + size
+            pools.setdefault(major, []).append((unit_hash(unit, seed), unit, n))
+        total[major] = total.get(major, 0) + n
     for major, pool in pools.items():
         v, bound = in_val.get(major, 0), 2 * frac.numerator * total[major]
-        for _, unit, size in sorted(pool):
-            if (2 * v + size) * frac.denominator < bound:
+        for _, unit, n in sorted(pool):
+            if (2 * v + n) * frac.denominator < bound:
                 out[unit] = "val"
-                v += size
+                v += n
             else:
                 out[unit] = "train"
     return out
@@ -144,12 +144,15 @@ def parse_shard_size(value: str | int | None, size: int) -> int:
 
 @dataclass(frozen=True)
 class ShardPlan:
+    """One shard of a split's plan: its number and its members in write order."""
+
     split: str
     index: int  # shard number within the split
     members: tuple[int, ...]  # positions into the caller's item list, in write order
 
     @property
     def name(self) -> str:
+        """The shard's file name."""
         return shard_name(self.split, self.index)
 
 

@@ -26,9 +26,11 @@ class ReaderIndexes:
     written: list[str] = field(default_factory=list)
 
     def to_text(self) -> str:
+        """One line: what was written where."""
         return f"wrote {len(self.written)} files in {self.folder}: " + ", ".join(self.written)
 
     def to_dict(self) -> dict:
+        """The result as JSON-ready values."""
         return asdict(self)
 
 

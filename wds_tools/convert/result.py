@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
+from ..format.names import url_pattern
+from .storage import Store
+from ..format.transport import join
+from .write import ShardTask
 
-__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors"]
+__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
+           "result_from_index"]
 
 
 @dataclass
@@ -96,6 +102,7 @@ class ConvertResult:
         return f"; {now:,} images in this run at {self.images_per_second:,.1f} images/s, {kept}"
 
     def to_dict(self) -> dict:
+        """The result as JSON-ready values (the CLI's --json)."""
         return asdict(self)
 
 
@@ -117,10 +124,9 @@ def parse_max_errors(value: str | int | float) -> tuple[str, float]:
 
 
 def allowed_errors(max_errors: tuple[str, float], total: int) -> int:
+    """The number of failed files ``parse_max_errors``' rule allows among ``total`` rows."""
     kind, v = max_errors
     return int(v) if kind == "count" else math.floor(v * total + 1e-9)
-
-
 
 
 @dataclass
@@ -132,10 +138,45 @@ class ConvertResults:
 
     @property
     def max_errors_exceeded(self) -> bool:
+        """Whether any size failed more files than --max-errors allows."""
         return any(r.max_errors_exceeded for r in self.results)
 
     def to_text(self) -> str:
+        """Each size's text, then the total time."""
         return "\n".join([r.to_text() for r in self.results] + [f"All sizes: {self.seconds:.1f} s"])
 
     def to_dict(self) -> dict:
+        """The results as JSON-ready values (the CLI's --json)."""
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
+
+
+def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
+                    t0: float) -> ConvertResult:
+    """What a run would do: counts only, nothing written."""
+    for t in tasks:
+        for s in t.samples:
+            if s.reuse is None:
+                result.decoded += 1
+            elif s.reuse.relabeled:
+                result.relabeled += 1
+            else:
+                result.reused += 1
+        sp = result.splits.setdefault(t.split, {"samples": 0, "shards": 0, "urls": ""})
+        sp["samples"] += len(t.samples)
+        sp["shards"] += 1
+    for name, sp in result.splits.items():
+        sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
+    result.samples_written = 0
+    result.shards = len(tasks)
+    result.failed = len(failures)
+    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.seconds = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
+    """Fill ``result``'s totals from an index's meta."""
+    result.samples_written = meta["samples"]
+    result.shards = len(meta["shards"])
+    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
+                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}

@@ -28,9 +28,9 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
 
     "Newest" is the most recently written index.json among OUT/*/SIZE other than ``version``.
     """
-    size = str(wanted["size"])
+    side = str(wanted["size"])
     if explicit is not None:
-        path = out / explicit / size
+        path = out / explicit / side
         if not (path / INDEX_FILE).exists():
             raise OptionError(f"--from {explicit}: no finished conversion at {path} (no {INDEX_FILE})")
         base = load_index(path)
@@ -41,7 +41,7 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
                 "reusing them would not equal a fresh conversion. Pass --no-reuse to decode everything."
             )
         return base
-    for path in indexes_newest_first(out, size):
+    for path in indexes_newest_first(out, side):
         if path.parent.name == version:
             continue
         try:
@@ -62,10 +62,12 @@ class Base:
 
     @property
     def version(self) -> str:
+        """The base's dataset version."""
         return self.index.meta["dataset_version"]
 
     @cached_property
     def by_fingerprint(self) -> dict[bytes, int]:
+        """Source fingerprint -> the base's first row with it."""
         fps = self.index.samples["fingerprint"]
         out: dict[bytes, int] = {}
         for i in range(len(fps)):
@@ -74,6 +76,7 @@ class Base:
 
     @cached_property
     def by_source_path(self) -> dict[str, int]:
+        """Source path as the manifest wrote it -> the base's row."""
         s = self.index.samples
         return {s.source_path(i): i for i in range(len(s))}
 

@@ -12,12 +12,37 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
+from multiprocessing.queues import Queue
+from typing import Any, Protocol, runtime_checkable
 
-from ..format.cpus import usable_cpus
-
-__all__ = ["Runner", "RayRunner", "make_runner", "report_progress", "orphaned", "usable_cpus", "EXECUTORS"]
+__all__ = ["Runner", "BatchRunner", "LocalRunner", "RayRunner", "make_runner", "report_progress", "orphaned",
+           "EXECUTORS"]
 
 EXECUTORS = ("local", "ray")
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Runs a work function over argument tuples, on ``workers`` processes or cluster CPUs."""
+
+    workers: int
+
+    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
+            on_result: Callable[[int, Any], None]) -> None:
+        """Call fn(*args) for each; ``on_result(i, result)`` as each finishes."""
+
+    def close(self, cancel: bool = False) -> None:
+        """Stop the workers: after their calls finish, or at once with ``cancel``."""
+
+
+@runtime_checkable
+class BatchRunner(Runner, Protocol):
+    """A runner whose results stream back in order, so the converter hands it small batches of
+    samples rather than whole shards (see schedule.py)."""
+
+    def ordered(self, fn: Callable[..., Any], args_iter: Iterable[tuple], on_progress: Callable[[int], None],
+                window: int | None = None) -> Iterator[Any]:
+        """Yield fn(*args) for each args, in order."""
 
 _progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
@@ -34,7 +59,7 @@ def orphaned() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def _init_worker(q, parent: int) -> None:
+def _init_worker(q: Queue, parent: int) -> None:
     global _progress, _parent_pid
     _progress = q.put
     _parent_pid = parent
@@ -106,14 +131,14 @@ def _start_method() -> str:
     return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
-def make_runner(executor: str, workers: int | None, ray_address: str | None = None):
+def make_runner(executor: str, workers: int | None, ray_address: str | None = None) -> Runner:
     """A Runner for ``executor`` ("local" or "ray")."""
     if executor == "ray":
         return RayRunner(workers, ray_address)
-    return Runner(workers or 1)
+    return LocalRunner(workers or 1)
 
 
-class Runner:
+class LocalRunner:
     """Calls functions in-process (workers=1), or on ``workers - 1`` processes plus this one.
 
     The calling process is one of the workers: while the result it needs next is still being
@@ -122,13 +147,13 @@ class Runner:
     imports, which a short run would otherwise wait for).
     """
 
-    streams_progress = True  # work functions' report_progress() calls reach on_progress
-    batches = True  # the converter schedules small batches of samples (see schedule.py)
+    # work functions' report_progress() calls reach on_progress; results come back in order, so the
+    # converter schedules small batches of samples (a BatchRunner, see schedule.py)
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int) -> None:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
-        self.queue = None
+        self.queue: Queue | None = None
         if workers > 1:
             ctx = get_context(_start_method())
             self.queue = ctx.Queue()
@@ -139,14 +164,14 @@ class Runner:
             for _ in range(workers - 1):
                 self.pool.submit(_noop)
 
-    def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, object], None]) -> None:
+    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
+            on_result: Callable[[int, Any], None]) -> None:
         """Call fn(*args) for each; on_result(i, result) in order."""
         for i, result in enumerate(self.ordered(fn, args_list, on_progress)):
             on_result(i, result)
 
-    def ordered(self, fn, args_iter: Iterable[tuple], on_progress: Callable[[int], None],
-                window: int | None = None) -> Iterator:
+    def ordered(self, fn: Callable[..., Any], args_iter: Iterable[tuple], on_progress: Callable[[int], None],
+                window: int | None = None) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order.
 
         At most ``window`` calls (default 4 x workers + 2) are started and not yet yielded, so
@@ -193,7 +218,7 @@ class Runner:
             while waiting and len(running) < 2 * helpers:  # keep every helper busy, one call queued
                 seq, args = waiting.popleft()
                 running[self.pool.submit(fn, *args)] = seq
-            ready = [f for f in running if f.done()]
+            ready: list[Future] | set[Future] = [f for f in running if f.done()]
             if not ready and waiting and next_seq not in done:
                 seq, args = waiting.popleft()  # nothing to hand on yet: work instead of waiting
                 _progress = on_progress
@@ -211,6 +236,8 @@ class Runner:
         self._drain(on_progress)
 
     def _drain(self, on_progress: Callable[[int], None]) -> None:
+        if self.queue is None:
+            return
         while True:
             try:
                 on_progress(self.queue.get_nowait())
@@ -218,6 +245,7 @@ class Runner:
                 return
 
     def close(self, cancel: bool = False) -> None:
+        """Shut the pool down: after its calls finish, or at once with ``cancel``."""
         if self.pool is None:
             return
         if cancel:  # interrupted: stop the workers now instead of letting their shards finish
@@ -233,11 +261,10 @@ class RayRunner:
     Progress follows completed tasks: Ray workers have no channel back for per-item messages.
     """
 
-    streams_progress = False
-    batches = False  # each shard is one task: a cluster's corpus has many more shards than CPUs,
-    # and the pixels never travel through the driver
+    # no ``ordered``: each shard is one task (a cluster's corpus has many more shards than CPUs, and
+    # the pixels never travel through the driver)
 
-    def __init__(self, workers: int | None, address: str | None = None):
+    def __init__(self, workers: int | None, address: str | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -253,10 +280,11 @@ class RayRunner:
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(workers, cpus) if workers else cpus)
-        self._running: dict = {}
+        self._running: dict[Any, int] = {}
 
-    def map(self, fn, args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, object], None]) -> None:
+    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
+            on_result: Callable[[int, Any], None]) -> None:
+        """Call fn(*args) for each as a Ray task; on_result(i, result) as each finishes."""
         ray = self._ray
         remote = ray.remote(num_cpus=1, max_retries=2)(fn)
         todo = iter(enumerate(args_list))
@@ -274,6 +302,7 @@ class RayRunner:
                 on_result(running.pop(ref), ray.get(ref))
 
     def close(self, cancel: bool = False) -> None:
+        """Cancel what still runs (``cancel``) and shut down the Ray instance this runner started."""
         if cancel:
             for ref in list(self._running):
                 self._ray.cancel(ref, force=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from . import write
+from .runner import BatchRunner, Runner
 from .write import ShardTask
 
 __all__ = ["batch_size", "write_shards"]
@@ -43,27 +44,28 @@ def _pieces(tasks: list[ShardTask], workers: int, sample_bytes: int) -> list[tup
     return pieces
 
 
-def write_shards(tasks: list[ShardTask], runner, on_done: Callable[[ShardTask, dict], None],
+def write_shards(tasks: list[ShardTask], runner: Runner, on_done: Callable[[ShardTask, dict], None],
                  on_samples: Callable[[int], None]) -> None:
     """Write ``tasks`` (in plan order); ``on_done(task, meta)`` as each shard is finished."""
     if not tasks:
         return
-    if not getattr(runner, "batches", False):
+    if not isinstance(runner, BatchRunner):  # Ray: one task per shard
         def done(i: int, meta: dict) -> None:
             on_done(tasks[i], meta)
             on_samples(len(tasks[i].samples))
 
         runner.map(write.write_shard, [(t,) for t in tasks], lambda n: None, done)
         return
-    per_sample = sum(s * s * 3 for s in {tasks[0].size, *(size for size, _ in tasks[0].spill)})
+    per_sample = sum(side * side * 3 for side in {tasks[0].side, *(side for side, _ in tasks[0].spill)})
     pieces = _pieces(tasks, runner.workers, per_sample)
     # each call gets only its slice of the shard: a whole shard's sample list per batch costs pickling
     calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
-    shard = None
+    shard: write.ShardAssembler | None = None
     try:
         for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls, lambda n: None)):
             if lo == 0:
                 shard = write.open_shard(t)
+            assert shard is not None  # a shard's batches come in order, its first opens it
             shard.append(enc)
             on_samples(hi - lo)
             if hi == len(t.samples):

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
-from .check import HASH_ALGORITHMS
+from .scan import HASH_ALGORITHMS
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, assign_split, split_groups
@@ -40,6 +40,8 @@ _MAX_LISTED = 10
 
 @dataclass(frozen=True, slots=True)
 class SourceRow:
+    """One manifest row (or image-folder file): where its image is, its key, label and split."""
+
     key: str  # the sample key written to the tars
     path: str  # absolute path used to read the file
     source_path: str  # the path as the manifest wrote it (or relative to the image folder)
@@ -54,6 +56,8 @@ class SourceRow:
 
 @dataclass(frozen=True)
 class Source:
+    """A manifest or image folder read whole: its rows, classes and typed metadata columns."""
+
     kind: str  # "csv", "jsonl" or "image-folder"
     path: str
     rows: list[SourceRow]
@@ -64,16 +68,17 @@ class Source:
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
 
     def label_index(self) -> dict[str, int]:
+        """Class name -> label index."""
         return {name: i for i, name in enumerate(self.classes)}
 
     def meta_json(self, row: SourceRow) -> str:
         """The row's ``"meta"`` object as its sample's .json writes it (keys sorted, compact)."""
-        return json.dumps(meta_object(self.metadata, row.meta), sort_keys=True, separators=(",", ":"),
+        return json.dumps(meta_object(self.metadata, row.meta or ()), sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False)
 
     def meta_items(self, row: SourceRow) -> tuple | None:
         """(name, value) pairs of the row's metadata, or None without metadata columns."""
-        return tuple(zip((c.name for c in self.metadata), row.meta)) if self.metadata else None
+        return tuple(zip((c.name for c in self.metadata), row.meta or ())) if self.metadata else None
 
     def digest(self) -> str:
         """sha256 over (key, source_path, label, split[, meta]) of every row: the source's identity."""
@@ -242,13 +247,14 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
                                   val_fraction=val_fraction)) for r in rows])
     gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
     labels = src.label_index()
-    units, explicit = [], {}
-    sizes: dict[Unit, Counter] = {}
+    units: list[Unit] = []
+    explicit: dict[Unit, dict[str, list[int]]] = {}
+    unit_labels: dict[Unit, Counter] = {}  # unit -> its samples per label
     for r in rows:
-        value = r.meta[gi] if gi is not None else None
+        value = r.meta[gi] if gi is not None and r.meta is not None else None  # a group is a metadata column
         unit = ("g", value_text(value)) if value is not None else ("k", r.key)
         units.append(unit)
-        sizes.setdefault(unit, Counter())[labels[r.label]] += 1
+        unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
         if r.split:
             explicit.setdefault(unit, {}).setdefault(r.split, []).append(r.line)
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
@@ -263,8 +269,8 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
         )
     fixed = {u: next(iter(where)) for u, where in explicit.items()}
     if split_base is not None:
-        fixed = {**{u: s for u, s in split_base.splits.items() if u in sizes}, **fixed}
-    chosen = split_groups(sizes, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
+        fixed = {**{u: s for u, s in split_base.splits.items() if u in unit_labels}, **fixed}
+    chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
 

@@ -34,14 +34,15 @@ def bytes_needed(todo: list[Target], n_rows: int) -> dict[str, int]:
         if t.store.exists(t.store.join(INDEX_FILE)):
             continue
         n = _pending(t, n_rows)
-        need = n * (sample_bytes(t.size) + _INDEX_PER_SAMPLE)
+        need = n * (sample_bytes(t.side) + _INDEX_PER_SAMPLE)
         if i > 0 and not todo[0].store.exists(todo[0].store.join(INDEX_FILE)):
-            need += _pending(todo[0], n_rows) * (128 + 3 * t.size * t.size)  # its spill, written beside
+            need += _pending(todo[0], n_rows) * (128 + 3 * t.side * t.side)  # its spill, written beside
         out[t.store.root] = need
     return out
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
+    """``n`` bytes in decimal units, e.g. 1.5 GB."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,24 +23,56 @@ from ..format.tarwrite import partial_path
 from ..format.transport import join
 from .storage import Store
 
-__all__ = ["SPILL_DIR", "Staged", "SpillWriter", "load_spill"]
+__all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill"]
 
 SPILL_DIR = "spill"  # in a size's work folder
+
+
+class SpillRow(NamedTuple):
+    """A sample's pixels at another size of the run, as ``encode_batch`` hands them to ``SpillWriter``."""
+
+    key: str
+    source_path: str
+    fingerprint: bytes
+    width: int  # the source image's, as its .json records them
+    height: int
+    src_nbytes: int  # the source file's size and mtime when it was decoded
+    src_mtime_ns: int
+    npy_xxh3: int
+    npy: bytes  # header and pixels
+
+
+class Spilled(NamedTuple):
+    """A spilled sample as ``load_spill`` finds it: its source when decoded, and where its .npy sits."""
+
+    source_path: str
+    fingerprint: bytes
+    width: int
+    height: int
+    src_nbytes: int
+    src_mtime_ns: int
+    file: str  # the spill file
+    file_bytes: int
+    npy_offset: int
+    npy_length: int
+    npy_xxh3: int
 
 
 class Staged:
     """A file written locally: in place (renamed when done) or staged and uploaded (object storage)."""
 
-    def __init__(self, store: Store, final: str):
+    def __init__(self, store: Store, final: str) -> None:
         self.store, self.final = store, final
         self.staging = tempfile.mkdtemp(prefix="wds-tools-") if store.remote else None
         self.path = os.path.join(self.staging, os.path.basename(final)) if self.staging else final
 
     def done(self) -> None:
+        """The file is written: upload it when staged."""
         if self.staging:  # object storage: the file appears whole, or not at all
             self.store.upload(self.path, self.final)
 
     def cleanup(self) -> None:
+        """Remove the staging folder, if any."""
         if self.staging:
             shutil.rmtree(self.staging, ignore_errors=True)
 
@@ -47,23 +80,25 @@ class Staged:
 class SpillWriter:
     """The pixels a shard's samples gave another size of the run: one file of .npy members, and its table."""
 
-    def __init__(self, folder: str, name: str):
+    def __init__(self, folder: str, name: str) -> None:
         self.store = Store(folder)
         self.store.makedirs(folder)
         self.file = Staged(self.store, join(folder, name + ".npys"))
         self.table = join(folder, name + ".npz")
         self.tmp = partial_path(self.file.path)
         self.f = open(self.tmp, "wb")
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[SpillRow, int, int]] = []  # (row without its .npy, offset, length)
         self.offset = 0
 
-    def append(self, rows: list[tuple]) -> None:
-        for key, path, fp, width, height, src_size, mtime, npy_x, npy in rows:
-            self.f.write(npy)
-            self.rows.append((key, fp, width, height, src_size, mtime, self.offset, len(npy), npy_x, path))
-            self.offset += len(npy)
+    def append(self, rows: list[SpillRow]) -> None:
+        """Write the rows' .npy members to the spill file."""
+        for row in rows:
+            self.f.write(row.npy)
+            self.rows.append((row._replace(npy=b""), self.offset, len(row.npy)))
+            self.offset += len(row.npy)
 
     def finish(self) -> None:
+        """Rename the spill file into place (upload it) and write its table; nothing when it is empty."""
         if not self.rows:  # nothing of this shard was needed: keep what an interrupted run spilled for it
             self.abort()
             return
@@ -72,18 +107,23 @@ class SpillWriter:
         self.f.close()
         os.replace(self.tmp, self.file.path)
         self.file.done()
+        rows = [r for r, _, _ in self.rows]
         cols: dict[str, np.ndarray] = {
-            "key": np.array([r[0].encode() for r in self.rows] or [b""], dtype="S")[:len(self.rows)],
-            "fingerprint": np.frombuffer(b"".join(r[1] for r in self.rows), dtype="u1").reshape(-1, 16),
+            "key": np.array([r.key.encode() for r in rows] or [b""], dtype="S")[:len(rows)],
+            "fingerprint": np.frombuffer(b"".join(r.fingerprint for r in rows), dtype="u1").reshape(-1, 16),
         }
-        for j, name in enumerate(("width", "height", "src_size", "src_mtime_ns", "npy_offset",
-                                  "npy_length", "npy_xxh3"), 2):
-            cols[name] = np.array([r[j] for r in self.rows], dtype=SAMPLE_COLUMNS.get(name, "<i8"))  # mtime: <i8
-        cols["path_offsets"], cols["path_data"] = pack_strings([r[9] for r in self.rows])
+        values = {"width": [r.width for r in rows], "height": [r.height for r in rows],
+                  "src_size": [r.src_nbytes for r in rows], "src_mtime_ns": [r.src_mtime_ns for r in rows],
+                  "npy_offset": [off for _, off, _ in self.rows], "npy_length": [n for _, _, n in self.rows],
+                  "npy_xxh3": [r.npy_xxh3 for r in rows]}
+        for name, column in values.items():  # in this order: the table's bytes
+            cols[name] = np.array(column, dtype=SAMPLE_COLUMNS.get(name, "<i8"))  # mtime: <i8
+        cols["path_offsets"], cols["path_data"] = pack_strings([r.source_path for r in rows])
         cols["bytes"] = np.array([self.offset], dtype="<u8")
         self.store.write_bytes(self.table, write_npz(cols))
 
     def abort(self) -> None:
+        """Close and remove the unfinished spill file."""
         if not self.f.closed:
             try:
                 self.f.close()
@@ -96,10 +136,9 @@ class SpillWriter:
         self.file.cleanup()
 
 
-def load_spill(store: Store, folder: str) -> dict[str, tuple]:
-    """key -> (source_path, fingerprint, width, height, src_size, mtime_ns, file, file bytes,
-    npy offset, npy length, npy xxh3) of every spilled sample whose table is complete."""
-    out: dict[str, tuple] = {}
+def load_spill(store: Store, folder: str) -> dict[str, Spilled]:
+    """key -> every spilled sample whose table is complete."""
+    out: dict[str, Spilled] = {}
     for name in store.names(folder):
         if not name.endswith(".npz") or name.startswith("."):
             continue
@@ -112,8 +151,8 @@ def load_spill(store: Store, folder: str) -> dict[str, tuple]:
         nbytes = int(cols["bytes"][0])
         for i, key in enumerate(cols["key"]):
             path = paths[i]
-            out[key.decode()] = (path, cols["fingerprint"][i].tobytes(), int(cols["width"][i]),
-                                 int(cols["height"][i]), int(cols["src_size"][i]), int(cols["src_mtime_ns"][i]),
-                                 blob, nbytes, int(cols["npy_offset"][i]), int(cols["npy_length"][i]),
-                                 int(cols["npy_xxh3"][i]))
+            out[key.decode()] = Spilled(path, cols["fingerprint"][i].tobytes(), int(cols["width"][i]),
+                                        int(cols["height"][i]), int(cols["src_size"][i]),
+                                        int(cols["src_mtime_ns"][i]), blob, nbytes, int(cols["npy_offset"][i]),
+                                        int(cols["npy_length"][i]), int(cols["npy_xxh3"][i]))
     return out

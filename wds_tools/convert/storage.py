@@ -23,23 +23,28 @@ read_input = read_bytes
 class Store:
     """A folder, local or remote, addressed by paths made with ``join``."""
 
-    def __init__(self, root: str | os.PathLike):
-        self.root = os.fspath(root) if is_remote(root) else local_path(root)
+    def __init__(self, root: str | os.PathLike) -> None:
+        local = None if is_remote(root) else local_path(root)
+        self.root: str = local if local is not None else os.fspath(root)
         self.remote = is_remote(self.root)
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
 
     def join(self, *parts: str) -> str:
+        """A path under the root."""
         return join(self.root, *parts)
 
     def exists(self, path: str) -> bool:
+        """Whether ``path`` exists."""
         return filesystem(path).exists(path) if self.remote else os.path.exists(path)
 
     def read_bytes(self, path: str) -> bytes:
+        """The whole file."""
         return read_input(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file: atomically (renamed into place) when local."""
         if self.remote:
             filesystem(path).pipe_file(path, data)
         else:
@@ -56,6 +61,7 @@ class Store:
             os.replace(local_file, path)
 
     def size(self, path: str) -> int | None:
+        """A file's size in bytes; None when it is missing."""
         try:
             return int(filesystem(path).size(path)) if self.remote else os.path.getsize(path)
         except (FileNotFoundError, OSError):
@@ -75,12 +81,14 @@ class Store:
             return []
 
     def remove(self, path: str) -> None:
+        """Delete a file; nothing when it is missing."""
         try:
             filesystem(path).rm_file(path) if self.remote else os.unlink(path)
         except FileNotFoundError:
             pass
 
     def rmtree(self, folder: str) -> None:
+        """Delete a folder and everything in it; nothing when it is missing."""
         if self.remote:
             try:
                 filesystem(folder).rm(folder, recursive=True)
@@ -90,5 +98,6 @@ class Store:
             shutil.rmtree(folder, ignore_errors=True)
 
     def makedirs(self, folder: str) -> None:
+        """Make a folder and its parents (object storage has none to make)."""
         if not self.remote:
             os.makedirs(folder, exist_ok=True)

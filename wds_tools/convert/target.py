@@ -14,7 +14,7 @@ from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
 from ..format.mixing import RECORD_ONLY
 from ..format.transport import is_remote, join
 from . import hashes
-from .decode import DecodeSettings
+from .options import ConvertOptions
 from .result import ConvertResult
 from .reuse import Base, find_base
 from .source import Source
@@ -32,35 +32,36 @@ LOCK_FILE = ".wds-tools-lock"  # see lock.py
 class Target:
     """One size of a conversion, as the pipeline carries it from scan to index."""
 
-    size: int
+    side: int  # pixels
     store: Store
     spec: dict
     state: str  # "fresh", "resume" or "complete"
     done_meta: dict | None
     result: ConvertResult
-    n_per_shard: int
+    shard_samples: int  # samples per shard
     base: Base | None = None
     tasks: list[ShardTask] = field(default_factory=list)
     metas: dict[str, dict] = field(default_factory=dict)
 
     @property
     def work(self) -> str:
+        """The folder of this size's resume state."""
         return self.store.join(WORK_DIR)
 
 
-def spec(source: Source, *, version: str, size: int, resize: str, shard_size: int, seed: int,
-          val_fraction: float, sanitize_keys: bool, settings: DecodeSettings) -> dict:
-    """What determines the bytes of a conversion; equal specs give identical output."""
+def spec(source: Source, opts: ConvertOptions, side: int) -> dict:
+    """What determines the bytes of a conversion at ``side`` pixels; equal specs give identical output."""
     return {
-        "dataset_version": version, "size": size, "resize": resize, "decode": settings.to_dict(),
-        "build": {"shard_size": shard_size, "seed": seed, "val_fraction": val_fraction,
-                  "sanitize_keys": sanitize_keys,
+        "dataset_version": opts.version, "size": side, "resize": opts.resize, "decode": opts.decode.to_dict(),
+        "build": {"shard_size": opts.samples_per_shard(side), "seed": opts.seed, "val_fraction": opts.val_fraction,
+                  "sanitize_keys": opts.sanitize_keys,
                   "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
                   **source.build_fields()},
     }
 
 
 def spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Every field whose value differs between two specs, as ``"a.b: existing x, requested y"``."""
     diffs = []
     for k in sorted(set(old) | set(new)):
         a, b = old.get(k), new.get(k)
@@ -72,6 +73,7 @@ def spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 
 def read_meta(store: Store) -> dict:
+    """The folder's index.json meta; a malformed one refuses the folder."""
     path = store.join(INDEX_FILE)
     try:
         return parse_index_meta(store.read_bytes(path), path)
@@ -118,6 +120,7 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
 
 
 def task_digest(spec_digest: str, name: str, samples: Iterable[SampleTask]) -> str:
+    """A shard's digest: the spec's and its samples' (a finished shard with another digest is redone)."""
     h = hashlib.sha256(f"{spec_digest}\n{name}\n".encode())
     for s in samples:
         h.update(f"{s.key}\t{s.path}\t{s.source_path}\t{s.label}\t{s.label_name}\t{s.original_key}\n".encode())
@@ -132,18 +135,18 @@ def finished_meta(store: Store, task: ShardTask) -> dict | None:
               and store.size(join(task.dest, task.name)) == meta["bytes"]
               and store.exists(join(task.work, task.name + ".npz")))
         if ok and meta.get("failed_stat"):  # a source that failed and has changed since (repaired?): redo
-            now = {s.key: [s.src_size, s.src_mtime_ns] for s in task.samples}
+            now = {s.key: [s.src_nbytes, s.src_mtime_ns] for s in task.samples}
             ok = all(now.get(key) == stat for key, stat in meta["failed_stat"].items())
         return meta if ok else None
     except (OSError, ValueError, KeyError):
         return None
 
 
-def select_base(out: str, version: str, size: int, resize: str, settings: DecodeSettings,
-                 reuse: bool, base: str | None, decoders: dict) -> Base | None:
-    """The base of a conversion at ``size`` (see reuse.find_base); ``decoders`` are this run's
+def select_base(opts: ConvertOptions, side: int, decoders: dict) -> Base | None:
+    """The base of a conversion at ``side`` pixels (see reuse.find_base); ``decoders`` are this run's
     decoder_versions, which a base must share."""
-    if not reuse:
+    out, version, base = opts.out_root, str(opts.version), opts.base
+    if not opts.reuse:
         if base is not None:
             raise OptionError("--from and --no-reuse contradict each other; pass one of them")
         return None
@@ -152,7 +155,7 @@ def select_base(out: str, version: str, size: int, resize: str, settings: Decode
             raise OptionError(f"--from {base}: reusing pixels from object storage is not supported; "
                               "convert with --no-reuse, or into a local --out")
         return None
-    wanted = {"size": size, "resize": resize, "decode": settings.to_dict(),
+    wanted = {"size": side, "resize": opts.resize, "decode": opts.decode.to_dict(),
               "decoder_versions": decoders}
     found = find_base(Path(out), version, wanted, base)
     if found is None:

@@ -12,24 +12,25 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import xxhash
 
-from .check import content_hasher, hash_mismatch, open_source, os_reason
-from .decode import DecodeError, DecodeSettings, decode_image, decode_sizes
+from .scan import content_hasher, hash_mismatch, open_source, os_reason
+from .decode import DecodeError, Decoded, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.packed import pack_strings
 from ..format.sample import MEMBERS, column_prefix, label_i32, sample_json as json_bytes
 from ..format.transport import join, open_ranged
 from .runner import orphaned
-from .spill import SpillWriter, Staged
+from .spill import SpillRow, SpillWriter, Staged
 from .storage import Store
 from ..format.npy import npy_header
 from ..format.tarwrite import ShardWriter
 
-__all__ = ["Reuse", "SampleTask", "ShardTask", "Encoded", "encode_batch", "ShardAssembler",
+__all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "Encoded", "encode_batch", "ShardAssembler",
            "open_shard", "write_shard", "sample_json"]
 
 
@@ -52,6 +53,8 @@ class Reuse:
 
 @dataclass(frozen=True)
 class SampleTask:
+    """One sample of a shard's plan: its source, label, and where its pixels may already sit."""
+
     key: str
     path: str
     source_path: str
@@ -60,27 +63,44 @@ class SampleTask:
     line: int
     original_key: str | None
     reuse: Reuse | None = None
-    src_size: int = 0  # from the scan; used when the pixels are copied, not read
+    src_nbytes: int = 0  # the source's size, from the scan; used when the pixels are copied, not read
     src_mtime_ns: int = 0
     content_hash: str | None = None  # the manifest's "algo:hex": checked whenever the file is read
-    also: tuple[int, ...] = ()  # other sizes of a multi-size run to decode from the same read
+    also: tuple[int, ...] = ()  # other sides of a multi-size run to decode from the same read
     meta: tuple | None = None  # (column, value) pairs of the manifest's metadata, for the .json's "meta"
 
 
 @dataclass(frozen=True)
 class ShardTask:
+    """One shard of the plan: where it goes, how its pixels are made, and its samples in order."""
+
     dest: str
     work: str
     name: str
     split: str
     digest: str
-    size: int
+    side: int  # pixels
     resize: str
     settings: DecodeSettings
     samples: tuple[SampleTask, ...]
-    spill: tuple[tuple[int, str], ...] = ()  # (size, folder) for the sizes in the samples' ``also``
+    spill: tuple[tuple[int, str], ...] = ()  # (side, folder) for the sides in the samples' ``also``
     dataset_version: str = ""  # each .json names its dataset: --version and the class list's digest
     classes_digest: str = ""
+
+
+class SampleRow(NamedTuple):
+    """A written sample's index fields (named as its samples.npz columns), and its members' places."""
+
+    key: str
+    label: int
+    fingerprint: bytes
+    width: int
+    height: int
+    src_size: int  # the source file's bytes
+    src_mtime_ns: int
+    npy_xxh3: int
+    source_path: str
+    placed: tuple[tuple[int, int], ...] = ()  # (offset, length) of each of MEMBERS in the tar
 
 
 @dataclass
@@ -88,14 +108,14 @@ class Encoded:
     """A batch of a shard's samples, ready to append: member bytes and index fields."""
 
     members: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)  # key, data of each of MEMBERS
-    rows: list[tuple] = field(default_factory=list)  # key, label, fp, width, height, src_size, mtime, npy_xxh3, path
+    rows: list[SampleRow] = field(default_factory=list)  # placed once appended
     hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     failed: list[dict] = field(default_factory=list)
     failed_stat: dict[str, list[int]] = field(default_factory=dict)  # key -> the source's [size, mtime_ns]
     problems: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=lambda: {"decoded": 0, "reused": 0, "relabeled": 0})
     decodes: int = 0  # libjpeg/Pillow decodes done (a multi-size sample may need one per draft scale)
-    spilled: dict[int, list[tuple]] = field(default_factory=dict)  # size -> rows, see _spill_row
+    spilled: dict[int, list[SpillRow]] = field(default_factory=dict)  # side -> rows, see _spill_row
 
 
 def sample_json(s: SampleTask, width: int, height: int, fingerprint: str, dataset_version: str,
@@ -112,13 +132,26 @@ def sample_json(s: SampleTask, width: int, height: int, fingerprint: str, datase
     return json_bytes(meta)
 
 
+class _Ranged(Protocol):
+    """What ``_StoredPixels`` uses of an ``open_ranged`` file."""
+
+    size: int
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset``."""
+
+    def close(self) -> None:
+        """Release the file."""
+
+
 class _StoredPixels:
     """Open base shards (or spill files) on demand; one whose size differs from its record is refused."""
 
     def __init__(self) -> None:
-        self.files: dict[str, object] = {}
+        self.files: dict[str, _Ranged | str] = {}
 
     def read(self, r: Reuse, header: bytes) -> bytes | str:
+        """The stored .npy, checked against ``r``, or why it cannot be used."""
         f = self.files.get(r.shard_path)
         if f is None:
             what = "spill file" if r.spilled else "base shard"
@@ -143,6 +176,7 @@ class _StoredPixels:
         return data
 
     def close(self) -> None:
+        """Close the files opened."""
         for f in self.files.values():
             if not isinstance(f, str):
                 f.close()
@@ -150,25 +184,25 @@ class _StoredPixels:
 
 def _npy_checksum(header: bytes, flat: np.ndarray) -> int:
     h = xxhash.xxh3_64(header)
-    h.update(flat)
+    h.update(flat.data)
     return h.intdigest()
 
 
 @functools.lru_cache(maxsize=4)
-def _channel_offsets(size: int) -> np.ndarray:
-    return np.tile(np.array([0, 256, 512], dtype=np.uint16), size * size)
+def _channel_offsets(side: int) -> np.ndarray:
+    return np.tile(np.array([0, 256, 512], dtype=np.uint16), side * side)
 
 
-def _histogram(flat: np.ndarray, size: int) -> np.ndarray:
+def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
     """Counts of each value per channel: [R 0..255, G 0..255, B 0..255]."""
-    return np.bincount(flat + _channel_offsets(size), minlength=768)
+    return np.bincount(flat + _channel_offsets(side), minlength=768)
 
 
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
     """Samples ``start:stop`` of ``task``: copy checked pixels from where ``reuse`` says, else decode
-    the source (and the ``also`` sizes from the same bytes, for their spill)."""
-    header = npy_header((task.size, task.size, 3))
-    npy_len = len(header) + task.size * task.size * 3
+    the source (and the ``also`` sides from the same bytes, for their spill)."""
+    header = npy_header((task.side, task.side, 3))
+    npy_len = len(header) + task.side * task.side * 3
     out = Encoded()
     stored = _StoredPixels()
     try:
@@ -182,49 +216,54 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     where = os.path.basename(s.reuse.shard_path)
                     out.problems.append({"key": s.key, "base_shard": where, "error": got})
                     got = None
-            sizes = ([] if got is not None else [task.size]) + list(s.also)
-            pictures, fp, src_size, mtime, reason = _decode(s, sizes, task, out)
-            if got is not None:
+            sides = ([] if got is not None else [task.side]) + list(s.also)
+            pictures, fp, src_nbytes, mtime, reason = _decode(s, sides, task, out)
+            row: SampleRow | None = None
+            if isinstance(got, bytes):
                 r = s.reuse
-                npy, fp_row, width, height = got, r.fingerprint, r.width, r.height
+                assert r is not None  # got comes from it
+                npy = got
                 flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
-                src_size_row, mtime_row, npy_x = s.src_size, s.src_mtime_ns, r.npy_xxh3
+                row = SampleRow(s.key, s.label, r.fingerprint, r.width, r.height, s.src_nbytes, s.src_mtime_ns,
+                                r.npy_xxh3, s.source_path)
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
-            elif isinstance(pictures.get(task.size), DecodeError) or reason is not None:
-                error = reason if reason is not None else str(pictures[task.size])
+            elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
+                error = reason if reason is not None else str(pictures[task.side])
                 out.failed.append({"key": s.key, "path": s.source_path, "line": s.line,
                                    "stage": "decode", "error": error})
-                out.failed_stat[s.key] = [s.src_size, s.src_mtime_ns]  # a rerun redoes the shard if it changes
-                npy = None
+                out.failed_stat[s.key] = [s.src_nbytes, s.src_mtime_ns]  # a rerun redoes the shard if it changes
             else:
-                dec = pictures[task.size]
-                fp_row, width, height, src_size_row, mtime_row = fp, dec.width, dec.height, src_size, mtime
+                dec = pictures[task.side]
+                assert isinstance(dec, Decoded) and fp is not None  # no reason, no error: decoded
                 flat = dec.pixels.reshape(-1)
                 npy = header + flat.tobytes()
-                npy_x = _npy_checksum(header, flat)
+                row = SampleRow(s.key, s.label, fp, dec.width, dec.height, src_nbytes, mtime,
+                                _npy_checksum(header, flat), s.source_path)
                 out.counts["decoded"] += 1
-            if npy is not None:
-                out.hist += _histogram(flat, task.size)
-                js = sample_json(s, width, height, fp_row.hex(), task.dataset_version, task.classes_digest)
+            if row is not None:
+                out.hist += _histogram(flat, task.side)
+                js = sample_json(s, row.width, row.height, row.fingerprint.hex(), task.dataset_version,
+                                 task.classes_digest)
                 out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
-                out.rows.append((s.key, s.label, fp_row, width, height, src_size_row, mtime_row, npy_x,
-                                 s.source_path))
-            for size in s.also:
-                dec = pictures.get(size)
-                if dec is not None and not isinstance(dec, DecodeError):
-                    out.spilled.setdefault(size, []).append(_spill_row(s, size, dec, fp, src_size, mtime))
+                out.rows.append(row)
+            for side in s.also:
+                other = pictures.get(side)
+                if isinstance(other, Decoded) and fp is not None:
+                    out.spilled.setdefault(side, []).append(_spill_row(s, side, other, fp, src_nbytes, mtime))
     finally:
         stored.close()
     return out
 
 
-def _decode(s: SampleTask, sizes: list[int], task: ShardTask, out: Encoded):
-    """Read the source once and decode it at ``sizes``: (pictures by size, fp, size, mtime, reason)."""
-    if not sizes:
+def _decode(s: SampleTask, sides: list[int], task: ShardTask, out: Encoded
+            ) -> tuple[dict[int, Decoded | DecodeError], bytes | None, int, int, str | None]:
+    """Read the source once and decode it at ``sides``: (pictures by side, fp, nbytes, mtime, reason)."""
+    if not sides:
         return {}, None, 0, 0, None
+    pictures: dict[int, Decoded | DecodeError]
     try:
-        f, src_size, mtime = open_source(s.path)
+        f, src_nbytes, mtime = open_source(s.path)
         with f:
             data = f.read()
         check = content_hasher(s.content_hash)
@@ -233,39 +272,39 @@ def _decode(s: SampleTask, sizes: list[int], task: ShardTask, out: Encoded):
             mismatch = hash_mismatch(s.content_hash, check)
             if mismatch:
                 raise DecodeError(mismatch)
-        if len(sizes) == 1:  # the reference itself
+        if len(sides) == 1:  # the reference itself
             try:
-                pictures = {sizes[0]: decode_image(data, sizes[0], task.resize, task.settings)}
+                pictures = {sides[0]: decode_image(data, sides[0], task.resize, task.settings)}
             except DecodeError as e:
-                pictures = {sizes[0]: e}
+                pictures = {sides[0]: e}
             out.decodes += 1
         else:
-            pictures, n = decode_sizes(data, sizes, task.resize, task.settings)
+            pictures, n = decode_sizes(data, sides, task.resize, task.settings)
             out.decodes += n
     except OSError as e:
         return {}, None, 0, 0, os_reason(e)
     except DecodeError as e:
         return {}, None, 0, 0, str(e)
-    return pictures, xxhash.xxh3_128_digest(data), src_size, mtime, None
+    return pictures, xxhash.xxh3_128_digest(data), src_nbytes, mtime, None
 
 
-def _spill_row(s: SampleTask, size: int, dec, fp: bytes, src_size: int, mtime: int) -> tuple:
-    header = npy_header((size, size, 3))
+def _spill_row(s: SampleTask, side: int, dec: Decoded, fp: bytes, src_nbytes: int, mtime: int) -> SpillRow:
+    header = npy_header((side, side, 3))
     flat = dec.pixels.reshape(-1)
-    return (s.key, s.source_path, fp, dec.width, dec.height, src_size, mtime,
-            _npy_checksum(header, flat), header + flat.tobytes())
+    return SpillRow(s.key, s.source_path, fp, dec.width, dec.height, src_nbytes, mtime,
+                    _npy_checksum(header, flat), header + flat.tobytes())
 
 
 class ShardAssembler:
     """Append a shard's encoded batches in plan order; ``finish`` writes the tar, its columns and meta."""
 
-    def __init__(self, task: ShardTask):
+    def __init__(self, task: ShardTask) -> None:
         self.task = task
         self.store = Store(task.dest)
         self.tar = Staged(self.store, self.store.join(task.name))
         self.writer = ShardWriter(self.tar.path)
-        self.spills = {size: SpillWriter(folder, task.name) for size, folder in task.spill}
-        self.rows: list[tuple] = []
+        self.spills = {side: SpillWriter(folder, task.name) for side, folder in task.spill}
+        self.rows: list[SampleRow] = []
         self.failed: list[dict] = []
         self.failed_stat: dict[str, list[int]] = {}
         self.problems: list[dict] = []
@@ -274,11 +313,11 @@ class ShardAssembler:
         self.decodes = 0
 
     def append(self, enc: Encoded) -> None:
+        """Add a batch's members to the tar, after those of the batches before it."""
         w = self.writer
         for (key, data), row in zip(enc.members, enc.rows):
-            placed = [w.add(f"{key}.{ext}", d) for ext, d in zip(MEMBERS, data)]
-            k, label, fp, width, height, src_size, mtime, npy_x, path = row
-            self.rows.append((k, label, fp, width, height, src_size, mtime, npy_x, path, placed))
+            placed = tuple(w.add(f"{key}.{ext}", d) for ext, d in zip(MEMBERS, data))
+            self.rows.append(row._replace(placed=placed))
         self.hist += enc.hist
         self.failed += enc.failed
         self.failed_stat.update(enc.failed_stat)
@@ -286,8 +325,8 @@ class ShardAssembler:
         for k, v in enc.counts.items():
             self.counts[k] += v
         self.decodes += enc.decodes
-        for size, rows in enc.spilled.items():
-            self.spills[size].append(rows)
+        for side, rows in enc.spilled.items():
+            self.spills[side].append(rows)
 
     def finish(self) -> dict:
         """Close the tar (rename or upload), write spills, columns, then the meta; return the meta."""
@@ -308,12 +347,14 @@ class ShardAssembler:
         return meta
 
     def abort(self) -> None:
+        """Remove the unfinished tar and spill files."""
         self.writer.abort()
         for spill in self.spills.values():
             spill.abort()
         self.cleanup()
 
     def cleanup(self) -> None:
+        """Remove staging folders."""
         self.tar.cleanup()
         for spill in self.spills.values():
             spill.file.cleanup()
@@ -336,13 +377,13 @@ def write_shard(task: ShardTask, batch: int = 16) -> dict:
         raise
 
 
-def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
+def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
     """A shard's sample columns, kept in its work folder until the index is assembled. They hold
     ``src_mtime_ns`` too: the index leaves it out, the quick-check cache takes it (hashes.py)."""
     names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3"]
     cols: dict[str, np.ndarray] = {}
-    for j, name in enumerate(names):
-        values = [r[j] for r in rows]
+    for name in names:
+        values = [getattr(r, name) for r in rows]
         if name == "key":
             cols[name] = np.array([v.encode() for v in values], dtype="S") if values else np.zeros(0, "S1")
         elif name == "fingerprint":
@@ -351,8 +392,8 @@ def _rows_to_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
             cols[name] = np.array(values, dtype=SAMPLE_COLUMNS.get(name, "<i8"))
     for j, ext in enumerate(MEMBERS):
         prefix = column_prefix(ext)
-        cols[f"{prefix}_offset"] = np.array([r[9][j][0] for r in rows], dtype="<u8")
-        cols[f"{prefix}_length"] = np.array([r[9][j][1] for r in rows], dtype="<u8")
+        cols[f"{prefix}_offset"] = np.array([r.placed[j][0] for r in rows], dtype="<u8")
+        cols[f"{prefix}_length"] = np.array([r.placed[j][1] for r in rows], dtype="<u8")
     cols["shard"] = np.zeros(len(rows), dtype="<u4")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r[8] for r in rows])
+    cols["path_offsets"], cols["path_data"] = pack_strings([r.source_path for r in rows])
     return cols

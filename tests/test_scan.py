@@ -7,7 +7,7 @@ import pytest
 import xxhash
 
 from conftest import make_images
-from wds_tools.convert.check import Check, check_sources, scan_files
+from wds_tools.convert.scan import Check, check_sources, scan_files
 from wds_tools.convert.decode import DecodeSettings
 
 S = DecodeSettings()
@@ -71,7 +71,7 @@ def _special_files(root):
 def test_paths_that_are_not_regular_files_are_skipped_never_read(tmp_path):
     import signal
 
-    from wds_tools.convert.check import open_source
+    from wds_tools.convert.scan import open_source
 
     sock, paths = _special_files(tmp_path)
     old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked")))

@@ -14,6 +14,7 @@ import io
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import xxhash
 
@@ -21,11 +22,47 @@ from .decode import DecodeError, DecodeSettings, probe_image
 from ..format.transport import filesystem, is_remote
 from .storage import open_input
 
-__all__ = ["HASH_ALGORITHMS", "Check", "NotRegularFileError", "open_source", "os_reason", "scan_files", "check_sources",
-           "content_hasher", "hash_mismatch"]
+__all__ = ["HASH_ALGORITHMS", "Check", "Scanned", "Checked", "SourceStat", "NotRegularFileError", "open_source",
+           "os_reason", "scan_files", "check_sources", "content_hasher", "hash_mismatch"]
 
 HASH_ALGORITHMS = {"sha256": 64, "md5": 32}  # manifest column -> hex digits
 _CHUNK = 4 << 20
+
+
+class Scanned(NamedTuple):
+    """A source's header check (``scan_files``)."""
+
+    error: str | None  # why the file is unusable, or None
+    src_nbytes: int  # the file's size in bytes (0 on error)
+    src_mtime_ns: int  # 0 for a URL, or on error
+
+
+class Checked(NamedTuple):
+    """A source checked against a base (``check_sources``)."""
+
+    error: str | None
+    fingerprint: bytes | None  # XXH3-128 of the bytes read; None when not read or not as the manifest says
+    src_nbytes: int
+    src_mtime_ns: int
+    read: bool  # False when a stat decided: the caller takes the base's fingerprint
+
+
+class SourceStat(NamedTuple):
+    """What the scan keeps of each source for the plan: its fingerprint (when known), size and mtime."""
+
+    fingerprint: bytes | None
+    src_nbytes: int
+    src_mtime_ns: int
+
+
+class Hasher(Protocol):
+    """A hashlib object, as ``content_hasher`` gives one."""
+
+    def update(self, data: bytes | memoryview, /) -> None:
+        """Feed bytes."""
+
+    def hexdigest(self) -> str:
+        """The digest so far, in hex."""
 
 
 class NotRegularFileError(OSError):
@@ -43,6 +80,7 @@ def _require_regular(mode: int, path: str) -> None:
 
 
 def os_reason(e: OSError) -> str:
+    """Why a source could not be read, in the words errors.jsonl uses."""
     if isinstance(e, NotRegularFileError):
         return f"is {e.strerror}, not a regular file: skipped, never read"
     if isinstance(e, FileNotFoundError):
@@ -54,8 +92,8 @@ def os_reason(e: OSError) -> str:
     return f"unreadable file: {e.strerror or e}"
 
 
-def open_source(path: str):
-    """(binary file, size, mtime_ns) of a local file or an fsspec URL (mtime 0 for URLs)."""
+def open_source(path: str) -> tuple[Any, int, int]:
+    """(binary file, size in bytes, mtime_ns) of a local file (unbuffered) or an fsspec URL (mtime 0)."""
     if is_remote(path):
         f = open_input(path)
         return f, int(f.size), 0
@@ -72,16 +110,16 @@ def open_source(path: str):
     return os.fdopen(fd, "rb", buffering=0), st.st_size, st.st_mtime_ns
 
 
-def content_hasher(content_hash: str | None):
+def content_hasher(content_hash: str | None) -> Hasher | None:
     """A fresh hashlib object for a manifest hash ``"sha256:<hex>"`` / ``"md5:<hex>"``, or None."""
     if content_hash is None:
         return None
     return hashlib.new(content_hash.split(":", 1)[0])
 
 
-def hash_mismatch(content_hash: str | None, hasher) -> str | None:
+def hash_mismatch(content_hash: str | None, hasher: Hasher | None) -> str | None:
     """Why the bytes fed to ``hasher`` are not what the manifest says, or None when they are."""
-    if hasher is None:
+    if hasher is None or content_hash is None:
         return None
     algo, want = content_hash.split(":", 1)
     got = hasher.hexdigest()
@@ -92,7 +130,7 @@ def hash_mismatch(content_hash: str | None, hasher) -> str | None:
 
 
 def _stat(path: str) -> tuple[int, int]:
-    """(size, mtime_ns) without reading: a stat, or one HEAD request for a URL (mtime 0, as read)."""
+    """(size in bytes, mtime_ns) without reading: a stat, or one HEAD request for a URL (mtime 0, as read)."""
     if is_remote(path):
         return int(filesystem(path).info(path)["size"]), 0
     st = os.stat(path)
@@ -100,21 +138,21 @@ def _stat(path: str) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def scan_files(paths: list[str], settings: DecodeSettings) -> list[tuple[str | None, int, int]]:
-    """For each file: (None or the reason it is unusable, size, mtime_ns); reads headers only."""
-    out: list[tuple[str | None, int, int]] = []
+def scan_files(paths: list[str], settings: DecodeSettings) -> list[Scanned]:
+    """Each file's header check, size and mtime; reads headers only."""
+    out: list[Scanned] = []
     for path in paths:
         try:
-            f, size, mtime = open_source(path)
+            f, nbytes, mtime = open_source(path)
             with io.BufferedReader(f, 1 << 16) if not is_remote(path) else f:
-                if size == 0:
+                if nbytes == 0:
                     raise DecodeError("empty file")
                 probe_image(f, settings)  # reads only as far as the header
-            out.append((None, size, mtime))
+            out.append(Scanned(None, nbytes, mtime))
         except OSError as e:
-            out.append((os_reason(e), 0, 0))
+            out.append(Scanned(os_reason(e), 0, 0))
         except DecodeError as e:
-            out.append((str(e), 0, 0))
+            out.append(Scanned(str(e), 0, 0))
     return out
 
 
@@ -128,30 +166,29 @@ class Check:
     content_hash: str | None = None  # the manifest's "algo:hex", checked when the file is read
 
 
-def check_sources(items: list[Check], settings: DecodeSettings
-                  ) -> list[tuple[str | None, bytes | None, int, int, bool]]:
-    """For each item: (error, xxh3-128 digest or None, size, mtime_ns, read).
+def check_sources(items: list[Check], settings: DecodeSettings) -> list[Checked]:
+    """Each item checked against the base, reading it only when a stat cannot decide.
 
     ``read`` is False when a stat decided (the caller takes the base's fingerprint). A file that
-    was read but whose bytes do not match the manifest hash gets digest None and no error: it is
-    then decoded, and fails there with the reason, as it does in a conversion without a base.
+    was read but whose bytes do not match the manifest hash gets fingerprint None and no error: it
+    is then decoded, and fails there with the reason, as it does in a conversion without a base.
     """
-    out = []
+    out: list[Checked] = []
     buf = bytearray(_CHUNK)  # reused: a fresh multi-MB bytes per file costs page faults
     view = memoryview(buf)
     for item in items:
         path = item.path
         try:
             if item.stat_only or (item.trusted is not None and not is_remote(path)):
-                size, mtime = _stat(path)
-                if size == 0:
+                nbytes, mtime = _stat(path)
+                if nbytes == 0:
                     raise DecodeError("empty file")
-                if item.stat_only or (size, mtime) == item.trusted:
-                    out.append((None, None, size, mtime, False))
+                if item.stat_only or (nbytes, mtime) == item.trusted:
+                    out.append(Checked(None, None, nbytes, mtime, False))
                     continue
-            raw, size, mtime = open_source(path)
+            raw, nbytes, mtime = open_source(path)
             with raw:
-                if size == 0:
+                if nbytes == 0:
                     raise DecodeError("empty file")
                 h, check = xxhash.xxh3_128(), content_hasher(item.content_hash)
                 while n := raw.readinto(buf):
@@ -161,9 +198,9 @@ def check_sources(items: list[Check], settings: DecodeSettings
                 raw.seek(0)
                 probe_image(io.BufferedReader(raw, 1 << 16) if not is_remote(path) else raw, settings)
             digest = None if hash_mismatch(item.content_hash, check) else h.digest()
-            out.append((None, digest, size, mtime, True))
+            out.append(Checked(None, digest, nbytes, mtime, True))
         except OSError as e:
-            out.append((os_reason(e), None, 0, 0, False))
+            out.append(Checked(os_reason(e), None, 0, 0, False))
         except DecodeError as e:
-            out.append((str(e), None, 0, 0, False))
+            out.append(Checked(str(e), None, 0, 0, False))
     return out
