@@ -33,6 +33,8 @@ __all__ = [
     "INDEX_FILE",
     "SAMPLES_FILE",
     "ERRORS_FILE",
+    "WORK_DIR",
+    "LOCK_FILE",
     "SAMPLE_COLUMNS",
     "SAMPLE_COLUMNS_V1",
     "sample_columns",
@@ -51,12 +53,18 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
+# what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from
+# version 1")
+FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # what every reader reads
 # The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
 INDEX_FILE = "index.json"
 SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
+# A conversion in progress or interrupted: its work folder and lock file (convert.target writes them;
+# format.resolve refuses a folder holding either without index.json)
+WORK_DIR = ".wds-tools-work"
+LOCK_FILE = ".wds-tools-lock"
 
 # Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
 # key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
