@@ -20,10 +20,10 @@ import numpy as np
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
-from wds_tools.format.index import SAMPLES_FILE, read_samples
-from wds_tools.format.transport import is_local, join, scheme
+from wds_tools.format.index import SAMPLES_FILE, read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
+from wds_tools.format.transport import is_local, join, scheme
 
 __all__ = ["SampleIndex", "DamagedShard", "Subset", "ClassWeights", "select", "class_shares", "epoch_order", "deal",
            "read_sample_index", "readable_by_offset"]
@@ -306,4 +306,4 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
     wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
               *_FILTER_COLUMNS[:3], *column_names(meta)]
-    return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
+    return SampleIndex.from_table(read_samples_checked(base, meta, wanted), meta, urls, names, where)

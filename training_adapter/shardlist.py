@@ -20,10 +20,11 @@ from typing import NamedTuple
 import numpy as np
 
 from wds_tools.errors import OptionError
-from wds_tools.format.resolve import resolve
 from wds_tools.format.ranks import deal
+from wds_tools.format.resolve import resolve
 
-__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
+__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info",
+           "cut_to"]
 
 
 @dataclass
@@ -103,6 +104,39 @@ class WorkerPlan:
     spares: list[int] = field(default_factory=list)
 
 
+def cut_to(batches: Sequence[int], quota: int) -> list[int]:
+    """``batches`` (per worker) cut to ``quota`` in all, one batch at a time from the worker with the most
+    (the last one on ties); computed directly, so a count of any size costs the same (a damaged index
+    may claim 10**12 samples per shard)."""
+    b = [int(x) for x in batches]
+    excess = sum(b) - quota
+    if excess <= 0:
+        return b
+    if quota <= 0:
+        return [0] * len(b)
+
+    def cost(level: int) -> int:  # batches cut to bring every worker down to ``level``
+        return sum(max(0, x - level) for x in b)
+
+    lo, hi = 0, max(b)  # the lowest level whose cost is within the excess: cost(hi) == 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cost(mid) <= excess:
+            hi = mid
+        else:
+            lo = mid + 1
+    level = lo  # >= 1, since quota > 0
+    out = [min(x, level) for x in b]
+    rest = excess - cost(level)  # fewer than the workers at ``level``: one more each, from the last one
+    for w in reversed(range(len(b))):
+        if rest == 0:
+            break
+        if out[w] == level:
+            out[w] -= 1
+            rest -= 1
+    return out
+
+
 def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
                rank: int, world: int, num_workers: int, shuffle: bool, drop_last: bool,
                resampled: bool = False, epoch_batches: int | None = None) -> list[WorkerPlan]:
@@ -157,10 +191,7 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
             raise OptionError(f"epoch_batches={epoch_batches}: the smallest rank has only {quota} full batches "
                               f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True")
         quota = epoch_batches
-    mine_full = full_batches(rank)
-    while sum(mine_full) > quota:  # cut the worker with the most batches (the last one on ties)
-        w = max(range(num_workers), key=lambda i: (mine_full[i], i))
-        mine_full[w] -= 1
+    mine_full = cut_to(full_batches(rank), quota)
     others = [dealt[(rank + d) % world] for d in range(1, world)]
     return [WorkerPlan(p, b, [i for o in others for i in o[w]])
             for w, (p, b) in enumerate(zip(plans, mine_full))]
