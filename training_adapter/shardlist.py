@@ -139,8 +139,12 @@ def cut_to(batches: Sequence[int], quota: int) -> list[int]:
 
 def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
                rank: int, world: int, num_workers: int, shuffle: bool, drop_last: bool,
-               resampled: bool = False, epoch_batches: int | None = None) -> list[WorkerPlan]:
+               resampled: bool = False, epoch_batches: int | None = None, cover: bool = False) -> list[WorkerPlan]:
     """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``format.ranks.deal``).
+
+    ``cover`` (evaluation): every sample once across the ranks; each worker reads all of its shards
+    (a short last batch unless ``drop_last``), so ranks may differ in batches, and a reader left
+    without a shard (fewer shards than ranks x workers) yields none.
 
     Without resampling every rank gets the same number of batches: with ``world > 1`` each worker
     yields only full batches, and ranks are cut to the smallest rank's total (needs ``counts``).
@@ -161,16 +165,18 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
             epoch_batches = sum(counts) // (world * batch_size)
         q, r = divmod(epoch_batches, num_workers)
         return [WorkerPlan([], q + (w < r)) for w in range(num_workers)]
-    if n_shards < slots:
+    if n_shards < slots and not cover:
+        fixes = [f"use num_workers <= {n_shards // world}"] if n_shards >= world else []
+        fixes += ["convert with a smaller --shard-size to get more shards", "pass resampled=True (shards drawn "
+                  "with replacement)"]
         raise OptionError(
             f"{n_shards} shards cannot feed {world} ranks x {num_workers} workers = {slots} readers "
-            f"(each reader needs at least one shard); use num_workers <= {max(1, n_shards // world)}, "
-            f"convert with a smaller --shard-size to get more shards, or pass resampled=True"
+            f"(each reader needs at least one shard in training); {', '.join(fixes[:-1])}, or {fixes[-1]}"
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)
     dealt = deal(order, world, num_workers)  # [rank][worker] -> shards
     plans = dealt[rank]
-    if world == 1 and epoch_batches is None:
+    if (world == 1 or cover) and epoch_batches is None:
         if counts is None:
             return [WorkerPlan(p, None) for p in plans]
         per = [sum(counts[i] for i in p) for p in plans]
