@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from training_adapter.shardlist import plan_epoch, resolve_urls, shard_order
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
+from wds_tools.inspect.stats import compute_stats
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +180,8 @@ def test_row_11_a_count_no_shard_can_hold_is_refused_before_planning(folder, tmp
        world=st.integers(1, 4), workers=st.integers(1, 3), batch=st.integers(1, 64))
 def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(folder, tmp_path_factory, samples, nbytes, world,
                                                                 workers, batch):
-    """Any samples/bytes in index.json: resolving and planning every rank end within a second, in a plan
-    or an IndexFormatError/OptionError."""
+    """Any samples/bytes in index.json: resolving and planning every rank, and stats, end within two
+    seconds, in a plan (a report) or an IndexFormatError/OptionError."""
     import time
 
     dst = _crafted(folder, tmp_path_factory.mktemp("c"), samples, nbytes)
@@ -193,4 +194,8 @@ def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(folder, tmp_path
             assert all(p.batches is None or p.batches >= 0 for p in plans)
     except (IndexFormatError, OptionError):
         pass
-    assert time.perf_counter() - t0 < 1.0
+    try:  # stats reads the same counts
+        compute_stats(dst, world_size=world, workers=workers)
+    except (IndexFormatError, OptionError):
+        pass
+    assert time.perf_counter() - t0 < 2.0
