@@ -109,7 +109,7 @@ def test_row_15_streaming_eval_on_more_ranks_than_shards_needs_no_advice(folder,
 
 def test_row_15_training_on_more_ranks_than_shards_gets_advice_that_applies(folder, monkeypatch):
     _ranked(monkeypatch, 0, 5)
-    with pytest.raises(OptionError, match=r"4 shards cannot feed 5 ranks x 1 workers = 5 readers") as e:
+    with pytest.raises(OptionError, match=r"4 shards cannot feed 5 ranks x 1 worker = 5 readers") as e:
         make_loader(folder, batch_size=1, train=True, reader="stream", num_workers=1)
     assert "num_workers <=" not in str(e.value)
     assert "smaller --shard-size" in str(e.value) and "resampled=True" in str(e.value)

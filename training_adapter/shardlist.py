@@ -170,7 +170,8 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
         fixes += ["convert with a smaller --shard-size to get more shards", "pass resampled=True (shards drawn "
                   "with replacement)"]
         raise OptionError(
-            f"{n_shards} shards cannot feed {world} ranks x {num_workers} workers = {slots} readers "
+            f"{n_shards} shard{'s' if n_shards != 1 else ''} cannot feed {world} rank{'s' if world != 1 else ''} x "
+            f"{num_workers} worker{'s' if num_workers != 1 else ''} = {slots} readers "
             f"(each reader needs at least one shard in training); {', '.join(fixes[:-1])}, or {fixes[-1]}"
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)

@@ -52,7 +52,8 @@ def render_text(d: dict, notes: list[str]) -> str:
             (f"{d['size']} px" if d["size"] else "size unknown"))
     src = f"index {d['index']}" if d["source"] == "index" else f"scan of {d['shards']} tars (no index used)"
     lines.append(f"{d['root']}  ({what}; from the {src})")
-    lines.append(f"  {d['samples']:,} samples in {d['shards']:,} shards; {_mb(d['bytes']['total'])} on disk "
+    lines.append(f"  {d['samples']:,} samples in {d['shards']:,} shard{'s' if d['shards'] != 1 else ''}; "
+                 f"{_mb(d['bytes']['total'])} on disk "
                  f"({_mb(d['bytes']['shards'])} shards + {_mb(d['bytes']['index'])} index)")
     if d["mean"]:
         lines.append(f"  mean {' '.join(f'{x:.4f}' for x in d['mean'])}   std {' '.join(f'{x:.4f}' for x in d['std'])}"
