@@ -140,3 +140,25 @@ def test_gloo_eval_on_two_ranks_covers_every_sample(wide, tmp_path, monkeypatch)
         keys = [k for r in ranks for k in r[reader]["keys"]]
         assert sorted(keys) == tar_keys(wide, "val"), reader
         assert [r[reader]["num_samples"] for r in ranks] == [len(r[reader]["keys"]) for r in ranks]
+
+
+def test_streaming_eval_skipping_a_damaged_shard_on_two_ranks_goes_on(wide, tmp_path, monkeypatch, caplog):
+    """Evaluation ranks need not yield equal batch counts, so a skipped shard is a warning there, not an error."""
+    import shutil
+
+    root = Path(shutil.copytree(wide, tmp_path / "w"))
+    bad = root / "val-000001.tar"
+    bad.write_bytes(bad.read_bytes()[:3000])
+    intact = set()
+    for p in sorted(root.glob("val-*.tar")):
+        if p != bad:
+            with tarfile.open(p) as tf:
+                intact |= {m.name.split(".", 1)[0] for m in tf.getmembers()}
+    seen = []
+    for rank in range(2):
+        _ranked(monkeypatch, rank, 2)
+        ld = make_loader(root, batch_size=2, train=False, num_workers=0, reader="stream", on_error="skip",
+                         return_keys=True)
+        seen += [k for b in _with_keys(ld) for k in b]
+    assert len(seen) == len(set(seen)) and intact <= set(seen) < set(tar_keys(wide, "val"))
+    assert "val-000001.tar" in caplog.text

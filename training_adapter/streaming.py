@@ -110,7 +110,7 @@ class StreamingDataset(BatchDataset):
             raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
                              f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
                              f"(re-convert, or check with wds-tools verify)")
-        if world > 1:  # the other ranks would wait for this one's missing batches for ever
+        if world > 1 and not o.covers:  # in training the other ranks would wait for the missing batches for ever
             raise ShardError(f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
                              f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
                              f"must yield the same number (repair the shards: wds-tools verify names them)")
