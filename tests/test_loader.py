@@ -203,7 +203,7 @@ def test_on_error_skip_logs_and_goes_on(damaged, caplog):
 
 
 def test_option_errors(folder):
-    with pytest.raises(OptionError, match=r"7 shards cannot feed 1 ranks x 8 workers"):
+    with pytest.raises(OptionError, match=r"7 shards cannot feed 1 rank x 8 workers"):
         make_loader(str(folder / "val-{000000..000001}.tar") + "::" + str(folder / "train-{000000..000004}.tar"),
                     batch_size=2, train=True, num_workers=8, reader="stream", allow_partial=True)
     # the index reader deals batches, not shards, to workers: more workers than shards are fine
@@ -342,9 +342,13 @@ def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
     one = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, reader="stream", allow_partial=True)
     assert one.num_workers == 1 and sum(len(b[1]) for b in one) == 3
     assert make_loader(folder, batch_size=2, train=True, reader="stream").num_workers == 9  # 9 train shards
-    with pytest.raises(OptionError, match="1 shards cannot feed 1 ranks x 2 workers"):
-        make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=2, reader="stream",
+    with pytest.raises(OptionError, match="1 shard cannot feed 1 rank x 2 workers"):
+        make_loader(str(folder / "val-000000.tar"), batch_size=2, train=True, num_workers=2, reader="stream",
                     allow_partial=True)
+    # evaluation reads every sample once, a worker without a shard yielding none (issue 22, point 6)
+    two = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=2, reader="stream",
+                      allow_partial=True)
+    assert sum(len(b[1]) for b in two) == 3
     # the index reader: no more workers than batches
     assert make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, allow_partial=True).num_workers == 2
     assert make_loader(folder, batch_size=2, train=True).num_workers == 16

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import convert_images
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import convert_images
 from training_adapter.shardlist import plan_epoch, resolve_urls, shard_order
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
+from wds_tools.inspect.stats import compute_stats
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +124,78 @@ def test_spare_shards_never_repeat_within_a_rank(n, world, workers, seed, epoch)
     one = plan_epoch(n, counts, batch_size=2, seed=seed, epoch=epoch, rank=0, world=1, num_workers=1,
                      shuffle=True, drop_last=True)
     assert one[0].spares == []
+
+
+# ------------------------------------------------------------------ issue 22, point 9: no unbounded planner loop
+
+def _cut_by_steps(batches: list[int], quota: int) -> list[int]:
+    """The rule as first written (one batch at a time from the worker with the most, the last on ties)."""
+    b = list(batches)
+    while sum(b) > quota:
+        w = max(range(len(b)), key=lambda i: (b[i], i))
+        b[w] -= 1
+    return b
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=6), st.integers(0, 250))
+def test_cut_to_is_the_one_at_a_time_rule(batches, quota):
+    from training_adapter.shardlist import cut_to
+
+    got = cut_to(batches, quota)
+    assert got == _cut_by_steps(batches, quota)
+    assert sum(got) == min(sum(batches), max(quota, 0))
+
+
+def _crafted(folder: Path, tmp: Path, samples: list[int], nbytes: list[int]) -> Path:
+    import json
+    import shutil
+
+    dst = tmp / "crafted"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(folder, dst)
+    meta = json.loads((dst / "index.json").read_text())
+    train = [s for s in meta["shards"] if s["split"] == "train"]
+    for s, n, b in zip(train, samples, nbytes):
+        s["samples"], s["bytes"] = n, b
+    (dst / "index.json").write_text(json.dumps(meta))
+    return dst
+
+
+def test_row_11_a_count_no_shard_can_hold_is_refused_before_planning(folder, tmp_path):
+    import time
+
+    dst = _crafted(folder, tmp_path, [10**12] * 7, [10240] * 7)
+    t0 = time.perf_counter()
+    with pytest.raises(IndexFormatError, match=r"shards\[\d\]\.samples is 1,000,000,000,000, but a shard of 10,240 "
+                                                r"bytes holds at most 10 samples"):
+        resolve_urls(dst)
+    assert time.perf_counter() - t0 < 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples=st.lists(st.one_of(st.integers(0, 50), st.integers(0, 10**18)), min_size=7, max_size=7),
+       nbytes=st.lists(st.one_of(st.integers(0, 10**6), st.integers(0, 10**21)), min_size=7, max_size=7),
+       world=st.integers(1, 4), workers=st.integers(1, 3), batch=st.integers(1, 64))
+def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(folder, tmp_path_factory, samples, nbytes, world,
+                                                                workers, batch):
+    """Any samples/bytes in index.json: resolving and planning every rank, and stats, end within two
+    seconds, in a plan (a report) or an IndexFormatError/OptionError."""
+    import time
+
+    dst = _crafted(folder, tmp_path_factory.mktemp("c"), samples, nbytes)
+    t0 = time.perf_counter()
+    try:
+        shards = resolve_urls(dst)
+        for rank in range(world):
+            plans = plan_epoch(len(shards), shards.counts, batch_size=batch, seed=0, epoch=0, rank=rank, world=world,
+                               num_workers=workers, shuffle=True, drop_last=True)
+            assert all(p.batches is None or p.batches >= 0 for p in plans)
+    except (IndexFormatError, OptionError):
+        pass
+    try:  # stats reads the same counts
+        compute_stats(dst, world_size=world, workers=workers)
+    except (IndexFormatError, OptionError):
+        pass
+    assert time.perf_counter() - t0 < 2.0

@@ -235,3 +235,47 @@ def test_remote_damage_is_named_as_locally(converted, bucket, serve_http, tmp_pa
     (bare / "train-000002.tar").unlink()
     with pytest.raises(ShardError, match=r"1 shard\(s\) missing, first: http://.*/train-000002.tar"):
         compute_stats(f"{web}/train-{{000002..000003}}.tar", scan=True)
+
+
+# ------------------------------------------------------------------ issue 22, point 9: stats checks what it reads
+
+def _copy(converted, tmp_path):
+    import shutil
+
+    return shutil.copytree(converted, tmp_path / "copy")
+
+
+def test_row_10_a_samples_table_of_the_same_size_from_elsewhere_is_refused(converted, tmp_path):
+    from wds_tools.format.index import read_npz, write_npz
+
+    folder = _copy(converted, tmp_path)
+    cols = read_npz(folder / "samples.npz")
+    cols["label"] = (cols["label"] + 1) % 3  # another version's labels: same dtypes, same size
+    data = write_npz(cols)
+    assert len(data) == (folder / "samples.npz").stat().st_size
+    (folder / "samples.npz").write_bytes(data)
+    with pytest.raises(IndexFormatError, match=r"samples.npz: sha256 [0-9a-f]{16}\.\.\., .*index.json says "
+                                                r"[0-9a-f]{16}\.\.\.: it is not the table this index was written with"):
+        compute_stats(folder)
+    r = CliRunner().invoke(cli, ["stats", str(folder)])
+    assert r.exit_code != 0 and "sha256" in r.output and "Traceback" not in r.output
+    torch = pytest.importorskip("torch")
+    del torch
+    from training_adapter import make_loader
+
+    with pytest.raises(IndexFormatError, match="it is not the table this index was written with"):
+        make_loader(folder, batch_size=4, train=False, num_workers=0, reader="index")
+
+
+def test_row_11_counts_the_index_cannot_back_are_refused(converted, tmp_path):
+    folder = _copy(converted, tmp_path)
+    meta = json.loads((folder / "index.json").read_text())
+    meta["shards"][0]["samples"] = 10**12
+    (folder / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match=r"shards\[0\]\.samples is 1,000,000,000,000, but a shard of "):
+        compute_stats(folder)
+    meta["shards"][0]["bytes"] = 10**16  # a size that could hold them: the table says otherwise
+    (folder / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match=r"shards\[0\] \(\S+\) says 1000000000000 samples, samples.npz has 8 "
+                                                r"rows of it"):
+        compute_stats(folder)

@@ -86,6 +86,27 @@ class BatchDataset(IterableDataset):
     def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
         """Check, in the main process before any worker starts, what would fail in a worker."""
 
+    def num_samples(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Samples this rank yields per epoch (None: unknown, the shards come without counts)."""
+        raise NotImplementedError
+
+    def refuse_empty_epoch(self, total: int | None, largest: int | None, *, rank: int, world: int,
+                           num_workers: int, per: str) -> None:
+        """The rule for an empty epoch: where ``drop_last`` leaves a rank no batch of a split that has
+        samples (``total``), refuse, naming the counts; ``largest``: the most samples one batch source
+        (a rank, or a ``per`` worker) gets, so the largest batch_size that yields a batch."""
+        o = self.options
+        if not o.drops_last or o.resampled or not total:
+            return
+        if self.num_batches(rank=rank, world=world, num_workers=num_workers) != 0:
+            return
+        where = f" over {world} ranks" if world > 1 else ""
+        raise OptionError(
+            f"an epoch would have 0 batches: {total:,} samples{where}, at most {largest or 0:,} per {per}, "
+            f"fewer than batch_size={o.batch_size}, and drop_last={o.drops_last} drops a short batch; use "
+            f"batch_size <= {largest or 1}{', fewer workers' if per == 'worker' and num_workers > 1 else ''} or "
+            f"drop_last=False")
+
     def __getstate__(self) -> dict[str, Any]:
         # a subset function is applied already (the index rows hold it), and need not pickle for
         # spawned workers

@@ -72,10 +72,17 @@ class IndexedDataset(BatchDataset):
         other._pool, other._gather, other._scratch, other.ring = BufferPool(buffers), None, None, None
         return other
 
-    def full_batches(self, world: int) -> int:
-        """Batches per rank of the whole selection, before ``epoch_batches`` (without resampling)."""
-        B = self.options.batch_size
-        per = len(self.rows) // world if world > 1 else len(self.rows)
+    def rank_samples(self, world: int, rank: int = 0) -> int:
+        """Rows of the selection that ``rank`` reads per epoch (``indexread.rank_rows``), before
+        ``epoch_batches`` (without resampling)."""
+        n = len(self.rows)
+        if world == 1:
+            return n
+        return n // world + (rank < n % world) if self.options.covers else n // world
+
+    def full_batches(self, world: int, rank: int = 0) -> int:
+        """Batches of ``rank`` of the whole selection, before ``epoch_batches`` (without resampling)."""
+        B, per = self.options.batch_size, self.rank_samples(world, rank)
         return per // B if self.options.drops_last else -(-per // B)
 
     def num_batches(self, *, rank: int, world: int, num_workers: int) -> int | None:
@@ -83,8 +90,16 @@ class IndexedDataset(BatchDataset):
         o = self.options
         if o.resampled:
             return self._resampled_batches(world)
-        n = self.full_batches(world)
+        n = self.full_batches(world, rank)
         return n if o.epoch_batches is None else min(n, o.epoch_batches)
+
+    def num_samples(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Samples this rank yields per epoch (before any that ``on_error="skip"`` leaves out)."""
+        o, B = self.options, self.options.batch_size
+        n = self.num_batches(rank=rank, world=world, num_workers=num_workers) or 0
+        if o.resampled:
+            return n * B
+        return min(self.rank_samples(world, rank), n * B)
 
     def _resampled_batches(self, world: int) -> int:
         if self.options.epoch_batches is not None:
@@ -92,11 +107,14 @@ class IndexedDataset(BatchDataset):
         return max(1, len(self.rows) // (world * self.options.batch_size))
 
     def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
-        """Refuse ``epoch_batches`` beyond a rank's batches (without resampling)."""
+        """Refuse an epoch that ``drop_last`` leaves empty, and ``epoch_batches`` beyond a rank's batches
+        (without resampling)."""
         o = self.options
+        self.refuse_empty_epoch(len(self.rows), self.rank_samples(world, 0), rank=rank, world=world,
+                                num_workers=num_workers, per="rank" if world > 1 else "epoch")
         if o.epoch_batches is None or o.resampled:
             return
-        have = self.full_batches(world)
+        have = self.full_batches(world, world - 1)  # the last rank has the fewest
         if o.epoch_batches > have:
             raise OptionError(f"epoch_batches={o.epoch_batches}: a rank has only {have} batches of {o.batch_size} "
                               f"this epoch; use epoch_batches <= {have} or resampled=True")
@@ -119,7 +137,7 @@ class IndexedDataset(BatchDataset):
         order = epoch_order(self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle,
                             shares=self.shares, draws=draws)
         return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=o.drops_last,
-                    max_batches=None if o.resampled else o.epoch_batches)[worker]
+                    max_batches=None if o.resampled else o.epoch_batches, cover=o.covers)[worker]
 
     def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> Batch | None:
         """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every

@@ -20,13 +20,13 @@ import numpy as np
 import xxhash
 
 from wds_tools.errors import OptionError, ShardError
-from wds_tools.format.index import SAMPLES_FILE, read_samples
-from wds_tools.format.transport import is_local, join, scheme
+from wds_tools.format.index import SAMPLES_FILE, read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
+from wds_tools.format.transport import is_local, join, scheme
 
 __all__ = ["SampleIndex", "DamagedShard", "Subset", "ClassWeights", "select", "class_shares", "epoch_order", "deal",
-           "read_sample_index", "readable_by_offset"]
+           "rank_rows", "read_sample_index", "readable_by_offset"]
 
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
@@ -283,16 +283,21 @@ def epoch_order(rows: np.ndarray, labels: np.ndarray, *, seed: int, epoch: int, 
     return rng.permutation(np.concatenate(parts)) if parts else rows[:0]
 
 
+def rank_rows(order: np.ndarray, rank: int, world: int, *, cover: bool = False) -> np.ndarray:
+    """Rank ``rank``'s rows of ``order``: every ``world``-th one from ``rank``; all ranks the same count
+    (the last ``len % world`` rows left out) unless ``cover`` (evaluation: every row once across the
+    ranks, the first ``len % world`` ranks one more)."""
+    if world == 1:
+        return order
+    mine = order[rank::world]
+    return mine if cover else mine[:len(order) // world]
+
+
 def deal(order: np.ndarray, *, batch_size: int, rank: int, world: int, num_workers: int, drop_last: bool,
-         max_batches: int | None = None) -> list[list[np.ndarray]]:
-    """Each worker's batches of this rank: ranks take every ``world``-th row of ``order`` (all ranks
-    the same count, the last ``len % world`` rows left out), cut into batches in order; batch j goes
-    to worker ``j % num_workers`` (the DataLoader then yields them in order j)."""
-    if world > 1:
-        per = len(order) // world
-        mine = order[rank::world][:per]
-    else:
-        mine = order
+         max_batches: int | None = None, cover: bool = False) -> list[list[np.ndarray]]:
+    """Each worker's batches of this rank: the rank's rows (``rank_rows``) cut into batches in order;
+    batch j goes to worker ``j % num_workers`` (the DataLoader then yields them in order j)."""
+    mine = rank_rows(order, rank, world, cover=cover)
     nb = len(mine) // batch_size if drop_last else math.ceil(len(mine) / batch_size)
     if max_batches is not None:
         nb = min(nb, max_batches)
@@ -306,4 +311,4 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
     wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
               *_FILTER_COLUMNS[:3], *column_names(meta)]
-    return SampleIndex.from_table(read_samples(where, wanted), meta, urls, names, where)
+    return SampleIndex.from_table(read_samples_checked(base, meta, wanted), meta, urls, names, where)

@@ -120,6 +120,13 @@ class ShardLoader:
                             "their sample counts")
         return n
 
+    @property
+    def num_samples(self) -> int | None:
+        """Samples this rank yields per epoch (None: unknown, the shards come without counts). In
+        evaluation the ranks' counts add up to the split's: each sample once (see the README)."""
+        rank, world = self.dataset.rank_world or _world()
+        return self.dataset.num_samples(rank=rank, world=world, num_workers=max(1, self.num_workers))
+
     def __iter__(self) -> Iterator[Batch]:
         if self._iterated and not self._epoch_set:
             self.dataset.set_epoch(self.dataset.epoch + 1)

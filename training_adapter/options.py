@@ -63,6 +63,15 @@ class LoaderOptions:
             raise OptionError(f"shuffle_buffer={self.shuffle_buffer!r}: expected a number of samples >= 0")
         if self.reader not in READERS:
             raise OptionError(f"reader={self.reader!r}: expected 'auto', 'index' or 'stream'")
+        for name in ("train", "resampled", "shuffle_shards"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"{name}={getattr(self, name)!r}: expected True or False")
+        if self.drop_last is not None and not isinstance(self.drop_last, bool):
+            raise OptionError(f"drop_last={self.drop_last!r}: expected True, False or None (the default: "
+                              f"True in training, False in evaluation)")
+        e = self.epoch_batches
+        if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < 1):
+            raise OptionError(f"epoch_batches={e!r}: expected a number of batches >= 1, or None")
 
     @cached_property  # once: collate asks for every batch
     def augmentation(self) -> AugmentConfig | None:
@@ -88,6 +97,12 @@ class LoaderOptions:
     def drops_last(self) -> bool:
         """Whether a short last batch is dropped (``drop_last``; by default in training only)."""
         return self.train if self.drop_last is None else self.drop_last
+
+    @property
+    def covers(self) -> bool:
+        """Whether an epoch holds every sample once across the ranks (evaluation, without resampling):
+        ranks then differ by at most one sample (index reader) or by their shards (streaming)."""
+        return not self.train and not self.resampled
 
     @property
     def needs_index(self) -> list[str]:

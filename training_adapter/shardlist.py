@@ -20,10 +20,11 @@ from typing import NamedTuple
 import numpy as np
 
 from wds_tools.errors import OptionError
-from wds_tools.format.resolve import resolve
 from wds_tools.format.ranks import deal
+from wds_tools.format.resolve import resolve
 
-__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info"]
+__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info",
+           "cut_to"]
 
 
 @dataclass
@@ -103,10 +104,47 @@ class WorkerPlan:
     spares: list[int] = field(default_factory=list)
 
 
+def cut_to(batches: Sequence[int], quota: int) -> list[int]:
+    """``batches`` (per worker) cut to ``quota`` in all, one batch at a time from the worker with the most
+    (the last one on ties); computed directly, so a count of any size costs the same (a damaged index
+    may claim 10**12 samples per shard)."""
+    b = [int(x) for x in batches]
+    excess = sum(b) - quota
+    if excess <= 0:
+        return b
+    if quota <= 0:
+        return [0] * len(b)
+
+    def cost(level: int) -> int:  # batches cut to bring every worker down to ``level``
+        return sum(max(0, x - level) for x in b)
+
+    lo, hi = 0, max(b)  # the lowest level whose cost is within the excess: cost(hi) == 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cost(mid) <= excess:
+            hi = mid
+        else:
+            lo = mid + 1
+    level = lo  # >= 1, since quota > 0
+    out = [min(x, level) for x in b]
+    rest = excess - cost(level)  # fewer than the workers at ``level``: one more each, from the last one
+    for w in reversed(range(len(b))):
+        if rest == 0:
+            break
+        if out[w] == level:
+            out[w] -= 1
+            rest -= 1
+    return out
+
+
 def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
                rank: int, world: int, num_workers: int, shuffle: bool, drop_last: bool,
-               resampled: bool = False, epoch_batches: int | None = None) -> list[WorkerPlan]:
+               resampled: bool = False, epoch_batches: int | None = None, cover: bool = False) -> list[WorkerPlan]:
     """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``format.ranks.deal``).
+
+    ``cover`` (evaluation): every sample once across the ranks; each worker reads all of its shards
+    (a short last batch unless ``drop_last``), so ranks may differ in batches, and a reader left
+    without a shard (fewer shards than ranks x workers) yields none.
 
     Without resampling every rank gets the same number of batches: with ``world > 1`` each worker
     yields only full batches, and ranks are cut to the smallest rank's total (needs ``counts``).
@@ -127,16 +165,19 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
             epoch_batches = sum(counts) // (world * batch_size)
         q, r = divmod(epoch_batches, num_workers)
         return [WorkerPlan([], q + (w < r)) for w in range(num_workers)]
-    if n_shards < slots:
+    if n_shards < slots and not cover:
+        fixes = [f"use num_workers <= {n_shards // world}"] if n_shards >= world else []
+        fixes += ["convert with a smaller --shard-size to get more shards", "pass resampled=True (shards drawn "
+                  "with replacement)"]
         raise OptionError(
-            f"{n_shards} shards cannot feed {world} ranks x {num_workers} workers = {slots} readers "
-            f"(each reader needs at least one shard); use num_workers <= {max(1, n_shards // world)}, "
-            f"convert with a smaller --shard-size to get more shards, or pass resampled=True"
+            f"{n_shards} shard{'s' if n_shards != 1 else ''} cannot feed {world} rank{'s' if world != 1 else ''} x "
+            f"{num_workers} worker{'s' if num_workers != 1 else ''} = {slots} readers "
+            f"(each reader needs at least one shard in training); {', '.join(fixes[:-1])}, or {fixes[-1]}"
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)
     dealt = deal(order, world, num_workers)  # [rank][worker] -> shards
     plans = dealt[rank]
-    if world == 1 and epoch_batches is None:
+    if (world == 1 or cover) and epoch_batches is None:
         if counts is None:
             return [WorkerPlan(p, None) for p in plans]
         per = [sum(counts[i] for i in p) for p in plans]
@@ -157,10 +198,7 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
             raise OptionError(f"epoch_batches={epoch_batches}: the smallest rank has only {quota} full batches "
                               f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True")
         quota = epoch_batches
-    mine_full = full_batches(rank)
-    while sum(mine_full) > quota:  # cut the worker with the most batches (the last one on ties)
-        w = max(range(num_workers), key=lambda i: (mine_full[i], i))
-        mine_full[w] -= 1
+    mine_full = cut_to(full_batches(rank), quota)
     others = [dealt[(rank + d) % world] for d in range(1, world)]
     return [WorkerPlan(p, b, [i for o in others for i in o[w]])
             for w, (p, b) in enumerate(zip(plans, mine_full))]

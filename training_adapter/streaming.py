@@ -43,11 +43,27 @@ class StreamingDataset(BatchDataset):
         return plan_epoch(len(self.shards), self.shards.counts, batch_size=o.batch_size, seed=o.seed,
                           epoch=self.epoch if epoch is None else epoch, rank=rank, world=world,
                           num_workers=num_workers, shuffle=o.shuffles_shards, drop_last=o.drops_last,
-                          resampled=o.resampled, epoch_batches=o.epoch_batches)
+                          resampled=o.resampled, epoch_batches=o.epoch_batches, cover=o.covers)
+
+    def num_samples(self, *, rank: int, world: int, num_workers: int) -> int | None:
+        """Samples this rank yields per epoch (None: unknown, the shards come without counts)."""
+        counts, B = self.shards.counts, self.options.batch_size
+        plans = self.plans(rank=rank, world=world, num_workers=num_workers)
+        if counts is None or any(p.batches is None for p in plans):
+            return None
+        if self.options.resampled:
+            return sum((p.batches or 0) * B for p in plans)
+        return sum(min(sum(counts[i] for i in p.shards), (p.batches or 0) * B) for p in plans)
 
     def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
-        """Plan now (an impossible plan fails here, not inside a worker); note the first sample's dataset."""
-        self.plans(rank=rank, world=world, num_workers=num_workers)
+        """Plan now (an impossible plan, or one that ``drop_last`` leaves empty, fails here, not inside a
+        worker); note the first sample's dataset."""
+        plans = self.plans(rank=rank, world=world, num_workers=num_workers)
+        counts = self.shards.counts
+        if counts is not None:
+            largest = max((sum(counts[i] for i in p.shards) for p in plans), default=0)
+            self.refuse_empty_epoch(sum(counts), largest, rank=rank, world=world, num_workers=num_workers,
+                                    per="worker")
         if not self.options.allow_mixed and len(self.shards):  # every worker compares its samples with it
             try:
                 self.expect = first_identity(self.shards.urls[0])
@@ -94,7 +110,7 @@ class StreamingDataset(BatchDataset):
             raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
                              f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
                              f"(re-convert, or check with wds-tools verify)")
-        if world > 1:  # the other ranks would wait for this one's missing batches for ever
+        if world > 1 and not o.covers:  # in training the other ranks would wait for the missing batches for ever
             raise ShardError(f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
                              f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
                              f"must yield the same number (repair the shards: wds-tools verify names them)")

@@ -33,6 +33,8 @@ __all__ = [
     "INDEX_FILE",
     "SAMPLES_FILE",
     "ERRORS_FILE",
+    "WORK_DIR",
+    "LOCK_FILE",
     "SAMPLE_COLUMNS",
     "SAMPLE_COLUMNS_V1",
     "sample_columns",
@@ -42,6 +44,7 @@ __all__ = [
     "read_index",
     "index_of",
     "read_samples",
+    "read_samples_checked",
     "parse_index_meta",
     "indexes_newest_first",
     "histogram_mean_std",
@@ -51,12 +54,18 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 2  # what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from version 1")
+# what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from
+# version 1")
+FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # what every reader reads
 # The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
 INDEX_FILE = "index.json"
 SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
+# A conversion in progress or interrupted: its work folder and lock file (convert.target writes them;
+# format.resolve refuses a folder holding either without index.json)
+WORK_DIR = ".wds-tools-work"
+LOCK_FILE = ".wds-tools-lock"
 
 # Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
 # key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
@@ -254,6 +263,36 @@ def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | 
         except OSError as e:
             raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
     return read_npz(local_path(url) or url, names, data=data)
+
+
+def read_samples_checked(base: str, meta: dict, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """``read_samples`` of the samples.npz beside index.json at ``base``, after checking the file's size and
+    sha256 against index.json's ``samples_file``: another version's table of the same size is refused
+    (``IndexFormatError``), not read as this index's."""
+    where = join(base, INDEX_FILE)
+    url = join(base, samples_file_name(meta, where))
+    info = meta["samples_file"]
+    want_bytes, want_sha = info.get("bytes"), info.get("sha256")
+    local = local_path(url)
+    data = None
+    try:
+        if local is not None:
+            with open(local, "rb") as f:
+                got_bytes, digest = os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()
+        else:
+            data = read_bytes(url)
+            got_bytes, digest = len(data), hashlib.sha256(data).hexdigest()
+    except FileNotFoundError:
+        raise IndexFormatError(f"{url} is missing; {where} names it (copy the whole folder, or convert "
+                               "again)") from None
+    except OSError as e:
+        raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
+    fix = "it is not the table this index was written with (copy the folder again, or convert again)"
+    if isinstance(want_bytes, int) and got_bytes != want_bytes:
+        raise IndexFormatError(f"{url} is {got_bytes:,} bytes; {where} says {want_bytes:,}: {fix}")
+    if isinstance(want_sha, str) and digest != want_sha:
+        raise IndexFormatError(f"{url}: sha256 {digest[:16]}..., {where} says {want_sha[:16]}...: {fix}")
+    return read_npz(local or url, names, data=data)
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:

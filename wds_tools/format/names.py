@@ -16,7 +16,7 @@ import braceexpand  # installed with webdataset
 from ..errors import IndexFormatError
 
 __all__ = ["shard_name", "url_pattern", "shard_split", "expand", "indexed_name_problem", "samples_file_name",
-           "index_shards"]
+           "index_shards", "MIN_SAMPLE_BYTES"]
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
 # What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the
@@ -61,10 +61,20 @@ def samples_file_name(meta: dict, where: str) -> str:
     return name
 
 
+# The fewest bytes one sample takes in a shard: its .npy member, a 512-byte tar header and at least one
+# 512-byte block of data (docs/FORMAT.md, "Shards"); a shard's ``samples`` is at most its bytes // this.
+MIN_SAMPLE_BYTES = 1024
+
+
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
     """index.json's ``shards`` entries a reader may open: a name by ``indexed_name_problem`` and a
-    ``samples`` count (``samples_file.name`` is checked too). ``strict``: the first bad entry raises
-    ``IndexFormatError``; otherwise bad entries are left out, never opened (verify reports them)."""
+    ``samples`` count that its ``bytes`` can hold (``samples_file.name`` is checked too). ``strict``: the
+    first bad entry raises ``IndexFormatError``; otherwise bad entries are left out, never opened (verify
+    reports them)."""
     shards, info, problems, good = meta.get("shards"), meta.get("samples_file"), [], []
     if isinstance(info, dict) and indexed_name_problem(info.get("name"), shard=False):
         problems.append(f"samples_file.name {indexed_name_problem(info.get('name'), shard=False)}")
@@ -78,6 +88,15 @@ def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
             problems.append(f"shards[{i}].name {indexed_name_problem(s.get('name'))}")
         elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
             problems.append(f"shards[{i}].samples is {count!r}; expected a count >= 0")
+        elif not _is_count(s.get("bytes")):
+            problems.append(f"shards[{i}].bytes is {s.get('bytes')!r}; expected the shard's size in bytes")
+        elif count > s["bytes"] // MIN_SAMPLE_BYTES:
+            # a count no shard of that size can hold: bounded here, before any planner loops over it;
+            # verify (strict=False) reads such a shard and reports what it holds
+            problems.append(f"shards[{i}].samples is {count:,}, but a shard of {s['bytes']:,} bytes holds at most "
+                            f"{s['bytes'] // MIN_SAMPLE_BYTES:,} samples")
+            if not strict:
+                good.append(s)
         else:
             good.append(s)
     if problems and strict:

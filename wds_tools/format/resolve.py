@@ -9,18 +9,20 @@ specs naming part of a split unless told otherwise (the rules: ``format.mixing``
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, ShardError
 from . import mixing
-from .index import INDEX_FILE, indexes_newest_first, read_index
+from .index import INDEX_FILE, LOCK_FILE, WORK_DIR, indexes_newest_first, read_index
 from .names import expand, index_shards
-from .transport import basename, join, list_tars, local_path, parent, scheme
+from .transport import GOPEN_SCHEMES, basename, exists, join, list_tars, local_path, parent, read_bytes, scheme
 
-__all__ = ["Shards", "resolve", "resolve_target", "newest_dataset"]
+__all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_conversion"]
 
 
 @dataclass
@@ -64,7 +66,7 @@ class _Rules:
 
     def no_index(self, where: str) -> str:
         hint = "pass --scan to read the tars themselves (slower)" if self.need_index else \
-            "convert first, or give a shard pattern"
+            (f"convert first (a folder wds-tools converts has its {INDEX_FILE} once the conversion finishes)")
         return f"no index at {where}; {hint}"
 
     def index_in(self, folder: str) -> dict | None:
@@ -158,6 +160,7 @@ def _folder(text: str, folder: str, rules: _Rules) -> Shards:
     meta = rules.index_in(folder)
     if meta is not None:
         return _listed(text, folder, meta, rules.split, rules.strict)
+    _refuse_unfinished(text, folder)
     where = join(folder, INDEX_FILE)
     if not rules.scan:
         raise IndexFormatError(rules.no_index(where))
@@ -206,6 +209,8 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
         if rules.need_index:
             raise
         meta, listed = None, []  # a damaged or unreachable index beside a pattern: read the shards without it
+    if meta is None:
+        _refuse_unfinished(text, folder)
     names = [basename(u) for u in urls]
     by_name = {s["name"]: s["samples"] for s in listed}
     unknown = [n for n in names if n not in by_name]
@@ -218,6 +223,70 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
     if unknown:
         return Shards(text, urls, folder, meta, folder if meta else None, selected=True)
     return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True)
+
+
+def unfinished_conversion(folder: str) -> str | None:
+    """How a folder without index.json shows a conversion that has not finished (its work folder
+    or lock file, and who holds the lock); None where it shows none. Reads only: the lock is never
+    probed (a probe could make a starting conversion refuse), its text says who took it."""
+    if scheme(folder) in GOPEN_SCHEMES:  # http(s)/pipe: nothing to list or ask
+        return None
+    local = local_path(folder)
+    try:
+        if local is not None:
+            work, lock = os.path.isdir(os.path.join(local, WORK_DIR)), os.path.isfile(os.path.join(local, LOCK_FILE))
+        else:
+            work, lock = exists(join(folder, WORK_DIR, "run.json")), exists(join(folder, LOCK_FILE))
+    except OSError:
+        return None
+    if not (work or lock):
+        return None
+    holder = _holder(join(folder, LOCK_FILE)) if lock else None
+    present = " and ".join(n for n, here in ((f"{WORK_DIR}/", work), (LOCK_FILE, lock)) if here)
+    if holder is None:
+        state = "is running in it or was interrupted"
+    else:
+        host, pid, since, command = holder
+        who = f"pid {pid} on host {host}, since {since} UTC: `{command}`"
+        alive = _alive(host, pid)
+        state = (f"is running in it ({who})" if alive else
+                 f"was interrupted ({who}, no longer running)" if alive is False else
+                 f"is running in it or was interrupted ({who})")
+    return f"a conversion {state}: the folder holds {present} but no {INDEX_FILE}"
+
+
+def _holder(url: str) -> tuple[str, int, str, str] | None:
+    """(host, pid, since, command) from a lock file's text (convert.lock.Holder); None if unreadable."""
+    try:
+        d = json.loads(read_bytes(url) or b"")
+        return str(d["host"]), int(d["pid"]), str(d["since"]), str(d["command"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _alive(host: str, pid: int) -> bool | None:
+    """Whether the lock's holder runs (None: on another host, which cannot be asked from here)."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except (OverflowError, ValueError):
+        return None
+    return True
+
+
+def _refuse_unfinished(text: str, folder: str) -> None:
+    """Refuse a spec naming a folder, or shards in a folder, whose conversion has not finished."""
+    state = unfinished_conversion(folder)
+    if state is not None:
+        raise IndexFormatError(
+            f"{text}: {folder} is not a finished dataset: {state}. Its shards are part of a conversion, not "
+            f"a whole split (a pattern naming them would read part of it). Wait for the conversion to "
+            f"finish, or run the convert command again to finish it (it resumes), then read the folder")
 
 
 def _check_exist(text: str, urls: list[str]) -> None:

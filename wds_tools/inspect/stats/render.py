@@ -40,9 +40,8 @@ def _num(x: float | int | None) -> str:
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return [indent + "  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c])
-                               for c, cell in enumerate(r)).rstrip() for r in rows]
+    widths = [max(display_width(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return [indent + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip() for r in rows]
 
 
 def render_text(d: dict, notes: list[str]) -> str:
@@ -53,7 +52,8 @@ def render_text(d: dict, notes: list[str]) -> str:
             (f"{d['size']} px" if d["size"] else "size unknown"))
     src = f"index {d['index']}" if d["source"] == "index" else f"scan of {d['shards']} tars (no index used)"
     lines.append(f"{d['root']}  ({what}; from the {src})")
-    lines.append(f"  {d['samples']:,} samples in {d['shards']:,} shards; {_mb(d['bytes']['total'])} on disk "
+    lines.append(f"  {d['samples']:,} samples in {d['shards']:,} shard{'s' if d['shards'] != 1 else ''}; "
+                 f"{_mb(d['bytes']['total'])} on disk "
                  f"({_mb(d['bytes']['shards'])} shards + {_mb(d['bytes']['index'])} index)")
     if d["mean"]:
         lines.append(f"  mean {' '.join(f'{x:.4f}' for x in d['mean'])}   std {' '.join(f'{x:.4f}' for x in d['std'])}"
@@ -74,12 +74,12 @@ def render_text(d: dict, notes: list[str]) -> str:
         rows = [["class", "samples", "share"]]
         for c, (count, share) in enumerate(zip(sp["class_counts"], sp["class_share"])):
             if c < TEXT_CLASSES:
-                rows.append([classes[c], f"{count:,}", f"{share * 100:.2f}%"])
+                rows.append([printable(classes[c]), f"{count:,}", f"{share * 100:.2f}%"])  # a "\n" stays in its row
         lines += _table(rows)
         if len(classes) > TEXT_CLASSES:
             lines.append(f"  ... {len(classes) - TEXT_CLASSES} more classes (all in --json)")
         if drift["max_pp"] is not None:
-            worst = ", ".join(f"{w['shard']} {w['pp']:.1f} pp ({w['class']})" for w in drift["worst"])
+            worst = ", ".join(f"{w['shard']} {w['pp']:.1f} pp ({printable(str(w['class']))})" for w in drift["worst"])
             lines.append(f"  class drift per shard: max {drift['max_pp']:.2f} pp, median "
                          f"{drift['median_pp']:.2f} pp; most: {worst}")
         if sp["mean"]:

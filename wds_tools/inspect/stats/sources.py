@@ -15,15 +15,14 @@ import numpy as np
 
 from ...errors import IndexFormatError, OptionError, ShardError
 from ...format.cpus import usable_cpus
-from ...format.index import histogram_mean_std
-from ...format.index import read_samples
-from ...format.names import shard_split
-from ...format.resolve import Shards
-from ...format.transport import basename, exists, file_size, join
+from ...format.index import histogram_mean_std, read_samples_checked
 from ...format.meta import metadata_columns, npz_names, read_metadata
+from ...format.names import shard_split
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
+from ...format.resolve import Shards
 from ...format.sample import read_label_i32
 from ...format.tar import CHUNK, TarWalker, scan_file
+from ...format.transport import basename, exists, file_size, join
 from .report import SplitStats, StatsReport, breakdown, distribute, group_report
 
 __all__ = ["from_index", "from_scan", "check_column", "metadata_arrays"]
@@ -47,7 +46,7 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
     group = group if group is not None else build.get("group")
     wanted = [n for n in (by, group) if n is not None]
     where = join(base, meta["samples_file"]["name"])
-    cols = read_samples(where, ("label", "shard", *metadata_arrays(meta, wanted)))
+    cols = read_samples_checked(base, meta, ("label", "shard", *metadata_arrays(meta, wanted)))  # size, sha256
     label = cols["label"].astype(np.int64)
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
@@ -55,6 +54,12 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
         raise IndexFormatError(f"{index_file}: samples.npz has labels or shard numbers "
                                "outside the index's classes/shards; the index is damaged (run verify)")
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
+    rows = counts.sum(axis=1)
+    for i, s in enumerate(shards):  # every count printed is one the table holds (a damaged index may claim any)
+        if s.get("samples") != int(rows[i]):
+            raise IndexFormatError(f"{index_file}: shards[{i}] ({s.get('name')}) says {s.get('samples')!r} samples, "
+                                   f"samples.npz has {int(rows[i]):,} rows of it; the index is damaged or was "
+                                   f"edited (run wds-tools verify, or convert again)")
     chosen = set(target.names or ()) if target.selected else None
     per_split: dict[str, list[int]] = {}
     for i, s in enumerate(shards):
