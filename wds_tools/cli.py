@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from typing import NoReturn
 
 import click
 
-from .version import __version__
 from .config import CONFIG_FILE, default_map, load_config
 from .convert.decode import RESIZE_MODES
-from .errors import OptionError, WdsToolsError
 from .convert.runner import EXECUTORS
+from .errors import OptionError, WdsToolsError
+from .signals import Interrupted, exit_code, install, received
+from .version import __version__
 
 __all__ = ["cli", "main"]
 
 
 def _fail(e: WdsToolsError) -> None:
     raise click.ClickException(str(e))
+
+
+def _interrupted(signum: int, what: str) -> NoReturn:
+    """One line for a SIGINT or SIGTERM, then exit 128 + its number at once: the command's clean-up
+    has run, and no thread left behind (a pool's) may hold the exit up."""
+    name = signal.Signals(signum).name
+    click.echo(f"\ninterrupted ({name}): {what}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code(signum))
 
 
 class _Sizes(click.ParamType):
@@ -199,10 +213,13 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
                              max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, Interrupted) as e:
+        _interrupted(getattr(e, "signum", signal.SIGINT),
+                     "finished shards are kept; run the same command again to resume.")
     except WdsToolsError as e:
+        signum = received()
+        if signum is not None:  # a worker that died of the group's SIGTERM broke the pool first
+            _interrupted(signum, "finished shards are kept; run the same command again to resume.")
         _fail(e)
     _emit(result, as_json)
     for r in getattr(result, "results", [result]):
@@ -400,7 +417,12 @@ def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> N
 
 
 def main() -> None:
-    cli(prog_name="wds-tools")
+    """The ``wds-tools`` command: SIGINT and SIGTERM end any command with one line and 128 + the signal."""
+    install()
+    try:
+        cli(prog_name="wds-tools")
+    except Interrupted as e:
+        _interrupted(e.signum, "stopped before it finished; run the same command again to resume.")
 
 
 if __name__ == "__main__":
