@@ -16,24 +16,32 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from ..version import __version__
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
-from ..format.index import ERRORS_FILE
+from ..format.index import ERRORS_FILE, read_npz
 from ..format.sample import classes_digest
 from ..format.transport import join
+from ..version import __version__
 from . import hashes
 from .assemble import write_errors
-from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .decode import DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
+from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
 from .options import ConvertOptions, parse_sizes
 from .plan import plan_split
-from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
+from .result import (
+    ConvertResult,
+    ConvertResults,
+    allowed_errors,
+    count,
+    dry_run_result,
+    parse_max_errors,
+    result_from_index,
+)
 from .reuse import Base
 from .runner import Runner, make_runner
-from .groups import find_split_base
+from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
@@ -312,7 +320,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
             if not [n for n in t.store.names(t.work) if n != "run.json" and not n.startswith("run.json.tmp")]:
                 t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
-            f"{len(failures)} of {len(rows)} source files are unreadable, more than --max-errors allows "
+            f"{len(failures)} of {count(len(rows), 'source file')} are unreadable, more than --max-errors allows "
             f"({allowed}); nothing was converted. The files and reasons are in {', '.join(map(str, names))}. "
             f"First: {failures[0]['path']}: {failures[0]['error']}"
         )
@@ -376,7 +384,7 @@ def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts
                 r, (fp, src_nbytes, mtime) = rows[i], stats[i]
                 samples.append(SampleTask(
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
-                    reuse=t.base.reuse(fp, r.label) if t.base is not None and fp is not None else None,
+                    reuse=t.base.reuse(fp, r.label, r.key) if t.base is not None and fp is not None else None,
                     src_nbytes=src_nbytes, src_mtime_ns=mtime, content_hash=r.content_hash,
                     meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
@@ -432,6 +440,13 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
                        provenance=provenance)
     result_from_index(result, store, meta)
+    if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
+        path = store.join(meta["samples_file"]["name"])
+        cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))
+        classes = meta["classes"]
+        result.by_key = t.base.by_key(cols["key"].astype("U").tolist(), cols["fingerprint"],
+                                      [classes[int(i)] for i in cols["label"]])
+        result.removed = result.by_key["removed"]
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled

@@ -10,12 +10,17 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
 from ..format.names import url_pattern
-from .storage import Store
 from ..format.transport import join
+from .storage import Store
 from .write import ShardTask
 
 __all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
-           "result_from_index"]
+           "result_from_index", "count"]
+
+
+def count(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless n is 1: "1 shard", "12 shards", "1,200 images"."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 @dataclass
@@ -32,9 +37,10 @@ class ConvertResult:
     samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
     base: str | None = None  # the version whose pixels were reused
     decoded: int = 0  # samples decoded from source in this run
-    reused: int = 0  # samples copied from the base, label unchanged
-    relabeled: int = 0  # samples copied from the base with a new label
+    reused: int = 0  # samples copied from the base: label unchanged, or found under another key
+    relabeled: int = 0  # samples copied from the base: same key and source bytes, another label (diff's rule)
     removed: int = 0  # base samples absent from this version
+    by_key: dict[str, int] = field(default_factory=dict)  # against the base by key, as `wds-tools diff` counts
     reuse_problems: list[dict] = field(default_factory=list)  # base samples that failed their check
     checksum: bool = False  # every source was read to compare with the base (--checksum)
     unchanged_by_stat: int = 0  # sources taken as unchanged by path, size and mtime, not read
@@ -57,11 +63,12 @@ class ConvertResult:
         if self.already_complete:
             lines = [f"{self.out_dir} is already converted with these options; nothing to do."]
         elif self.dry_run:
-            lines = [f"Dry run, nothing written: {self.out_dir} would hold "
-                     f"{sum(s['samples'] for s in self.splits.values()):,} samples in {self.shards} shards"]
+            samples = sum(s["samples"] for s in self.splits.values())
+            lines = [f"Dry run, nothing written: {self.out_dir} would hold {count(samples, 'sample')} in "
+                     f"{count(self.shards, 'shard')}"]
         else:
-            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards in {self.out_dir} "
-                     f"({self.seconds:.1f} s{self._rate()})"]
+            lines = [f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
+                     f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"]
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
             lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
@@ -69,6 +76,11 @@ class ConvertResult:
         if self.base is not None or self.dry_run:
             lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
                          f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
+        if self.by_key:
+            k = self.by_key
+            lines.append(f"  by key, as wds-tools diff {self.base} {self.dataset_version} counts: {k['added']:,} "
+                         f"added, {k['removed']:,} removed, {k['changed']:,} changed, {k['relabeled']:,} "
+                         f"relabeled, {k['unchanged']:,} unchanged")
         if self.base is not None:
             how = ("every source read and hashed (--checksum)" if self.checksum else
                    f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
@@ -94,12 +106,12 @@ class ConvertResult:
         """The rate of this run's own images; a resumed run says how many it kept."""
         if not self.shards_resumed:
             return f", {self.images_per_second:,.1f} images/s"
-        kept = (f"{self.samples_resumed:,} images in {self.shards_resumed} shard"
-                f"{'s' if self.shards_resumed != 1 else ''} kept from an interrupted run")
+        kept = (f"{count(self.samples_resumed, 'image')} in {count(self.shards_resumed, 'shard')} kept from an "
+                "interrupted run")
         now = self.decoded + self.reused + self.relabeled
         if not now:
             return f"; all {kept}, this run wrote the index"
-        return f"; {now:,} images in this run at {self.images_per_second:,.1f} images/s, {kept}"
+        return f"; {count(now, 'image')} in this run at {self.images_per_second:,.1f} images/s, {kept}"
 
     def to_dict(self) -> dict:
         """The result as JSON-ready values (the CLI's --json)."""
