@@ -14,7 +14,7 @@ from .config import CONFIG_FILE, default_map, load_config
 from .convert.decode import RESIZE_MODES
 from .convert.runner import EXECUTORS
 from .errors import OptionError, WdsToolsError
-from .signals import Interrupted, exit_code, install, received
+from .signals import SIGNALS, Interrupted, exit_code, install, received
 from .version import __version__
 
 __all__ = ["cli", "main"]
@@ -420,7 +420,13 @@ def main() -> None:
     """The ``wds-tools`` command: SIGINT and SIGTERM end any command with one line and 128 + the signal."""
     install()
     try:
-        cli(prog_name="wds-tools")
+        try:
+            cli(prog_name="wds-tools")
+        finally:
+            # the command is done: a signal from here on must not kill the interpreter's exit (which
+            # puts the default handlers back) with no message and exit -15; held back, it dies with
+            # the process, whose exit status stands
+            signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     except Interrupted as e:
         _interrupted(e.signum, "stopped before it finished; run the same command again to resume.")
 
