@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import make_images, write_manifest
+
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
 from wds_tools.format.index import load_index

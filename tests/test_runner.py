@@ -5,8 +5,8 @@ import os
 import pytest
 
 from wds_tools.convert import convert
-from wds_tools.errors import ExtraNotInstalledError, OptionError
 from wds_tools.convert.runner import BatchRunner, LocalRunner, Runner
+from wds_tools.errors import ExtraNotInstalledError, OptionError
 
 
 def _files(folder):

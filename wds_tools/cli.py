@@ -130,6 +130,9 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
                    "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
                    "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).")
+@click.option("--resplit", is_flag=True,
+              help="With --group or --stratify, draw every group's split afresh for this version instead of "
+                   "keeping the splits an earlier version holds (the summary says which it did).")
 @click.option("--sanitize-keys", is_flag=True,
               help="Map invalid or clashing keys to valid ones instead of refusing them "
                    "(the original key is kept in each sample's json).")
@@ -159,7 +162,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
-            group, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+            group, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
@@ -209,7 +212,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
-                             group=group, stratify=stratify,
+                             group=group, stratify=stratify, resplit=resplit,
                              max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from ..errors import TooManyErrorsError, WdsToolsError
+from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE, read_npz
 from ..format.sample import classes_digest
@@ -103,6 +103,7 @@ def convert(
     split: str | None = None,
     group: str | None = None,
     stratify: bool = False,
+    resplit: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -138,13 +139,13 @@ def convert(
     ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
     whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
     ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
-    keep their split there (``base``, else the newest other version under ``out``).
+    keep their split there (``base``, else the newest other version under ``out``), unless ``resplit``.
     """
     options = ConvertOptions(
         version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
         val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
-        split=split, group=group, stratify=stratify, max_errors=max_errors, decode=decode, reuse=reuse,
-        base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
+        split=split, group=group, stratify=stratify, resplit=resplit, max_errors=max_errors, decode=decode,
+        reuse=reuse, base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
         ray_address=ray_address, progress=progress)
     return convert_with(source, options)
 
@@ -154,12 +155,17 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     t0 = time.perf_counter()
     opts, version = options, options.version
     split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-                  if opts.group is not None or opts.stratify else None)
+                  if (opts.group is not None or opts.stratify) and not opts.resplit else None)
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
                       columns=opts.columns, stratify=opts.stratify, split_base=split_base)
     stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
-    locks = [] if opts.dry_run else lock_folders(stores)
+    try:
+        locks = [] if opts.dry_run else lock_folders(stores)
+    except OSError as e:
+        if e.errno not in READ_ONLY_ERRNOS:
+            raise
+        return _read_only(src, opts, stores, e, t0)
     try:
         targets = []
         held: list[FolderLock | None] = list(locks) or [None] * len(opts.sides)
@@ -170,7 +176,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             state, done_meta = prepare_dest(store, sp)
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                                   dry_run=opts.dry_run, checksum=opts.checksum)
+                                   dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit)
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")
@@ -188,6 +194,27 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     if len(targets) == 1:
         return targets[0].result
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
+
+
+def _read_only(src: Source, opts: ConvertOptions, stores: list[Store], e: OSError, t0: float
+               ) -> ConvertResult | ConvertResults:
+    """The folders cannot be written (not even the lock): "nothing to do" when every one is complete with
+    these options, read without writing a byte; else the one-line refusal naming the folder."""
+    results = []
+    for side, store in zip(opts.sides, stores):
+        sp = spec(src, opts, side)
+        state, done_meta = prepare_dest(store, sp) if store.exists(store.root) else ("fresh", None)
+        if state != "complete":
+            raise read_only_error(store.root, e, "write the conversion") from None
+        t = Target(side, store, sp, state, done_meta,
+                   ConvertResult(out_dir=str(store.root), dataset_version=opts.version, size=side,
+                                 checksum=opts.checksum, resplit=opts.resplit), opts.samples_per_shard(side))
+        _already_complete(t, t0)
+        t.result.notes.append("the folder is read-only: read, nothing written")
+        results.append(t.result)
+    if len(results) == 1:
+        return results[0]
+    return ConvertResults(results, round(time.perf_counter() - t0, 3))
 
 
 def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: float) -> None:
@@ -212,6 +239,8 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
         runner.close(cancel=True)
         if e.errno in DISK_FULL_ERRNOS:
             raise disk_full_error(todo, e, len(src.rows)) from None
+        if e.errno in READ_ONLY_ERRNOS:
+            raise read_only_error(todo[0].store.root, e, "write the conversion") from None
         raise
     except BaseException:
         runner.close(cancel=True)

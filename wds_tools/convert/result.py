@@ -15,12 +15,12 @@ from .storage import Store
 from .write import ShardTask
 
 __all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
-           "result_from_index", "count"]
+           "result_from_index", "count", "split_report"]
 
 
-def count(n: int, word: str) -> str:
+def count(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word``, plural unless n is 1: "1 shard", "12 shards", "1,200 images"."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
 @dataclass
@@ -52,6 +52,11 @@ class ConvertResult:
     seconds: float = 0.0
     images_per_second: float = 0.0
     splits: dict[str, dict] = field(default_factory=dict)
+    split_shares: dict[str, float] = field(default_factory=dict)  # each split's share of the samples
+    class_val_shares: dict[str, float] = field(default_factory=dict)  # each class's share of its samples in val
+    split_warnings: list[str] = field(default_factory=list)  # shares beyond the tolerance (split_report)
+    split_base: str | None = None  # the version whose groups kept their split (build.split_base)
+    resplit: bool = False  # every group's split drawn afresh (--resplit)
     errors_file: str | None = None
     max_errors_allowed: int = 0
     max_errors_exceeded: bool = False
@@ -73,6 +78,15 @@ class ConvertResult:
         for name, sp in self.splits.items():
             lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
                          f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+        if self.split_shares and not self.dry_run:
+            shares = ", ".join(f"{name} {share:.1%}" for name, share in self.split_shares.items())
+            lines.append(f"  split shares: {shares}")
+        if self.split_base is not None:
+            lines.append(f"  splits: groups that {self.split_base} holds keep its split (build.split_base); "
+                         "--resplit draws them all again")
+        elif self.resplit:
+            lines.append("  splits: every group's split drawn afresh (--resplit), none kept from an earlier version")
+        lines += [f"  warning: {w}" for w in self.split_warnings]
         if self.base is not None or self.dry_run:
             lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
                          f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
@@ -192,3 +206,47 @@ def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
     result.shards = len(meta["shards"])
     result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
                             "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}
+    build = meta.get("build", {})
+    result.split_base = build.get("split_base")
+    result.split_shares, result.class_val_shares, result.split_warnings = split_report(meta)
+
+
+def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """(each split's share, each class's val share, warnings) of an index's meta.
+
+    Warned, when the splits were drawn (no manifest split column) with val_fraction f > 0: no val
+    split at all; a val share of all samples, or of a class holding at least 2/f samples, outside
+    f ± max(0.05, f/2).
+    """
+    total = meta["samples"]
+    splits = meta["splits"]
+    shares = {name: round(sp["samples"] / total, 4) for name, sp in splits.items()} if total else {}
+    classes = meta["classes"]
+    val = splits.get("val", {}).get("class_counts", [0] * len(classes))
+    whole = meta.get("class_counts", [0] * len(classes))
+    val_shares = {c: round(v / n, 4) for c, v, n in zip(classes, val, whole) if n}
+    build = meta.get("build", {})
+    f = float(build.get("val_fraction") or 0.0)
+    drawn = (build.get("columns") or {}).get("split") is None
+    warnings: list[str] = []
+    if not (drawn and f > 0 and total):
+        return shares, val_shares, warnings
+    tol = max(0.05, f / 2)
+    fix = (f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
+           if build.get("split_base") else "")
+    if "val" not in splits:
+        warnings.append(f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one "
+                        f"from{fix}")
+        return shares, val_shares, warnings
+    share = splits["val"]["samples"] / total
+    if abs(share - f) > tol:
+        warnings.append(f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
+                        f"±{tol:.1%}): the groups are too few or too uneven{fix}")
+    off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole)
+           if n >= 2 / f and abs(val_shares[c] - f) > tol]
+    if off:
+        more = f" and {len(off) - 5} more" if len(off) > 5 else ""
+        hint = "" if build.get("stratify") else " (--stratify draws each class's share)"
+        warnings.append(f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
+                        f"{', '.join(off[:5])}{more}{hint}")
+    return shares, val_shares, warnings
