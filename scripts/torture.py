@@ -12,6 +12,9 @@ the command that finished there. Trials:
 - SIGINT and SIGTERM to the main pid alone (as ``timeout -s INT``, a supervisor or SLURM send them),
   and to the whole group: within 10 s exit 130 / 143 with the "run the same command again to
   resume" line and no traceback (or a finished run), no process left, and the rerun byte-identical;
+  a signal in the first ~10 ms, before the interpreter runs any Python, kills it by the signal's
+  default action (no line; a shell shows 130 / 143): passed only when nothing was written, and
+  marked "killed before Python started" in the table;
 - two converts started together (or one a random moment after the other) into the same folder,
   with the same options or with different ones (``--shard-size``, ``--resize``, a multi-size run
   against a single size): each one either finishes, or is refused with a message (exit 1, no
@@ -295,7 +298,10 @@ class Torture:
             return self.record(kind, what, note, False)
         code = p.proc.returncode
         err = p.err.decode(errors="replace")
-        if sig != signal.SIGKILL:  # handled: exit 128 + sig with the resume line, or a finished run
+        early = sig != signal.SIGKILL and code == -sig and not err.strip() and not out.exists()
+        if early:  # before the interpreter ran a line of Python (~10 ms in): the signal's default action,
+            note += "; killed before Python started, nothing written"  # which a shell shows as 128 + sig
+        elif sig != signal.SIGKILL:  # handled: exit 128 + sig with the resume line, or a finished run
             if code not in (0, 128 + sig):
                 return self.record(kind, what, f"exit {code} after {name}: {err[-200:]}", False)
             if code and "run the same command again to resume" not in err:
