@@ -337,6 +337,8 @@ def test_two_keys_on_one_file_unchanged_are_not_relabeled(tmp_path):
     _convert(manifest, out, "v1", val_fraction=0.0)
     res = _convert(manifest, out, "v2", val_fraction=0.0)
     assert (res.reused, res.relabeled, res.decoded, res.removed) == (3, 0, 0, 0)
+    assert "Converted 3 images into 1 shard in " in res.to_text()  # row 15: not "1 shards"
+    assert "train         3 samples     1 shard " in res.to_text()
     _agree(res, out / "v1/32", out / "v2/32")
     # k2 relabeled for real: one relabeled, by either count
     rows[1]["label"] = "cat"
