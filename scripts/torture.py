@@ -9,6 +9,12 @@ the command that finished there. Trials:
   command again; after each kill the caller's stdout/stderr pipes must reach EOF and no process of
   the convert's session may be left within 5 s (no orphaned pool worker or resource tracker);
 - SIGINT (Ctrl-C) at random points: exit 130 or a finished run, then the same command again;
+- SIGINT and SIGTERM to the main pid alone (as ``timeout -s INT``, a supervisor or SLURM send them),
+  and to the whole group: within 10 s exit 130 / 143 with the "run the same command again to
+  resume" line and no traceback (or a finished run), no process left, and the rerun byte-identical;
+  a signal in the first ~10 ms, before the interpreter runs any Python, kills it by the signal's
+  default action (no line; a shell shows 130 / 143): passed only when nothing was written, and
+  marked "killed before Python started" in the table;
 - two converts started together (or one a random moment after the other) into the same folder,
   with the same options or with different ones (``--shard-size``, ``--resize``, a multi-size run
   against a single size): each one either finishes, or is refused with a message (exit 1, no
@@ -166,15 +172,28 @@ class Started:
         self.pump(timeout)
         return self.proc.wait(timeout=30)
 
-    def kill_and_check(self, sig: int) -> tuple[bool, str]:
-        """Send ``sig``; (ok, note): the pipes reach EOF and the session empties within 5 s."""
+    def kill_and_check(self, sig: int, group: bool = False) -> tuple[bool, str]:
+        """Send ``sig`` to the main pid (or its whole process ``group``); (ok, note): the pipes reach
+        EOF (within 10 s for a signal the command handles) and the session empties within 5 s more."""
         if self.proc.poll() is not None:
             self.pump(5)
             return True, "had finished"
-        self.proc.send_signal(sig)
+        if group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         t = time.perf_counter()
         self.pump(5 if sig == signal.SIGKILL else 60)
         eof = time.perf_counter() - t
+        if self.open or eof > 10:
+            stuck = f"still running {eof:.1f} s after the signal" if self.open else f"exited {eof:.1f} s after it"
+            if self.open:
+                self.proc.kill()
+                self.pump(5)
+            self.proc.wait(timeout=60)
+            for pid in session_alive(self.proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            return False, stuck
         self.proc.wait(timeout=60)
         while session_alive(self.proc.pid) and time.perf_counter() - t < 5:
             time.sleep(0.05)
@@ -265,23 +284,30 @@ class Torture:
 
     # -- kill -9 / SIGINT, then the same command
 
-    def interrupt(self, opts: Opts, sig: int, kind: str) -> None:
+    def interrupt(self, opts: Opts, sig: int, kind: str, group: bool = False) -> None:
         out = self.out(kind.replace(" ", ""))
         cmd = opts.command(out, self.args.workers)
         at = self.rng.uniform(0.0, 0.95 * self.clean_seconds[opts.name])
         p = Started(cmd)
         p.pump(at)
         state = _state(opts.folders(out))
-        ok, note = p.kill_and_check(sig)
-        what = f"{opts.name}, {signal.Signals(sig).name} at {at:.2f} s ({state})"
+        ok, note = p.kill_and_check(sig, group)
+        name = signal.Signals(sig).name
+        what = f"{opts.name}, {name} to the {'group' if group else 'main pid'} at {at:.2f} s ({state})"
         if not ok:
             return self.record(kind, what, note, False)
         code = p.proc.returncode
         err = p.err.decode(errors="replace")
-        if sig == signal.SIGINT and code not in (0, 130):
-            return self.record(kind, what, f"exit {code} after SIGINT: {err[-200:]}", False)
-        if traceback_in(err) and sig == signal.SIGINT:
-            return self.record(kind, what, f"traceback after SIGINT: {err[-300:]}", False)
+        early = sig != signal.SIGKILL and code == -sig and not err.strip() and not out.exists()
+        if early:  # before the interpreter ran a line of Python (~10 ms in): the signal's default action,
+            note += "; killed before Python started, nothing written"  # which a shell shows as 128 + sig
+        elif sig != signal.SIGKILL:  # handled: exit 128 + sig with the resume line, or a finished run
+            if code not in (0, 128 + sig):
+                return self.record(kind, what, f"exit {code} after {name}: {err[-200:]}", False)
+            if code and "run the same command again to resume" not in err:
+                return self.record(kind, what, f"no resume line after {name}: {err[-200:]}", False)
+            if traceback_in(err):
+                return self.record(kind, what, f"traceback after {name}: {err[-300:]}", False)
         again = run(cmd)
         if again.returncode != 0:
             return self.record(kind, what, f"rerun exit {again.returncode}: {again.stderr.strip()[-300:]}", False)
@@ -451,10 +477,14 @@ def main() -> int:
     ap.add_argument("--photo", default="1600x1200", help="source picture size WxH (default 1600x1200)")
     ap.add_argument("--kills", type=int, default=20, help="kill -9 trials of v1 (default 20; 1 in 4 multi-size)")
     ap.add_argument("--sigints", type=int, default=3, help="SIGINT trials (default 3)")
+    ap.add_argument("--signals", type=int, default=10,
+                    help="SIGINT and SIGTERM (alternately) to the main pid alone, then the same command (default 10)")
+    ap.add_argument("--group-signals", type=int, default=4,
+                    help="SIGINT and SIGTERM (alternately) to the whole process group (default 4)")
     ap.add_argument("--pairs", type=int, default=10, help="concurrent pairs (default 10)")
     ap.add_argument("--incremental", type=int, default=4, help="killed incremental runs (default 4)")
     ap.add_argument("--workers", type=int, default=2, help="--workers of every convert (default 2)")
-    ap.add_argument("--only", default="kill,sigint,concurrent,diskfull,incremental",
+    ap.add_argument("--only", default="kill,sigint,signal,concurrent,diskfull,incremental",
                     help="trial kinds to run, comma-separated (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/wds-torture", help="corpus and trial folders (default /tmp/wds-torture)")
@@ -502,6 +532,10 @@ def main() -> int:
         t.interrupt(multi if i % 4 == 3 else default, signal.SIGKILL, "kill -9")
     for i in range(args.sigints if "sigint" in only else 0):
         t.interrupt(default, signal.SIGINT, "SIGINT")
+    for i in range(args.signals if "signal" in only else 0):  # main pid alone, SIGINT and SIGTERM in turn
+        t.interrupt(default, (signal.SIGINT, signal.SIGTERM)[i % 2], "signal")
+    for i in range(args.group_signals if "signal" in only else 0):
+        t.interrupt(default, (signal.SIGINT, signal.SIGTERM)[i % 2], "group signal", group=True)
     combos = [(default, default), (default, smaller), (default, squash), (smaller, default), (squash, default),
               (default, multi), (multi, default), (multi, multi), (smaller, squash), (default, default)]
     for i in range(args.pairs if "concurrent" in only else 0):

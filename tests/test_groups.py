@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
+from conftest import write_ham
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import write_ham
 from wds_tools.convert import convert
 from wds_tools.convert.groups import base_units, find_split_base
 from wds_tools.errors import OptionError
@@ -150,3 +150,98 @@ def test_a_new_cell_that_changes_the_group_columns_type_keeps_every_old_group_in
     before, after = split_of(tmp_path / "out" / "v1" / "8"), split_of(tmp_path / "out" / "v2" / "8")
     assert load_index(tmp_path / "out" / "v2" / "8").meta["build"]["split_base"] == "v1"
     assert {k: after[k] for k in before} == before
+
+
+# ---- issue 22 point 6 (converter side): no empty split, shares reported, --resplit
+
+
+def _splits_of(folder) -> dict[str, int]:
+    """split -> samples, read from the shards with stock tarfile (not from the index)."""
+    import tarfile
+
+    out: dict[str, int] = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            out[tar.name.split("-")[0]] = out.get(tar.name.split("-")[0], 0) + \
+                sum(1 for m in tf.getmembers() if m.name.endswith(".npy"))
+    return out
+
+
+def test_row14_the_readme_command_without_stratify_gives_a_val_split(tmp_path):
+    """Row 14: 60 images / 30 lesions, --group lesion_id, default --val-fraction 0.1, no --stratify:
+    every lesion hashed to train (no val split, exit 0). Now the lesion of the smallest hash goes to
+    val, and the summary warns that val is far from 10%."""
+    manifest = write_ham(tmp_path / "c", [2] * 30)
+    res = _convert(manifest, tmp_path / "out", "v1", val_fraction=0.1)
+    folder = tmp_path / "out/v1/8"
+    got = _splits_of(folder)
+    assert got == {"train": 58, "val": 2}
+    assert res.split_shares == {"train": round(58 / 60, 4), "val": round(2 / 60, 4)}
+    assert "split shares: train 96.7%, val 3.3%" in res.to_text()
+    assert any("val holds 3.3% of the samples, --val-fraction asks 10.0% (tolerance ±5.0%)" in w
+               for w in res.split_warnings)
+    assert "warning: val holds 3.3%" in res.to_text()
+    # the lesion in val is the one of the smallest h_group, worked here from the documented hash
+    import hashlib
+
+    def h(text):
+        return int.from_bytes(hashlib.blake2b(f"group:0:{text}".encode(), digest_size=8).digest(), "big")
+
+    lesions = [f"HAM_{j:07d}" for j in range(30)]
+    assert {g for g, s in _group_splits(folder).items() if s == {"val"}} == {min(lesions, key=h)}
+    # the val shares per class are those of the shards
+    idx = load_index(folder)
+    classes = idx.classes
+    val = {c: 0 for c in classes}
+    whole = {c: 0 for c in classes}
+    for i, shard in enumerate(idx.samples["shard"].tolist()):
+        c = classes[int(idx.samples["label"][i])]
+        whole[c] += 1
+        val[c] += idx.shards[shard]["split"] == "val"
+    assert res.class_val_shares == {c: round(val[c] / whole[c], 4) for c in classes}
+
+
+def test_inherited_splits_are_said_and_resplit_redraws_them(tmp_path):
+    """Row 14 continued: v2 with --stratify kept v1's groups where they were (build.split_base), said
+    in the summary; --resplit draws every group again for v3, also said."""
+    manifest = write_ham(tmp_path / "c", [2] * 30)
+    out = tmp_path / "out"
+    _convert(manifest, out, "v1", val_fraction=0.1)
+    v2 = _convert(manifest, out, "v2", val_fraction=0.1, stratify=True)
+    assert v2.split_base == "v1" and "groups that v1 holds keep its split (build.split_base)" in v2.to_text()
+    assert _group_splits(out / "v2/8") == _group_splits(out / "v1/8")
+    assert any("--resplit draws every group again" in w for w in v2.split_warnings)
+    v3 = _convert(manifest, out, "v3", val_fraction=0.1, stratify=True, resplit=True)
+    assert v3.split_base is None and v3.resplit
+    assert "every group's split drawn afresh (--resplit)" in v3.to_text()
+    assert json.loads((out / "v3/8/index.json").read_text())["build"]["split_base"] is None
+    val = _splits_of(out / "v3/8")["val"]
+    assert abs(val / 60 - 0.1) <= 0.05 and not v3.split_warnings  # stratified: each class near 10%
+    # the same as a stratified v1 converted from nothing
+    fresh = _convert(manifest, tmp_path / "fresh", "v1", val_fraction=0.1, stratify=True)
+    assert fresh.split_base is None
+    assert _group_splits(out / "v3/8") == _group_splits(tmp_path / "fresh/v1/8")
+
+
+def test_resplit_through_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    manifest = write_ham(tmp_path / "c", [2] * 10)
+    common = [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--key", "image_id",
+              "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesion_id", "--size", "8",
+              "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", "--json"]
+    first = subprocess.run(common + ["--version", "v1"], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    got = json.loads(subprocess.run(common + ["--version", "v2", "--resplit"], capture_output=True, text=True,
+                                    timeout=120).stdout)
+    assert got["resplit"] is True and got["split_base"] is None
+    assert set(got["split_shares"]) == {"train", "val"} and abs(sum(got["split_shares"].values()) - 1) < 1e-3
+
+
+@pytest.mark.parametrize("stratify", [False, True])
+def test_two_groups_never_leave_a_split_empty(tmp_path, stratify):
+    manifest = write_ham(tmp_path / "c", [3, 1])
+    for frac in (0.01, 0.99):
+        res = _convert(manifest, tmp_path / f"out{frac}", "v1", val_fraction=frac, stratify=stratify)
+        assert set(_splits_of(tmp_path / f"out{frac}/v1/8")) == {"train", "val"}, (frac, res.to_text())

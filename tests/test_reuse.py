@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import make_images, write_manifest
+
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
 from wds_tools.format.index import load_index
@@ -304,3 +304,72 @@ def test_a_file_whose_bytes_left_its_trusted_hash_is_missed_by_default_and_caugh
     assert (trusting.decoded, trusting.failed, trusting.sources_read) == (0, 0, 0)
     careful = _convert(manifest, tmp_path / "out", "v3", checksum=True, base="v1", max_errors="1")
     assert careful.failed == 1 and careful.sources_read == 8  # read, and its sha256 no longer matches
+
+
+# ---- issue 22 point 8: the summary's counts agree with `wds-tools diff` on the same pair of versions
+
+
+def _agree(res, old: Path, new: Path) -> None:
+    """res's counts against diff_versions(old, new), whose code reads only the two indexes."""
+    from wds_tools.inspect.diff import diff_versions
+
+    d = diff_versions(old, new)
+    assert res.relabeled == len(d.relabeled) and res.removed == len(d.removed)
+    assert res.by_key == {"added": len(d.added), "removed": len(d.removed), "changed": len(d.changed),
+                          "relabeled": len(d.relabeled), "unchanged": d.unchanged}
+    assert res.reused + res.relabeled + res.decoded == res.samples_written
+    assert res.reused >= d.unchanged  # every unchanged key's pixels were copied, and perhaps others'
+    text = res.to_text()
+    assert (f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, "
+            f"{len(d.relabeled)} relabeled, {d.unchanged} unchanged") in text
+
+
+def test_two_keys_on_one_file_unchanged_are_not_relabeled(tmp_path):
+    """Row 9: k1,f.jpg,cat and k2,f.jpg,dog as v1, and again unchanged as v2, said "1 relabeled"."""
+    root = tmp_path / "c"
+    (root / "img").mkdir(parents=True)
+    (root / "img/f.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=3)))
+    (root / "img/g.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=4)))
+    rows = [{"key": "k1", "path": "img/f.jpg", "label": "cat"}, {"key": "k2", "path": "img/f.jpg", "label": "dog"},
+            {"key": "k3", "path": "img/g.jpg", "label": "dog"}]
+    manifest = write_manifest(root / "m.csv", rows)
+    out = tmp_path / "out"
+    _convert(manifest, out, "v1", val_fraction=0.0)
+    res = _convert(manifest, out, "v2", val_fraction=0.0)
+    assert (res.reused, res.relabeled, res.decoded, res.removed) == (3, 0, 0, 0)
+    assert "Converted 3 images into 1 shard in " in res.to_text()  # row 15: not "1 shards"
+    assert "train         3 samples     1 shard " in res.to_text()
+    _agree(res, out / "v1/32", out / "v2/32")
+    # k2 relabeled for real: one relabeled, by either count
+    rows[1]["label"] = "cat"
+    res = _convert(write_manifest(root / "m3.csv", rows), out, "v3", base="v1", val_fraction=0.0)
+    assert (res.reused, res.relabeled, res.decoded) == (2, 1, 0)
+    _agree(res, out / "v1/32", out / "v3/32")
+
+
+def test_counts_agree_with_diff_over_random_manifests(tmp_path_factory):
+    """A property over random pairs of manifests: several keys on one file, keys moved to other
+    files, labels changed, rows added and removed."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    root = tmp_path_factory.mktemp("files")
+    (root / "img").mkdir()
+    for i in range(4):
+        (root / f"img/f{i}.jpg").write_bytes(jpeg_bytes(photo_like(24, 20, seed=100 + i)))
+    row = st.tuples(st.integers(0, 3), st.sampled_from("ab"))  # (file, label)
+    rows = st.dictionaries(st.sampled_from([f"k{i}" for i in range(8)]), row, min_size=1, max_size=8)
+    runs = iter(range(10**6))
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(old=rows, new=rows)
+    def check(old, new):
+        out = tmp_path_factory.mktemp(f"out{next(runs)}")
+        for version, manifest in (("v1", old), ("v2", new)):
+            listed = [{"key": k, "path": f"img/f{f}.jpg", "label": lab} for k, (f, lab) in sorted(manifest.items())]
+            res = _convert(write_manifest(root / f"{out.name}-{version}.csv", listed), out, version,
+                           val_fraction=0.0, shard_size=3)
+        assert res.base == "v1"
+        _agree(res, out / "v1/32", out / "v2/32")
+
+    check()

@@ -1,10 +1,12 @@
 """Executors: the local pool and Ray give the same bytes as the in-process path."""
 
+import os
+
 import pytest
 
 from wds_tools.convert import convert
-from wds_tools.errors import ExtraNotInstalledError, OptionError
 from wds_tools.convert.runner import BatchRunner, LocalRunner, Runner
+from wds_tools.errors import ExtraNotInstalledError, OptionError
 
 
 def _files(folder):
@@ -199,3 +201,90 @@ def test_only_runners_with_ordered_results_get_batches():
     local = LocalRunner(1)
     assert isinstance(local, Runner) and isinstance(local, BatchRunner)
     assert isinstance(WholeShards(), Runner) and not isinstance(WholeShards(), BatchRunner)
+
+
+# ---- issue 22 point 1: an interrupted pool stops in bounded time; SIGINT and SIGTERM end convert cleanly
+
+
+def _sleep(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_cancel_returns_although_the_manager_thread_reads_half_a_result():
+    """The hang of row 1: a worker killed while it sends a result leaves the pool's manager thread in
+    ``recv`` of half a message; ``close(cancel=True)`` waited for it forever (shutdown(wait=True))."""
+    import struct
+    import threading
+    import time
+
+    runner = LocalRunner(2)
+    pool = runner.pool
+    busy = pool.submit(_sleep, 30)
+    time.sleep(0.3)
+    writer = pool._result_queue._writer
+    os.write(writer.fileno(), struct.pack("!i", 1000) + b"half")  # what a worker killed mid-send leaves
+    manager = pool._executor_manager_thread
+    time.sleep(0.3)
+    closer = threading.Thread(target=runner.close, kwargs={"cancel": True}, daemon=True)
+    t = time.monotonic()
+    closer.start()
+    closer.join(20)
+    assert not closer.is_alive(), "close(cancel=True) hung"
+    assert time.monotonic() - t < 15
+    assert not manager.is_alive() and busy.done()
+    assert all(not p.is_alive() for p in (pool._processes or {}).values())
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_to_the_main_pid_alone_ends_convert_with_the_resume_line(tmp_path, sig):
+    """SIGINT or SIGTERM to the convert's pid only (a supervisor, `timeout -s`, SLURM), two workers:
+    exit 128 + the signal with one line, no traceback, no process left; the rerun is byte-identical."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import make_images, write_manifest
+
+    signum = getattr(signal, sig)
+    root = tmp_path / "c"
+    manifest = write_manifest(root / "m.csv", make_images(root, 60, size=(640, 480)))
+
+    def command(out):
+        return [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--version", "v1",
+                "--size", "64", "--out", str(out), "--shard-size", "4", "--workers", "2", "--quiet"]
+
+    dest = tmp_path / "out/v1/64"
+    proc = subprocess.Popen(command(tmp_path / "out"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    deadline = time.time() + 60
+    while not list(dest.glob("*.tar")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signum)
+    t = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t < 10
+    assert not (dest / "index.json").exists(), "the run finished before it could be interrupted"
+    assert proc.returncode == 128 + signum, err
+    assert f"interrupted ({sig}): finished shards are kept; run the same command again to resume." in err.decode()
+    assert b"Traceback" not in err
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _session(int(p)) == proc.pid]
+    assert not left, f"processes of the convert's session left: {left}"
+    again = subprocess.run(command(tmp_path / "out"), capture_output=True, text=True, timeout=120)
+    ref = subprocess.run(command(tmp_path / "ref"), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 == ref.returncode, again.stderr + ref.stderr
+    assert _files(dest) == _files(tmp_path / "ref/v1/64")
+
+
+def _session(pid):
+    """The session id of a live (not zombie) process, else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in "ZX" else int(fields[3])

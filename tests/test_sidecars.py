@@ -48,7 +48,9 @@ def test_index_command_writes_them_for_an_existing_folder(folder, tmp_path):
     assert not list(copy.glob("*.idx")) and "wrote 2 files" in r.output
     r = CliRunner().invoke(cli, ["index", "--out", str(tmp_path), "--json"])  # both kinds, newest version
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["written"] == sidecars
+    got = json.loads(r.output)  # the wids lists written just before are up to date: not written again
+    assert got["unchanged"] == ["train.wids.json", "val.wids.json"]
+    assert sorted(got["written"] + got["unchanged"]) == sidecars
     assert {name: (copy / name).read_bytes() for name in sidecars} == want
     r = CliRunner().invoke(cli, ["index", str(tmp_path / "nowhere")])
     assert r.exit_code == 1 and "no index at" in r.output

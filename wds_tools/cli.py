@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from typing import NoReturn
 
 import click
 
-from .version import __version__
 from .config import CONFIG_FILE, default_map, load_config
 from .convert.decode import RESIZE_MODES
-from .errors import OptionError, WdsToolsError
 from .convert.runner import EXECUTORS
+from .errors import OptionError, WdsToolsError
+from .signals import SIGNALS, Interrupted, exit_code, install, received
+from .version import __version__
 
 __all__ = ["cli", "main"]
 
 
 def _fail(e: WdsToolsError) -> None:
     raise click.ClickException(str(e))
+
+
+def _interrupted(signum: int, what: str) -> NoReturn:
+    """One line for a SIGINT or SIGTERM, then exit 128 + its number at once: the command's clean-up
+    has run, and no thread left behind (a pool's) may hold the exit up."""
+    name = signal.Signals(signum).name
+    click.echo(f"\ninterrupted ({name}): {what}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code(signum))
 
 
 class _Sizes(click.ParamType):
@@ -116,6 +130,9 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
                    "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
                    "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).")
+@click.option("--resplit", is_flag=True,
+              help="With --group or --stratify, draw every group's split afresh for this version instead of "
+                   "keeping the splits an earlier version holds (the summary says which it did).")
 @click.option("--sanitize-keys", is_flag=True,
               help="Map invalid or clashing keys to valid ones instead of refusing them "
                    "(the original key is kept in each sample's json).")
@@ -145,7 +162,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
-            group, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+            group, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
@@ -195,14 +212,17 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
-                             group=group, stratify=stratify,
+                             group=group, stratify=stratify, resplit=resplit,
                              max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted: finished shards are kept; run the same command again to resume.", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, Interrupted) as e:
+        _interrupted(getattr(e, "signum", signal.SIGINT),
+                     "finished shards are kept; run the same command again to resume.")
     except WdsToolsError as e:
+        signum = received()
+        if signum is not None:  # a worker that died of the group's SIGTERM broke the pool first
+            _interrupted(signum, "finished shards are kept; run the same command again to resume.")
         _fail(e)
     _emit(result, as_json)
     for r in getattr(result, "results", [result]):
@@ -400,7 +420,18 @@ def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> N
 
 
 def main() -> None:
-    cli(prog_name="wds-tools")
+    """The ``wds-tools`` command: SIGINT and SIGTERM end any command with one line and 128 + the signal."""
+    install()
+    try:
+        try:
+            cli(prog_name="wds-tools")
+        finally:
+            # the command is done: a signal from here on must not kill the interpreter's exit (which
+            # puts the default handlers back) with no message and exit -15; held back, it dies with
+            # the process, whose exit status stands
+            signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    except Interrupted as e:
+        _interrupted(e.signum, "stopped before it finished; run the same command again to resume.")
 
 
 if __name__ == "__main__":

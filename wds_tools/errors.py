@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "WdsToolsError",
     "OptionError",
@@ -15,6 +17,9 @@ __all__ = [
     "TooManyErrorsError",
     "OutputBusyError",
     "DiskFullError",
+    "ReadOnlyOutputError",
+    "READ_ONLY_ERRNOS",
+    "read_only_error",
 ]
 
 
@@ -78,3 +83,16 @@ class OutputBusyError(WdsToolsError):
 
 class DiskFullError(WdsToolsError):
     """The output's filesystem is full; the message names the folder and the space still needed."""
+
+
+class ReadOnlyOutputError(WdsToolsError):
+    """The output folder cannot be written (a read-only mount, no permission); the message names it."""
+
+
+def read_only_error(root: str, e: OSError, what: str) -> ReadOnlyOutputError:
+    """The one-line refusal for ``what`` in ``root``, which ``e`` (errno in READ_ONLY_ERRNOS) says cannot be written."""
+    return ReadOnlyOutputError(f"{root}: cannot {what} there: {e.strerror or e} ({e.filename or root}). "
+                               "Is it a read-only mount? Give a writable folder (--out), or remount it read-write.")
+
+
+READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # what a folder we cannot write raises

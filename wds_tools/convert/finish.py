@@ -22,6 +22,7 @@ from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
 from . import hashes
 from .assemble import assemble_index, source_stats, write_errors
+from .result import count
 from .source import Source
 from .storage import Store
 from .target import WORK_DIR, Target
@@ -58,9 +59,9 @@ class ErrorGate:
         decode = len(failures) - len(self.scan)
         first = min(failures, key=lambda e: (e["line"], e["key"]))
         raise TooManyErrorsError(
-            f"{len(failures)} of {self.total} source files failed ({len(self.scan)} unreadable at the scan, "
+            f"{len(failures)} of {count(self.total, 'source file')} failed ({len(self.scan)} unreadable at the scan, "
             f"{decode} at decoding so far), more than --max-errors allows ({allowed}). Stopped with {done} of "
-            f"{len(t.tasks)} shards of {store.root} written and no {INDEX_FILE}; the files and reasons are in "
+            f"{count(len(t.tasks), 'shard')} of {store.root} written and no {INDEX_FILE}; the files and reasons are in "
             f"{errors}. First: {first['path']}: {first['error']}. Repair those files and run the same command "
             "again (the shards holding them are made again), or accept them with a higher --max-errors: the "
             "shards written are kept, and only the rest is decoded."

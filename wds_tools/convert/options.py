@@ -64,6 +64,7 @@ class ConvertOptions:
     split: str | None = None
     group: str | None = None
     stratify: bool = False
+    resplit: bool = False  # with group/stratify: draw every unit's split afresh, no split base
     max_errors: str | int | float = "1%"
     decode: DecodeSettings = DecodeSettings()
     reuse: bool = True

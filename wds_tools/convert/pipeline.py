@@ -16,24 +16,32 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from ..version import __version__
-from ..errors import TooManyErrorsError, WdsToolsError
+from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
-from ..format.index import ERRORS_FILE
+from ..format.index import ERRORS_FILE, read_npz
 from ..format.sample import classes_digest
 from ..format.transport import join
+from ..version import __version__
 from . import hashes
 from .assemble import write_errors
-from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .decode import DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
+from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
 from .options import ConvertOptions, parse_sizes
 from .plan import plan_split
-from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
+from .result import (
+    ConvertResult,
+    ConvertResults,
+    allowed_errors,
+    count,
+    dry_run_result,
+    parse_max_errors,
+    result_from_index,
+)
 from .reuse import Base
 from .runner import Runner, make_runner
-from .groups import find_split_base
+from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
@@ -95,6 +103,7 @@ def convert(
     split: str | None = None,
     group: str | None = None,
     stratify: bool = False,
+    resplit: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -130,13 +139,13 @@ def convert(
     ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
     whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
     ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
-    keep their split there (``base``, else the newest other version under ``out``).
+    keep their split there (``base``, else the newest other version under ``out``), unless ``resplit``.
     """
     options = ConvertOptions(
         version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
         val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
-        split=split, group=group, stratify=stratify, max_errors=max_errors, decode=decode, reuse=reuse,
-        base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
+        split=split, group=group, stratify=stratify, resplit=resplit, max_errors=max_errors, decode=decode,
+        reuse=reuse, base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
         ray_address=ray_address, progress=progress)
     return convert_with(source, options)
 
@@ -146,12 +155,17 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     t0 = time.perf_counter()
     opts, version = options, options.version
     split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-                  if opts.group is not None or opts.stratify else None)
+                  if (opts.group is not None or opts.stratify) and not opts.resplit else None)
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
                       columns=opts.columns, stratify=opts.stratify, split_base=split_base)
     stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
-    locks = [] if opts.dry_run else lock_folders(stores)
+    try:
+        locks = [] if opts.dry_run else lock_folders(stores)
+    except OSError as e:
+        if e.errno not in READ_ONLY_ERRNOS:
+            raise
+        return _read_only(src, opts, stores, e, t0)
     try:
         targets = []
         held: list[FolderLock | None] = list(locks) or [None] * len(opts.sides)
@@ -162,7 +176,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             state, done_meta = prepare_dest(store, sp)
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                                   dry_run=opts.dry_run, checksum=opts.checksum)
+                                   dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit)
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")
@@ -180,6 +194,27 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     if len(targets) == 1:
         return targets[0].result
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
+
+
+def _read_only(src: Source, opts: ConvertOptions, stores: list[Store], e: OSError, t0: float
+               ) -> ConvertResult | ConvertResults:
+    """The folders cannot be written (not even the lock): "nothing to do" when every one is complete with
+    these options, read without writing a byte; else the one-line refusal naming the folder."""
+    results = []
+    for side, store in zip(opts.sides, stores):
+        sp = spec(src, opts, side)
+        state, done_meta = prepare_dest(store, sp) if store.exists(store.root) else ("fresh", None)
+        if state != "complete":
+            raise read_only_error(store.root, e, "write the conversion") from None
+        t = Target(side, store, sp, state, done_meta,
+                   ConvertResult(out_dir=str(store.root), dataset_version=opts.version, size=side,
+                                 checksum=opts.checksum, resplit=opts.resplit), opts.samples_per_shard(side))
+        _already_complete(t, t0)
+        t.result.notes.append("the folder is read-only: read, nothing written")
+        results.append(t.result)
+    if len(results) == 1:
+        return results[0]
+    return ConvertResults(results, round(time.perf_counter() - t0, 3))
 
 
 def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: float) -> None:
@@ -204,6 +239,8 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
         runner.close(cancel=True)
         if e.errno in DISK_FULL_ERRNOS:
             raise disk_full_error(todo, e, len(src.rows)) from None
+        if e.errno in READ_ONLY_ERRNOS:
+            raise read_only_error(todo[0].store.root, e, "write the conversion") from None
         raise
     except BaseException:
         runner.close(cancel=True)
@@ -312,7 +349,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
             if not [n for n in t.store.names(t.work) if n != "run.json" and not n.startswith("run.json.tmp")]:
                 t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
-            f"{len(failures)} of {len(rows)} source files are unreadable, more than --max-errors allows "
+            f"{len(failures)} of {count(len(rows), 'source file')} are unreadable, more than --max-errors allows "
             f"({allowed}); nothing was converted. The files and reasons are in {', '.join(map(str, names))}. "
             f"First: {failures[0]['path']}: {failures[0]['error']}"
         )
@@ -376,7 +413,7 @@ def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts
                 r, (fp, src_nbytes, mtime) = rows[i], stats[i]
                 samples.append(SampleTask(
                     r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
-                    reuse=t.base.reuse(fp, r.label) if t.base is not None and fp is not None else None,
+                    reuse=t.base.reuse(fp, r.label, r.key) if t.base is not None and fp is not None else None,
                     src_nbytes=src_nbytes, src_mtime_ns=mtime, content_hash=r.content_hash,
                     meta=src.meta_items(r)))
             tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
@@ -432,6 +469,13 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
                        provenance=provenance)
     result_from_index(result, store, meta)
+    if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
+        path = store.join(meta["samples_file"]["name"])
+        cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))
+        classes = meta["classes"]
+        result.by_key = t.base.by_key(cols["key"].astype("U").tolist(), cols["fingerprint"],
+                                      [classes[int(i)] for i in cols["label"]])
+        result.removed = result.by_key["removed"]
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled

@@ -63,7 +63,8 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
     (hash, unit) and each goes to val when 2·v + n < 2 · val_fraction · S, n its samples (exactly, with the
     double's exact value), v growing as it does. So each class's val samples are within half its
     largest unit of val_fraction × its samples when nothing is fixed (and, for units of one label,
-    per label).
+    per label). Last, with 0 < val_fraction < 1 and two units or more, neither train nor val is left
+    empty (``_neither_empty``).
     """
     fixed = dict(fixed or {})
     out: dict[Unit, str] = {}
@@ -71,7 +72,7 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
         limit = val_fraction * 2**64
         for unit in units:
             out[unit] = fixed.get(unit) or ("val" if unit_hash(unit, seed) < limit else "train")
-        return out
+        return _neither_empty(out, fixed, seed=seed, val_fraction=val_fraction)
     frac = Fraction(val_fraction)
     pools: dict[int, list] = {}  # majority class -> [(hash, unit, samples)] of units to draw
     total: dict[int, int] = {}
@@ -96,6 +97,22 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
                 v += n
             else:
                 out[unit] = "train"
+    return _neither_empty(out, fixed, seed=seed, val_fraction=val_fraction)
+
+
+def _neither_empty(out: dict[Unit, str], fixed: Mapping[Unit, str], *, seed: int, val_fraction: float
+                   ) -> dict[Unit, str]:
+    """With 0 < val_fraction < 1 and at least two units in train or val, neither comes out empty:
+    an empty val takes the drawn (not fixed) train unit of the smallest (hash, unit), an empty train
+    the drawn val unit of the largest; when every unit is fixed, the splits stay as they are."""
+    if not 0 < val_fraction < 1 or sum(1 for s in out.values() if s in ("train", "val")) < 2:
+        return out
+    for empty, other, pick in (("val", "train", min), ("train", "val", max)):
+        if empty in out.values():
+            continue
+        drawn = [(unit_hash(u, seed), u) for u, s in out.items() if s == other and u not in fixed]
+        if drawn:
+            out[pick(drawn)[1]] = empty
     return out
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from ..errors import READ_ONLY_ERRNOS, read_only_error
 from ..format.index import index_of, read_samples
 from ..format.names import samples_file_name
-from ..format.transport import join
 from ..format.sidecars import sidecar_files
+from ..format.transport import join
 from .storage import Store
 
 __all__ = ["write_reader_indexes", "ReaderIndexes"]
@@ -24,10 +25,14 @@ class ReaderIndexes:
 
     folder: str
     written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # already there with these bytes: not written
 
     def to_text(self) -> str:
         """One line: what was written where."""
-        return f"wrote {len(self.written)} files in {self.folder}: " + ", ".join(self.written)
+        if not self.written:
+            return f"all {len(self.unchanged)} reader index files in {self.folder} are up to date; nothing written"
+        kept = f" ({len(self.unchanged)} more already up to date)" if self.unchanged else ""
+        return f"wrote {len(self.written)} files in {self.folder}{kept}: " + ", ".join(self.written)
 
     def to_dict(self) -> dict:
         """The result as JSON-ready values."""
@@ -41,6 +46,17 @@ def write_reader_indexes(path: str | os.PathLike, *, wids: bool = True, dali: bo
     columns = read_samples(join(folder, samples_file_name(meta, join(folder, "index.json")))) if dali else {}
     store = Store(folder)
     files = sidecar_files(meta, columns, wids=wids, dali=dali)
-    for name, data in files.items():
-        store.write_bytes(store.join(name), data)
-    return ReaderIndexes(folder, sorted(files))
+    out = ReaderIndexes(folder)
+    for name, data in sorted(files.items()):
+        path = store.join(name)
+        if store.exists(path) and store.read_bytes(path) == data:  # a read-only folder that has them is fine
+            out.unchanged.append(name)
+            continue
+        try:
+            store.write_bytes(path, data)
+        except OSError as e:
+            if e.errno not in READ_ONLY_ERRNOS:
+                raise
+            raise read_only_error(folder, e, f"write the reader index files ({name} is missing or stale)") from None
+        out.written.append(name)
+    return out

@@ -10,12 +10,17 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
 from ..format.names import url_pattern
-from .storage import Store
 from ..format.transport import join
+from .storage import Store
 from .write import ShardTask
 
 __all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
-           "result_from_index"]
+           "result_from_index", "count", "split_report"]
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, plural unless n is 1: "1 shard", "12 shards", "1,200 images"."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
 @dataclass
@@ -32,9 +37,10 @@ class ConvertResult:
     samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
     base: str | None = None  # the version whose pixels were reused
     decoded: int = 0  # samples decoded from source in this run
-    reused: int = 0  # samples copied from the base, label unchanged
-    relabeled: int = 0  # samples copied from the base with a new label
+    reused: int = 0  # samples copied from the base: label unchanged, or found under another key
+    relabeled: int = 0  # samples copied from the base: same key and source bytes, another label (diff's rule)
     removed: int = 0  # base samples absent from this version
+    by_key: dict[str, int] = field(default_factory=dict)  # against the base by key, as `wds-tools diff` counts
     reuse_problems: list[dict] = field(default_factory=list)  # base samples that failed their check
     checksum: bool = False  # every source was read to compare with the base (--checksum)
     unchanged_by_stat: int = 0  # sources taken as unchanged by path, size and mtime, not read
@@ -46,6 +52,11 @@ class ConvertResult:
     seconds: float = 0.0
     images_per_second: float = 0.0
     splits: dict[str, dict] = field(default_factory=dict)
+    split_shares: dict[str, float] = field(default_factory=dict)  # each split's share of the samples
+    class_val_shares: dict[str, float] = field(default_factory=dict)  # each class's share of its samples in val
+    split_warnings: list[str] = field(default_factory=list)  # shares beyond the tolerance (split_report)
+    split_base: str | None = None  # the version whose groups kept their split (build.split_base)
+    resplit: bool = False  # every group's split drawn afresh (--resplit)
     errors_file: str | None = None
     max_errors_allowed: int = 0
     max_errors_exceeded: bool = False
@@ -57,18 +68,33 @@ class ConvertResult:
         if self.already_complete:
             lines = [f"{self.out_dir} is already converted with these options; nothing to do."]
         elif self.dry_run:
-            lines = [f"Dry run, nothing written: {self.out_dir} would hold "
-                     f"{sum(s['samples'] for s in self.splits.values()):,} samples in {self.shards} shards"]
+            samples = sum(s["samples"] for s in self.splits.values())
+            lines = [f"Dry run, nothing written: {self.out_dir} would hold {count(samples, 'sample')} in "
+                     f"{count(self.shards, 'shard')}"]
         else:
-            lines = [f"Converted {self.samples_written:,} images into {self.shards} shards in {self.out_dir} "
-                     f"({self.seconds:.1f} s{self._rate()})"]
+            lines = [f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
+                     f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"]
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
             lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
                          f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+        if self.split_shares and not self.dry_run:
+            shares = ", ".join(f"{name} {share:.1%}" for name, share in self.split_shares.items())
+            lines.append(f"  split shares: {shares}")
+        if self.split_base is not None:
+            lines.append(f"  splits: groups that {self.split_base} holds keep its split (build.split_base); "
+                         "--resplit draws them all again")
+        elif self.resplit:
+            lines.append("  splits: every group's split drawn afresh (--resplit), none kept from an earlier version")
+        lines += [f"  warning: {w}" for w in self.split_warnings]
         if self.base is not None or self.dry_run:
             lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
                          f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
+        if self.by_key:
+            k = self.by_key
+            lines.append(f"  by key, as wds-tools diff {self.base} {self.dataset_version} counts: {k['added']:,} "
+                         f"added, {k['removed']:,} removed, {k['changed']:,} changed, {k['relabeled']:,} "
+                         f"relabeled, {k['unchanged']:,} unchanged")
         if self.base is not None:
             how = ("every source read and hashed (--checksum)" if self.checksum else
                    f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
@@ -94,12 +120,12 @@ class ConvertResult:
         """The rate of this run's own images; a resumed run says how many it kept."""
         if not self.shards_resumed:
             return f", {self.images_per_second:,.1f} images/s"
-        kept = (f"{self.samples_resumed:,} images in {self.shards_resumed} shard"
-                f"{'s' if self.shards_resumed != 1 else ''} kept from an interrupted run")
+        kept = (f"{count(self.samples_resumed, 'image')} in {count(self.shards_resumed, 'shard')} kept from an "
+                "interrupted run")
         now = self.decoded + self.reused + self.relabeled
         if not now:
             return f"; all {kept}, this run wrote the index"
-        return f"; {now:,} images in this run at {self.images_per_second:,.1f} images/s, {kept}"
+        return f"; {count(now, 'image')} in this run at {self.images_per_second:,.1f} images/s, {kept}"
 
     def to_dict(self) -> dict:
         """The result as JSON-ready values (the CLI's --json)."""
@@ -180,3 +206,47 @@ def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
     result.shards = len(meta["shards"])
     result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
                             "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}
+    build = meta.get("build", {})
+    result.split_base = build.get("split_base")
+    result.split_shares, result.class_val_shares, result.split_warnings = split_report(meta)
+
+
+def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """(each split's share, each class's val share, warnings) of an index's meta.
+
+    Warned, when the splits were drawn (no manifest split column) with val_fraction f > 0: no val
+    split at all; a val share of all samples, or of a class holding at least 2/f samples, outside
+    f ± max(0.05, f/2).
+    """
+    total = meta["samples"]
+    splits = meta["splits"]
+    shares = {name: round(sp["samples"] / total, 4) for name, sp in splits.items()} if total else {}
+    classes = meta["classes"]
+    val = splits.get("val", {}).get("class_counts", [0] * len(classes))
+    whole = meta.get("class_counts", [0] * len(classes))
+    val_shares = {c: round(v / n, 4) for c, v, n in zip(classes, val, whole) if n}
+    build = meta.get("build", {})
+    f = float(build.get("val_fraction") or 0.0)
+    drawn = (build.get("columns") or {}).get("split") is None
+    warnings: list[str] = []
+    if not (drawn and f > 0 and total):
+        return shares, val_shares, warnings
+    tol = max(0.05, f / 2)
+    fix = (f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
+           if build.get("split_base") else "")
+    if "val" not in splits:
+        warnings.append(f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one "
+                        f"from{fix}")
+        return shares, val_shares, warnings
+    share = splits["val"]["samples"] / total
+    if abs(share - f) > tol:
+        warnings.append(f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
+                        f"±{tol:.1%}): the groups are too few or too uneven{fix}")
+    off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole)
+           if n >= 2 / f and abs(val_shares[c] - f) > tol]
+    if off:
+        more = f" and {len(off) - 5} more" if len(off) > 5 else ""
+        hint = "" if build.get("stratify") else " (--stratify draws each class's share)"
+        warnings.append(f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
+                        f"{', '.join(off[:5])}{more}{hint}")
+    return shares, val_shares, warnings

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
 from .write import Reuse
@@ -99,20 +101,43 @@ class Base:
             return None
         return int(s["src_size"][i]), int(s["src_mtime_ns"][i]), s["fingerprint"][i].tobytes()
 
-    def reuse(self, fingerprint: bytes, label_name: str) -> Reuse | None:
-        """Where the pixels of a source with this fingerprint are stored, or None."""
-        i = self.by_fingerprint.get(fingerprint)
-        if i is None:
-            return None
+    def reuse(self, fingerprint: bytes, label_name: str, key: str) -> Reuse | None:
+        """Where the pixels of a source with this fingerprint are stored, or None.
+
+        ``relabeled`` follows ``wds-tools diff``: the same key with the same source bytes and another
+        label. Pixels found under another key (a new key, or one whose bytes changed: several keys
+        may share a file) are reused, never relabeled.
+        """
         s, idx = self.index.samples, self.index
+        i = s.key_positions.get(key)
+        same_key = i is not None and s["fingerprint"][i].tobytes() == fingerprint
+        if not same_key:
+            i = self.by_fingerprint.get(fingerprint)
+            if i is None:
+                return None
+        assert i is not None  # found by key or by fingerprint
         shard = idx.shards[int(s["shard"][i])]
         return Reuse(
             shard_path=str(Path(idx.root) / shard["name"]), shard_bytes=int(shard["bytes"]),
             npy_offset=int(s["npy_offset"][i]), npy_length=int(s["npy_length"][i]),
             npy_xxh3=int(s["npy_xxh3"][i]), width=int(s["width"][i]), height=int(s["height"][i]),
-            fingerprint=fingerprint, relabeled=idx.classes[int(s["label"][i])] != label_name,
+            fingerprint=fingerprint, relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
         )
 
     def removed(self, keys: set[str]) -> int:
         """Base samples whose key is absent from the new version."""
         return sum(1 for k in self.index.samples.keys if k not in keys)
+
+    def by_key(self, keys: list[str], fingerprints: np.ndarray, labels: list[str]) -> dict[str, int]:
+        """The new version's samples against the base by key, by ``wds-tools diff``'s rule: added,
+        removed, changed (other source bytes), relabeled (same bytes, other label), unchanged."""
+        s, classes = self.index.samples, self.index.classes
+        pos, fps, lab = s.key_positions, s["fingerprint"], s["label"]
+        out = {"added": 0, "removed": 0, "changed": 0, "relabeled": 0, "unchanged": 0}
+        for key, fp, label in zip(keys, fingerprints, labels):
+            i = pos.get(key)
+            kind = ("added" if i is None else "changed" if fps[i].tobytes() != fp.tobytes()
+                    else "relabeled" if classes[int(lab[i])] != label else "unchanged")
+            out[kind] += 1
+        out["removed"] = self.removed(set(keys))
+        return out

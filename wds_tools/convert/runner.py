@@ -64,6 +64,9 @@ def _init_worker(q: Queue, parent: int) -> None:
     _progress = q.put
     _parent_pid = parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # a forked worker inherits the CLI's SIGTERM handler (wds_tools.signals); a worker must die of
+    # SIGTERM (the pool's own terminate() sends it), not unwind the parent's clean-up in its copy
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # A worker must not outlive a parent killed with -9: an idle one blocks reading its task queue,
     # and it would hold the caller's stdout/stderr open (a script reading them to EOF would hang),
     # and keep the resource tracker (spawn) alive, which waits for every holder of its pipe.
@@ -246,13 +249,45 @@ class LocalRunner:
 
     def close(self, cancel: bool = False) -> None:
         """Shut the pool down: after its calls finish, or at once with ``cancel``."""
-        if self.pool is None:
+        pool, self.pool = self.pool, None
+        if pool is None:
             return
-        if cancel:  # interrupted: stop the workers now instead of letting their shards finish
-            for proc in list(getattr(self.pool, "_processes", {}).values()):
-                proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=cancel)
-        self.pool = None
+        if not cancel:
+            pool.shutdown(wait=True)
+            return
+        _stop(pool)
+
+
+
+def _stop(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
+    """Stop ``pool`` now (interrupted, or a worker died), waiting at most about ``timeout`` seconds
+    per step: never for a worker's call to finish.
+
+    ``shutdown(wait=True)`` after killing workers can wait forever: a worker killed while it sends
+    a result leaves the pool's manager thread reading half a message from the result pipe (2 of 15
+    SIGINTs to the main pid alone hung so). With every worker gone, closing this process's own copy
+    of that pipe's write end ends the read (EOF); the manager thread then marks the pool broken and
+    ends, and neither this call nor the interpreter's exit (which joins that thread) waits on it.
+    """
+    # the pool's internals, read before shutdown() drops them
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pipes = [getattr(getattr(pool, "_result_queue", None), "_writer", None),
+             getattr(getattr(pool, "_call_queue", None), "_reader", None)]
+    for proc in procs:
+        proc.kill()  # SIGKILL: the workers ignore SIGINT, and their shards are redone on resume
+    end = time.monotonic() + timeout
+    for proc in procs:
+        proc.join(max(0.0, end - time.monotonic()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    if not any(proc.is_alive() for proc in procs):
+        # also the call queue's read end, as CPython does for a broken pool (gh-94777): its feeder
+        # thread, which the manager thread joins, may be blocked writing to a pipe nobody reads
+        for conn in pipes:
+            if conn is not None:
+                conn.close()
+    if manager is not None:
+        manager.join(timeout)
 
 
 class RayRunner:

@@ -13,10 +13,10 @@ from pathlib import Path
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
-from .scan import HASH_ALGORITHMS
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
-from .plan import Unit, assign_split, split_groups
+from .plan import Unit, split_groups
+from .scan import HASH_ALGORITHMS
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -242,9 +242,10 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
     column or stratification, its unit's split (plan.split_groups), a base's units keeping theirs."""
     rows = src.rows
-    if src.columns.group is None and not src.stratify:
-        return replace(src, rows=[r if r.split else replace(r, split=assign_split(r.key, seed=seed,
-                                  val_fraction=val_fraction)) for r in rows])
+    if src.columns.group is None and not src.stratify:  # a unit per key: assign_split, no split empty
+        keyed = split_groups({("k", r.key): {} for r in rows}, seed=seed, val_fraction=val_fraction,
+                             fixed={("k", r.key): r.split for r in rows if r.split})
+        return replace(src, rows=[r if r.split else replace(r, split=keyed[("k", r.key)]) for r in rows])
     gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
     labels = src.label_index()
     units: list[Unit] = []
