@@ -299,3 +299,56 @@ def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
     assert [(c.name, c.type) for c in src.metadata] == [("age", "float"), ("site", "string"), ("flag", "string")]
     assert [r.meta for r in src.rows] == [(40.0, "dos", "true"), (52.5, None, "false")]
     assert src.rows[1].source_path == "img/b.jpg"
+
+
+# --- labels by value (issue 22, row 4) ---
+
+def test_labels_written_as_floats_are_classes_by_integer_value(tmp_path):
+    # what pandas writes for an int column with a missing value: 0.0 .. 11.0
+    rows = make_images(tmp_path, 12)
+    for i, r in enumerate(rows):
+        r["label"] = f"{i}.0"
+    src = read_source(write_manifest(tmp_path / "m.csv", rows))
+    assert src.classes == [str(i) for i in range(12)]
+    index = src.label_index()
+    assert [index[r.label] for r in src.rows] == list(range(12))  # label 2.0 is class 2, not 4
+
+
+def test_one_value_in_three_spellings_is_one_class(tmp_path):
+    rows = make_images(tmp_path, 4)
+    path = tmp_path / "m.jsonl"
+    labels = [3, "3", 3.0, 0]
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, labels)))
+    src = read_source(path)
+    assert src.classes == ["0", "1", "2", "3"]
+    assert [r.label for r in src.rows] == ["3", "3", "3", "0"]
+
+
+def test_a_boolean_among_numeric_labels_is_refused_naming_the_row(tmp_path):
+    rows = make_images(tmp_path, 3)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [3, True, 1])))
+    with pytest.raises(SourceError, match=r"m\.jsonl: the label at line\(s\) 2 is a JSON boolean"):
+        read_source(path)
+
+
+def test_boolean_labels_alone_are_names(tmp_path):
+    rows = make_images(tmp_path, 2)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [True, False])))
+    assert read_source(path).classes == ["false", "true"]
+
+
+def test_one_non_integer_value_written_two_ways_is_refused(tmp_path):
+    rows = make_images(tmp_path, 2)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [2.5, "2.50"])))
+    with pytest.raises(SourceError, match=r"'2\.5' at line\(s\) 1; '2\.50' at line\(s\) 2 name one value"):
+        read_source(path)
+
+
+def test_leading_zero_labels_stay_names(tmp_path):
+    rows = make_images(tmp_path, 2)
+    for r, lab in zip(rows, ["07", "7"]):
+        r["label"] = lab
+    assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections import Counter, defaultdict
@@ -159,6 +160,49 @@ def _classes(labels: set[str]) -> list[str]:
     return sorted(labels)
 
 
+_INTEGER_TEXT = re.compile(r"(0|[1-9][0-9]*)(\.0+)?")  # 2, 2.0, 2.00: what pandas writes for an int column with gaps
+
+
+def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
+    """Each row's label text by value: a JSON number or a text ``2``/``2.0`` whose value is a
+    non-negative integer is that integer's digits (so ``2``, ``2.0`` and ``"2"`` are one class
+    ``"2"``); other text and numbers as written (JSON numbers as Python's json writes them); a JSON
+    boolean is ``true``/``false``, refused among numbers (it would silently be 1 or 0). Two texts
+    that name one non-integer number (``2.5``, ``"2.50"``) are refused, naming the rows."""
+    out: list[str] = []
+    booleans: list[int] = []
+    numbers: dict[float, dict[str, list[int]]] = {}
+    for line, value in values:
+        if isinstance(value, bool):
+            booleans.append(line)
+            out.append("true" if value else "false")
+            continue
+        text = cell_text(value) or ""
+        if isinstance(value, (int, float)) or _INTEGER_TEXT.fullmatch(text):
+            number = float(text)
+            if number.is_integer() and number >= 0 and math.isfinite(number):
+                text = str(int(number))
+            numbers.setdefault(number, {}).setdefault(text, []).append(line)
+        elif isinstance(value, str) and _FLOAT_TEXT.fullmatch(text):
+            numbers.setdefault(float(text), {}).setdefault(text, []).append(line)
+        out.append(text)
+    if booleans and numbers:
+        first_number = min(ln for texts in numbers.values() for lines in texts.values() for ln in lines)
+        raise SourceError(
+            f"{path}: the label at line(s) {', '.join(map(str, booleans[:5]))} is a JSON boolean (true/false), "
+            f"and other labels are numbers (line {first_number}); a boolean is not silently the class 1 or 0. "
+            "Write the label as a number or as a class name in quotes")
+    for number, texts in numbers.items():
+        if len(texts) > 1:
+            listed = "; ".join(f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}" for t, lines in sorted(texts.items()))
+            raise SourceError(f"{path}: labels {listed} name one value, {number!r}, written differently; "
+                              "write every label of one class the same way")
+    return out
+
+
+_FLOAT_TEXT = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def _field(obj: dict, name: str, path: str, line: int, option: str, required: bool = True) -> str:
     value = obj.get(name)
     if value is None or str(value).strip() == "":
@@ -212,7 +256,8 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
     for line, obj in table.records:
         key = _field(obj, columns.key, path, line, "--key")
         rel, error = _path_of(obj, bound, path, line)
-        label = _field(obj, columns.label, path, line, "--label")
+        _field(obj, columns.label, path, line, "--label")  # refuses an empty label
+        label = obj[columns.label]
         split = _field(obj, bound.split, path, line, "--split", required=False) if bound.split else ""
         if split and not _SPLIT_PATTERN.fullmatch(split):
             raise SourceError(f"{path}: line {line}: split {split!r} must match [A-Za-z0-9_-]{{1,32}}")
@@ -220,6 +265,8 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
         raw.append((line, rel, label, split, _content_hash(obj, path, line), error))
     keys = sanitize_keys(originals) if sanitize else originals
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
+    texts = _label_texts([(r[0], r[2]) for r in raw], str(path))
+    raw = [(r[0], r[1], t, *r[3:]) for r, t in zip(raw, texts)]
     rows = []
     for j, ((line, rel, label, split, content_hash, error), key, orig) in enumerate(zip(raw, keys, originals)):
         if is_remote(rel):
