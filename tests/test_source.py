@@ -1,15 +1,14 @@
 import json
 
 import pytest
-
+from conftest import make_images, write_ham, write_isic, write_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_images, write_ham, write_isic, write_manifest
-from wds_tools.errors import InvalidKeyError, OptionError, SourceError
 from wds_tools.convert.groups import SplitBase
 from wds_tools.convert.manifest import Columns
 from wds_tools.convert.source import read_source, sanitize_keys
+from wds_tools.errors import InvalidKeyError, OptionError, SourceError
 
 HAM = Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")
 ISIC = Columns(key="image_name", label="benign_malignant", path="train/{image_name}.jpg", group="patient_id")

@@ -14,10 +14,10 @@ from pathlib import Path
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
-from .scan import HASH_ALGORITHMS
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, assign_split, split_groups
+from .scan import HASH_ALGORITHMS
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -194,7 +194,8 @@ def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
             "Write the label as a number or as a class name in quotes")
     for number, texts in numbers.items():
         if len(texts) > 1:
-            listed = "; ".join(f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}" for t, lines in sorted(texts.items()))
+            listed = "; ".join(f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}"
+                               for t, lines in sorted(texts.items()))
             raise SourceError(f"{path}: labels {listed} name one value, {number!r}, written differently; "
                               "write every label of one class the same way")
     return out
@@ -307,7 +308,8 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
     if clashes:
         (_, text), where = clashes[0]
-        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}" for split, lines in sorted(where.items()))
+        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}"
+                           for split, lines in sorted(where.items()))
         raise SourceError(
             f"{src.path}: group {text!r} of column {src.columns.group!r} is in {len(where)} splits of the "
             f"manifest's split column ({listed}); all samples of a group must be in "
