@@ -414,7 +414,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
         "format": "wds-tools-index", "format_version": 2, "created_by": f"wds-tools {package_version('wds-tools')}",
         "dataset_version": version, "size": S, "resize": mode,
         "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
-                   "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS},
+                   "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS, "colour": "srgb"},
         "decoder_versions": {"pillow": Image.__version__, "libjpeg": str(features.version("jpg"))},
         "build": {"shard_size": SHARD_SIZE, "seed": SEED, "val_fraction": VAL_FRACTION, "sanitize_keys": True,
                   "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},

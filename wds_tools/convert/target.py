@@ -14,6 +14,7 @@ from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
 from ..format.mixing import RECORD_ONLY
 from ..format.transport import is_remote, join
 from . import hashes
+from .decode import recorded_decode
 from .options import ConvertOptions
 from .result import ConvertResult
 from .reuse import Base, find_base
@@ -88,6 +89,7 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
     if store.exists(store.join(INDEX_FILE)):
         meta = read_meta(store)
         old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
+        old["decode"] = recorded_decode(old["decode"])
         old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in RECORD_ONLY}
         diffs = spec_differences(old, spec)
         if diffs:
