@@ -351,3 +351,41 @@ def test_leading_zero_labels_stay_names(tmp_path):
     for r, lab in zip(rows, ["07", "7"]):
         r["label"] = lab
     assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]
+
+
+# --- every file of an image folder accounted for (issue 22, row 2) ---
+
+def test_every_file_not_taken_is_listed_with_its_reason(tmp_path):
+    root = tmp_path / "photos"
+    (root / "cat").mkdir(parents=True)
+    for name in ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF", ".DS_Store", "notes.txt", "raw.cr2"):
+        (root / "cat" / name).write_bytes(b"x")
+    (root / "cat" / ".thumbs").mkdir()
+    (root / "cat" / ".thumbs" / "t.jpg").write_bytes(b"x")
+    (root / "README.md").write_text("a corpus")
+    (root / ".git").mkdir()
+    src = read_source(root, val_fraction=0.0)
+    assert sorted(r.source_path for r in src.rows) == [f"cat/{n}" for n in
+                                                       ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF")]
+    reasons = {s["path"]: s["reason"] for s in src.skipped}
+    assert sorted(reasons) == [".git", "README.md", "cat/.DS_Store", "cat/.thumbs", "cat/notes.txt", "cat/raw.cr2"]
+    assert reasons["cat/raw.cr2"].startswith("extension '.cr2' is not an image extension")
+    assert reasons["README.md"].startswith("not inside a label folder")
+    assert "hidden" in reasons["cat/.DS_Store"] and "hidden" in reasons["cat/.thumbs"] and "hidden" in reasons[".git"]
+
+
+def test_a_symlinked_subfolder_is_followed_and_a_loop_is_listed(tmp_path):
+    import os
+
+    root = tmp_path / "photos"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.jpg").write_bytes(b"x")
+    elsewhere = tmp_path / "more"
+    elsewhere.mkdir()
+    (elsewhere / "b.jpg").write_bytes(b"x")
+    os.symlink(elsewhere, root / "cat" / "linked")
+    os.symlink(root / "cat", root / "cat" / "loop")  # back to its own parent
+    src = read_source(root, val_fraction=0.0)
+    assert sorted(r.source_path for r in src.rows) == ["cat/a.jpg", "cat/linked/b.jpg"]
+    assert [s["path"] for s in src.skipped] == ["cat/loop"]
+    assert "already walked" in src.skipped[0]["reason"]

@@ -98,11 +98,57 @@ def decoder_versions() -> dict[str, str]:
     return {"pillow": pil_version, "libjpeg": str(features.version("jpg"))}
 
 
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"mif2"}
+_AVIF_BRANDS = {b"avif", b"avis"}
+HEIF_EXTRA = "pip install 'wds-tools[heif]' (pillow-heif)"
+
+
+def _ftyp_brand(f: BinaryIO) -> bytes | None:
+    """An ISO-BMFF file's major brand (``heic``, ``avif``, ...), or None; ``f`` is left at 0."""
+    head = f.read(12)
+    f.seek(0)
+    return head[8:12] if len(head) == 12 and head[4:8] == b"ftyp" else None
+
+
+@functools.lru_cache(maxsize=1)
+def _heif_registered() -> bool:
+    """Register pillow-heif's HEIC/HEIF opener with Pillow (once); False when the extra is missing."""
+    try:
+        import pillow_heif  # the 'heif' extra: heavy, so imported only when a HEIC/HEIF file turns up
+    except ImportError:
+        return False
+    pillow_heif.register_heif_opener()
+    return True
+
+
 def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
     if isinstance(data, (bytes, bytearray, memoryview)):
         if not data:
             raise DecodeError("empty file")
         data = io.BytesIO(data)
+    try:
+        return _open_pillow(data, settings)
+    except _Unidentified:
+        brand = _ftyp_brand(data)
+        if brand in _HEIF_BRANDS:
+            if not _heif_registered():
+                raise DecodeError(f"a HEIC/HEIF image (a phone photo): converting it needs the 'heif' extra: "
+                                  f"{HEIF_EXTRA}") from None
+            try:
+                return _open_pillow(data, settings)
+            except _Unidentified:
+                pass
+        if brand in _AVIF_BRANDS:
+            raise DecodeError("an AVIF image, and this Pillow has no AVIF codec: install Pillow 11.3 or newer "
+                              "from its wheels (pip install -U pillow)") from None
+        raise DecodeError("not an image: the format is not recognised") from None
+
+
+class _Unidentified(Exception):
+    """Pillow knows no opener for the bytes."""
+
+
+def _open_pillow(data: BinaryIO, settings: DecodeSettings) -> Image.Image:
     # settings.max_pixels is the guard (checked by the callers on the header); Pillow's own,
     # at 2 x Image.MAX_IMAGE_PIXELS, must not refuse images below it.
     pillow_limit = Image.MAX_IMAGE_PIXELS
@@ -115,7 +161,8 @@ def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
     except Image.DecompressionBombError as e:
         raise DecodeError(f"decompression bomb refused: {e}") from None
     except Image.UnidentifiedImageError:
-        raise DecodeError("not an image: the format is not recognised") from None
+        data.seek(0)
+        raise _Unidentified() from None
     except Exception as e:  # SyntaxError, struct.error, ... from a damaged header
         raise DecodeError(f"not an image: {e}") from None
     finally:

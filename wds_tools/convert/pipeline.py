@@ -162,7 +162,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             state, done_meta = prepare_dest(store, sp)
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                                   dry_run=opts.dry_run, checksum=opts.checksum)
+                                   dry_run=opts.dry_run, checksum=opts.checksum, skipped=list(src.skipped))
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")

@@ -10,12 +10,14 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
 from ..format.names import url_pattern
-from .storage import Store
 from ..format.transport import join
+from .storage import Store
 from .write import ShardTask
 
 __all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
            "result_from_index"]
+
+_LISTED = 10  # skipped files the text summary names
 
 
 @dataclass
@@ -51,6 +53,7 @@ class ConvertResult:
     max_errors_exceeded: bool = False
     already_complete: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. a lock or clean-up taken over from a killed run
+    skipped: list[dict] = field(default_factory=list)  # an image folder's entries not converted: {"path", "reason"}
 
     def to_text(self) -> str:
         """What the run did (or would do), per split, with reuse and failure counts."""
@@ -76,7 +79,8 @@ class ConvertResult:
             lines.append(f"  compared with the base: {how}")
         if self.shared_decode and not self.already_complete and not self.dry_run:
             if self.size > max(self.shared_decode):
-                lines.append(f"  each source read once for sizes {', '.join(map(str, [self.size, *self.shared_decode]))}: "
+                sizes = ", ".join(map(str, [self.size, *self.shared_decode]))
+                lines.append(f"  each source read once for sizes {sizes}: "
                              f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)")
             else:
                 lines.append(f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
@@ -87,6 +91,12 @@ class ConvertResult:
         if self.failed:
             where = f" (reasons in {self.errors_file})" if self.errors_file else ""
             lines.append(f"  failed: {self.failed}{where}")
+        if self.skipped:
+            lines.append(f"  skipped {len(self.skipped):,} file{'s' if len(self.skipped) != 1 else ''} of the image "
+                         "folder (every one, with its reason, under \"skipped\" in --json):")
+            lines += [f"    {s['path']}: {s['reason']}" for s in self.skipped[:_LISTED]]
+            if len(self.skipped) > _LISTED:
+                lines.append(f"    ... and {len(self.skipped) - _LISTED:,} more")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -117,7 +127,8 @@ def parse_max_errors(value: str | int | float) -> tuple[str, float]:
         else:
             frac = float(text)
     except ValueError:
-        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage (1%)") from None
+        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage "
+                          "(1%)") from None
     if not 0.0 <= frac <= 1.0:
         raise OptionError(f"--max-errors {value!r}: a fraction must lie between 0 and 1 (0% to 100%)")
     return "fraction", frac

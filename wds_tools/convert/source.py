@@ -30,7 +30,10 @@ __all__ = [
     "check_keys",
 ]
 
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
+# .jfif/.jpe are JPEGs; .heic/.heif need pillow-heif (the 'heif' extra: without it each fails naming it),
+# .avif Pillow's own codec
+IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp", ".heic",
+                    ".heif", ".avif"}
 # Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
@@ -67,6 +70,7 @@ class Source:
     columns: Columns = Columns()
     stratify: bool = False
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
+    skipped: tuple[dict, ...] = ()  # an image folder's files not converted: {"path", "reason"}, in walk order
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -323,21 +327,60 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
 
-def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
-                 split_base: SplitBase | None) -> Source:
-    files: list[tuple[str, str]] = []  # (relative path, label)
-    for label_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for dirpath, dirnames, filenames in os.walk(label_dir):
+def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
+    """(relative path, label) of every image file under ``root``'s label folders, and every entry not
+    taken, with its reason. Symlinked folders are followed, each real folder once (a link back to a
+    folder already walked, a loop, is listed instead)."""
+    files: list[tuple[str, str]] = []
+    skipped: list[dict] = []
+
+    def rel(path: str) -> str:
+        return os.path.relpath(path, root).replace(os.sep, "/")
+
+    def skip(path: str, reason: str) -> None:
+        skipped.append({"path": rel(path), "reason": reason})
+
+    seen: set[tuple[int, int]] = set()
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith("."):
+            skip(str(entry), "hidden (its name starts with '.')")
+            continue
+        if not entry.is_dir():
+            skip(str(entry), "not inside a label folder (an image folder is ROOT/<label>/<file>)")
+            continue
+        for dirpath, dirnames, filenames in os.walk(entry, followlinks=True,
+                                                    onerror=lambda e: skip(e.filename, f"unreadable folder: "
+                                                                                       f"{e.strerror}")):
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in seen:  # reached again through a symlink: a loop or a second link
+                skip(dirpath, "a symlinked folder already walked (a loop or a second link): skipped")
+                dirnames[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            for d in sorted(d for d in dirnames if d.startswith(".")):
+                skip(os.path.join(dirpath, d), "hidden folder (its name starts with '.')")
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in sorted(filenames):
-                if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
-                    continue
-                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-                files.append((rel, label_dir.name))
+                path = os.path.join(dirpath, name)
+                ext = os.path.splitext(name)[1].lower()
+                if name.startswith("."):
+                    skip(path, "hidden file (its name starts with '.')")
+                elif ext not in IMAGE_EXTENSIONS:
+                    skip(path, f"extension {ext or '(none)'!r} is not an image extension "
+                               f"({', '.join(sorted(IMAGE_EXTENSIONS))})")
+                else:
+                    files.append((rel(path), entry.name))
+    return files, skipped
+
+
+def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
+                 split_base: SplitBase | None) -> Source:
+    files, skipped = _folder_files(root)
     if not files:
+        listed = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
         raise SourceError(
             f"{root}: no images found; an image folder is ROOT/<label>/<file> with extensions "
-            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}" + (f". Not taken: {listed}" if listed else "")
         )
     rels = [rel for rel, _ in files]
     keys = sanitize_keys(rels, bases=[os.path.splitext(rel)[0] for rel in rels])
@@ -348,7 +391,7 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
         for i, ((rel, label), k) in enumerate(zip(files, keys), 1)
     ]
     src = Source("image-folder", str(root), rows, _classes({r.label for r in rows}), stratify=stratify,
-                 split_base=split_base.version if split_base is not None else None)
+                 split_base=split_base.version if split_base is not None else None, skipped=tuple(skipped))
     return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
 
 
