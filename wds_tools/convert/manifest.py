@@ -147,6 +147,11 @@ def read_table(path: str) -> Table:
                 )
             reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
             header = list(reader.fieldnames or [])
+            if suffix == ".csv" and len(header) == 1 and ";" in header[0]:
+                raise SourceError(
+                    f"{path}: the header {header[0][:80]!r} is one column holding ';': the file looks "
+                    "';'-delimited (what spreadsheets write where the decimal mark is a comma). A .csv manifest "
+                    "is ','-delimited: save it with ',' as the delimiter, or with tabs as a .tsv")
             dups = sorted({n for n in header if header.count(n) > 1 and n.strip()})
             if dups:
                 raise SourceError(f"{path}: the header names column(s) {', '.join(map(repr, dups))} more than once; "
