@@ -4,12 +4,19 @@ import json
 import math
 
 import pytest
+from conftest import HAM_COLUMNS, write_ham, write_isic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HAM_COLUMNS, write_ham, write_isic
 from wds_tools.convert.manifest import (
-    Columns, PathTemplate, bind, cell_text, column_type, metadata_values, read_table, typed,
+    Columns,
+    PathTemplate,
+    bind,
+    cell_text,
+    column_type,
+    metadata_values,
+    read_table,
+    typed,
 )
 from wds_tools.errors import OptionError, SourceError
 

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ..errors import OptionError, SourceError
-from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
-from .scan import HASH_ALGORITHMS
+from ..format.meta import MetaColumn
+from ..format.meta import is_float_text as _is_float
+from ..format.meta import is_int_text as _is_int
 from ..format.transport import is_remote
+from .scan import HASH_ALGORITHMS
 from .storage import open_input
 
 __all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type",
