@@ -636,3 +636,23 @@ def test_a_heic_without_the_extra_fails_naming_it(tmp_path):
     line = json.loads(done.stdout.splitlines()[0])
     assert line["key"] == "h" and line["stage"] == "scan"
     assert "HEIC/HEIF" in line["error"] and "pip install 'wds-tools[heif]'" in line["error"]
+
+
+def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
+    """12-bit data in a 16-bit PNG without sBIT keeps the top 8 of 16 bits (0..15): exit 0, but the key is
+    named as a warning in the summary, --json and errors.jsonl (stage pixels), and not counted as failed."""
+    from PIL import Image
+
+    root = tmp_path / "c"
+    rows = make_images(root, 4)
+    ramp = (np.arange(48 * 48).reshape(48, 48) * 4095 // (48 * 48 - 1)).astype(np.uint16)  # 0..4095
+    Image.fromarray(ramp).save(root / "img" / "dark16.png")
+    rows.append({"key": "dark16", "path": "img/dark16.png", "label": "a"})
+    res = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", val_fraction=0.0)
+    assert res.samples_written == 5 and res.failed == 0
+    assert [w["key"] for w in res.narrow_pixels] == ["dark16"]
+    lines = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert [(e["key"], e["stage"]) for e in lines] == [("dark16", "pixels")] and "0..15" in lines[0]["warning"]
+    assert "warning: 1 image stored with pixels spanning less than a sixteenth" in res.to_text()
+    again = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", val_fraction=0.0)
+    assert again.already_complete and again.failed == 0 and [w["key"] for w in again.narrow_pixels] == ["dark16"]

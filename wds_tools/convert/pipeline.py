@@ -8,6 +8,7 @@ each other size is then written from them in its own plan order.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,24 +17,24 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from ..version import __version__
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE
 from ..format.sample import classes_digest
 from ..format.transport import join
+from ..version import __version__
 from . import hashes
 from .assemble import write_errors
-from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .decode import DecodeSettings, decoder_versions
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
+from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
 from .options import ConvertOptions, parse_sizes
 from .plan import plan_split
 from .result import ConvertResult, ConvertResults, allowed_errors, dry_run_result, parse_max_errors, result_from_index
 from .reuse import Base
 from .runner import Runner, make_runner
-from .groups import find_split_base
+from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
@@ -229,7 +230,9 @@ def _already_complete(t: Target, t0: float) -> None:
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
     if result.errors_file:
-        result.failed = store.read_bytes(errors).count(b"\n")
+        lines = [json.loads(line) for line in store.read_bytes(errors).splitlines() if line.strip()]
+        result.narrow_pixels = [e for e in lines if e.get("stage") == "pixels"]
+        result.failed = len(lines) - len(result.narrow_pixels)
     result.already_complete = True
     result.seconds = round(time.perf_counter() - t0, 3)
 
@@ -428,9 +431,10 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
 
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
+    result.narrow_pixels = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
-                       provenance=provenance)
+    meta = finish_size(t, src, failures + result.narrow_pixels, out=opts.out_root,  # golden test pins
+                       version=str(opts.version), provenance=provenance)
     result_from_index(result, store, meta)
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed

@@ -53,6 +53,7 @@ class ConvertResult:
     max_errors_exceeded: bool = False
     already_complete: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. a lock or clean-up taken over from a killed run
+    narrow_pixels: list[dict] = field(default_factory=list)  # errors.jsonl's stage "pixels" lines: a warning
     skipped: list[dict] = field(default_factory=list)  # an image folder's entries not converted: {"path", "reason"}
 
     def to_text(self) -> str:
@@ -91,6 +92,12 @@ class ConvertResult:
         if self.failed:
             where = f" (reasons in {self.errors_file})" if self.errors_file else ""
             lines.append(f"  failed: {self.failed}{where}")
+        if self.narrow_pixels:
+            n = len(self.narrow_pixels)
+            where = f"; listed in {self.errors_file}, stage pixels" if self.errors_file else ""
+            keys = ", ".join(w["key"] for w in self.narrow_pixels[:_LISTED]) + (", ..." if n > _LISTED else "")
+            lines.append(f"  warning: {n:,} image{'s' if n != 1 else ''} stored with pixels spanning less than a "
+                         f"sixteenth of 0..255 (near-uniform, or a squeezed range{where}): {keys}")
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped):,} file{'s' if len(self.skipped) != 1 else ''} of the image "
                          "folder (every one, with its reason, under \"skipped\" in --json):")
