@@ -212,9 +212,10 @@ def to_rgb(im: Image.Image) -> Image.Image:
         im = im.convert("RGBA")
     elif mode == "RGB":
         return im
-    elif mode.startswith("I;16") or mode == "I":
-        grey = (np.clip(np.asarray(im).astype(np.int64), 0, 65535) >> 8).astype(np.uint8)
-        return Image.fromarray(grey, "L").convert("RGB")
+    elif mode.startswith("I;16") or mode == "I":  # Pixel values and colour: no sBIT in this corpus
+        v = np.clip(np.asarray(im).astype(np.int64), 0, None)
+        b = 16 if mode.startswith("I;16") else next(b for b in (8, 16, 24, 32) if v.max() < 2 ** b)
+        return Image.fromarray((v >> (b - 8)).astype(np.uint8), "L").convert("RGB")
     elif mode == "P":
         im = im.convert("RGBA") if "transparency" in im.info else im.convert("RGB")
     elif mode in ("LA", "La", "PA", "RGBa"):
