@@ -656,3 +656,18 @@ def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
     assert "warning: 1 image stored with pixels spanning less than a sixteenth" in res.to_text()
     again = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", val_fraction=0.0)
     assert again.already_complete and again.failed == 0 and [w["key"] for w in again.narrow_pixels] == ["dark16"]
+
+
+def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, tmp_path):
+    """An index.json whose decode has no colour (every conversion before it) was made ignoring ICC
+    profiles: a rerun with the default --colour srgb is refused naming --colour raw; with it, nothing to do."""
+    from wds_tools.convert.decode import DecodeSettings
+
+    res = _run(corpus, tmp_path / "out")
+    index = Path(res.out_dir) / "index.json"
+    meta = json.loads(index.read_text())
+    assert meta["decode"].pop("colour") == "srgb"
+    index.write_text(json.dumps(meta))
+    with pytest.raises(OutputExistsError, match=r"decode\.colour: existing 'raw', requested 'srgb'.*--colour raw"):
+        _run(corpus, tmp_path / "out")
+    assert _run(corpus, tmp_path / "out", decode=DecodeSettings(colour="raw")).already_complete
