@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -602,7 +603,7 @@ def test_decode_sizes_shares_no_failure_it_would_not_have(small_jpeg):
 # --------------------------------------------------------------------------------------------
 # pixel ranges (issue 22, row 3) and colour (row 13): FORMAT.md, "Pixel values and colour"
 
-ICC_DIR = __import__("pathlib").Path(__file__).parent / "icc"
+ICC_DIR = Path(__file__).parent / "icc"
 
 
 def png_with_sbit(arr: np.ndarray, bits: int) -> bytes:
