@@ -569,3 +569,105 @@ def test_every_sample_of_a_conversion_has_the_same_json_keys(tmp_path):
     assert res.exit_code == 0, res.output
     sets = _json_key_sets(tmp_path / "hout" / "v1" / "16")
     assert len(sets) == 1 and "meta" in next(iter(sets)), sets
+
+
+# --- phone photos and every file accounted for (issue 22, rows 2 and 15) ---
+
+def _phone_folder(root: Path) -> list[tuple[str, np.ndarray]]:
+    """An image folder with a HEIC (pillow-heif), an AVIF (Pillow), a .jfif, a .jpe, a JPEG and two non-images."""
+    from PIL import Image
+
+    from wds_tools.synth import jpeg_bytes
+
+    pillow_heif = pytest.importorskip("pillow_heif")
+    pillow_heif.register_heif_opener()
+    (root / "cat").mkdir(parents=True)
+    made = []
+    for i, (name, fmt) in enumerate([("IMG_0001.HEIC", "HEIF"), ("x.avif", "AVIF"), ("scan.jfif", "JPEG"),
+                                     ("y.jpe", "JPEG"), ("z.jpg", "JPEG")]):
+        colour = (40 * i + 30, 200 - 30 * i, 90)
+        im = Image.new("RGB", (40, 40), colour)
+        if fmt == "JPEG":
+            (root / "cat" / name).write_bytes(jpeg_bytes(im))
+        else:
+            im.save(root / "cat" / name, fmt, quality=95)
+        made.append((name, np.array(colour)))
+    (root / "cat" / "notes.txt").write_text("x")
+    (root / "cat" / ".DS_Store").write_bytes(b"x")
+    return made
+
+
+def test_heic_avif_jfif_and_jpe_photos_convert_and_the_rest_is_listed(tmp_path):
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    made = _phone_folder(tmp_path / "photos")
+    res = CliRunner().invoke(cli, ["convert", "--source", str(tmp_path / "photos"), "--version", "v1", "--size", "32",
+                                   "--out", str(tmp_path / "out"), "--val-fraction", "0", "--workers", "1", "-q",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["samples_written"] == 5 and out["failed"] == 0
+    assert sorted(s["path"] for s in out["skipped"]) == ["cat/.DS_Store", "cat/notes.txt"]
+    pixels = {}
+    for sample in wds.WebDataset(str(tmp_path / "out/v1/32/train-000000.tar"), shardshuffle=False).decode():
+        pixels[sample["json"]["source_path"].split("/")[1]] = sample["npy"]
+    for name, colour in made:  # a uniform colour survives each codec within a few levels
+        assert np.abs(pixels[name].reshape(-1, 3).mean(axis=0) - colour).max() < 6, name
+    text = CliRunner().invoke(cli, ["convert", "--source", str(tmp_path / "photos"), "--version", "v1", "--size",
+                                    "32", "--out", str(tmp_path / "out"), "--val-fraction", "0", "-q"])
+    assert "skipped 2 files of the image folder" in text.output and "cat/notes.txt: extension '.txt'" in text.output
+
+
+def test_a_heic_without_the_extra_fails_naming_it(tmp_path):
+    """In a fresh interpreter where pillow_heif cannot be imported, a HEIC listed in a manifest fails at
+    the scan with the extra to install (not "the format is not recognised")."""
+    _phone_folder(tmp_path / "photos")
+    write_manifest(tmp_path / "photos" / "m.csv", [{"key": "h", "path": "cat/IMG_0001.HEIC", "label": "cat"},
+                                                    {"key": "j", "path": "cat/z.jpg", "label": "cat"}])
+    code = ("import sys, json; sys.modules['pillow_heif'] = None\n"
+            "from wds_tools.convert import convert\n"
+            f"r = convert({str(tmp_path / 'photos' / 'm.csv')!r}, version='v1', size=32, out={str(tmp_path / 'o')!r},"
+            " workers=1, progress=False, max_errors='1', val_fraction=0.0)\n"
+            "print(open(r.errors_file).read())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout.splitlines()[0])
+    assert line["key"] == "h" and line["stage"] == "scan"
+    assert "HEIC/HEIF" in line["error"] and "pip install 'wds-tools[heif]'" in line["error"]
+
+
+def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
+    """12-bit data in a 16-bit PNG without sBIT keeps the top 8 of 16 bits (0..15): exit 0, but the key is
+    named as a warning in the summary, --json and errors.jsonl (stage pixels), and not counted as failed."""
+    from PIL import Image
+
+    root = tmp_path / "c"
+    rows = make_images(root, 4)
+    ramp = (np.arange(48 * 48).reshape(48, 48) * 4095 // (48 * 48 - 1)).astype(np.uint16)  # 0..4095
+    Image.fromarray(ramp).save(root / "img" / "dark16.png")
+    rows.append({"key": "dark16", "path": "img/dark16.png", "label": "a"})
+    res = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", val_fraction=0.0)
+    assert res.samples_written == 5 and res.failed == 0
+    assert [w["key"] for w in res.narrow_pixels] == ["dark16"]
+    lines = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert [(e["key"], e["stage"]) for e in lines] == [("dark16", "pixels")] and "0..15" in lines[0]["warning"]
+    assert "warning: 1 image stored with pixels spanning less than a sixteenth" in res.to_text()
+    again = _run(write_manifest(root / "m.csv", rows), tmp_path / "out", val_fraction=0.0)
+    assert again.already_complete and again.failed == 0 and [w["key"] for w in again.narrow_pixels] == ["dark16"]
+
+
+def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, tmp_path):
+    """An index.json whose decode has no colour (every conversion before it) was made ignoring ICC
+    profiles: a rerun with the default --colour srgb is refused naming --colour raw; with it, nothing to do."""
+    from wds_tools.convert.decode import DecodeSettings
+
+    res = _run(corpus, tmp_path / "out")
+    index = Path(res.out_dir) / "index.json"
+    meta = json.loads(index.read_text())
+    assert meta["decode"].pop("colour") == "srgb"
+    index.write_text(json.dumps(meta))
+    with pytest.raises(OutputExistsError, match=r"decode\.colour: existing 'raw', requested 'srgb'.*--colour raw"):
+        _run(corpus, tmp_path / "out")
+    assert _run(corpus, tmp_path / "out", decode=DecodeSettings(colour="raw")).already_complete

@@ -10,13 +10,20 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
 from wds_tools.convert.decode import (
-    RESIZE_MODES, DecodeSettings, Decoded, decode_file, decode_image, decode_sizes, probe_image,
+    RESIZE_MODES,
+    Decoded,
+    DecodeSettings,
+    decode_file,
+    decode_image,
+    decode_sizes,
+    probe_image,
 )
 from wds_tools.errors import DecodeError, OptionError
 from wds_tools.synth import jpeg_bytes, photo_like
@@ -591,3 +598,113 @@ def test_decode_sizes_shares_no_failure_it_would_not_have(small_jpeg):
         decode_sizes(b"not an image at all" * 10, (16, 48))
     with pytest.raises(OptionError, match="resize"):
         decode_sizes(small_jpeg, (16,), "fit")
+
+
+# --------------------------------------------------------------------------------------------
+# pixel ranges (issue 22, row 3) and colour (row 13): FORMAT.md, "Pixel values and colour"
+
+ICC_DIR = Path(__file__).parent / "icc"
+
+
+def png_with_sbit(arr: np.ndarray, bits: int) -> bytes:
+    """A 16-bit grey PNG of ``arr`` (written by PIL) with an ``sBIT`` chunk stating ``bits``, after IHDR."""
+    raw = encode(Image.fromarray(arr.astype(np.uint16)), "PNG")
+    ihdr_end = 8 + 12 + struct.unpack(">I", raw[8:12])[0]
+    body = b"sBIT" + bytes([bits])
+    chunk = struct.pack(">I", 1) + body + struct.pack(">I", zlib.crc32(body))
+    return raw[:ihdr_end] + chunk + raw[ihdr_end:]
+
+
+def test_a_16_bit_png_of_12_bit_data_with_sbit_comes_out_full_range():
+    arr = np.full((32, 64), 4095, dtype=np.uint16)
+    arr[:, 32:] = 2048
+    raw = png_with_sbit(arr, 12)
+    assert Image.open(io.BytesIO(raw)).mode == "I;16"
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, (255, 255, 255))  # 4095 >> 4: the top 8 of 12 significant bits
+    assert_colour(right, (128, 128, 128))  # 2048 >> 4
+
+
+def test_sbit_that_the_values_exceed_is_the_spec_s_left_shifted_data():
+    arr = np.full((32, 64), 4095 << 4, dtype=np.uint16)  # what the PNG spec says a 12-bit writer stores
+    arr[:, 32:] = 2048 << 4
+    left, right = left_right(decode_image(png_with_sbit(arr, 12), 32, "squash").pixels)
+    assert_colour(left, (255, 255, 255))
+    assert_colour(right, (128, 128, 128))
+
+
+def test_mode_I_tiff_with_values_0_to_255_is_taken_as_8_bit():
+    arr = np.full((32, 64), 200, dtype=np.int32)
+    arr[:, 32:] = 7
+    raw = encode(Image.fromarray(arr), "TIFF")
+    assert Image.open(io.BytesIO(raw)).mode == "I"
+    left, right = left_right(decode_image(raw, 32, "squash").pixels)
+    assert_colour(left, (200, 200, 200))  # not 200 >> 8 == 0
+    assert_colour(right, (7, 7, 7))
+
+
+def test_mode_I_with_values_past_16_bits_keeps_the_top_8_of_24():
+    arr = np.full((32, 64), 0xABCDEF, dtype=np.int32)
+    arr[:, 32:] = -5  # negative: 0
+    left, right = left_right(decode_image(encode(Image.fromarray(arr), "TIFF"), 32, "squash").pixels)
+    assert_colour(left, (0xAB, 0xAB, 0xAB))
+    assert_colour(right, BLACK)
+
+
+def test_float_image_within_0_1_is_scaled_to_0_255():
+    arr = np.full((32, 64), 1.0, dtype=np.float32)
+    arr[:, 32:] = 0.5
+    left, right = left_right(decode_image(encode(Image.fromarray(arr, "F"), "TIFF"), 32, "squash").pixels)
+    assert_colour(left, WHITE)
+    assert_colour(right, (128, 128, 128))  # round(127.5)
+
+
+def _adobe() -> bytes:
+    return (ICC_DIR / "AdobeRGB1998.icc").read_bytes()
+
+
+def _srgb_by_hand(im: Image.Image, icc: bytes) -> np.ndarray:
+    """The reference: ImageCms applied by hand, profile -> sRGB, perceptual intent."""
+    from PIL import ImageCms
+
+    src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+    out = ImageCms.profileToProfile(im, src, ImageCms.createProfile("sRGB"), outputMode="RGB",
+                                    renderingIntent=ImageCms.Intent.PERCEPTUAL)
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_an_embedded_icc_profile_is_converted_to_srgb(fmt):
+    kw = {"quality": 95} if fmt == "JPEG" else {}
+    raw = encode(photo_like(48, 48, seed=5), fmt, icc_profile=_adobe(), **kw)
+    opened = Image.open(io.BytesIO(raw))
+    assert opened.info["icc_profile"] == _adobe()
+    want = _srgb_by_hand(opened.convert("RGB"), _adobe())
+    got = decode_image(raw, 48, "squash").pixels  # 48 -> 48: no resampling
+    np.testing.assert_array_equal(got, want)
+    stored = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB"))
+    assert np.abs(got.astype(int) - stored).max() > 10  # Adobe RGB is not sRGB: the conversion shows
+    raw_kept = decode_image(raw, 48, "squash", DecodeSettings(colour="raw")).pixels
+    np.testing.assert_array_equal(raw_kept, stored)
+
+
+def test_an_srgb_profile_is_not_converted():
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    im = photo_like(32, 32, seed=6)
+    got = decode_image(encode(im, "PNG", icc_profile=srgb), 32, "squash").pixels
+    np.testing.assert_array_equal(got, np.asarray(im.convert("RGB")))
+
+
+def test_a_broken_icc_profile_fails_the_image_naming_the_option():
+    raw = encode(photo_like(16, 16, seed=1), "PNG", icc_profile=b"not a profile at all")
+    with pytest.raises(DecodeError, match="ICC colour profile cannot be read.*--colour raw"):
+        decode_image(raw, 16, "squash")
+    assert decode_image(raw, 16, "squash", DecodeSettings(colour="raw")).pixels.shape == (16, 16, 3)
+
+
+def test_colour_setting_is_checked_and_recorded():
+    with pytest.raises(OptionError, match="--colour must be one of srgb, raw"):
+        DecodeSettings(colour="p3")
+    assert DecodeSettings().to_dict()["colour"] == "srgb"

@@ -212,9 +212,10 @@ def to_rgb(im: Image.Image) -> Image.Image:
         im = im.convert("RGBA")
     elif mode == "RGB":
         return im
-    elif mode.startswith("I;16") or mode == "I":
-        grey = (np.clip(np.asarray(im).astype(np.int64), 0, 65535) >> 8).astype(np.uint8)
-        return Image.fromarray(grey, "L").convert("RGB")
+    elif mode.startswith("I;16") or mode == "I":  # Pixel values and colour: no sBIT in this corpus
+        v = np.clip(np.asarray(im).astype(np.int64), 0, None)
+        b = 16 if mode.startswith("I;16") else next(b for b in (8, 16, 24, 32) if v.max() < 2 ** b)
+        return Image.fromarray((v >> (b - 8)).astype(np.uint8), "L").convert("RGB")
     elif mode == "P":
         im = im.convert("RGBA") if "transparency" in im.info else im.convert("RGB")
     elif mode in ("LA", "La", "PA", "RGBa"):
@@ -414,7 +415,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
         "format": "wds-tools-index", "format_version": 2, "created_by": f"wds-tools {package_version('wds-tools')}",
         "dataset_version": version, "size": S, "resize": mode,
         "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
-                   "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS},
+                   "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS, "colour": "srgb"},
         "decoder_versions": {"pillow": Image.__version__, "libjpeg": str(features.version("jpg"))},
         "build": {"shard_size": SHARD_SIZE, "seed": SEED, "val_fraction": VAL_FRACTION, "sanitize_keys": True,
                   "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},

@@ -198,7 +198,8 @@ def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path
     """Version 1's corpus converted today, against version 1's golden files, sample by sample: the same
     pixels, labels and source facts; added only the .i32 member (the label as int32), the .json's
     dataset_version, classes_digest and original_key (the key itself when not mapped); samples.npz
-    without src_mtime_ns, with i32 offsets; index.json with classes_digest and the new members."""
+    without src_mtime_ns, with i32 offsets; index.json with classes_digest, the new members and the
+    decode's colour rule."""
     write_corpus(tmp_path / "a", 1)
     made_dir = convert_corpus(tmp_path / "a", corpus=1)
     old = golden_folder(tmp_path, 1)
@@ -209,6 +210,8 @@ def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path
     for m in (new_meta, old_meta):
         for k in ("format_version", "classes_digest", "sample", "samples_file", "shards"):
             m.pop(k, None)
+    # the colour rule (an embedded ICC profile converted to sRGB) is recorded; version 1 ignored profiles
+    assert new_meta["decode"].pop("colour") == "srgb" and "colour" not in old_meta["decode"]
     assert new_meta == old_meta
     samples = {}
     for folder in (old, made_dir):
@@ -363,6 +366,11 @@ def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tm
     named = dict(zip(options[::2], options[1::2])) if version >= 2 else {}
     kw = {"key": named["--key"], "label": named["--label"], "path": named["--path"], "group": named["--group"],
           "stratify": True, "val_fraction": 0.34} if named else {}
+    if "colour" not in json.loads((folder / "index.json").read_text())["decode"]:
+        # an index from before the colour rule was made ignoring ICC profiles: a base for --colour raw only
+        from wds_tools.convert.decode import DecodeSettings
+
+        kw["decode"] = DecodeSettings(colour="raw")
     r = convert(CORPORA[version].manifest, version="v2", size=S, out="shards", shard_size=2, sanitize_keys=True,
                 workers=1, progress=False, **kw)
     assert (r.decoded, r.reused, r.base) == (0, 6, "v1")

@@ -4,12 +4,19 @@ import json
 import math
 
 import pytest
+from conftest import HAM_COLUMNS, write_ham, write_isic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HAM_COLUMNS, write_ham, write_isic
 from wds_tools.convert.manifest import (
-    Columns, PathTemplate, bind, cell_text, column_type, metadata_values, read_table, typed,
+    Columns,
+    PathTemplate,
+    bind,
+    cell_text,
+    column_type,
+    metadata_values,
+    read_table,
+    typed,
 )
 from wds_tools.errors import OptionError, SourceError
 
@@ -217,3 +224,11 @@ def test_the_unknown_template_column_message_reads_as_a_sentence(tmp_path):
     with pytest.raises(SourceError) as e:
         bind(table, Columns(key="image_id", label="dx", path="images/{imageid}.jpg"))
     assert "did you mean 'image_id'?" in str(e.value) and "?." not in str(e.value)
+
+
+def test_a_semicolon_delimited_csv_gets_a_delimiter_hint_naming_the_file(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("key;path;label\na;a.jpg;cat\n")
+    with pytest.raises(SourceError, match=r"m\.csv: the header 'key;path;label' is one column holding ';'.*"
+                                          r"save it with ',' as the delimiter"):
+        read_table(str(path))

@@ -1,15 +1,14 @@
 import json
 
 import pytest
-
+from conftest import make_images, write_ham, write_isic, write_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_images, write_ham, write_isic, write_manifest
-from wds_tools.errors import InvalidKeyError, OptionError, SourceError
 from wds_tools.convert.groups import SplitBase
 from wds_tools.convert.manifest import Columns
 from wds_tools.convert.source import read_source, sanitize_keys
+from wds_tools.errors import InvalidKeyError, OptionError, SourceError
 
 HAM = Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")
 ISIC = Columns(key="image_name", label="benign_malignant", path="train/{image_name}.jpg", group="patient_id")
@@ -299,3 +298,94 @@ def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
     assert [(c.name, c.type) for c in src.metadata] == [("age", "float"), ("site", "string"), ("flag", "string")]
     assert [r.meta for r in src.rows] == [(40.0, "dos", "true"), (52.5, None, "false")]
     assert src.rows[1].source_path == "img/b.jpg"
+
+
+# --- labels by value (issue 22, row 4) ---
+
+def test_labels_written_as_floats_are_classes_by_integer_value(tmp_path):
+    # what pandas writes for an int column with a missing value: 0.0 .. 11.0
+    rows = make_images(tmp_path, 12)
+    for i, r in enumerate(rows):
+        r["label"] = f"{i}.0"
+    src = read_source(write_manifest(tmp_path / "m.csv", rows))
+    assert src.classes == [str(i) for i in range(12)]
+    index = src.label_index()
+    assert [index[r.label] for r in src.rows] == list(range(12))  # label 2.0 is class 2, not 4
+
+
+def test_one_value_in_three_spellings_is_one_class(tmp_path):
+    rows = make_images(tmp_path, 4)
+    path = tmp_path / "m.jsonl"
+    labels = [3, "3", 3.0, 0]
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, labels)))
+    src = read_source(path)
+    assert src.classes == ["0", "1", "2", "3"]
+    assert [r.label for r in src.rows] == ["3", "3", "3", "0"]
+
+
+def test_a_boolean_among_numeric_labels_is_refused_naming_the_row(tmp_path):
+    rows = make_images(tmp_path, 3)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [3, True, 1])))
+    with pytest.raises(SourceError, match=r"m\.jsonl: the label at line\(s\) 2 is a JSON boolean"):
+        read_source(path)
+
+
+def test_boolean_labels_alone_are_names(tmp_path):
+    rows = make_images(tmp_path, 2)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [True, False])))
+    assert read_source(path).classes == ["false", "true"]
+
+
+def test_one_non_integer_value_written_two_ways_is_refused(tmp_path):
+    rows = make_images(tmp_path, 2)
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [2.5, "2.50"])))
+    with pytest.raises(SourceError, match=r"'2\.5' at line\(s\) 1; '2\.50' at line\(s\) 2 name one value"):
+        read_source(path)
+
+
+def test_leading_zero_labels_stay_names(tmp_path):
+    rows = make_images(tmp_path, 2)
+    for r, lab in zip(rows, ["07", "7"]):
+        r["label"] = lab
+    assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]
+
+
+# --- every file of an image folder accounted for (issue 22, row 2) ---
+
+def test_every_file_not_taken_is_listed_with_its_reason(tmp_path):
+    root = tmp_path / "photos"
+    (root / "cat").mkdir(parents=True)
+    for name in ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF", ".DS_Store", "notes.txt", "raw.cr2"):
+        (root / "cat" / name).write_bytes(b"x")
+    (root / "cat" / ".thumbs").mkdir()
+    (root / "cat" / ".thumbs" / "t.jpg").write_bytes(b"x")
+    (root / "README.md").write_text("a corpus")
+    (root / ".git").mkdir()
+    src = read_source(root, val_fraction=0.0)
+    assert sorted(r.source_path for r in src.rows) == [f"cat/{n}" for n in
+                                                       ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF")]
+    reasons = {s["path"]: s["reason"] for s in src.skipped}
+    assert sorted(reasons) == [".git", "README.md", "cat/.DS_Store", "cat/.thumbs", "cat/notes.txt", "cat/raw.cr2"]
+    assert reasons["cat/raw.cr2"].startswith("extension '.cr2' is not an image extension")
+    assert reasons["README.md"].startswith("not inside a label folder")
+    assert "hidden" in reasons["cat/.DS_Store"] and "hidden" in reasons["cat/.thumbs"] and "hidden" in reasons[".git"]
+
+
+def test_a_symlinked_subfolder_is_followed_and_a_loop_is_listed(tmp_path):
+    import os
+
+    root = tmp_path / "photos"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.jpg").write_bytes(b"x")
+    elsewhere = tmp_path / "more"
+    elsewhere.mkdir()
+    (elsewhere / "b.jpg").write_bytes(b"x")
+    os.symlink(elsewhere, root / "cat" / "linked")
+    os.symlink(root / "cat", root / "cat" / "loop")  # back to its own parent
+    src = read_source(root, val_fraction=0.0)
+    assert sorted(r.source_path for r in src.rows) == ["cat/a.jpg", "cat/linked/b.jpg"]
+    assert [s["path"] for s in src.skipped] == ["cat/loop"]
+    assert "already walked" in src.skipped[0]["reason"]

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from .config import CONFIG_FILE, default_map, load_config
-from .convert.decode import RESIZE_MODES
+from .convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from .convert.runner import EXECUTORS
 from .errors import OptionError, WdsToolsError
 from .signals import SIGNALS, Interrupted, exit_code, install, received
@@ -159,11 +159,14 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--ray-address", default=None,
               help="Ray cluster address for --executor ray, e.g. ray://head:10001 or auto. "
                    "Default: start a local Ray instance.")
+@click.option("--colour", "colour", type=click.Choice(COLOUR_MODES), default="srgb", show_default=True,
+              help="An image's embedded ICC colour profile: srgb converts its pixels to sRGB (Display P3 phone "
+                   "photos, Adobe RGB scans); raw keeps the stored values and ignores the profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
             group, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
-            ray_address, as_json, quiet) -> None:
+            ray_address, colour, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -213,7 +216,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
                              group=group, stratify=stratify, resplit=resplit,
-                             max_errors=max_errors, reuse=not no_reuse,
+                             max_errors=max_errors, reuse=not no_reuse, decode=DecodeSettings(colour=colour),
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
     except (KeyboardInterrupt, Interrupted) as e:

@@ -6,20 +6,23 @@ converter, the tests and the incremental re-sharding all call it.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
+import struct
 import warnings
-from dataclasses import asdict, dataclass
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageCms, ImageOps
 
 from ..errors import DecodeError, OptionError
 
 __all__ = [
     "RESIZE_MODES",
+    "COLOUR_MODES",
     "DecodeSettings",
     "Decoded",
     "decode_image",
@@ -27,9 +30,11 @@ __all__ = [
     "decode_file",
     "probe_image",
     "decoder_versions",
+    "recorded_decode",
 ]
 
 RESIZE_MODES = ("center-crop", "squash", "pad")
+COLOUR_MODES = ("srgb", "raw")  # an embedded ICC profile: converted to sRGB, or ignored (the raw values)
 
 _FILTERS = {
     "lanczos": Image.Resampling.LANCZOS,
@@ -52,10 +57,13 @@ class DecodeSettings:
     alpha_background: tuple[int, int, int] = (255, 255, 255)  # transparent pixels land on this
     pad_fill: tuple[int, int, int] = (0, 0, 0)  # border colour of resize mode "pad"
     max_pixels: int = 256_000_000  # decompression-bomb guard, checked on the header
+    colour: str = "srgb"  # an embedded ICC profile: "srgb" converts to sRGB (ImageCms), "raw" ignores it
 
     def __post_init__(self) -> None:
         if self.filter not in _FILTERS:
             raise OptionError(f"filter must be one of {', '.join(_FILTERS)}, not {self.filter!r}")
+        if self.colour not in COLOUR_MODES:
+            raise OptionError(f"--colour must be one of {', '.join(COLOUR_MODES)}, not {self.colour!r}")
 
     def to_dict(self) -> dict:
         """The settings as index.json and run.json record them (tuples as lists)."""
@@ -74,6 +82,14 @@ class Decoded:
     height: int
 
 
+def recorded_decode(decode: dict | None) -> dict | None:
+    """An index's ``decode`` as today's settings word it: one written before ``colour`` existed was
+    made ignoring ICC profiles, so it reads as ``"colour": "raw"``."""
+    if not isinstance(decode, dict) or "colour" in decode:
+        return decode
+    return {**decode, "colour": "raw"}
+
+
 def decoder_versions() -> dict[str, str]:
     """Library versions that can change pixels; recorded in the index for provenance."""
     from PIL import __version__ as pil_version
@@ -82,11 +98,57 @@ def decoder_versions() -> dict[str, str]:
     return {"pillow": pil_version, "libjpeg": str(features.version("jpg"))}
 
 
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"mif2"}
+_AVIF_BRANDS = {b"avif", b"avis"}
+HEIF_EXTRA = "pip install 'wds-tools[heif]' (pillow-heif)"
+
+
+def _ftyp_brand(f: BinaryIO) -> bytes | None:
+    """An ISO-BMFF file's major brand (``heic``, ``avif``, ...), or None; ``f`` is left at 0."""
+    head = f.read(12)
+    f.seek(0)
+    return head[8:12] if len(head) == 12 and head[4:8] == b"ftyp" else None
+
+
+@functools.lru_cache(maxsize=1)
+def _heif_registered() -> bool:
+    """Register pillow-heif's HEIC/HEIF opener with Pillow (once); False when the extra is missing."""
+    try:
+        import pillow_heif  # the 'heif' extra: heavy, so imported only when a HEIC/HEIF file turns up
+    except ImportError:
+        return False
+    pillow_heif.register_heif_opener()
+    return True
+
+
 def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
     if isinstance(data, (bytes, bytearray, memoryview)):
         if not data:
             raise DecodeError("empty file")
         data = io.BytesIO(data)
+    try:
+        return _open_pillow(data, settings)
+    except _Unidentified:
+        brand = _ftyp_brand(data)
+        if brand in _HEIF_BRANDS:
+            if not _heif_registered():
+                raise DecodeError(f"a HEIC/HEIF image (a phone photo): converting it needs the 'heif' extra: "
+                                  f"{HEIF_EXTRA}") from None
+            try:
+                return _open_pillow(data, settings)
+            except _Unidentified:
+                pass
+        if brand in _AVIF_BRANDS:
+            raise DecodeError("an AVIF image, and this Pillow has no AVIF codec: install Pillow 11.3 or newer "
+                              "from its wheels (pip install -U pillow)") from None
+        raise DecodeError("not an image: the format is not recognised") from None
+
+
+class _Unidentified(Exception):
+    """Pillow knows no opener for the bytes."""
+
+
+def _open_pillow(data: BinaryIO, settings: DecodeSettings) -> Image.Image:
     # settings.max_pixels is the guard (checked by the callers on the header); Pillow's own,
     # at 2 x Image.MAX_IMAGE_PIXELS, must not refuse images below it.
     pillow_limit = Image.MAX_IMAGE_PIXELS
@@ -99,7 +161,8 @@ def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
     except Image.DecompressionBombError as e:
         raise DecodeError(f"decompression bomb refused: {e}") from None
     except Image.UnidentifiedImageError:
-        raise DecodeError("not an image: the format is not recognised") from None
+        data.seek(0)
+        raise _Unidentified() from None
     except Exception as e:  # SyntaxError, struct.error, ... from a damaged header
         raise DecodeError(f"not an image: {e}") from None
     finally:
@@ -131,7 +194,7 @@ def _open_checked(data: bytes | BinaryIO, settings: DecodeSettings) -> tuple[Ima
 
 
 def probe_image(data: bytes | BinaryIO, settings: DecodeSettings = DecodeSettings()) -> tuple[int, int]:
-    """Read only the header (of bytes or an open binary file); return the displayed (width, height) or raise ``DecodeError``."""
+    """The displayed (width, height) from the header only (of bytes or an open binary file), or ``DecodeError``."""
     _, _, w, h = _open_checked(data, settings)
     return w, h
 
@@ -143,20 +206,86 @@ def _resize_scale(w: int, h: int, side: int, resize: str) -> tuple[float, float]
     return s, s
 
 
-def _to_rgb(im: Image.Image, settings: DecodeSettings) -> Image.Image:
+def _png_sbit(data: bytes | BinaryIO) -> int | None:
+    """The significant bits a PNG's ``sBIT`` chunk states for grey (the largest for colour), or None."""
+    head = data[:1 << 16] if isinstance(data, (bytes, bytearray, memoryview)) else b""
+    pos = 8
+    while pos + 8 <= len(head):
+        length, kind = struct.unpack(">I4s", head[pos:pos + 8])
+        if kind == b"sBIT":
+            body = head[pos + 8:pos + 8 + length]
+            return max(body) if body else None
+        if kind in (b"IDAT", b"IEND"):
+            return None
+        pos += 12 + length
+    return None
+
+
+def integer_bits(top: int, mode: str, sbit: int | None) -> int:
+    """The significant bits of an integer grey image (FORMAT.md, Pixels): ``sbit`` when stated and
+    the largest value ``top`` fits in it; else 16 for a 16-bit mode; else (32-bit ``I``, which has no
+    depth of its own) the fewest of 8, 16, 24 and 32 bits that hold ``top``."""
+    if sbit is not None and 1 <= sbit <= 16 and top < 1 << sbit:
+        return sbit
+    if mode.startswith("I;16"):
+        return 16
+    return next(b for b in (8, 16, 24, 32) if top < 1 << b)
+
+
+def _grey_to_8bit(arr: np.ndarray, mode: str, sbit: int | None) -> np.ndarray:
+    """Integer grey -> uint8: the top 8 of its significant bits (negative values are 0)."""
+    arr = np.clip(arr.astype(np.int64), 0, None)
+    bits = integer_bits(int(arr.max()) if arr.size else 0, mode, sbit)
+    return (arr >> (bits - 8) if bits >= 8 else arr << (8 - bits)).astype(np.uint8)
+
+
+def _float_to_8bit(arr: np.ndarray) -> np.ndarray:
+    """Float grey -> uint8: values within [0, 1] are scaled by 255, others taken as 0..255; clipped, rounded."""
+    arr = np.nan_to_num(arr.astype(np.float64), nan=0.0, posinf=255.0, neginf=0.0)
+    if arr.size and arr.min() >= 0.0 and arr.max() <= 1.0:
+        arr = arr * 255.0
+    return np.clip(arr, 0, 255).round().astype(np.uint8)
+
+
+_SRGB = ImageCms.createProfile("sRGB")
+
+
+@functools.lru_cache(maxsize=32)
+def _icc_transform(icc: bytes, mode: str, out_mode: str) -> ImageCms.ImageCmsTransform | None:
+    """An lcms transform from the embedded profile to sRGB, or None when the profile says sRGB."""
+    try:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        if ImageCms.getProfileDescription(profile).strip().lower().startswith("srgb"):
+            return None
+        return ImageCms.buildTransform(profile, _SRGB, mode, out_mode,
+                                       renderingIntent=ImageCms.Intent.PERCEPTUAL)
+    except (ImageCms.PyCMSError, OSError, ValueError) as e:
+        raise DecodeError(f"its embedded ICC colour profile cannot be read ({e}); convert with --colour raw "
+                          "to keep the stored values, or re-save the image without the profile") from None
+
+
+_ICC_MODES = {"RGB": "RGB", "RGBA": "RGBA", "CMYK": "RGB", "L": "RGB"}
+
+
+def _to_srgb(im: Image.Image, icc: bytes | None, settings: DecodeSettings) -> Image.Image:
+    """``im`` converted from its embedded ICC profile to sRGB (``settings.colour == "srgb"``)."""
+    if not icc or settings.colour != "srgb" or im.mode not in _ICC_MODES:
+        return im
+    transform = _icc_transform(bytes(icc), im.mode, _ICC_MODES[im.mode])
+    return im if transform is None else transform.apply(im)
+
+
+def _to_rgb(im: Image.Image, settings: DecodeSettings, sbit: int | None = None) -> Image.Image:
     mode = im.mode
     if mode in ("L", "RGB") and "transparency" in im.info:  # PNG tRNS colour key
         im = im.convert("RGBA")
     elif mode == "RGB":
         return im
     if mode.startswith("I;16") or mode == "I":
-        # 16-bit grey: keep the top 8 bits (PIL's own convert would clip at 255 instead).
-        arr = np.asarray(im).astype(np.int64)
-        arr = (np.clip(arr, 0, 65535) >> 8).astype(np.uint8)
-        return Image.fromarray(arr, "L").convert("RGB")
+        # PIL's own convert would clip at 255 instead
+        return Image.fromarray(_grey_to_8bit(np.asarray(im), mode, sbit), "L").convert("RGB")
     if mode == "F":
-        arr = np.clip(np.nan_to_num(np.asarray(im)), 0, 255).round().astype(np.uint8)
-        return Image.fromarray(arr, "L").convert("RGB")
+        return Image.fromarray(_float_to_8bit(np.asarray(im)), "L").convert("RGB")
     if mode == "P":
         im = im.convert("RGBA") if "transparency" in im.info else im.convert("RGB")
     elif mode in ("LA", "La", "PA", "RGBa"):
@@ -194,9 +323,10 @@ def decode_image(
             need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
             im.draft(im.mode, (need[1], need[0]) if swap else need)
         im.load()
+        icc, sbit = im.info.get("icc_profile"), _sbit_of(im, data)
         if orientation != 1:
             im = ImageOps.exif_transpose(im)
-        im = _to_rgb(im, settings)
+        im = _to_rgb(_to_srgb(im, icc, settings), settings, sbit)
     except DecodeError:
         raise
     except Exception as e:  # truncated data, broken chunks: OSError, SyntaxError, ValueError...
@@ -247,9 +377,10 @@ def decode_sizes(
             if isinstance(picture, Exception):
                 raise picture
             picture.load()
+            icc, sbit = picture.info.get("icc_profile"), _sbit_of(picture, data)
             if orientation != 1:
                 picture = ImageOps.exif_transpose(picture)
-            picture = _to_rgb(picture, settings)
+            picture = _to_rgb(_to_srgb(picture, icc, settings), settings, sbit)
         except DecodeError as e:
             out.update((side, e) for side in members)
             continue
@@ -260,6 +391,13 @@ def decode_sizes(
         for side in members:
             out[side] = Decoded(_resize(picture, side, resize, settings), w, h)
     return out, len(groups)
+
+
+def _sbit_of(im: Image.Image, data: bytes) -> int | None:
+    """A 16-bit PNG's ``sBIT`` significant bits (read only for integer grey modes), or None."""
+    if im.format != "PNG" or not (im.mode.startswith("I;16") or im.mode == "I"):
+        return None
+    return _png_sbit(data)
 
 
 def _resize(im: Image.Image, side: int, resize: str, settings: DecodeSettings) -> np.ndarray:

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ..errors import OptionError, SourceError
-from ..format.meta import MetaColumn, is_float_text as _is_float, is_int_text as _is_int
-from .scan import HASH_ALGORITHMS
+from ..format.meta import MetaColumn
+from ..format.meta import is_float_text as _is_float
+from ..format.meta import is_int_text as _is_int
 from ..format.transport import is_remote
+from .scan import HASH_ALGORITHMS
 from .storage import open_input
 
 __all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type",
@@ -147,6 +149,11 @@ def read_table(path: str) -> Table:
                 )
             reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
             header = list(reader.fieldnames or [])
+            if suffix == ".csv" and len(header) == 1 and ";" in header[0]:
+                raise SourceError(
+                    f"{path}: the header {header[0][:80]!r} is one column holding ';': the file looks "
+                    "';'-delimited (what spreadsheets write where the decimal mark is a comma). A .csv manifest "
+                    "is ','-delimited: save it with ',' as the delimiter, or with tabs as a .tsv")
             dups = sorted({n for n in header if header.count(n) > 1 and n.strip()})
             if dups:
                 raise SourceError(f"{path}: the header names column(s) {', '.join(map(repr, dups))} more than once; "

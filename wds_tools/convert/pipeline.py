@@ -8,6 +8,7 @@ each other size is then written from them in its own plan order.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -176,7 +177,8 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             state, done_meta = prepare_dest(store, sp)
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                                   dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit)
+                                   dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit,
+                                   skipped=list(src.skipped))
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")
@@ -266,7 +268,9 @@ def _already_complete(t: Target, t0: float) -> None:
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
     if result.errors_file:
-        result.failed = store.read_bytes(errors).count(b"\n")
+        lines = [json.loads(line) for line in store.read_bytes(errors).splitlines() if line.strip()]
+        result.narrow_pixels = [e for e in lines if e.get("stage") == "pixels"]
+        result.failed = len(lines) - len(result.narrow_pixels)
     result.already_complete = True
     result.seconds = round(time.perf_counter() - t0, 3)
 
@@ -465,9 +469,10 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
 
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
+    result.narrow_pixels = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(t, src, failures, out=opts.out_root, version=str(opts.version),  # golden test pins
-                       provenance=provenance)
+    meta = finish_size(t, src, failures + result.narrow_pixels, out=opts.out_root,  # golden test pins
+                       version=str(opts.version), provenance=provenance)
     result_from_index(result, store, meta)
     if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
         path = store.join(meta["samples_file"]["name"])

@@ -22,6 +22,8 @@ def count(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word``, plural unless n is 1: "1 shard", "12 shards", "1,200 images"."""
     return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
+_LISTED = 10  # skipped files the text summary names
+
 
 @dataclass
 class ConvertResult:
@@ -62,6 +64,8 @@ class ConvertResult:
     max_errors_exceeded: bool = False
     already_complete: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. a lock or clean-up taken over from a killed run
+    narrow_pixels: list[dict] = field(default_factory=list)  # errors.jsonl's stage "pixels" lines: a warning
+    skipped: list[dict] = field(default_factory=list)  # an image folder's entries not converted: {"path", "reason"}
 
     def to_text(self) -> str:
         """What the run did (or would do), per split, with reuse and failure counts."""
@@ -102,7 +106,8 @@ class ConvertResult:
             lines.append(f"  compared with the base: {how}")
         if self.shared_decode and not self.already_complete and not self.dry_run:
             if self.size > max(self.shared_decode):
-                lines.append(f"  each source read once for sizes {', '.join(map(str, [self.size, *self.shared_decode]))}: "
+                sizes = ", ".join(map(str, [self.size, *self.shared_decode]))
+                lines.append(f"  each source read once for sizes {sizes}: "
                              f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)")
             else:
                 lines.append(f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
@@ -113,6 +118,18 @@ class ConvertResult:
         if self.failed:
             where = f" (reasons in {self.errors_file})" if self.errors_file else ""
             lines.append(f"  failed: {self.failed}{where}")
+        if self.narrow_pixels:
+            n = len(self.narrow_pixels)
+            where = f"; listed in {self.errors_file}, stage pixels" if self.errors_file else ""
+            keys = ", ".join(w["key"] for w in self.narrow_pixels[:_LISTED]) + (", ..." if n > _LISTED else "")
+            lines.append(f"  warning: {n:,} image{'s' if n != 1 else ''} stored with pixels spanning less than a "
+                         f"sixteenth of 0..255 (near-uniform, or a squeezed range{where}): {keys}")
+        if self.skipped:
+            lines.append(f"  skipped {len(self.skipped):,} file{'s' if len(self.skipped) != 1 else ''} of the image "
+                         "folder (every one, with its reason, under \"skipped\" in --json):")
+            lines += [f"    {s['path']}: {s['reason']}" for s in self.skipped[:_LISTED]]
+            if len(self.skipped) > _LISTED:
+                lines.append(f"    ... and {len(self.skipped) - _LISTED:,} more")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -143,7 +160,8 @@ def parse_max_errors(value: str | int | float) -> tuple[str, float]:
         else:
             frac = float(text)
     except ValueError:
-        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage (1%)") from None
+        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage "
+                          "(1%)") from None
     if not 0.0 <= frac <= 1.0:
         raise OptionError(f"--max-errors {value!r}: a fraction must lie between 0 and 1 (0% to 100%)")
     return "fraction", frac

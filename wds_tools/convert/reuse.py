@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from .decode import recorded_decode
 from .write import Reuse
 
 __all__ = ["Base", "find_base", "base_incompatibilities"]
@@ -21,6 +22,7 @@ _PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
 
 def base_incompatibilities(meta: dict, wanted: dict) -> list[str]:
     """Differences that make a version's pixels unusable for another: size, resize, decode, decoder."""
+    meta = {**meta, "decode": recorded_decode(meta.get("decode"))}
     return [f"{k}: {meta.get(k)!r} there, {wanted[k]!r} here"
             for k in _PIXEL_FIELDS if meta.get(k) != wanted[k]]
 

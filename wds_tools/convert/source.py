@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections import Counter, defaultdict
@@ -29,7 +30,10 @@ __all__ = [
     "check_keys",
 ]
 
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
+# .jfif/.jpe are JPEGs; .heic/.heif need pillow-heif (the 'heif' extra: without it each fails naming it),
+# .avif Pillow's own codec
+IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp", ".heic",
+                    ".heif", ".avif"}
 # Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
@@ -66,6 +70,7 @@ class Source:
     columns: Columns = Columns()
     stratify: bool = False
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
+    skipped: tuple[dict, ...] = ()  # an image folder's files not converted: {"path", "reason"}, in walk order
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -159,6 +164,50 @@ def _classes(labels: set[str]) -> list[str]:
     return sorted(labels)
 
 
+_INTEGER_TEXT = re.compile(r"(0|[1-9][0-9]*)(\.0+)?")  # 2, 2.0, 2.00: what pandas writes for an int column with gaps
+
+
+def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
+    """Each row's label text by value: a JSON number or a text ``2``/``2.0`` whose value is a
+    non-negative integer is that integer's digits (so ``2``, ``2.0`` and ``"2"`` are one class
+    ``"2"``); other text and numbers as written (JSON numbers as Python's json writes them); a JSON
+    boolean is ``true``/``false``, refused among numbers (it would silently be 1 or 0). Two texts
+    that name one non-integer number (``2.5``, ``"2.50"``) are refused, naming the rows."""
+    out: list[str] = []
+    booleans: list[int] = []
+    numbers: dict[float, dict[str, list[int]]] = {}
+    for line, value in values:
+        if isinstance(value, bool):
+            booleans.append(line)
+            out.append("true" if value else "false")
+            continue
+        text = cell_text(value) or ""
+        if isinstance(value, (int, float)) or _INTEGER_TEXT.fullmatch(text):
+            number = float(text)
+            if number.is_integer() and number >= 0 and math.isfinite(number):
+                text = str(int(number))
+            numbers.setdefault(number, {}).setdefault(text, []).append(line)
+        elif isinstance(value, str) and _FLOAT_TEXT.fullmatch(text):
+            numbers.setdefault(float(text), {}).setdefault(text, []).append(line)
+        out.append(text)
+    if booleans and numbers:
+        first_number = min(ln for texts in numbers.values() for lines in texts.values() for ln in lines)
+        raise SourceError(
+            f"{path}: the label at line(s) {', '.join(map(str, booleans[:5]))} is a JSON boolean (true/false), "
+            f"and other labels are numbers (line {first_number}); a boolean is not silently the class 1 or 0. "
+            "Write the label as a number or as a class name in quotes")
+    for number, texts in numbers.items():
+        if len(texts) > 1:
+            listed = "; ".join(f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}"
+                               for t, lines in sorted(texts.items()))
+            raise SourceError(f"{path}: labels {listed} name one value, {number!r}, written differently; "
+                              "write every label of one class the same way")
+    return out
+
+
+_FLOAT_TEXT = re.compile(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def _field(obj: dict, name: str, path: str, line: int, option: str, required: bool = True) -> str:
     value = obj.get(name)
     if value is None or str(value).strip() == "":
@@ -212,7 +261,8 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
     for line, obj in table.records:
         key = _field(obj, columns.key, path, line, "--key")
         rel, error = _path_of(obj, bound, path, line)
-        label = _field(obj, columns.label, path, line, "--label")
+        _field(obj, columns.label, path, line, "--label")  # refuses an empty label
+        label = obj[columns.label]
         split = _field(obj, bound.split, path, line, "--split", required=False) if bound.split else ""
         if split and not _SPLIT_PATTERN.fullmatch(split):
             raise SourceError(f"{path}: line {line}: split {split!r} must match [A-Za-z0-9_-]{{1,32}}")
@@ -220,6 +270,8 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
         raw.append((line, rel, label, split, _content_hash(obj, path, line), error))
     keys = sanitize_keys(originals) if sanitize else originals
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
+    texts = _label_texts([(r[0], r[2]) for r in raw], str(path))
+    raw = [(r[0], r[1], t, *r[3:]) for r, t in zip(raw, texts)]
     rows = []
     for j, ((line, rel, label, split, content_hash, error), key, orig) in enumerate(zip(raw, keys, originals)):
         if is_remote(rel):
@@ -261,7 +313,8 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
     if clashes:
         (_, text), where = clashes[0]
-        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}" for split, lines in sorted(where.items()))
+        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}"
+                           for split, lines in sorted(where.items()))
         raise SourceError(
             f"{src.path}: group {text!r} of column {src.columns.group!r} is in {len(where)} splits of the "
             f"manifest's split column ({listed}); all samples of a group must be in "
@@ -275,21 +328,60 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
 
-def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
-                 split_base: SplitBase | None) -> Source:
-    files: list[tuple[str, str]] = []  # (relative path, label)
-    for label_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for dirpath, dirnames, filenames in os.walk(label_dir):
+def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
+    """(relative path, label) of every image file under ``root``'s label folders, and every entry not
+    taken, with its reason. Symlinked folders are followed, each real folder once (a link back to a
+    folder already walked, a loop, is listed instead)."""
+    files: list[tuple[str, str]] = []
+    skipped: list[dict] = []
+
+    def rel(path: str) -> str:
+        return os.path.relpath(path, root).replace(os.sep, "/")
+
+    def skip(path: str, reason: str) -> None:
+        skipped.append({"path": rel(path), "reason": reason})
+
+    seen: set[tuple[int, int]] = set()
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith("."):
+            skip(str(entry), "hidden (its name starts with '.')")
+            continue
+        if not entry.is_dir():
+            skip(str(entry), "not inside a label folder (an image folder is ROOT/<label>/<file>)")
+            continue
+        for dirpath, dirnames, filenames in os.walk(entry, followlinks=True,
+                                                    onerror=lambda e: skip(e.filename, f"unreadable folder: "
+                                                                                       f"{e.strerror}")):
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in seen:  # reached again through a symlink: a loop or a second link
+                skip(dirpath, "a symlinked folder already walked (a loop or a second link): skipped")
+                dirnames[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            for d in sorted(d for d in dirnames if d.startswith(".")):
+                skip(os.path.join(dirpath, d), "hidden folder (its name starts with '.')")
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in sorted(filenames):
-                if name.startswith(".") or os.path.splitext(name)[1].lower() not in IMAGE_EXTENSIONS:
-                    continue
-                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-                files.append((rel, label_dir.name))
+                path = os.path.join(dirpath, name)
+                ext = os.path.splitext(name)[1].lower()
+                if name.startswith("."):
+                    skip(path, "hidden file (its name starts with '.')")
+                elif ext not in IMAGE_EXTENSIONS:
+                    skip(path, f"extension {ext or '(none)'!r} is not an image extension "
+                               f"({', '.join(sorted(IMAGE_EXTENSIONS))})")
+                else:
+                    files.append((rel(path), entry.name))
+    return files, skipped
+
+
+def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
+                 split_base: SplitBase | None) -> Source:
+    files, skipped = _folder_files(root)
     if not files:
+        listed = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
         raise SourceError(
             f"{root}: no images found; an image folder is ROOT/<label>/<file> with extensions "
-            f"{', '.join(sorted(IMAGE_EXTENSIONS))}"
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}" + (f". Not taken: {listed}" if listed else "")
         )
     rels = [rel for rel, _ in files]
     keys = sanitize_keys(rels, bases=[os.path.splitext(rel)[0] for rel in rels])
@@ -300,7 +392,7 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
         for i, ((rel, label), k) in enumerate(zip(files, keys), 1)
     ]
     src = Source("image-folder", str(root), rows, _classes({r.label for r in rows}), stratify=stratify,
-                 split_base=split_base.version if split_base is not None else None)
+                 split_base=split_base.version if split_base is not None else None, skipped=tuple(skipped))
     return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
 
 

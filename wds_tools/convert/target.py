@@ -14,6 +14,7 @@ from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
 from ..format.mixing import RECORD_ONLY
 from ..format.transport import is_remote, join
 from . import hashes
+from .decode import recorded_decode
 from .options import ConvertOptions
 from .result import ConvertResult
 from .reuse import Base, find_base
@@ -72,6 +73,14 @@ def spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return diffs
 
 
+def _colour_hint(diffs: list[str]) -> str:
+    """A hint when the folder's only difference is the colour rule of an older conversion."""
+    if not any(d.startswith("decode.colour: existing 'raw'") for d in diffs):
+        return ""
+    return (" Its pixels keep embedded ICC profiles' raw values (as every conversion before --colour did): "
+            "pass --colour raw to take it as it is.")
+
+
 def read_meta(store: Store) -> dict:
     """The folder's index.json meta; a malformed one refuses the folder."""
     path = store.join(INDEX_FILE)
@@ -88,13 +97,14 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
     if store.exists(store.join(INDEX_FILE)):
         meta = read_meta(store)
         old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
+        old["decode"] = recorded_decode(old["decode"])
         old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in RECORD_ONLY}
         diffs = spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(
                 f"{dest} already holds a conversion made with other options or another source "
                 f"({'; '.join(diffs[:6])}). Nothing was changed. Choose another --version or --out, "
-                f"or remove {dest} to convert again."
+                f"or remove {dest} to convert again.{_colour_hint(diffs)}"
             )
         return "complete", meta
     if store.exists(run_file):
@@ -102,6 +112,8 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
             old = json.loads(store.read_bytes(run_file))
         except ValueError:
             old = {}
+        if isinstance(old, dict) and "decode" in old:
+            old["decode"] = recorded_decode(old["decode"])
         diffs = spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(

@@ -17,21 +17,22 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import xxhash
 
-from .scan import content_hasher, hash_mismatch, open_source, os_reason
-from .decode import DecodeError, Decoded, DecodeSettings, decode_image, decode_sizes
 from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
+from ..format.npy import npy_header
 from ..format.packed import pack_strings
-from ..format.sample import MEMBERS, column_prefix, label_i32, sample_json as json_bytes
+from ..format.sample import MEMBERS, column_prefix, label_i32
+from ..format.sample import sample_json as json_bytes
+from ..format.tarwrite import ShardWriter
 from ..format.transport import join, open_ranged
+from .decode import Decoded, DecodeError, DecodeSettings, decode_image, decode_sizes
 from .runner import orphaned
+from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .spill import SpillRow, SpillWriter, Staged
 from .storage import Store
-from ..format.npy import npy_header
-from ..format.tarwrite import ShardWriter
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "Encoded", "encode_batch", "ShardAssembler",
-           "open_shard", "write_shard", "sample_json"]
+           "open_shard", "write_shard", "sample_json", "NARROW_SPAN", "narrow_warning"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Encoded:
     rows: list[SampleRow] = field(default_factory=list)  # placed once appended
     hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     failed: list[dict] = field(default_factory=list)
+    narrow: list[dict] = field(default_factory=list)  # samples written whose pixels span under 16 levels
     failed_stat: dict[str, list[int]] = field(default_factory=dict)  # key -> the source's [size, mtime_ns]
     problems: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=lambda: {"decoded": 0, "reused": 0, "relabeled": 0})
@@ -193,6 +195,16 @@ def _channel_offsets(side: int) -> np.ndarray:
     return np.tile(np.array([0, 256, 512], dtype=np.uint16), side * side)
 
 
+NARROW_SPAN = 16  # a sixteenth of 0..255: stored pixels spanning fewer levels are reported
+
+
+def narrow_warning(key: str, path: str, line: int, lo: int, hi: int) -> dict:
+    """errors.jsonl's line for a sample whose stored pixels span fewer than ``NARROW_SPAN`` levels."""
+    return {"key": key, "path": path, "line": line, "stage": "pixels",
+            "warning": f"the stored pixels span only {lo}..{hi}, less than a sixteenth of 0..255: a near-uniform "
+                       "image, or a range squeezed on decode (16-bit data without sBIT?); check the source"}
+
+
 def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
     """Counts of each value per channel: [R 0..255, G 0..255, B 0..255]."""
     return np.bincount(flat + _channel_offsets(side), minlength=768)
@@ -242,6 +254,9 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                                 _npy_checksum(header, flat), s.source_path)
                 out.counts["decoded"] += 1
             if row is not None:
+                lo, hi = int(flat.min()), int(flat.max())
+                if hi - lo < NARROW_SPAN:
+                    out.narrow.append(narrow_warning(s.key, s.source_path, s.line, lo, hi))
                 out.hist += _histogram(flat, task.side)
                 js = sample_json(s, row.width, row.height, row.fingerprint.hex(), task.dataset_version,
                                  task.classes_digest)
@@ -306,6 +321,7 @@ class ShardAssembler:
         self.spills = {side: SpillWriter(folder, task.name) for side, folder in task.spill}
         self.rows: list[SampleRow] = []
         self.failed: list[dict] = []
+        self.narrow: list[dict] = []
         self.failed_stat: dict[str, list[int]] = {}
         self.problems: list[dict] = []
         self.counts = {"decoded": 0, "reused": 0, "relabeled": 0}
@@ -320,6 +336,7 @@ class ShardAssembler:
             self.rows.append(row._replace(placed=placed))
         self.hist += enc.hist
         self.failed += enc.failed
+        self.narrow += enc.narrow
         self.failed_stat.update(enc.failed_stat)
         self.problems += enc.problems
         for k, v in enc.counts.items():
@@ -340,7 +357,8 @@ class ShardAssembler:
             self.cleanup()
         store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(self.rows)))
         meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
-                "sha256": sha, "samples": len(self.rows), "failed": self.failed, "failed_stat": self.failed_stat,
+                "sha256": sha, "samples": len(self.rows), "failed": self.failed, "narrow": self.narrow,
+                "failed_stat": self.failed_stat,
                 "histogram": self.hist.tolist(), "counts": self.counts, "reuse_problems": self.problems,
                 "decodes": self.decodes}
         store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
