@@ -20,10 +20,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-
 from oracle import Epoch, Expect, check_epoch, read_stored
 from shardkit import build_dataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
 from training_adapter import AugmentConfig, make_loader
 from training_adapter.resume import Span, StreamPlan, epoch_span, stream_rest, yielded_per_worker
 from wds_tools.errors import OptionError
