@@ -345,3 +345,32 @@ def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_worker
     assert len(rest.shards) == new and all(len(r) == new_workers for r in rest.shards)
     if new > 1:
         assert len({sum(b) for b in rest.batches}) == 1
+
+
+def test_train_example_resumes_with_its_checkpoint(tmp_path):
+    """scripts/train_example.py stopped after 5 steps (--stop-after), then --resume: the batches trained
+    on, by key, are the uninterrupted run's."""
+    import subprocess
+    import sys
+
+    data = build_dataset(tmp_path / "d", {"train": [[t % 3 for t in range(20)] for _ in range(4)],
+                                          "val": [[0, 1, 2, 0]]}, size=SIZE)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_example.py"
+    config = tmp_path / "train.toml"  # no worker processes: three runs of the script stay quick
+    config.write_text(f'[dataset]\ntrain_urls = "{data}"\nval_urls = "{data}"\n'
+                      f'batch_size = {B}\nnum_workers = 0\n')
+    base = [sys.executable, str(script), "--config", str(config), "--epochs", "2"]
+
+    def run(*extra: str) -> str:
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    run("--log-keys", str(tmp_path / "full.txt"))
+    ck = str(tmp_path / "ck.pt")
+    assert "stopped after 5 steps" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck,
+                                          "--stop-after", "5")
+    assert "resumed from" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck, "--resume")
+    full = (tmp_path / "full.txt").read_text().splitlines()
+    assert len(full) == 2 * (80 // B)
+    assert (tmp_path / "cut.txt").read_text().splitlines() == full
