@@ -374,3 +374,23 @@ def test_train_example_resumes_with_its_checkpoint(tmp_path):
     full = (tmp_path / "full.txt").read_text().splitlines()
     assert len(full) == 2 * (80 // B)
     assert (tmp_path / "cut.txt").read_text().splitlines() == full
+
+
+@pytest.mark.parametrize("opts", [dict(device_augment=True, num_workers=2),  # reader threads
+                                  dict(train=False, split="train", num_workers=2),  # eval: threads, in order
+                                  dict(persistent_workers=True, num_workers=2)])
+def test_resume_in_the_other_worker_paths(folder, opts):
+    """Reader threads and persistent workers (loaded after they started) resume exactly too."""
+    opts = {"train": True, "batch_size": B, "return_keys": True, **opts}
+    ld = make_loader(folder, **opts)
+    full = [b[-1] for b in ld]
+    ld2 = make_loader(folder, **opts)
+    it = iter(ld2)
+    head = [next(it)[-1] for _ in range(3)]
+    state = ld2.state_dict()
+    del it
+    again = make_loader(folder, **opts)
+    if opts.get("persistent_workers"):
+        assert len(list(again)) == len(full)  # the workers are started, with the dataset as it was
+    again.load_state_dict(state)
+    assert head + [b[-1] for b in again] == full
