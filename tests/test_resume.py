@@ -188,6 +188,7 @@ def test_elastic_resume_covers_the_split_once(runs, stored, old, new):
         assert resumed[1][0] == 1
         assert _check_pixels(stored, 1, resumed[1][1]) == _check_pixels(stored, 1, after[r]["full"][1][1])
     assert len(counts) == 1, "every new rank yields the same number of batches"
+    assert sum(len(b[0]) for r in range(new) for b in after[r][f"resume{old}{new}"][0][1]) == 78
     assert sorted(keys) == sorted(stored), f"dup {[k for k, n in Counter(keys).items() if n > 1][:3]}, " \
                                            f"missing {sorted(set(stored) - set(keys))[:3]}"
 

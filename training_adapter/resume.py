@@ -149,7 +149,7 @@ def stream_rest(old: StreamPlan, counts: Sequence[int], k: int, *, batch_size: i
             if got[w] >= planned[w]:  # done: what it did not yield was never in the epoch's batches
                 mine.append([])
                 continue
-            pulled = min(sum(counts[i] for i in own), n + got[w] * B) if got[w] else 0
+            pulled = n + got[w] * B if got[w] else 0  # beyond its samples: all read, the buffer draining
             before, left, opened = 0, [], 0
             for i in own:
                 if before < pulled:  # its first sample was pulled
@@ -213,6 +213,14 @@ class Resumable:
     ``torch.save``); it is the same on every rank, so rank 0's is enough. ``load_state_dict`` before
     iterating makes the next iteration the rest of the saved epoch (``set_epoch`` to another epoch
     drops it); see the module docstring for what is exact and what is skipped.
+
+    Fields: ``kind``, ``version``, ``reader`` (index or stream), ``epoch`` (the epoch to continue),
+    ``seed``; index: ``position`` and ``end`` (the rest of the epoch's row sequence; ``end`` None:
+    the whole epoch), ``draws`` (resampled: the sequence's length), ``samples`` and ``rows_xxh3``
+    (the selection, checked on load), ``batch_size``, ``world``, ``left_out`` (rows of this resumed
+    epoch no new rank reads); stream: ``batches`` (every rank's, so far), ``world``, ``workers``,
+    ``plan`` (a resumed epoch's shards and batches per rank and worker, else None), ``skipped``
+    (samples of begun shards not yielded, this epoch), ``shards``, ``batch_size``, ``buffer``.
     """
 
     dataset: Any
@@ -252,7 +260,8 @@ class Resumable:
             fields = dict(epoch=epoch, position=span.position(k, world, o.batch_size) if k else span.start,
                           end=span.end if (k or plan) else None, draws=span.draws if (k or plan) else None)
             return state_base("index", **fields, seed=o.seed, samples=len(ds.rows), rows_xxh3=self._rows_digest(),
-                              batch_size=o.batch_size, world=world)
+                              batch_size=o.batch_size, world=world,
+                              left_out=skipped if fields["end"] is not None else 0)
         stream: StreamPlan | None = plan
         if stream is None and self._run is not None:
             stream = self._stream_plan(epoch, world, workers)
@@ -315,7 +324,7 @@ class Resumable:
         here = state is not None and state["epoch"] == epoch
         if here and state is not None and state["reader"] == "index" and state.get("end") is not None:
             plan = Span(int(state["position"]), int(state["end"]), state.get("draws"))
-            lost = plan.left_out(world, o.batch_size, o.drops_last)
+            lost = skipped = plan.left_out(world, o.batch_size, o.drops_last)
             if lost:
                 log.warning("resuming epoch %d on %d ranks: %d of its %d remaining samples do not fill a batch on "
                             "every rank and are left out, as in any epoch", epoch, world, lost, plan.end - plan.start)
