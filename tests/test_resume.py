@@ -114,6 +114,7 @@ def _check_pixels(stored: dict, epoch: int, batches: list) -> list[str]:
 CONFIGS = [dict(num_workers=0), dict(num_workers=2)]
 ELASTIC = dict(num_workers=1, drop_last=False)
 STOPS = {(2, 3): 3, (3, 2): 2}  # elastic (old ranks, new ranks): batches before the stop
+STREAM = dict(num_workers=1, reader="stream", shuffle_buffer=0)
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +146,14 @@ def runs(folder, tmp_path_factory) -> dict:
     out = {(1, "before"): _spawn(1, folder, exact(1, "before"), tmp)}
     out[1, "after"] = _spawn(1, folder, exact(1, "resume"), tmp)
     out[2, "before"] = _spawn(2, folder, exact(2, "before") + [elastic(2, 3, "stop")], tmp)
+    streamed = str(tmp / "stream.pt")
     out[3, "after"] = _spawn(3, folder, [elastic(3, 2, "stop"), elastic(2, 3, "resume"),
-                                         dict(name="full", kind="full", opts=ELASTIC)], tmp)
+                                         dict(name="full", kind="full", opts=ELASTIC),
+                                         dict(name="sstop", kind="stop", opts=STREAM, stop=2, state=streamed)], tmp)
     out[2, "after"] = _spawn(2, folder, exact(2, "resume") + [elastic(3, 2, "resume"),
-                                                              dict(name="full", kind="full", opts=ELASTIC)], tmp)
+                                                              dict(name="full", kind="full", opts=ELASTIC),
+                                                              dict(name="sresume", kind="resume", opts=STREAM,
+                                                                   state=streamed)], tmp)
     out["stops"] = stops
     return out
 
@@ -191,6 +196,25 @@ def test_elastic_resume_covers_the_split_once(runs, stored, old, new):
     assert sum(len(b[0]) for r in range(new) for b in after[r][f"resume{old}{new}"][0][1]) == 78
     assert sorted(keys) == sorted(stored), f"dup {[k for k, n in Counter(keys).items() if n > 1][:3]}, " \
                                            f"missing {sorted(set(stored) - set(keys))[:3]}"
+
+
+def test_streaming_resumes_on_other_ranks_without_repeats(runs, stored):
+    """Streamed on 3 ranks (2 shards each, in order), stopped after 2 batches (14 samples: each rank
+    inside its first shard), resumed on 2: the 3 unopened shards dealt to them (2 and 1), cut to the
+    smaller rank's 2 full batches; no sample twice in the epoch."""
+    keys = []
+    for r in range(3):
+        keys += _check_pixels(stored, 0, runs[3, "after"][r]["sstop"][0][1])
+    firsts = {k[:k.index("x")] for k in keys}
+    batches = []
+    for r in range(2):
+        resumed = runs[2, "after"][r]["sresume"][0][1]
+        batches.append(len(resumed))
+        rest = _check_pixels(stored, 0, resumed)
+        assert not {k[:k.index("x")] for k in rest} & firsts, "no shard begun before the stop is read again"
+        keys += rest
+    assert batches == [2, 2]
+    assert len(keys) == len(set(keys)) == 3 * 14 + 2 * 2 * B
 
 
 # --- in this process ------------------------------------------------------------------------------------
