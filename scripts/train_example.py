@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/train_example.py --config train.yaml [--epochs 2] [--steps 20]
     .venv/bin/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 8 [--random-labels]
+    .venv/bin/python scripts/train_example.py ... --checkpoint ck.pt [--save-every 100] [--resume]
 
 The config's ``dataset:`` block is all the loader needs (see README, Training); ``--shards`` stands
 for a config whose train and val URLs are that folder. ``--random-labels`` trains on a fixed random
@@ -9,6 +10,12 @@ label per sample instead of its own: the held-out accuracy it reaches is what a 
 up images and labels would give. Runs on CUDA when available, else the CPU; with
 ``device_augment: true`` the random geometry runs on the device too. Under torchrun it uses DDP
 (gloo on CPU, nccl on CUDA).
+
+``--checkpoint`` saves the model, the optimiser and the train loader's ``state_dict()`` (every
+``--save-every`` steps and at each epoch's end, atomically, from rank 0: the loader's state is the same
+on every rank); ``--resume`` loads them and continues the epoch where it stopped: with the index
+reader exactly the batches the uninterrupted run would have trained on (on another number of ranks:
+each remaining sample once). ``--stop-after N`` exits after N steps in all, as a preempted job would.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: whole epoch)")
     ap.add_argument("--batch-size", type=int, default=32, help="with --shards (a config sets its own)")
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--checkpoint", help="save model, optimiser and loader state here")
+    ap.add_argument("--save-every", type=int, default=0, help="with --checkpoint: also every this many steps")
+    ap.add_argument("--resume", action="store_true", help="continue from --checkpoint, mid-epoch")
+    ap.add_argument("--stop-after", type=int, default=0, help="exit after this many steps in all (a preemption)")
+    ap.add_argument("--log-keys", help="append the keys of every batch trained on to this file, one line a batch")
     ap.add_argument("--random-labels", action="store_true",
                     help="train on a fixed random label per sample: the accuracy of a loader that mixes up labels")
     args = ap.parse_args()
@@ -58,7 +70,8 @@ def main() -> None:
     else:
         cfg = DatasetConfig(train_urls=args.shards, val_urls=args.shards, loader={"batch_size": args.batch_size})
     # the one line a trainer changes: shards instead of an image folder
-    train = cfg.train_loader(return_keys=True) if args.random_labels else cfg.train_loader()
+    keyed = args.random_labels or bool(args.log_keys)
+    train = cfg.train_loader(return_keys=True) if keyed else cfg.train_loader()
     random_label: dict[str, int] = {}
     gen = torch.Generator().manual_seed(1)
     val = cfg.val_loader() if cfg.val_urls else None
@@ -72,13 +85,39 @@ def main() -> None:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(args.epochs):
-        train.set_epoch(epoch)
+    if (args.resume or args.save_every) and not args.checkpoint:
+        ap.error("--resume and --save-every need --checkpoint")
+    plain = model.module if distributed else model
+    start = 0
+    if args.resume:
+        ck = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        plain.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        if ck["loader"] is not None:  # stopped mid-epoch: that epoch, less the batches already trained on
+            train.load_state_dict(ck["loader"])
+        start = train.epoch if ck["loader"] is not None else ck["next_epoch"]
+        print(f"resumed from {args.checkpoint}: epoch {start}, {ck['steps']} steps done", flush=True)
+    steps = ck["steps"] if args.resume else 0
+
+    def save(next_epoch: int | None = None) -> None:
+        """The checkpoint; at an epoch's end (``next_epoch``) without the loader's state (--steps may cut it)."""
+        if args.checkpoint and (not distributed or torch.distributed.get_rank() == 0):
+            tmp = f"{args.checkpoint}.tmp"
+            torch.save({"model": plain.state_dict(), "optimizer": opt.state_dict(), "steps": steps,
+                        "loader": train.state_dict() if next_epoch is None else None, "next_epoch": next_epoch}, tmp)
+            os.replace(tmp, args.checkpoint)  # atomic: a preemption while saving keeps the last checkpoint
+
+    for epoch in range(start, args.epochs):
+        train.set_epoch(epoch)  # keeps a loaded state of this epoch
         model.train()
         t0, seen = time.perf_counter(), 0
         for step, batch in enumerate(train):
-            if args.random_labels:  # keys last: one random label per sample for the whole run
+            if keyed:  # keys last
                 *batch, keys = batch
+                if args.log_keys:
+                    with open(args.log_keys, "a") as f:
+                        f.write(" ".join(keys) + "\n")
+            if args.random_labels:  # one random label per sample for the whole run
                 batch[1] = torch.tensor([random_label.setdefault(k, int(torch.randint(classes, (), generator=gen)))
                                          for k in keys])
             if cfg.loader.get("device_augment"):
@@ -96,6 +135,15 @@ def main() -> None:
             loss.backward()
             opt.step()
             seen += len(labels)
+            steps += 1
+            if args.save_every and steps % args.save_every == 0:
+                save()
+            if args.stop_after and steps >= args.stop_after:
+                save()
+                print(f"stopped after {steps} steps (--stop-after), in epoch {epoch}", flush=True)
+                if distributed:
+                    torch.distributed.destroy_process_group()
+                return
             if args.steps and step + 1 >= args.steps:
                 break
         rate = seen / (time.perf_counter() - t0)
@@ -111,6 +159,7 @@ def main() -> None:
                     total += len(labels)
             msg += f", val accuracy {correct / max(total, 1):.3f} ({total} samples)"
         print(msg, flush=True)
+        save(next_epoch=epoch + 1)
     if distributed:
         torch.distributed.destroy_process_group()
 

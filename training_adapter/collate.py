@@ -64,6 +64,10 @@ class BatchDataset(IterableDataset):
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
         self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes
         self._pool = BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
+        # a resumed epoch's plan (resume.Span or resume.StreamPlan), set by ShardLoader.load_state_dict's
+        # next iteration; it applies to the epoch in _resumes only (shared: persistent workers see it end)
+        self.resume: Any = None
+        self._resumes = mp.get_context().Value("q", -1, lock=False)
 
     @property
     def epoch(self) -> int:
@@ -73,6 +77,10 @@ class BatchDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next iteration yields (workers, persistent ones too, see it)."""
         self._epoch.value = int(epoch)
+
+    def resumed(self, epoch: int) -> Any:
+        """The resumed plan of ``epoch`` (None: the whole epoch is planned as usual)."""
+        return self.resume if self.resume is not None and self._resumes.value == epoch else None
 
     @property
     def copies_only(self) -> bool:

@@ -22,6 +22,7 @@ from .collate import Batch, BatchDataset
 from .gather import Gather
 from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .options import LoaderOptions
+from .resume import Span, epoch_span
 from .shardlist import ShardList, WorkerInfo
 
 __all__ = ["IndexedDataset"]
@@ -131,13 +132,26 @@ class IndexedDataset(BatchDataset):
         """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
         the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
         o, B = self.options, self.options.batch_size
+        span = self.resumed(epoch)
         draws = self._resampled_batches(world) * B * world if o.resampled else None
+        if isinstance(span, Span):  # the rest of an interrupted epoch (resume.py): its order, from where it stopped
+            draws = span.draws
         # shuffle in train mode unless every shuffle was switched off
         shuffle = o.train and (o.shuffles_shards or o.buffer > 1)
         order = epoch_order(self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle,
                             shares=self.shares, draws=draws)
+        if isinstance(span, Span):
+            return deal(order[span.start:span.end], batch_size=B, rank=rank, world=world, num_workers=num_workers,
+                        drop_last=o.drops_last)[worker]
         return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=o.drops_last,
                     max_batches=None if o.resampled else o.epoch_batches, cover=o.covers)[worker]
+
+    def epoch_span(self, world: int) -> Span:
+        """The positions of the epoch's row sequence that ``world`` ranks read in a whole epoch (``resume``)."""
+        o, B = self.options, self.options.batch_size
+        draws = self._resampled_batches(world) * B * world if o.resampled else None
+        return epoch_span(len(self.rows) if draws is None else draws, world=world, batch_size=B,
+                          drop_last=o.drops_last, max_batches=None if o.resampled else o.epoch_batches, draws=draws)
 
     def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> Batch | None:
         """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every

@@ -26,6 +26,7 @@ from .collate import Batch, BatchDataset
 from .indexed import IndexedDataset
 from .indexread import ClassWeights, Subset, readable_by_offset
 from .options import LoaderOptions
+from .resume import Resumable
 from .shardlist import ShardList, resolve_urls, worker_info
 from .streaming import StreamingDataset
 from .tarread import DEFAULT_CHUNK
@@ -64,8 +65,9 @@ def open_dataset(shards: ShardList, options: LoaderOptions) -> StreamingDataset 
     return StreamingDataset(shards, options)
 
 
-class ShardLoader:
-    """A DataLoader over a batch dataset with ``set_epoch``, ``len`` (when the index gives counts), ``mean``/``std``.
+class ShardLoader(Resumable):
+    """A DataLoader over a batch dataset with ``set_epoch``, ``len`` (when the index gives counts), ``mean``/``std``,
+    ``state_dict`` / ``load_state_dict`` (mid-epoch resume, ``resume.py``).
 
     Without a ``set_epoch`` call between two iterations the epoch advances by one, so the shard
     order and the augmentation change every epoch either way.
@@ -81,8 +83,8 @@ class ShardLoader:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor or 2,
                       multiprocessing_context=multiprocessing_context)
         # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker)
-        self.loader = DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
-                                 collate_fn=_as_is, **kw)
+        self._loader_kw = dict(batch_size=None, num_workers=num_workers, pin_memory=pin_memory, collate_fn=_as_is, **kw)
+        self.loader = DataLoader(dataset, **self._loader_kw)
         self.pin_memory = pin_memory and torch.cuda.is_available()
         self._prefetch = prefetch_factor or 2
         # persistent workers keep the dataset they started with, so a ring could not be renewed
@@ -107,10 +109,9 @@ class ShardLoader:
         """The epoch the next iteration yields (unless ``set_epoch`` says otherwise)."""
         return self.dataset.epoch
 
-    def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next iteration yields (shard order and augmentation follow it)."""
-        self.dataset.set_epoch(epoch)
-        self._epoch_set = True
+    def _after_load(self) -> None:
+        if self._iterated and self.loader.persistent_workers:  # they hold the dataset as it was: start anew
+            self.loader = DataLoader(self.dataset, **self._loader_kw)
 
     def __len__(self) -> int:
         rank, world = self.dataset.rank_world or _world()
@@ -132,13 +133,14 @@ class ShardLoader:
             self.dataset.set_epoch(self.dataset.epoch + 1)
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
+        self._begin()  # the rest of an epoch after load_state_dict, else the whole epoch
         if not self.num_workers:
-            return self._in_process()
+            return self._counted(self._in_process())
         if isinstance(self.dataset, IndexedDataset) and self.dataset.copies_only:
-            return self._in_threads(self.dataset)
+            return self._counted(self._in_threads(self.dataset))
         if not self._use_ring:
-            return iter(self.loader)
-        return self._through_ring()
+            return self._counted(iter(self.loader))
+        return self._counted(self._through_ring())
 
     def _in_threads(self, ds: IndexedDataset) -> Iterator[Batch]:
         """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from wds_tools.errors import ShardError
+from wds_tools.errors import OptionError, ShardError
 
 from .collate import Batch, BatchDataset
 from .options import LoaderOptions
+from .resume import StreamPlan
 from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch
 from .tarread import Identity, SampleStream, Views, first_identity
 
@@ -40,8 +41,16 @@ class StreamingDataset(BatchDataset):
     def plans(self, *, rank: int, world: int, num_workers: int, epoch: int | None = None) -> list[WorkerPlan]:
         """Every worker's plan of ``rank`` in ``epoch`` (default: the current one)."""
         o = self.options
+        e = self.epoch if epoch is None else epoch
+        rest = self.resumed(e)
+        if isinstance(rest, StreamPlan):  # the rest of an interrupted epoch (resume.py)
+            if not 0 <= rank < len(rest.shards) or len(rest.shards[rank]) != num_workers:
+                raise OptionError(f"the resumed epoch was planned for {len(rest.shards)} ranks of "
+                                  f"{len(rest.shards[0]) if rest.shards else 0} workers, not rank {rank} of "
+                                  f"{num_workers} workers")
+            return [WorkerPlan(s, b) for s, b in zip(rest.shards[rank], rest.batches[rank])]
         return plan_epoch(len(self.shards), self.shards.counts, batch_size=o.batch_size, seed=o.seed,
-                          epoch=self.epoch if epoch is None else epoch, rank=rank, world=world,
+                          epoch=e, rank=rank, world=world,
                           num_workers=num_workers, shuffle=o.shuffles_shards, drop_last=o.drops_last,
                           resampled=o.resampled, epoch_batches=o.epoch_batches, cover=o.covers)
 
@@ -96,7 +105,8 @@ class StreamingDataset(BatchDataset):
         o = self.options
         rank, world, worker, num_workers = where
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
-        rng = np.random.default_rng([o.seed, epoch, rank, worker, 0x5B])
+        resumed = [1] if self.resumed(epoch) is not None else []  # a fresh shuffle for the rest of an epoch
+        rng = np.random.default_rng([o.seed, epoch, rank, worker, 0x5B, *resumed])
         stream = SampleStream(self.shards.urls, batch_size=o.batch_size, shuffle_buffer=o.buffer,
                               on_error=o.on_error, resampled=o.resampled, read_size=o.read_size,
                               allow_mixed=o.allow_mixed, expect=self.expect)

@@ -1,0 +1,97 @@
+"""Resume: time from ``load_state_dict`` to the first batch, with an index of 1,000,000 samples.
+
+Builds real shards of a few thousand samples (tests/shardkit.py: real tars, no conversion), then an
+index whose samples.npz lists 1,000,000 rows: the real rows repeated under new keys (every row
+points at a real .npy and .cls, so the reader reads and checks them as usual). A loader reads a few
+batches and saves its state at --at of the epoch; a fresh loader (made beforehand: reading
+samples.npz is make_loader's work) then times ``load_state_dict`` + the first batch. The baseline,
+in the same rounds: the same fresh loader's first batch of a fresh epoch (``iter`` + ``next``).
+Median of --rounds, interleaved; num_workers 0 and 2.
+
+    .venv/bin/python scripts/bench_resume.py [--samples 1000000] [--rounds 5] [--work /tmp/wds-bench-resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from shardkit import build_dataset  # noqa: E402
+
+from training_adapter import make_loader  # noqa: E402
+from wds_tools.format.index import load_index, read_samples, write_index  # noqa: E402
+from wds_tools.format.packed import pack_strings  # noqa: E402
+
+
+def build(work: Path, samples: int) -> Path:
+    """Real shards of 4 x 1,000 samples of 32 px, and an index listing them ``samples / 4,000`` times over."""
+    dest = work / f"resume-{samples}"
+    if (dest / "index.json").exists():
+        return dest
+    build_dataset(dest, {"train": [[(i + j) % 3 for i in range(1000)] for j in range(4)]}, size=32)
+    meta = load_index(dest).meta
+    cols = read_samples(str(dest / "samples.npz"))
+    n = len(cols["key"])
+    take = np.arange(samples) % n
+    out = {}
+    for name, col in cols.items():
+        if name in ("path_offsets", "path_data"):
+            continue
+        out[name] = col[take] if len(col) == n else col
+    out["key"] = np.array([f"r{i:07d}".encode() for i in range(samples)], dtype="S")
+    out["path_offsets"], out["path_data"] = pack_strings([f"img/r{i:07d}.jpg" for i in range(samples)])
+    per_shard = np.bincount(out["shard"].astype(np.int64), minlength=len(meta["shards"]))
+    for s, c in zip(meta["shards"], per_shard.tolist()):
+        s["samples"] = c
+    meta["samples"] = meta["splits"]["train"]["samples"] = samples
+    meta["class_counts"] = meta["splits"]["train"]["class_counts"] = np.bincount(out["label"], minlength=3).tolist()
+    write_index(dest, meta, out)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--at", type=float, default=0.9, help="where in the epoch the state is saved (fraction)")
+    ap.add_argument("--work", default="/tmp/wds-bench-resume")
+    args = ap.parse_args()
+    t = time.perf_counter()
+    dest = build(Path(args.work), args.samples)
+    print(f"index of {args.samples:,} samples in {dest} ({time.perf_counter() - t:.1f} s to build or find)")
+    kw = dict(train=True, batch_size=args.batch)
+    ld = make_loader(dest, num_workers=0, **kw)
+    stop = int(args.at * len(ld))
+    ld.load_state_dict({**ld.state_dict(), "position": stop * args.batch, "end": ld.dataset.epoch_span(1).end})
+    next(iter(ld))  # one batch after the position: the state a run saves after batch stop + 1
+    state = ld.state_dict()
+    print(f"state after batch {stop + 1} of {len(ld)}: position {state['position']:,}")
+    print(f"{'workers':>8} {'fresh epoch, first batch':>26} {'load_state_dict + first batch':>31} {'ratio':>6}")
+    for workers in (0, 2):
+        fresh_t, resume_t = [], []
+        for _ in range(args.rounds):
+            a = make_loader(dest, num_workers=workers, **kw)
+            t0 = time.perf_counter()
+            next(iter(a))
+            fresh_t.append(time.perf_counter() - t0)
+            b = make_loader(dest, num_workers=workers, **kw)
+            t0 = time.perf_counter()
+            b.load_state_dict(state)
+            next(iter(b))
+            resume_t.append(time.perf_counter() - t0)
+            del a, b
+        f, r = statistics.median(fresh_t), statistics.median(resume_t)
+        print(f"{workers:>8} {f * 1000:>23.0f} ms {r * 1000:>28.0f} ms {r / f:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+"""Mid-epoch resume (training_adapter/resume.py): ``state_dict`` / ``load_state_dict``.
+
+Exact: a run stopped after a random batch, its state saved through ``torch.save``, continued in a
+fresh process, yields the uninterrupted run's keys in its order, and every pixel equals the loader
+oracle's independent reference (tests/oracle.py, tests/augref.py) for its (seed, epoch, key).
+Elastic: stopped on 2 ranks and continued on 3 (and 3 on 2), the epoch covers the split, each
+sample once. The planner's rules hold over drawn (epoch length, batch size, ranks, workers, stop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import Epoch, Expect, check_epoch, read_stored
+from shardkit import build_dataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from training_adapter import AugmentConfig, make_loader
+from training_adapter.resume import Span, StreamPlan, epoch_span, stream_rest, yielded_per_worker
+from wds_tools.errors import OptionError
+
+B = 7
+SHARDS, PER_SHARD = 6, 20  # 120 train samples
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("resume"),
+                         {"train": [[(j + t) % 3 for t in range(PER_SHARD)] for j in range(SHARDS)]}, size=SIZE)
+
+
+@pytest.fixture(scope="module")
+def stored(folder) -> dict:
+    return read_stored(sorted(folder.glob("train-*.tar")))
+
+
+EXPECT = Expect(train=True, augment=AugmentConfig())
+
+
+# --- in processes of their own, under gloo ---------------------------------------------------------------
+def _rank_main(rank: int, world: int, init: str, folder: str, jobs: list[dict], out: str) -> None:
+    """Run each job (``full``: whole epochs; ``stop``: ``stop`` batches, then torch.save the state;
+    ``resume``: torch.load a state, then the rest and the next epoch) and write what it yielded."""
+    import multiprocessing
+
+    import torch.distributed as dist
+
+    multiprocessing.set_start_method("fork", force=True)  # as under torchrun
+    if world > 1:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        result = {}
+        for job in jobs:
+            ld = make_loader(folder, train=True, batch_size=B, return_keys=True, **job["opts"])
+            epochs: list[list] = []
+            if job["kind"] == "resume":
+                ld.load_state_dict(torch.load(job["state"], weights_only=True))
+            for e in range(job.get("epochs", 2)):
+                batches = []
+                for i, (images, labels, keys) in enumerate(ld):
+                    batches.append([keys, labels.tolist(), images.numpy().copy()])
+                    if job["kind"] == "stop" and i + 1 == job["stop"]:
+                        break
+                epochs.append([ld.epoch if job["kind"] != "stop" else e, batches])
+                if job["kind"] == "stop":
+                    if rank == 0:  # every rank's state is the same: rank 0 saves it
+                        torch.save(ld.state_dict(), job["state"])
+                    assert ld.state_dict() == torch.load(job["state"], weights_only=True) if world == 1 else True
+                    break
+            np.save(Path(out, f"{job['name']}-{rank}.npy"),
+                    np.stack([im for _, bs in epochs for b in bs for im in b[2]]) if any(b for _, b in epochs)
+                    else np.zeros((0, 3, SIZE, SIZE), np.uint8))
+            result[job["name"]] = [[e, [[b[0], b[1]] for b in bs]] for e, bs in epochs]
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def _spawn(world: int, folder: Path, jobs: list[dict], tmp: Path) -> list[dict]:
+    """Each rank's result per job: its epochs as [epoch, [(keys, labels, images)]]."""
+    import torch.multiprocessing as tmp_mp
+
+    run = tmp / f"run{random.getrandbits(32)}"
+    run.mkdir()
+    tmp_mp.spawn(_rank_main, args=(world, f"file://{run}/init", str(folder), jobs, str(run)), nprocs=world, join=True)
+    out = []
+    for r in range(world):
+        res = json.loads((run / f"rank{r}.json").read_text())
+        for job in jobs:
+            images = iter(np.load(run / f"{job['name']}-{r}.npy"))
+            res[job["name"]] = [(e, [(k, lab, np.stack([next(images) for _ in k])) for k, lab in bs])
+                                for e, bs in res[job["name"]]]
+        out.append(res)
+    return out
+
+
+def _check_pixels(stored: dict, epoch: int, batches: list) -> list[str]:
+    """The batches' samples against the oracle's reference (labels, pixels); their keys in order."""
+    ep = Epoch([[(k, lab, im, None) for k, lab, im in zip(keys, labels, images)] for keys, labels, images in batches])
+    return check_epoch(ep, stored, EXPECT, epoch, batch_size=B)
+
+
+CONFIGS = [dict(num_workers=0), dict(num_workers=2)]
+ELASTIC = dict(num_workers=1, drop_last=False)
+STOPS = {(2, 3): 3, (3, 2): 2}  # elastic (old ranks, new ranks): batches before the stop
+STREAM = dict(num_workers=1, reader="stream", shuffle_buffer=0)
+
+
+@pytest.fixture(scope="module")
+def runs(folder, tmp_path_factory) -> dict:
+    """Every run of the tests below, in five spawns (each costs a torch import per rank): per world
+    1 and 2, the uninterrupted runs and runs stopped after a random batch, then their resumptions;
+    the elastic runs stopped on 2 (3) ranks and resumed on 3 (2), beside 3 (2) ranks' own epochs."""
+    tmp = tmp_path_factory.mktemp("runs")
+    rng = random.Random(23)
+    stops = {w: [rng.randrange(1, (SHARDS * PER_SHARD // w) // B) for _ in CONFIGS] for w in (1, 2)}
+
+    def exact(world: int, kind: str) -> list[dict]:
+        jobs = []
+        for j, (opts, k) in enumerate(zip(CONFIGS, stops[world])):
+            state = str(tmp / f"w{world}-{j}.pt")
+            if kind == "resume":
+                jobs.append(dict(name=f"resume{j}", kind="resume", opts=opts, state=state))
+            else:
+                jobs += [dict(name=f"full{j}", kind="full", opts=opts),
+                         dict(name=f"stop{j}", kind="stop", opts=opts, stop=k, state=state)]
+        return jobs
+
+    def elastic(old: int, new: int, kind: str) -> dict:
+        state = str(tmp / f"e{old}-{new}.pt")
+        if kind == "stop":
+            return dict(name=f"stop{old}{new}", kind="stop", opts=ELASTIC, stop=STOPS[old, new], state=state)
+        return dict(name=f"resume{old}{new}", kind="resume", opts=ELASTIC, state=state)
+
+    out = {(1, "before"): _spawn(1, folder, exact(1, "before"), tmp)}
+    out[1, "after"] = _spawn(1, folder, exact(1, "resume"), tmp)
+    out[2, "before"] = _spawn(2, folder, exact(2, "before") + [elastic(2, 3, "stop")], tmp)
+    streamed = str(tmp / "stream.pt")
+    out[3, "after"] = _spawn(3, folder, [elastic(3, 2, "stop"), elastic(2, 3, "resume"),
+                                         dict(name="full", kind="full", opts=ELASTIC),
+                                         dict(name="sstop", kind="stop", opts=STREAM, stop=2, state=streamed)], tmp)
+    out[2, "after"] = _spawn(2, folder, exact(2, "resume") + [elastic(3, 2, "resume"),
+                                                              dict(name="full", kind="full", opts=ELASTIC),
+                                                              dict(name="sresume", kind="resume", opts=STREAM,
+                                                                   state=streamed)], tmp)
+    out["stops"] = stops
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_resume_is_exact_in_a_fresh_process(runs, stored, world):
+    """Stopped after a random batch, saved, continued elsewhere: the uninterrupted run's batches, to the pixel."""
+    before, after = runs[world, "before"], runs[world, "after"]
+    for j, k in enumerate(runs["stops"][world]):
+        for r in range(world):
+            full = before[r][f"full{j}"]
+            stopped = before[r][f"stop{j}"][0][1]
+            resumed = after[r][f"resume{j}"]
+            assert len(stopped) == k
+            assert [e for e, _ in resumed] == [0, 1], "the rest of epoch 0, then epoch 1"
+            want = _check_pixels(stored, 0, full[0][1])
+            got = _check_pixels(stored, 0, stopped) + _check_pixels(stored, 0, resumed[0][1])
+            assert got == want, f"config {CONFIGS[j]}, rank {r}: stopped after {k} batches"
+            assert [len(b[0]) for b in stopped + resumed[0][1]] == [len(b[0]) for b in full[0][1]]
+            assert _check_pixels(stored, 1, resumed[1][1]) == _check_pixels(stored, 1, full[1][1])
+
+
+@pytest.mark.parametrize("old,new", list(STOPS))
+def test_elastic_resume_covers_the_split_once(runs, stored, old, new):
+    """120 samples, batches of 7, no drop_last: the 2*3*7 (3*2*7) samples read before the stop and the
+    78 left, dealt to the new ranks, are the split, each once; the next epoch is the new world's own."""
+    before = runs[old, "before" if old == 2 else "after"]
+    after = runs[new, "after"]
+    keys = []
+    for r in range(old):
+        keys += _check_pixels(stored, 0, before[r][f"stop{old}{new}"][0][1])
+    counts = set()
+    for r in range(new):
+        resumed = after[r][f"resume{old}{new}"]
+        keys += _check_pixels(stored, 0, resumed[0][1])
+        counts.add(len(resumed[0][1]))
+        assert resumed[1][0] == 1
+        assert _check_pixels(stored, 1, resumed[1][1]) == _check_pixels(stored, 1, after[r]["full"][1][1])
+    assert len(counts) == 1, "every new rank yields the same number of batches"
+    assert sum(len(b[0]) for r in range(new) for b in after[r][f"resume{old}{new}"][0][1]) == 78
+    assert sorted(keys) == sorted(stored), f"dup {[k for k, n in Counter(keys).items() if n > 1][:3]}, " \
+                                           f"missing {sorted(set(stored) - set(keys))[:3]}"
+
+
+def test_streaming_resumes_on_other_ranks_without_repeats(runs, stored):
+    """Streamed on 3 ranks (2 shards each, in order), stopped after 2 batches (14 samples: each rank
+    inside its first shard), resumed on 2: the 3 unopened shards dealt to them (2 and 1), cut to the
+    smaller rank's 2 full batches; no sample twice in the epoch."""
+    keys = []
+    for r in range(3):
+        keys += _check_pixels(stored, 0, runs[3, "after"][r]["sstop"][0][1])
+    firsts = {k[:k.index("x")] for k in keys}
+    batches = []
+    for r in range(2):
+        resumed = runs[2, "after"][r]["sresume"][0][1]
+        batches.append(len(resumed))
+        rest = _check_pixels(stored, 0, resumed)
+        assert not {k[:k.index("x")] for k in rest} & firsts, "no shard begun before the stop is read again"
+        keys += rest
+    assert batches == [2, 2]
+    assert len(keys) == len(set(keys)) == 3 * 14 + 2 * 2 * B
+
+
+# --- in this process ------------------------------------------------------------------------------------
+def test_state_is_small_json_and_refuses_another_run(folder):
+    ld = make_loader(folder, train=True, batch_size=B, num_workers=0)
+    it = iter(ld)
+    next(it)
+    state = ld.state_dict()
+    assert json.loads(json.dumps(state)) == state and len(json.dumps(state)) < 400
+    assert state["epoch"] == 0 and state["position"] == B
+    for other, match in [(dict(seed=1), "seed=0.*pass the seed"), (dict(subset=0.5), "samples=120")]:
+        with pytest.raises(OptionError, match=match):
+            make_loader(folder, train=True, batch_size=B, num_workers=0, **other).load_state_dict(state)
+    with pytest.raises(OptionError, match="stream reader"):
+        make_loader(folder, train=True, batch_size=B, num_workers=0, reader="stream").load_state_dict(state)
+    with pytest.raises(OptionError, match="expected the dict loader.state_dict"):
+        ld.load_state_dict({"epoch": 0})
+    for _ in it:
+        pass
+    assert ld.state_dict()["epoch"] == 1 and ld.state_dict()["position"] == 0, "a finished epoch: the next one"
+
+
+def test_set_epoch_to_another_epoch_drops_the_loaded_state(folder, caplog):
+    ld = make_loader(folder, train=True, batch_size=B, num_workers=0, return_keys=True)
+    first = next(iter(ld))[-1]
+    state = ld.state_dict()
+    again = make_loader(folder, train=True, batch_size=B, num_workers=0, return_keys=True)
+    again.load_state_dict(state)
+    again.set_epoch(0)  # the epoch of the state: kept
+    assert next(iter(again))[-1] != first
+    again.load_state_dict(state)
+    with caplog.at_level(logging.WARNING, logger="training_adapter"):
+        again.set_epoch(3)
+    assert "drops the loaded state of epoch 0" in caplog.text
+    assert again.epoch == 3 and len(list(again)) == len(again)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streaming_resumes_at_the_next_unread_shard(folder, workers, caplog):
+    """No shuffle buffer, shards in order within a worker: worker w stops inside its shard being read;
+    the rest is every sample of the shards no worker opened (hand-worked), none of them seen before."""
+    opts = dict(train=True, batch_size=B, num_workers=workers, return_keys=True, reader="stream", shuffle_buffer=0)
+    ld = make_loader(folder, **opts)
+    seen: list[str] = []
+    for i, b in enumerate(ld):
+        seen += b[-1]
+        if i + 1 == 5:
+            break
+    state = ld.state_dict()
+    again = make_loader(folder, **opts)
+    again.load_state_dict(json.loads(json.dumps(state)))
+    with caplog.at_level(logging.WARNING, logger="training_adapter"):
+        rest = [k for b in again for k in b[-1]]
+    assert not set(seen) & set(rest) and len(set(rest)) == len(rest), "no sample twice in the epoch"
+    shard = lambda k: int(k[len("train"):k.index("x")])  # noqa: E731  (keys are train<shard>x<n>)
+    opened = {shard(k) for k in seen}
+    unopened = [k for j in range(SHARDS) if j not in opened for k in (f"train{j}x{t:03d}" for t in range(PER_SHARD))]
+    if workers == 0:  # 35 samples read of one worker's shards: 2 shards opened, 5 samples skipped
+        assert len(opened) == 2 and "5 samples" in caplog.text
+    else:  # batches 0, 2, 4 from worker 0 (21 samples: 2 shards), 1, 3 from worker 1 (14: 1 shard)
+        assert len(opened) == 3 and f"{60 - 35} samples" in caplog.text
+    left_out = (len(unopened) % B) if workers == 0 else None
+    assert set(rest) <= set(unopened)
+    if left_out is not None:
+        assert len(rest) == len(unopened) - left_out
+    assert again.state_dict()["epoch"] == 1
+
+
+# --- the planner --------------------------------------------------------------------------------------------
+def _rank_batches(order: list[int], world: int, rank: int, batch_size: int, drop_last: bool,
+                  max_batches: int | None = None) -> list[list[int]]:
+    """The documented deal, restated: rank r takes every world-th row (equal counts), batches in order."""
+    mine = order[rank::world][:len(order) // world] if world > 1 else order
+    n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
+    n = n if max_batches is None else min(n, max_batches)
+    return [mine[j * batch_size:(j + 1) * batch_size] for j in range(n)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 200), batch=st.integers(1, 9), world=st.integers(1, 4), new=st.integers(1, 4),
+       drop_last=st.booleans(), cap=st.one_of(st.none(), st.integers(1, 30)), stop=st.floats(0, 1))
+def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
+    order = list(np.random.default_rng(n).permutation(n))
+    span = epoch_span(n, world=world, batch_size=batch, drop_last=drop_last, max_batches=cap)
+    full = [_rank_batches(order, world, r, batch, drop_last, cap) for r in range(world)]
+    nb = len(full[0])
+    assert span.batches(world, batch, drop_last) == nb and all(len(f) == nb for f in full)
+    k = int(stop * nb)
+    pos = span.position(k, world, batch)
+    rest = Span(pos, span.end)
+    # same world: exactly the batches after the k-th, on every rank
+    for r in range(world):
+        assert _rank_batches(order[pos:span.end], world, r, batch, drop_last) == full[r][k:]
+    # another world: the rest once, equal batch counts, the left-out ones counted
+    done = [i for r in range(world) for b in full[r][:k] for i in b]
+    after = [_rank_batches(order[pos:span.end], new, r, batch, drop_last) for r in range(new)]
+    assert len({len(a) for a in after}) == 1
+    again = [i for a in after for b in a for i in b]
+    assert len(set(done + again)) == len(done) + len(again), "no sample twice"
+    planned = {i for f in full for b in f for i in b}
+    assert set(again) <= set(order[:span.end]) and planned - set(done) <= set(order[pos:span.end])
+    assert span.end - pos - len(again) == rest.left_out(new, batch, drop_last)
+    assert rest.left_out(new, batch, drop_last) < new * (batch if drop_last else 1) + new
+
+
+class _Tagged(IterableDataset):
+    def __init__(self, planned: list[int]) -> None:
+        self.planned = planned
+
+    def __iter__(self):
+        w = get_worker_info().id
+        yield from (w for _ in range(self.planned[w]))
+
+
+@pytest.mark.parametrize("planned", [[3, 3], [1, 4, 2], [0, 2, 5]])
+def test_yielded_per_worker_is_the_dataloaders_order(planned):
+    """Against a real DataLoader: which worker each of its batches came from."""
+    tags = [int(t) for t in DataLoader(_Tagged(planned), batch_size=None, num_workers=len(planned))]
+    assert sorted(tags) == sorted(w for w, p in enumerate(planned) for _ in range(p))
+    for k in range(len(tags) + 1):
+        assert yielded_per_worker(k, planned) == [tags[:k].count(w) for w in range(len(planned))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), world=st.integers(1, 3), workers=st.integers(1, 3), new=st.integers(1, 3),
+       new_workers=st.integers(1, 3), batch=st.integers(1, 6), buffer=st.sampled_from([0, 5, 30]))
+def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_workers, batch, buffer):
+    n_shards = data.draw(st.integers(world * workers, 12))
+    counts = data.draw(st.lists(st.integers(0, 15), min_size=n_shards, max_size=n_shards))
+    shards = [[list(range(n_shards))[r::world][w::workers] for w in range(workers)] for r in range(world)]
+    planned = [[sum(counts[i] for i in s) // batch for s in r] for r in shards]
+    quota = min(sum(p) for p in planned)
+    for p in planned:  # equal totals
+        while sum(p) > quota:
+            p[p.index(max(p))] -= 1
+    k = data.draw(st.integers(0, quota))
+    rest, skipped = stream_rest(StreamPlan(shards, planned), counts, k, batch_size=batch, buffer=buffer, world=new,
+                                num_workers=new_workers, drop_last=True)
+    got = [yielded_per_worker(k, p) for p in planned]
+    n = buffer if buffer > 1 else 0
+    opened = set()
+    for r in range(world):
+        for w in range(workers):
+            if got[r][w] and got[r][w] < planned[r][w]:
+                pulled, before = n + got[r][w] * batch, 0
+                for i in shards[r][w]:
+                    if before < pulled:
+                        opened.add(i)
+                    before += counts[i]
+    left = [i for r in rest.shards for w in r for i in w]
+    assert len(left) == len(set(left)) and not set(left) & opened
+    assert skipped >= 0
+    assert len(rest.shards) == new and all(len(r) == new_workers for r in rest.shards)
+    if new > 1:
+        assert len({sum(b) for b in rest.batches}) == 1
+
+
+def test_train_example_resumes_with_its_checkpoint(tmp_path):
+    """scripts/train_example.py stopped after 5 steps (--stop-after), then --resume: the batches trained
+    on, by key, are the uninterrupted run's."""
+    import subprocess
+    import sys
+
+    data = build_dataset(tmp_path / "d", {"train": [[t % 3 for t in range(20)] for _ in range(4)],
+                                          "val": [[0, 1, 2, 0]]}, size=SIZE)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_example.py"
+    config = tmp_path / "train.toml"  # no worker processes: three runs of the script stay quick
+    config.write_text(f'[dataset]\ntrain_urls = "{data}"\nval_urls = "{data}"\n'
+                      f'batch_size = {B}\nnum_workers = 0\n')
+    base = [sys.executable, str(script), "--config", str(config), "--epochs", "2"]
+
+    def run(*extra: str) -> str:
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    run("--log-keys", str(tmp_path / "full.txt"))
+    ck = str(tmp_path / "ck.pt")
+    assert "stopped after 5 steps" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck,
+                                          "--stop-after", "5")
+    assert "resumed from" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck, "--resume")
+    full = (tmp_path / "full.txt").read_text().splitlines()
+    assert len(full) == 2 * (80 // B)
+    assert (tmp_path / "cut.txt").read_text().splitlines() == full
+
+
+@pytest.mark.parametrize("opts", [dict(device_augment=True, num_workers=2),  # reader threads
+                                  dict(train=False, split="train", num_workers=2),  # eval: threads, in order
+                                  dict(persistent_workers=True, num_workers=2)])
+def test_resume_in_the_other_worker_paths(folder, opts):
+    """Reader threads and persistent workers (loaded after they started) resume exactly too."""
+    opts = {"train": True, "batch_size": B, "return_keys": True, **opts}
+    ld = make_loader(folder, **opts)
+    full = [b[-1] for b in ld]
+    ld2 = make_loader(folder, **opts)
+    it = iter(ld2)
+    head = [next(it)[-1] for _ in range(3)]
+    state = ld2.state_dict()
+    del it
+    again = make_loader(folder, **opts)
+    if opts.get("persistent_workers"):
+        assert len(list(again)) == len(full)  # the workers are started, with the dataset as it was
+    again.load_state_dict(state)
+    assert head + [b[-1] for b in again] == full
