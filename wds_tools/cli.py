@@ -237,6 +237,57 @@ def diff(old, new, as_json, limit) -> None:
     _emit(result, as_json, limit=limit)
 
 
+@cli.command()
+@click.argument("path", required=False)
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions; without PATH, the newest version under it is used.")
+@click.option("--threshold", type=click.IntRange(0, 63), default=None,
+              help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
+                   "turns) between near-duplicates. Default: 5, from scripts/bench_dups.py's curve (README).")
+@click.option("--across", default=None, metavar="OTHER",
+              help="Only clusters spanning PATH and OTHER, another version or dataset (e.g. a clinic's photos "
+                   "against HAM10000).")
+@click.option("--group", default=None, metavar="COL",
+              help="Flag clusters whose samples have different values of this metadata column (a missed group). "
+                   "Default: the --group column the set was converted with, if any.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw a contact sheet of the worst clusters, one row each, into this PNG.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Clusters listed in the text output.")
+@click.option("--json", "as_json", is_flag=True, help="Print every cluster as one JSON object.")
+def dups(path: str | None, out: str, threshold: int | None, across: str | None, group: str | None,
+         plot_path: str | None, limit: int, as_json: bool) -> None:
+    """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
+
+    PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
+    OUT/<version>/<size>/. Every sample's perceptual hash (samples.npz phash, docs/FORMAT.md) is
+    compared with every other's under its eight flips and quarter turns; pairs within --threshold
+    bits are joined into clusters. A cluster is CROSS-SPLIT when its samples sit in more than one
+    split (leakage), LABEL-CONFLICT when they carry different labels, CROSS-GROUP when they have
+    different values of the group column (e.g. one lesion filed under two lesion ids). Indexes of
+    format versions 1 and 2 have no hash column: it is computed from the stored pixels.
+
+    \b
+    Examples:
+      wds-tools dups shards/v1/224
+      wds-tools dups shards/v1/224 --group lesion_id --plot dups.png
+      wds-tools dups clinic/v1/224 --across ham10000/v1/224 --json
+    """
+    from .format.resolve import newest_dataset
+    from .inspect.dups import DEFAULT_THRESHOLD, find_dups, plot_dups
+
+    try:
+        result = find_dups(path if path is not None else newest_dataset(out),
+                           threshold=DEFAULT_THRESHOLD if threshold is None else threshold, across=across, group=group)
+        if plot_path:
+            plot_dups(result, plot_path)
+    except WdsToolsError as e:
+        _fail(e)
+    _emit(result, as_json, limit=limit)
+    if plot_path and not as_json:
+        click.echo(f"\ncontact sheet written to {plot_path}")
+
+
 @cli.command("index")
 @click.argument("path", required=False)
 @click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
