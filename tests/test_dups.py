@@ -19,7 +19,7 @@ from PIL import Image
 from wds_tools.cli import cli
 from wds_tools.format.index import read_npz
 from wds_tools.format.phash import popcount, variants_array
-from wds_tools.inspect.dups import clusters_of, find_dups, find_pairs
+from wds_tools.inspect.dups import DEFAULT_THRESHOLD, clusters_of, find_dups, find_pairs
 from wds_tools.synth import jpeg_bytes, lesion_photo
 
 S = 64
@@ -110,11 +110,11 @@ def test_json_schema_and_plot(folder, tmp_path):
     d = json.loads(r.output)
     assert set(d) == {"paths", "threshold", "samples", "group", "clusters", "samples_in_clusters", "cross_split",
                       "label_conflict", "cross_group", "cluster_list"}
-    assert d["samples"] == len(ROWS) and d["clusters"] == 3 and d["threshold"] == 5
+    assert d["samples"] == len(ROWS) and d["clusters"] == 3 and d["threshold"] == DEFAULT_THRESHOLD
     for c in d["cluster_list"]:
         assert set(c) == {"size", "max_distance", "cross_split", "label_conflict", "cross_group", "members"}
         assert all(set(m) == {"key", "split", "label", "group", "dataset"} for m in c["members"])
-        assert 0 <= c["max_distance"] <= 5 and c["size"] == len(c["members"])
+        assert 0 <= c["max_distance"] <= DEFAULT_THRESHOLD and c["size"] == len(c["members"])
     with Image.open(png) as im:
         assert im.size[1] > 3 * 64  # three rows of thumbnails
     r = CliRunner().invoke(cli, ["dups", str(folder)])
@@ -200,3 +200,24 @@ def test_copied_folder_gives_the_same_clusters(folder, tmp_path):
     a, b = find_dups(folder).to_dict(), find_dups(copy).to_dict()
     a.pop("paths"), b.pop("paths")
     assert a == b
+
+
+def test_stats_counts_the_leaking_and_conflicting_clusters(folder):
+    from wds_tools.inspect.stats import compute_stats
+
+    report = compute_stats(folder, workers=1)
+    d = report.to_dict()["duplicates"]
+    assert (d["clusters"], d["cross_split"], d["label_conflict"]) == (3, 1, 1)
+    assert any("1 near-duplicate clusters cross splits" in w and "a0 a1" in w for w in report.warnings)
+    assert (f"near-duplicates (within {d['threshold']} bits): 3 clusters, 1 cross splits, 1 carry different "
+            "labels") in report.to_text()
+
+
+def test_verify_fails_on_leakage_only_when_asked(folder):
+    r = CliRunner().invoke(cli, ["verify", str(folder), "--quick"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["verify", str(folder), "--quick", "--no-leakage", "--json"])
+    assert r.exit_code == 1
+    problems = json.loads(r.output)["problems"]
+    assert [p["kind"] for p in problems] == ["leakage"]
+    assert "a0 (train) a1 (val)" in problems[0]["message"]

@@ -243,7 +243,8 @@ def diff(old, new, as_json, limit) -> None:
               help="Root folder of all versions; without PATH, the newest version under it is used.")
 @click.option("--threshold", type=click.IntRange(0, 63), default=None,
               help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
-                   "turns) between near-duplicates. Default: 5, from scripts/bench_dups.py's curve (README).")
+                   "turns) between near-duplicates. Default: 3, the largest with precision >= 0.99 on "
+                   "scripts/bench_dups.py's set (README).")
 @click.option("--across", default=None, metavar="OTHER",
               help="Only clusters spanning PATH and OTHER, another version or dataset (e.g. a clinic's photos "
                    "against HAM10000).")
@@ -412,8 +413,11 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixe
               help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
                    "size or build), refused by default with a message naming both; they can only be read as one "
                    "set with --scan, as any reader of the tars would see them.")
+@click.option("--no-leakage", is_flag=True,
+              help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
+                   "split; off by default, since some teams keep deliberate copies.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> None:
+def verify(path, out, quick, scan, threads, no_stats, allow_mixed, no_leakage, as_json) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -442,7 +446,7 @@ def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> N
 
     try:
         report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads, stats=not no_stats,
-                            allow_mixed=allow_mixed, progress=sys.stderr.isatty())
+                            allow_mixed=allow_mixed, progress=sys.stderr.isatty(), no_leakage=no_leakage)
     except WdsToolsError as e:
         _fail(e)
     _emit(report, as_json)

@@ -1,10 +1,7 @@
 """Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash.
 
-``find_pairs`` finds every pair of hashes within a Hamming distance (least over the eight flips and
-quarter turns, ``format.phash``) without an all-pairs scan: multi-index hashing. The 63 used bits
-are cut into three 21-bit bands; two hashes within distance t agree within t // 3 bits on at least
-one band (pigeonhole), so each hash's eight variants probe, per band, the buckets within that radius
-of their band value, and only those candidates are compared in full. ``find_dups`` joins the pairs
+``format.near.find_pairs`` finds every pair of hashes within a Hamming distance (least over the
+eight flips and quarter turns) without an all-pairs scan; ``find_dups`` joins the pairs
 into clusters (union-find) and says, per cluster, its keys, splits, labels, group values, its
 largest distance, and whether it crosses splits (leakage), labels (a conflict) or groups (a missed
 group).
@@ -12,7 +9,6 @@ group).
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,102 +19,12 @@ from PIL import Image, ImageDraw
 from ..errors import OptionError
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
-from ..format.phash import phash_batch, popcount, variants_array
+from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
+from ..format.phash import phash_batch
 from ..format.transport import join, open_ranged
 
 __all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of", "Cluster", "DupsResult", "find_dups",
-           "dataset_hashes", "plot_dups"]
-
-DEFAULT_THRESHOLD = 5  # bits; scripts/bench_dups.py: precision 1.0 on its set, affordable at 1M samples (README)
-_BANDS = 3
-_BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is 0)
-_CHUNK = 1 << 16  # query hashes per step: bounds the candidate arrays
-
-
-def _band(h: np.ndarray, b: int) -> np.ndarray:
-    return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int64)
-
-
-def _flip_masks(radius: int) -> np.ndarray:
-    """Every band value XOR mask with at most ``radius`` bits set."""
-    masks = [0]
-    for r in range(1, radius + 1):
-        masks += [sum(1 << b for b in bits) for bits in itertools.combinations(range(_BAND_BITS), r)]
-    return np.array(masks, dtype=np.int64)
-
-
-def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair within ``threshold`` bits (least over the flips/turns): (i, j, distance) arrays.
-
-    Within ``a`` (i < j) when ``b`` is None, else between ``a`` (i) and ``b`` (j). Exact: the same
-    pairs as comparing every pair.
-    """
-    if threshold < 0 or threshold > 63:
-        raise OptionError(f"--threshold must be 0..63 bits, not {threshold}")
-    a = np.asarray(a, dtype=np.uint64)
-    stored = a if b is None else np.asarray(b, dtype=np.uint64)
-    radius = threshold // _BANDS
-    masks = _flip_masks(radius)
-    out_i, out_j = [], []
-    for band in range(_BANDS):
-        values = _band(stored, band)
-        order = np.argsort(values, kind="stable")
-        counts = np.bincount(values, minlength=1 << _BAND_BITS)
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        for lo in range(0, len(a), _CHUNK):
-            q = variants_array(a[lo:lo + _CHUNK])  # [n, 8]
-            qi = np.repeat(np.arange(lo, lo + len(q)), 8)
-            qh = q.reshape(-1)
-            qb = _band(qh, band)
-            for m in np.array_split(masks, max(1, len(masks) // 64)):
-                probe = (qb[:, None] ^ m[None, :]).reshape(-1)
-                owner = np.repeat(np.arange(len(qb)), len(m))
-                n = counts[probe]
-                hit = n > 0
-                probe, owner, n = probe[hit], owner[hit], n[hit]
-                if not len(probe):
-                    continue
-                total = int(n.sum())
-                owner = np.repeat(owner, n)
-                first = np.repeat(starts[probe] - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
-                cand = order[first + np.arange(total)]
-                d = popcount(qh[owner] ^ stored[cand])
-                keep = d <= threshold
-                i, j = qi[owner[keep]], cand[keep]
-                if b is None:
-                    sel = i < j
-                    i, j = i[sel], j[sel]
-                out_i.append(i)
-                out_j.append(j)
-    if not out_i:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    i, j = np.concatenate(out_i), np.concatenate(out_j)
-    pairs = np.unique(np.stack([i, j], axis=1), axis=0) if len(i) else np.zeros((0, 2), np.int64)
-    i, j = pairs[:, 0], pairs[:, 1]
-    dist = np.min(popcount(a[i][:, None] ^ variants_array(stored[j])), axis=1)
-    return i, j, dist
-
-
-def clusters_of(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
-    """Connected components of the pairs (union-find) with more than one member, each sorted, largest first."""
-    parent = np.arange(n)
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = int(parent[x])
-        return x
-
-    for a, b in zip(i.tolist(), j.tolist()):
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for x in sorted(set(i.tolist()) | set(j.tolist())):
-        groups.setdefault(root(x), []).append(x)
-    return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))
-
+           "dataset_hashes", "plot_dups", "duplicate_counts"]
 
 @dataclass
 class _Dataset:
@@ -318,3 +224,14 @@ def plot_dups(result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12
             draw.text((x, y + thumb + 14), f"{m['split']} {m['label']}"[:18], fill=colour)
     sheet.save(dest, "PNG")
     return len(shown)
+
+
+def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD) -> dict | None:
+    """Near-duplicate cluster counts of a converted folder (``stats``, ``verify --no-leakage``); None
+    when its samples.npz has no ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it)."""
+    folder_, meta = index_of(folder)
+    if meta.get("format_version", 0) < 3:
+        return None
+    c = find_dups(folder_, threshold=threshold)
+    return {"threshold": threshold, **c.counts(),
+            "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10]}

@@ -1,0 +1,111 @@
+"""Pairs of perceptual hashes (``format.phash``) within a Hamming distance, and their clusters.
+
+``find_pairs`` finds every pair within the distance (least over the eight flips and quarter turns)
+without an all-pairs scan: multi-index hashing. The 63 used bits are cut into three 21-bit bands;
+two hashes within distance t differ in at most t // 3 bits on at least one band (pigeonhole), so
+each hash's eight variants probe, per band, the buckets within that radius of their band value, and
+only those candidates are compared in full. ``clusters_of`` joins pairs into clusters (union-find).
+Used by ``inspect.dups`` and by ``convert --dedup``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import OptionError
+from .phash import popcount, variants_array
+
+__all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of"]
+
+DEFAULT_THRESHOLD = 3  # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set (README)
+
+_BANDS = 3
+_BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is 0)
+_CHUNK = 1 << 16  # query hashes per step: bounds the candidate arrays
+
+
+def _band(h: np.ndarray, b: int) -> np.ndarray:
+    return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int64)
+
+
+def _flip_masks(radius: int) -> np.ndarray:
+    """Every band value XOR mask with at most ``radius`` bits set."""
+    masks = [0]
+    for r in range(1, radius + 1):
+        masks += [sum(1 << b for b in bits) for bits in itertools.combinations(range(_BAND_BITS), r)]
+    return np.array(masks, dtype=np.int64)
+
+
+def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair within ``threshold`` bits (least over the flips/turns): (i, j, distance) arrays.
+
+    Within ``a`` (i < j) when ``b`` is None, else between ``a`` (i) and ``b`` (j). Exact: the same
+    pairs as comparing every pair.
+    """
+    if threshold < 0 or threshold > 63:
+        raise OptionError(f"--threshold must be 0..63 bits, not {threshold}")
+    a = np.asarray(a, dtype=np.uint64)
+    stored = a if b is None else np.asarray(b, dtype=np.uint64)
+    radius = threshold // _BANDS
+    masks = _flip_masks(radius)
+    out_i, out_j = [], []
+    for band in range(_BANDS):
+        values = _band(stored, band)
+        order = np.argsort(values, kind="stable")
+        counts = np.bincount(values, minlength=1 << _BAND_BITS)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for lo in range(0, len(a), _CHUNK):
+            q = variants_array(a[lo:lo + _CHUNK])  # [n, 8]
+            qi = np.repeat(np.arange(lo, lo + len(q)), 8)
+            qh = q.reshape(-1)
+            qb = _band(qh, band)
+            for m in np.array_split(masks, max(1, len(masks) // 64)):
+                probe = (qb[:, None] ^ m[None, :]).reshape(-1)
+                owner = np.repeat(np.arange(len(qb)), len(m))
+                n = counts[probe]
+                hit = n > 0
+                probe, owner, n = probe[hit], owner[hit], n[hit]
+                if not len(probe):
+                    continue
+                total = int(n.sum())
+                owner = np.repeat(owner, n)
+                first = np.repeat(starts[probe] - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+                cand = order[first + np.arange(total)]
+                d = popcount(qh[owner] ^ stored[cand])
+                keep = d <= threshold
+                i, j = qi[owner[keep]], cand[keep]
+                if b is None:
+                    sel = i < j
+                    i, j = i[sel], j[sel]
+                out_i.append(i)
+                out_j.append(j)
+    if not out_i:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    i, j = np.concatenate(out_i), np.concatenate(out_j)
+    pairs = np.unique(np.stack([i, j], axis=1), axis=0) if len(i) else np.zeros((0, 2), np.int64)
+    i, j = pairs[:, 0], pairs[:, 1]
+    dist = np.min(popcount(a[i][:, None] ^ variants_array(stored[j])), axis=1)
+    return i, j, dist
+
+
+def clusters_of(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
+    """Connected components of the pairs (union-find) with more than one member, each sorted, largest first."""
+    parent = np.arange(n)
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = int(parent[x])
+        return x
+
+    for a, b in zip(i.tolist(), j.tolist()):
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for x in sorted(set(i.tolist()) | set(j.tolist())):
+        groups.setdefault(root(x), []).append(x)
+    return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))
