@@ -112,6 +112,10 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
                    "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
                    "their split (see --from).")
+@click.option("--dedup", is_flag=True,
+              help="Keep near-duplicate images (wds-tools dups, default threshold) in one split: each cluster is "
+                   "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
+                   "version's assignments are kept and new copies follow them. Decodes every source once more.")
 @click.option("--stratify", is_flag=True,
               help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
                    "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
@@ -145,7 +149,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
-            group, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+            group, dedup, stratify, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
@@ -195,7 +199,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
-                             group=group, stratify=stratify,
+                             group=group, dedup=dedup, stratify=stratify,
                              max_errors=max_errors, reuse=not no_reuse,
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)

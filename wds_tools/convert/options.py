@@ -64,6 +64,7 @@ class ConvertOptions:
     split: str | None = None
     group: str | None = None
     stratify: bool = False
+    dedup: bool = False  # --dedup: near-duplicate clusters join their groups before splits are drawn
     max_errors: str | int | float = "1%"
     decode: DecodeSettings = DecodeSettings()
     reuse: bool = True

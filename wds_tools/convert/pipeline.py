@@ -35,6 +35,8 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .groups import find_split_base
 from .schedule import write_shards
+from ..format.near import DEFAULT_THRESHOLD
+from .dedup import near_pairs
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -95,6 +97,7 @@ def convert(
     split: str | None = None,
     group: str | None = None,
     stratify: bool = False,
+    dedup: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -130,12 +133,14 @@ def convert(
     ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
     whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
     ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
-    keep their split there (``base``, else the newest other version under ``out``).
+    keep their split there (``base``, else the newest other version under ``out``). ``dedup`` joins
+    near-duplicate images (``format.near``, default threshold) into one unit with their groups before
+    the splits are drawn, so that a cluster lands in one split (each source is decoded once more).
     """
     options = ConvertOptions(
         version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
         val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
-        split=split, group=group, stratify=stratify, max_errors=max_errors, decode=decode, reuse=reuse,
+        split=split, group=group, stratify=stratify, dedup=dedup, max_errors=max_errors, decode=decode, reuse=reuse,
         base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
         ray_address=ray_address, progress=progress)
     return convert_with(source, options)
@@ -146,9 +151,11 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     t0 = time.perf_counter()
     opts, version = options, options.version
     split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-                  if opts.group is not None or opts.stratify else None)
+                  if opts.group is not None or opts.stratify or opts.dedup else None)
+    near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD) if opts.dedup else None
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
-                      columns=opts.columns, stratify=opts.stratify, split_base=split_base)
+                      columns=opts.columns, stratify=opts.stratify, split_base=split_base, near=near,
+                      dedup=DEFAULT_THRESHOLD if opts.dedup else None)
     stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     locks = [] if opts.dry_run else lock_folders(stores)
