@@ -18,6 +18,9 @@ For each method, precision and recall over all pairs at each threshold, and at i
   imagehash   ``imagehash.phash`` (64-bit median pHash) of the same stored pixels, plain Hamming
               distance (it does not handle flips and turns), where imagehash is installed
 
+Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
+part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved.
+
 Cost. ``find_pairs`` on ``--scale`` uniformly random 64-bit hashes (top bit 0, as stored) plus 1%
 planted near copies (1-``threshold`` bits flipped, some under a flip/turn), at the default threshold:
 wall seconds, peak RSS (``resource.getrusage``, this process), and the planted pairs found. An
@@ -42,8 +45,8 @@ from PIL import Image, ImageEnhance, ImageFilter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
+from wds_tools.format.near import DEFAULT_THRESHOLD, find_pairs  # noqa: E402
 from wds_tools.format.phash import phash_batch, popcount, variants_array  # noqa: E402
-from wds_tools.inspect.dups import DEFAULT_THRESHOLD, find_pairs  # noqa: E402
 from wds_tools.synth import jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
@@ -194,6 +197,34 @@ def cost(args: argparse.Namespace) -> None:
           f"{len(want & got):,}/{len(want):,} planted pairs found, {len(got):,} pairs in all")
 
 
+def hash_cost(args: argparse.Namespace) -> None:
+    """Per image: the converter's decode (``decode_image`` at ``--size``, JPEG draft mode) against
+    ``phash`` of its pixels, interleaved, medians; for 12 MP photos (4032x3024, the converter
+    benchmark's) and 600x450 ones (HAM10000's size)."""
+    from wds_tools.format.phash import phash
+    from wds_tools.synth import photo_like
+
+    print(f"hash cost at {args.size} px (median ms per image over {args.hash_images} images x 3 rounds, "
+          "interleaved):\n")
+    print("| source | decode_image | phash | phash / decode |")
+    print("|---|---|---|---|")
+    for w, h in ((4032, 3024), (600, 450)):
+        files = [jpeg_bytes(photo_like(w, h, 70 + k), 92) for k in range(args.hash_images)]
+        dec, hsh = [], []
+        for _ in range(3):
+            for data in files:
+                t0 = time.perf_counter()
+                px = decode_image(data, args.size).pixels
+                t1 = time.perf_counter()
+                phash(px)
+                t2 = time.perf_counter()
+                dec.append(t1 - t0)
+                hsh.append(t2 - t1)
+        d, p = float(np.median(dec)) * 1e3, float(np.median(hsh)) * 1e3
+        print(f"| {w}x{h} JPEG | {d:.2f} ms | {p:.3f} ms | {p / d:.1%} |")
+    print()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--synth", type=int, default=150, help="lesion photos among the originals")
@@ -202,7 +233,10 @@ def main() -> None:
     p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
     p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")
+    p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
     args = p.parse_args()
+    if args.hash_images:
+        hash_cost(args)
     if not args.no_quality:
         quality(args)
     if args.scale:

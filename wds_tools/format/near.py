@@ -27,7 +27,7 @@ _CHUNK = 1 << 16  # query hashes per step: bounds the candidate arrays
 
 
 def _band(h: np.ndarray, b: int) -> np.ndarray:
-    return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int64)
+    return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int32)
 
 
 def _flip_masks(radius: int) -> np.ndarray:
@@ -49,34 +49,30 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
         raise OptionError(f"--threshold must be 0..63 bits, not {threshold}")
     a = np.asarray(a, dtype=np.uint64)
     stored = a if b is None else np.asarray(b, dtype=np.uint64)
-    radius = threshold // _BANDS
-    masks = _flip_masks(radius)
-    out_i, out_j = [], []
+    masks = _flip_masks(threshold // _BANDS).astype(np.int32).tolist()
+    tables = []  # per band: stored rows sorted by band value, and each value's first position and count
     for band in range(_BANDS):
         values = _band(stored, band)
-        order = np.argsort(values, kind="stable")
         counts = np.bincount(values, minlength=1 << _BAND_BITS)
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        for lo in range(0, len(a), _CHUNK):
-            q = variants_array(a[lo:lo + _CHUNK])  # [n, 8]
-            qi = np.repeat(np.arange(lo, lo + len(q)), 8)
-            qh = q.reshape(-1)
-            qb = _band(qh, band)
-            for m in np.array_split(masks, max(1, len(masks) // 64)):
-                probe = (qb[:, None] ^ m[None, :]).reshape(-1)
-                owner = np.repeat(np.arange(len(qb)), len(m))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        tables.append((np.argsort(values, kind="stable"), counts.astype(np.int32), starts))
+    out_i, out_j = [], []
+    for lo in range(0, len(a), _CHUNK):
+        q = variants_array(a[lo:lo + _CHUNK]).reshape(-1)  # each query hash's 8 variants
+        for band, (order, counts, starts) in enumerate(tables):
+            qb = _band(q, band)
+            for m in masks:  # every band value within the radius
+                probe = qb ^ m if m else qb
                 n = counts[probe]
-                hit = n > 0
-                probe, owner, n = probe[hit], owner[hit], n[hit]
-                if not len(probe):
+                hit = np.flatnonzero(n)
+                if not hit.size:
                     continue
-                total = int(n.sum())
-                owner = np.repeat(owner, n)
-                first = np.repeat(starts[probe] - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
-                cand = order[first + np.arange(total)]
-                d = popcount(qh[owner] ^ stored[cand])
-                keep = d <= threshold
-                i, j = qi[owner[keep]], cand[keep]
+                nh = n[hit].astype(np.int64)
+                owner = np.repeat(hit, nh)
+                within = np.arange(len(owner)) - np.repeat(np.cumsum(nh) - nh, nh)
+                cand = order[np.repeat(starts[probe[hit]], nh) + within]
+                keep = popcount(q[owner] ^ stored[cand]) <= threshold
+                i, j = lo + owner[keep] // 8, cand[keep]
                 if b is None:
                     sel = i < j
                     i, j = i[sel], j[sel]
