@@ -62,7 +62,7 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
         for band, (order, counts, starts) in enumerate(tables):
             qb = _band(q, band)
             for m in masks:  # every band value within the radius
-                probe = qb ^ m if m else qb
+                probe: np.ndarray = qb ^ m if m else qb
                 n = counts[probe]
                 hit = np.flatnonzero(n)
                 if not hit.size:
