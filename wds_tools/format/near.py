@@ -59,18 +59,18 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
     out_i, out_j = [], []
     for lo in range(0, len(a), _CHUNK):
         q = variants_array(a[lo:lo + _CHUNK]).reshape(-1)  # each query hash's 8 variants
-        for band, (order, counts, starts) in enumerate(tables):
+        for band, (order, sizes, firsts) in enumerate(tables):
             qb = _band(q, band)
             for m in masks:  # every band value within the radius
                 probe: np.ndarray = qb ^ m if m else qb
-                n = counts[probe]
+                n = sizes[probe]
                 hit = np.flatnonzero(n)
                 if not hit.size:
                     continue
                 nh = n[hit].astype(np.int64)
                 owner = np.repeat(hit, nh)
                 within = np.arange(len(owner)) - np.repeat(np.cumsum(nh) - nh, nh)
-                cand = order[np.repeat(starts[probe[hit]], nh) + within]
+                cand = order[np.repeat(firsts[probe[hit]], nh) + within]
                 keep = popcount(q[owner] ^ stored[cand]) <= threshold
                 i, j = lo + owner[keep] // 8, cand[keep]
                 if b is None:
