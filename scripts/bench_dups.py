@@ -60,7 +60,7 @@ def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
     try:
         from skimage import data as skdata
 
-        for name in ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "skin"):
+        for name in ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina"):
             try:
                 a = getattr(skdata, name)()
             except Exception:  # a data file that needs a download
