@@ -126,3 +126,10 @@ def test_a_split_column_that_splits_a_cluster_is_refused(tmp_path):
             w.writerow([key, f"img/{key}.png", "a", split])
     with pytest.raises(SourceError, match=r"near-duplicate cluster of 'x0' \(--dedup\) is in 2 splits"):
         run(tmp_path / "m.csv", tmp_path / "out", "v1", False)
+
+
+def test_the_summary_says_what_dedup_joined(tmp_path):
+    rows = [("p0", 0, 0, None), ("p0m", 0, 1, None), ("p0t", 0, 2, None), ("p1", 1, 0, None), ("p2", 2, 0, None)]
+    r = run(write(tmp_path, rows), tmp_path / "out", "v1", False)
+    assert any("--dedup: 1 clusters of near-duplicates (within 3 bits) joined 3 samples" in n for n in r.notes)
+    assert "--dedup: 1 clusters" in r.to_text()

@@ -170,6 +170,11 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
                                    dry_run=opts.dry_run, checksum=opts.checksum)
+            if src.dedup is not None:  # nothing silent: what --dedup changed
+                n, rows = src.dedup_joined
+                result.notes.append(f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
+                                    f"{rows} samples' groups or keys, each cluster drawn into one split "
+                                    "(wds-tools dups lists them)")
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")

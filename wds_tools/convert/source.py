@@ -68,6 +68,7 @@ class Source:
     stratify: bool = False
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
     dedup: int | None = None  # --dedup: the threshold near-duplicate clusters were joined within
+    dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -279,7 +280,10 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
         value = r.meta[gi] if gi is not None and r.meta is not None else None  # a group is a metadata column
         units.append(("g", value_text(value)) if value is not None else ("k", r.key))
     rep = _joined(units, near([r.path for r in rows])) if near is not None else {u: u for u in units}
+    members = Counter(rep.values())  # joined unit -> how many of the rows' own units it holds
+    joined = {u for u, n in members.items() if n > 1}
     units = [rep[u] for u in units]
+    src = replace(src, dedup_joined=(len(joined), sum(u in joined for u in units)))
     for r, unit in zip(rows, units):
         unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
         if r.split:
