@@ -69,9 +69,9 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
                     continue
                 nh = n[hit].astype(np.int64)
                 owner = np.repeat(hit, nh)
-                within = np.arange(len(owner)) - np.repeat(np.cumsum(nh) - nh, nh)
-                cand = order[np.repeat(firsts[probe[hit]], nh) + within]
-                keep = popcount(q[owner] ^ stored[cand]) <= threshold
+                # the k-th candidate of a hit is order[first + k]: one repeat of (first - candidates before it)
+                cand = order[np.repeat(firsts[probe[hit]] - (np.cumsum(nh) - nh), nh) + np.arange(len(owner))]
+                keep = np.bitwise_count(q[owner] ^ stored[cand]) <= threshold
                 i, j = lo + owner[keep] // 8, cand[keep]
                 if b is None:
                     sel = i < j
