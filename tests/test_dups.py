@@ -245,3 +245,16 @@ def test_the_benchmark_duplicate_set_at_small_scale():
         for o in np.flatnonzero(kinds_a == "original"):
             copy = np.flatnonzero((ids == ids[o]) & (kinds_a == kind))[0]
             assert found[o, copy], (kind, int(ids[o]))
+
+
+def test_stats_says_when_a_set_is_too_large_to_count(folder, monkeypatch):
+    import wds_tools.inspect.dups as dups
+    from wds_tools.inspect.stats import compute_stats
+
+    skipped = {"threshold": DEFAULT_THRESHOLD,
+               "skipped": "10 samples, more than stats counts near-duplicates for (5): run wds-tools dups"}
+    assert dups.duplicate_counts(str(folder), limit=5) == skipped
+    monkeypatch.setattr(dups, "STATS_LIMIT", 5)
+    report = compute_stats(folder, workers=1)
+    assert report.to_dict()["duplicates"] == skipped
+    assert "near-duplicates not counted: 10 samples, more than" in "\n".join(report.warnings)

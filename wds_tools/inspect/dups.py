@@ -226,12 +226,21 @@ def plot_dups(result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12
     return len(shown)
 
 
-def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD) -> dict | None:
-    """Near-duplicate cluster counts of a converted folder (``stats``, ``verify --no-leakage``); None
-    when its samples.npz has no ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it)."""
+STATS_LIMIT = 200_000  # samples up to which ``stats`` counts near-duplicates (a few seconds; README)
+
+
+def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
+                     ) -> dict | None:
+    """Near-duplicate cluster counts of a converted folder (``stats``); None when its samples.npz has no
+    ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
+    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more)."""
     folder_, meta = index_of(folder)
     if meta.get("format_version", 0) < 3:
         return None
+    n = int(meta.get("samples", 0))
+    if limit is not None and n > limit:
+        return {"threshold": threshold,
+                "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups"}
     c = find_dups(folder_, threshold=threshold)
     return {"threshold": threshold, **c.counts(),
             "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10]}

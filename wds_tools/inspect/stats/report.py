@@ -248,6 +248,8 @@ class StatsReport:
         d = self.duplicates
         if not d:
             return []
+        if "skipped" in d:
+            return [f"near-duplicates not counted: {d['skipped']}"]
         out = []
         if d["cross_split"]:
             out.append(f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
@@ -290,7 +292,7 @@ class StatsReport:
         """The report as text (``render.render_text`` of ``to_dict``)."""
         text = render_text(self.to_dict(), self.notes)
         d = self.duplicates
-        if d is not None and d["clusters"]:  # none: nothing to say (--json has the zeros)
+        if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
             text += (f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
                      f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels")
         return text
