@@ -71,13 +71,12 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
                 owner = np.repeat(hit, nh)
                 # the k-th candidate of a hit is order[first + k]: one repeat of (first - candidates before it)
                 cand = order[np.repeat(firsts[probe[hit]] - (np.cumsum(nh) - nh), nh) + np.arange(len(owner))]
+                if b is None:  # within one set: the pair (i, j) with i < j only (j finds i the other way)
+                    later = cand > lo + owner // 8
+                    owner, cand = owner[later], cand[later]
                 keep = np.bitwise_count(q[owner] ^ stored[cand]) <= threshold
-                i, j = lo + owner[keep] // 8, cand[keep]
-                if b is None:
-                    sel = i < j
-                    i, j = i[sel], j[sel]
-                out_i.append(i)
-                out_j.append(j)
+                out_i.append(lo + owner[keep] // 8)
+                out_j.append(cand[keep])
     if not out_i:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     i, j = np.concatenate(out_i), np.concatenate(out_j)
