@@ -225,6 +225,43 @@ def hash_cost(args: argparse.Namespace) -> None:
     print()
 
 
+def command_cost(args: argparse.Namespace) -> None:
+    """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
+    hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
+    import tempfile
+
+    from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
+    from wds_tools.format.packed import pack_strings
+    from wds_tools.inspect.dups import find_dups
+
+    n, n_shards = args.index_scale, 2000
+    rng = np.random.default_rng(2)
+    hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
+    per = -(-n // n_shards)
+    src = np.arange(0, n - per, 100)
+    hashes[src + per] = hashes[src] ^ np.uint64(3)  # 1% copies, 2 bits apart, in the next shard (some in val)
+    cols = {name: np.zeros(n, dtype) for name, dtype in SAMPLE_COLUMNS.items() if name not in ("key", "path_data")}
+    cols["key"] = np.array([f"s{i:08d}".encode() for i in range(n)], dtype="S")
+    cols["label"] = rng.integers(0, 7, n).astype("<i4")
+    cols["shard"] = (np.arange(n) // per).astype("<u4")
+    cols["fingerprint"] = np.zeros((n, 16), "u1")
+    cols["phash"] = hashes
+    cols["path_offsets"], cols["path_data"] = pack_strings([f"img/{i}.jpg" for i in range(n)])
+    shards = [{"name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar", "split": "train" if s % 10 else "val",
+               "samples": per, "bytes": 0, "sha256": "0" * 64} for s in range(n_shards)]
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "bench", "size": 224,
+            "classes": [f"c{i}" for i in range(7)], "samples": n, "shards": shards, "splits": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        write_index(tmp, meta, cols, sidecars=False)
+        t0 = time.perf_counter()
+        res = find_dups(tmp)
+        wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    c = res.counts()
+    print(f"find_dups on an index of {n:,} samples: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process, index "
+          f"building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--synth", type=int, default=150, help="lesion photos among the originals")
@@ -233,6 +270,7 @@ def main() -> None:
     p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
     p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")
+    p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
     p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
     args = p.parse_args()
     if args.hash_images:
@@ -241,6 +279,8 @@ def main() -> None:
         quality(args)
     if args.scale:
         cost(args)
+    if args.index_scale:
+        command_cost(args)
 
 
 if __name__ == "__main__":
