@@ -238,8 +238,8 @@ def command_cost(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(2)
     hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
     per = -(-n // n_shards)
-    src = np.arange(0, n - per, 100)
-    hashes[src + per] = hashes[src] ^ np.uint64(3)  # 1% copies, 2 bits apart, in the next shard (some in val)
+    src = np.arange(0, n - per - 1, 100)
+    hashes[src + per + 1] = hashes[src] ^ np.uint64(3)  # 1% copies, 2 bits apart, in the next shard (some in val)
     cols = {name: np.zeros(n, dtype) for name, dtype in SAMPLE_COLUMNS.items() if name not in ("key", "path_data")}
     cols["key"] = np.array([f"s{i:08d}".encode() for i in range(n)], dtype="S")
     cols["label"] = rng.integers(0, 7, n).astype("<i4")
