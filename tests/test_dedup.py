@@ -44,7 +44,9 @@ def write(root: Path, rows: list[tuple[str, int, int, str | None]], name: str = 
         w = csv.writer(f)
         w.writerow(["key", "path", "label", "lesion"])
         for key, seed, copy, lesion in rows:
-            (root / "img" / f"{key}.png").write_bytes(image_bytes(seed, copy))
+            dest = root / "img" / f"{key}.png"
+            if not dest.exists() or dest.read_bytes() != image_bytes(seed, copy):  # keep an unchanged file's mtime
+                dest.write_bytes(image_bytes(seed, copy))
             w.writerow([key, f"img/{key}.png", ["a", "b"][seed % 2], lesion or ""])
     return root / name
 
@@ -133,3 +135,21 @@ def test_the_summary_says_what_dedup_joined(tmp_path):
     r = run(write(tmp_path, rows), tmp_path / "out", "v1", False)
     assert any("--dedup: 1 clusters of near-duplicates (within 3 bits) joined 3 samples" in n for n in r.notes)
     assert "--dedup: 1 clusters" in r.to_text()
+
+
+def test_an_incremental_dedup_decodes_only_new_or_changed_sources(tmp_path, monkeypatch):
+    import wds_tools.convert.dedup as dedup
+
+    decoded = []
+    real = dedup.decode_image
+    monkeypatch.setattr(dedup, "decode_image", lambda data, *a, **k: decoded.append(1) or real(data, *a, **k))
+    rows = [(f"p{c}", c, 0, None) for c in range(6)]
+    out = tmp_path / "out"
+    run(write(tmp_path / "a", rows), out, "v1", False, val_fraction=0.5)
+    assert len(decoded) == 6
+    decoded.clear()
+    manifest = write(tmp_path / "a", rows + [("p0m", 0, 1, None)])  # one new copy; the others untouched
+    run(manifest, out, "v2", False, val_fraction=0.5)
+    assert len(decoded) == 1
+    split = splits_of(out / "v2" / str(S))
+    assert split["p0m"] == split["p0"] == splits_of(out / "v1" / str(S))["p0"]

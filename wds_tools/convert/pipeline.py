@@ -36,7 +36,7 @@ from .runner import Runner, make_runner
 from .groups import find_split_base
 from .schedule import write_shards
 from ..format.near import DEFAULT_THRESHOLD
-from .dedup import near_pairs
+from .dedup import known_hashes, near_pairs
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -152,7 +152,12 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     opts, version = options, options.version
     split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
                   if opts.group is not None or opts.stratify or opts.dedup else None)
-    near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD) if opts.dedup else None
+    near = None
+    if opts.dedup:  # the split base's stored hashes spare the decode of unchanged sources
+        wanted = {"size": opts.sides[0], "resize": opts.resize, "decode": opts.decode.to_dict(),
+                  "decoder_versions": decoder_versions()}
+        known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
+        near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
                       columns=opts.columns, stratify=opts.stratify, split_base=split_base, near=near,
                       dedup=DEFAULT_THRESHOLD if opts.dedup else None)
