@@ -15,6 +15,7 @@ from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, write_index
 from wds_tools.format.names import url_pattern
 from wds_tools.format.npy import npy_header
 from wds_tools.format.packed import pack_strings
+from wds_tools.format.phash import phash
 from wds_tools.format.sample import MEMBERS, classes_digest, column_prefix, label_i32
 from wds_tools.format.tarwrite import ShardWriter
 
@@ -43,7 +44,7 @@ def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a
                 js = w.add(f"{key}.json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
                 npy = w.add(f"{key}.npy", header, px.tobytes())
                 rows.append((key, label, len(shards), *c, *i32, *js, *npy,
-                             xxhash.xxh3_64_intdigest(header + px.tobytes()), f"img/{key}.jpg"))
+                             xxhash.xxh3_64_intdigest(header + px.tobytes()), f"img/{key}.jpg", phash(px)))
             nbytes, sha = w.close()
             shards.append({"name": name, "split": split, "samples": len(labels), "bytes": nbytes, "sha256": sha})
         counts = np.bincount([lab for ls in shard_labels for lab in ls], minlength=len(classes)).tolist()
@@ -62,6 +63,7 @@ def build_dataset(dest: Path, splits: dict[str, list[list[int]]], *, classes=("a
         "width": np.full(n, 10, "<u4"), "height": np.full(n, 10, "<u4"),
         "src_size": np.full(n, 1000, "<u8"),
         "npy_xxh3": np.array([r[11] for r in rows], dtype="<u8"),
+        "phash": np.array([r[13] for r in rows], dtype="<u8"),
     }
     for j, member in enumerate(MEMBERS):
         cols[f"{column_prefix(member)}_offset"] = np.array([r[3 + 2 * j] for r in rows], dtype="<u8")

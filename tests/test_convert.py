@@ -383,7 +383,7 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
     assert json.loads(res.stdout)["samples_written"] == 20
     folder = out / "v1" / "16"
     idx = load_index(folder)
-    assert idx.meta["format_version"] == 2 and idx.meta["build"]["group"] == "lesion_id"
+    assert idx.meta["format_version"] == 3 and idx.meta["build"]["group"] == "lesion_id"
     assert idx.meta["build"]["stratify"] is True
     assert idx.meta["metadata"] == [{"name": "lesion_id", "type": "string"}, {"name": "dx_type", "type": "string"},
                                     {"name": "age", "type": "float"}, {"name": "sex", "type": "string"},

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import xxhash
 from click.testing import CliRunner
+from phashref import doc_hash
 from PIL import Image, ImageOps, features
 
 from wds_tools.cli import cli  # the converter under test, run as a user runs it
@@ -339,7 +340,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
     files: dict[str, bytes] = {}
     cols: dict[str, list] = {c: [] for c in ("key", "label", "shard", "fingerprint", "width", "height", "src_size",
                                             "cls_offset", "cls_length", "i32_offset", "i32_length", "json_offset",
-                                            "json_length", "npy_offset", "npy_length", "npy_xxh3", "path")}
+                                            "json_length", "npy_offset", "npy_length", "npy_xxh3", "phash", "path")}
     shards, splits, hist = [], {}, {}
     for number, (name, members) in enumerate(plan(good, classes)):
         split = name.rsplit("-", 1)[0]
@@ -368,6 +369,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
             cols["height"].append(height)
             cols["src_size"].append(st.st_size)
             cols["npy_xxh3"].append(xxhash.xxh3_64_intdigest(npy))
+            cols["phash"].append(doc_hash(pixels))
             cols["path"].append(r["source_path"].encode())
             cols.setdefault("meta", []).append(r.get("meta"))
             for c in range(3):
@@ -391,7 +393,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
     table += [(c, np.array(cols[c], d)) for c, d in [
         ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("cls_offset", "<u8"),
         ("cls_length", "<u8"), ("i32_offset", "<u8"), ("i32_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
-        ("npy_length", "<u8"), ("npy_xxh3", "<u8")]]
+        ("npy_length", "<u8"), ("npy_xxh3", "<u8"), ("phash", "<u8")]]
     table += [("path_offsets", np.array([0] + list(np.cumsum([len(p) for p in paths])), "<u8")),
               ("path_data", np.frombuffer(b"".join(paths), "|u1"))]
     table += metadata_arrays(metadata or [], metas)
@@ -412,7 +414,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
     top = hist["train"] if "train" in hist else sum(hist.values())
     mean, std = mean_std(top)
     meta = {
-        "format": "wds-tools-index", "format_version": 2, "created_by": f"wds-tools {package_version('wds-tools')}",
+        "format": "wds-tools-index", "format_version": 3, "created_by": f"wds-tools {package_version('wds-tools')}",
         "dataset_version": version, "size": S, "resize": mode,
         "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
                    "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS, "colour": "srgb"},

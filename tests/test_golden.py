@@ -42,7 +42,7 @@ from wds_tools.format.index import FORMAT_VERSION, READABLE_VERSIONS, load_index
 from wds_tools.format.sample import classes_digest
 
 GOLDEN_ROOT = Path(__file__).parent / "golden"
-RELEASED = {1}  # format versions whose golden files are never rewritten
+RELEASED = {1, 2}  # format versions whose golden files are never rewritten
 S = 8
 MTIME_NS = 1_700_000_000_123_456_789  # every source file's mtime (version 1's samples.npz records it)
 FIXED_VERSIONS = {"libjpeg": "golden", "pillow": "golden"}  # decoder_versions: no JPEG is decoded here
@@ -78,6 +78,7 @@ CORPORA = {
     2: Corpus(2, "metadata.csv", ("--key", "image", "--label", "dx", "--path", "img/{image}.ppm", "--group", "lesion",
                                   "--stratify", "--val-fraction", "0.34")),
 }
+CORPORA[3] = Corpus(3, CORPORA[2].manifest, CORPORA[2].options)  # version 2's corpus; samples.npz gains phash
 
 
 def golden_dir(version: int = FORMAT_VERSION) -> Path:
@@ -230,7 +231,7 @@ def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path
         assert (js.pop("dataset_version"), js.pop("classes_digest")) == ("v1", classes_digest(["benign", "malignant"]))
         assert js.pop("original_key") == was.pop("original_key", where[1]) and js == was
     a, b = read_npz(made_dir / "samples.npz"), read_npz(old / "samples.npz")
-    assert set(a) == set(b) - {"src_mtime_ns"} | {"i32_offset", "i32_length"}
+    assert set(a) == set(b) - {"src_mtime_ns"} | {"i32_offset", "i32_length", "phash"}
     for name in set(a) & set(b):
         if not name.endswith(("_offset", "json_length")) or name == "path_offsets":  # members moved; .json grew
             assert np.array_equal(a[name], b[name]), name

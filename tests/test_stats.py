@@ -107,7 +107,9 @@ def test_json_schema_is_stable(converted, runner):
     assert d["schema"] == SCHEMA == "wds-tools-stats/1"
     assert set(d) == {"schema", "source", "path", "root", "index", "dataset_version", "size", "classes",
                       "samples", "shards", "bytes", "mean", "std", "stats_split", "world_size", "workers",
-                      "splits", "warnings", "seconds"}
+                      "splits", "warnings", "seconds", "duplicates"}  # duplicates: format version 3 on
+    assert set(d["duplicates"]) == {"threshold", "clusters", "samples_in_clusters", "cross_split", "label_conflict",
+                                    "cross_group"}
     assert set(d["bytes"]) == {"shards", "index", "total"}
     sp = d["splits"]["train"]
     assert set(sp) == {"shards", "samples", "bytes", "samples_per_shard", "bytes_per_shard", "class_counts",

@@ -126,6 +126,10 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
               help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
                    "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
                    "their split (see --from).")
+@click.option("--dedup", is_flag=True,
+              help="Keep near-duplicate images (wds-tools dups, default threshold) in one split: each cluster is "
+                   "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
+                   "version's assignments are kept and new copies follow them. Decodes every source once more.")
 @click.option("--stratify", is_flag=True,
               help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
                    "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
@@ -165,7 +169,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
-            group, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
+            group, dedup, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
             ray_address, colour, as_json, quiet) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
@@ -215,7 +219,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
         result = run_convert(source, version=version, size=size, out=out, workers=workers,
                              shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
                              sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
-                             group=group, stratify=stratify, resplit=resplit,
+                             group=group, dedup=dedup, stratify=stratify, resplit=resplit,
                              max_errors=max_errors, reuse=not no_reuse, decode=DecodeSettings(colour=colour),
                              base=base, checksum=checksum, dry_run=dry_run, executor=executor,
                              ray_address=ray_address, progress=not quiet)
@@ -258,6 +262,58 @@ def diff(old, new, as_json, limit) -> None:
     except WdsToolsError as e:
         _fail(e)
     _emit(result, as_json, limit=limit)
+
+
+@cli.command()
+@click.argument("path", required=False)
+@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
+              help="Root folder of all versions; without PATH, the newest version under it is used.")
+@click.option("--threshold", type=click.IntRange(0, 63), default=None,
+              help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
+                   "turns) between near-duplicates. Default: 3, the largest with precision >= 0.99 on "
+                   "scripts/bench_dups.py's set (README).")
+@click.option("--across", default=None, metavar="OTHER",
+              help="Only clusters spanning PATH and OTHER, another version or dataset (e.g. a clinic's photos "
+                   "against HAM10000).")
+@click.option("--group", default=None, metavar="COL",
+              help="Flag clusters whose samples have different values of this metadata column (a missed group). "
+                   "Default: the --group column the set was converted with, if any.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw a contact sheet of the worst clusters, one row each, into this PNG.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Clusters listed in the text output.")
+@click.option("--json", "as_json", is_flag=True, help="Print every cluster as one JSON object.")
+def dups(path: str | None, out: str, threshold: int | None, across: str | None, group: str | None,
+         plot_path: str | None, limit: int, as_json: bool) -> None:
+    """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
+
+    PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
+    OUT/<version>/<size>/. Every sample's perceptual hash (samples.npz phash, docs/FORMAT.md) is
+    compared with every other's under its eight flips and quarter turns; pairs within --threshold
+    bits are joined into clusters. A cluster is CROSS-SPLIT when its samples sit in more than one
+    split (leakage), LABEL-CONFLICT when they carry different labels, CROSS-GROUP when they have
+    different values of the group column (e.g. one lesion filed under two lesion ids). Indexes of
+    format versions 1 and 2 have no hash column: it is computed from the stored pixels.
+
+    \b
+    Examples:
+      wds-tools dups shards/v1/224
+      wds-tools dups shards/v1/224 --group lesion_id --plot dups.png
+      wds-tools dups clinic/v1/224 --across ham10000/v1/224 --json
+    """
+    from .format.resolve import newest_dataset
+    from .inspect.dups import DEFAULT_THRESHOLD, find_dups, plot_dups
+
+    try:
+        result = find_dups(path if path is not None else newest_dataset(out),
+                           threshold=DEFAULT_THRESHOLD if threshold is None else threshold, across=across, group=group)
+        if plot_path:
+            plot_dups(result, plot_path)
+    except WdsToolsError as e:
+        _fail(e)
+    _emit(result, as_json, limit=limit)
+    if plot_path and not as_json:
+        click.echo(f"\ncontact sheet written to {plot_path}")
 
 
 @cli.command("index")
@@ -384,8 +440,11 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixe
               help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
                    "size or build), refused by default with a message naming both; they can only be read as one "
                    "set with --scan, as any reader of the tars would see them.")
+@click.option("--no-leakage", is_flag=True,
+              help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
+                   "split; off by default, since some teams keep deliberate copies.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> None:
+def verify(path, out, quick, scan, threads, no_stats, allow_mixed, no_leakage, as_json) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -414,7 +473,7 @@ def verify(path, out, quick, scan, threads, no_stats, allow_mixed, as_json) -> N
 
     try:
         report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads, stats=not no_stats,
-                            allow_mixed=allow_mixed, progress=sys.stderr.isatty())
+                            allow_mixed=allow_mixed, progress=sys.stderr.isatty(), no_leakage=no_leakage)
     except WdsToolsError as e:
         _fail(e)
     _emit(report, as_json)

@@ -65,6 +65,7 @@ class ConvertOptions:
     group: str | None = None
     stratify: bool = False
     resplit: bool = False  # with group/stratify: draw every unit's split afresh, no split base
+    dedup: bool = False  # --dedup: near-duplicate clusters join their groups before splits are drawn
     max_errors: str | int | float = "1%"
     decode: DecodeSettings = DecodeSettings()
     reuse: bool = True

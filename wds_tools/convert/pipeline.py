@@ -44,6 +44,8 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
+from ..format.near import DEFAULT_THRESHOLD
+from .dedup import known_hashes, near_pairs
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -105,6 +107,7 @@ def convert(
     group: str | None = None,
     stratify: bool = False,
     resplit: bool = False,
+    dedup: bool = False,
     max_errors: str | int | float = "1%",
     decode: DecodeSettings = DecodeSettings(),
     reuse: bool = True,
@@ -140,12 +143,14 @@ def convert(
     ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
     whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
     ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
-    keep their split there (``base``, else the newest other version under ``out``), unless ``resplit``.
+    keep their split there (``base``, else the newest other version under ``out``), unless ``resplit``. ``dedup`` joins
+    near-duplicate images (``format.near``, default threshold) into one unit with their groups before
+    the splits are drawn, so that a cluster lands in one split (each source is decoded once more).
     """
     options = ConvertOptions(
         version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
         val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
-        split=split, group=group, stratify=stratify, resplit=resplit, max_errors=max_errors, decode=decode,
+        split=split, group=group, stratify=stratify, resplit=resplit, dedup=dedup, max_errors=max_errors, decode=decode,
         reuse=reuse, base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
         ray_address=ray_address, progress=progress)
     return convert_with(source, options)
@@ -156,9 +161,16 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     t0 = time.perf_counter()
     opts, version = options, options.version
     split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-                  if (opts.group is not None or opts.stratify) and not opts.resplit else None)
+                  if (opts.group is not None or opts.stratify or opts.dedup) and not opts.resplit else None)
+    near = None
+    if opts.dedup:  # the split base's stored hashes spare the decode of unchanged sources
+        wanted = {"size": opts.sides[0], "resize": opts.resize, "decode": opts.decode.to_dict(),
+                  "decoder_versions": decoder_versions()}
+        known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
+        near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
     src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
-                      columns=opts.columns, stratify=opts.stratify, split_base=split_base)
+                      columns=opts.columns, stratify=opts.stratify, split_base=split_base, near=near,
+                      dedup=DEFAULT_THRESHOLD if opts.dedup else None)
     stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     try:
@@ -179,6 +191,11 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                                    max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
                                    dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit,
                                    skipped=list(src.skipped))
+            if src.dedup is not None:  # nothing silent: what --dedup changed
+                n, rows = src.dedup_joined
+                result.notes.append(f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
+                                    f"{rows} samples' groups or keys, each cluster drawn into one split "
+                                    "(wds-tools dups lists them)")
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
                                     "interrupted")

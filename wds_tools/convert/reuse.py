@@ -124,6 +124,7 @@ class Base:
             npy_offset=int(s["npy_offset"][i]), npy_length=int(s["npy_length"][i]),
             npy_xxh3=int(s["npy_xxh3"][i]), width=int(s["width"][i]), height=int(s["height"][i]),
             fingerprint=fingerprint, relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
+            phash=int(s["phash"][i]) if "phash" in s.columns else None,  # format version 3 on
         )
 
     def removed(self, keys: set[str]) -> int:

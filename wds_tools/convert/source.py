@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import InvalidKeyError, OptionError, SourceError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
+from .dedup import NearPairs
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, split_groups
@@ -71,6 +72,8 @@ class Source:
     stratify: bool = False
     split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
     skipped: tuple[dict, ...] = ()  # an image folder's files not converted: {"path", "reason"}, in walk order
+    dedup: int | None = None  # --dedup: the threshold near-duplicate clusters were joined within
+    dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -102,7 +105,9 @@ class Source:
             out["group"] = self.columns.group
         if self.stratify:
             out["stratify"] = True
-        if self.columns.group is not None or self.stratify:
+        if self.dedup is not None:
+            out["dedup"] = self.dedup
+        if self.columns.group is not None or self.stratify or self.dedup is not None:
             out["split_base"] = self.split_base
         return out
 
@@ -250,7 +255,8 @@ def _path_of(obj: dict, bound: Bound, path: str, line: int) -> tuple[str, str | 
 
 
 def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool, columns: Columns,
-                   stratify: bool, split_base: SplitBase | None) -> Source:
+                   stratify: bool, split_base: SplitBase | None, near: NearPairs | None = None,
+                   dedup: int | None = None) -> Source:
     table = read_table(path)
     if not table.records:
         raise SourceError(f"{path}: the manifest has no rows")
@@ -287,14 +293,34 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
         ))
     src = Source(table.kind, str(path), rows, _classes({r.label for r in rows}), tuple(meta_columns), columns,
                  stratify, split_base.version if split_base is not None else None)
-    return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
+    return _with_splits(replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base,
+                        near=near)
 
 
-def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None) -> Source:
+def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]:
+    """Each unit -> its representative (the least unit) once the rows of each pair share a unit."""
+    parent: dict[Unit, Unit] = {u: u for u in units}
+
+    def root(u: Unit) -> Unit:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    for a, b in pairs:
+        ra, rb = root(units[a]), root(units[b])
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {u: root(u) for u in parent}
+
+
+def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None,
+                 near: NearPairs | None = None) -> Source:
     """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
-    column or stratification, its unit's split (plan.split_groups), a base's units keeping theirs."""
+    column, stratification or ``near`` (--dedup), its unit's split (plan.split_groups), a base's units
+    keeping theirs; with ``near``, the units of near-duplicate rows are joined first."""
     rows = src.rows
-    if src.columns.group is None and not src.stratify:  # a unit per key: assign_split, no split empty
+    if src.columns.group is None and not src.stratify and near is None:  # a unit per key: assign_split, no split empty
         keyed = split_groups({("k", r.key): {} for r in rows}, seed=seed, val_fraction=val_fraction,
                              fixed={("k", r.key): r.split for r in rows if r.split})
         return replace(src, rows=[r if r.split else replace(r, split=keyed[("k", r.key)]) for r in rows])
@@ -305,25 +331,36 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     unit_labels: dict[Unit, Counter] = {}  # unit -> its samples per label
     for r in rows:
         value = r.meta[gi] if gi is not None and r.meta is not None else None  # a group is a metadata column
-        unit = ("g", value_text(value)) if value is not None else ("k", r.key)
-        units.append(unit)
+        units.append(("g", value_text(value)) if value is not None else ("k", r.key))
+    rep = _joined(units, near([r.path for r in rows])) if near is not None else {u: u for u in units}
+    members = Counter(rep.values())  # joined unit -> how many of the rows' own units it holds
+    joined = {u for u, n in members.items() if n > 1}
+    units = [rep[u] for u in units]
+    src = replace(src, dedup_joined=(len(joined), sum(u in joined for u in units)))
+    for r, unit in zip(rows, units):
         unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
         if r.split:
             explicit.setdefault(unit, {}).setdefault(r.split, []).append(r.line)
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
     if clashes:
-        (_, text), where = clashes[0]
+        (kind, text), where = clashes[0]
         listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}"
                            for split, lines in sorted(where.items()))
+        what = (f"group {text!r} of column {src.columns.group!r}" if kind == "g" and src.columns.group is not None
+                else f"the near-duplicate cluster of {text!r} (--dedup)")
         raise SourceError(
-            f"{src.path}: group {text!r} of column {src.columns.group!r} is in {len(where)} splits of the "
+            f"{src.path}: {what} is in {len(where)} splits of the "
             f"manifest's split column ({listed}); all samples of a group must be in "
-            f"one split (that is what --group is for). Fix the split column, or leave it empty for that group "
-            f"to have it drawn" + (f" ({len(clashes) - 1} more such groups)" if len(clashes) > 1 else "")
+            f"one split (that is what --group and --dedup are for). Fix the split column, or leave it empty for "
+            f"that group to have it drawn" + (f" ({len(clashes) - 1} more such groups)" if len(clashes) > 1 else "")
         )
     fixed = {u: next(iter(where)) for u, where in explicit.items()}
     if split_base is not None:
-        fixed = {**{u: s for u, s in split_base.splits.items() if u in unit_labels}, **fixed}
+        held: dict[Unit, Counter] = {}  # a joined unit takes the split most of its base units had
+        for u, s in split_base.splits.items():
+            if u in rep:
+                held.setdefault(rep[u], Counter())[s] += 1
+        fixed = {**{u: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for u, c in held.items()}, **fixed}
     chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
@@ -375,7 +412,7 @@ def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
 
 
 def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
-                 split_base: SplitBase | None) -> Source:
+                 split_base: SplitBase | None, near: NearPairs | None = None, dedup: int | None = None) -> Source:
     files, skipped = _folder_files(root)
     if not files:
         listed = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
@@ -393,33 +430,37 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
     ]
     src = Source("image-folder", str(root), rows, _classes({r.label for r in rows}), stratify=stratify,
                  split_base=split_base.version if split_base is not None else None, skipped=tuple(skipped))
-    return _with_splits(src, seed=seed, val_fraction=val_fraction, split_base=split_base)
+    return _with_splits(replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base,
+                        near=near)
 
 
 def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0,
                 sanitize_keys: bool = False, columns: Columns | None = None, stratify: bool = False,
-                split_base: SplitBase | None = None) -> Source:
+                split_base: SplitBase | None = None, near: NearPairs | None = None,
+                dedup: int | None = None) -> Source:
     """Read a manifest (.csv/.tsv/.jsonl) or an image folder.
 
     A manifest's columns are ``key,path,label[,split][,sha256|md5]`` unless ``columns`` names others
     (``Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")``); its
     other columns are kept as typed metadata. With a group column or ``stratify``, splits are drawn
     per group (plan.split_groups), the groups of ``split_base`` keeping their split. The manifest and
-    the paths in it may be fsspec URLs (s3://...); an image folder is local.
+    the paths in it may be fsspec URLs (s3://...); an image folder is local. ``near`` (--dedup, its
+    threshold ``dedup``) gives the near-duplicate pairs among the rows, whose units are joined first.
     """
     columns = columns or Columns()
     if not 0.0 <= val_fraction < 1.0:
         raise SourceError(f"val_fraction must be in [0, 1), not {val_fraction}")
     if is_remote(path):
         return _read_manifest(os.fspath(path), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys,
-                              columns=columns, stratify=stratify, split_base=split_base)
+                              columns=columns, stratify=stratify, split_base=split_base, near=near, dedup=dedup)
     p = Path(path)
     if p.is_dir():
         if not columns.default or columns.group is not None:
             raise OptionError(f"--key, --label, --path, --split and --group name a manifest's columns; {p} is an "
                               "image folder (ROOT/<label>/<file>), which has none")
-        return _read_folder(p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base)
+        return _read_folder(p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base,
+                            near=near, dedup=dedup)
     if not p.exists():
         raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
     return _read_manifest(str(p), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys, columns=columns,
-                          stratify=stratify, split_base=split_base)
+                          stratify=stratify, split_base=split_base, near=near, dedup=dedup)

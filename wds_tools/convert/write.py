@@ -30,6 +30,7 @@ from .runner import orphaned
 from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .spill import SpillRow, SpillWriter, Staged
 from .storage import Store
+from ..format.phash import phash
 
 __all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "Encoded", "encode_batch", "ShardAssembler",
            "open_shard", "write_shard", "sample_json", "NARROW_SPAN", "narrow_warning"]
@@ -50,6 +51,7 @@ class Reuse:
     fingerprint: bytes
     relabeled: bool
     spilled: bool = False  # decoded in this run for another size's shards: counts as decoded
+    phash: int | None = None  # the stored pixels' perceptual hash when the base records it (format version 3)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class SampleRow(NamedTuple):
     src_mtime_ns: int
     npy_xxh3: int
     source_path: str
+    phash: int = 0  # format.phash of the stored pixels
     placed: tuple[tuple[int, int], ...] = ()  # (offset, length) of each of MEMBERS in the tar
 
 
@@ -210,6 +213,10 @@ def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
     return np.bincount(flat + _channel_offsets(side), minlength=768)
 
 
+def _phash(flat: np.ndarray, side: int) -> int:
+    return phash(flat.reshape(side, side, 3))
+
+
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
     """Samples ``start:stop`` of ``task``: copy checked pixels from where ``reuse`` says, else decode
     the source (and the ``also`` sides from the same bytes, for their spill)."""
@@ -236,8 +243,10 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 assert r is not None  # got comes from it
                 npy = got
                 flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
+                known = r.phash
                 row = SampleRow(s.key, s.label, r.fingerprint, r.width, r.height, s.src_nbytes, s.src_mtime_ns,
-                                r.npy_xxh3, s.source_path)
+                                r.npy_xxh3, s.source_path,
+                                known if known is not None else _phash(flat, task.side))
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
             elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
@@ -251,7 +260,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 flat = dec.pixels.reshape(-1)
                 npy = header + flat.tobytes()
                 row = SampleRow(s.key, s.label, fp, dec.width, dec.height, src_nbytes, mtime,
-                                _npy_checksum(header, flat), s.source_path)
+                                _npy_checksum(header, flat), s.source_path, phash(dec.pixels))
                 out.counts["decoded"] += 1
             if row is not None:
                 lo, hi = int(flat.min()), int(flat.max())
@@ -398,7 +407,7 @@ def write_shard(task: ShardTask, batch: int = 16) -> dict:
 def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
     """A shard's sample columns, kept in its work folder until the index is assembled. They hold
     ``src_mtime_ns`` too: the index leaves it out, the quick-check cache takes it (hashes.py)."""
-    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3"]
+    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3", "phash"]
     cols: dict[str, np.ndarray] = {}
     for name in names:
         values = [getattr(r, name) for r in rows]

@@ -37,6 +37,7 @@ __all__ = [
     "LOCK_FILE",
     "SAMPLE_COLUMNS",
     "SAMPLE_COLUMNS_V1",
+    "SAMPLE_COLUMNS_V2",
     "sample_columns",
     "DatasetIndex",
     "SampleTable",
@@ -54,10 +55,8 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-# what the converter writes; 2: metadata, dataset fields in each .json, .i32 (docs/FORMAT.md, "Changes from
-# version 1")
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # what every reader reads
+FORMAT_VERSION = 3  # what the converter writes; 3: the phash column (docs/FORMAT.md, "Changes from version 2")
+READABLE_VERSIONS = (1, 2, 3)  # what every reader reads
 # The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
 INDEX_FILE = "index.json"
 SAMPLES_FILE = "samples.npz"
@@ -67,7 +66,7 @@ ERRORS_FILE = "errors.jsonl"
 WORK_DIR = ".wds-tools-work"
 LOCK_FILE = ".wds-tools-lock"
 
-# Column name -> dtype, in the order they are stored (format version 2). "key" is |S<n> (n = longest
+# Column name -> dtype, in the order they are stored (format version 3). "key" is |S<n> (n = longest
 # key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
 # member has <prefix>_offset and <prefix>_length (format.sample.column_prefix). No source mtime: the
 # quick check's mtimes are kept outside the format (convert/hashes.py), so the same corpus in another
@@ -89,9 +88,12 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "npy_offset": "<u8",
     "npy_length": "<u8",
     "npy_xxh3": "<u8",  # xxh3-64 of the .npy member's bytes (header + array)
+    "phash": "<u8",  # the perceptual hash of the stored pixels (format.phash; format version 3)
     "path_offsets": "<u8",
     "path_data": "u1",
 }
+# Format version 2: no phash (still read everywhere).
+SAMPLE_COLUMNS_V2: dict[str, str] = {k: v for k, v in SAMPLE_COLUMNS.items() if k != "phash"}
 # Format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere).
 SAMPLE_COLUMNS_V1: dict[str, str] = {
     **{k: v for k, v in SAMPLE_COLUMNS.items() if k in ("key", "label", "shard", "fingerprint", "width", "height",
@@ -103,7 +105,8 @@ SAMPLE_COLUMNS_V1: dict[str, str] = {
 
 def sample_columns(meta: dict | None = None) -> dict[str, str]:
     """The samples.npz columns (name -> dtype, stored order) of an index.json's format version."""
-    return SAMPLE_COLUMNS_V1 if meta is not None and meta.get("format_version") == 1 else SAMPLE_COLUMNS
+    version = meta.get("format_version") if meta is not None else None
+    return SAMPLE_COLUMNS_V1 if version == 1 else SAMPLE_COLUMNS_V2 if version == 2 else SAMPLE_COLUMNS
 
 
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)

@@ -14,6 +14,7 @@ import time
 from ...errors import OptionError
 from ...format.cpus import usable_cpus
 from ...format.resolve import resolve_target
+from .. import dups
 from .report import StatsReport, distribute
 from .sources import from_index, from_scan
 
@@ -44,6 +45,8 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
         report = from_scan(target, world_size, workers)
     else:
         report = from_index(target, world_size, workers, by, group)
+        if target.index_base is not None and not target.selected:  # near-duplicates (issue 24): format 3 on
+            report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
     report.notes = [f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
                     f"shards only (mean/std are the index's)" for g in target.gaps]

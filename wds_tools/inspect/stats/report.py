@@ -226,6 +226,7 @@ class StatsReport:
     by: Breakdown | None = None  # --by COL: class counts per value of a metadata column
     groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
     notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
+    duplicates: dict | None = None  # inspect.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
 
     @property
     def samples(self) -> int:
@@ -241,7 +242,22 @@ class StatsReport:
     def warnings(self) -> list[str]:
         """Notes on the whole report, then each split's distribution warnings, then the groups'."""
         return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] \
-            + (self.groups.warnings if self.groups is not None else [])
+            + (self.groups.warnings if self.groups is not None else []) + self._duplicate_warnings()
+
+    def _duplicate_warnings(self) -> list[str]:
+        d = self.duplicates
+        if not d:
+            return []
+        if "skipped" in d:
+            return [f"near-duplicates not counted: {d['skipped']}"]
+        out = []
+        if d["cross_split"]:
+            out.append(f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
+                       f"bits), e.g. {' '.join(d['cross_split_keys'][0])}: wds-tools dups lists them")
+        if d["label_conflict"]:
+            out.append(f"{d['label_conflict']} near-duplicate clusters carry different labels: wds-tools dups "
+                       "lists them")
+        return out
 
     def to_dict(self) -> dict:
         """The stable ``--json`` schema (``SCHEMA``)."""
@@ -266,13 +282,20 @@ class StatsReport:
             "workers": self.workers,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
             **extra,  # only when asked for (--by) or the set has a group column
+            **({"duplicates": {k: v for k, v in self.duplicates.items() if k != "cross_split_keys"}}
+               if self.duplicates is not None else {}),  # format version 3 on
             "warnings": self.warnings,
             "seconds": round(self.seconds, 4),
         }
 
     def to_text(self) -> str:
         """The report as text (``render.render_text`` of ``to_dict``)."""
-        return render_text(self.to_dict(), self.notes)
+        text = render_text(self.to_dict(), self.notes)
+        d = self.duplicates
+        if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
+            text += (f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
+                     f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels")
+        return text
 
 
 # ------------------------------------------------------------------ per-sample metadata (--by, --group)

@@ -25,6 +25,7 @@ from ...errors import IndexFormatError
 from ...format.cpus import usable_cpus
 from ...format.resolve import Shards, resolve_target
 from ...format.transport import exists, join, list_tars
+from ..dups import find_dups
 from .index_file import IndexFacts, check_counts, check_index
 from .metadata import check_columns
 from .report import INDEX, Problem, VerifyReport
@@ -40,13 +41,14 @@ __all__ = ["verify"]
 
 def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards", quick: bool = False,
            scan: bool = False, threads: int | None = None, stats: bool = True, allow_mixed: bool = False,
-           progress: bool = False) -> VerifyReport:
+           progress: bool = False, no_leakage: bool = False) -> VerifyReport:
     """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
     newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
     mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr.
     Shards of different datasets are refused unless ``allow_mixed`` (then only with ``scan``, which
     checks the tars of several folders as one set); a pattern naming part of a split is checked,
-    with a warning naming the shards it leaves out."""
+    with a warning naming the shards it leaves out. ``no_leakage``: a near-duplicate cluster
+    (``inspect.dups``, default threshold) with samples in more than one split is a problem."""
     t0 = time.perf_counter()
     target = resolve_target(path, out=out, scan=scan, strict=False, allow_mixed=allow_mixed)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
@@ -56,10 +58,22 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
         report = verify_scan(target, quick, threads)
     else:
         report = _verify_index(target, quick, threads, progress, stats)
+        if no_leakage and target.index_base is not None:
+            report.problems += _leakage(target.index_base)
     report.warnings[:0] = [f"the spec {g.describe(where=False)}: only the named shards were checked"
                            for g in target.gaps]
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _leakage(folder: str) -> list[Problem]:
+    """One problem per near-duplicate cluster that crosses splits."""
+    found = find_dups(folder)
+    return [Problem(INDEX, "leakage", f"near-duplicates within {found.threshold} bits in splits "
+                    f"{', '.join(sorted({m['split'] for m in c.members}))}: "
+                    + " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
+                    + (f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""), key=c.members[0]["key"])
+            for c in found.clusters if c.cross_split]
 
 
 # ------------------------------------------------------------------ against the index

@@ -46,6 +46,7 @@ PROBLEM_KINDS = {
     "group_split": "a group of the build.group column has samples in more than one split",
     "image_size": "size, sample.npy_shape or samples.npz npy_length disagree with each other or the .npy headers",
     "pixel_stats": "mean/std in index.json differ from the pixels (recomputed when verify reads every byte)",
+    "leakage": "near-duplicate images (wds-tools dups) sit in more than one split (checked with --no-leakage)",
 }
 
 

@@ -1,0 +1,287 @@
+"""Benchmark near-duplicate finding (issue 24): quality on known duplicate pairs, and cost at scale.
+
+Quality. A test set built from real photographic content shipped by installed packages (no
+internet): windows of scikit-learn's two sample photos (china.jpg, flower.jpg), of scikit-image's
+data photos where scikit-image is installed (at most ``--windows`` per photo, evenly spread, so that
+the large retina photo does not fill the set), and ``wds_tools.synth`` lesion photos. Each
+*original* is a JPEG (quality 92) and gets six duplicates, one per kind: JPEG recompression
+(quality 60-95), rescaling (0.5-2x), a crop of up to 10% of the width and of the height, a flip or
+quarter turn, brightness +-10%, slight blur (Gaussian radius 0.6-1.2), each saved as a JPEG
+(quality 90) as a copy in the wild would be. Every file becomes stored pixels exactly as
+``convert`` makes them (``decode_image`` at ``--size``, center-crop). Positives are every pair of
+files of one original (21 per original); negatives every pair of files of different originals, and
+the originals are *similar*: overlapping windows (half a window apart) of one photo, lesion photos
+of one class.
+For each method, precision and recall over all pairs at each threshold, and at its default:
+
+  wds-tools   ``format.phash`` + ``inspect.dups.find_pairs`` (least distance over the 8 flips/turns)
+  imagehash   ``imagehash.phash`` (64-bit median pHash) of the same stored pixels, plain Hamming
+              distance (it does not handle flips and turns), where imagehash is installed
+
+Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
+part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved.
+
+Cost. ``find_pairs`` on ``--scale`` uniformly random 64-bit hashes (top bit 0, as stored) plus 1%
+planted near copies (1-``threshold`` bits flipped, some under a flip/turn), at the default threshold:
+wall seconds, peak RSS (``resource.getrusage``, this process), and the planted pairs found. An
+all-pairs scan is O(N^2); this one probes bands of the hash (multi-index hashing).
+
+    python scripts/bench_dups.py                    # quality table + 1,000,000 hashes
+    python scripts/bench_dups.py --scale 100000 --synth 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageEnhance, ImageFilter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wds_tools.convert.decode import decode_image  # noqa: E402
+from wds_tools.format.near import DEFAULT_THRESHOLD, find_pairs  # noqa: E402
+from wds_tools.format.phash import phash_batch, popcount, variants_array  # noqa: E402
+from wds_tools.synth import jpeg_bytes, lesion_photo  # noqa: E402
+
+KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
+
+
+def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
+    """Overlapping windows (stride window/2) of the real photos the installed packages ship."""
+    from sklearn.datasets import load_sample_images
+
+    photos = [Image.fromarray(a) for a in load_sample_images().images]
+    try:
+        from skimage import data as skdata
+
+        for name in ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina"):
+            try:
+                a = getattr(skdata, name)()
+            except Exception:  # a data file that needs a download
+                continue
+            if a.ndim == 3 and a.shape[2] == 3 and min(a.shape[:2]) >= window:
+                photos.append(Image.fromarray(a))
+    except ImportError:
+        pass
+    out = []
+    for p in photos:
+        w, h = p.size
+        boxes = [(left, top, left + window, top + window) for top in range(0, h - window + 1, window // 2)
+                 for left in range(0, w - window + 1, window // 2)]
+        keep = np.linspace(0, len(boxes) - 1, min(most, len(boxes))).round().astype(int)
+        out += [p.crop(boxes[k]) for k in sorted(set(keep.tolist()))]
+    return out
+
+
+def copy_of(im: Image.Image, kind: str, rng: np.random.Generator) -> Image.Image:
+    """One duplicate of ``im`` made by ``kind``."""
+    w, h = im.size
+    if kind == "jpeg":
+        return Image.open(io.BytesIO(jpeg_bytes(im, int(rng.integers(60, 96))))).convert("RGB")
+    if kind == "rescale":
+        f = float(rng.uniform(0.5, 2.0))
+        return im.resize((max(8, round(w * f)), max(8, round(h * f))), Image.Resampling.BICUBIC)
+    if kind == "crop":
+        cw, ch = rng.uniform(0, 0.10, 2) * (w, h)  # up to 10% of the width and of the height, split over two sides
+        left, top = rng.uniform(0, 1, 2) * (cw, ch)
+        return im.crop((round(left), round(top), w - round(cw - left), h - round(ch - top)))
+    if kind == "turn":
+        ops = [Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.FLIP_TOP_BOTTOM, Image.Transpose.ROTATE_90,
+               Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270, Image.Transpose.TRANSPOSE,
+               Image.Transpose.TRANSVERSE]
+        return im.transpose(ops[int(rng.integers(len(ops)))])
+    if kind == "brightness":
+        return ImageEnhance.Brightness(im).enhance(float(rng.uniform(0.9, 1.1)))
+    if kind == "blur":
+        return im.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.6, 1.2))))
+    raise ValueError(kind)
+
+
+def build_set(synth: int, size: int, windows: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(stored pixels [N, S, S, 3], original id [N], kind [N]: "original" or the copy's kind)."""
+    rng = np.random.default_rng(seed)
+    originals = photo_windows(most=windows) + [lesion_photo(320, 320, 1, 1000 + i) for i in range(synth)]
+    pixels, ids, kinds = [], [], []
+    for i, im in enumerate(originals):
+        for kind in ("original", *KINDS):
+            pic = im if kind == "original" else copy_of(im, kind, rng)
+            data = jpeg_bytes(pic.convert("RGB"), 92 if kind == "original" else 90)
+            pixels.append(decode_image(data, size).pixels)
+            ids.append(i)
+            kinds.append(kind)
+    return np.stack(pixels), np.array(ids), kinds
+
+
+def pair_distances(hashes: np.ndarray, flips: bool) -> np.ndarray:
+    """[N, N] distances (least over the 8 flips/turns when ``flips``)."""
+    if not flips:
+        return popcount(hashes[:, None] ^ hashes[None, :])
+    var = variants_array(hashes)  # [N, 8]
+    return np.min(popcount(hashes[:, None, None] ^ var[None, :, :]), axis=2)
+
+
+def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: range) -> list[dict]:
+    """Precision and recall over all pairs i < j at each threshold; recall per kind of copy."""
+    iu, ju = np.triu_indices(len(ids), 1)
+    d = dist[iu, ju]
+    same = ids[iu] == ids[ju]
+    # a positive is an original with one of its copies (copies of one original are duplicates too)
+    kind_arr = np.array(kinds)
+    rows = []
+    for t in thresholds:
+        found = d <= t
+        tp = int((found & same).sum())
+        fp = int((found & ~same).sum())
+        row = {"t": t, "recall": tp / max(1, int(same.sum())), "precision": tp / max(1, tp + fp), "fp": fp}
+        for k in KINDS:  # original <-> its copy of kind k
+            sel = same & (((kind_arr[iu] == "original") & (kind_arr[ju] == k)) |
+                          ((kind_arr[ju] == "original") & (kind_arr[iu] == k)))
+            row[k] = float((found & sel).sum() / max(1, sel.sum()))
+        rows.append(row)
+    return rows
+
+
+def quality(args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    pixels, ids, kinds = build_set(args.synth, args.size, args.windows)
+    n_orig = len(set(ids.tolist()))
+    print(f"test set: {n_orig} originals x {1 + len(KINDS)} files = {len(ids)} images at {args.size} px "
+          f"({int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} duplicate pairs, "
+          f"{len(ids) * (len(ids) - 1) // 2 - int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} "
+          f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n")
+    methods = [("wds-tools phash (8 flips/turns)", pair_distances(phash_batch(pixels), True), DEFAULT_THRESHOLD)]
+    try:
+        import imagehash
+
+        ih = np.array([int(str(imagehash.phash(Image.fromarray(p))), 16) for p in pixels], dtype=np.uint64)
+        methods.append(("imagehash.phash", pair_distances(ih, False), 10))
+    except ImportError:
+        print("imagehash not installed: its column is left out (pip install imagehash)\n")
+    for name, dist, default in methods:
+        print(f"### {name}\n")
+        print("| threshold | precision | recall | false pairs | " + " | ".join(KINDS) + " |")
+        print("|---|---|---|---|" + "---|" * len(KINDS))
+        for r in curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)):
+            mark = " **(default)**" if r["t"] == default else ""
+            print(f"| {r['t']}{mark} | {r['precision']:.4f} | {r['recall']:.4f} | {r['fp']} | "
+                  + " | ".join(f"{r[k]:.3f}" for k in KINDS) + " |")
+        print()
+
+
+def cost(args: argparse.Namespace) -> None:
+    rng = np.random.default_rng(1)
+    n = args.scale
+    hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
+    planted = n // 100
+    src = rng.choice(n, planted, replace=False)
+    dst = rng.choice(np.setdiff1d(np.arange(n), src), planted, replace=False)
+    for s, d in zip(src, dst):
+        h = int(hashes[s])
+        for b in rng.choice(63, int(rng.integers(1, DEFAULT_THRESHOLD + 1)), replace=False):
+            h ^= 1 << int(b)
+        hashes[d] = variants_array(np.array([h], np.uint64))[0, int(rng.integers(8))]
+    t0 = time.perf_counter()
+    i, j, dist = find_pairs(hashes, DEFAULT_THRESHOLD)
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    want = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist())}
+    got = set(zip(i.tolist(), j.tolist()))
+    print(f"cost: find_pairs on {n:,} random hashes + {planted:,} planted copies at threshold "
+          f"{DEFAULT_THRESHOLD}: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process), "
+          f"{len(want & got):,}/{len(want):,} planted pairs found, {len(got):,} pairs in all")
+
+
+def hash_cost(args: argparse.Namespace) -> None:
+    """Per image: the converter's decode (``decode_image`` at ``--size``, JPEG draft mode) against
+    ``phash`` of its pixels, interleaved, medians; for 12 MP photos (4032x3024, the converter
+    benchmark's) and 600x450 ones (HAM10000's size)."""
+    from wds_tools.format.phash import phash
+    from wds_tools.synth import photo_like
+
+    print(f"hash cost at {args.size} px (median ms per image over {args.hash_images} images x 3 rounds, "
+          "interleaved):\n")
+    print("| source | decode_image | phash | phash / decode |")
+    print("|---|---|---|---|")
+    for w, h in ((4032, 3024), (600, 450)):
+        files = [jpeg_bytes(photo_like(w, h, 70 + k), 92) for k in range(args.hash_images)]
+        dec, hsh = [], []
+        for _ in range(3):
+            for data in files:
+                t0 = time.perf_counter()
+                px = decode_image(data, args.size).pixels
+                t1 = time.perf_counter()
+                phash(px)
+                t2 = time.perf_counter()
+                dec.append(t1 - t0)
+                hsh.append(t2 - t1)
+        d, p = float(np.median(dec)) * 1e3, float(np.median(hsh)) * 1e3
+        print(f"| {w}x{h} JPEG | {d:.2f} ms | {p:.3f} ms | {p / d:.1%} |")
+    print()
+
+
+def command_cost(args: argparse.Namespace) -> None:
+    """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
+    hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
+    import tempfile
+
+    from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
+    from wds_tools.format.packed import pack_strings
+    from wds_tools.inspect.dups import find_dups
+
+    n, n_shards = args.index_scale, 2000
+    rng = np.random.default_rng(2)
+    hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
+    per = -(-n // n_shards)
+    src = np.arange(0, n - per - 1, 100)
+    hashes[src + per + 1] = hashes[src] ^ np.uint64(3)  # 1% copies, 2 bits apart, in the next shard (some in val)
+    cols = {name: np.zeros(n, dtype) for name, dtype in SAMPLE_COLUMNS.items() if name not in ("key", "path_data")}
+    cols["key"] = np.array([f"s{i:08d}".encode() for i in range(n)], dtype="S")
+    cols["label"] = rng.integers(0, 7, n).astype("<i4")
+    cols["shard"] = (np.arange(n) // per).astype("<u4")
+    cols["fingerprint"] = np.zeros((n, 16), "u1")
+    cols["phash"] = hashes
+    cols["path_offsets"], cols["path_data"] = pack_strings([f"img/{i}.jpg" for i in range(n)])
+    shards = [{"name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar", "split": "train" if s % 10 else "val",
+               "samples": per, "bytes": 0, "sha256": "0" * 64} for s in range(n_shards)]
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "bench", "size": 224,
+            "classes": [f"c{i}" for i in range(7)], "samples": n, "shards": shards, "splits": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        write_index(tmp, meta, cols, sidecars=False)
+        t0 = time.perf_counter()
+        res = find_dups(tmp)
+        wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    c = res.counts()
+    print(f"find_dups on an index of {n:,} samples: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process, index "
+          f"building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--synth", type=int, default=150, help="lesion photos among the originals")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--windows", type=int, default=12, help="most windows taken from one photo")
+    p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
+    p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
+    p.add_argument("--no-quality", action="store_true")
+    p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
+    p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
+    args = p.parse_args()
+    if args.hash_images:
+        hash_cost(args)
+    if not args.no_quality:
+        quality(args)
+    if args.scale:
+        cost(args)
+    if args.index_scale:
+        command_cost(args)
+
+
+if __name__ == "__main__":
+    main()

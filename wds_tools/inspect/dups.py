@@ -1,0 +1,246 @@
+"""Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash.
+
+``format.near.find_pairs`` finds every pair of hashes within a Hamming distance (least over the
+eight flips and quarter turns) without an all-pairs scan; ``find_dups`` joins the pairs
+into clusters (union-find) and says, per cluster, its keys, splits, labels, group values, its
+largest distance, and whether it crosses splits (leakage), labels (a conflict) or groups (a missed
+group).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from ..errors import OptionError
+from ..format.index import index_of, read_samples
+from ..format.meta import read_metadata
+from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
+from ..format.phash import phash_batch
+from ..format.transport import join, open_ranged
+
+__all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of", "Cluster", "DupsResult", "find_dups",
+           "dataset_hashes", "plot_dups", "duplicate_counts"]
+
+@dataclass
+class _Dataset:
+    """What ``find_dups`` reads of one converted folder."""
+
+    root: str
+    keys: list[str]
+    hashes: np.ndarray
+    splits: list[str]
+    labels: list[str]
+    groups: list[str | None] | None  # the group column's value per sample (None: missing), or no column
+    npy: tuple[list[str], np.ndarray, np.ndarray]  # (shard url per sample, npy offset, npy length): --plot
+
+
+def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
+    """samples.npz ``phash`` (format version 3), else computed from the stored pixels (versions 1, 2)."""
+    if "phash" in cols:
+        return cols["phash"].astype(np.uint64)
+    out = np.zeros(len(cols["key"]), np.uint64)
+    for pos, sh in enumerate(meta["shards"]):
+        rows = np.flatnonzero(cols["shard"] == pos)
+        if not len(rows):
+            continue
+        f = open_ranged(join(folder, sh["name"]))
+        try:
+            for lo in range(0, len(rows), 256):
+                part = rows[lo:lo + 256]
+                arrays = [np.frombuffer(f.read(int(cols["npy_offset"][r]) + 128, side * side * 3), np.uint8)
+                          .reshape(side, side, 3) for r in part]
+                out[part] = phash_batch(np.stack(arrays))
+        finally:
+            f.close()
+    return out
+
+
+def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
+    folder, meta = index_of(spec)
+    cols = read_samples(join(folder, meta["samples_file"]["name"]))
+    side = int(meta["size"])
+    shard_of = cols["shard"].astype(np.int64)
+    names = [sh["name"] for sh in meta["shards"]]
+    splits = [meta["shards"][s]["split"] for s in shard_of.tolist()]
+    labels = [meta["classes"][int(x)] for x in cols["label"].tolist()]
+    if group is None:
+        group = (meta.get("build") or {}).get("group")
+    groups = None
+    if group is not None:
+        values = read_metadata(cols, meta)
+        if group not in values:
+            have = ", ".join(values) or "none"
+            raise OptionError(f"--group {group}: {folder} has no metadata column {group!r} (it has: {have})")
+        v = values[group]
+        groups = [None if v.missing[i] else str(v.value(i)) for i in range(len(v))]
+    keys = cols["key"].astype("U").tolist()
+    return _Dataset(folder, keys, dataset_hashes(folder, meta, cols, side), splits, labels, groups,
+                    ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]))
+
+
+@dataclass
+class Cluster:
+    """Near-duplicate samples, with what they say about the splits, labels and groups."""
+
+    members: list[dict]  # {"key", "split", "label", "group", "dataset"} per sample
+    max_distance: int
+    cross_split: bool
+    label_conflict: bool
+    cross_group: bool
+
+    def to_dict(self) -> dict:
+        """The cluster as plain JSON types."""
+        return {"size": len(self.members), "max_distance": self.max_distance, "cross_split": self.cross_split,
+                "label_conflict": self.label_conflict, "cross_group": self.cross_group, "members": self.members}
+
+
+@dataclass
+class DupsResult:
+    """``find_dups``' answer: the clusters, worst first, and their counts by flag."""
+
+    paths: list[str]
+    threshold: int
+    samples: int
+    clusters: list[Cluster] = field(default_factory=list)
+    group: str | None = None
+    places: dict[tuple[int, str], tuple[str, int, int]] = field(default_factory=dict, repr=False)  # for --plot
+
+    def counts(self) -> dict[str, int]:
+        """Clusters, samples in them, and clusters per flag."""
+        return {"clusters": len(self.clusters), "samples_in_clusters": sum(len(c.members) for c in self.clusters),
+                "cross_split": sum(c.cross_split for c in self.clusters),
+                "label_conflict": sum(c.label_conflict for c in self.clusters),
+                "cross_group": sum(c.cross_group for c in self.clusters)}
+
+    def to_dict(self) -> dict:
+        """The result as plain JSON types (``--json``)."""
+        return {"paths": self.paths, "threshold": self.threshold, "samples": self.samples, "group": self.group,
+                **self.counts(), "cluster_list": [c.to_dict() for c in self.clusters]}
+
+    def to_text(self, limit: int = 20) -> str:
+        """A summary line, then up to ``limit`` clusters, worst first."""
+        c = self.counts()
+        lines = [f"{' vs '.join(self.paths)}: {self.samples:,} samples, {c['clusters']:,} near-duplicate clusters "
+                 f"within {self.threshold} bits ({c['samples_in_clusters']:,} samples): {c['cross_split']:,} "
+                 f"cross splits (leakage), {c['label_conflict']:,} carry different labels"
+                 + (f", {c['cross_group']:,} cross the group column {self.group}" if self.group else "")]
+        for k, cl in enumerate(self.clusters[:limit]):
+            flags = [name for name, on in (("CROSS-SPLIT", cl.cross_split), ("LABEL-CONFLICT", cl.label_conflict),
+                                           ("CROSS-GROUP", cl.cross_group)) if on]
+            lines.append(f"  cluster {k + 1}: {len(cl.members)} samples, max distance {cl.max_distance}"
+                         + (f"  [{' '.join(flags)}]" if flags else ""))
+            for m in cl.members:
+                where = f"{m['dataset']}:" if len(self.paths) > 1 else ""
+                grp = f" {self.group}={m['group']}" if self.group else ""
+                lines.append(f"    {where}{m['key']}  split={m['split']} label={m['label']}{grp}")
+        if len(self.clusters) > limit:
+            lines.append(f"  ... and {len(self.clusters) - limit:,} more clusters (--json lists all)")
+        return "\n".join(lines)
+
+
+def _iter_members(datasets: list[_Dataset], index: list[int]) -> Iterator[tuple[int, int]]:
+    offsets = np.cumsum([0] + [len(d.keys) for d in datasets])
+    for x in index:
+        d = int(np.searchsorted(offsets, x, side="right") - 1)
+        yield d, x - int(offsets[d])
+
+
+def find_dups(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD, across: str | os.PathLike | None = None,
+              group: str | None = None) -> DupsResult:
+    """Near-duplicate clusters of a converted folder, or (``across``) those spanning it and another.
+
+    ``group``: the metadata column whose values a cluster should not cross (default: the conversion's
+    ``--group``, if any). With ``across``, only clusters holding samples of both datasets are listed.
+    """
+    datasets = [_load(path, group)]
+    if across is not None:
+        datasets.append(_load(across, group))
+    gname = group if group is not None else (None if datasets[0].groups is None else
+                                             (index_of(path)[1].get("build") or {}).get("group"))
+    hashes = np.concatenate([d.hashes for d in datasets])
+    if across is None:
+        i, j, dist = find_pairs(hashes, threshold)
+    else:
+        n0 = len(datasets[0].keys)
+        i, j, dist = find_pairs(datasets[0].hashes, threshold, datasets[1].hashes)
+        j = j + n0
+    res = DupsResult([d.root for d in datasets], threshold, len(hashes), group=gname)
+    worst: dict[int, int] = {}
+    comps = clusters_of(len(hashes), i, j)
+    comp_of = {x: c for c, members in enumerate(comps) for x in members}
+    for a, d in zip(i.tolist(), dist.tolist()):
+        c = comp_of[a]
+        worst[c] = max(worst.get(c, 0), int(d))
+    places = res.places
+    for c, members in enumerate(comps):
+        rows = []
+        for dset, r in _iter_members(datasets, members):
+            ds = datasets[dset]
+            rows.append({"key": ds.keys[r], "split": ds.splits[r], "label": ds.labels[r],
+                         "group": ds.groups[r] if ds.groups is not None else None, "dataset": dset})
+            places[(dset, ds.keys[r])] = (ds.npy[0][r], int(ds.npy[1][r]), int(ds.npy[2][r]))
+        rows.sort(key=lambda m: (m["dataset"], m["key"]))
+        if across is not None and len({m["dataset"] for m in rows}) < 2:
+            continue
+        groups = {m["group"] for m in rows if m["group"] is not None}
+        res.clusters.append(Cluster(
+            rows, worst.get(c, 0), cross_split=len({m["split"] for m in rows}) > 1,
+            label_conflict=len({m["label"] for m in rows}) > 1,
+            cross_group=gname is not None and (len(groups) > 1 or (len(groups) == 1 and any(
+                m["group"] is None for m in rows)))))
+    res.clusters.sort(key=lambda cl: (-(cl.cross_split + cl.label_conflict + cl.cross_group), -len(cl.members),
+                                      cl.members[0]["key"]))
+    return res
+
+
+def plot_dups(result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12, per_row: int = 8,
+              thumb: int = 112) -> int:
+    """Draw the first ``clusters`` clusters (worst first), one row each, into a PNG; returns the rows drawn."""
+    shown = result.clusters[:clusters]
+    label_h = 30
+    sheet = Image.new("RGB", (max(1, per_row) * (thumb + 4) + 4, max(1, len(shown)) * (thumb + label_h + 8) + 4),
+                      (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for row, cl in enumerate(shown):
+        y = 4 + row * (thumb + label_h + 8)
+        for col, m in enumerate(cl.members[:per_row]):
+            url, offset, length = result.places[(m["dataset"], m["key"])]
+            f = open_ranged(url)
+            try:
+                data = f.read(offset, length)
+            finally:
+                f.close()
+            side = int(round(((length - 128) / 3) ** 0.5))
+            pixels = np.frombuffer(data, np.uint8, offset=128).reshape(side, side, 3)
+            x = 4 + col * (thumb + 4)
+            sheet.paste(Image.fromarray(pixels).resize((thumb, thumb)), (x, y))
+            colour = (200, 0, 0) if cl.cross_split or cl.label_conflict else (0, 0, 0)
+            draw.text((x, y + thumb + 2), m["key"][:18], fill=colour)
+            draw.text((x, y + thumb + 14), f"{m['split']} {m['label']}"[:18], fill=colour)
+    sheet.save(dest, "PNG")
+    return len(shown)
+
+
+STATS_LIMIT = 200_000  # samples up to which ``stats`` counts near-duplicates (a few seconds; README)
+
+
+def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
+                     ) -> dict | None:
+    """Near-duplicate cluster counts of a converted folder (``stats``); None when its samples.npz has no
+    ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
+    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more)."""
+    folder_, meta = index_of(folder)
+    if meta.get("format_version", 0) < 3:
+        return None
+    n = int(meta.get("samples", 0))
+    if limit is not None and n > limit:
+        return {"threshold": threshold,
+                "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups"}
+    c = find_dups(folder_, threshold=threshold)
+    return {"threshold": threshold, **c.counts(),
+            "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10]}
