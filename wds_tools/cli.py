@@ -6,7 +6,7 @@ import json
 import os
 import signal
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -39,7 +39,7 @@ class _Sizes(click.ParamType):
 
     name = "SIZE[,SIZE...]"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | list[int]:
         from .convert import parse_sizes
 
         try:
@@ -52,7 +52,7 @@ class _Sizes(click.ParamType):
 _SIZES = _Sizes()
 
 
-def _emit(report, as_json: bool, **text_options) -> None:
+def _emit(report: Any, as_json: bool, **text_options: Any) -> None:
     """Print a result object: one JSON object with --json, else its own text."""
     click.echo(json.dumps(report.to_dict(), sort_keys=True) if as_json else report.to_text(**text_options))
 
@@ -168,9 +168,11 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
                    "photos, Adobe RGB scans); raw keeps the stored values and ignores the profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert(source, version, size, out, workers, shard_size, resize, val_fraction, seed, key, label, path, split,
-            group, dedup, stratify, resplit, sanitize_keys, max_errors, base, no_reuse, checksum, trust_mtime, dry_run, executor,
-            ray_address, colour, as_json, quiet) -> None:
+def convert(source: str | None, version: str | None, size: int | list[int] | None, out: str, workers: int | None,
+            shard_size: str | None, resize: str, val_fraction: float, seed: int, key: str, label: str, path: str,
+            split: str | None, group: str | None, dedup: bool, stratify: bool, resplit: bool, sanitize_keys: bool,
+            max_errors: str, base: str | None, no_reuse: bool, checksum: bool, trust_mtime: bool, dry_run: bool,
+            executor: str, ray_address: str | None, colour: str, as_json: bool, quiet: bool) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -246,7 +248,7 @@ def convert(source, version, size, out, workers, shard_size, resize, val_fractio
 @click.option("--json", "as_json", is_flag=True, help="Print the full key lists as one JSON object.")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="Keys listed per category in the text output.")
-def diff(old, new, as_json, limit) -> None:
+def diff(old: str, new: str, as_json: bool, limit: int) -> None:
     """List keys added, removed, changed (other source bytes) and relabeled between two versions.
 
     OLD and NEW are shards folders (or their index.json), local or URLs (s3://..., https://...).
@@ -325,7 +327,7 @@ def dups(path: str | None, out: str, threshold: int | None, across: str | None, 
               help="Write <shard>.idx per shard, the index NVIDIA DALI's fn.readers.webdataset takes "
                    "(the format of DALI's wds2idx tool).")
 @click.option("--json", "as_json", is_flag=True, help="Print the names written as one JSON object.")
-def index_files(path, out, wids, dali, as_json) -> None:
+def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: bool) -> None:
     """Write index files that other readers need, beside an existing conversion's index.json.
 
     PATH is a shards folder (shards/v1/224) or its index.json, local or an fsspec URL (s3://...).
@@ -377,7 +379,8 @@ def index_files(path, out, wids, dali, as_json) -> None:
                    "size or build), refused by default with a message naming both; they can only be read as one "
                    "set with --scan, as any reader of the tars would see them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixed, as_json) -> None:
+def stats(path: str | None, out: str, world_size: int, workers: int | None, scan: bool, plot_path: str | None,
+          by: str | None, group: str | None, allow_mixed: bool, as_json: bool) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -444,7 +447,8 @@ def stats(path, out, world_size, workers, scan, plot_path, by, group, allow_mixe
               help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
                    "split; off by default, since some teams keep deliberate copies.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def verify(path, out, quick, scan, threads, no_stats, allow_mixed, no_leakage, as_json) -> None:
+def verify(path: str | None, out: str, quick: bool, scan: bool, threads: int | None, no_stats: bool,
+           allow_mixed: bool, no_leakage: bool, as_json: bool) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern

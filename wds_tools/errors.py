@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 
 __all__ = [
     "WdsToolsError",
@@ -57,11 +58,12 @@ class ShardError(WdsToolsError):
     ``url`` is the shard and ``offset`` the byte in it where the problem is, when known.
     """
 
-    def __init__(self, message: str, *, url: str | None = None, offset: int | None = None):
+    def __init__(self, message: str, *, url: str | None = None, offset: int | None = None) -> None:
         super().__init__(message)
         self.url, self.offset = url, offset
 
-    def __reduce__(self):  # keep url and offset through pickling (DataLoader workers, process pools)
+    def __reduce__(self) -> tuple[Callable[..., ShardError], tuple[str, str | None, int | None]]:
+        # keep url and offset through pickling (DataLoader workers, process pools)
         return _shard_error, (str(self), self.url, self.offset)
 
 

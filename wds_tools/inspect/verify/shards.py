@@ -245,7 +245,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
 class _Scan:
     """Full mode's per-chunk work: SHA-256 of the file, XXH3-64 of each .npy member, pixel sums."""
 
-    def __init__(self, stats: bool = True):
+    def __init__(self, stats: bool = True) -> None:
         self.sha = hashlib.sha256()
         self.walker = TarWalker(_capture)
         self.pixels = PixelSums() if stats else None
