@@ -192,3 +192,26 @@ def test_readme_recipe_albumentations(folder):
     pytest.importorskip("albumentations", reason="albumentations is not installed here (pip install albumentations)")
     images = run_recipe("albumentations", folder)
     assert images.shape == (8, 3, 224, 224) and images.dtype == torch.uint8
+    assert torch.equal(run_recipe("albumentations", folder), images)  # reseeded per sample: the same again
+
+
+@pytest.mark.parametrize("layout", ["chw", "hwc"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_uint8_results_keep_their_memory_layout_through_the_workers(folder, stored, layout, workers):
+    """A transform returning contiguous [3, H, W] or channels-last memory: the batch holds its values either way
+    (handed over through the shared-memory slots with workers), in that layout."""
+    def tf(x: torch.Tensor) -> torch.Tensor:
+        y = three_generators(x)
+        return y.contiguous() if layout == "chw" else y.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+
+    loader = make_loader(folder, batch_size=8, train=True, augment=False, transform=tf, return_keys=True,
+                         num_workers=workers, seed=9)
+    n = 0
+    for images, _, keys in loader:
+        assert images.is_contiguous() == (layout == "chw")
+        assert images.is_contiguous(memory_format=torch.channels_last) == (layout == "hwc")
+        for i, key in enumerate(keys):
+            src = torch.from_numpy(stored["train"][key].pixels).permute(2, 0, 1)
+            assert torch.equal(images[i], by_hand(tf, src, 9, 0, key))
+            n += 1
+    assert n == 48  # 50 samples, batches of 8, the short last one dropped in training

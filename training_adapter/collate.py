@@ -135,14 +135,19 @@ class BatchDataset(IterableDataset):
         outs = apply_transform(fn, batch[0], keys, seed=o.seed, epoch=epoch)
         info = get_worker_info()
         ref = None
-        if outs and all(y.dtype == torch.uint8 and y.dim() == 3 and y.shape[0] == 3 for y in outs):
-            shape = (len(outs), int(outs[0].shape[1]), int(outs[0].shape[2]), 3)
+        if outs and outs[0].dtype == torch.uint8 and outs[0].dim() == 3 and outs[0].shape[0] == 3:
+            # batched in the layout the transform returns: channels-last [B, H, W, 3] memory when its
+            # results are channels-last, else contiguous [B, 3, H, W] (a transposing copy costs ~0.4 ms
+            # per 224 px sample); in the worker's ring slot when it has one
+            _, H, W = outs[0].shape
+            chw = not outs[0].permute(1, 2, 0).is_contiguous()
+            shape = (len(outs), 3, H, W) if chw else (len(outs), H, W, 3)
             ring = self.ring if info is not None and not o.normalize else None
-            got = ring.acquire(info.id, shape) if ring is not None and info is not None else None
+            got = ring.acquire(info.id, shape, chw) if ring is not None and info is not None else None
             ref, buf = got if got is not None else (None, self._alloc(shape))
+            images: Any = buf if chw else buf.permute(0, 3, 1, 2)
             for i, y in enumerate(outs):
-                buf[i].permute(2, 0, 1).copy_(y)
-            images: Any = buf.permute(0, 3, 1, 2)
+                images[i].copy_(y)
         else:
             images = torch.stack(outs) if outs else batch[0]
         if o.normalize and self.shards.mean is not None and self.shards.std is not None:
