@@ -24,7 +24,8 @@ epoch; balanced against plain epochs. Our index reader's workers are threads whe
 ``--against TREE`` times, instead, this tree's loader against the one in TREE (a checkout of the
 code before a change) in the same run: train with every option at its default and eval, each
 in its own process per tree, interleaved rounds (every other one in reverse order), medians and
-ratios; and this tree's ``transform=``
+ratios (with ``--workers 0``, per second of the process's CPU time, which other load on the
+machine disturbs less than wall time); and this tree's ``transform=``
 with a user's torchvision-style crop + flip in plain torch (``UserCropFlip``, ``augment=False``)
 against the built-in path with the same workers.
 """
@@ -397,14 +398,15 @@ def consume(x):
 for b in loader:
     consume(b[0])
 print("ready", flush=True)
+clock = time.process_time if W == 0 else time.perf_counter  # one process: its CPU time, less noisy
 for line in sys.stdin:
     it = iter(loader)
     consume(next(it)[0])
-    t0, n = time.perf_counter(), 0
+    t0, n = clock(), 0
     for b in it:
         consume(b[0])
         n += len(b[1])
-    print(n / (time.perf_counter() - t0), flush=True)
+    print(n / (clock() - t0), flush=True)
 """
 
 
@@ -433,7 +435,8 @@ def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
         p.stdin.close()
         p.wait()
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s, median (min-max)")
+    print(f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s"
+          f"{' of CPU time (one process)' if W == 0 else ''}, median (min-max)")
     for (who, mode), v in rates.items():
         print(f"  {who:6s} {mode:10s} {med[(who, mode)]:8.0f}  ({min(v):.0f}-{max(v):.0f})")
     for mode in ("train", "eval"):
