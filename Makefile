@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,lint]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,lint,augment]'
 	touch $(STAMP)
 
 setup: $(STAMP)

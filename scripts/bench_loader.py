@@ -20,6 +20,14 @@ epoch; balanced against plain epochs. Our index reader's workers are threads whe
 (eval, device_augment) and processes when they augment on the CPU; FFCV's are always threads.
 
     .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--rounds 5] [--work /tmp/wds-bench]
+
+``--against TREE`` times, instead, this tree's loader against the one in TREE (a checkout of the
+code before a change) in the same run: train with every option at its default and eval, each
+in its own process per tree, interleaved rounds (every other one in reverse order), medians and
+ratios (with ``--workers 0``, per second of the process's CPU time, which other load on the
+machine disturbs less than wall time); and this tree's ``transform=``
+with a user's torchvision-style crop + flip in plain torch (``UserCropFlip``, ``augment=False``)
+against the built-in path with the same workers.
 """
 
 from __future__ import annotations
@@ -342,6 +350,102 @@ def subset_and_balanced(shards: Path, B: int, cores: int, repeats: int) -> tuple
     return sub, bal
 
 
+# --- this tree against another (--against) -------------------------------------------------------
+# Run in a process whose sys.path starts with the tree timed: builds one loader, times an epoch
+# (as ``Epochs``: after an untimed one, from its first batch, every batch copied once) per line read.
+SERVE = r"""
+import sys, time, math, torch, warnings
+tree, mode, shards, B, W = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sys.path.insert(0, tree)
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+torch.set_num_threads(1)
+from training_adapter import make_loader
+
+class UserCropFlip:
+    # what a user writes after torchvision: RandomResizedCrop.get_params' draw, a uint8 antialiased
+    # bilinear resize to 224, a horizontal flip half the time
+    def __call__(self, x):
+        _, H, W_ = x.shape
+        for _ in range(10):
+            area = H * W_ * float(torch.empty(()).uniform_(0.08, 1.0))
+            r = math.exp(float(torch.empty(()).uniform_(math.log(3 / 4), math.log(4 / 3))))
+            w, h = int(round(math.sqrt(area * r))), int(round(math.sqrt(area / r)))
+            if 0 < w <= W_ and 0 < h <= H:
+                break
+        else:
+            h, w = H, W_
+        i, j = int(torch.randint(0, H - h + 1, ())), int(torch.randint(0, W_ - w + 1, ()))
+        y = torch.nn.functional.interpolate(x[None, :, i:i + h, j:j + w], size=(224, 224), mode="bilinear",
+                                            antialias=True)[0]
+        return y.flip(-1) if torch.rand(()) < 0.5 else y
+
+kw = dict(batch_size=B, num_workers=W, split="train")
+if mode == "train":
+    loader = make_loader(shards, train=True, **kw)
+elif mode == "eval":
+    loader = make_loader(shards, train=False, **kw)
+elif mode == "crop-flip":
+    loader = make_loader(shards, train=True, augment=dict(vflip=0.0, rot90=False, brightness=0.0, contrast=0.0),
+                         **kw)
+else:
+    loader = make_loader(shards, train=True, augment=False, transform=UserCropFlip(), **kw)
+staging = {}
+def consume(x):
+    buf = staging.get((x.shape, x.stride()))
+    if buf is None:
+        buf = staging[(x.shape, x.stride())] = torch.empty_like(x)
+    buf.copy_(x)
+for b in loader:
+    consume(b[0])
+print("ready", flush=True)
+clock = time.process_time if W == 0 else time.perf_counter  # one process: its CPU time, less noisy
+for line in sys.stdin:
+    it = iter(loader)
+    consume(next(it)[0])
+    t0, n = clock(), 0
+    for b in it:
+        consume(b[0])
+        n += len(b[1])
+    print(n / (clock() - t0), flush=True)
+"""
+
+
+def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
+    """This tree's loader against ``tree``'s: interleaved rounds of one epoch each, medians, ratios."""
+    here = Path(__file__).resolve().parents[1]
+    entries = [("before", tree, "train"), ("after", here, "train"), ("before", tree, "eval"), ("after", here, "eval"),
+               ("after", here, "crop-flip"), ("after", here, "transform")]
+    procs = {}
+    for who, root, mode in entries:
+        p = subprocess.Popen([sys.executable, "-c", SERVE, str(root), mode, str(shards), str(B), str(W)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(root))
+        assert p.stdout is not None and p.stdin is not None
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{who} {mode}: the loader did not start")
+        procs[(who, mode)] = p
+    rates: dict[tuple[str, str], list[float]] = {k: [] for k in procs}
+    for r in range(rounds):  # every other round in the reverse order: neither tree always goes first
+        for k, p in (list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]):
+            assert p.stdin is not None and p.stdout is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            rates[k].append(float(p.stdout.readline()))
+    for p in procs.values():
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s"
+          f"{' of CPU time (one process)' if W == 0 else ''}, median (min-max)")
+    for (who, mode), v in rates.items():
+        print(f"  {who:6s} {mode:10s} {med[(who, mode)]:8.0f}  ({min(v):.0f}-{max(v):.0f})")
+    for mode in ("train", "eval"):
+        print(f"{mode}: after / before = {med[('after', mode)] / med[('before', mode)]:.2f}")
+    print(f"transform=UserCropFlip (augment=False) / built-in crop + flip = "
+          f"{med[('after', 'transform')] / med[('after', 'crop-flip')]:.2f}; "
+          f"/ built-in default = {med[('after', 'transform')] / med[('after', 'train')]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=8192)
@@ -350,7 +454,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5,
                     help="interleaved rounds of the head-to-head, subset and balanced comparisons (median)")
     ap.add_argument("--work", default="/tmp/wds-bench")
+    ap.add_argument("--against", type=Path, help="time this tree's loader against the one in this checkout")
+    ap.add_argument("--workers", type=int, help="--against: num_workers (default: every core)")
     args = ap.parse_args()
+    if args.against:
+        shards = build(Path(args.work) / f"n{args.samples}", args.samples)
+        return against(args.against, shards, args.batch, usable_cpus() if args.workers is None else args.workers,
+                       args.rounds)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     work = Path(args.work) / f"n{args.samples}"  # a corpus per size: longer epochs amortize worker start-up

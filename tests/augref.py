@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 __all__ = ["PARAM_ORDER", "GREY", "resize_weights", "resize", "jitter", "geometry_resize", "geometry_sampled",
-           "augment_reference", "uniforms"]
+           "augment_reference", "uniforms", "crop_uniforms", "crop_box", "params_row"]
 
 # the row layout of a sample's parameters (augment.PARAM_NAMES, restated here as the documented contract)
 PARAM_ORDER = ("top", "left", "height", "width", "hflip", "vflip", "rot90", "angle", "tx", "ty", "scale",
@@ -45,6 +45,61 @@ def uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
     """The 16 uniforms augment documents: BLAKE2b-512 of "seed NUL epoch NUL key", as 16 little-endian u32 / 2^32."""
     h = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}".encode(), digest_size=64).digest()
     return np.array([int.from_bytes(h[4 * i:4 * i + 4], "little") / 2**32 for i in range(16)])
+
+
+def crop_uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
+    """The 18 uniforms of the crop's attempts 2 to 10: SHAKE-256 of "seed NUL epoch NUL key NUL crop", 72 bytes
+    as 18 little-endian u32 / 2^32."""
+    h = hashlib.shake_256(f"{seed}\x00{epoch}\x00{key}\x00crop".encode()).digest(72)
+    return np.array([int.from_bytes(h[4 * i:4 * i + 4], "little") / 2**32 for i in range(18)])
+
+
+def crop_box(S: int, scale: tuple[float, float], ratio: tuple[float, float], seed: int, epoch: int, key: str
+             ) -> tuple[int, int, int, int]:
+    """(top, left, h, w) as torchvision's RandomResizedCrop.get_params draws it on an S x S image (its source,
+    restated), its uniforms taken as augment documents: attempt 1's area and log-ratio from u0, u1, attempt
+    k >= 2's from crop_uniforms[2k - 4], [2k - 3]; the position from u2, u3 (randint(0, n) = int(u * n))."""
+    u, more = uniforms(seed, epoch, key), crop_uniforms(seed, epoch, key)
+    draws = [(u[0], u[1])] + [(more[2 * a], more[2 * a + 1]) for a in range(9)]
+    area = S * S
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for ua, ur in draws:
+        target_area = area * (scale[0] + (scale[1] - scale[0]) * ua)
+        aspect_ratio = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * ur)
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= S and 0 < h <= S:
+            return int(u[2] * (S - h + 1)), int(u[3] * (S - w + 1)), h, w
+    in_ratio = 1.0  # fallback: the centre crop
+    if in_ratio < min(ratio):
+        w = S
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = S
+        w = int(round(h * max(ratio)))
+    else:
+        w = h = S
+    return (S - h) // 2, (S - w) // 2, h, w
+
+
+def params_row(cfg, seed: int, epoch: int, key: str, S: int) -> np.ndarray:
+    """A sample's parameter row (PARAM_ORDER) as augment documents it, from an AugmentConfig's plain fields:
+    the crop (crop_box), then u4 < hflip, u5 < vflip, int(4 u6) quarter turns, the affine when u7 < affine_p
+    (angle, tx, ty from u8..u10 symmetric, scale from u11), the jitter factors 1 + x (2 u - 1) from u12..u14."""
+    u = uniforms(seed, epoch, key)
+    p = np.zeros(len(PARAM_ORDER))
+    p[0:4] = crop_box(S, cfg.crop_scale, cfg.crop_ratio, seed, epoch, key) if cfg.crop else (0, 0, S, S)
+    p[_I["hflip"]], p[_I["vflip"]] = u[4] < cfg.hflip, u[5] < cfg.vflip
+    p[_I["rot90"]] = int(u[6] * 4) if cfg.rot90 else 0
+    p[_I["scale"]] = 1.0
+    if u[7] < cfg.affine_p:
+        p[_I["angle"]] = cfg.affine_degrees * (2 * u[8] - 1)
+        p[_I["tx"]] = cfg.affine_translate * (2 * u[9] - 1)
+        p[_I["ty"]] = cfg.affine_translate * (2 * u[10] - 1)
+        p[_I["scale"]] = cfg.affine_scale[0] + (cfg.affine_scale[1] - cfg.affine_scale[0]) * u[11]
+    for name, i in (("brightness", 12), ("contrast", 13), ("saturation", 14)):
+        p[_I[name]] = 1 + getattr(cfg, name) * (2 * u[i] - 1)
+    return p
 
 
 def resize_weights(n_in: int, n_out: int) -> np.ndarray:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from augref import augment_reference
-from training_adapter import AugmentConfig, sample_params
+from augref import augment_reference, params_row
+from training_adapter import AugmentConfig
 
 
 COMPARED = [0]  # samples checked by check_epoch in this process
@@ -71,8 +71,8 @@ class Expect:
     std: tuple | None = None
 
     def params(self, key: str, epoch: int, src_size: int) -> np.ndarray:
-        """The sample's parameter row (augment's documented pure function, pinned by test_augment)."""
-        return sample_params(self.augment, seed=self.seed, epoch=epoch, key=key, src_size=src_size)
+        """The sample's parameter row, from augment's documented rule restated in augref (not from augment)."""
+        return params_row(self.augment, self.seed, epoch, key, src_size)
 
     @property
     def augmented(self) -> bool:

@@ -4,6 +4,7 @@ against the independent reference (tests/augref.py: torchvision's jitter, PIL's 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -348,3 +349,99 @@ def test_sample_params_hand_worked() -> None:
     aff = sample_params(AugmentConfig(affine_p=0.5), seed=0, epoch=0, key="k", src_size=224)
     assert np.allclose(aff, want[:7] + [-7.931665, -0.017537, -0.015391, 0.993826] + want[11:], rtol=0, atol=1e-6)
     assert list(PARAM_NAMES) == list(augref.PARAM_ORDER)
+
+
+def _torchvision_get_params(rng: np.random.Generator, S: int, scale: tuple[float, float],
+                            ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params (torchvision/transforms/transforms.py) on an S x S image,
+    restated line by line with numpy's generator in place of torch's."""
+    height = width = S
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect_ratio = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            i = int(rng.integers(0, height - h + 1))
+            j = int(rng.integers(0, width - w + 1))
+            return i, j, h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w = width
+        h = height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _clamped_crop(u: np.ndarray, S: int) -> tuple[int, int]:
+    """The crop before issue 23 (one draw, each side clamped to the image): (h, w), to show the check can fail."""
+    area = S * S * (0.08 + 0.92 * u[0])
+    ratio = math.exp(math.log(3 / 4) + math.log(16 / 9) * u[1])
+    return min(S, max(1, round(math.sqrt(area / ratio)))), min(S, max(1, round(math.sqrt(area * ratio))))
+
+
+def _percentiles_close(a: np.ndarray, b: np.ndarray, span: float) -> bool:
+    return bool(np.all(np.abs(np.percentile(a, [10, 50, 90]) - np.percentile(b, [10, 50, 90])) <= 0.02 * span))
+
+
+@pytest.mark.parametrize("backend", ["opencv"], indirect=True)  # the draw does not depend on the pixel backend
+def test_crop_draws_like_torchvision(backend: str) -> None:
+    """20,000 default crops of a 1000 px square: area fraction and aspect (w/h) at the 10th/50th/90th
+    percentiles within 2% of their span (0.92 and 4/3 - 3/4) of torchvision's get_params, restated in this
+    file from its source (and torchvision itself where it imports); the old clamped draw fails the same check."""
+    S, n = 1000, 20000
+    rows = batch_params(AugmentConfig(), seed=3, epoch=0, keys=[f"k{i}" for i in range(n)], src_size=S)
+    h, w = rows[:, P["height"]], rows[:, P["width"]]
+    assert (rows[:, P["top"]] + h <= S).all() and (rows[:, P["left"]] + w <= S).all() and (rows[:, 0:2] >= 0).all()
+    ours = (h * w / S**2, w / h)
+    rng = np.random.default_rng(11)
+    tv = np.array([_torchvision_get_params(rng, S, (0.08, 1.0), (3 / 4, 4 / 3)) for _ in range(n)], float)
+    refs = [("restated", (tv[:, 2] * tv[:, 3] / S**2, tv[:, 3] / tv[:, 2]))]
+    try:
+        from torchvision.transforms import RandomResizedCrop
+    except ImportError:
+        pass
+    else:
+        torch.manual_seed(0)
+        img = torch.empty(3, S, S, dtype=torch.uint8)
+        got = np.array([RandomResizedCrop.get_params(img, [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(n)], float)
+        refs.append(("torchvision", (got[:, 2] * got[:, 3] / S**2, got[:, 3] / got[:, 2])))
+    spans = (0.92, 4 / 3 - 3 / 4)
+    for name, ref in refs:
+        for q, (a, b, span) in enumerate(zip(ours, ref, spans)):
+            assert _percentiles_close(a, b, span), (name, q, np.percentile(a, [10, 50, 90]),
+                                                    np.percentile(b, [10, 50, 90]))
+    old = np.array([_clamped_crop(augref.uniforms(3, 0, f"k{i}"), S) for i in range(n)], float)
+    assert not _percentiles_close(old[:, 0] * old[:, 1] / S**2, refs[0][1][0], spans[0])
+
+
+@pytest.mark.parametrize("backend", ["opencv"], indirect=True)
+@pytest.mark.parametrize("cfg", [AugmentConfig(), AugmentConfig(crop_scale=(0.6, 1.0)),
+                                 AugmentConfig(crop_ratio=(1.5, 2.0), crop_scale=(0.9, 1.0)),
+                                 AugmentConfig(crop_ratio=(0.25, 0.5), crop_scale=(0.95, 1.0), affine_p=0.5,
+                                               saturation=0.3)])
+def test_sample_params_follow_the_documented_rule(backend: str, cfg: AugmentConfig) -> None:
+    """sample_params against augref.params_row (the rule restated from the docs: torchvision's attempts over
+    u0, u1 and SHAKE-256's 18 uniforms, the centre crop with the ratio clamped), row for row, with configs
+    that reach later attempts and the fallback."""
+    S = 97
+    keys = [f"s{i}" for i in range(1500)]
+    got = batch_params(cfg, seed=5, epoch=2, keys=keys, src_size=S)
+    want = np.stack([augref.params_row(cfg, 5, 2, k, S) for k in keys])
+    assert np.array_equal(got, want)
+
+
+def test_crop_fallback_hand_worked() -> None:
+    """Ratios (1.5, 2) at scale (0.9, 1) on a 100 px square never fit (w = sqrt(area · ratio) >= sqrt(9000 · 1.5)
+    = 116 > 100): every attempt fails, and torchvision's centre crop is w = 100, h = round(100 / 1.5) = 67,
+    top = (100 - 67) // 2 = 16."""
+    cfg = AugmentConfig(crop_ratio=(1.5, 2.0), crop_scale=(0.9, 1.0))
+    for k in ("a", "b", "c"):
+        assert sample_params(cfg, seed=0, epoch=0, key=k, src_size=100)[0:4].tolist() == [16, 0, 67, 100]

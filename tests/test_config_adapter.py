@@ -100,3 +100,17 @@ def test_urls_pass_through(tmp_path):
     p.write_text("dataset: {train_urls: 'pipe:cat a.tar', val_urls: 'http://h/v-{0..1}.tar'}\n")
     ds = load_config(p).dataset
     assert ds.train_urls == "pipe:cat a.tar" and ds.val_urls == "http://h/v-{0..1}.tar"
+
+
+def test_metadata_reaches_both_loaders(root):
+    """dataset.metadata goes to make_loader: width (samples.npz's own column) comes with every batch, and a
+    column this index lacks is refused, naming it."""
+    (root / "m.yaml").write_text("dataset:\n  train_urls: shards/v1/16\n  val_urls: shards/v1/16\n  batch_size: 2\n"
+                                 "  num_workers: 0\n  metadata: [width]\n")
+    ds = load_config(root / "m.yaml").dataset
+    for loader in (ds.train_loader(), ds.val_loader()):
+        images, labels, meta = next(iter(loader))
+        assert meta["width"].tolist() == [96.0, 96.0]  # make_images writes 96 x 72 JPEGs
+    (root / "m.yaml").write_text("dataset:\n  train_urls: shards/v1/16\n  batch_size: 2\n  metadata: [age]\n")
+    with pytest.raises(OptionError, match="'age' is not a column of this index"):
+        load_config(root / "m.yaml").dataset.train_loader()

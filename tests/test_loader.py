@@ -414,3 +414,17 @@ def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):
         assert len(skipped) == len(set(skipped)) and skipped == [k for k, *_ in expect]
 
     check()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_to_device_returns_the_dtype_asked_for(dtype):
+    """to_device(..., dtype=): normalised by hand in float64 ((x / 255 - mean) / std), then rounded to the dtype."""
+    x = torch.from_numpy(np.random.default_rng(2).integers(0, 256, (2, 3, 5, 5), dtype=np.uint8))
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+    want = (x.numpy() / 255 - np.array(mean).reshape(1, 3, 1, 1)) / np.array(std).reshape(1, 3, 1, 1)
+    got = to_device(x, "cpu", mean, std, dtype=dtype)
+    assert got.dtype == dtype
+    assert np.abs(got.double().numpy() - want).max() <= 2 ** -7 * np.abs(want).max() + 1e-5  # bfloat16: 8 bits
+    assert to_device(x, "cpu", dtype=dtype).double().equal(x.double())  # 0..255 are exact in all three
+    with pytest.raises(OptionError, match="expected a floating dtype"):
+        to_device(x, "cpu", dtype=torch.int64)

@@ -69,3 +69,33 @@ def test_index_json_path_and_pattern_resolve_to_the_same_rows(folder):
     assert len(a) == sum(n for name, n in counts.items() if name.startswith("train-"))
     assert len(b) == sum(counts[f"train-{i:06d}.tar"] for i in range(3))
     assert set(b.keys) == set(read_stored([folder / f"train-{i:06d}.tar" for i in range(3)])) < set(a.keys)
+
+
+def test_map_style_meta_holds_the_csv_metadata(tmp_path):
+    """ds[i]'s meta: the manifest's metadata columns, typed (age a float, strings as text), None where the CSV
+    cell is empty; read back against the CSV with the csv module."""
+    import csv
+
+    from test_indexed import ham_with_gaps
+
+    from wds_tools.convert import convert
+
+    manifest = ham_with_gaps(tmp_path / "ham")
+    convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
+            path="images/{image_id}.jpg", val_fraction=0.25, workers=1, progress=False)
+    with open(manifest, encoding="utf-8", newline="") as f:
+        rows = {r["image_id"]: r for r in csv.DictReader(f)}
+    seen = []
+    for split in ("train", "val"):
+        ds = ShardIndexDataset(tmp_path / "out" / "v1" / "16", split=split)
+        assert ds.classes == ["bcc", "bkl", "mel", "nv"]
+        for i in range(len(ds)):
+            _, label, key, meta = ds[i]
+            r = rows[key]
+            assert ds.classes[label] == r["dx"]
+            assert meta["age"] == (float(r["age"]) if r["age"] else None) and type(meta["age"]) in (float, type(None))
+            for name in ("lesion_id", "dx_type", "sex", "localization"):
+                assert meta[name] == (r[name] or None), (key, name)
+            assert meta["width"] == 40 and meta["height"] == 30
+            seen.append(key)
+    assert sorted(seen) == sorted(rows)

@@ -2,6 +2,7 @@
 
 Parameters are a pure function of (config, seed, epoch, sample key, source size): the same sample
 gets the same transform in the same epoch whatever the number of workers, ranks or batch order.
+The random resized crop draws as torchvision's ``RandomResizedCrop.get_params`` (``_crop_box``).
 
 Order of operations (both paths): random resized crop -> small affine (rotation, translation,
 scale about the centre) -> horizontal flip -> vertical flip -> ``k`` quarter turns -> colour jitter
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -52,8 +53,9 @@ class AugmentConfig:
     """Training augmentation settings; each step is switched off by its zero/False value.
 
     Defaults (all fast enough for the CPU path): random resized crop with scale (0.08, 1) and
-    ratio (3/4, 4/3) to ``size`` (None: the stored size), horizontal and vertical flips with
-    probability 0.5, random quarter turns, brightness and contrast jitter of ±0.2.
+    ratio (3/4, 4/3), drawn as torchvision's ``RandomResizedCrop`` draws it, to ``size`` (None: the
+    stored size), horizontal and vertical flips with probability 0.5, random quarter turns,
+    brightness and contrast jitter of ±0.2.
     Off by default because of their CPU cost, and free with ``device_augment``: saturation
     (a per-pixel grey term, ~0.3 ms per 224 px sample on the CPU) and the small affine
     (``affine_p``; on the CPU the loader then runs ``augment_batch``, ~3 ms per sample).
@@ -134,19 +136,52 @@ def _uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
     return np.frombuffer(h, dtype="<u4") * (1.0 / 2**32)
 
 
+def _crop_attempts(seed: int, epoch: int, key: str) -> np.ndarray:
+    """18 more uniforms for the crop's attempts 2 to 10: SHAKE-256 of (seed, epoch, key, "crop"), 72 bytes."""
+    h = hashlib.shake_256(f"{seed}\x00{epoch}\x00{key}\x00crop".encode()).digest(72)
+    return np.frombuffer(h, dtype="<u4") * (1.0 / 2**32)
+
+
+def _crop_box(cfg: AugmentConfig, u: np.ndarray, src_size: int, more: Callable[[], np.ndarray]
+              ) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of the random resized crop, drawn as torchvision's
+    ``RandomResizedCrop.get_params`` draws it: up to 10 attempts of (area, log-uniform ratio), the
+    first that fits kept, else the centre crop with the ratio clamped. Attempt 1 takes u0, u1;
+    attempts 2-10 take pairs of ``more()`` (called only when attempt 1 does not fit); the position
+    takes u2, u3."""
+    S = src_size
+    lo, hi = cfg.crop_scale
+    lr0, lr1 = math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1])
+    extra: np.ndarray | None = None
+    for attempt in range(10):
+        if attempt == 0:
+            ua, ur = u[0], u[1]
+        else:
+            if extra is None:
+                extra = more()
+            ua, ur = extra[2 * attempt - 2], extra[2 * attempt - 1]
+        area = S * S * (lo + (hi - lo) * ua)
+        ratio = math.exp(lr0 + (lr1 - lr0) * ur)
+        w = int(round(math.sqrt(area * ratio)))
+        h = int(round(math.sqrt(area / ratio)))
+        if 0 < w <= S and 0 < h <= S:
+            return int(u[2] * (S - h + 1)), int(u[3] * (S - w + 1)), h, w
+    # the centre crop: the whole (square) image unless the ratio range excludes 1
+    w = h = S
+    if 1 < cfg.crop_ratio[0]:
+        h = int(round(S / cfg.crop_ratio[0]))
+    elif 1 > cfg.crop_ratio[1]:
+        w = int(round(S * cfg.crop_ratio[1]))
+    return (S - h) // 2, (S - w) // 2, h, w
+
+
 def sample_params(cfg: AugmentConfig, *, seed: int, epoch: int, key: str, src_size: int) -> np.ndarray:
     """The transform of one sample as a float64 row (``PARAM_NAMES``); crop box in source pixels."""
     u = _uniforms(seed, epoch, key)
     S = src_size
     p = np.zeros(len(PARAM_NAMES))
     if cfg.crop:
-        lo, hi = cfg.crop_scale
-        area = S * S * (lo + (hi - lo) * u[0])
-        lr0, lr1 = math.log(cfg.crop_ratio[0]), math.log(cfg.crop_ratio[1])
-        ratio = math.exp(lr0 + (lr1 - lr0) * u[1])
-        w = min(S, max(1, int(round(math.sqrt(area * ratio)))))
-        h = min(S, max(1, int(round(math.sqrt(area / ratio)))))
-        top, left = int(u[2] * (S - h + 1)), int(u[3] * (S - w + 1))
+        top, left, h, w = _crop_box(cfg, u, S, lambda: _crop_attempts(seed, epoch, key))
     else:
         top, left, h, w = 0, 0, S, S
     p[0:4] = top, left, h, w

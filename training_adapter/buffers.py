@@ -65,10 +65,11 @@ class BufferPool:
 class Slot:
     """Stands in a worker's batch for images left in a ``BatchRing`` slot."""
 
-    __slots__ = ("worker", "slot", "shape")
+    __slots__ = ("worker", "slot", "shape", "chw")
 
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...]) -> None:
-        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3]
+    def __init__(self, worker: int, slot: int, shape: tuple[int, ...], chw: bool = False) -> None:
+        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3], or [B, 3, H, W] if chw
+        self.chw = chw
 
 
 class BatchRing:
@@ -96,8 +97,9 @@ class BatchRing:
         self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
         self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
 
-    def acquire(self, worker: int, shape: tuple[int, ...]) -> tuple[Slot, torch.Tensor] | None:
-        """A free slot of ``worker`` and its memory as ``shape`` (waiting for one); None when a batch is too large."""
+    def acquire(self, worker: int, shape: tuple[int, ...], chw: bool = False) -> tuple[Slot, torch.Tensor] | None:
+        """A free slot of ``worker`` and its memory as ``shape`` (waiting for one); None when a batch is too large.
+        ``shape`` is [B, H, W, 3] (handed over as [B, 3, H, W] channels-last), or with ``chw`` [B, 3, H, W]."""
         nbytes = math.prod(shape)
         if nbytes > self.slot_bytes:
             return None
@@ -109,7 +111,7 @@ class BatchRing:
             if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second
                 raise ShardError(f"worker {worker}: the main process is gone")
         s = int(free[0])
-        return Slot(worker, s, shape), self.buffers[first + s][:nbytes].view(shape)
+        return Slot(worker, s, shape, chw), self.buffers[first + s][:nbytes].view(shape)
 
     def publish(self, ref: Slot) -> None:
         """Mark the slot written: busy until the main process is done with it."""
@@ -124,11 +126,12 @@ class BatchRing:
             if self._arrays is None:
                 self._arrays = [b.numpy() for b in self.buffers]
             self._lent[i] = ref.worker
-            return torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape).permute(0, 3, 1, 2)
+            lent = torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape)
+            return lent if ref.chw else lent.permute(0, 3, 1, 2)
         out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
         out.copy_(self.buffers[i][:nbytes].view(ref.shape))
         self.busy[i] = 0
-        return out.permute(0, 3, 1, 2)
+        return out if ref.chw else out.permute(0, 3, 1, 2)
 
     def _reclaim(self) -> None:
         """Free the lent slots no tensor refers to any more."""

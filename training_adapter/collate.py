@@ -10,7 +10,7 @@ process copies nothing) and augments them on the CPU unless the accelerator does
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeAlias
 
@@ -25,6 +25,7 @@ from .buffers import BatchRing, BufferPool, shared
 from .indexread import SampleIndex
 from .options import LoaderOptions
 from .shardlist import ShardList, WorkerInfo, worker_info
+from .transform import apply_transform
 
 __all__ = ["Batch", "BatchDataset", "Stored"]
 
@@ -49,7 +50,10 @@ class BatchDataset(IterableDataset):
     """Yields whole batches: ``(images uint8 [B, 3, H, W] channels-last, labels int64 [B])``.
 
     With ``device_augment`` a third item, the float32 params [B, 14] for ``augment_batch``; with
-    ``return_keys`` a last item, the list of sample keys.
+    ``metadata`` the next, a dict of the named columns (numbers as float32 [B], NaN where missing;
+    strings as lists, None where missing); with ``return_keys`` a last item, the list of sample keys.
+    With ``transform`` the images are what it returns, stacked (uint8 [B, 3, H, W] channels-last
+    when it returns uint8 [3, H, W], else as it returns them).
     """
 
     index: SampleIndex | None = None  # the index reader's rows (None: the tars are streamed)
@@ -68,6 +72,7 @@ class BatchDataset(IterableDataset):
         # next iteration; it applies to the epoch in _resumes only (shared: persistent workers see it end)
         self.resume: Any = None
         self._resumes = mp.get_context().Value("q", -1, lock=False)
+        self._stage = BufferPool(2)  # the built-in step's images that ``transform`` reads
 
     @property
     def epoch(self) -> int:
@@ -116,10 +121,10 @@ class BatchDataset(IterableDataset):
             f"drop_last=False")
 
     def __getstate__(self) -> dict[str, Any]:
-        # a subset function is applied already (the index rows hold it), and need not pickle for
-        # spawned workers
+        # a subset function is applied already (the index rows hold it), and a batch_transform runs
+        # in the main process: neither need pickle for spawned workers
         state = dict(self.__dict__)
-        if callable(self.options.subset):
+        if callable(self.options.subset) or self.options.batch_transform is not None:
             state["options"] = _without_subset(self.options)
         return state
 
@@ -142,9 +147,75 @@ class BatchDataset(IterableDataset):
         return self._pool.get(shape)
 
     def collate(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
-                S: int) -> Batch:
+                S: int, meta: dict[str, Any] | None = None) -> Batch:
         """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
-        augmentation nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3] stored pixels."""
+        augmentation, the transform nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3]
+        stored pixels; ``meta`` the ``metadata`` columns' values (float64 arrays or lists)."""
+        o = self.options
+        if o.transform is not None:
+            first = self._built_in(keys, labels, epoch, stored, S, final=False)
+            return self._transformed(o.transform, first, keys or [], epoch, meta)
+        return self._built_in(keys, labels, epoch, stored, S, meta=meta)
+
+    def _transformed(self, fn: Callable[[Any], Any], batch: Batch, keys: list[str], epoch: int,
+                     meta: dict[str, Any] | None) -> Batch:
+        """The built-in step's batch with ``fn`` (``transform``) applied to each image, seeded per sample."""
+        o = self.options
+        outs = apply_transform(fn, batch[0], keys, seed=o.seed, epoch=epoch)
+        info = get_worker_info()
+        ref = None
+        if outs and outs[0].dtype == torch.uint8 and outs[0].dim() == 3 and outs[0].shape[0] == 3:
+            # batched in the layout the transform returns: channels-last [B, H, W, 3] memory when its
+            # results are channels-last, else contiguous [B, 3, H, W] (a transposing copy costs ~0.4 ms
+            # per 224 px sample); in the worker's ring slot when it has one
+            _, H, W = outs[0].shape
+            chw = not outs[0].permute(1, 2, 0).is_contiguous()
+            shape = (len(outs), 3, H, W) if chw else (len(outs), H, W, 3)
+            ring = self.ring if info is not None and not o.normalize else None
+            got = ring.acquire(info.id, shape, chw) if ring is not None and info is not None else None
+            ref, buf = got if got is not None else (None, self._alloc(shape))
+            images: Any = buf if chw else buf.permute(0, 3, 1, 2)
+            for i, y in enumerate(outs):
+                images[i].copy_(y)
+        else:
+            images = torch.stack(outs) if outs else batch[0]
+        if o.normalize and self.shards.mean is not None and self.shards.std is not None:
+            images = normalize(images.float(), self.shards.mean, self.shards.std)
+        return self._finish(images, torch.as_tensor(batch[1], dtype=torch.int64), None, ref, keys, meta)
+
+    def _finish(self, images: Any, label_t: torch.Tensor, params: np.ndarray | None, ref: Any,
+                keys: list[str] | None, meta: dict[str, Any] | None) -> Batch:
+        """The batch tuple; images left in a ring slot (``ref``) travel as the slot, the rest as arrays."""
+        o = self.options
+        ring = self.ring
+        params_out: Any = None if not o.on_device or params is None else torch.from_numpy(params.astype(np.float32))
+        label_out: Any = label_t
+        meta_out: Any = None
+        if o.metadata:
+            meta_out = {k: torch.from_numpy(v.astype(np.float32)) if isinstance(v, np.ndarray) else v
+                        for k, v in (meta or {}).items()}
+        if ref is not None and ring is not None:
+            ring.publish(ref)
+            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
+            # makes tensors of the arrays: a tensor sent from a worker would travel through a
+            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
+            images, label_out = ref, label_t.numpy()
+            params_out = None if params_out is None else params_out.numpy()
+            if meta_out is not None:
+                meta_out = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in meta_out.items()}
+        out: Batch = (images, label_out)
+        if o.on_device:
+            out += (params_out,)
+        if o.metadata:
+            out += (meta_out,)
+        if o.return_keys:
+            out += (keys,)
+        return out
+
+    def _built_in(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
+                  S: int, *, final: bool = True, meta: dict[str, Any] | None = None) -> Batch:
+        """The batch with the built-in augmentation (if any); ``final=False``: only (images, labels),
+        in this process's own memory, for ``transform`` to read."""
         o = self.options
         cfg = o.augmentation
         n = len(labels)
@@ -156,7 +227,7 @@ class BatchDataset(IterableDataset):
         O = (cfg.size or S) if cfg is not None and fast_cpu else S
         ref = None
         info = get_worker_info()
-        ring = self.ring if info is not None and not o.normalize and not cpu_affine else None
+        ring = self.ring if info is not None and not o.normalize and not cpu_affine and final else None
         # [B, O, O, 3] in memory, seen as [B, 3, O, O] channels-last: augmented on the CPU, or the
         # stored [S, S, 3] arrays copied as they are
         shape = (n, O, O, 3)
@@ -164,7 +235,7 @@ class BatchDataset(IterableDataset):
         if got is not None:
             ref, buf = got
         else:
-            buf = self._alloc(shape)
+            buf = self._alloc(shape) if final else self._stage.get(shape)
         if cfg is not None and params is not None and fast_cpu:
             for i, src in enumerate(stored.arrays(S)):
                 augment_into(torch.from_numpy(src), params[i], buf[i], cfg)
@@ -174,25 +245,13 @@ class BatchDataset(IterableDataset):
         if cpu_affine and params is not None:
             x = augment_batch(images, params, config=cfg).round_()
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
+        if not final:
+            return images, labels
         if o.normalize and self.shards.mean is not None and self.shards.std is not None:
             images = normalize(images.float(), self.shards.mean, self.shards.std)
-        params_out: Any = None if not o.on_device or params is None else torch.from_numpy(params.astype(np.float32))
-        label_out: Any = label_t
-        if ref is not None and ring is not None:
-            ring.publish(ref)
-            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
-            # makes tensors of the arrays: a tensor sent from a worker would travel through a
-            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
-            images, label_out = ref, label_t.numpy()
-            params_out = None if params_out is None else params_out.numpy()
-        out: Batch = (images, label_out)
-        if o.on_device:
-            out += (params_out,)
-        if o.return_keys:
-            out += (keys,)
-        return out
+        return self._finish(images, label_t, params, ref, keys, meta)
 
 
 def _without_subset(options: LoaderOptions) -> LoaderOptions:
-    """``options`` with ``subset`` None (it is checked again, and passes)."""
-    return replace(options, subset=None)
+    """``options`` with ``subset`` and ``batch_transform`` None (checked again, they pass)."""
+    return replace(options, subset=None, batch_transform=None)

@@ -21,7 +21,7 @@ LOADER_KEYS = {
     "batch_size", "num_workers", "seed", "device_augment", "normalize", "shuffle_buffer", "shuffle_shards",
     "resampled", "epoch_batches", "drop_last", "on_error", "pin_memory", "persistent_workers",
     "prefetch_factor", "mean", "std", "reader", "subset", "class_weights", "check_samples",
-    "allow_mixed", "allow_partial",
+    "allow_mixed", "allow_partial", "metadata",
 }
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,36 @@ from .options import LoaderOptions
 from .resume import Span, epoch_span
 from .shardlist import ShardList, WorkerInfo
 
-__all__ = ["IndexedDataset"]
+__all__ = ["IndexedDataset", "metadata_columns", "metadata_batch"]
+
+_OWN_NUMBERS = ("width", "height", "src_size")  # samples.npz's own per-sample numbers a batch may carry
+
+
+def metadata_columns(index: SampleIndex, names: Sequence[str]) -> None:
+    """Refuse a ``metadata`` name that is neither a metadata column of the index (``x`` or
+    ``meta.x``) nor width/height/src_size, listing those there are."""
+    for name in names:
+        ours = name in _OWN_NUMBERS and name in index.columns
+        if not ours and (name in _OWN_NUMBERS or name.removeprefix("meta.") not in index.metadata):
+            have = ", ".join(list(index.metadata) + list(_OWN_NUMBERS))
+            raise OptionError(f"metadata={list(names)!r}: {name!r} is not a column of this index; it has {have}"
+                              + ("" if index.metadata else " (the conversion had no metadata: convert from a "
+                                                           "manifest CSV with those columns)"))
+
+
+def metadata_batch(index: SampleIndex, names: Sequence[str], rows: np.ndarray) -> dict[str, Any]:
+    """The ``metadata`` columns' values of index ``rows``: numbers as float64 (NaN where missing),
+    strings as a list (None where missing). width, height and src_size name samples.npz's own
+    columns; a metadata column of one of those names is ``meta.<name>`` (as in ``subset``)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name not in _OWN_NUMBERS:
+            v = index.metadata[name.removeprefix("meta.")].take(rows)
+            arr = v.array()
+            out[name] = arr.tolist() if v.categories is not None else arr.astype(np.float64)
+        else:
+            out[name] = index.columns[name][rows].astype(np.float64)
+    return out
 
 log = logging.getLogger("training_adapter")
 
@@ -58,6 +88,7 @@ class IndexedDataset(BatchDataset):
         # each class's share of an epoch (class_weights)
         self.shares = None if options.class_weights is None else class_shares(self.index, options.class_weights,
                                                                               self.rows)
+        metadata_columns(self.index, options.metadata)
         self._gather: Gather | None = None
         self._scratch: np.ndarray | None = None  # the fetches from object storage
 
@@ -65,7 +96,8 @@ class IndexedDataset(BatchDataset):
     def copies_only(self) -> bool:
         """Whether a worker only copies stored pixels (no CPU augmentation): ``ShardLoader`` then
         runs its workers as threads."""
-        return self.options.augmentation is None or self.options.on_device
+        o = self.options
+        return (o.augmentation is None or o.on_device) and o.transform is None
 
     def reader_copy(self, buffers: int = 4) -> IndexedDataset:
         """A copy for one reader thread: the same plan, its own mappings and ``buffers`` batch buffers."""
@@ -171,6 +203,7 @@ class IndexedDataset(BatchDataset):
                                      f"every rank must yield the same number of batches: repair the shards "
                                      f"(wds-tools verify names them)")
                 return None
-        wants_keys = o.augmentation is not None or o.return_keys
+        wants_keys = o.augmentation is not None or o.return_keys or o.transform is not None
         keys = [k.decode() for k in idx.key[rows].tolist()] if wants_keys else None
-        return self.collate(keys, idx.label[rows], epoch, located, idx.size)
+        meta = metadata_batch(idx, o.metadata, rows) if o.metadata else None
+        return self.collate(keys, idx.label[rows], epoch, located, idx.size, meta)

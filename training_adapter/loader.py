@@ -10,7 +10,7 @@ ring (``buffers``). Normalising to float is left to ``to_device`` on the acceler
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,11 @@ class ShardLoader(Resumable):
         return self.dataset.shards.std
 
     @property
+    def classes(self) -> list[str] | None:
+        """The class names, label i naming ``classes[i]`` (from the index; None without one)."""
+        return self.dataset.shards.classes
+
+    @property
     def epoch(self) -> int:
         """The epoch the next iteration yields (unless ``set_epoch`` says otherwise)."""
         return self.dataset.epoch
@@ -134,6 +139,10 @@ class ShardLoader(Resumable):
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
         self._begin()  # the rest of an epoch after load_state_dict, else the whole epoch
+        fn = self.dataset.options.batch_transform
+        return self._batches() if fn is None else _batch_transformed(self._batches(), fn)
+
+    def _batches(self) -> Iterator[Batch]:
         if not self.num_workers:
             return self._counted(self._in_process())
         if isinstance(self.dataset, IndexedDataset) and self.dataset.copies_only:
@@ -195,16 +204,35 @@ class ShardLoader(Resumable):
         try:
             for batch in self.loader:
                 if isinstance(batch[0], Slot):
-                    batch = (ring.take(batch[0], self.pin_memory, ds._pool),
-                             *(torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in batch[1:]))
+                    batch = (ring.take(batch[0], self.pin_memory, ds._pool), *(_tensors(x) for x in batch[1:]))
                 yield batch
         finally:
             ds.ring = None
 
 
+def _tensors(x: Any) -> Any:
+    """A worker's arrays (alone or in a metadata dict) as tensors."""
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    if isinstance(x, dict):
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in x.items()}
+    return x
+
+
+def _batch_transformed(batches: Iterator[Batch], fn: Callable[[Any, Any], Any]) -> Iterator[Batch]:
+    """Each batch with ``(images, labels) = fn(images, labels)``, in this (the main) process."""
+    for batch in batches:
+        out = fn(batch[0], batch[1])
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise OptionError(f"batch_transform= returned {type(out).__name__}; expected (images, labels), as "
+                              f"torchvision.transforms.v2.CutMix/MixUp return (wrap an images-only function: "
+                              f"lambda x, y: (f(x), y))")
+        yield (*out, *batch[2:])
+
+
 def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_size: int, train: bool,
                 num_workers: int | None = None, seed: int = 0,
-                augment: AugmentConfig | Mapping[str, Any] | None = None, device_augment: bool = False,
+                augment: AugmentConfig | Mapping[str, Any] | bool | None = None, device_augment: bool = False,
                 normalize: bool = False, shuffle_buffer: int | None = None, shuffle_shards: bool = True,
                 resampled: bool = False, epoch_batches: int | None = None, drop_last: bool | None = None,
                 on_error: str = "raise", return_keys: bool = False, pin_memory: bool = False,
@@ -213,7 +241,9 @@ def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_
                 split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
                 subset: Subset = None, class_weights: ClassWeights | None = None,
                 check_samples: bool | str = "labels", allow_mixed: bool = False, allow_partial: bool = False,
-                multiprocessing_context: Any = None) -> ShardLoader:
+                multiprocessing_context: Any = None, transform: Callable[[Any], Any] | None = None,
+                batch_transform: Callable[[Any, Any], Any] | None = None,
+                metadata: Sequence[str] = ()) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
     ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
@@ -235,6 +265,16 @@ def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_
     label then names different classes in different shards. Copies of one dataset (a mirror) need
     no option. ``allow_partial``: read a pattern that names only some shards of a split; refused by
     default, naming the missing shards.
+
+    ``augment``: the built-in augmentation's settings (training only), or False for none.
+    ``transform``: your function of each sample (a uint8 [3, H, W] tensor, as torchvision.transforms.v2
+    takes it; it returns a tensor), run in the workers after the built-in augmentation (replacing it
+    with ``augment=False``), in training and evaluation, seeded per sample from (seed, epoch, key)
+    (``training_adapter.transform``). ``batch_transform``: ``(images, labels) -> (images, labels)``
+    on each whole batch in the main process as the loader yields it (e.g. CutMix; it may move the
+    batch to the GPU first), not seeded by the loader. ``metadata``: index reader only; metadata
+    column names whose values each batch carries as a dict (numbers float32 [B], NaN where missing;
+    strings as lists, None where missing), after the params and before the keys.
     """
     shards = resolve_urls(urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed,
                           allow_partial=allow_partial)
@@ -249,7 +289,8 @@ def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_
         shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer, shuffle_shards=shuffle_shards,
         resampled=resampled, epoch_batches=epoch_batches, drop_last=drop_last, on_error=on_error,
         return_keys=return_keys, read_size=read_size, reader=reader, subset=subset, class_weights=class_weights,
-        check_samples=check_samples, allow_mixed=allow_mixed)
+        check_samples=check_samples, allow_mixed=allow_mixed, transform=transform, batch_transform=batch_transform,
+        metadata=tuple(metadata) if not isinstance(metadata, str) else metadata)  # type: ignore[arg-type]
     return open_loader(shards, options, num_workers=num_workers, pin_memory=pin_memory,
                        persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                        multiprocessing_context=multiprocessing_context)
@@ -276,10 +317,14 @@ def open_loader(shards: ShardList, options: LoaderOptions, *, num_workers: int |
 
 
 def to_device(images: torch.Tensor, device: torch.device | str | int, mean: Sequence[float] | None = None,
-              std: Sequence[float] | None = None, *, non_blocking: bool = True) -> torch.Tensor:
-    """Move a uint8 batch to ``device`` and return float32 there, normalised when mean/std are given."""
+              std: Sequence[float] | None = None, *, non_blocking: bool = True,
+              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Move a uint8 batch to ``device`` and return ``dtype`` there (float32; bfloat16/float16 for AMP),
+    normalised when mean/std are given (computed in float32, then cast)."""
+    if not dtype.is_floating_point:
+        raise OptionError(f"to_device: dtype={dtype}: expected a floating dtype (torch.float32, bfloat16, float16)")
     x = images.to(device, non_blocking=non_blocking).float()
-    if mean is None or std is None:
-        return x
-    return normalize(x, mean, std)
+    if mean is not None and std is not None:
+        x = normalize(x, mean, std)
+    return x if dtype == torch.float32 else x.to(dtype)
 

@@ -27,7 +27,9 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     ``dataset[i]`` is ``(image, label, key, meta)``: the stored uint8 pixels as [3, S, S]
     (channels-last memory, a copy the caller owns), the label index, the sample key and a dict of
     the index's per-sample columns (``width``, ``height``, ``src_size``: the source image's size
-    and bytes). Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
+    and bytes) and its metadata columns, typed as the sample's .json has them (int, float or str;
+    None where missing; one named width, height or src_size as ``meta.<name>``). ``classes``
+    names the labels. Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
     ``DistributedSampler(dataset)``. ``subset``, ``check_samples`` and ``allow_partial`` as in
     ``make_loader``.
     """
@@ -62,7 +64,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
         """Each item's sample key."""
         return [k.decode() for k in self.index.key[self.rows]]
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, str, dict[str, int]]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, str, dict[str, int | float | str | None]]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} out of range for {len(self)} samples")
         r = int(self.rows[i])
@@ -72,5 +74,8 @@ class ShardIndexDataset(torch.utils.data.Dataset):
         pixels = np.empty((1, S * S * 3), np.uint8)
         self._gather.read([r], pixels)
         image = torch.from_numpy(pixels.reshape(S, S, 3)).permute(2, 0, 1)
-        meta = {c: int(v[r]) for c, v in self.index.columns.items() if c != "shard"}
+        meta: dict[str, int | float | str | None] = {c: int(v[r]) for c, v in self.index.columns.items()
+                                                     if c != "shard"}
+        for name, values in self.index.metadata.items():
+            meta[f"meta.{name}" if name in meta else name] = values.value(r)
         return image, int(self.index.label[r]), self.index.key_str(r), meta

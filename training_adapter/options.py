@@ -7,8 +7,10 @@ stays with ``loader.ShardLoader``; where the shards are, with ``shardlist.resolv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from wds_tools.errors import OptionError
 from wds_tools.format.tar import DEFAULT_CHUNK
@@ -33,7 +35,7 @@ class LoaderOptions:
     batch_size: int
     train: bool
     seed: int = 0
-    augment: AugmentConfig | None = None
+    augment: AugmentConfig | bool | None = None
     device_augment: bool = False
     normalize: bool = False
     shuffle_buffer: int = 1000
@@ -49,8 +51,30 @@ class LoaderOptions:
     class_weights: ClassWeights | None = None
     check_samples: bool | str = "labels"
     allow_mixed: bool = False
+    transform: Callable[[Any], Any] | None = None
+    batch_transform: Callable[[Any, Any], Any] | None = None
+    metadata: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        a = self.augment
+        if not (a is None or isinstance(a, (bool, AugmentConfig))):
+            what = "a function" if callable(a) else f"a {type(a).__name__}"
+            raise OptionError(f"augment={a!r} is {what}; augment takes the built-in augmentation's settings (an "
+                              f"AugmentConfig or a mapping of them), None or True (the defaults) or False (none). "
+                              f"To apply your own function to each sample pass it as transform= (with augment=False "
+                              f"to replace the built-in one, e.g. transform=torchvision.transforms.v2.RandAugment())"
+                              f", or to whole batches as batch_transform=")
+        for name in ("transform", "batch_transform"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise OptionError(f"{name}={getattr(self, name)!r}: expected a function (or a callable module)")
+        if self.transform is not None and self.device_augment:
+            raise OptionError("transform= runs in the workers after the built-in augmentation, which "
+                              "device_augment=True leaves to the accelerator; drop device_augment, or pass "
+                              "augment=False and apply your transform yourself after augment_batch")
+        if isinstance(self.metadata, str) or not all(isinstance(m, str) for m in self.metadata):
+            raise OptionError(f"metadata={self.metadata!r}: expected a list of column names, e.g. "
+                              f"['age', 'sex', 'localization']")
+        object.__setattr__(self, "metadata", tuple(self.metadata))
         if self.check_samples not in (True, False, "labels"):
             raise OptionError(f"check_samples={self.check_samples!r}: expected 'labels' (the default), True (labels "
                               f"and pixels) or False")
@@ -75,8 +99,11 @@ class LoaderOptions:
 
     @cached_property  # once: collate asks for every batch
     def augmentation(self) -> AugmentConfig | None:
-        """The augmentation applied: ``augment`` (default settings when None) in training, else none."""
-        return (self.augment or AugmentConfig()) if self.train else None
+        """The built-in augmentation applied: ``augment`` (default settings when None or True) in
+        training unless it is False, else none."""
+        if not self.train or self.augment is False:
+            return None
+        return self.augment if isinstance(self.augment, AugmentConfig) else AugmentConfig()
 
     @property
     def on_device(self) -> bool:
@@ -107,6 +134,6 @@ class LoaderOptions:
     @property
     def needs_index(self) -> list[str]:
         """The options set that only the index reader takes (for the message refusing them)."""
-        needs = [name for name, v in (("subset", self.subset), ("class_weights", self.class_weights))
-                 if v is not None]
+        needs = [name for name, v in (("subset", self.subset), ("class_weights", self.class_weights),
+                                      ("metadata", self.metadata or None)) if v is not None]
         return needs + (["check_samples=True"] if self.check_samples is True else [])  # "labels": where there is one

@@ -1,0 +1,80 @@
+"""Transform: the user's own per-sample function (``make_loader(transform=...)``), seeded per sample.
+
+Runs in the workers after the built-in augmentation (or on the stored pixels with ``augment=False``,
+and in evaluation), on each sample as a uint8 [3, H, W] tensor, as ``torchvision.transforms.v2``
+takes it. Around each call the global random generators are seeded from (seed, epoch, key) alone
+(``transform_seed``), so a sample's result does not depend on workers, ranks or batch order; the
+generators' states are saved before a batch's first call and restored after its last (saving
+numpy's costs ~0.1 ms), so the caller's own random streams are left as they were:
+
+- ``torch.default_generator.manual_seed(s)`` (the CPU generator ``torch.rand``/``randint`` and
+  torchvision draw from; CUDA generators are not touched),
+- ``random.seed(s)`` (Python's, which albumentations 1.x uses),
+- ``np.random.seed(s % 2**32)`` (numpy's legacy global generator).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from wds_tools.errors import OptionError
+
+__all__ = ["transform_seed", "seed_all", "restored", "apply_transform"]
+
+
+def transform_seed(seed: int, epoch: int, key: str) -> int:
+    """The sample's seed: BLAKE2b-8 of "seed NUL epoch NUL key NUL transform", little-endian (0 to 2^64 - 1)."""
+    h = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}\x00transform".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little")
+
+
+def seed_all(s: int) -> None:
+    """torch's CPU generator, Python's ``random`` and numpy's global generator seeded with ``s``."""
+    torch.default_generator.manual_seed(s)
+    random.seed(s)
+    np.random.seed(s % 2**32)
+
+
+@contextmanager
+def restored() -> Iterator[None]:
+    """The three generators' states as they were before, whatever seeds the block sets."""
+    gen = torch.default_generator
+    saved = gen.get_state(), random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        gen.set_state(saved[0])
+        random.setstate(saved[1])
+        np.random.set_state(saved[2])
+
+
+def apply_transform(fn: Callable[[torch.Tensor], Any], images: torch.Tensor, keys: Sequence[str], *, seed: int,
+                    epoch: int) -> list[torch.Tensor]:
+    """``fn`` of each uint8 [3, H, W] image of ``images`` [B, 3, H, W], seeded per sample; the results,
+    checked to be tensors of one shape and dtype (a clear error naming the key otherwise)."""
+    out: list[torch.Tensor] = []
+    with restored():
+        for i, key in enumerate(keys):
+            seed_all(transform_seed(seed, epoch, key))
+            out.append(_checked(fn(images[i]), key, out[0] if out else None, keys[0]))
+    return out
+
+
+def _checked(y: Any, key: str, first: torch.Tensor | None, first_key: str) -> torch.Tensor:
+    """``y`` when it is a tensor of ``first``'s shape and dtype; else an error naming the sample."""
+    if not isinstance(y, torch.Tensor):
+        raise OptionError(f"transform= returned {type(y).__name__} for sample {key!r}; expected a tensor "
+                          f"(it takes a uint8 [3, H, W] tensor, as torchvision.transforms.v2 does)")
+    if first is not None and (y.shape != first.shape or y.dtype != first.dtype):
+        raise OptionError(f"transform= returned {y.dtype} {list(y.shape)} for sample {key!r} but "
+                          f"{first.dtype} {list(first.shape)} for {first_key!r}: every sample must come out "
+                          f"the same shape and dtype to make a batch (end it with a fixed-size Resize or "
+                          f"CenterCrop)")
+    return y
