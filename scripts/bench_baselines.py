@@ -35,19 +35,29 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["TOOLS", "INSTALL", "missing", "build_ffcv", "ffcv_loader", "build_litdata", "litdata_loader",
-           "build_mds", "mds_loader", "random_resized_crop_flip"]
+__all__ = [
+    "TOOLS",
+    "INSTALL",
+    "missing",
+    "build_ffcv",
+    "ffcv_loader",
+    "build_litdata",
+    "litdata_loader",
+    "build_mds",
+    "mds_loader",
+    "random_resized_crop_flip",
+]
 
 Sample = tuple[str, np.ndarray, int]
 
 TOOLS = {"ffcv": "ffcv", "litdata": "litdata", "streaming": "streaming"}  # tool -> module it imports
 INSTALL = {
     "ffcv": "apt-get install -y libturbojpeg0-dev libopencv-dev pkg-config && "
-            "pip install -c constraints.txt -e '.[bench-ffcv]'",
+    "pip install -c constraints.txt -e '.[bench-ffcv]'",
     "litdata": "pip install -c constraints.txt -e '.[bench-litdata]' && "
-               "pip install -c constraints.txt --no-deps litdata==0.2.76",
+    "pip install -c constraints.txt --no-deps litdata==0.2.76",
     "streaming": "pip install -c constraints.txt -e '.[bench-streaming]' && "
-                 "pip install -c constraints.txt --no-deps mosaicml-streaming==0.13.0",
+    "pip install -c constraints.txt --no-deps mosaicml-streaming==0.13.0",
 }
 CROP = 224
 SCALE = (0.08, 1.0)
@@ -98,7 +108,7 @@ def _crop_box(h: int, w: int, rng: np.random.Generator) -> tuple[int, int, int, 
 def random_resized_crop_flip(hwc: np.ndarray, rng: np.random.Generator, size: int = CROP) -> torch.Tensor:
     """uint8 [H, W, 3] -> uint8 [3, size, size]: random-resized crop, bilinear, then a 50% horizontal flip."""
     top, left, ch, cw = _crop_box(hwc.shape[0], hwc.shape[1], rng)
-    crop = torch.from_numpy(hwc[top:top + ch, left:left + cw]).permute(2, 0, 1)[None]
+    crop = torch.from_numpy(hwc[top : top + ch, left : left + cw]).permute(2, 0, 1)[None]
     out = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False, antialias=False)[0]
     return out.flip(-1) if rng.random() < 0.5 else out
 
@@ -157,9 +167,15 @@ def ffcv_loader(path: Path, *, train: bool, workers: int, batch: int):
     image += [ToTensor(), ToTorchImage()]  # uint8, channels-last view; no normalisation
     _quiet_numba_finalizer()
     threads = torch.get_num_threads()
-    loader = Loader(str(path), batch_size=batch, num_workers=max(1, workers), os_cache=True, drop_last=False,
-                    order=OrderOption.RANDOM if train else OrderOption.SEQUENTIAL,
-                    pipelines={"image": image, "label": [IntDecoder(), ToTensor(), Squeeze(-1)]})
+    loader = Loader(
+        str(path),
+        batch_size=batch,
+        num_workers=max(1, workers),
+        os_cache=True,
+        drop_last=False,
+        order=OrderOption.RANDOM if train else OrderOption.SEQUENTIAL,
+        pipelines={"image": image, "label": [IntDecoder(), ToTensor(), Squeeze(-1)]},
+    )
     torch.set_num_threads(threads)
     return _TorchThreads(loader, threads)
 
@@ -191,8 +207,12 @@ def _quiet_numba_finalizer() -> None:
 
     def hook(unraisable):
         frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
-        if (isinstance(unraisable.exc_value, KeyError) and frames and frames[-1].name == "finalizer"
-                and frames[-1].filename.replace("\\", "/").endswith("numba/core/dispatcher.py")):
+        if (
+            isinstance(unraisable.exc_value, KeyError)
+            and frames
+            and frames[-1].name == "finalizer"
+            and frames[-1].filename.replace("\\", "/").endswith("numba/core/dispatcher.py")
+        ):
             return
         previous(unraisable)
 
@@ -220,9 +240,16 @@ def build_litdata(work: Path, samples: Sequence[Sample], *, workers: int = 1) ->
     shutil.rmtree(path, ignore_errors=True)
     _LITDATA_SAMPLES = samples  # read by the forked optimize workers, never pickled
     try:
-        litdata.optimize(fn=_litdata_item, inputs=list(range(len(samples))), output_dir=str(path),
-                         chunk_bytes="64MB", num_workers=max(1, workers), start_method="fork",
-                         keep_data_ordered=True, verbose=False)
+        litdata.optimize(
+            fn=_litdata_item,
+            inputs=list(range(len(samples))),
+            output_dir=str(path),
+            chunk_bytes="64MB",
+            num_workers=max(1, workers),
+            start_method="fork",
+            keep_data_ordered=True,
+            verbose=False,
+        )
     finally:
         _LITDATA_SAMPLES = ()
     _mark_done(path)
@@ -250,8 +277,9 @@ def litdata_loader(path: Path, *, train: bool, workers: int, batch: int):
     """
     from litdata import StreamingDataLoader, StreamingDataset
 
-    ds = StreamingDataset(str(path), shuffle=train, drop_last=False, batch_decode=0,
-                          transform=_LitdataTrain() if train else None)
+    ds = StreamingDataset(
+        str(path), shuffle=train, drop_last=False, batch_decode=0, transform=_LitdataTrain() if train else None
+    )
     loader = StreamingDataLoader(ds, batch_size=batch, num_workers=workers)
     return _Mapped(loader, _chw_batch if train else _hwc_batch)
 
@@ -276,7 +304,10 @@ def _import_streaming():
         mod.__dict__.update(attrs)
         stand_ins[name] = mod
 
-    for pkg, probe in (("torchvision", "torchvision.datasets"), ("transformers", "transformers.tokenization_utils_base")):
+    for pkg, probe in (
+        ("torchvision", "torchvision.datasets"),
+        ("transformers", "transformers.tokenization_utils_base"),
+    ):
         try:
             importlib.import_module(probe)
         except Exception:  # noqa: BLE001 - missing, or installed and broken

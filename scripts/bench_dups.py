@@ -72,8 +72,11 @@ def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
     out = []
     for p in photos:
         w, h = p.size
-        boxes = [(left, top, left + window, top + window) for top in range(0, h - window + 1, window // 2)
-                 for left in range(0, w - window + 1, window // 2)]
+        boxes = [
+            (left, top, left + window, top + window)
+            for top in range(0, h - window + 1, window // 2)
+            for left in range(0, w - window + 1, window // 2)
+        ]
         keep = np.linspace(0, len(boxes) - 1, min(most, len(boxes))).round().astype(int)
         out += [p.crop(boxes[k]) for k in sorted(set(keep.tolist()))]
     return out
@@ -92,9 +95,15 @@ def copy_of(im: Image.Image, kind: str, rng: np.random.Generator) -> Image.Image
         left, top = rng.uniform(0, 1, 2) * (cw, ch)
         return im.crop((round(left), round(top), w - round(cw - left), h - round(ch - top)))
     if kind == "turn":
-        ops = [Image.Transpose.FLIP_LEFT_RIGHT, Image.Transpose.FLIP_TOP_BOTTOM, Image.Transpose.ROTATE_90,
-               Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270, Image.Transpose.TRANSPOSE,
-               Image.Transpose.TRANSVERSE]
+        ops = [
+            Image.Transpose.FLIP_LEFT_RIGHT,
+            Image.Transpose.FLIP_TOP_BOTTOM,
+            Image.Transpose.ROTATE_90,
+            Image.Transpose.ROTATE_180,
+            Image.Transpose.ROTATE_270,
+            Image.Transpose.TRANSPOSE,
+            Image.Transpose.TRANSVERSE,
+        ]
         return im.transpose(ops[int(rng.integers(len(ops)))])
     if kind == "brightness":
         return ImageEnhance.Brightness(im).enhance(float(rng.uniform(0.9, 1.1)))
@@ -140,8 +149,10 @@ def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: range
         fp = int((found & ~same).sum())
         row = {"t": t, "recall": tp / max(1, int(same.sum())), "precision": tp / max(1, tp + fp), "fp": fp}
         for k in KINDS:  # original <-> its copy of kind k
-            sel = same & (((kind_arr[iu] == "original") & (kind_arr[ju] == k)) |
-                          ((kind_arr[ju] == "original") & (kind_arr[iu] == k)))
+            sel = same & (
+                ((kind_arr[iu] == "original") & (kind_arr[ju] == k))
+                | ((kind_arr[ju] == "original") & (kind_arr[iu] == k))
+            )
             row[k] = float((found & sel).sum() / max(1, sel.sum()))
         rows.append(row)
     return rows
@@ -151,10 +162,12 @@ def quality(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     pixels, ids, kinds = build_set(args.synth, args.size, args.windows)
     n_orig = len(set(ids.tolist()))
-    print(f"test set: {n_orig} originals x {1 + len(KINDS)} files = {len(ids)} images at {args.size} px "
-          f"({int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} duplicate pairs, "
-          f"{len(ids) * (len(ids) - 1) // 2 - int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} "
-          f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n")
+    print(
+        f"test set: {n_orig} originals x {1 + len(KINDS)} files = {len(ids)} images at {args.size} px "
+        f"({int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} duplicate pairs, "
+        f"{len(ids) * (len(ids) - 1) // 2 - int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} "
+        f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n"
+    )
     methods = [("wds-tools phash (8 flips/turns)", pair_distances(phash_batch(pixels), True), DEFAULT_THRESHOLD)]
     try:
         import imagehash
@@ -169,8 +182,11 @@ def quality(args: argparse.Namespace) -> None:
         print("|---|---|---|---|" + "---|" * len(KINDS))
         for r in curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)):
             mark = " **(default)**" if r["t"] == default else ""
-            print(f"| {r['t']}{mark} | {r['precision']:.4f} | {r['recall']:.4f} | {r['fp']} | "
-                  + " | ".join(f"{r[k]:.3f}" for k in KINDS) + " |")
+            print(
+                f"| {r['t']}{mark} | {r['precision']:.4f} | {r['recall']:.4f} | {r['fp']} | "
+                + " | ".join(f"{r[k]:.3f}" for k in KINDS)
+                + " |"
+            )
         print()
 
 
@@ -192,9 +208,11 @@ def cost(args: argparse.Namespace) -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     want = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist())}
     got = set(zip(i.tolist(), j.tolist()))
-    print(f"cost: find_pairs on {n:,} random hashes + {planted:,} planted copies at threshold "
-          f"{DEFAULT_THRESHOLD}: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process), "
-          f"{len(want & got):,}/{len(want):,} planted pairs found, {len(got):,} pairs in all")
+    print(
+        f"cost: find_pairs on {n:,} random hashes + {planted:,} planted copies at threshold "
+        f"{DEFAULT_THRESHOLD}: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process), "
+        f"{len(want & got):,}/{len(want):,} planted pairs found, {len(got):,} pairs in all"
+    )
 
 
 def hash_cost(args: argparse.Namespace) -> None:
@@ -204,8 +222,9 @@ def hash_cost(args: argparse.Namespace) -> None:
     from wds_tools.format.phash import phash
     from wds_tools.synth import photo_like
 
-    print(f"hash cost at {args.size} px (median ms per image over {args.hash_images} images x 3 rounds, "
-          "interleaved):\n")
+    print(
+        f"hash cost at {args.size} px (median ms per image over {args.hash_images} images x 3 rounds, interleaved):\n"
+    )
     print("| source | decode_image | phash | phash / decode |")
     print("|---|---|---|---|")
     for w, h in ((4032, 3024), (600, 450)):
@@ -247,10 +266,26 @@ def command_cost(args: argparse.Namespace) -> None:
     cols["fingerprint"] = np.zeros((n, 16), "u1")
     cols["phash"] = hashes
     cols["path_offsets"], cols["path_data"] = pack_strings([f"img/{i}.jpg" for i in range(n)])
-    shards = [{"name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar", "split": "train" if s % 10 else "val",
-               "samples": per, "bytes": 0, "sha256": "0" * 64} for s in range(n_shards)]
-    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dataset_version": "bench", "size": 224,
-            "classes": [f"c{i}" for i in range(7)], "samples": n, "shards": shards, "splits": {}}
+    shards = [
+        {
+            "name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar",
+            "split": "train" if s % 10 else "val",
+            "samples": per,
+            "bytes": 0,
+            "sha256": "0" * 64,
+        }
+        for s in range(n_shards)
+    ]
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "dataset_version": "bench",
+        "size": 224,
+        "classes": [f"c{i}" for i in range(7)],
+        "samples": n,
+        "shards": shards,
+        "splits": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         write_index(tmp, meta, cols, sidecars=False)
         t0 = time.perf_counter()
@@ -258,8 +293,10 @@ def command_cost(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     c = res.counts()
-    print(f"find_dups on an index of {n:,} samples: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process, index "
-          f"building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits")
+    print(
+        f"find_dups on an index of {n:,} samples: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process, index "
+        f"building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits"
+    )
 
 
 def main() -> None:

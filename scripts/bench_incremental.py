@@ -58,8 +58,9 @@ def _outputs(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.suffix in (".tar", ".npz", ".idx")}
 
 
-def timed_run(manifest: Path, out: Path, version: str, sources: list[Path], base_dir: Path | None,
-              **kw) -> tuple[float, float, object]:
+def timed_run(
+    manifest: Path, out: Path, version: str, sources: list[Path], base_dir: Path | None, **kw
+) -> tuple[float, float, object]:
     """(seconds, cores other processes used meanwhile, ConvertResult) of one conversion."""
     shutil.rmtree(out / version, ignore_errors=True)
     drop_cache(sources)
@@ -90,14 +91,21 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     t = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(Path.read_bytes, sample))
-    rows.append((f"read, cached pages dropped, {threads} files at once",
-                 f"{mb * len(sample) / (time.perf_counter() - t):.0f} MB/s"))
+    rows.append(
+        (
+            f"read, cached pages dropped, {threads} files at once",
+            f"{mb * len(sample) / (time.perf_counter() - t):.0f} MB/s",
+        )
+    )
     t = time.perf_counter()
     for p in sample:
         p.read_bytes()
     rows.append(("read, page cache", f"{mb * len(sample) / (time.perf_counter() - t):.0f} MB/s"))
-    for name, fn in (("xxh3-128", lambda d: xxhash.xxh3_128_digest(d)),
-                     ("sha256", lambda d: hashlib.sha256(d).digest()), ("md5", lambda d: hashlib.md5(d).digest())):
+    for name, fn in (
+        ("xxh3-128", lambda d: xxhash.xxh3_128_digest(d)),
+        ("sha256", lambda d: hashlib.sha256(d).digest()),
+        ("md5", lambda d: hashlib.md5(d).digest()),
+    ):
         t = time.perf_counter()
         for d in datas:
             fn(d)
@@ -119,22 +127,39 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     v1 = base_dir.parent.parent.parent / "src" / "v1.csv"
     drop_cache(sorted(base_dir.glob("*.tar")))
     t = time.perf_counter()
-    same = convert(v1, version="unchanged", size=size, out=base_dir.parent.parent, workers=1, base="v1",
-                   val_fraction=0.1, progress=False)
+    same = convert(
+        v1,
+        version="unchanged",
+        size=size,
+        out=base_dir.parent.parent,
+        workers=1,
+        base="v1",
+        val_fraction=0.1,
+        progress=False,
+    )
     per = (time.perf_counter() - t) / same.samples_written
-    rows.append((f"an unchanged sample, whole run / samples (v1 again, 1 worker, {same.reused} reused)",
-                 f"{1000 * per:.2f} ms"))
+    rows.append(
+        (f"an unchanged sample, whole run / samples (v1 again, 1 worker, {same.reused} reused)", f"{1000 * per:.2f} ms")
+    )
     from wds_tools.format.index import load_index
 
     idx = load_index(base_dir)
-    rows.append(("samples.npz per sample (this index)",
-                 f"{(base_dir / 'samples.npz').stat().st_size / len(idx.samples):.0f} bytes"))
+    rows.append(
+        (
+            "samples.npz per sample (this index)",
+            f"{(base_dir / 'samples.npz').stat().st_size / len(idx.samples):.0f} bytes",
+        )
+    )
     import json
 
     meta = json.loads((base_dir / "index.json").read_text())
     entry = len(json.dumps(meta["shards"][0], indent=1, sort_keys=True)) + 2  # nested one level deeper, comma
-    rows.append(("index.json: fixed part, and per shard", f"{(base_dir / 'index.json').stat().st_size - entry * len(idx.shards)}"
-                 f" bytes + ~{entry} bytes per shard"))
+    rows.append(
+        (
+            "index.json: fixed part, and per shard",
+            f"{(base_dir / 'index.json').stat().st_size - entry * len(idx.shards)} bytes + ~{entry} bytes per shard",
+        )
+    )
     # planning memory per manifest row: read a 100,000-row manifest and plan it (no files are opened)
     big = work / "plan-100k.csv"
     write_rows(big, [(f"k{i:07d}", f"images/{i % 1000:03d}/img_{i:07d}.jpg", CLASSES[i % 3]) for i in range(100_000)])
@@ -147,14 +172,33 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     labels = src.label_index()
     stats = [(bytes(16), 4_000_000, 1_700_000_000_000_000_000) for _ in src.rows]  # what the scan keeps
     plans = plan_split("train", [(r.key, labels[r.label]) for r in src.rows], shard_size=1700, seed=0)
-    tasks = [tuple(SampleTask(r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
-                              src_nbytes=stats[i][1], src_mtime_ns=stats[i][2])
-                   for i in (plan.members) for r in (src.rows[i],)) for plan in plans]
+    tasks = [
+        tuple(
+            SampleTask(
+                r.key,
+                r.path,
+                r.source_path,
+                labels[r.label],
+                r.label,
+                r.line,
+                r.original_key,
+                src_nbytes=stats[i][1],
+                src_mtime_ns=stats[i][2],
+            )
+            for i in (plan.members)
+            for r in (src.rows[i],)
+        )
+        for plan in plans
+    ]
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del plans, src, tasks, stats
-    rows.append(("planning memory per manifest row (rows, scan results, plan, sample tasks; peak over "
-                 "100,000 rows)", f"{peak / 100_000:.0f} bytes"))
+    rows.append(
+        (
+            "planning memory per manifest row (rows, scan results, plan, sample tasks; peak over 100,000 rows)",
+            f"{peak / 100_000:.0f} bytes",
+        )
+    )
     # a base's lookups (reuse.Base: by fingerprint, by source path), the same 100,000 rows
     tracemalloc.start()
     by_fp = {os.urandom(16): i for i in range(100_000)}
@@ -162,8 +206,9 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del by_fp, by_path
-    rows.append(("a base's lookups per base row (by fingerprint and by path; 100,000 rows)",
-                 f"{peak / 100_000:.0f} bytes"))
+    rows.append(
+        ("a base's lookups per base row (by fingerprint and by path; 100,000 rows)", f"{peak / 100_000:.0f} bytes")
+    )
     return rows
 
 
@@ -186,7 +231,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     src = work / "src"
     (src / "images").mkdir(parents=True)
-    for p in corpus[:n + added]:
+    for p in corpus[: n + added]:
         (src / "images" / p.name).symlink_to(p)
     rel = [f"images/{p.name}" for p in corpus]
     v1 = [(f"img_{i:05d}", rel[i], CLASSES[i % len(CLASSES)]) for i in range(n)]
@@ -229,14 +274,23 @@ def main() -> None:
     results: dict[str, object] = {}
     names = list(configs)
     for r in range(args.repeats):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            seconds, others, res = timed_run(m2, outs[name], "v2", sources=sources,
-                                             base_dir=outs[name] / "v1" / str(args.size), **configs[name], **common)
+        for name in names if r % 2 == 0 else names[::-1]:
+            seconds, others, res = timed_run(
+                m2,
+                outs[name],
+                "v2",
+                sources=sources,
+                base_dir=outs[name] / "v1" / str(args.size),
+                **configs[name],
+                **common,
+            )
             times[name].append(seconds)
             busy[name].append(others)
             results[name] = res
-            print(f"  repeat {r + 1}/{args.repeats} {name}: {seconds:.2f} s, other processes {others:.2f} cores",
-                  flush=True)
+            print(
+                f"  repeat {r + 1}/{args.repeats} {name}: {seconds:.2f} s, other processes {others:.2f} cores",
+                flush=True,
+            )
     med = {k: statistics.median(v) for k, v in times.items()}
     full_name, inc_name, chk_name = names
     ref = _outputs(outs[full_name] / "v2" / str(args.size))
@@ -248,21 +302,29 @@ def main() -> None:
     costs = measure_costs(corpus[:n], base_dir, args.size, work)
     m = machine()
     print(f"\nMachine: {m['cores usable (affinity)']} cores, {m['CPU']}, Python {m['Python']}, Pillow {m['Pillow']}")
-    print(f"v1 {n} images; v2 {len(v2)} rows: {added} added, {removed} removed, {changed} changed in place, "
-          f"{relabeled} relabeled; size {args.size}, {args.workers} workers, {inc.shards} shards (default size); "
-          f"sources' and base shards' cached pages dropped before each run; medians of {args.repeats}\n")
-    print("| run | seconds | / full | read to compare | unchanged, not read | decoded | reused | relabeled | "
-          "identical to full | other processes (cores) |\n|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"v1 {n} images; v2 {len(v2)} rows: {added} added, {removed} removed, {changed} changed in place, "
+        f"{relabeled} relabeled; size {args.size}, {args.workers} workers, {inc.shards} shards (default size); "
+        f"sources' and base shards' cached pages dropped before each run; medians of {args.repeats}\n"
+    )
+    print(
+        "| run | seconds | / full | read to compare | unchanged, not read | decoded | reused | relabeled | "
+        "identical to full | other processes (cores) |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
     for name in names:
         res = results[name]
-        print(f"| {name} | {med[name]:.2f} | {med[name] / med[full_name]:.3f} | {res.sources_read} | "
-              f"{res.unchanged_by_stat + res.unchanged_by_hash} | {res.decoded} | {res.reused} | {res.relabeled} | "
-              f"{same.get(name, '-')} | {statistics.median(busy[name]):.2f} |")
+        print(
+            f"| {name} | {med[name]:.2f} | {med[name] / med[full_name]:.3f} | {res.sources_read} | "
+            f"{res.unchanged_by_stat + res.unchanged_by_hash} | {res.decoded} | {res.reused} | {res.relabeled} | "
+            f"{same.get(name, '-')} | {statistics.median(busy[name]):.2f} |"
+        )
     print(f"\nincremental (default) / full = {ratio:.3f} (target <= {RATIO_TARGET}): {'PASS' if ok_ratio else 'FAIL'}")
     print(f"incremental --checksum / full = {chk_ratio:.3f} (stated beside it)")
     print(f"decoded = {inc.decoded}, added + changed = {added + changed}: {'PASS' if ok_decoded else 'FAIL'}")
-    print(f"shards, samples.npz and .idx identical to the full conversion: default {same[inc_name]}, "
-          f"--checksum {same[chk_name]}: {'PASS' if all(same.values()) else 'FAIL'}")
+    print(
+        f"shards, samples.npz and .idx identical to the full conversion: default {same[inc_name]}, "
+        f"--checksum {same[chk_name]}: {'PASS' if all(same.values()) else 'FAIL'}"
+    )
     print("\nPer-image costs (this machine; docs/SCALE.md's model uses them)\n\n| cost | measured |\n|---|---|")
     for k, v in costs:
         print(f"| {k} | {v} |")

@@ -30,7 +30,8 @@ def make_index(dest: Path, n: int, n_shards: int) -> None:
         "label": rng.integers(0, 7, n).astype("<i4"),
         "shard": (np.arange(n) // per).astype("<u4"),
         "fingerprint": rng.integers(0, 256, (n, 16)).astype("u1"),
-        "width": np.full(n, 4032, "<u4"), "height": np.full(n, 3024, "<u4"),
+        "width": np.full(n, 4032, "<u4"),
+        "height": np.full(n, 3024, "<u4"),
         "src_size": rng.integers(2e6, 5e6, n).astype("<u8"),
         "src_mtime_ns": rng.integers(0, 2**62, n).astype("<i8"),
         "npy_xxh3": rng.integers(0, 2**63, n).astype("<u8"),
@@ -40,22 +41,52 @@ def make_index(dest: Path, n: int, n_shards: int) -> None:
         cols[f"{member}_offset"] = (pos * 154112 + 512 + j * 1024).astype("<u8")
         cols[f"{member}_length"] = np.full(n, (1, 200, 150656)[j], "<u8")
     cols["path_offsets"], cols["path_data"] = pack_strings(paths)
-    shards = [{"name": f"train-{s:06d}.tar", "split": "train", "samples": per, "bytes": per * 154112,
-               "sha256": "0" * 64} for s in range(n_shards)]
-    meta = {"format": FORMAT_NAME, "format_version": 1, "dataset_version": "bench",  # version 1's columns (still read)
-            "size": 224, "classes": [f"c{i}" for i in range(7)], "samples": n, "shards": shards,
-            "splits": {"train": {"samples": n, "shards": n_shards,
-                                 "urls": f"train-{{000000..{n_shards - 1:06d}}}.tar"}}}
+    shards = [
+        {"name": f"train-{s:06d}.tar", "split": "train", "samples": per, "bytes": per * 154112, "sha256": "0" * 64}
+        for s in range(n_shards)
+    ]
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": 1,
+        "dataset_version": "bench",  # version 1's columns (still read)
+        "size": 224,
+        "classes": [f"c{i}" for i in range(7)],
+        "samples": n,
+        "shards": shards,
+        "splits": {"train": {"samples": n, "shards": n_shards, "urls": f"train-{{000000..{n_shards - 1:06d}}}.tar"}},
+    }
     dest.mkdir(parents=True, exist_ok=True)
     write_index(dest, meta, cols)
     with open(dest / "baseline.jsonl", "w") as f:
         for i in range(n):
-            f.write(json.dumps({"key": keys[i], "label": int(cols["label"][i]), "shard": int(cols["shard"][i]),
-                                "fingerprint": cols["fingerprint"][i].tobytes().hex(), "path": paths[i],
-                                **{c: int(cols[c][i]) for c in ("width", "height", "src_size", "src_mtime_ns",
-                                                              "npy_xxh3", "cls_offset", "cls_length",
-                                                              "json_offset", "json_length", "npy_offset",
-                                                              "npy_length")}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "key": keys[i],
+                        "label": int(cols["label"][i]),
+                        "shard": int(cols["shard"][i]),
+                        "fingerprint": cols["fingerprint"][i].tobytes().hex(),
+                        "path": paths[i],
+                        **{
+                            c: int(cols[c][i])
+                            for c in (
+                                "width",
+                                "height",
+                                "src_size",
+                                "src_mtime_ns",
+                                "npy_xxh3",
+                                "cls_offset",
+                                "cls_length",
+                                "json_offset",
+                                "json_length",
+                                "npy_offset",
+                                "npy_length",
+                            )
+                        },
+                    }
+                )
+                + "\n"
+            )
 
 
 def load_ours(dest: Path) -> int:
@@ -92,7 +123,9 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         results[name] = statistics.median(times)
     npz = (dest / "samples.npz").stat().st_size / 1e6
-    print(f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples, {args.shards} shards; samples.npz {npz:.0f} MB")
+    print(
+        f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples, {args.shards} shards; samples.npz {npz:.0f} MB"
+    )
     print("| loader | median load s |\n|---|---|")
     for name, t in results.items():
         print(f"| {name} | {t:.3f} |")

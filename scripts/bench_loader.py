@@ -51,6 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_baselines as extra  # noqa: E402  (scripts/ is on sys.path: this file's folder)
+
 from training_adapter import make_loader  # noqa: E402
 from wds_tools.convert import convert  # noqa: E402
 from wds_tools.format.cpus import usable_cpus  # noqa: E402
@@ -100,7 +101,7 @@ def build_baselines(work: Path, shards: Path) -> dict:
         with h5py.File(h5, "w") as f:
             images = f.create_dataset("images", (n, SIZE, SIZE, 3), dtype="u1")
             labels = f.create_dataset("labels", (n,), dtype="i8")
-            for i, (key, arr, label) in enumerate(samples):
+            for i, (_key, arr, label) in enumerate(samples):
                 images[i] = arr
                 labels[i] = label
         index = []
@@ -113,8 +114,13 @@ def build_baselines(work: Path, shards: Path) -> dict:
         jpg.mkdir(exist_ok=True)
         with wds.ShardWriter(str(jpg / "jpg-%06d.tar"), maxcount=512, verbose=0) as w:
             for key, arr, label in samples:
-                w.write({"__key__": key, "jpg": jpeg_bytes(__import__("PIL.Image").Image.fromarray(arr), quality=90),
-                         "cls": str(label).encode()})
+                w.write(
+                    {
+                        "__key__": key,
+                        "jpg": jpeg_bytes(__import__("PIL.Image").Image.fromarray(arr), quality=90),
+                        "cls": str(label).encode(),
+                    }
+                )
         (work / "baselines.done").write_text("ok")
     return {"npy": npy_dir / "v1" / str(SIZE), "h5": h5, "jpg": sorted(str(p) for p in jpg.glob("*.tar"))}
 
@@ -164,16 +170,26 @@ def _pil_to_chw(sample):
 def stock_wds(urls: list[str], batch: int, workers: int):
     import webdataset as wds
 
-    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode().to_tuple("npy", "cls")
-          .map(_npy_to_chw).batched(batch, collation_fn=_stack, partial=True))
+    ds = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode()
+        .to_tuple("npy", "cls")
+        .map(_npy_to_chw)
+        .batched(batch, collation_fn=_stack, partial=True)
+    )
     return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
 
 
 def jpeg_wds(urls: list[str], batch: int, workers: int):
     import webdataset as wds
 
-    ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil").to_tuple("jpg", "cls")
-          .map(_pil_to_chw).batched(batch, collation_fn=_stack, partial=True))
+    ds = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode("pil")
+        .to_tuple("jpg", "cls")
+        .map(_pil_to_chw)
+        .batched(batch, collation_fn=_stack, partial=True)
+    )
     return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
 
 
@@ -280,12 +296,14 @@ def interleaved(entries: dict[str, object], rounds: int) -> dict[str, float]:
 def cat_epoch(urls: list[str], n_samples: int, processes: int):
     """An entry for ``interleaved``: ``cat`` of the shard files to /dev/null, in ``processes`` parallel
     processes (each a share of the files), as samples/s: the read limit of the page cache."""
+
     def epoch() -> float:
         t0 = time.perf_counter()
         procs = [subprocess.Popen(["cat", *urls[i::processes]], stdout=subprocess.DEVNULL) for i in range(processes)]
         if any(p.wait() for p in procs):
             raise RuntimeError("cat failed")
         return n_samples / (time.perf_counter() - t0)
+
     return epoch
 
 
@@ -328,18 +346,22 @@ def subset_and_balanced(shards: Path, B: int, cores: int, repeats: int) -> tuple
     for w in (0, cores):
         got = interleaved({"full": timed(w), "sub": timed(w, subset=0.1)}, repeats)
         sub[w], sub["full"][w] = got["sub"], got["full"]
-        got = interleaved({"plain": timed(w, subset=skew), "bal": timed(w, subset=skew, class_weights="balanced")},
-                          repeats)
+        got = interleaved(
+            {"plain": timed(w, subset=skew), "bal": timed(w, subset=skew, class_weights="balanced")}, repeats
+        )
         bal[w], bal["plain"][w] = got["bal"], got["plain"]
-    one, part = (make_loader(str(shards), train=True, num_workers=0, batch_size=B, split="train", drop_last=False,
-                             subset=s) for s in (None, 0.1))
+    one, part = (
+        make_loader(str(shards), train=True, num_workers=0, batch_size=B, split="train", drop_last=False, subset=s)
+        for s in (None, 0.1)
+    )
     for ld in (one, part):
         for _ in ld:
             pass
     sub["bytes"] = part.dataset._gather.bytes_read / one.dataset._gather.bytes_read
     sub["samples"] = len(part.dataset.rows)
-    ld = make_loader(str(shards), num_workers=0, train=True, batch_size=B, split="train", subset=skew,
-                     class_weights="balanced")
+    ld = make_loader(
+        str(shards), num_workers=0, train=True, batch_size=B, split="train", subset=skew, class_weights="balanced"
+    )
     labels = np.concatenate([b[1].numpy() for b in ld])
     k = len(ld.dataset.index.classes)
     bal["mix"] = np.bincount(labels, minlength=k) / len(labels)
@@ -413,19 +435,30 @@ for line in sys.stdin:
 def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
     """This tree's loader against ``tree``'s: interleaved rounds of one epoch each, medians, ratios."""
     here = Path(__file__).resolve().parents[1]
-    entries = [("before", tree, "train"), ("after", here, "train"), ("before", tree, "eval"), ("after", here, "eval"),
-               ("after", here, "crop-flip"), ("after", here, "transform")]
+    entries = [
+        ("before", tree, "train"),
+        ("after", here, "train"),
+        ("before", tree, "eval"),
+        ("after", here, "eval"),
+        ("after", here, "crop-flip"),
+        ("after", here, "transform"),
+    ]
     procs = {}
     for who, root, mode in entries:
-        p = subprocess.Popen([sys.executable, "-c", SERVE, str(root), mode, str(shards), str(B), str(W)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(root))
+        p = subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(root), mode, str(shards), str(B), str(W)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=str(root),
+        )
         assert p.stdout is not None and p.stdin is not None
         if p.stdout.readline().strip() != "ready":
             raise SystemExit(f"{who} {mode}: the loader did not start")
         procs[(who, mode)] = p
     rates: dict[tuple[str, str], list[float]] = {k: [] for k in procs}
     for r in range(rounds):  # every other round in the reverse order: neither tree always goes first
-        for k, p in (list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]):
+        for k, p in list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]:
             assert p.stdin is not None and p.stdout is not None
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -435,15 +468,19 @@ def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
         p.stdin.close()
         p.wait()
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s"
-          f"{' of CPU time (one process)' if W == 0 else ''}, median (min-max)")
+    print(
+        f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s"
+        f"{' of CPU time (one process)' if W == 0 else ''}, median (min-max)"
+    )
     for (who, mode), v in rates.items():
         print(f"  {who:6s} {mode:10s} {med[(who, mode)]:8.0f}  ({min(v):.0f}-{max(v):.0f})")
     for mode in ("train", "eval"):
         print(f"{mode}: after / before = {med[('after', mode)] / med[('before', mode)]:.2f}")
-    print(f"transform=UserCropFlip (augment=False) / built-in crop + flip = "
-          f"{med[('after', 'transform')] / med[('after', 'crop-flip')]:.2f}; "
-          f"/ built-in default = {med[('after', 'transform')] / med[('after', 'train')]:.2f}")
+    print(
+        f"transform=UserCropFlip (augment=False) / built-in crop + flip = "
+        f"{med[('after', 'transform')] / med[('after', 'crop-flip')]:.2f}; "
+        f"/ built-in default = {med[('after', 'transform')] / med[('after', 'train')]:.2f}"
+    )
 
 
 def main() -> None:
@@ -451,16 +488,21 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3, help="timed epochs per loader in the tables (median)")
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="interleaved rounds of the head-to-head, subset and balanced comparisons (median)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds of the head-to-head, subset and balanced comparisons (median)",
+    )
     ap.add_argument("--work", default="/tmp/wds-bench")
     ap.add_argument("--against", type=Path, help="time this tree's loader against the one in this checkout")
     ap.add_argument("--workers", type=int, help="--against: num_workers (default: every core)")
     args = ap.parse_args()
     if args.against:
         shards = build(Path(args.work) / f"n{args.samples}", args.samples)
-        return against(args.against, shards, args.batch, usable_cpus() if args.workers is None else args.workers,
-                       args.rounds)
+        return against(
+            args.against, shards, args.batch, usable_cpus() if args.workers is None else args.workers, args.rounds
+        )
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     work = Path(args.work) / f"n{args.samples}"  # a corpus per size: longer epochs amortize worker start-up
@@ -478,29 +520,51 @@ def main() -> None:
     data = build_tool_baselines(work, shards, tools, cores)
     urls = sorted(str(p) for p in shards.glob("train-*.tar"))
     n = args.samples
-    print(f"{n} samples of {SIZE}x{SIZE}x3 uint8 in {len(urls)} shards, batch {args.batch}, {cores} cores "
-          f"(data built in {time.perf_counter() - t0:.0f} s)\n", flush=True)
+    print(
+        f"{n} samples of {SIZE}x{SIZE}x3 uint8 in {len(urls)} shards, batch {args.batch}, {cores} cores "
+        f"(data built in {time.perf_counter() - t0:.0f} s)\n",
+        flush=True,
+    )
     B = args.batch
     ours = dict(batch_size=B, split="train")
     rows = [
-        ("training_adapter, eval (uint8), index reader (the default with an index; workers: threads)", "eval",
-         lambda w: make_loader(str(shards), train=False, num_workers=w, **ours)),
-        ("training_adapter, eval (uint8), streaming reader", "eval",
-         lambda w: make_loader(str(shards), train=False, num_workers=w, reader="stream", **ours)),
-        ("training_adapter, train, every option at its default (index reader: an epoch permutation, CPU augmentation)",
-         "train", lambda w: make_loader(str(shards), train=True, num_workers=w, **ours)),
-        ("training_adapter, train, streaming reader, shuffle buffer 1000 (the previous default)", "train",
-         lambda w: make_loader(str(shards), train=True, num_workers=w, reader="stream", **ours)),
-        ("training_adapter, train, device_augment (read + batch only; workers: threads)", "train",
-         lambda w: make_loader(str(shards), train=True, device_augment=True, num_workers=w, **ours)),
-        ("stock webdataset .decode().to_tuple('npy','cls') + torch.stack", "eval",
-         lambda w: stock_wds(urls, B, w)),
-        ("per-file .npy cache, np.load", "eval",
-         lambda w: torch.utils.data.DataLoader(NpyCache(base["npy"]), batch_size=B, num_workers=w)),
-        ("HDF5 via h5py, per index", "eval",
-         lambda w: torch.utils.data.DataLoader(H5(base["h5"]), batch_size=B, num_workers=w)),
-        ("webdataset, 224 px JPEG decoded by PIL", "eval",
-         lambda w: jpeg_wds(base["jpg"], B, w)),
+        (
+            "training_adapter, eval (uint8), index reader (the default with an index; workers: threads)",
+            "eval",
+            lambda w: make_loader(str(shards), train=False, num_workers=w, **ours),
+        ),
+        (
+            "training_adapter, eval (uint8), streaming reader",
+            "eval",
+            lambda w: make_loader(str(shards), train=False, num_workers=w, reader="stream", **ours),
+        ),
+        (
+            "training_adapter, train, every option at its default (index reader: an epoch permutation, CPU augmentation)",
+            "train",
+            lambda w: make_loader(str(shards), train=True, num_workers=w, **ours),
+        ),
+        (
+            "training_adapter, train, streaming reader, shuffle buffer 1000 (the previous default)",
+            "train",
+            lambda w: make_loader(str(shards), train=True, num_workers=w, reader="stream", **ours),
+        ),
+        (
+            "training_adapter, train, device_augment (read + batch only; workers: threads)",
+            "train",
+            lambda w: make_loader(str(shards), train=True, device_augment=True, num_workers=w, **ours),
+        ),
+        ("stock webdataset .decode().to_tuple('npy','cls') + torch.stack", "eval", lambda w: stock_wds(urls, B, w)),
+        (
+            "per-file .npy cache, np.load",
+            "eval",
+            lambda w: torch.utils.data.DataLoader(NpyCache(base["npy"]), batch_size=B, num_workers=w),
+        ),
+        (
+            "HDF5 via h5py, per index",
+            "eval",
+            lambda w: torch.utils.data.DataLoader(H5(base["h5"]), batch_size=B, num_workers=w),
+        ),
+        ("webdataset, 224 px JPEG decoded by PIL", "eval", lambda w: jpeg_wds(base["jpg"], B, w)),
     ]
     OURS = 5  # rows before the baselines
     # The competing tools' eval loaders (stored order, stored pixels) join the eval baselines.
@@ -511,15 +575,23 @@ def main() -> None:
     }
     loaders = {"ffcv": extra.ffcv_loader, "litdata": extra.litdata_loader, "streaming": extra.mds_loader}
     for t in tools:
-        rows.append((eval_names[t], "eval",
-                     lambda w, t=t: loaders[t](data[t], train=False, workers=w, batch=B)))
+        rows.append((eval_names[t], "eval", lambda w, t=t: loaders[t](data[t], train=False, workers=w, batch=B)))
     # Train mode: random order + random-resized crop (scale 0.08-1, ratio 3/4-4/3) to 224 + horizontal flip.
     # Ours with only those two steps (its default adds flips, quarter turns and jitter) and the
     # default shuffle buffer, timed from the iterator's start like the default row.
-    train_rows = [("training_adapter, shuffle buffer 1000, crop + horizontal flip only (as the tools below)",
-                   lambda w: make_loader(str(shards), train=True, num_workers=w, batch_size=B,
-                                         augment=dict(vflip=0.0, rot90=False, brightness=0.0, contrast=0.0)),
-                   True)]
+    train_rows = [
+        (
+            "training_adapter, shuffle buffer 1000, crop + horizontal flip only (as the tools below)",
+            lambda w: make_loader(
+                str(shards),
+                train=True,
+                num_workers=w,
+                batch_size=B,
+                augment=dict(vflip=0.0, rot90=False, brightness=0.0, contrast=0.0),
+            ),
+            True,
+        )
+    ]
     train_names = {
         "ffcv": "FFCV, random order, RandomResizedCropRGBImageDecoder + RandomHorizontalFlip (num_workers 0: 1 worker thread)",
         "litdata": "litdata, shuffle=True, crop + flip per sample in torch",
@@ -529,16 +601,22 @@ def main() -> None:
         train_rows.append((train_names[t], lambda w, t=t: loaders[t](data[t], train=True, workers=w, batch=B), False))
     results: dict[str, dict[int, float]] = {}
     for name, _, make in rows:
-        results[name] = {w: rate(lambda: make(w), args.repeats, from_start="shuffle buffer" in name)
-                         for w in (0, cores)}
+        results[name] = {
+            w: rate(lambda make=make, w=w: make(w), args.repeats, from_start="shuffle buffer" in name)
+            for w in (0, cores)
+        }
         print(f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in results[name].values()), file=sys.stderr, flush=True)
     results["read limit: shard files, 8 MiB readinto, no parsing"] = {
-        w: read_limit(urls, n, max(1, w), args.repeats) for w in (0, cores)}
+        w: read_limit(urls, n, max(1, w), args.repeats) for w in (0, cores)
+    }
     train_results: dict[str, dict[int, float]] = {rows[2][0]: results[rows[2][0]], rows[3][0]: results[rows[3][0]]}
     for name, make, from_start in train_rows:
-        train_results[name] = {w: rate(lambda: make(w), args.repeats, from_start=from_start) for w in (0, cores)}
-        print(f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in train_results[name].values()),
-              file=sys.stderr, flush=True)
+        train_results[name] = {
+            w: rate(lambda make=make, w=w: make(w), args.repeats, from_start=from_start) for w in (0, cores)
+        }
+        print(
+            f"  {name}: " + ", ".join(f"{v:,.0f}/s" for v in train_results[name].values()), file=sys.stderr, flush=True
+        )
     stock = results[rows[OURS][0]]
     print(f"| loader | samples/s, num_workers 0 | samples/s, num_workers {cores} | vs stock webdataset (0 / {cores}) |")
     print("|---|---|---|---|")
@@ -546,8 +624,10 @@ def main() -> None:
         print(f"| {name} | {r[0]:,.0f} | {r[cores]:,.0f} | {r[0] / stock[0]:.2f}x / {r[cores] / stock[cores]:.2f}x |")
     ref_name = train_names["ffcv"] if "ffcv" in tools else train_rows[0][0]
     ref, ref_label = train_results[ref_name], "FFCV" if "ffcv" in tools else "ours, crop + flip"
-    print(f"\nTrain mode (random order, random-resized crop to {SIZE} + horizontal flip, uint8; not in the checks "
-          "below, which compare eval-mode loaders):\n")
+    print(
+        f"\nTrain mode (random order, random-resized crop to {SIZE} + horizontal flip, uint8; not in the checks "
+        "below, which compare eval-mode loaders):\n"
+    )
     print(f"| loader | samples/s, num_workers 0 | samples/s, num_workers {cores} | vs {ref_label} (0 / {cores}) |")
     print("|---|---|---|---|")
     for name, r in train_results.items():
@@ -560,11 +640,14 @@ def main() -> None:
     for w in (0, cores):
         for check in ("labels", True, False):
             entries[f"ours eval, check_samples={check!r}, num_workers {w}"] = Epochs(
-                lambda w=w, check=check: make_loader(str(shards), train=False, num_workers=w, check_samples=check,
-                                                     **ours))
+                lambda w=w, check=check: make_loader(
+                    str(shards), train=False, num_workers=w, check_samples=check, **ours
+                )
+            )
         if "ffcv" in tools:
             entries[f"FFCV eval, num_workers {w}"] = Epochs(
-                lambda w=w: loaders["ffcv"](data["ffcv"], train=False, workers=w, batch=B))
+                lambda w=w: loaders["ffcv"](data["ffcv"], train=False, workers=w, batch=B)
+            )
         entries[f"cat of the shard files, {max(1, w)} process(es)"] = cat_epoch(urls, n, max(1, w))
     print(f"\nHead to head: {args.rounds} interleaved rounds, medians (samples/s):\n", flush=True)
     head = interleaved(entries, args.rounds)
@@ -577,51 +660,82 @@ def main() -> None:
     sub, bal = subset_and_balanced(shards, B, cores, args.rounds)
     checks = [
         ("eval >= 35,000 samples/s with num_workers 0 (head to head)", ev[0] >= 35000),
-        ("eval >= 4x stock webdataset (both worker counts, table)",
-         min(ev_table[0] / stock[0], ev_table[cores] / stock[cores]) >= 4),
+        (
+            "eval >= 4x stock webdataset (both worker counts, table)",
+            min(ev_table[0] / stock[0], ev_table[cores] / stock[cores]) >= 4,
+        ),
         ("train (every option at its default) >= 3,000 samples/s per worker process (num_workers 0)", tr[0] >= 3000),
-        ("train (every option at its default) no slower than the previous default (streaming + shuffle buffer)",
-         all(tr[w] >= trs[w] for w in (0, cores))),
-        ("eval ahead of every baseline (none of them augments: they are eval-mode loaders; table)",
-         all(ev_table[w] > b[w] for b in baselines for w in (0, cores))),
-        ("train with device_augment (workers read and batch) ahead of every baseline but FFCV",
-         all(dev[w] > b[w] for b, r in zip(baselines, rows[OURS:]) if not r[0].startswith("FFCV") for w in (0, cores))),
+        (
+            "train (every option at its default) no slower than the previous default (streaming + shuffle buffer)",
+            all(tr[w] >= trs[w] for w in (0, cores)),
+        ),
+        (
+            "eval ahead of every baseline (none of them augments: they are eval-mode loaders; table)",
+            all(ev_table[w] > b[w] for b in baselines for w in (0, cores)),
+        ),
+        (
+            "train with device_augment (workers read and batch) ahead of every baseline but FFCV",
+            all(
+                dev[w] > b[w] for b, r in zip(baselines, rows[OURS:]) if not r[0].startswith("FFCV") for w in (0, cores)
+            ),
+        ),
         ("10% subset reads <= 15% of the bytes", sub["bytes"] <= 0.15),
-        ("10% subset runs at >= 70% of the full epoch's samples/s (train defaults, both worker counts)",
-         min(sub[w] / sub["full"][w] for w in (0, cores)) >= 0.7),
-        ("balanced epochs at >= 80% of plain train mode's samples/s on the same subset (both worker counts)",
-         min(bal[w] / bal["plain"][w] for w in (0, cores)) >= 0.8),
-        ("balanced epoch's class mix within 2 percentage points of uniform on a HAM10000-skewed set",
-         bal["worst"] <= 0.02),
+        (
+            "10% subset runs at >= 70% of the full epoch's samples/s (train defaults, both worker counts)",
+            min(sub[w] / sub["full"][w] for w in (0, cores)) >= 0.7,
+        ),
+        (
+            "balanced epochs at >= 80% of plain train mode's samples/s on the same subset (both worker counts)",
+            min(bal[w] / bal["plain"][w] for w in (0, cores)) >= 0.8,
+        ),
+        (
+            "balanced epoch's class mix within 2 percentage points of uniform on a HAM10000-skewed set",
+            bal["worst"] <= 0.02,
+        ),
     ]
     print()
     fu, pl = sub["full"], bal["plain"]
-    print(f"- subset=0.1, train defaults (persistent workers, timed from each epoch's start): {sub[0]:,.0f} / "
-          f"{sub[cores]:,.0f} samples/s (num_workers 0 / {cores}), the full epoch {fu[0]:,.0f} / {fu[cores]:,.0f}: "
-          f"{sub[0] / fu[0]:.2f} / {sub[cores] / fu[cores]:.2f}; bytes read {sub['bytes']:.3f} of a full epoch's "
-          f"({sub['samples']} samples)")
-    print(f"- class_weights='balanced' on a HAM10000-skewed subset ({bal['n']} samples, largest class "
-          f"{bal['skew']:.1%}): {bal[0]:,.0f} / {bal[cores]:,.0f} samples/s, plain train on the same subset "
-          f"{pl[0]:,.0f} / {pl[cores]:,.0f}: {bal[0] / pl[0]:.2f} / {bal[cores] / pl[cores]:.2f}; class mix "
-          f"{', '.join(f'{x:.1%}' for x in bal['mix'])} (worst {bal['worst'] * 100:.2f} points from uniform)")
-    print(f"- eval, index reader (head to head): {ev[0] / cat[0]:.2f} / {ev[cores] / cat[cores]:.2f} of cat's "
-          f"rate (num_workers 0 against 1 cat / {cores} against {cores} cats in parallel)")
-    print(f"- check_samples cost, eval (head to head): the default 'labels' against False: "
-          f"{1 - ev[0] / bare[0]:.1%} / {1 - ev[cores] / bare[cores]:.1%}; True (labels and npy_xxh3) against "
-          f"False: {1 - pix[0] / bare[0]:.1%} / {1 - pix[cores] / bare[cores]:.1%} (num_workers 0 / {cores})")
+    print(
+        f"- subset=0.1, train defaults (persistent workers, timed from each epoch's start): {sub[0]:,.0f} / "
+        f"{sub[cores]:,.0f} samples/s (num_workers 0 / {cores}), the full epoch {fu[0]:,.0f} / {fu[cores]:,.0f}: "
+        f"{sub[0] / fu[0]:.2f} / {sub[cores] / fu[cores]:.2f}; bytes read {sub['bytes']:.3f} of a full epoch's "
+        f"({sub['samples']} samples)"
+    )
+    print(
+        f"- class_weights='balanced' on a HAM10000-skewed subset ({bal['n']} samples, largest class "
+        f"{bal['skew']:.1%}): {bal[0]:,.0f} / {bal[cores]:,.0f} samples/s, plain train on the same subset "
+        f"{pl[0]:,.0f} / {pl[cores]:,.0f}: {bal[0] / pl[0]:.2f} / {bal[cores] / pl[cores]:.2f}; class mix "
+        f"{', '.join(f'{x:.1%}' for x in bal['mix'])} (worst {bal['worst'] * 100:.2f} points from uniform)"
+    )
+    print(
+        f"- eval, index reader (head to head): {ev[0] / cat[0]:.2f} / {ev[cores] / cat[cores]:.2f} of cat's "
+        f"rate (num_workers 0 against 1 cat / {cores} against {cores} cats in parallel)"
+    )
+    print(
+        f"- check_samples cost, eval (head to head): the default 'labels' against False: "
+        f"{1 - ev[0] / bare[0]:.1%} / {1 - ev[cores] / bare[cores]:.1%}; True (labels and npy_xxh3) against "
+        f"False: {1 - pix[0] / bare[0]:.1%} / {1 - pix[cores] / bare[cores]:.1%} (num_workers 0 / {cores})"
+    )
     for text, ok in checks:
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")
     if "ffcv" in tools:
         ff = {w: head[f"FFCV eval, num_workers {w}"] for w in (0, cores)}
-        print("- eval, ours / FFCV (head to head): " + "; ".join(
-            f"num_workers {w}: {ev[w]:,.0f} / {ff[w]:,.0f} samples/s = {ev[w] / ff[w]:.2f}x"
-            + (" (FFCV: 1 worker thread)" if w == 0 else "") for w in (0, cores)))
+        print(
+            "- eval, ours / FFCV (head to head): "
+            + "; ".join(
+                f"num_workers {w}: {ev[w]:,.0f} / {ff[w]:,.0f} samples/s = {ev[w] / ff[w]:.2f}x"
+                + (" (FFCV: 1 worker thread)" if w == 0 else "")
+                for w in (0, cores)
+            )
+        )
         print(f"- {'PASS' if ev[cores] >= ff[cores] else 'FAIL'}: eval with {cores} workers >= FFCV's (head to head)")
     for w in (0, cores):  # not a target: augmenting on the CPU against loaders that do not augment at all
         best = max(baselines, key=lambda b: b[w])
         name = rows[OURS + baselines.index(best)][0]
-        print(f"- note: num_workers {w}: train with CPU augmentation {tr[w]:,.0f}/s, the fastest baseline "
-              f"(no augmentation: {name}) {best[w]:,.0f}/s")
+        print(
+            f"- note: num_workers {w}: train with CPU augmentation {tr[w]:,.0f}/s, the fastest baseline "
+            f"(no augmentation: {name}) {best[w]:,.0f}/s"
+        )
     if torch.cuda.is_available():
         device_bench(B)
 
@@ -635,8 +749,9 @@ def device_bench(B: int) -> None:
     for cfg in (AugmentConfig(), AugmentConfig(affine_p=1.0, saturation=0.2)):
         from training_adapter.augment import batch_params
 
-        p = torch.as_tensor(batch_params(cfg, seed=0, epoch=0, keys=keys, src_size=SIZE), dtype=torch.float32,
-                            device=dev)
+        p = torch.as_tensor(
+            batch_params(cfg, seed=0, epoch=0, keys=keys, src_size=SIZE), dtype=torch.float32, device=dev
+        )
         for _ in range(3):
             augment_batch(x, p, config=cfg, mean=[0.5] * 3, std=[0.25] * 3)
         torch.cuda.synchronize()
@@ -645,8 +760,10 @@ def device_bench(B: int) -> None:
             augment_batch(x, p, config=cfg, mean=[0.5] * 3, std=[0.25] * 3)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        print(f"- {torch.cuda.get_device_name()}: augment_batch + normalize, batch 256, {cfg.affine_p=}, "
-              f"{cfg.saturation=}: {20 * 256 / dt:,.0f} samples/s")
+        print(
+            f"- {torch.cuda.get_device_name()}: augment_batch + normalize, batch 256, {cfg.affine_p=}, "
+            f"{cfg.saturation=}: {20 * 256 / dt:,.0f} samples/s"
+        )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,17 @@ def converter(data: Path, count: int, repeats: int) -> tuple[float, float]:
             for executor in ("local", "ray"):
                 out = Path("bench-data/scale-out")
                 shutil.rmtree(out, ignore_errors=True)
-                r = convert(manifest, version="v1", size=224, out=out, workers=cores, shard_size=shard_size,
-                            executor=executor, reuse=False, progress=False)
+                r = convert(
+                    manifest,
+                    version="v1",
+                    size=224,
+                    out=out,
+                    workers=cores,
+                    shard_size=shard_size,
+                    executor=executor,
+                    reuse=False,
+                    progress=False,
+                )
                 rates[executor].append(r.images_per_second)
                 print(f"  {executor}: {r.images_per_second:.1f} images/s", flush=True)
     finally:
@@ -73,6 +82,7 @@ def _free_port() -> int:
 def plain_gets(fs, requests: list[tuple[list[str], list[int], list[int]]], n_samples: int):
     """An entry for ``interleaved``: ``requests`` (one ``cat_ranges`` call each: paths, starts, ends)
     made in turn, nothing done with the bytes, as samples/s."""
+
     def epoch() -> float:
         t0 = time.perf_counter()
         for paths, starts, ends in requests:
@@ -80,6 +90,7 @@ def plain_gets(fs, requests: list[tuple[list[str], list[int], list[int]]], n_sam
             if sum(map(len, got)) != sum(e - s for s, e in zip(starts, ends)):
                 raise RuntimeError("a ranged GET came back short")
         return n_samples / (time.perf_counter() - t0)
+
     return epoch
 
 
@@ -88,8 +99,10 @@ def whole_shards(urls: list[str], sizes: list[int], per_call: int) -> list[tuple
     from training_adapter.gather import MERGE_MAX
 
     ranges = [(u, a, min(a + MERGE_MAX, size)) for u, size in zip(urls, sizes) for a in range(0, size, MERGE_MAX)]
-    return [([u for u, _, _ in part], [a for _, a, _ in part], [b for _, _, b in part])
-            for part in (ranges[i:i + per_call] for i in range(0, len(ranges), per_call))]
+    return [
+        ([u for u, _, _ in part], [a for _, a, _ in part], [b for _, _, b in part])
+        for part in (ranges[i : i + per_call] for i in range(0, len(ranges), per_call))
+    ]
 
 
 def loader_requests(url: str, batch: int) -> list[tuple[list[str], list[int], list[int]]]:
@@ -112,10 +125,17 @@ def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
 
     shards = build(work, samples)
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+    )
     try:
         import s3fs
 
@@ -140,15 +160,18 @@ def loader(work: Path, samples: int, rounds: int) -> dict[str, float]:
             return Epochs(lambda: make_loader(str(shards), num_workers=0, **eval_opts), warm=False)()
 
         entries = {
-            "loader, S3 (moto), num_workers 0": Epochs(lambda: make_loader("s3://bench/v1/224", num_workers=0,
-                                                                           **eval_opts)),
+            "loader, S3 (moto), num_workers 0": Epochs(
+                lambda: make_loader("s3://bench/v1/224", num_workers=0, **eval_opts)
+            ),
             "plain ranged GETs of the same shard bytes, same server": plain_gets(
-                fs, loader_requests("s3://bench/v1/224", 64), samples),
+                fs, loader_requests("s3://bench/v1/224", 64), samples
+            ),
             "for reference: whole shards in 4 MiB ranges, 3 per call (no batch boundaries)": plain_gets(
-                fs, whole_shards([f"bench/v1/224/{p.name}" for p in tars], [p.stat().st_size for p in tars], 3),
-                samples),
+                fs, whole_shards([f"bench/v1/224/{p.name}" for p in tars], [p.stat().st_size for p in tars], 3), samples
+            ),
             "loader, S3 (moto), num_workers 2 (reader threads)": Epochs(
-                lambda: make_loader("s3://bench/v1/224", num_workers=2, **eval_opts)),
+                lambda: make_loader("s3://bench/v1/224", num_workers=2, **eval_opts)
+            ),
             "loader, local disk (pages dropped), num_workers 0": cold_epoch,
             "loader, page cache, num_workers 0": Epochs(lambda: make_loader(str(shards), num_workers=0, **eval_opts)),
         }
@@ -166,8 +189,12 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/wds-bench")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    ap.add_argument("--part", choices=["all", "convert", "loader"], default="all",
-                    help="run the converter comparison, the loader one, or both (default)")
+    ap.add_argument(
+        "--part",
+        choices=["all", "convert", "loader"],
+        default="all",
+        help="run the converter comparison, the loader one, or both (default)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -179,20 +206,31 @@ def main() -> None:
         local_ips, ray_ips = converter(Path(args.data), args.count, args.repeats)
         ok_ray = ray_ips >= RAY_TARGET * local_ips
         ok &= ok_ray
-        print(f"\nConverter, medians of {args.repeats}:\n\n| measure | local | Ray | ratio | target |\n|---|---|---|---|---|")
-        print(f"| convert images/s: process pool vs Ray executor | {local_ips:.1f} | {ray_ips:.1f} | "
-              f"{ray_ips / local_ips:.2f} | >= {RAY_TARGET} {'PASS' if ok_ray else 'FAIL'} |")
+        print(
+            f"\nConverter, medians of {args.repeats}:\n\n| measure | local | Ray | ratio | target |\n|---|---|---|---|---|"
+        )
+        print(
+            f"| convert images/s: process pool vs Ray executor | {local_ips:.1f} | {ray_ips:.1f} | "
+            f"{ray_ips / local_ips:.2f} | >= {RAY_TARGET} {'PASS' if ok_ray else 'FAIL'} |"
+        )
     if args.part in ("all", "loader"):
         got = loader(Path(args.work), args.samples, args.repeats)
-        ours, plain = got["loader, S3 (moto), num_workers 0"], got["plain ranged GETs of the same shard bytes, same server"]
+        ours, plain = (
+            got["loader, S3 (moto), num_workers 0"],
+            got["plain ranged GETs of the same shard bytes, same server"],
+        )
         ok_s3 = ours >= S3_TARGET * plain
         ok &= ok_s3
-        print(f"\nLoader, {args.samples} samples of 224 px, batch 64, eval; {args.repeats} interleaved rounds, "
-              f"medians:\n\n| reader | samples/s | vs plain ranged GETs |\n|---|---|---|")
+        print(
+            f"\nLoader, {args.samples} samples of 224 px, batch 64, eval; {args.repeats} interleaved rounds, "
+            f"medians:\n\n| reader | samples/s | vs plain ranged GETs |\n|---|---|---|"
+        )
         for name, r in got.items():
             print(f"| {name} | {r:,.0f} | {r / plain:.2f} |")
-        print(f"\n- {'PASS' if ok_s3 else 'FAIL'}: the loader from S3 >= {S3_TARGET} of plain ranged GETs of the "
-              f"same shard bytes from the same server ({ours / plain:.2f})")
+        print(
+            f"\n- {'PASS' if ok_s3 else 'FAIL'}: the loader from S3 >= {S3_TARGET} of plain ranged GETs of the "
+            f"same shard bytes from the same server ({ours / plain:.2f})"
+        )
     if args.check and not ok:
         sys.exit(1)
 

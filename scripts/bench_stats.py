@@ -39,8 +39,11 @@ def ours(dest: Path) -> int:
 
 def cli(dest: Path) -> int:
     exe = Path(sys.executable).with_name("wds-tools")
-    subprocess.run([str(exe), "stats", str(dest), "--json", "--world-size", "8", "--workers", "8"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(exe), "stats", str(dest), "--json", "--world-size", "8", "--workers", "8"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return 0
 
 
@@ -72,14 +75,18 @@ def main() -> None:
         "wds-tools stats --json (CLI, fresh process)": median_time(cli, dest, args.repeats),
         "baseline: load every column + Counter over (shard, label)": median_time(naive, dest, args.repeats),
     }
-    print(f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples, {args.shards:,} shards; "
-          f"--world-size 8 --workers 8; median of {args.repeats}, warm page cache")
+    print(
+        f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples, {args.shards:,} shards; "
+        f"--world-size 8 --workers 8; median of {args.repeats}, warm page cache"
+    )
     print("| what | median s |\n|---|---|")
     for name, t in results.items():
         print(f"| {name} | {t:.3f} |")
     inproc, whole, base = results.values()
-    print(f"\nratio baseline/ours (in-process): {base / inproc:.1f}x; "
-          f"target < 2 s: {'PASS' if whole < 2 else 'FAIL'} (CLI {whole:.2f} s)")
+    print(
+        f"\nratio baseline/ours (in-process): {base / inproc:.1f}x; "
+        f"target < 2 s: {'PASS' if whole < 2 else 'FAIL'} (CLI {whole:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

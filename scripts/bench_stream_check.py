@@ -29,11 +29,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    configs = {f"{mode}, {name}": dict(train=mode == "train", allow_mixed=mixed)
-               for mode in ("eval", "train") for name, mixed in (("checked (default)", False),
-                                                                  ("allow_mixed=True", True))}
-    epochs = {k: Epochs(lambda c=c: make_loader(args.shards, batch_size=args.batch, split="train", num_workers=0,
-                                                reader="stream", **c)) for k, c in configs.items()}
+    configs = {
+        f"{mode}, {name}": dict(train=mode == "train", allow_mixed=mixed)
+        for mode in ("eval", "train")
+        for name, mixed in (("checked (default)", False), ("allow_mixed=True", True))
+    }
+    epochs = {
+        k: Epochs(
+            lambda c=c: make_loader(
+                args.shards, batch_size=args.batch, split="train", num_workers=0, reader="stream", **c
+            )
+        )
+        for k, c in configs.items()
+    }
     rates: dict[str, list[float]] = {k: [] for k in configs}
     for _ in range(args.rounds):
         for k, epoch in epochs.items():
@@ -41,8 +49,9 @@ def main() -> None:
     for k, v in rates.items():
         print(f"{k:32s} {statistics.median(v):9,.0f} samples/s  {[round(x) for x in v]}")
     for mode in ("eval", "train"):
-        ratio = statistics.median(rates[f"{mode}, checked (default)"]) / \
-            statistics.median(rates[f"{mode}, allow_mixed=True"])
+        ratio = statistics.median(rates[f"{mode}, checked (default)"]) / statistics.median(
+            rates[f"{mode}, allow_mixed=True"]
+        )
         print(f"{mode}: checked / unchecked = {ratio:.3f}")
 
 

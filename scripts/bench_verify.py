@@ -49,9 +49,9 @@ from bench_index import make_index  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
 from wds_tools.format.index import FORMAT_NAME, write_index  # noqa: E402
-from wds_tools.format.packed import pack_strings  # noqa: E402
 from wds_tools.format.names import url_pattern  # noqa: E402
 from wds_tools.format.npy import image_header  # noqa: E402
+from wds_tools.format.packed import pack_strings  # noqa: E402
 from wds_tools.format.tarwrite import ShardWriter  # noqa: E402
 from wds_tools.inspect.verify import verify  # noqa: E402
 from wds_tools.synth import write_corpus  # noqa: E402
@@ -75,8 +75,7 @@ def build(root: Path, count: int) -> Path:
         return dest
     t = time.perf_counter()
     manifest = write_corpus(root / "corpus", count=count, sizes=((320, 240), (240, 320)), bad=False)
-    convert(manifest, version="v1", size=224, out=root / "out", shard_size="32MB", val_fraction=0.0,
-            progress=False)
+    convert(manifest, version="v1", size=224, out=root / "out", shard_size="32MB", val_fraction=0.0, progress=False)
     print(f"converted {count:,} images into {dest} in {time.perf_counter() - t:.1f} s")
     return dest
 
@@ -127,8 +126,14 @@ class Against:
     def __init__(self, checkout: str, quick: bool = False):
         env = {**os.environ, "PYTHONPATH": checkout}
         self.quick = quick
-        self.proc = subprocess.Popen([sys.executable, "-c", HELPER], cwd=checkout, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HELPER],
+            cwd=checkout,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def __call__(self, dest: Path) -> float:
         self.proc.stdin.write(f"{int(self.quick)} {dest}\n")
@@ -160,11 +165,13 @@ def speed(args) -> None:
     tars = sorted(dest.glob("*.tar"))
     total = sum(p.stat().st_size for p in tars)
     cat = "baseline: cat shards/*.tar > /dev/null"
-    runs = {cat: run_cat,
-            "baseline: Python 16 MiB readinto loop, 1 thread": run_python_read,
-            "wds-tools verify": run_verify,
-            "wds-tools verify --no-stats": run_no_stats,
-            "wds-tools verify --quick": run_quick}
+    runs = {
+        cat: run_cat,
+        "baseline: Python 16 MiB readinto loop, 1 thread": run_python_read,
+        "wds-tools verify": run_verify,
+        "wds-tools verify --no-stats": run_no_stats,
+        "wds-tools verify --quick": run_quick,
+    }
     other, other_quick = f"wds-tools verify of {args.against}", f"wds-tools verify --quick of {args.against}"
     helpers = [Against(args.against), Against(args.against, quick=True)] if args.against else []
     if helpers:
@@ -190,17 +197,26 @@ def speed(args) -> None:
         for name, t in res.items():
             print(f"| {cache} | {name} | {t:.3f} | {total / t / 1e6:,.0f} | {base / t:.2f} |")
     ceiling = sha256_ceiling(tars, args.repeats)
-    print(f"| - | ceiling: SHA-256 of the same bytes already in memory, {os.cpu_count()} threads | {ceiling:.3f} | "
-          f"{total / ceiling / 1e6:,.0f} | |")
+    print(
+        f"| - | ceiling: SHA-256 of the same bytes already in memory, {os.cpu_count()} threads | {ceiling:.3f} | "
+        f"{total / ceiling / 1e6:,.0f} | |"
+    )
     for cache, res in results.items():
         ratio = res[cat] / res["wds-tools verify"]
-        print(f"{cache}: verify reads at {ratio:.2f} of cat's speed (target >= 0.80: {'PASS' if ratio >= 0.8 else 'FAIL'}); "
-              f"at {ceiling / res['wds-tools verify']:.2f} of the SHA-256 ceiling"
-              + (f"; {res[other] / res['wds-tools verify']:.2f}x the speed of {args.against}'s verify "
-                 f"(--quick: {res[other_quick] / res['wds-tools verify --quick']:.2f}x)" if helpers else ""))
+        print(
+            f"{cache}: verify reads at {ratio:.2f} of cat's speed (target >= 0.80: {'PASS' if ratio >= 0.8 else 'FAIL'}); "
+            f"at {ceiling / res['wds-tools verify']:.2f} of the SHA-256 ceiling"
+            + (
+                f"; {res[other] / res['wds-tools verify']:.2f}x the speed of {args.against}'s verify "
+                f"(--quick: {res[other_quick] / res['wds-tools verify --quick']:.2f}x)"
+                if helpers
+                else ""
+            )
+        )
 
 
 # ------------------------------------------------------------------ memory
+
 
 def make_tiny_set(dest: Path, n: int, n_shards: int, size: int = 2) -> None:
     """A real converted-looking set: ``n`` samples of ``size`` px in ``n_shards`` tars, with its index."""
@@ -211,8 +227,21 @@ def make_tiny_set(dest: Path, n: int, n_shards: int, size: int = 2) -> None:
     header = image_header(size)
     per = -(-n // n_shards)
     classes = [f"c{i}" for i in range(7)]
-    cols: dict[str, list] = {c: [] for c in ("key", "label", "shard", "npy_xxh3", "cls_offset", "cls_length",
-                                            "json_offset", "json_length", "npy_offset", "npy_length")}
+    cols: dict[str, list] = {
+        c: []
+        for c in (
+            "key",
+            "label",
+            "shard",
+            "npy_xxh3",
+            "cls_offset",
+            "cls_length",
+            "json_offset",
+            "json_length",
+            "npy_offset",
+            "npy_length",
+        )
+    }
     shards, paths, hist = [], [], np.zeros((3, 256), np.int64)
     fingerprint = rng.integers(0, 256, (n, 16)).astype("u1")
     for s in range(n_shards):
@@ -224,12 +253,20 @@ def make_tiny_set(dest: Path, n: int, n_shards: int, size: int = 2) -> None:
         for t, i in enumerate(rows):
             key, label = f"{i:08x}-derm", int(labels[t])
             path = f"images/batch{i % 97:03d}/IMG_{i:07d}.jpg"
-            meta = {"fingerprint": "xxh3_128:" + fingerprint[i].tobytes().hex(), "height": 3024, "key": key,
-                    "label": classes[label], "source_path": path, "width": 4032}
+            meta = {
+                "fingerprint": "xxh3_128:" + fingerprint[i].tobytes().hex(),
+                "height": 3024,
+                "key": key,
+                "label": classes[label],
+                "source_path": path,
+                "width": 4032,
+            }
             data = header + pixels[t].tobytes()
-            for member, blob in (("cls", str(label).encode()),
-                                 ("json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()),
-                                 ("npy", data)):
+            for member, blob in (
+                ("cls", str(label).encode()),
+                ("json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()),
+                ("npy", data),
+            ):
                 off, length = w.add(f"{key}.{member}", blob)
                 cols[f"{member}_offset"].append(off)
                 cols[f"{member}_length"].append(length)
@@ -245,31 +282,56 @@ def make_tiny_set(dest: Path, n: int, n_shards: int, size: int = 2) -> None:
     from wds_tools.format.index import histogram_mean_std
 
     mean, std = histogram_mean_std(hist)
-    columns = {"key": np.array(cols["key"], dtype="S"), "label": np.array(cols["label"], "<i4"),
-               "shard": np.array(cols["shard"], "<u4"), "fingerprint": fingerprint,
-               "width": np.full(n, 4032, "<u4"), "height": np.full(n, 3024, "<u4"),
-               "src_size": np.full(n, 3_000_000, "<u8"), "src_mtime_ns": np.zeros(n, "<i8"),
-               "npy_xxh3": np.array(cols["npy_xxh3"], "<u8")}
+    columns = {
+        "key": np.array(cols["key"], dtype="S"),
+        "label": np.array(cols["label"], "<i4"),
+        "shard": np.array(cols["shard"], "<u4"),
+        "fingerprint": fingerprint,
+        "width": np.full(n, 4032, "<u4"),
+        "height": np.full(n, 3024, "<u4"),
+        "src_size": np.full(n, 3_000_000, "<u8"),
+        "src_mtime_ns": np.zeros(n, "<i8"),
+        "npy_xxh3": np.array(cols["npy_xxh3"], "<u8"),
+    }
     for c in ("cls_offset", "cls_length", "json_offset", "json_length", "npy_offset", "npy_length"):
         columns[c] = np.array(cols[c], "<u8")
     columns["path_offsets"], columns["path_data"] = pack_strings(paths)
     counts = np.bincount(columns["label"], minlength=len(classes)).tolist()
-    meta = {"format": FORMAT_NAME, "format_version": 1, "dataset_version": "bench", "size": size,  # version 1 (read)
-            "resize": "center-crop", "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8",
-                                                "npy_shape": [size, size, 3]},
-            "classes": classes, "class_counts": counts, "samples": n, "mean": mean, "std": std,
-            "stats_split": "train", "splits": {"train": {"samples": n, "shards": n_shards,
-                                                         "urls": url_pattern("train", n_shards),
-                                                         "class_counts": counts, "mean": mean, "std": std}},
-            "shards": shards, "errors_file": None}
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": 1,
+        "dataset_version": "bench",
+        "size": size,  # version 1 (read)
+        "resize": "center-crop",
+        "sample": {"members": ["cls", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [size, size, 3]},
+        "classes": classes,
+        "class_counts": counts,
+        "samples": n,
+        "mean": mean,
+        "std": std,
+        "stats_split": "train",
+        "splits": {
+            "train": {
+                "samples": n,
+                "shards": n_shards,
+                "urls": url_pattern("train", n_shards),
+                "class_counts": counts,
+                "mean": mean,
+                "std": std,
+            }
+        },
+        "shards": shards,
+        "errors_file": None,
+    }
     write_index(dest, meta, columns, sidecars=False)
 
 
 def peak_rss(argv: list[str], cwd: str | None = None, env: dict | None = None) -> tuple[float, float, int]:
     """(peak RSS in MB, seconds, exit status) of a command, from GNU time's -v report."""
     t = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-v", *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(
+        ["/usr/bin/time", "-v", *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     seconds = time.perf_counter() - t
     kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
     return kb / 1024, seconds, p.returncode
@@ -284,8 +346,10 @@ def memory(args) -> None:
     tiny = root / f"tiny-{args.samples}"
     t = time.perf_counter()
     make_tiny_set(tiny, args.samples, args.shards)
-    print(f"sets ready in {time.perf_counter() - t:.1f} s: {index_only} (no tars), {tiny} "
-          f"({sum(p.stat().st_size for p in tiny.glob('*.tar')) / 1e9:.2f} GB of tars)")
+    print(
+        f"sets ready in {time.perf_counter() - t:.1f} s: {index_only} (no tars), {tiny} "
+        f"({sum(p.stat().st_size for p in tiny.glob('*.tar')) / 1e9:.2f} GB of tars)"
+    )
     here = str(Path(__file__).resolve().parents[1])
     trees = [("this checkout", here)] + ([(args.against, args.against)] if args.against else [])
     rows = []
@@ -295,12 +359,21 @@ def memory(args) -> None:
         rows.append((f"{label}: import only (the floor)", *peak_rss(floor, cwd=tree, env=env)))
         for name, folder in (("index only, shards missing", index_only), ("1M real tiny samples", tiny)):
             for quick in (False, True):
-                cmd = [sys.executable, "-m", "wds_tools", "verify", str(folder), "--json",
-                       *(["--quick"] if quick else [])]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "wds_tools",
+                    "verify",
+                    str(folder),
+                    "--json",
+                    *(["--quick"] if quick else []),
+                ]
                 mb, s, code = peak_rss(cmd, cwd=tree, env=env)
                 rows.append((f"{label}: verify{' --quick' if quick else ''}, {name}", mb, s, code))
-    print(f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples in {args.shards:,} shards; "
-          "peak RSS from /usr/bin/time -v")
+    print(
+        f"\nmachine: {os.cpu_count()} cores; {args.samples:,} samples in {args.shards:,} shards; "
+        "peak RSS from /usr/bin/time -v"
+    )
     print("| what | peak RSS MB | seconds | exit |\n|---|---|---|---|")
     for name, mb, s, code in rows:
         print(f"| {name} | {mb:,.0f} | {s:.1f} | {code} |")

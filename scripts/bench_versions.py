@@ -80,8 +80,14 @@ def main() -> None:
         for tree in args.trees:
             env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
             child, data = (CONVERT_CHILD, str(Path(args.convert).resolve())) if args.convert else (CHILD, args.shards)
-            out = subprocess.run([sys.executable, "-c", child, data, args.config, str(args.epochs)], env=env,
-                                 cwd="/", capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", child, data, args.config, str(args.epochs)],
+                env=env,
+                cwd="/",
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             rates[tree] += json.loads(out.strip().splitlines()[-1])
     ref = statistics.median(rates[args.trees[0]])
     what = f"convert {args.convert}" if args.convert else "loader"

@@ -33,8 +33,19 @@ from wds_tools.synth import jpeg_bytes, photo_like
 
 COLUMNS = ["lesion_id", "image_id", "dx", "dx_type", "age", "sex", "localization"]
 DX = {"nv": 0.67, "mel": 0.11, "bkl": 0.11, "bcc": 0.05, "akiec": 0.03, "vasc": 0.014, "df": 0.011}
-SITES = ["back", "lower extremity", "trunk", "upper extremity", "abdomen", "face", "chest", "scalp", "épaule",
-         "頭皮", ""]
+SITES = [
+    "back",
+    "lower extremity",
+    "trunk",
+    "upper extremity",
+    "abdomen",
+    "face",
+    "chest",
+    "scalp",
+    "épaule",
+    "頭皮",
+    "",
+]
 
 
 def write_lesions(root: Path, first: int, count: int, image0: int, rng: np.random.Generator) -> int:
@@ -53,8 +64,17 @@ def write_lesions(root: Path, first: int, count: int, image0: int, rng: np.rando
                 image = f"ISIC_{n:07d}"
                 (root / "images" / f"{image}.jpg").write_bytes(jpeg_bytes(photo_like(48, 36, seed=n), quality=90))
                 age = "" if rng.random() < 0.05 else f"{int(rng.integers(1, 18)) * 5}.0"
-                w.writerow([f"HAM_{j:07d}", image, dx, rng.choice(["histo", "follow_up", "consensus"]), age,
-                            rng.choice(["male", "female", "unknown"]), rng.choice(SITES)])
+                w.writerow(
+                    [
+                        f"HAM_{j:07d}",
+                        image,
+                        dx,
+                        rng.choice(["histo", "follow_up", "consensus"]),
+                        age,
+                        rng.choice(["male", "female", "unknown"]),
+                        rng.choice(SITES),
+                    ]
+                )
                 n += 1
     return n
 
@@ -85,8 +105,13 @@ def check_version(root: Path, folder: Path) -> dict[str, str]:
     lesion_split: dict[str, set] = {}
     for key, (split, js) in samples.items():
         r = rows[key]
-        want = {"lesion_id": r["lesion_id"], "dx_type": r["dx_type"], "age": float(r["age"]) if r["age"] else None,
-                "sex": r["sex"], "localization": r["localization"] or None}
+        want = {
+            "lesion_id": r["lesion_id"],
+            "dx_type": r["dx_type"],
+            "age": float(r["age"]) if r["age"] else None,
+            "sex": r["sex"],
+            "localization": r["localization"] or None,
+        }
         assert js["meta"] == want, (key, js["meta"], want)
         assert js["label"] == r["dx"] and js["source_path"] == f"images/{key}.jpg"
         lesion_split.setdefault(r["lesion_id"], set()).add(split)
@@ -114,40 +139,108 @@ def main() -> None:
         root = Path(tmp)
         n = write_lesions(root, 0, args.lesions, 0, rng)
         print(f"HAM10000_metadata.csv: {n} images of {args.lesions} lesions")
-        print(cli(root, "convert", "--source", "HAM10000_metadata.csv", "--key", "image_id", "--label", "dx",
-                  "--path", "images/{image_id}.jpg", "--group", "lesion_id", "--version", "v1", "--size", "224",
-                  "--quiet", "--json")[:200], "...")
+        print(
+            cli(
+                root,
+                "convert",
+                "--source",
+                "HAM10000_metadata.csv",
+                "--key",
+                "image_id",
+                "--label",
+                "dx",
+                "--path",
+                "images/{image_id}.jpg",
+                "--group",
+                "lesion_id",
+                "--version",
+                "v1",
+                "--size",
+                "224",
+                "--quiet",
+                "--json",
+            )[:200],
+            "...",
+        )
         v1 = root / "shards" / "v1" / "224"
         splits1 = check_version(root, v1)
-        print(f"1-2. webdataset read {n} samples; every json meta equals its CSV row; {len(splits1)} lesions, "
-              "each in one split")
+        print(
+            f"1-2. webdataset read {n} samples; every json meta equals its CSV row; {len(splits1)} lesions, "
+            "each in one split"
+        )
         print("3. stats --by localization:\n" + cli(root, "stats", str(v1), "--by", "localization"))
         print(cli(root, "verify", str(v1)).strip().splitlines()[-1])
         n2 = write_lesions(root, args.lesions, args.new_lesions, n, rng)
-        cli(root, "convert", "--source", "HAM10000_metadata.csv", "--key", "image_id", "--label", "dx",
-            "--path", "images/{image_id}.jpg", "--group", "lesion_id", "--version", "v2", "--size", "224", "--quiet")
+        cli(
+            root,
+            "convert",
+            "--source",
+            "HAM10000_metadata.csv",
+            "--key",
+            "image_id",
+            "--label",
+            "dx",
+            "--path",
+            "images/{image_id}.jpg",
+            "--group",
+            "lesion_id",
+            "--version",
+            "v2",
+            "--size",
+            "224",
+            "--quiet",
+        )
         v2 = root / "shards" / "v2" / "224"
         splits2 = check_version(root, v2)
         moved = [g for g, s in splits1.items() if splits2[g] != s]
         assert not moved, f"lesions that changed split in v2: {moved[:5]}"
-        print(f"4. v2: {n2 - n} new images of {args.new_lesions} new lesions; all {len(splits1)} old lesions kept "
-              f"their split; split_base = {json.loads((v2 / 'index.json').read_text())['build']['split_base']}")
+        print(
+            f"4. v2: {n2 - n} new images of {args.new_lesions} new lesions; all {len(splits1)} old lesions kept "
+            f"their split; split_base = {json.loads((v2 / 'index.json').read_text())['build']['split_base']}"
+        )
         print(cli(root, "verify", str(v2)).strip().splitlines()[-1])
         plain, strat = [], []
         for seed in range(args.seeds):
             for flag, sink in (([], plain), (["--stratify"], strat)):
                 out = f"s{seed}{'s' if flag else 'p'}"
-                cli(root, "convert", "--source", "HAM10000_metadata.csv", "--key", "image_id", "--label", "dx",
-                    "--path", "images/{image_id}.jpg", "--group", "lesion_id", "--version", "v1", "--size", "16",
-                    "--val-fraction", str(args.val_fraction), "--seed", str(seed), "--out", out, "--quiet", *flag)
+                cli(
+                    root,
+                    "convert",
+                    "--source",
+                    "HAM10000_metadata.csv",
+                    "--key",
+                    "image_id",
+                    "--label",
+                    "dx",
+                    "--path",
+                    "images/{image_id}.jpg",
+                    "--group",
+                    "lesion_id",
+                    "--version",
+                    "v1",
+                    "--size",
+                    "16",
+                    "--val-fraction",
+                    str(args.val_fraction),
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    out,
+                    "--quiet",
+                    *flag,
+                )
                 index = json.loads((root / out / "v1" / "16" / "index.json").read_text())
                 err = val_share_error(index, args.val_fraction)
                 sink.append((max(err), statistics.mean(err)))
-        print(f"5. per-class val share vs --val-fraction {args.val_fraction} ({len(DX)} classes, {args.seeds} seeds, "
-              "medians over seeds):")
+        print(
+            f"5. per-class val share vs --val-fraction {args.val_fraction} ({len(DX)} classes, {args.seeds} seeds, "
+            "medians over seeds):"
+        )
         for name, res in (("--group", plain), ("--group --stratify", strat)):
-            print(f"   {name:20s} largest |share - fraction| {statistics.median(r[0] for r in res):.3f}, "
-                  f"mean over classes {statistics.median(r[1] for r in res):.3f}")
+            print(
+                f"   {name:20s} largest |share - fraction| {statistics.median(r[0] for r in res):.3f}, "
+                f"mean over classes {statistics.median(r[1] for r in res):.3f}"
+            )
 
 
 if __name__ == "__main__":

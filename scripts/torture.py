@@ -116,8 +116,21 @@ class Opts:
     extra: tuple[str, ...] = ()
 
     def command(self, out: Path, workers: int) -> list[str]:
-        return cli("convert", "--source", str(self.manifest), "--version", self.version, "--size", self.size,
-                   "--out", str(out), "--workers", str(workers), "--quiet", *self.extra)
+        return cli(
+            "convert",
+            "--source",
+            str(self.manifest),
+            "--version",
+            self.version,
+            "--size",
+            self.size,
+            "--out",
+            str(out),
+            "--workers",
+            str(workers),
+            "--quiet",
+            *self.extra,
+        )
 
     def folders(self, out: Path) -> list[Path]:
         return [out / self.version / s for s in self.size.split(",")]
@@ -138,7 +151,7 @@ def session_alive(sid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[3]) == sid and fields[0] not in "ZX":
             alive.append(int(entry))
     return alive
@@ -149,8 +162,9 @@ class Started:
 
     def __init__(self, cmd: list[str]):
         self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(), cwd=REPO,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(), cwd=REPO, start_new_session=True
+        )
         self.out, self.err = b"", b""
         self.open = {self.proc.stdout.fileno(): "out", self.proc.stderr.fileno(): "err"}
 
@@ -212,8 +226,11 @@ class Started:
 
 def digest_tree(folder: Path) -> dict[str, str]:
     """relative path -> sha256 of every file under ``folder``, hidden ones included."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def check_folder(folder: Path, ref: dict[str, str]) -> tuple[bool, str]:
@@ -336,8 +353,9 @@ class Torture:
         problems = [f"{n} traceback" for n in "AB" if traceback_in(errs[n])]
         finished = [n for n in "AB" if codes[n] == 0]
         refused = {n: _why(errs[n]) for n in "AB" if codes[n] != 0}
-        problems += [f"{n} exit {codes[n]} without a refusal: {errs[n].strip()[-200:]}"
-                     for n in refused if refused[n] is None]
+        problems += [
+            f"{n} exit {codes[n]} without a refusal: {errs[n].strip()[-200:]}" for n in refused if refused[n] is None
+        ]
         if not finished:
             problems.append("neither finished")
         if len(finished) == 2 and not compatible:
@@ -362,11 +380,17 @@ class Torture:
                 problems.append(f"{n} again with other options: exit {again.returncode} {again.stderr[-200:]}")
             if {f: digest_tree(f) for f in done} != done:
                 problems.append(f"{n} again changed a finished folder")
-        outcome = ", ".join(f"{n}: " + ("exit 0" + _resumed(outs[n]) if codes[n] == 0 else f"refused ({refused[n]})")
-                            for n in "AB")
-        self.record("concurrent", what, "; ".join(problems) or f"{outcome}; verify ok, bytes equal; the refused "
-                    "command run again " + ("finished or found it complete" if compatible else "refused again"),
-                    not problems)
+        outcome = ", ".join(
+            f"{n}: " + ("exit 0" + _resumed(outs[n]) if codes[n] == 0 else f"refused ({refused[n]})") for n in "AB"
+        )
+        self.record(
+            "concurrent",
+            what,
+            "; ".join(problems)
+            or f"{outcome}; verify ok, bytes equal; the refused command run again "
+            + ("finished or found it complete" if compatible else "refused again"),
+            not problems,
+        )
         shutil.rmtree(out, ignore_errors=True)
 
     # -- disk full on a small tmpfs
@@ -376,11 +400,13 @@ class Torture:
             return self.record("disk full", opts.name, "skipped: mounting a tmpfs needs root", True)
         mnt = self.out("diskfull")
         mnt.mkdir(parents=True)
-        ref_bytes = sum(p.stat().st_size for f in opts.folders(self.work / "refs" / opts.name) for p in f.rglob("*")
-                        if p.is_file())
+        ref_bytes = sum(
+            p.stat().st_size for f in opts.folders(self.work / "refs" / opts.name) for p in f.rglob("*") if p.is_file()
+        )
         size_kb = max(64, int(ref_bytes * fraction / 1024))
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         if r.returncode != 0:
             return self.record("disk full", opts.name, f"skipped: {r.stderr.strip()}", True)
         what = f"{opts.name} on a {size_kb} KiB tmpfs ({fraction:.0%} of its output)"
@@ -406,9 +432,14 @@ class Torture:
                 if not ok:
                     problems.append(check)
             needed = msg.split("needs ", 1)[-1].split(" (", 1)[0] if "needs " in msg else "?"
-            self.record("disk full", what, "; ".join(problems) or
-                        f"exit 1, one line: needs {needed}; no partial file; {kept} shards kept; after growing "
-                        f"the tmpfs the rerun resumed{_resumed(again.stdout)}; verify ok, bytes equal", not problems)
+            self.record(
+                "disk full",
+                what,
+                "; ".join(problems)
+                or f"exit 1, one line: needs {needed}; no partial file; {kept} shards kept; after growing "
+                f"the tmpfs the rerun resumed{_resumed(again.stdout)}; verify ok, bytes equal",
+                not problems,
+            )
         finally:
             subprocess.run(["umount", "-l", str(mnt)], check=False)
             shutil.rmtree(mnt, ignore_errors=True)
@@ -439,10 +470,14 @@ class Torture:
                 problems.append(check)
         if digest_tree(base) != base_digest:
             problems.append("v1 (the base) changed")
-        self.record("killed incremental", what, "; ".join(problems) or
-                    f"{note}; rerun exit 0{_resumed(again.stdout)}; equal to the clean v2 (its shards and "
-                    "samples.npz to a full conversion's); v1 untouched",
-                    not problems)
+        self.record(
+            "killed incremental",
+            what,
+            "; ".join(problems)
+            or f"{note}; rerun exit 0{_resumed(again.stdout)}; equal to the clean v2 (its shards and "
+            "samples.npz to a full conversion's); v1 untouched",
+            not problems,
+        )
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -463,8 +498,10 @@ def _why(stderr: str) -> str | None:
     """Why a convert was refused: the lock, or a finished folder made with other options. An
     unfinished folder "made with other options" cannot be met in a pair whose other run finished:
     the lock should have refused it, so that is no valid reason (None)."""
-    for needle, short in (("is being written by another conversion", "folder locked by the other run"),
-                          ("already holds a conversion made with other options", "other options")):
+    for needle, short in (
+        ("is being written by another conversion", "folder locked by the other run"),
+        ("already holds a conversion made with other options", "other options"),
+    ):
         if needle in stderr:
             return short
     return None
@@ -477,15 +514,26 @@ def main() -> int:
     ap.add_argument("--photo", default="1600x1200", help="source picture size WxH (default 1600x1200)")
     ap.add_argument("--kills", type=int, default=20, help="kill -9 trials of v1 (default 20; 1 in 4 multi-size)")
     ap.add_argument("--sigints", type=int, default=3, help="SIGINT trials (default 3)")
-    ap.add_argument("--signals", type=int, default=10,
-                    help="SIGINT and SIGTERM (alternately) to the main pid alone, then the same command (default 10)")
-    ap.add_argument("--group-signals", type=int, default=4,
-                    help="SIGINT and SIGTERM (alternately) to the whole process group (default 4)")
+    ap.add_argument(
+        "--signals",
+        type=int,
+        default=10,
+        help="SIGINT and SIGTERM (alternately) to the main pid alone, then the same command (default 10)",
+    )
+    ap.add_argument(
+        "--group-signals",
+        type=int,
+        default=4,
+        help="SIGINT and SIGTERM (alternately) to the whole process group (default 4)",
+    )
     ap.add_argument("--pairs", type=int, default=10, help="concurrent pairs (default 10)")
     ap.add_argument("--incremental", type=int, default=4, help="killed incremental runs (default 4)")
     ap.add_argument("--workers", type=int, default=2, help="--workers of every convert (default 2)")
-    ap.add_argument("--only", default="kill,sigint,signal,concurrent,diskfull,incremental",
-                    help="trial kinds to run, comma-separated (default: all)")
+    ap.add_argument(
+        "--only",
+        default="kill,sigint,signal,concurrent,diskfull,incremental",
+        help="trial kinds to run, comma-separated (default: all)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/wds-torture", help="corpus and trial folders (default /tmp/wds-torture)")
     args = ap.parse_args()
@@ -496,8 +544,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     v1m, v2m = make_corpus(work / "corpus", args.images, width, height, args.seed)
-    print(f"corpus: {args.images} JPEGs of {width}x{height} in {work / 'corpus'} ({time.perf_counter() - t0:.0f} s)",
-          flush=True)
+    print(
+        f"corpus: {args.images} JPEGs of {width}x{height} in {work / 'corpus'} ({time.perf_counter() - t0:.0f} s)",
+        flush=True,
+    )
     val = sum(1 for i in range(args.images) if i % 10 == 9)  # the manifests' split column: every 10th row
     per_shard = -(-args.images // args.shards)  # the smallest --shard-size giving at most --shards shards
     while -(-(args.images - val) // per_shard) + -(-val // per_shard) > args.shards:
@@ -524,20 +574,33 @@ def main() -> int:
     if r.returncode != 0 or {k: incremental.get(k) for k in data} != {k: full[k] for k in data}:
         raise SystemExit(f"the clean incremental v2 differs from the full one: {r.stderr}")
     t.refs["v2-incremental"] = {Path("224"): incremental}
-    print(f"clean incremental v2: {t.clean_seconds['v2-incremental']:.1f} s, shards and samples.npz equal to "
-          "the full v2's", flush=True)
+    print(
+        f"clean incremental v2: {t.clean_seconds['v2-incremental']:.1f} s, shards and samples.npz equal to "
+        "the full v2's",
+        flush=True,
+    )
 
     only = set(args.only.split(","))
     for i in range(args.kills if "kill" in only else 0):
         t.interrupt(multi if i % 4 == 3 else default, signal.SIGKILL, "kill -9")
-    for i in range(args.sigints if "sigint" in only else 0):
+    for _i in range(args.sigints if "sigint" in only else 0):
         t.interrupt(default, signal.SIGINT, "SIGINT")
     for i in range(args.signals if "signal" in only else 0):  # main pid alone, SIGINT and SIGTERM in turn
         t.interrupt(default, (signal.SIGINT, signal.SIGTERM)[i % 2], "signal")
     for i in range(args.group_signals if "signal" in only else 0):
         t.interrupt(default, (signal.SIGINT, signal.SIGTERM)[i % 2], "group signal", group=True)
-    combos = [(default, default), (default, smaller), (default, squash), (smaller, default), (squash, default),
-              (default, multi), (multi, default), (multi, multi), (smaller, squash), (default, default)]
+    combos = [
+        (default, default),
+        (default, smaller),
+        (default, squash),
+        (smaller, default),
+        (squash, default),
+        (default, multi),
+        (multi, default),
+        (multi, multi),
+        (smaller, squash),
+        (default, default),
+    ]
     for i in range(args.pairs if "concurrent" in only else 0):
         a, b = combos[i % len(combos)]
         t.pair(a, b)
@@ -558,8 +621,10 @@ def main() -> int:
         by_kind.setdefault(tr.kind, [0, 0])[0 if tr.ok else 1] += 1
     print()
     print(", ".join(f"{k}: {v[0]} passed, {v[1]} failed" for k, v in by_kind.items()))
-    print(f"{len(t.trials) - len(failed)} of {len(t.trials)} trials passed in {time.perf_counter() - t0:.0f} s "
-          f"({args.images} images, {args.workers} workers, seed {args.seed})")
+    print(
+        f"{len(t.trials) - len(failed)} of {len(t.trials)} trials passed in {time.perf_counter() - t0:.0f} s "
+        f"({args.images} images, {args.workers} workers, seed {args.seed})"
+    )
     return 1 if failed else 0
 
 

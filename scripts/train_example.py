@@ -37,8 +37,13 @@ from training_adapter.config import DatasetConfig  # noqa: E402
 
 def small_cnn(classes: int) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes),
+        nn.Conv2d(3, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, classes),
     )
 
 
@@ -56,8 +61,11 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="continue from --checkpoint, mid-epoch")
     ap.add_argument("--stop-after", type=int, default=0, help="exit after this many steps in all (a preemption)")
     ap.add_argument("--log-keys", help="append the keys of every batch trained on to this file, one line a batch")
-    ap.add_argument("--random-labels", action="store_true",
-                    help="train on a fixed random label per sample: the accuracy of a loader that mixes up labels")
+    ap.add_argument(
+        "--random-labels",
+        action="store_true",
+        help="train on a fixed random label per sample: the accuracy of a loader that mixes up labels",
+    )
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -103,8 +111,16 @@ def main() -> None:
         """The checkpoint; at an epoch's end (``next_epoch``) without the loader's state (--steps may cut it)."""
         if args.checkpoint and (not distributed or torch.distributed.get_rank() == 0):
             tmp = f"{args.checkpoint}.tmp"
-            torch.save({"model": plain.state_dict(), "optimizer": opt.state_dict(), "steps": steps,
-                        "loader": train.state_dict() if next_epoch is None else None, "next_epoch": next_epoch}, tmp)
+            torch.save(
+                {
+                    "model": plain.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "steps": steps,
+                    "loader": train.state_dict() if next_epoch is None else None,
+                    "next_epoch": next_epoch,
+                },
+                tmp,
+            )
             os.replace(tmp, args.checkpoint)  # atomic: a preemption while saving keeps the last checkpoint
 
     for epoch in range(start, args.epochs):
@@ -118,12 +134,12 @@ def main() -> None:
                     with open(args.log_keys, "a") as f:
                         f.write(" ".join(keys) + "\n")
             if args.random_labels:  # one random label per sample for the whole run
-                batch[1] = torch.tensor([random_label.setdefault(k, int(torch.randint(classes, (), generator=gen)))
-                                         for k in keys])
+                batch[1] = torch.tensor(
+                    [random_label.setdefault(k, int(torch.randint(classes, (), generator=gen))) for k in keys]
+                )
             if cfg.loader.get("device_augment"):
                 images, labels, params = batch  # raw uint8 + per-sample transform params
-                x = augment_batch(images.to(device, non_blocking=True), params, config=cfg.augment,
-                                  mean=mean, std=std)
+                x = augment_batch(images.to(device, non_blocking=True), params, config=cfg.augment, mean=mean, std=std)
             elif cfg.loader.get("normalize"):
                 images, labels = batch  # already normalised float32
                 x = images.to(device, non_blocking=True)

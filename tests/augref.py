@@ -31,12 +31,38 @@ import math
 
 import numpy as np
 
-__all__ = ["PARAM_ORDER", "GREY", "resize_weights", "resize", "jitter", "geometry_resize", "geometry_sampled",
-           "augment_reference", "uniforms", "crop_uniforms", "crop_box", "params_row"]
+__all__ = [
+    "PARAM_ORDER",
+    "GREY",
+    "resize_weights",
+    "resize",
+    "jitter",
+    "geometry_resize",
+    "geometry_sampled",
+    "augment_reference",
+    "uniforms",
+    "crop_uniforms",
+    "crop_box",
+    "params_row",
+]
 
 # the row layout of a sample's parameters (augment.PARAM_NAMES, restated here as the documented contract)
-PARAM_ORDER = ("top", "left", "height", "width", "hflip", "vflip", "rot90", "angle", "tx", "ty", "scale",
-               "brightness", "contrast", "saturation")
+PARAM_ORDER = (
+    "top",
+    "left",
+    "height",
+    "width",
+    "hflip",
+    "vflip",
+    "rot90",
+    "angle",
+    "tx",
+    "ty",
+    "scale",
+    "brightness",
+    "contrast",
+    "saturation",
+)
 _I = {n: i for i, n in enumerate(PARAM_ORDER)}
 GREY = np.array([0.299, 0.587, 0.114])
 
@@ -44,18 +70,19 @@ GREY = np.array([0.299, 0.587, 0.114])
 def uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
     """The 16 uniforms augment documents: BLAKE2b-512 of "seed NUL epoch NUL key", as 16 little-endian u32 / 2^32."""
     h = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}".encode(), digest_size=64).digest()
-    return np.array([int.from_bytes(h[4 * i:4 * i + 4], "little") / 2**32 for i in range(16)])
+    return np.array([int.from_bytes(h[4 * i : 4 * i + 4], "little") / 2**32 for i in range(16)])
 
 
 def crop_uniforms(seed: int, epoch: int, key: str) -> np.ndarray:
     """The 18 uniforms of the crop's attempts 2 to 10: SHAKE-256 of "seed NUL epoch NUL key NUL crop", 72 bytes
     as 18 little-endian u32 / 2^32."""
     h = hashlib.shake_256(f"{seed}\x00{epoch}\x00{key}\x00crop".encode()).digest(72)
-    return np.array([int.from_bytes(h[4 * i:4 * i + 4], "little") / 2**32 for i in range(18)])
+    return np.array([int.from_bytes(h[4 * i : 4 * i + 4], "little") / 2**32 for i in range(18)])
 
 
-def crop_box(S: int, scale: tuple[float, float], ratio: tuple[float, float], seed: int, epoch: int, key: str
-             ) -> tuple[int, int, int, int]:
+def crop_box(
+    S: int, scale: tuple[float, float], ratio: tuple[float, float], seed: int, epoch: int, key: str
+) -> tuple[int, int, int, int]:
     """(top, left, h, w) as torchvision's RandomResizedCrop.get_params draws it on an S x S image (its source,
     restated), its uniforms taken as augment documents: attempt 1's area and log-ratio from u0, u1, attempt
     k >= 2's from crop_uniforms[2k - 4], [2k - 3]; the position from u2, u3 (randint(0, n) = int(u * n))."""
@@ -140,7 +167,7 @@ def _flips_turns(img: np.ndarray, p: np.ndarray) -> np.ndarray:
 def geometry_resize(src: np.ndarray, p: np.ndarray, out: int) -> np.ndarray:
     """Crop, resize to [out, out] (the filter stays inside the crop), flips, quarter turns: float [out, out, 3]."""
     top, left, h, w = (int(v) for v in p[0:4])
-    crop = src[top:top + h, left:left + w]
+    crop = src[top : top + h, left : left + w]
     return _flips_turns(resize(crop, out, out), p)
 
 
@@ -172,7 +199,7 @@ def geometry_sampled(src: np.ndarray, p: np.ndarray, out: int) -> np.ndarray:
     x1, y1 = np.minimum(x0 + 1, S - 1), np.minimum(y0 + 1, S - 1)
     fx, fy = (sx - x0)[..., None], (sy - y0)[..., None]
     f = src.astype(np.float64)
-    return ((f[y0, x0] * (1 - fx) + f[y0, x1] * fx) * (1 - fy) + (f[y1, x0] * (1 - fx) + f[y1, x1] * fx) * fy)
+    return (f[y0, x0] * (1 - fx) + f[y0, x1] * fx) * (1 - fy) + (f[y1, x0] * (1 - fx) + f[y1, x1] * fx) * fy
 
 
 def augment_reference(src: np.ndarray, p: np.ndarray, *, out: int, sampled: bool = False) -> np.ndarray:

@@ -35,8 +35,9 @@ def make_images(root: Path, n: int, *, classes=("a", "b", "c"), size=(96, 72), s
     return rows
 
 
-def convert_images(root: Path, n: int, *, size: int, shard_size: int, val_every: int | None = None,
-                   **convert_options) -> Path:
+def convert_images(
+    root: Path, n: int, *, size: int, shard_size: int, val_every: int | None = None, **convert_options
+) -> Path:
     """n photo-like JPEGs under root/c converted (one worker) into root/out/v1/<size>, which is returned.
 
     ``val_every``: every so many rows go to val (from row 0); otherwise ``convert_options`` may set
@@ -48,14 +49,30 @@ def convert_images(root: Path, n: int, *, size: int, shard_size: int, val_every:
     if val_every:
         for i, r in enumerate(rows):
             r["split"] = "val" if i % val_every == 0 else "train"
-    convert(write_manifest(root / "c" / "m.csv", rows), version="v1", size=size, out=root / "out",
-            shard_size=shard_size, workers=1, progress=False, **convert_options)
+    convert(
+        write_manifest(root / "c" / "m.csv", rows),
+        version="v1",
+        size=size,
+        out=root / "out",
+        shard_size=shard_size,
+        workers=1,
+        progress=False,
+        **convert_options,
+    )
     return root / "out" / "v1" / str(size)
 
 
 HAM_COLUMNS = ["lesion_id", "image_id", "dx", "dx_type", "age", "sex", "localization"]
-ISIC_COLUMNS = ["image_name", "patient_id", "sex", "age_approx", "anatom_site_general_challenge", "diagnosis",
-                "benign_malignant", "target"]
+ISIC_COLUMNS = [
+    "image_name",
+    "patient_id",
+    "sex",
+    "age_approx",
+    "anatom_site_general_challenge",
+    "diagnosis",
+    "benign_malignant",
+    "target",
+]
 
 
 def write_ham(root: Path, lesions: list[int], *, seed: int = 0) -> Path:
@@ -69,11 +86,20 @@ def write_ham(root: Path, lesions: list[int], *, seed: int = 0) -> Path:
     for j, count in enumerate(lesions):
         for _ in range(count):
             image = f"ISIC_{n:07d}"
-            (root / "images" / f"{image}.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=seed * 7919 + n),
-                                                                      quality=90))
-            rows.append([f"HAM_{j:07d}", image, dxs[j % len(dxs)], ["histo", "follow_up", "consensus"][n % 3],
-                         "" if n % 5 == 4 else f"{(n * 7) % 80 + 5}.0", ["male", "female", "unknown"][n % 3],
-                         sites[n % len(sites)]])
+            (root / "images" / f"{image}.jpg").write_bytes(
+                jpeg_bytes(photo_like(40, 30, seed=seed * 7919 + n), quality=90)
+            )
+            rows.append(
+                [
+                    f"HAM_{j:07d}",
+                    image,
+                    dxs[j % len(dxs)],
+                    ["histo", "follow_up", "consensus"][n % 3],
+                    "" if n % 5 == 4 else f"{(n * 7) % 80 + 5}.0",
+                    ["male", "female", "unknown"][n % 3],
+                    sites[n % len(sites)],
+                ]
+            )
             n += 1
     path = root / "HAM10000_metadata.csv"
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -95,14 +121,22 @@ def write_isic(root: Path, patients: list[int], *, seed: int = 1) -> Path:
         for j, count in enumerate(patients):
             for _ in range(count):
                 image = f"ISIC_{2_000_000 + n}"
-                (root / "train" / f"{image}.jpg").write_bytes(jpeg_bytes(photo_like(36, 36, seed=seed * 7919 + n),
-                                                                        quality=90))
+                (root / "train" / f"{image}.jpg").write_bytes(
+                    jpeg_bytes(photo_like(36, 36, seed=seed * 7919 + n), quality=90)
+                )
                 malignant = n % 4 == 1
-                w.writerow([image, f"IP_{1000 + j}", "" if n % 6 == 5 else ["male", "female"][j % 2],
-                            "" if n % 6 == 5 else f"{30 + 5 * (j % 10)}.0",
-                            "" if n % 7 == 3 else ["torso", "lower extremity", "head/neck"][n % 3],
-                            "melanoma" if malignant else "nevus", "malignant" if malignant else "benign",
-                            int(malignant)])
+                w.writerow(
+                    [
+                        image,
+                        f"IP_{1000 + j}",
+                        "" if n % 6 == 5 else ["male", "female"][j % 2],
+                        "" if n % 6 == 5 else f"{30 + 5 * (j % 10)}.0",
+                        "" if n % 7 == 3 else ["torso", "lower extremity", "head/neck"][n % 3],
+                        "melanoma" if malignant else "nevus",
+                        "malignant" if malignant else "benign",
+                        int(malignant),
+                    ]
+                )
                 n += 1
     return path
 
@@ -148,6 +182,7 @@ def corpus(tmp_path: Path) -> Path:
 
 # ------------------------------------------------------------------ servers: S3 (moto) and plain http
 
+
 @pytest.fixture(scope="module")
 def s3_server():
     """moto's S3 server in a thread; AWS_* variables point every client at it."""
@@ -161,12 +196,19 @@ def s3_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                             "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                      AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+    )
     transport._filesystem.cache_clear()
     import s3fs
+
     s3fs.S3FileSystem.clear_instance_cache()
     yield f"http://{host}:{port}"
     server.stop()
@@ -191,6 +233,7 @@ def upload(fs, folder: Path, url: str, skip=()) -> str:
 def bucket(s3_server, request):
     """A fresh bucket per test: s3://<name>."""
     import s3fs
+
     name = request.node.name.lower().replace("_", "-")[:50].strip("-")
     fs = s3fs.S3FileSystem()
     fs.mkdir(name)
@@ -225,7 +268,7 @@ class _RangeHandler(_QuietHandler):
         self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.send_header("Content-Length", str(end - start + 1))
         self.end_headers()
-        return io.BytesIO(data[start:end + 1])
+        return io.BytesIO(data[start : end + 1])
 
 
 @pytest.fixture

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from augref import augment_reference, params_row
-from training_adapter import AugmentConfig
 
+from training_adapter import AugmentConfig
 
 COMPARED = [0]  # samples checked by check_epoch in this process
 
@@ -44,12 +43,13 @@ def read_stored(tars: list[Path]) -> dict[str, Stored]:
                     f = tf.extractfile(m) if m.isfile() else None
                     if f is not None:
                         base = m.name.rsplit("/", 1)[-1]
-                        key = m.name[:len(m.name) - len(base)] + base.split(".", 1)[0]
+                        key = m.name[: len(m.name) - len(base)] + base.split(".", 1)[0]
                         members.setdefault(key, {})[base.split(".", 1)[1]] = f.read()
         except (tarfile.TarError, OSError):
             continue
-    return {k: Stored(int(v["cls"]), np.load(io.BytesIO(v["npy"])))
-            for k, v in members.items() if "npy" in v and "cls" in v}
+    return {
+        k: Stored(int(v["cls"]), np.load(io.BytesIO(v["npy"]))) for k, v in members.items() if "npy" in v and "cls" in v
+    }
 
 
 def digest(image: torch.Tensor) -> str:
@@ -85,8 +85,9 @@ class Expect:
         if not self.augmented:
             return s.pixels.transpose(2, 0, 1).astype(np.float64)
         S = s.pixels.shape[0]
-        ref = augment_reference(s.pixels, self.params(key, epoch, S), out=self.augment.size or S,
-                                sampled=self.augment.affine_p > 0)
+        ref = augment_reference(
+            s.pixels, self.params(key, epoch, S), out=self.augment.size or S, sampled=self.augment.affine_p > 0
+        )
         return ref.transpose(2, 0, 1)
 
     def tolerance(self, key: str, epoch: int, src_size: int) -> float:
@@ -122,7 +123,8 @@ class Expect:
         # jitter ranges included); another sample's image is off by tens of levels
         assert d.max() <= tol and d.mean() <= min(tol, 0.75), (
             f"{key}: pixels are not its own stored pixels (augmented with its own params): "
-            f"max |diff| {d.max():.2f} > {tol:.2f} or mean {d.mean():.2f}")
+            f"max |diff| {d.max():.2f} > {tol:.2f} or mean {d.mean():.2f}"
+        )
 
 
 @dataclass
@@ -142,12 +144,15 @@ def record(batch: tuple, *, keys: bool, params: bool) -> list[tuple]:
     images, labels = batch[0], batch[1]
     ks = batch[-1] if keys else [None] * len(labels)
     ps = batch[2] if params else None
-    return [(ks[i], int(labels[i]), images[i].detach().cpu().numpy().copy(),
-             None if ps is None else ps[i].numpy().copy()) for i in range(len(labels))]
+    return [
+        (ks[i], int(labels[i]), images[i].detach().cpu().numpy().copy(), None if ps is None else ps[i].numpy().copy())
+        for i in range(len(labels))
+    ]
 
 
-def check_epoch(ep: Epoch, stored: dict[str, Stored], expect: Expect, epoch: int, *, batch_size: int,
-                resampled: bool = False) -> list[str]:
+def check_epoch(
+    ep: Epoch, stored: dict[str, Stored], expect: Expect, epoch: int, *, batch_size: int, resampled: bool = False
+) -> list[str]:
     """Every yielded sample is one stored sample, with its own label and its own expected pixels
     (and params); no key twice unless resampled. Returns the keys in yield order."""
     names = list(stored)

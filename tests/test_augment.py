@@ -6,12 +6,19 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import augref
 import numpy as np
 import pytest
 import torch
 
-import augref
-from training_adapter.augment import PARAM_NAMES, AugmentConfig, augment_batch, augment_into, batch_params, sample_params
+from training_adapter.augment import (
+    PARAM_NAMES,
+    AugmentConfig,
+    augment_batch,
+    augment_into,
+    batch_params,
+    sample_params,
+)
 from wds_tools.errors import OptionError
 
 S = 32
@@ -28,6 +35,8 @@ def backend(request, monkeypatch):
     else:
         pytest.importorskip("cv2")
     return request.param
+
+
 OFF = AugmentConfig(crop=False, hflip=0, vflip=0, rot90=False, brightness=0, contrast=0)
 
 
@@ -63,14 +72,23 @@ def red(img) -> tuple[int, int]:
 def test_identity_is_bit_exact():
     img = marked()
     assert torch.equal(run(img, params()), img)
-    assert torch.equal(augment_batch(img.permute(2, 0, 1)[None], params()[None], config=OFF)[0].round().to(torch.uint8),
-                       img.permute(2, 0, 1))
+    assert torch.equal(
+        augment_batch(img.permute(2, 0, 1)[None], params()[None], config=OFF)[0].round().to(torch.uint8),
+        img.permute(2, 0, 1),
+    )
 
 
-@pytest.mark.parametrize("kw, corner", [
-    ({"hflip": 1}, (0, 1)), ({"vflip": 1}, (1, 0)), ({"hflip": 1, "vflip": 1}, (1, 1)),
-    ({"rot90": 1}, (1, 0)), ({"rot90": 2}, (1, 1)), ({"rot90": 3}, (0, 1)),
-])
+@pytest.mark.parametrize(
+    "kw, corner",
+    [
+        ({"hflip": 1}, (0, 1)),
+        ({"vflip": 1}, (1, 0)),
+        ({"hflip": 1, "vflip": 1}, (1, 1)),
+        ({"rot90": 1}, (1, 0)),
+        ({"rot90": 2}, (1, 1)),
+        ({"rot90": 3}, (0, 1)),
+    ],
+)
 def test_flips_and_turns_move_the_marked_corner(kw, corner):
     img = marked()
     out = run(img, params(**kw))
@@ -164,13 +182,16 @@ def test_normalised_output():
     assert torch.allclose(out, torch.full_like(out, 2.0))
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"hflip": 2}, r"augment.hflip=2: expected a probability"),
-    ({"crop_scale": [0.5, 0.1]}, r"augment.crop_scale=.*min <= max"),
-    ({"brightness": -1}, r"augment.brightness=-1: expected a number >= 0"),
-    ({"size": 0}, r"augment.size=0"),
-    ({"wobble": 1}, r"unknown setting 'wobble'"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"hflip": 2}, r"augment.hflip=2: expected a probability"),
+        ({"crop_scale": [0.5, 0.1]}, r"augment.crop_scale=.*min <= max"),
+        ({"brightness": -1}, r"augment.brightness=-1: expected a number >= 0"),
+        ({"size": 0}, r"augment.size=0"),
+        ({"wobble": 1}, r"unknown setting 'wobble'"),
+    ],
+)
 def test_config_errors(kw, msg):
     with pytest.raises(OptionError, match=msg):
         AugmentConfig.from_dict(kw)
@@ -204,8 +225,9 @@ def test_flips_and_turns_compose_like_torch(hflip, vflip, k):
     if vflip:
         crop = crop.flip(0)
     crop = torch.rot90(crop, k, dims=(0, 1))
-    ref = torch.nn.functional.interpolate(crop.permute(2, 0, 1)[None].float(), size=(S, S), mode="bilinear",
-                                          antialias=True, align_corners=False)[0].permute(1, 2, 0)
+    ref = torch.nn.functional.interpolate(
+        crop.permute(2, 0, 1)[None].float(), size=(S, S), mode="bilinear", antialias=True, align_corners=False
+    )[0].permute(1, 2, 0)
     got = run(img, params(crop=box, hflip=hflip, vflip=vflip, rot90=k)).float()
     assert (got - ref).abs().max() <= 1
 
@@ -218,20 +240,33 @@ def test_resize_writes_the_batch_like_interpolate():
     for size in (64, 16):  # up and down (antialiased)
         out = torch.empty(size, size, 3, dtype=torch.uint8)
         _resize_into(x, out)
-        ref = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True,
-                                              align_corners=False)
+        ref = torch.nn.functional.interpolate(
+            x, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
         assert torch.equal(out, ref[0].permute(1, 2, 0))
 
 
 # --- against the independent reference (tests/augref.py) ------------------------------------
+
 
 def _identity_jitter(img: torch.Tensor, b: float, c: float, s: float) -> torch.Tensor:
     """augment_into with every geometric step off: only the jitter, with these factors."""
     return run(img, params(brightness=b, contrast=c, saturation=s), cfg=dataclasses.replace(OFF, brightness=0.5))
 
 
-@pytest.mark.parametrize("b, c, s", [(1.2, 0.8, 1), (0.8, 1.2, 1), (1.0, 1.2, 1), (2.0, 2.0, 1), (0.05, 1.9, 1),
-                                     (1.1, 0.9, 0.6), (0.9, 1.15, 1.4), (1, 1, 0)])
+@pytest.mark.parametrize(
+    "b, c, s",
+    [
+        (1.2, 0.8, 1),
+        (0.8, 1.2, 1),
+        (1.0, 1.2, 1),
+        (2.0, 2.0, 1),
+        (0.05, 1.9, 1),
+        (1.1, 0.9, 0.6),
+        (0.9, 1.15, 1.4),
+        (1, 1, 0),
+    ],
+)
 def test_jitter_is_the_documented_composition_of_torchvisions_definitions(b: float, c: float, s: float) -> None:
     """OpenCV, torch's int16 (default ranges) and int32 (wide ranges) fixed point and the 3x3 map
     (saturation) against brightness, contrast and saturation written from torchvision's definitions,
@@ -266,9 +301,9 @@ def test_jitter_differs_from_torchvision_where_brightness_clamps() -> None:
     img = torch.full((S, S, 3), 50, dtype=torch.uint8)
     img[: S // 2] = 250
     out = _identity_jitter(img, 1.2, 0.8, 1)
-    assert set(out[: S // 2].flatten().tolist()) == {255} and set(out[S // 2:].flatten().tolist()) == {84}
+    assert set(out[: S // 2].flatten().tolist()) == {255} and set(out[S // 2 :].flatten().tolist()) == {84}
     tv = augref.jitter(img.numpy(), 1.2, 0.8, 1, clamp_each=True)
-    assert np.allclose(tv[: S // 2], 235.5) and np.allclose(tv[S // 2:], 79.5)
+    assert np.allclose(tv[: S // 2], 235.5) and np.allclose(tv[S // 2 :], 79.5)
 
 
 def test_the_reference_jitter_is_pils_image_enhance() -> None:
@@ -295,8 +330,15 @@ def test_the_reference_resize_is_pils_bilinear() -> None:
         assert np.abs(augref.resize(img[..., None], h, w)[..., 0] - pil).max() < 1e-3
 
 
-@pytest.mark.parametrize("cfg", [AugmentConfig(), AugmentConfig(size=48), AugmentConfig(size=20, saturation=0.4),
-                                 AugmentConfig(brightness=1, contrast=1, saturation=1, size=40)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AugmentConfig(),
+        AugmentConfig(size=48),
+        AugmentConfig(size=20, saturation=0.4),
+        AugmentConfig(brightness=1, contrast=1, saturation=1, size=40),
+    ],
+)
 def test_per_sample_and_batch_paths_match_the_reference(cfg: AugmentConfig) -> None:
     """augment_into (crop, resize inside the crop, flips, turns, jitter) and augment_batch (every step
     by sampling, with and without the affine) against the reference, sample by sample, from the same
@@ -318,8 +360,12 @@ def test_per_sample_and_batch_paths_match_the_reference(cfg: AugmentConfig) -> N
         for affine_cfg in (cfg, dataclasses.replace(cfg, affine_p=1.0)):
             pa = batch_params(affine_cfg, seed=1, epoch=epoch, keys=keys, src_size=S)
             got = augment_batch(imgs, pa, config=affine_cfg).permute(0, 2, 3, 1).numpy()
-            want = np.stack([augref.augment_reference(im.permute(1, 2, 0).numpy(), row, out=O, sampled=True)
-                             for im, row in zip(imgs, pa)])
+            want = np.stack(
+                [
+                    augref.augment_reference(im.permute(1, 2, 0).numpy(), row, out=O, sampled=True)
+                    for im, row in zip(imgs, pa)
+                ]
+            )
             assert np.abs(got - want).max() < 0.01
 
 
@@ -340,9 +386,19 @@ def test_sample_params_hand_worked() -> None:
     = 0.05 (2 · 0.324632 - 1) = -0.017537; ty = 0.05 (2 · 0.346088 - 1) = -0.015391; scale 0.9 + 0.2 u11
     = 0.9 + 0.2 · 0.469132 = 0.993826.
     """
-    assert np.allclose(augref.uniforms(0, 0, "k")[[0, 1, 2, 3, 12, 13]],
-                       [0xDB392ED5 / 2**32, 0x7A75B62B / 2**32, 0x6CCA7A39 / 2**32, 0x250FC627 / 2**32,
-                        0x96FBDA5E / 2**32, 0xD6D7C3EE / 2**32], rtol=0, atol=1e-15)
+    assert np.allclose(
+        augref.uniforms(0, 0, "k")[[0, 1, 2, 3, 12, 13]],
+        [
+            0xDB392ED5 / 2**32,
+            0x7A75B62B / 2**32,
+            0x6CCA7A39 / 2**32,
+            0x250FC627 / 2**32,
+            0x96FBDA5E / 2**32,
+            0xD6D7C3EE / 2**32,
+        ],
+        rtol=0,
+        atol=1e-15,
+    )
     want = [6, 2, 210, 207, 1, 1, 2, 0, 0, 0, 1, 1.035912, 1.135692, 1]
     got = sample_params(AugmentConfig(), seed=0, epoch=0, key="k", src_size=224)
     assert np.allclose(got, want, rtol=0, atol=1e-6)
@@ -351,8 +407,9 @@ def test_sample_params_hand_worked() -> None:
     assert list(PARAM_NAMES) == list(augref.PARAM_ORDER)
 
 
-def _torchvision_get_params(rng: np.random.Generator, S: int, scale: tuple[float, float],
-                            ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+def _torchvision_get_params(
+    rng: np.random.Generator, S: int, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[int, int, int, int]:
     """torchvision's RandomResizedCrop.get_params (torchvision/transforms/transforms.py) on an S x S image,
     restated line by line with numpy's generator in place of torch's."""
     height = width = S
@@ -416,17 +473,26 @@ def test_crop_draws_like_torchvision(backend: str) -> None:
     spans = (0.92, 4 / 3 - 3 / 4)
     for name, ref in refs:
         for q, (a, b, span) in enumerate(zip(ours, ref, spans)):
-            assert _percentiles_close(a, b, span), (name, q, np.percentile(a, [10, 50, 90]),
-                                                    np.percentile(b, [10, 50, 90]))
+            assert _percentiles_close(a, b, span), (
+                name,
+                q,
+                np.percentile(a, [10, 50, 90]),
+                np.percentile(b, [10, 50, 90]),
+            )
     old = np.array([_clamped_crop(augref.uniforms(3, 0, f"k{i}"), S) for i in range(n)], float)
     assert not _percentiles_close(old[:, 0] * old[:, 1] / S**2, refs[0][1][0], spans[0])
 
 
 @pytest.mark.parametrize("backend", ["opencv"], indirect=True)
-@pytest.mark.parametrize("cfg", [AugmentConfig(), AugmentConfig(crop_scale=(0.6, 1.0)),
-                                 AugmentConfig(crop_ratio=(1.5, 2.0), crop_scale=(0.9, 1.0)),
-                                 AugmentConfig(crop_ratio=(0.25, 0.5), crop_scale=(0.95, 1.0), affine_p=0.5,
-                                               saturation=0.3)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AugmentConfig(),
+        AugmentConfig(crop_scale=(0.6, 1.0)),
+        AugmentConfig(crop_ratio=(1.5, 2.0), crop_scale=(0.9, 1.0)),
+        AugmentConfig(crop_ratio=(0.25, 0.5), crop_scale=(0.95, 1.0), affine_p=0.5, saturation=0.3),
+    ],
+)
 def test_sample_params_follow_the_documented_rule(backend: str, cfg: AugmentConfig) -> None:
     """sample_params against augref.params_row (the rule restated from the docs: torchvision's attempts over
     u0, u1 and SHAKE-256's 18 uniforms, the centre crop with the ratio clamped), row for row, with configs

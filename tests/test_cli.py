@@ -5,8 +5,8 @@ import sys
 import click
 import pytest
 from click.testing import CliRunner
-
 from conftest import make_images, write_manifest
+
 from wds_tools.cli import cli
 
 
@@ -30,9 +30,26 @@ def test_every_command_has_help(runner):
 
 
 def test_convert_json_summary(runner, corpus, tmp_path):
-    res = runner.invoke(cli, ["convert", "--source", str(corpus), "--version", "v1", "--size", "32",
-                              "--out", str(tmp_path / "out"), "--workers", "1", "--shard-size", "10",
-                              "--json", "--quiet"])
+    res = runner.invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(corpus),
+            "--version",
+            "v1",
+            "--size",
+            "32",
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "1",
+            "--shard-size",
+            "10",
+            "--json",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     for field in ("samples_written", "failed", "shards", "seconds", "images_per_second"):
@@ -42,8 +59,20 @@ def test_convert_json_summary(runner, corpus, tmp_path):
 
 
 def test_convert_text_summary_and_rerun(runner, corpus, tmp_path):
-    args = ["convert", "--source", str(corpus), "--version", "v1", "--size", "32",
-            "--out", str(tmp_path / "out"), "--workers", "1", "--quiet"]
+    args = [
+        "convert",
+        "--source",
+        str(corpus),
+        "--version",
+        "v1",
+        "--size",
+        "32",
+        "--out",
+        str(tmp_path / "out"),
+        "--workers",
+        "1",
+        "--quiet",
+    ]
     res = runner.invoke(cli, args)
     assert res.exit_code == 0 and "Converted 40 images" in res.output and "train" in res.output
     again = runner.invoke(cli, args)
@@ -53,8 +82,9 @@ def test_convert_text_summary_and_rerun(runner, corpus, tmp_path):
 def test_config_file_supplies_source_and_out(runner, tmp_path, monkeypatch):
     root = tmp_path / "proj"
     manifest = write_manifest(root / "data" / "m.csv", make_images(root / "data", 6))
-    (root / "wds-tools.toml").write_text(f'source = "data/{manifest.name}"\nout = "myshards"\n'
-                                         '[convert]\nworkers = 1\nshard-size = 3\n')
+    (root / "wds-tools.toml").write_text(
+        f'source = "data/{manifest.name}"\nout = "myshards"\n[convert]\nworkers = 1\nshard-size = 3\n'
+    )
     monkeypatch.chdir(root)
     res = runner.invoke(cli, ["convert", "--version", "v1", "--size", "32", "--quiet"])
     assert res.exit_code == 0, res.output
@@ -70,11 +100,14 @@ def test_bad_config_key_is_named(runner, tmp_path):
 
 
 def test_user_errors_are_messages_not_tracebacks(runner, tmp_path):
-    res = runner.invoke(cli, ["convert", "--source", str(tmp_path / "none.csv"), "--version", "v1",
-                              "--size", "32", "--out", str(tmp_path)])
+    res = runner.invoke(
+        cli,
+        ["convert", "--source", str(tmp_path / "none.csv"), "--version", "v1", "--size", "32", "--out", str(tmp_path)],
+    )
     assert res.exit_code == 1 and "does not exist" in res.output and "Traceback" not in res.output
-    res = runner.invoke(cli, ["convert", "--source", str(tmp_path), "--version", "v1", "--size", "32",
-                              "--max-errors", "lots"])
+    res = runner.invoke(
+        cli, ["convert", "--source", str(tmp_path), "--version", "v1", "--size", "32", "--max-errors", "lots"]
+    )
     assert res.exit_code == 1 and "--max-errors 'lots'" in res.output
 
 
@@ -83,9 +116,24 @@ def test_max_errors_exceeded_exits_non_zero(runner, tmp_path):
     rows = make_images(root, 20)
     (root / "img/s0003.jpg").write_bytes(b"GIF89a broken")
     manifest = write_manifest(root / "m.csv", rows)
+
     def args(out, max_errors):
-        return ["convert", "--source", str(manifest), "--version", "v1", "--size", "32",
-                "--out", str(out), "--workers", "1", "--quiet", "--max-errors", max_errors]
+        return [
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            "v1",
+            "--size",
+            "32",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--quiet",
+            "--max-errors",
+            max_errors,
+        ]
 
     res = runner.invoke(cli, args(tmp_path / "out", "0"))
     assert res.exit_code == 1 and "more than --max-errors allows (0)" in res.output
@@ -103,8 +151,22 @@ def test_checksum_and_the_deprecated_trust_mtime(runner, tmp_path):
     manifest = write_manifest(root / "m.csv", make_images(root, 6))
 
     def args(version, *extra):
-        return ["convert", "--source", str(manifest), "--version", version, "--size", "32",
-                "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", "--json", *extra]
+        return [
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            version,
+            "--size",
+            "32",
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "1",
+            "--quiet",
+            "--json",
+            *extra,
+        ]
 
     assert runner.invoke(cli, args("v1")).exit_code == 0
     quick = json.loads(runner.invoke(cli, args("v2")).stdout)

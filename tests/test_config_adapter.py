@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import make_images, write_manifest
+
 from training_adapter import AugmentConfig, load_config
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
@@ -48,8 +48,15 @@ def root(tmp_path_factory) -> Path:
     rows = make_images(root / "c", 16)
     for i, r in enumerate(rows):
         r["split"] = "val" if i % 4 == 0 else "train"
-    convert(write_manifest(root / "c" / "m.csv", rows), version="v1", size=16, out=root / "shards",
-            shard_size=4, workers=1, progress=False)
+    convert(
+        write_manifest(root / "c" / "m.csv", rows),
+        version="v1",
+        size=16,
+        out=root / "shards",
+        shard_size=4,
+        workers=1,
+        progress=False,
+    )
     return root
 
 
@@ -74,15 +81,18 @@ def test_toml(root):
     assert len(ds.train_loader()) == 12 // 2
 
 
-@pytest.mark.parametrize("text, suffix, msg", [
-    ("model: {}\n", ".yaml", r"no 'dataset' block"),
-    ("dataset: {val_urls: x}\n", ".yaml", r"dataset.train_urls is missing"),
-    ("dataset: {train_urls: x, batchsize: 3}\n", ".yaml", r"unknown dataset setting 'batchsize'"),
-    ("dataset: {train_urls: x, augment: {hflip: 3}}\n", ".yaml", r"augment.hflip=3"),
-    ("dataset: [\n", ".yaml", r"not valid YAML"),
-    ("[dataset\n", ".toml", r"not valid TOML"),
-    ("{}", ".json", r"unknown extension '.json'"),
-])
+@pytest.mark.parametrize(
+    "text, suffix, msg",
+    [
+        ("model: {}\n", ".yaml", r"no 'dataset' block"),
+        ("dataset: {val_urls: x}\n", ".yaml", r"dataset.train_urls is missing"),
+        ("dataset: {train_urls: x, batchsize: 3}\n", ".yaml", r"unknown dataset setting 'batchsize'"),
+        ("dataset: {train_urls: x, augment: {hflip: 3}}\n", ".yaml", r"augment.hflip=3"),
+        ("dataset: [\n", ".yaml", r"not valid YAML"),
+        ("[dataset\n", ".toml", r"not valid TOML"),
+        ("{}", ".json", r"unknown extension '.json'"),
+    ],
+)
 def test_errors(tmp_path, text, suffix, msg):
     p = tmp_path / f"c{suffix}"
     p.write_text(text)
@@ -105,8 +115,10 @@ def test_urls_pass_through(tmp_path):
 def test_metadata_reaches_both_loaders(root):
     """dataset.metadata goes to make_loader: width (samples.npz's own column) comes with every batch, and a
     column this index lacks is refused, naming it."""
-    (root / "m.yaml").write_text("dataset:\n  train_urls: shards/v1/16\n  val_urls: shards/v1/16\n  batch_size: 2\n"
-                                 "  num_workers: 0\n  metadata: [width]\n")
+    (root / "m.yaml").write_text(
+        "dataset:\n  train_urls: shards/v1/16\n  val_urls: shards/v1/16\n  batch_size: 2\n"
+        "  num_workers: 0\n  metadata: [width]\n"
+    )
     ds = load_config(root / "m.yaml").dataset
     for loader in (ds.train_loader(), ds.val_loader()):
         images, labels, meta = next(iter(loader))

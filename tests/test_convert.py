@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
-
 from conftest import make_images, write_manifest
+
 from wds_tools.convert import convert, parse_max_errors
-from wds_tools.errors import TooManyErrorsError
 from wds_tools.convert.decode import decode_file
-from wds_tools.errors import OptionError, OutputExistsError
+from wds_tools.errors import OptionError, OutputExistsError, TooManyErrorsError
 from wds_tools.format.index import load_index
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,16 +65,20 @@ def test_round_trip_pixels_labels_keys_and_index(corpus, tmp_path):
         shard = idx.shards[int(s["shard"][i])]
         blob = (dest / shard["name"]).read_bytes()
         off, n = int(s["npy_offset"][i]), int(s["npy_length"][i])
-        assert np.array_equal(np.load(io.BytesIO(blob[off:off + n])),
-                              decode_file(str(corpus.parent / rows[s.keys[i]]["path"]), 32).pixels)
-        assert blob[int(s["cls_offset"][i]):int(s["cls_offset"][i]) + int(s["cls_length"][i])] == str(s["label"][i]).encode()
+        assert np.array_equal(
+            np.load(io.BytesIO(blob[off : off + n])),
+            decode_file(str(corpus.parent / rows[s.keys[i]]["path"]), 32).pixels,
+        )
+        assert (
+            blob[int(s["cls_offset"][i]) : int(s["cls_offset"][i]) + int(s["cls_length"][i])]
+            == str(s["label"][i]).encode()
+        )
         off, n = int(s["i32_offset"][i]), int(s["i32_length"][i])
-        assert n == 4 and int.from_bytes(blob[off:off + n], "little", signed=True) == int(s["label"][i])
+        assert n == 4 and int.from_bytes(blob[off : off + n], "little", signed=True) == int(s["label"][i])
         assert s.source_path(i) == rows[s.keys[i]]["path"]
     meta = idx.meta
     assert meta["samples"] == 40 and sum(meta["class_counts"]) == 40
-    assert {sp: v["samples"] for sp, v in meta["splits"].items()} == dict(
-        Counter(seen[k].split("-")[0] for k in seen))
+    assert {sp: v["samples"] for sp, v in meta["splits"].items()} == dict(Counter(seen[k].split("-")[0] for k in seen))
     assert all(0 < m < 1 for m in meta["mean"]) and all(0 < v < 0.5 for v in meta["std"])
     for shard in idx.shards:
         assert shard["bytes"] == (dest / shard["name"]).stat().st_size
@@ -94,7 +97,11 @@ def test_mean_std_match_the_pixels(corpus, tmp_path):
 
 def test_stock_webdataset_reads_the_shards(corpus, tmp_path):
     res = _run(corpus, tmp_path / "out", val_fraction=0.0)
-    ds = wds.WebDataset(res.splits["train"]["urls"], shardshuffle=False).decode().to_tuple("__key__", "npy", "cls", "json")
+    ds = (
+        wds.WebDataset(res.splits["train"]["urls"], shardshuffle=False)
+        .decode()
+        .to_tuple("__key__", "npy", "cls", "json")
+    )
     samples = list(ds)
     assert len(samples) == 40
     key, arr, cls, meta = samples[0]
@@ -135,10 +142,12 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     (root / "img/text.jpg").write_text("hello")
     good = (root / "img/s0000.jpg").read_bytes()
     (root / "img/trunc.jpg").write_bytes(good[: len(good) // 2])
-    rows += [{"key": "missing", "path": "img/none.jpg", "label": "a"},
-             {"key": "empty", "path": "img/empty.jpg", "label": "a"},
-             {"key": "text", "path": "img/text.jpg", "label": "b"},
-             {"key": "trunc", "path": "img/trunc.jpg", "label": "c"}]
+    rows += [
+        {"key": "missing", "path": "img/none.jpg", "label": "a"},
+        {"key": "empty", "path": "img/empty.jpg", "label": "a"},
+        {"key": "text", "path": "img/text.jpg", "label": "b"},
+        {"key": "trunc", "path": "img/trunc.jpg", "label": "c"},
+    ]
     manifest = write_manifest(root / "m.csv", rows)
     res = _run(manifest, tmp_path / "out", max_errors="20%")
     assert res.samples_written == 30 and res.failed == 4 and not res.max_errors_exceeded
@@ -232,7 +241,8 @@ def test_resume_after_an_interrupted_run_is_byte_identical(corpus, tmp_path, int
     calls.restore()
     res = _run(corpus, tmp_path / "out")
     assert res.shards_resumed == 2 and res.decoded == 40 - sum(
-        s["samples"] for s in load_index(dest).shards if s["name"] in calls)
+        s["samples"] for s in load_index(dest).shards if s["name"] in calls
+    )
     assert _files(dest) == _files(tmp_path / "ref/v1/32")
 
 
@@ -241,9 +251,27 @@ def test_killed_cli_run_resumes_byte_identical(tmp_path, sig):
     root = tmp_path / "c"
     rows = make_images(root, 120, size=(640, 480))
     manifest = write_manifest(root / "m.csv", rows)
+
     def command(out):
-        return [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--version", "v1",
-                "--size", "64", "--out", str(out), "--shard-size", "6", "--workers", "1", "--quiet"]
+        return [
+            sys.executable,
+            "-m",
+            "wds_tools",
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            "v1",
+            "--size",
+            "64",
+            "--out",
+            str(out),
+            "--shard-size",
+            "6",
+            "--workers",
+            "1",
+            "--quiet",
+        ]
 
     cmd = command(tmp_path / "out")
     dest = tmp_path / "out/v1/64"
@@ -258,8 +286,7 @@ def test_killed_cli_run_resumes_byte_identical(tmp_path, sig):
         assert proc.returncode == 130 and b"run the same command again to resume" in err
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    ref = subprocess.run(command(tmp_path / "ref"), cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    ref = subprocess.run(command(tmp_path / "ref"), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ref.returncode == 0, ref.stderr
     assert _files(dest) == _files(tmp_path / "ref/v1/64")
     assert not list(dest.glob(".*"))
@@ -267,12 +294,14 @@ def test_killed_cli_run_resumes_byte_identical(tmp_path, sig):
 
 def test_image_folder_source(tmp_path):
     from wds_tools.synth import jpeg_bytes, photo_like
+
     root = tmp_path / "photos"
     for i in range(6):
         label = ("cat", "dog")[i % 2]
         (root / label).mkdir(parents=True, exist_ok=True)
-        photo_like(50, 40, i).save(root / label / f"p{i}.png") if i % 3 == 0 else \
-            (root / label / f"p{i}.jpg").write_bytes(jpeg_bytes(photo_like(50, 40, i)))
+        photo_like(50, 40, i).save(root / label / f"p{i}.png") if i % 3 == 0 else (
+            root / label / f"p{i}.jpg"
+        ).write_bytes(jpeg_bytes(photo_like(50, 40, i)))
     res = _run(root, tmp_path / "out", val_fraction=0.0)
     assert res.samples_written == 6
     idx = load_index(res.out_dir)
@@ -332,8 +361,10 @@ def test_a_resumed_run_reports_its_own_rate_and_what_it_kept(corpus, tmp_path, i
     res = _run(corpus, tmp_path / "out")
     kept = sum(s["samples"] for s in load_index(res.out_dir).shards if s["name"] in written)
     assert (res.shards_resumed, res.samples_resumed, res.decoded) == (2, kept, 40 - kept)
-    assert f"; {40 - kept} images in this run at {res.images_per_second:,.1f} images/s, {kept} images in 2 " \
-           "shards kept from an interrupted run)" in res.to_text()
+    assert (
+        f"; {40 - kept} images in this run at {res.images_per_second:,.1f} images/s, {kept} images in 2 "
+        "shards kept from an interrupted run)" in res.to_text()
+    )
     assert res.images_per_second > 0
     # every shard done, killed before the index: the rerun converts nothing and says so, no "0.0 images/s"
     real = pipeline.finish_size
@@ -349,6 +380,7 @@ def test_a_resumed_run_reports_its_own_rate_and_what_it_kept(corpus, tmp_path, i
 
 
 # ------------------------------------------------------------------ clinical sets as they come (issue 14)
+
 
 def _cli(*args, cwd=None):
     from click.testing import CliRunner
@@ -377,24 +409,52 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
 
     manifest = write_ham(tmp_path / "ham", [3, 1, 2, 4, 1, 1, 2, 3, 1, 2])
     out = tmp_path / "out"
-    res = _cli("convert", "--source", manifest, *HAM_OPTIONS, "--stratify", "--val-fraction", "0.3", "--version",
-               "v1", "--size", 16, "--out", out, "--workers", 1, "--shard-size", 5, "--quiet", "--json")
+    res = _cli(
+        "convert",
+        "--source",
+        manifest,
+        *HAM_OPTIONS,
+        "--stratify",
+        "--val-fraction",
+        "0.3",
+        "--version",
+        "v1",
+        "--size",
+        16,
+        "--out",
+        out,
+        "--workers",
+        1,
+        "--shard-size",
+        5,
+        "--quiet",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["samples_written"] == 20
     folder = out / "v1" / "16"
     idx = load_index(folder)
     assert idx.meta["format_version"] == 3 and idx.meta["build"]["group"] == "lesion_id"
     assert idx.meta["build"]["stratify"] is True
-    assert idx.meta["metadata"] == [{"name": "lesion_id", "type": "string"}, {"name": "dx_type", "type": "string"},
-                                    {"name": "age", "type": "float"}, {"name": "sex", "type": "string"},
-                                    {"name": "localization", "type": "string"}]
+    assert idx.meta["metadata"] == [
+        {"name": "lesion_id", "type": "string"},
+        {"name": "dx_type", "type": "string"},
+        {"name": "age", "type": "float"},
+        {"name": "sex", "type": "string"},
+        {"name": "localization", "type": "string"},
+    ]
     # every manifest value round-trips, typed, in the sample's json and in the index
     rows = {r["image_id"]: r for r in __import__("csv").DictReader(open(manifest, encoding="utf-8"))}
     meta = idx.metadata
     for i, key in enumerate(idx.samples.keys):
         r = rows[key]
-        want = {"lesion_id": r["lesion_id"], "dx_type": r["dx_type"], "age": float(r["age"]) if r["age"] else None,
-                "sex": r["sex"], "localization": r["localization"]}
+        want = {
+            "lesion_id": r["lesion_id"],
+            "dx_type": r["dx_type"],
+            "age": float(r["age"]) if r["age"] else None,
+            "sex": r["sex"],
+            "localization": r["localization"],
+        }
         assert {name: v.value(i) for name, v in meta.items()} == want
         assert idx.samples.source_path(i) == f"images/{key}.jpg"
     for shard in idx.shards:
@@ -416,21 +476,36 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
     assert st.exit_code == 0 and "train by localization (string): samples per class" in st.output
     assert "頭皮" in st.output and "groups of lesion_id: 10; each in one split" in st.output
     from wds_tools.inspect.stats.render import display_width
+
     table = st.output.split("train by localization (string): samples per class\n")[1].split("\n\n")[0]
     rows = [line for line in table.splitlines() if line.startswith("  ") and not line.startswith("  ...")]
     assert any("頭皮" in r for r in rows) and len({display_width(r) for r in rows}) == 1, table  # columns line up
     assert display_width("頭皮") == 4 and display_width("e\u0301") == 1 and display_width("back") == 4
     js = json.loads(_cli("stats", folder, "--by", "age", "--workers", 1, "--json").stdout)
-    assert js["by"]["values"][-1] is None and js["groups"] == {"column": "lesion_id", "groups": 10,
-                                                               "in_several_splits": []}
+    assert js["by"]["values"][-1] is None and js["groups"] == {
+        "column": "lesion_id",
+        "groups": 10,
+        "in_several_splits": [],
+    }
 
 
 def test_an_isic_train_csv_through_the_library(tmp_path):
     from conftest import write_isic
 
     manifest = write_isic(tmp_path / "isic", [4, 1, 3, 2, 5, 1, 2])
-    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_name", label="benign_malignant",
-                  path="train/{image_name}.jpg", group="patient_id", val_fraction=0.3, workers=1, progress=False)
+    res = convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=tmp_path / "out",
+        key="image_name",
+        label="benign_malignant",
+        path="train/{image_name}.jpg",
+        group="patient_id",
+        val_fraction=0.3,
+        workers=1,
+        progress=False,
+    )
     assert res.samples_written == 18 and res.failed == 0
     folder = tmp_path / "out" / "v1" / "16"
     idx = load_index(folder)
@@ -439,39 +514,62 @@ def test_an_isic_train_csv_through_the_library(tmp_path):
     assert "benign_malignant" not in types and "image_name" not in types
     target = idx.metadata["target"]
     assert [idx.classes[int(lab)] for lab in idx.samples["label"]] == [
-        "malignant" if target.value(i) else "benign" for i in range(len(idx.samples))]
+        "malignant" if target.value(i) else "benign" for i in range(len(idx.samples))
+    ]
     assert all(len(s) == 1 for s in _splits_of_groups(folder, "patient_id").values())
     from training_adapter import make_loader
 
     for split in idx.splits:
-        loader = make_loader(folder, batch_size=4, train=False, split=split, num_workers=0, return_keys=True,
-                             subset={"anatom_site_general_challenge": ["torso", None]})
+        loader = make_loader(
+            folder,
+            batch_size=4,
+            train=False,
+            split=split,
+            num_workers=0,
+            return_keys=True,
+            subset={"anatom_site_general_challenge": ["torso", None]},
+        )
         keys = [k for _, _, ks in loader for k in ks]
         site = idx.metadata["anatom_site_general_challenge"]
-        want = [k for i, k in enumerate(idx.samples.keys) if site.value(i) in ("torso", None)
-                and idx.shards[int(idx.samples["shard"][i])]["split"] == split]
+        want = [
+            k
+            for i, k in enumerate(idx.samples.keys)
+            if site.value(i) in ("torso", None) and idx.shards[int(idx.samples["shard"][i])]["split"] == split
+        ]
         assert sorted(keys) == sorted(want)
 
 
-@pytest.mark.parametrize("options, message", [
-    (("--key", "image_idd", "--label", "dx", "--path", "images/{image_id}.jpg"),
-     "missing column(s) image_idd: 'image_idd' (--key; did you mean 'image_id'?). The file's columns: lesion_id, "
-     "image_id, dx, dx_type, age, sex, localization."),
-    (("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesionid"),
-     "'lesionid' (--group; did you mean 'lesion_id'?)"),
-    (("--key", "image_id", "--label", "dx", "--path", "images/{imageid}.jpg"),
-     "--path 'images/{imageid}.jpg' names column 'imageid', which the file does not have; did you mean "
-     "'image_id'?"),
-    ((), "missing column(s) key, label, path"),
-    (("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "dx"),
-     "--group 'dx' is the --label column of "),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ("--key", "image_idd", "--label", "dx", "--path", "images/{image_id}.jpg"),
+            "missing column(s) image_idd: 'image_idd' (--key; did you mean 'image_id'?). The file's columns: lesion_id, "
+            "image_id, dx, dx_type, age, sex, localization.",
+        ),
+        (
+            ("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesionid"),
+            "'lesionid' (--group; did you mean 'lesion_id'?)",
+        ),
+        (
+            ("--key", "image_id", "--label", "dx", "--path", "images/{imageid}.jpg"),
+            "--path 'images/{imageid}.jpg' names column 'imageid', which the file does not have; did you mean "
+            "'image_id'?",
+        ),
+        ((), "missing column(s) key, label, path"),
+        (
+            ("--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "dx"),
+            "--group 'dx' is the --label column of ",
+        ),
+    ],
+)
 def test_column_errors_name_the_column_and_write_nothing(tmp_path, options, message):
     from conftest import write_ham
 
     manifest = write_ham(tmp_path / "ham", [1, 1])
-    res = _cli("convert", "--source", manifest, *options, "--version", "v1", "--size", 16, "--out",
-               tmp_path / "out", "--quiet")
+    res = _cli(
+        "convert", "--source", manifest, *options, "--version", "v1", "--size", 16, "--out", tmp_path / "out", "--quiet"
+    )
     assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
     assert not (tmp_path / "out").exists()
 
@@ -483,12 +581,24 @@ def test_a_template_giving_a_missing_file_skips_that_row_and_lists_it(tmp_path):
     (tmp_path / "ham" / "images" / "ISIC_0000003.jpg").unlink()
     with open(manifest, "a", encoding="utf-8") as f:
         f.write("HAM_0000009,ISIC_0000099,nv,histo,40.0,male,\n")  # its image does not exist either
-    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
-                  path="images/{image_id}.jpg", max_errors=2, workers=1, progress=False)
+    res = convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=tmp_path / "out",
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        max_errors=2,
+        workers=1,
+        progress=False,
+    )
     assert res.samples_written == 4 and res.failed == 2
     errors = [json.loads(line) for line in (tmp_path / "out" / "v1" / "16" / "errors.jsonl").read_text().splitlines()]
     assert [(e["key"], e["path"], e["stage"]) for e in errors] == [
-        ("ISIC_0000003", "images/ISIC_0000003.jpg", "scan"), ("ISIC_0000099", "images/ISIC_0000099.jpg", "scan")]
+        ("ISIC_0000003", "images/ISIC_0000003.jpg", "scan"),
+        ("ISIC_0000099", "images/ISIC_0000099.jpg", "scan"),
+    ]
     assert "ISIC_0000003" not in load_index(tmp_path / "out" / "v1" / "16").samples.keys
 
 
@@ -503,12 +613,27 @@ def test_a_template_cell_left_empty_fails_its_row_like_a_bad_file(tmp_path):
             (tmp_path / "ham" / "images" / kind).mkdir(exist_ok=True)
             (tmp_path / "ham" / "images" / kind / p.name).write_bytes(p.read_bytes())
     manifest.write_text("\n".join(text) + "\n", encoding="utf-8")
-    res = convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
-                  path="images/{dx_type}/{image_id}.jpg", max_errors=1, workers=1, progress=False)
+    res = convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=tmp_path / "out",
+        key="image_id",
+        label="dx",
+        path="images/{dx_type}/{image_id}.jpg",
+        max_errors=1,
+        workers=1,
+        progress=False,
+    )
     assert res.samples_written == 3 and res.failed == 1
     (error,) = [json.loads(line) for line in (tmp_path / "out" / "v1" / "16" / "errors.jsonl").read_text().splitlines()]
-    assert error == {"key": "ISIC_0000001", "path": "images//ISIC_0000001.jpg", "line": 3, "stage": "scan",
-                     "error": "column 'dx_type' is empty; --path 'images/{dx_type}/{image_id}.jpg' needs it"}
+    assert error == {
+        "key": "ISIC_0000001",
+        "path": "images//ISIC_0000001.jpg",
+        "line": 3,
+        "stage": "scan",
+        "error": "column 'dx_type' is empty; --path 'images/{dx_type}/{image_id}.jpg' needs it",
+    }
     idx = load_index(tmp_path / "out" / "v1" / "16")
     assert [c["name"] for c in idx.meta["metadata"]] == ["lesion_id", "dx_type", "age", "sex", "localization"]
 
@@ -518,9 +643,12 @@ def test_column_options_from_wds_tools_toml(tmp_path, monkeypatch):
 
     root = tmp_path / "proj"
     write_ham(root / "ham", [2, 1, 3])
-    (root / "wds-tools.toml").write_text('source = "ham/HAM10000_metadata.csv"\nout = "shards"\n[convert]\n'
-                                         'key = "image_id"\nlabel = "dx"\npath = "images/{image_id}.jpg"\n'
-                                         'group = "lesion_id"\nstratify = true\nworkers = 1\n', encoding="utf-8")
+    (root / "wds-tools.toml").write_text(
+        'source = "ham/HAM10000_metadata.csv"\nout = "shards"\n[convert]\n'
+        'key = "image_id"\nlabel = "dx"\npath = "images/{image_id}.jpg"\n'
+        'group = "lesion_id"\nstratify = true\nworkers = 1\n',
+        encoding="utf-8",
+    )
     monkeypatch.chdir(root)
     res = _cli("convert", "--version", "v1", "--size", 16, "--quiet")
     assert res.exit_code == 0, res.output
@@ -552,8 +680,21 @@ def test_every_sample_of_a_conversion_has_the_same_json_keys(tmp_path):
         r["key"] = "with space " + r["key"]  # mapped; the others are not
     folder = Path(_run(write_manifest(tmp_path / "c" / "m.csv", rows), tmp_path / "out", sanitize_keys=True).out_dir)
     sets = _json_key_sets(folder)
-    assert list(sets) == [frozenset({"classes_digest", "dataset_version", "fingerprint", "height", "key", "label",
-                                     "original_key", "source_path", "width"})], sets
+    assert list(sets) == [
+        frozenset(
+            {
+                "classes_digest",
+                "dataset_version",
+                "fingerprint",
+                "height",
+                "key",
+                "label",
+                "original_key",
+                "source_path",
+                "width",
+            }
+        )
+    ], sets
     originals = {}
     for tar in sorted(folder.glob("*.tar")):
         with tarfile.open(tar) as tf:
@@ -561,17 +702,32 @@ def test_every_sample_of_a_conversion_has_the_same_json_keys(tmp_path):
                 if m.name.endswith(".json"):
                     obj = json.loads(tf.extractfile(m).read())
                     originals[obj["key"]] = obj["original_key"]
-    assert sum(k != o for k, o in originals.items()) == 4 and all(o == k for k, o in originals.items()
-                                                                   if not o.startswith("with space"))
+    assert sum(k != o for k, o in originals.items()) == 4 and all(
+        o == k for k, o in originals.items() if not o.startswith("with space")
+    )
     manifest = write_ham(tmp_path / "ham", [2, 1, 3, 1, 2, 1])
-    res = _cli("convert", "--source", manifest, *HAM_OPTIONS, "--version", "v1", "--size", 16, "--out",
-               tmp_path / "hout", "--workers", 1, "--quiet")
+    res = _cli(
+        "convert",
+        "--source",
+        manifest,
+        *HAM_OPTIONS,
+        "--version",
+        "v1",
+        "--size",
+        16,
+        "--out",
+        tmp_path / "hout",
+        "--workers",
+        1,
+        "--quiet",
+    )
     assert res.exit_code == 0, res.output
     sets = _json_key_sets(tmp_path / "hout" / "v1" / "16")
     assert len(sets) == 1 and "meta" in next(iter(sets)), sets
 
 
 # --- phone photos and every file accounted for (issue 22, rows 2 and 15) ---
+
 
 def _phone_folder(root: Path) -> list[tuple[str, np.ndarray]]:
     """An image folder with a HEIC (pillow-heif), an AVIF (Pillow), a .jfif, a .jpe, a JPEG and two non-images."""
@@ -583,8 +739,9 @@ def _phone_folder(root: Path) -> list[tuple[str, np.ndarray]]:
     pillow_heif.register_heif_opener()
     (root / "cat").mkdir(parents=True)
     made = []
-    for i, (name, fmt) in enumerate([("IMG_0001.HEIC", "HEIF"), ("x.avif", "AVIF"), ("scan.jfif", "JPEG"),
-                                     ("y.jpe", "JPEG"), ("z.jpg", "JPEG")]):
+    for i, (name, fmt) in enumerate(
+        [("IMG_0001.HEIC", "HEIF"), ("x.avif", "AVIF"), ("scan.jfif", "JPEG"), ("y.jpe", "JPEG"), ("z.jpg", "JPEG")]
+    ):
         colour = (40 * i + 30, 200 - 30 * i, 90)
         im = Image.new("RGB", (40, 40), colour)
         if fmt == "JPEG":
@@ -603,9 +760,26 @@ def test_heic_avif_jfif_and_jpe_photos_convert_and_the_rest_is_listed(tmp_path):
     from wds_tools.cli import cli
 
     made = _phone_folder(tmp_path / "photos")
-    res = CliRunner().invoke(cli, ["convert", "--source", str(tmp_path / "photos"), "--version", "v1", "--size", "32",
-                                   "--out", str(tmp_path / "out"), "--val-fraction", "0", "--workers", "1", "-q",
-                                   "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(tmp_path / "photos"),
+            "--version",
+            "v1",
+            "--size",
+            "32",
+            "--out",
+            str(tmp_path / "out"),
+            "--val-fraction",
+            "0",
+            "--workers",
+            "1",
+            "-q",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["samples_written"] == 5 and out["failed"] == 0
@@ -615,8 +789,23 @@ def test_heic_avif_jfif_and_jpe_photos_convert_and_the_rest_is_listed(tmp_path):
         pixels[sample["json"]["source_path"].split("/")[1]] = sample["npy"]
     for name, colour in made:  # a uniform colour survives each codec within a few levels
         assert np.abs(pixels[name].reshape(-1, 3).mean(axis=0) - colour).max() < 6, name
-    text = CliRunner().invoke(cli, ["convert", "--source", str(tmp_path / "photos"), "--version", "v1", "--size",
-                                    "32", "--out", str(tmp_path / "out"), "--val-fraction", "0", "-q"])
+    text = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(tmp_path / "photos"),
+            "--version",
+            "v1",
+            "--size",
+            "32",
+            "--out",
+            str(tmp_path / "out"),
+            "--val-fraction",
+            "0",
+            "-q",
+        ],
+    )
     assert "skipped 2 files of the image folder" in text.output and "cat/notes.txt: extension '.txt'" in text.output
 
 
@@ -624,13 +813,17 @@ def test_a_heic_without_the_extra_fails_naming_it(tmp_path):
     """In a fresh interpreter where pillow_heif cannot be imported, a HEIC listed in a manifest fails at
     the scan with the extra to install (not "the format is not recognised")."""
     _phone_folder(tmp_path / "photos")
-    write_manifest(tmp_path / "photos" / "m.csv", [{"key": "h", "path": "cat/IMG_0001.HEIC", "label": "cat"},
-                                                    {"key": "j", "path": "cat/z.jpg", "label": "cat"}])
-    code = ("import sys, json; sys.modules['pillow_heif'] = None\n"
-            "from wds_tools.convert import convert\n"
-            f"r = convert({str(tmp_path / 'photos' / 'm.csv')!r}, version='v1', size=32, out={str(tmp_path / 'o')!r},"
-            " workers=1, progress=False, max_errors='1', val_fraction=0.0)\n"
-            "print(open(r.errors_file).read())")
+    write_manifest(
+        tmp_path / "photos" / "m.csv",
+        [{"key": "h", "path": "cat/IMG_0001.HEIC", "label": "cat"}, {"key": "j", "path": "cat/z.jpg", "label": "cat"}],
+    )
+    code = (
+        "import sys, json; sys.modules['pillow_heif'] = None\n"
+        "from wds_tools.convert import convert\n"
+        f"r = convert({str(tmp_path / 'photos' / 'm.csv')!r}, version='v1', size=32, out={str(tmp_path / 'o')!r},"
+        " workers=1, progress=False, max_errors='1', val_fraction=0.0)\n"
+        "print(open(r.errors_file).read())"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.splitlines()[0])

@@ -286,8 +286,7 @@ def test_exif_orientation(orientation, fmt):
     ref = ImageOps.exif_transpose(Image.open(io.BytesIO(raw)))
     ref_arr = np.asarray(ref.convert("RGB"))
     rh, rw = ref_arr.shape[:2]
-    red_ref = {(r, c) for r in (0, 1) for c in (0, 1)
-               if ref_arr[rh // 4 + r * rh // 2, rw // 4 + c * rw // 2, 0] > 128}
+    red_ref = {(r, c) for r in (0, 1) for c in (0, 1) if ref_arr[rh // 4 + r * rh // 2, rw // 4 + c * rw // 2, 0] > 128}
     assert red_ref == {_RED_QUADRANT[orientation]}  # the table agrees with PIL
 
     transposed = orientation in (5, 6, 7, 8)
@@ -565,8 +564,11 @@ def _draft_scale(data: bytes, size: int, resize: str) -> int:
     im = Image.open(io.BytesIO(data))
     full = im.size
     w, h = probe_image(data)
-    sx, sy = (size / w, size / h) if resize == "squash" else ((size / min(w, h),) * 2 if resize == "center-crop"
-                                                               else (size / max(w, h),) * 2)
+    sx, sy = (
+        (size / w, size / h)
+        if resize == "squash"
+        else ((size / min(w, h),) * 2 if resize == "center-crop" else (size / max(w, h),) * 2)
+    )
     need = (max(1, int(np.ceil(w * sx))), max(1, int(np.ceil(h * sy))))
     if full != (w, h):  # EXIF-transposed: the request is in stored orientation
         need = need[::-1]
@@ -668,8 +670,9 @@ def _srgb_by_hand(im: Image.Image, icc: bytes) -> np.ndarray:
     from PIL import ImageCms
 
     src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-    out = ImageCms.profileToProfile(im, src, ImageCms.createProfile("sRGB"), outputMode="RGB",
-                                    renderingIntent=ImageCms.Intent.PERCEPTUAL)
+    out = ImageCms.profileToProfile(
+        im, src, ImageCms.createProfile("sRGB"), outputMode="RGB", renderingIntent=ImageCms.Intent.PERCEPTUAL
+    )
     return np.asarray(out)
 
 

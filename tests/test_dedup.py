@@ -57,8 +57,18 @@ def splits_of(folder: Path) -> dict[str, str]:
 
 
 def run(manifest: Path, out: Path, version: str, group: bool, **kw):
-    return convert(manifest, version=version, size=S, out=out, workers=1, progress=False, dedup=True,
-                   group="lesion" if group else None, shard_size=8, **kw)
+    return convert(
+        manifest,
+        version=version,
+        size=S,
+        out=out,
+        workers=1,
+        progress=False,
+        dedup=True,
+        group="lesion" if group else None,
+        shard_size=8,
+        **kw,
+    )
 
 
 @st.composite

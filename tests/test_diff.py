@@ -1,8 +1,8 @@
 import json
 
 from click.testing import CliRunner
-
 from conftest import make_images, upload, write_manifest
+
 from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.inspect.diff import diff_versions
@@ -26,8 +26,7 @@ def _versions(tmp_path):
 def test_diff_versions(tmp_path):
     a, b = _versions(tmp_path)
     d = diff_versions(a, b)
-    assert (d.added, d.removed, d.changed, d.relabeled, d.unchanged) == (
-        ["extra"], ["s0000"], ["s0002"], ["s0001"], 9)
+    assert (d.added, d.removed, d.changed, d.relabeled, d.unchanged) == (["extra"], ["s0000"], ["s0002"], ["s0001"], 9)
     assert diff_versions(a, a).unchanged == 12
 
 

@@ -43,11 +43,15 @@ def _copy(im: Image.Image, how: str) -> Image.Image:
 
 # key, original seed, copy kind (None: the original), split, label, lesion
 ROWS = [
-    ("a0", 0, None, "train", "benign", "L1"), ("a1", 0, "flip", "val", "benign", "L2"),   # leakage, missed group
-    ("b0", 1, None, "train", "benign", "L3"), ("b1", 1, "rescale", "train", "malignant", "L3"),  # label conflict
-    ("c0", 2, None, "train", "nevus", "L4"), ("c1", 2, "turn", "train", "nevus", "L4"),
+    ("a0", 0, None, "train", "benign", "L1"),
+    ("a1", 0, "flip", "val", "benign", "L2"),  # leakage, missed group
+    ("b0", 1, None, "train", "benign", "L3"),
+    ("b1", 1, "rescale", "train", "malignant", "L3"),  # label conflict
+    ("c0", 2, None, "train", "nevus", "L4"),
+    ("c1", 2, "turn", "train", "nevus", "L4"),
     ("c2", 2, "jpeg", "train", "nevus", "L4"),  # a clean cluster of three
-    ("d0", 3, None, "train", "benign", "L5"), ("e0", 4, None, "val", "malignant", "L6"),
+    ("d0", 3, None, "train", "benign", "L5"),
+    ("e0", 4, None, "val", "malignant", "L6"),
     ("f0", 5, None, "val", "nevus", "L7"),
 ]
 WANT = {  # cluster keys -> (cross_split, label_conflict, cross_group)
@@ -71,8 +75,23 @@ def write_corpus(root: Path, rows=ROWS) -> Path:
 
 def convert_corpus(root: Path, version: str = "v1", rows=ROWS) -> Path:
     manifest = write_corpus(root, rows)
-    r = CliRunner().invoke(cli, ["convert", "--source", str(manifest), "--version", version, "--size", str(S),
-                                 "--out", str(root / "out"), "--workers", "1", "--quiet"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            version,
+            "--size",
+            str(S),
+            "--out",
+            str(root / "out"),
+            "--workers",
+            "1",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return root / "out" / version / str(S)
 
@@ -84,15 +103,24 @@ def folder(tmp_path_factory) -> Path:
 
 def test_clusters_and_their_flags(folder):
     res = find_dups(folder, group="lesion")
-    got = {tuple(sorted(m["key"] for m in c.members)): (c.cross_split, c.label_conflict, c.cross_group)
-           for c in res.clusters}
+    got = {
+        tuple(sorted(m["key"] for m in c.members)): (c.cross_split, c.label_conflict, c.cross_group)
+        for c in res.clusters
+    }
     assert got == WANT
     c = res.counts()
     assert (c["clusters"], c["samples_in_clusters"], c["cross_split"], c["label_conflict"], c["cross_group"]) == (
-        3, 7, 1, 1, 1)
+        3,
+        7,
+        1,
+        1,
+        1,
+    )
     a = next(cl for cl in res.clusters if cl.members[0]["key"] == "a0")
-    assert [(m["split"], m["label"], m["group"]) for m in a.members] == [("train", "benign", "L1"),
-                                                                         ("val", "benign", "L2")]
+    assert [(m["split"], m["label"], m["group"]) for m in a.members] == [
+        ("train", "benign", "L1"),
+        ("val", "benign", "L2"),
+    ]
     assert res.clusters[-1].members[0]["key"] == "c0"  # flagged clusters first
     text = res.to_text()
     assert "1 cross splits (leakage)" in text and "CROSS-SPLIT" in text and "LABEL-CONFLICT" in text
@@ -108,8 +136,18 @@ def test_json_schema_and_plot(folder, tmp_path):
     r = CliRunner().invoke(cli, ["dups", str(folder), "--group", "lesion", "--json", "--plot", str(png)])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert set(d) == {"paths", "threshold", "samples", "group", "clusters", "samples_in_clusters", "cross_split",
-                      "label_conflict", "cross_group", "cluster_list"}
+    assert set(d) == {
+        "paths",
+        "threshold",
+        "samples",
+        "group",
+        "clusters",
+        "samples_in_clusters",
+        "cross_split",
+        "label_conflict",
+        "cross_group",
+        "cluster_list",
+    }
     assert d["samples"] == len(ROWS) and d["clusters"] == 3 and d["threshold"] == DEFAULT_THRESHOLD
     for c in d["cluster_list"]:
         assert set(c) == {"size", "max_distance", "cross_split", "label_conflict", "cross_group", "members"}
@@ -136,8 +174,9 @@ def test_bad_options_name_the_cause(folder):
 
 def test_across_two_datasets(folder, tmp_path):
     """A second dataset holding a flipped copy of a0 and a new photo: one cluster spans both."""
-    other = convert_corpus(tmp_path, "clinic", [("x0", 0, "turn", "train", "benign", "Z1"),
-                                                ("x1", 9, None, "train", "benign", "Z2")])
+    other = convert_corpus(
+        tmp_path, "clinic", [("x0", 0, "turn", "train", "benign", "Z1"), ("x1", 9, None, "train", "benign", "Z2")]
+    )
     res = find_dups(other, across=folder)
     spans = [sorted((m["dataset"], m["key"]) for m in c.members) for c in res.clusters]
     assert spans == [[(0, "x0"), (1, "a0"), (1, "a1")]]
@@ -209,8 +248,9 @@ def test_stats_counts_the_leaking_and_conflicting_clusters(folder):
     d = report.to_dict()["duplicates"]
     assert (d["clusters"], d["cross_split"], d["label_conflict"]) == (3, 1, 1)
     assert any("1 near-duplicate clusters cross splits" in w and "a0 a1" in w for w in report.warnings)
-    assert (f"near-duplicates (within {d['threshold']} bits): 3 clusters, 1 cross splits, 1 carry different "
-            "labels") in report.to_text()
+    assert (
+        f"near-duplicates (within {d['threshold']} bits): 3 clusters, 1 cross splits, 1 carry different labels"
+    ) in report.to_text()
 
 
 def test_verify_fails_on_leakage_only_when_asked(folder):
@@ -251,8 +291,10 @@ def test_stats_says_when_a_set_is_too_large_to_count(folder, monkeypatch):
     import wds_tools.inspect.dups as dups
     from wds_tools.inspect.stats import compute_stats
 
-    skipped = {"threshold": DEFAULT_THRESHOLD,
-               "skipped": "10 samples, more than stats counts near-duplicates for (5): run wds-tools dups"}
+    skipped = {
+        "threshold": DEFAULT_THRESHOLD,
+        "skipped": "10 samples, more than stats counts near-duplicates for (5): run wds-tools dups",
+    }
     assert dups.duplicate_counts(str(folder), limit=5) == skipped
     monkeypatch.setattr(dups, "STATS_LIMIT", 5)
     report = compute_stats(folder, workers=1)

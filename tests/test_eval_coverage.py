@@ -49,11 +49,13 @@ def _ranked(monkeypatch, rank: int, world: int) -> None:
 @pytest.mark.parametrize("reader", READERS)
 def test_row_5_a_train_split_smaller_than_a_batch_is_refused_with_the_counts(folder, reader):
     assert len(tar_keys(folder, "train")) == 11
-    with pytest.raises(OptionError, match=r"an epoch would have 0 batches: 11 samples, .*fewer than batch_size=64, "
-                                          r"and drop_last=True drops a short batch; use batch_size <= \d+"):
+    with pytest.raises(
+        OptionError,
+        match=r"an epoch would have 0 batches: 11 samples, .*fewer than batch_size=64, "
+        r"and drop_last=True drops a short batch; use batch_size <= \d+",
+    ):
         make_loader(folder, batch_size=64, train=True, num_workers=0, reader=reader)
-    ld = make_loader(folder, batch_size=64, train=True, num_workers=0, reader=reader, drop_last=False,
-                     return_keys=True)
+    ld = make_loader(folder, batch_size=64, train=True, num_workers=0, reader=reader, drop_last=False, return_keys=True)
     got = [k for b in _with_keys(ld) for k in b]
     assert len(ld) == 1 and sorted(got) == tar_keys(folder, "train") and ld.num_samples == 11
 
@@ -157,8 +159,9 @@ def test_streaming_eval_skipping_a_damaged_shard_on_two_ranks_goes_on(wide, tmp_
     seen = []
     for rank in range(2):
         _ranked(monkeypatch, rank, 2)
-        ld = make_loader(root, batch_size=2, train=False, num_workers=0, reader="stream", on_error="skip",
-                         return_keys=True)
+        ld = make_loader(
+            root, batch_size=2, train=False, num_workers=0, reader="stream", on_error="skip", return_keys=True
+        )
         seen += [k for b in _with_keys(ld) for k in b]
     assert len(seen) == len(set(seen)) and intact <= set(seen) < set(tar_keys(wide, "val"))
     assert "val-000001.tar" in caplog.text

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import make_images, write_manifest
+
 from wds_tools.cli import cli
 from wds_tools.convert import WORK_DIR, convert
 from wds_tools.errors import OutputExistsError, TooManyErrorsError
@@ -50,9 +50,12 @@ def _run(manifest, out, **kw):
 def test_decode_stage_failures_past_the_limit_stop_without_an_index(damaged, tmp_path):
     manifest, _ = damaged
     dest = tmp_path / "out/v1/32"
-    with pytest.raises(TooManyErrorsError, match=r"3 of 40 source files failed \(0 unreadable at the scan, 3 at "
-                                                 r"decoding so far\), more than --max-errors allows \(2\)\. Stopped "
-                                                 r"with \d+ of \d+ shards .* and no index.json"):
+    with pytest.raises(
+        TooManyErrorsError,
+        match=r"3 of 40 source files failed \(0 unreadable at the scan, 3 at "
+        r"decoding so far\), more than --max-errors allows \(2\)\. Stopped "
+        r"with \d+ of \d+ shards .* and no index.json",
+    ):
         _run(manifest, tmp_path / "out", max_errors="2")
     assert not (dest / "index.json").exists() and (dest / WORK_DIR / "run.json").exists()
     errors = [json.loads(line) for line in open(dest / "errors.jsonl")]
@@ -62,8 +65,9 @@ def test_decode_stage_failures_past_the_limit_stop_without_an_index(damaged, tmp
     # the same command stops again, at once: no shard is decoded or rewritten
     with pytest.raises(TooManyErrorsError, match=r"more than --max-errors allows \(2\)"):
         _run(manifest, tmp_path / "out", max_errors="2")
-    assert {n: t for n, t in _stamps(dest).items() if n != "errors.jsonl"} == \
-        {n: t for n, t in kept.items() if n != "errors.jsonl"}
+    assert {n: t for n, t in _stamps(dest).items() if n != "errors.jsonl"} == {
+        n: t for n, t in kept.items() if n != "errors.jsonl"
+    }
     assert (dest / "errors.jsonl").read_bytes() == listed and not (dest / "index.json").exists()
     # a raised limit finishes: the shards kept are not made again, only the rest is written
     res = _run(manifest, tmp_path / "out", max_errors="4")
@@ -90,8 +94,22 @@ def test_repaired_files_make_their_shards_again(damaged, tmp_path):
 
 def test_cli_exits_non_zero_until_the_limit_is_raised(damaged, tmp_path):
     manifest, _ = damaged
-    args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "32", "--out", str(tmp_path / "out"),
-            "--shard-size", "4", "--workers", "2", "--quiet"]
+    args = [
+        "convert",
+        "--source",
+        str(manifest),
+        "--version",
+        "v1",
+        "--size",
+        "32",
+        "--out",
+        str(tmp_path / "out"),
+        "--shard-size",
+        "4",
+        "--workers",
+        "2",
+        "--quiet",
+    ]
     for _ in range(2):
         res = CliRunner().invoke(cli, args + ["--max-errors", "3"])
         assert res.exit_code == 1 and "more than --max-errors allows (3)" in res.output
@@ -140,10 +158,26 @@ def test_a_run_killed_after_its_index_is_cleaned_by_the_next_run(tmp_path, then)
     for r in rows:
         r["sha256"] = __import__("hashlib").sha256((root / r["path"]).read_bytes()).hexdigest()
     manifest = write_manifest(root / "m.csv", rows, fields=("key", "path", "label", "sha256"))
-    args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "32", "--shard-size", "4",
-            "--workers", "1", "--quiet"]
-    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER_INDEX, *args, "--out", str(tmp_path / "out")],
-                            cwd=ROOT, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    args = [
+        "convert",
+        "--source",
+        str(manifest),
+        "--version",
+        "v1",
+        "--size",
+        "32",
+        "--shard-size",
+        "4",
+        "--workers",
+        "1",
+        "--quiet",
+    ]
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_INDEX, *args, "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert killed.returncode == -signal.SIGKILL
     dest = tmp_path / "out/v1/32"
     assert (dest / "index.json").exists() and (dest / WORK_DIR).is_dir()  # complete, but not cleaned
@@ -159,8 +193,12 @@ def test_a_run_killed_after_its_index_is_cleaned_by_the_next_run(tmp_path, then)
         with pytest.raises(OutputExistsError):
             convert(manifest, version="v1", size=32, out=tmp_path / "out", shard_size=5, progress=False)
     assert not list(dest.glob(".*"))
-    ref = subprocess.run([sys.executable, "-m", "wds_tools", *args, "--out", str(tmp_path / "ref")], cwd=ROOT,
-                         capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ref = subprocess.run(
+        [sys.executable, "-m", "wds_tools", *args, "--out", str(tmp_path / "ref")],
+        cwd=ROOT,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert ref.returncode == 0
     assert _files(dest) == _files(tmp_path / "ref/v1/32")
 

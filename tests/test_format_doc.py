@@ -43,6 +43,7 @@ MODES = ("center-crop", "squash", "pad")
 
 # ------------------------------------------------------------------ a corpus of real files
 
+
 def _photo(w: int, h: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     coarse = rng.integers(0, 256, (max(2, h // 8), max(2, w // 8), 3), dtype=np.uint8)
@@ -80,19 +81,29 @@ def write_corpus(root: Path) -> None:
     files["img/rgba.png"] = _png(Image.fromarray(rgba))
     pal = Image.fromarray(_photo(45, 30, 25)).quantize(16)
     files["img/pal.png"] = _png(pal, transparency=3)
-    files["img/grey16.png"] = _png(Image.fromarray((_photo(30, 20, 26)[..., 1].astype(np.uint16) * 257 + 7)))
+    files["img/grey16.png"] = _png(Image.fromarray(_photo(30, 20, 26)[..., 1].astype(np.uint16) * 257 + 7))
     files["img/caf\u00e9.jpg"] = _jpeg(_photo(64, 48, 27))  # a non-ASCII source path
     files["img/truncated.jpg"] = _jpeg(_photo(200, 150, 28))[:900]  # header fine, data cut: decode fails
     for rel, data in files.items():
         (root / rel).write_bytes(data)
     rows = [  # key, path, label, split ("" = hashed)
-        ("j0", "img/j0.jpg", "cat", "train"), ("j1", "img/j1.jpg", "dog", ""), ("j2", "img/j2.jpg", "owl", ""),
-        ("j3", "img/j3.jpg", "cat", ""), ("j4", "img/j4.jpg", "dog", "val"), ("j5", "img/j5.jpg", "owl", ""),
-        ("j6", "img/j6.jpg", "cat", ""), ("rot 6", "img/rot6.jpg", "dog", ""), ("rot3", "img/rot3.jpg", "owl", ""),
-        ("x y", "img/grey.jpg", "cat", ""), ("x_y", "img/rgb.png", "dog", ""),
-        ("rgba", "img/rgba.png", "owl", "train"), ("pal", "img/pal.png", "cat", ""),
-        ("g16", "img/grey16.png", "dog", ""), ("cafe", "img/caf\u00e9.jpg", "owl", ""),
-        ("half", "img/half.png", "bat", ""), ("cut", "img/truncated.jpg", "cat", ""),
+        ("j0", "img/j0.jpg", "cat", "train"),
+        ("j1", "img/j1.jpg", "dog", ""),
+        ("j2", "img/j2.jpg", "owl", ""),
+        ("j3", "img/j3.jpg", "cat", ""),
+        ("j4", "img/j4.jpg", "dog", "val"),
+        ("j5", "img/j5.jpg", "owl", ""),
+        ("j6", "img/j6.jpg", "cat", ""),
+        ("rot 6", "img/rot6.jpg", "dog", ""),
+        ("rot3", "img/rot3.jpg", "owl", ""),
+        ("x y", "img/grey.jpg", "cat", ""),
+        ("x_y", "img/rgb.png", "dog", ""),
+        ("rgba", "img/rgba.png", "owl", "train"),
+        ("pal", "img/pal.png", "cat", ""),
+        ("g16", "img/grey16.png", "dog", ""),
+        ("cafe", "img/caf\u00e9.jpg", "owl", ""),
+        ("half", "img/half.png", "bat", ""),
+        ("cut", "img/truncated.jpg", "cat", ""),
         ("gone", "img/missing.jpg", "bat", "val"),
     ]
     with open(root / "m.csv", "w", newline="", encoding="utf-8") as f:
@@ -116,10 +127,32 @@ def converted(corpus) -> dict[str, Path]:
     os.chdir(corpus)
     try:
         for mode in MODES:
-            r = CliRunner().invoke(cli, ["convert", "--source", "m.csv", "--version", mode, "--size", str(S),
-                                         "--out", "out", "--resize", mode, "--shard-size", str(SHARD_SIZE),
-                                         "--val-fraction", str(VAL_FRACTION), "--max-errors", "2",
-                                         "--sanitize-keys", "--workers", "1", "--quiet"])
+            r = CliRunner().invoke(
+                cli,
+                [
+                    "convert",
+                    "--source",
+                    "m.csv",
+                    "--version",
+                    mode,
+                    "--size",
+                    str(S),
+                    "--out",
+                    "out",
+                    "--resize",
+                    mode,
+                    "--shard-size",
+                    str(SHARD_SIZE),
+                    "--val-fraction",
+                    str(VAL_FRACTION),
+                    "--max-errors",
+                    "2",
+                    "--sanitize-keys",
+                    "--workers",
+                    "1",
+                    "--quiet",
+                ],
+            )
             assert r.exit_code == 0, r.output
             out[mode] = corpus / "out" / mode / str(S)
     finally:
@@ -128,6 +161,7 @@ def converted(corpus) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------ the doc reader: rows, keys, plan
+
 
 def blake(text: str, digest_size: int) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=digest_size).digest()
@@ -158,8 +192,17 @@ def read_rows(root: Path) -> list[dict]:
     rows = []
     for (line, r), key in zip(raw, keys):
         split = r["split"] or ("val" if h_split(key) < VAL_FRACTION * 2**64 else "train")
-        rows.append({"key": key, "source_path": r["path"], "label": r["label"], "split": split, "line": line,
-                     "original_key": r["key"] if r["key"] != key else None, "file": root / r["path"]})
+        rows.append(
+            {
+                "key": key,
+                "source_path": r["path"],
+                "label": r["label"],
+                "split": split,
+                "line": line,
+                "original_key": r["key"] if r["key"] != key else None,
+                "file": root / r["path"],
+            }
+        )
     return rows
 
 
@@ -173,8 +216,10 @@ def classes_of(rows: list[dict]) -> list[str]:
 def source_digest(rows: list[dict]) -> str:
     def tail(r):
         return "\t" + compact(r["meta"]) if "meta" in r else ""
-    return hashlib.sha256(b"".join(f"{r['key']}\t{r['source_path']}\t{r['label']}\t{r['split']}{tail(r)}\n".encode()
-                                   for r in rows)).hexdigest()
+
+    return hashlib.sha256(
+        b"".join(f"{r['key']}\t{r['source_path']}\t{r['label']}\t{r['split']}{tail(r)}\n".encode() for r in rows)
+    ).hexdigest()
 
 
 def compact(obj) -> str:
@@ -196,8 +241,9 @@ def plan(rows: list[dict], classes: list[str]) -> list[tuple[str, list[dict]]]:
     index = {c: i for i, c in enumerate(classes)}
     shards = []
     for split in sorted({r["split"] for r in rows}):
-        members = sorted((r for r in rows if r["split"] == split),
-                         key=lambda r: (index[r["label"]], h_order(r["key"]), r["key"]))
+        members = sorted(
+            (r for r in rows if r["split"] == split), key=lambda r: (index[r["label"]], h_order(r["key"]), r["key"])
+        )
         n = math.ceil(len(members) / SHARD_SIZE)
         for s in range(n):
             dealt = [r for p, r in enumerate(members) if p % n == s]
@@ -207,6 +253,7 @@ def plan(rows: list[dict], classes: list[str]) -> list[tuple[str, list[dict]]]:
 
 # ------------------------------------------------------------------ the doc reader: pixels
 
+
 def to_rgb(im: Image.Image) -> Image.Image:
     mode = im.mode
     if mode in ("L", "RGB") and "transparency" in im.info:
@@ -215,7 +262,7 @@ def to_rgb(im: Image.Image) -> Image.Image:
         return im
     elif mode.startswith("I;16") or mode == "I":  # Pixel values and colour: no sBIT in this corpus
         v = np.clip(np.asarray(im).astype(np.int64), 0, None)
-        b = 16 if mode.startswith("I;16") else next(b for b in (8, 16, 24, 32) if v.max() < 2 ** b)
+        b = 16 if mode.startswith("I;16") else next(b for b in (8, 16, 24, 32) if v.max() < 2**b)
         return Image.fromarray((v >> (b - 8)).astype(np.uint8), "L").convert("RGB")
     elif mode == "P":
         im = im.convert("RGBA") if "transparency" in im.info else im.convert("RGB")
@@ -267,9 +314,10 @@ def doc_pixels(path: Path, mode: str) -> tuple[np.ndarray, int, int]:
 
 # ------------------------------------------------------------------ the doc reader: bytes
 
+
 def tar_header(name: str, size: int) -> bytes:
     h = bytearray(512)
-    h[0:len(name)] = name.encode("ascii")
+    h[0 : len(name)] = name.encode("ascii")
     h[100:108], h[108:116], h[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
     h[124:136] = b"%011o\0" % size
     h[136:148] = b"00000000000\0"
@@ -294,10 +342,37 @@ def npz_file(columns: list[tuple[str, np.ndarray]]) -> bytes:
     for name, arr in columns:
         data, fname = npy_file(arr), f"{name}.npy".encode()
         crc, offset = zlib.crc32(data), len(local)
-        local += struct.pack("<IBBHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0, 0x21, crc, 0xFFFFFFFF, 0xFFFFFFFF,
-                             len(fname), 20) + fname + struct.pack("<HHQQ", 1, 16, len(data), len(data)) + data
-        central += struct.pack("<IBBBBHHHHIIIHHHHHII", 0x02014B50, 45, 3, 45, 0, 0, 0, 0, 0x21, crc, len(data),
-                               len(data), len(fname), 0, 0, 0, 0, 0o644 << 16, offset) + fname
+        local += (
+            struct.pack("<IBBHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0, 0x21, crc, 0xFFFFFFFF, 0xFFFFFFFF, len(fname), 20)
+            + fname
+            + struct.pack("<HHQQ", 1, 16, len(data), len(data))
+            + data
+        )
+        central += (
+            struct.pack(
+                "<IBBBBHHHHIIIHHHHHII",
+                0x02014B50,
+                45,
+                3,
+                45,
+                0,
+                0,
+                0,
+                0,
+                0x21,
+                crc,
+                len(data),
+                len(data),
+                len(fname),
+                0,
+                0,
+                0,
+                0,
+                0o644 << 16,
+                offset,
+            )
+            + fname
+        )
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(columns), len(columns), len(central), len(local), 0)
     return bytes(local + central + end)
 
@@ -308,9 +383,16 @@ def classes_digest(classes: list[str]) -> str:
 
 
 def sample_json(r: dict, width: int, height: int, fingerprint: bytes, version: str, classes: list[str]) -> bytes:
-    obj = {"key": r["key"], "label": r["label"], "source_path": r["source_path"], "width": width,
-           "height": height, "fingerprint": "xxh3_128:" + fingerprint.hex(), "dataset_version": version,
-           "classes_digest": classes_digest(classes)}
+    obj = {
+        "key": r["key"],
+        "label": r["label"],
+        "source_path": r["source_path"],
+        "width": width,
+        "height": height,
+        "fingerprint": "xxh3_128:" + fingerprint.hex(),
+        "dataset_version": version,
+        "classes_digest": classes_digest(classes),
+    }
     obj["original_key"] = r["original_key"] if r["original_key"] is not None else r["key"]  # always present
     if "meta" in r:
         obj["meta"] = r["meta"]
@@ -328,8 +410,15 @@ def mean_std(hist: np.ndarray):
     return [round(float(x) / 255, 6) for x in m], [round(float(x) / 255, 6) for x in sd]
 
 
-def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: str | None = None,
-            metadata: list[dict] | None = None, build: dict | None = None) -> dict[str, bytes]:
+def rebuild(
+    root: Path,
+    mode: str,
+    rows: list[dict] | None = None,
+    *,
+    version: str | None = None,
+    metadata: list[dict] | None = None,
+    build: dict | None = None,
+) -> dict[str, bytes]:
     """Every file of a conversion (but errors.jsonl), from the sources and FORMAT.md alone: of m.csv
     (``rows`` None), or of ``rows`` with their ``metadata`` columns and the ``build`` fields they add."""
     version = version or mode
@@ -338,9 +427,29 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
     label_index = {c: i for i, c in enumerate(classes)}
     good = [r for r in rows if scan_ok(r["file"])]
     files: dict[str, bytes] = {}
-    cols: dict[str, list] = {c: [] for c in ("key", "label", "shard", "fingerprint", "width", "height", "src_size",
-                                            "cls_offset", "cls_length", "i32_offset", "i32_length", "json_offset",
-                                            "json_length", "npy_offset", "npy_length", "npy_xxh3", "phash", "path")}
+    cols: dict[str, list] = {
+        c: []
+        for c in (
+            "key",
+            "label",
+            "shard",
+            "fingerprint",
+            "width",
+            "height",
+            "src_size",
+            "cls_offset",
+            "cls_length",
+            "i32_offset",
+            "i32_length",
+            "json_offset",
+            "json_length",
+            "npy_offset",
+            "npy_length",
+            "npy_xxh3",
+            "phash",
+            "path",
+        )
+    }
     shards, splits, hist = [], {}, {}
     for number, (name, members) in enumerate(plan(good, classes)):
         split = name.rsplit("-", 1)[0]
@@ -354,8 +463,12 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
             data = r["file"].read_bytes()
             st = r["file"].stat()
             npy = npy_file(pixels)
-            entry = {"cls": str(label_index[r["label"]]).encode(), "i32": struct.pack("<i", label_index[r["label"]]),
-                     "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data), version, classes), "npy": npy}
+            entry = {
+                "cls": str(label_index[r["label"]]).encode(),
+                "i32": struct.pack("<i", label_index[r["label"]]),
+                "json": sample_json(r, width, height, xxhash.xxh3_128_digest(data), version, classes),
+                "npy": npy,
+            }
             for ext, payload in entry.items():
                 tar += tar_header(f"{r['key']}.{ext}", len(payload))
                 cols[f"{ext}_offset"].append(len(tar))
@@ -382,53 +495,121 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
         tar += bytes(-len(tar) % 10240)
         files[name] = bytes(tar)
         splits.setdefault(split, {"samples": 0, "shards": 0, "class_counts": [0] * len(classes)})["shards"] += 1
-        shards.append({"name": name, "split": split, "samples": written, "bytes": len(tar),
-                       "sha256": hashlib.sha256(tar).hexdigest()})
+        shards.append(
+            {
+                "name": name,
+                "split": split,
+                "samples": written,
+                "bytes": len(tar),
+                "sha256": hashlib.sha256(tar).hexdigest(),
+            }
+        )
     n = max([len(k) for k in cols["key"]] + [1])
     paths = cols.pop("path")
     metas = cols.pop("meta", [])
-    table = [("key", np.array(cols["key"], dtype=f"|S{n}")), ("label", np.array(cols["label"], "<i4")),
-             ("shard", np.array(cols["shard"], "<u4")),
-             ("fingerprint", np.frombuffer(b"".join(cols["fingerprint"]), "|u1").reshape(-1, 16))]
-    table += [(c, np.array(cols[c], d)) for c, d in [
-        ("width", "<u4"), ("height", "<u4"), ("src_size", "<u8"), ("cls_offset", "<u8"),
-        ("cls_length", "<u8"), ("i32_offset", "<u8"), ("i32_length", "<u8"), ("json_offset", "<u8"), ("json_length", "<u8"), ("npy_offset", "<u8"),
-        ("npy_length", "<u8"), ("npy_xxh3", "<u8"), ("phash", "<u8")]]
-    table += [("path_offsets", np.array([0] + list(np.cumsum([len(p) for p in paths])), "<u8")),
-              ("path_data", np.frombuffer(b"".join(paths), "|u1"))]
+    table = [
+        ("key", np.array(cols["key"], dtype=f"|S{n}")),
+        ("label", np.array(cols["label"], "<i4")),
+        ("shard", np.array(cols["shard"], "<u4")),
+        ("fingerprint", np.frombuffer(b"".join(cols["fingerprint"]), "|u1").reshape(-1, 16)),
+    ]
+    table += [
+        (c, np.array(cols[c], d))
+        for c, d in [
+            ("width", "<u4"),
+            ("height", "<u4"),
+            ("src_size", "<u8"),
+            ("cls_offset", "<u8"),
+            ("cls_length", "<u8"),
+            ("i32_offset", "<u8"),
+            ("i32_length", "<u8"),
+            ("json_offset", "<u8"),
+            ("json_length", "<u8"),
+            ("npy_offset", "<u8"),
+            ("npy_length", "<u8"),
+            ("npy_xxh3", "<u8"),
+            ("phash", "<u8"),
+        ]
+    ]
+    table += [
+        ("path_offsets", np.array([0] + list(np.cumsum([len(p) for p in paths])), "<u8")),
+        ("path_data", np.frombuffer(b"".join(paths), "|u1")),
+    ]
     table += metadata_arrays(metadata or [], metas)
     files["samples.npz"] = npz_file(table)
     for split, sp in splits.items():
         sp["urls"] = f"{split}-000000.tar" if sp["shards"] == 1 else f"{split}-{{000000..{sp['shards'] - 1:06d}}}.tar"
         sp["mean"], sp["std"] = mean_std(hist[split])
-        files[f"{split}.wids.json"] = (json.dumps({
-            "__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{version}/{S}/{split}",
-            "shardlist": [{"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]}
-                          for s in shards if s["split"] == split]}, sort_keys=True, indent=1) + "\n").encode()
+        files[f"{split}.wids.json"] = (
+            json.dumps(
+                {
+                    "__kind__": "wids-shard-index-v1",
+                    "wids_version": 1,
+                    "name": f"{version}/{S}/{split}",
+                    "shardlist": [
+                        {"url": s["name"], "nsamples": s["samples"], "filesize": s["bytes"]}
+                        for s in shards
+                        if s["split"] == split
+                    ],
+                },
+                sort_keys=True,
+                indent=1,
+            )
+            + "\n"
+        ).encode()
     for number, s in enumerate(shards):
         lines = [f"v1.2 {s['samples']}"]
         for r in (i for i, sh in enumerate(cols["shard"]) if sh == number):
-            lines.append(" ".join(f"{e} {cols[f'{e}_offset'][r]} {cols[f'{e}_length'][r]} {cols['key'][r].decode()}.{e}"
-                                  for e in ("cls", "i32", "json", "npy")))
+            lines.append(
+                " ".join(
+                    f"{e} {cols[f'{e}_offset'][r]} {cols[f'{e}_length'][r]} {cols['key'][r].decode()}.{e}"
+                    for e in ("cls", "i32", "json", "npy")
+                )
+            )
         files[s["name"][:-4] + ".idx"] = ("\n".join(lines) + "\n").encode()
     top = hist["train"] if "train" in hist else sum(hist.values())
     mean, std = mean_std(top)
     meta = {
-        "format": "wds-tools-index", "format_version": 3, "created_by": f"wds-tools {package_version('wds-tools')}",
-        "dataset_version": version, "size": S, "resize": mode,
-        "decode": {"draft": True, "filter": "lanczos", "alpha_background": list(ALPHA_BACKGROUND),
-                   "pad_fill": list(PAD_FILL), "max_pixels": MAX_PIXELS, "colour": "srgb"},
+        "format": "wds-tools-index",
+        "format_version": 3,
+        "created_by": f"wds-tools {package_version('wds-tools')}",
+        "dataset_version": version,
+        "size": S,
+        "resize": mode,
+        "decode": {
+            "draft": True,
+            "filter": "lanczos",
+            "alpha_background": list(ALPHA_BACKGROUND),
+            "pad_fill": list(PAD_FILL),
+            "max_pixels": MAX_PIXELS,
+            "colour": "srgb",
+        },
         "decoder_versions": {"pillow": Image.__version__, "libjpeg": str(features.version("jpg"))},
-        "build": {"shard_size": SHARD_SIZE, "seed": SEED, "val_fraction": VAL_FRACTION, "sanitize_keys": True,
-                  "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},
-                  "source_path": "m.csv", "base": None, **(build or {})},
+        "build": {
+            "shard_size": SHARD_SIZE,
+            "seed": SEED,
+            "val_fraction": VAL_FRACTION,
+            "sanitize_keys": True,
+            "source": {"kind": "csv", "rows": len(rows), "digest": source_digest(rows)},
+            "source_path": "m.csv",
+            "base": None,
+            **(build or {}),
+        },
         "sample": {"members": ["cls", "i32", "json", "npy"], "npy_dtype": "uint8", "npy_shape": [S, S, 3]},
-        "classes": classes, "classes_digest": classes_digest(classes),
+        "classes": classes,
+        "classes_digest": classes_digest(classes),
         "class_counts": [sum(sp["class_counts"][c] for sp in splits.values()) for c in range(len(classes))],
-        "samples": len(cols["key"]), "mean": mean, "std": std,
-        "stats_split": "train" if "train" in splits else "all", "splits": splits, "shards": shards,
-        "samples_file": {"name": "samples.npz", "bytes": len(files["samples.npz"]),
-                         "sha256": hashlib.sha256(files["samples.npz"]).hexdigest()},
+        "samples": len(cols["key"]),
+        "mean": mean,
+        "std": std,
+        "stats_split": "train" if "train" in splits else "all",
+        "splits": splits,
+        "shards": shards,
+        "samples_file": {
+            "name": "samples.npz",
+            "bytes": len(files["samples.npz"]),
+            "sha256": hashlib.sha256(files["samples.npz"]).hexdigest(),
+        },
         "errors_file": "errors.jsonl",
     }
     if metadata:
@@ -438,6 +619,7 @@ def rebuild(root: Path, mode: str, rows: list[dict] | None = None, *, version: s
 
 
 # ------------------------------------------------------------------ the tests
+
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_file_rebuilt_from_the_doc_is_the_converters(corpus, converted, mode):
@@ -470,7 +652,9 @@ def test_the_corpus_exercises_the_rules(corpus, converted):
     assert meta["classes"] == ["bat", "cat", "dog", "owl"]
     errors = [json.loads(line) for line in (converted["pad"] / "errors.jsonl").read_text().splitlines()]
     assert [(e["key"], e["path"], e["line"], e["stage"]) for e in errors] == [
-        ("cut", "img/truncated.jpg", 18, "decode"), ("gone", "img/missing.jpg", 19, "scan")]
+        ("cut", "img/truncated.jpg", 18, "decode"),
+        ("gone", "img/missing.jpg", 19, "scan"),
+    ]
     assert {r["split"] for r in rows if r["split"] and r["key"] not in ("j0", "j4", "rgba", "gone")} == {"train", "val"}
 
 
@@ -484,9 +668,9 @@ def test_center_crop_is_one_resampling_of_the_exact_box(corpus, converted):
     for shard in sorted(folder.glob("*.tar")):
         data = shard.read_bytes()
         pos = 0
-        while data[pos:pos + 512] != bytes(512):
-            name = data[pos:pos + 100].rstrip(b"\0").decode()
-            size = int(data[pos + 124:pos + 135], 8)
+        while data[pos : pos + 512] != bytes(512):
+            name = data[pos : pos + 100].rstrip(b"\0").decode()
+            size = int(data[pos + 124 : pos + 135], 8)
             if name.endswith(".npy"):
                 stored[name[:-4]] = np.frombuffer(data, np.uint8, S * S * 3, pos + 512 + 128).reshape(S, S, 3)
             pos += 512 + size + (-size % 512)
@@ -514,8 +698,23 @@ def test_digit_labels_that_are_not_integers_do_not_crash(tmp_path, odd):
         for i, label in enumerate([odd, "3", "10"]):
             (tmp_path / "img" / f"{i}.jpg").write_bytes(_jpeg(_photo(20, 20, i)))
             w.writerow([f"k{i}", f"img/{i}.jpg", label])
-    r = CliRunner().invoke(cli, ["convert", "--source", str(tmp_path / "m.csv"), "--version", "v1", "--size", "8",
-                                 "--out", str(tmp_path / "out"), "--workers", "1", "--quiet"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(tmp_path / "m.csv"),
+            "--version",
+            "v1",
+            "--size",
+            "8",
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "1",
+            "--quiet",
+        ],
+    )
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
     if r.exit_code == 0:  # converted: each .cls is its json label's position in classes
         meta = json.loads((tmp_path / "out/v1/8/index.json").read_text())
@@ -539,15 +738,38 @@ def test_samples_npz_bytes_do_not_depend_on_the_os(monkeypatch):
 # ------------------------------------------------------------------ version 2: a dataset's own metadata file
 
 META_HEADER = ["lesion_id", "image_id", "dx", "dx_type", "age", "sex", "localization", "code", "count"]
-META_OPTIONS = ["--key", "image_id", "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesion_id",
-                "--stratify"]
-META_BUILD = {"columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "split": None},
-              "group": "lesion_id", "stratify": True}
+META_OPTIONS = [
+    "--key",
+    "image_id",
+    "--label",
+    "dx",
+    "--path",
+    "images/{image_id}.jpg",
+    "--group",
+    "lesion_id",
+    "--stratify",
+]
+META_BUILD = {
+    "columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "split": None},
+    "group": "lesion_id",
+    "stratify": True,
+}
 # (lesion, dx of each image): lesion L4's labels tie (its class is the smaller index, mel), two images have no
 # lesion (each its own unit), ISIC_0000005's file is missing (a scan failure; its site is in no other row)
-LESIONS = [("L1", "nv nv nv"), ("L2", "mel"), ("L3", "nv nv"), ("", "bkl"), ("L4", "nv mel nv mel"),
-           ("L5", "mel mel"), ("", "nv"), ("L6", "bkl"), ("L7", "mel bkl mel"), ("L8", "nv"), ("L9", "nv nv"),
-           ("L10", "bkl bkl")]
+LESIONS = [
+    ("L1", "nv nv nv"),
+    ("L2", "mel"),
+    ("L3", "nv nv"),
+    ("", "bkl"),
+    ("L4", "nv mel nv mel"),
+    ("L5", "mel mel"),
+    ("", "nv"),
+    ("L6", "bkl"),
+    ("L7", "mel bkl mel"),
+    ("L8", "nv"),
+    ("L9", "nv nv"),
+    ("L10", "bkl bkl"),
+]
 NEW_LESIONS = [("L11", "mel mel"), ("L12", "nv"), ("L2", "mel")]  # the second version: two new lesions, L2 grows
 MISSING_IMAGE = "ISIC_0000005"
 
@@ -555,11 +777,22 @@ MISSING_IMAGE = "ISIC_0000005"
 def _meta_cells(n: int, lesion: str, dx: str) -> list[str]:
     """A HAM10000-shaped row: floats written several ways, a code with leading zeros (text), an int
     column with negatives and gaps, unicode sites, missing cells."""
-    site = "only-the-failed-row" if f"ISIC_{n:07d}" == MISSING_IMAGE else \
-        ["back", "\u00e9paule", "\u982d\u76ae", "", "lower extremity", "back"][n % 6]
-    return [lesion, f"ISIC_{n:07d}", dx, ["histo", "follow_up", "consensus"][n % 3],
-            ["45", "60.5", "+3", ".5", "", "1e1", "70"][n % 7], ["male", "female", ""][n % 3], site,
-            ["007", "12", "0"][n % 3], ["3", "-1", "", "0"][n % 4]]
+    site = (
+        "only-the-failed-row"
+        if f"ISIC_{n:07d}" == MISSING_IMAGE
+        else ["back", "\u00e9paule", "\u982d\u76ae", "", "lower extremity", "back"][n % 6]
+    )
+    return [
+        lesion,
+        f"ISIC_{n:07d}",
+        dx,
+        ["histo", "follow_up", "consensus"][n % 3],
+        ["45", "60.5", "+3", ".5", "", "1e1", "70"][n % 7],
+        ["male", "female", ""][n % 3],
+        site,
+        ["007", "12", "0"][n % 3],
+        ["3", "-1", "", "0"][n % 4],
+    ]
 
 
 def write_meta_corpus(root: Path, lesions=LESIONS) -> list[list[str]]:
@@ -583,10 +816,31 @@ def convert_meta(root: Path, version: str, val_fraction: float) -> Path:
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        r = CliRunner().invoke(cli, ["convert", "--source", "meta.csv", "--version", version, "--size", str(S),
-                                     "--out", "out", "--shard-size", str(SHARD_SIZE), "--val-fraction",
-                                     str(val_fraction), "--max-errors", "2", "--sanitize-keys", "--workers", "1",
-                                     "--quiet", *META_OPTIONS])
+        r = CliRunner().invoke(
+            cli,
+            [
+                "convert",
+                "--source",
+                "meta.csv",
+                "--version",
+                version,
+                "--size",
+                str(S),
+                "--out",
+                "out",
+                "--shard-size",
+                str(SHARD_SIZE),
+                "--val-fraction",
+                str(val_fraction),
+                "--max-errors",
+                "2",
+                "--sanitize-keys",
+                "--workers",
+                "1",
+                "--quiet",
+                *META_OPTIONS,
+            ],
+        )
         assert r.exit_code == 0, r.output
     finally:
         os.chdir(cwd)
@@ -602,10 +856,11 @@ def column_type(texts: list[str | None]) -> str:
     present = [t for t in texts if t is not None]
 
     def is_int(t):
-        return bool(INT_TEXT.fullmatch(t)) and -2**63 <= int(t) < 2**63
+        return bool(INT_TEXT.fullmatch(t)) and -(2**63) <= int(t) < 2**63
 
     def is_float(t):
         return is_int(t) if INT_TEXT.fullmatch(t) else bool(FLOAT_TEXT.fullmatch(t)) and math.isfinite(float(t))
+
     if present and all(map(is_int, present)):
         return "int"
     if present and all(map(is_float, present)):
@@ -618,8 +873,9 @@ def unit_text(value) -> str:
     if isinstance(value, str):
         if re.fullmatch(r"-?(0|[1-9][0-9]*)", value):
             return str(int(value))
-        if re.fullmatch(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", value) and \
-                math.isfinite(float(value)):
+        if re.fullmatch(r"[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", value) and math.isfinite(
+            float(value)
+        ):
             value = float(value)
         else:
             return value
@@ -645,8 +901,7 @@ def draw_splits(rows: list[dict], classes: list[str], val_fraction: float, fixed
         total = sum(sum(units[u].values()) for u in members)
         v = sum(sum(units[u].values()) for u in members if fixed.get(u) == "val")
         free = [u for u in members if u not in fixed]
-        h = {u: int.from_bytes(blake(f"group:{SEED}:{u[1]}", 8), "big") if u[0] == "g" else h_split(u[1])
-             for u in free}
+        h = {u: int.from_bytes(blake(f"group:{SEED}:{u[1]}", 8), "big") if u[0] == "g" else h_split(u[1]) for u in free}
         for u in sorted(free, key=lambda u: (h[u], u)):
             size = sum(units[u].values())
             if (2 * v + size) * q < 2 * p * total:
@@ -668,11 +923,21 @@ def read_meta_rows(root: Path, val_fraction: float, fixed: dict | None = None) -
     types = [column_type([t[i] for t in texts]) for i in range(len(names))]
     rows = []
     for (line, r), cells in zip(raw, texts):
-        meta = {c: None if t is None else int(t) if ty == "int" else float(t) if ty == "float" else t
-                for c, t, ty in zip(names, cells, types)}
-        rows.append({"key": r["image_id"], "source_path": f"images/{r['image_id']}.jpg", "label": r["dx"],
-                     "line": line, "original_key": None, "file": root / "images" / f"{r['image_id']}.jpg",
-                     "meta": meta})
+        meta = {
+            c: None if t is None else int(t) if ty == "int" else float(t) if ty == "float" else t
+            for c, t, ty in zip(names, cells, types)
+        }
+        rows.append(
+            {
+                "key": r["image_id"],
+                "source_path": f"images/{r['image_id']}.jpg",
+                "label": r["dx"],
+                "line": line,
+                "original_key": None,
+                "file": root / "images" / f"{r['image_id']}.jpg",
+                "meta": meta,
+            }
+        )
     draw_splits(rows, classes_of(rows), val_fraction, fixed or {})
     return rows, [{"name": c, "type": t} for c, t in zip(names, types)]
 
@@ -683,16 +948,20 @@ def metadata_arrays(metadata: list[dict], metas: list[dict]) -> list[tuple[str, 
     for i, c in enumerate(metadata):
         values = [m[c["name"]] for m in metas]
         if c["type"] == "int":
-            out += [(f"meta{i}", np.array([0 if v is None else v for v in values], "<i8")),
-                    (f"meta{i}_missing", np.array([v is None for v in values], "|b1"))]
+            out += [
+                (f"meta{i}", np.array([0 if v is None else v for v in values], "<i8")),
+                (f"meta{i}_missing", np.array([v is None for v in values], "|b1")),
+            ]
         elif c["type"] == "float":
             out += [(f"meta{i}", np.array([np.nan if v is None else v for v in values], "<f8"))]
         else:
             cats = sorted({v for v in values if v is not None})
             data = [v.encode() for v in cats]
-            out += [(f"meta{i}", np.array([-1 if v is None else cats.index(v) for v in values], "<i4")),
-                    (f"meta{i}_offsets", np.array([0] + list(np.cumsum([len(d) for d in data])), "<u8")),
-                    (f"meta{i}_data", np.frombuffer(b"".join(data), "|u1"))]
+            out += [
+                (f"meta{i}", np.array([-1 if v is None else cats.index(v) for v in values], "<i4")),
+                (f"meta{i}_offsets", np.array([0] + list(np.cumsum([len(d) for d in data])), "<u8")),
+                (f"meta{i}_data", np.frombuffer(b"".join(data), "|u1")),
+            ]
     return out
 
 
@@ -710,8 +979,14 @@ def test_a_metadata_file_with_groups_rebuilt_from_the_doc(meta_corpus):
     folder = convert_meta(meta_corpus, "m1", VAL_FRACTION)
     rows, metadata = read_meta_rows(meta_corpus, VAL_FRACTION)
     assert [c["type"] for c in metadata] == ["string", "string", "float", "string", "string", "string", "int"]
-    want = rebuild(meta_corpus, "center-crop", rows, version="m1", metadata=metadata,
-                   build={**META_BUILD, "source_path": "meta.csv", "split_base": None})
+    want = rebuild(
+        meta_corpus,
+        "center-crop",
+        rows,
+        version="m1",
+        metadata=metadata,
+        build={**META_BUILD, "source_path": "meta.csv", "split_base": None},
+    )
     assert sorted(want) == sorted(p.name for p in folder.iterdir() if p.name != "errors.jsonl")
     for name, data in want.items():
         got = (folder / name).read_bytes()
@@ -745,9 +1020,14 @@ def test_a_metadata_file_with_groups_rebuilt_from_the_doc(meta_corpus):
             base_split.setdefault(unit, set()).add(index1["shards"][shard]["split"])
     fixed = {u: next(iter(s)) for u, s in base_split.items() if len(s) == 1}
     rows2, metadata2 = read_meta_rows(meta_corpus, 0.5, fixed)
-    want2 = rebuild(meta_corpus, "center-crop", rows2, version="m2", metadata=metadata2,
-                    build={**META_BUILD, "source_path": "meta.csv", "split_base": "m1", "base": "m1",
-                           "val_fraction": 0.5})
+    want2 = rebuild(
+        meta_corpus,
+        "center-crop",
+        rows2,
+        version="m2",
+        metadata=metadata2,
+        build={**META_BUILD, "source_path": "meta.csv", "split_base": "m1", "base": "m1", "val_fraction": 0.5},
+    )
     for name, data in want2.items():
         got = (folder2 / name).read_bytes()
         if name == "index.json":
@@ -764,6 +1044,31 @@ def test_the_group_text_rule_as_written_is_the_codes():
     converter's, on values of every type, including those the conversions above do not hold."""
     from wds_tools.format.meta import value_text
 
-    values = [0, -3, 2 ** 63 - 1, 5.0, -0.0, 45.5, 1e-07, 1e20, 0.1 + 0.2, "5.0", "5", "-0", "1e3", "45.50", ".5",
-              "+7", "99999999999999999999", "007", "NaN", "inf", "1e400", " 5", "٣", "HAM_01", ""]
+    values = [
+        0,
+        -3,
+        2**63 - 1,
+        5.0,
+        -0.0,
+        45.5,
+        1e-07,
+        1e20,
+        0.1 + 0.2,
+        "5.0",
+        "5",
+        "-0",
+        "1e3",
+        "45.50",
+        ".5",
+        "+7",
+        "99999999999999999999",
+        "007",
+        "NaN",
+        "inf",
+        "1e400",
+        " 5",
+        "٣",
+        "HAM_01",
+        "",
+    ]
     assert [unit_text(v) for v in values] == [value_text(v) for v in values]

@@ -53,7 +53,7 @@ def test_format_modules_form_a_dag_of_module_level_imports():
 
     def visit(module: str, path: tuple[str, ...]) -> None:
         if module in path:
-            raise AssertionError(f"import circle: {' -> '.join(path[path.index(module):] + (module,))}")
+            raise AssertionError(f"import circle: {' -> '.join(path[path.index(module) :] + (module,))}")
         if module in done:
             return
         for dep in sorted(graph.get(module, ())):

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import convert_images, upload
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from conftest import convert_images, upload
 from oracle import read_stored
+
 from training_adapter import make_loader
 from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
 from training_adapter.indexread import read_sample_index
@@ -84,9 +84,12 @@ def test_a_changed_cls_digit_is_caught_by_default(folder, tmp_path):
     digit = (folder / name).read_bytes()[at]
     new = ord("0") + (digit - ord("0") + 1) % 3  # another class's digit
     bad = damage(folder, tmp_path, {name: [(at, digit ^ new)]})
-    with pytest.raises(ShardError, match=rf"{bad / name}: byte {at}: sample '{idx.key_str(r)}': its \.cls is "
-                                         rf"b'{chr(new)}', the index's label is {digit - ord('0')} \(\w+\): the "
-                                         r"shard does not match its index"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{bad / name}: byte {at}: sample '{idx.key_str(r)}': its \.cls is "
+        rf"b'{chr(new)}', the index's label is {digit - ord('0')} \(\w+\): the "
+        r"shard does not match its index",
+    ):
         read_eval(bad)
     try:
         read_eval(bad)
@@ -103,8 +106,11 @@ def test_a_flipped_pixel_is_caught_with_check_samples(folder, stored, tmp_path):
     name = Path(idx.urls[4]).name
     bad = damage(folder, tmp_path, {name: [(at, 0x40)]})
     assert read_eval(bad) != reference(stored)  # the default checks labels only: read as it is
-    with pytest.raises(ShardError, match=rf"{bad / name}: byte {int(idx.offset[r])}: sample '{idx.key_str(r)}': "
-                                         r"its pixels do not match their checksum in the index \(npy_xxh3\)"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{bad / name}: byte {int(idx.offset[r])}: sample '{idx.key_str(r)}': "
+        r"its pixels do not match their checksum in the index \(npy_xxh3\)",
+    ):
         read_eval(bad, check_samples=True)
 
 
@@ -118,13 +124,24 @@ def test_skip_leaves_damaged_samples_out_of_their_batch(folder, stored, tmp_path
         edits.setdefault(Path(idx.urls[int(idx.shard[r])]).name, []).append((int(idx.offset[r]) + 200, 1))
     bad = damage(folder, tmp_path, edits)
     with caplog.at_level("WARNING", logger="training_adapter"):
-        loader = make_loader(bad, batch_size=B, train=False, num_workers=0, split="train", return_keys=True,
-                             check_samples=True, on_error="skip")
+        loader = make_loader(
+            bad,
+            batch_size=B,
+            train=False,
+            num_workers=0,
+            split="train",
+            return_keys=True,
+            check_samples=True,
+            on_error="skip",
+        )
         batches = list(loader)
     assert len(batches) == len(loader) == 60 // B
     assert sorted(len(b[1]) for b in batches)[:2] == [2, 3]  # rows 1 and 2 of shard 0 share a batch
-    got = {k: (int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
-           for images, labels, keys in batches for im, lab, k in zip(images, labels, keys)}
+    got = {
+        k: (int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+        for images, labels, keys in batches
+        for im, lab, k in zip(images, labels, keys)
+    }
     want = reference(stored)
     assert set(want) - set(got) == {idx.key_str(r) for r in rows}
     assert all(got[k] == want[k] for k in got)
@@ -135,14 +152,20 @@ def test_skip_of_a_whole_batch_with_one_rank_shortens_the_epoch(folder, tmp_path
     idx = index_of(folder)
     first = [int(r) for r in np.flatnonzero(idx.shard == 0)[:B]]  # the first batch in eval order
     bad = damage(folder, tmp_path, {Path(idx.urls[0]).name: [(int(idx.offset[r]) + 130, 1) for r in first]})
-    loader = make_loader(bad, batch_size=B, train=False, num_workers=0, split="train", check_samples=True,
-                         on_error="skip")
+    loader = make_loader(
+        bad, batch_size=B, train=False, num_workers=0, split="train", check_samples=True, on_error="skip"
+    )
     assert sum(1 for _ in loader) == len(loader) - 1
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shard=st.integers(0, 4), pos=st.floats(0, 1, exclude_max=True), xor=st.integers(1, 255),
-       skip=st.booleans(), shuffled=st.booleans())
+@given(
+    shard=st.integers(0, 4),
+    pos=st.floats(0, 1, exclude_max=True),
+    xor=st.integers(1, 255),
+    skip=st.booleans(),
+    shuffled=st.booleans(),
+)
 @example(shard=1, pos=0.5, xor=1, skip=False, shuffled=False)
 @example(shard=1, pos=0.5, xor=1, skip=False, shuffled=True)
 def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory, shard, pos, xor, skip, shuffled):
@@ -211,8 +234,9 @@ def test_object_storage_merges_neighbours_and_checks_as_locally(folder, stored, 
     assert len(ranges) == 60 // B and all(len(r) == 1 for r in ranges)  # 12 per shard, batch 4: one range each
     assert all(e - s <= MERGE_MAX for r in ranges for _, s, e in r)
     ranges.clear()
-    shuffled = make_loader(remote, batch_size=B, train=True, num_workers=0, split="train", return_keys=True,
-                           device_augment=True)
+    shuffled = make_loader(
+        remote, batch_size=B, train=True, num_workers=0, split="train", return_keys=True, device_augment=True
+    )
     keys = [k for b in shuffled for k in b[-1]]
     assert len(keys) == len(set(keys)) == 60 // B * B
     idx = index_of(folder)
@@ -221,8 +245,11 @@ def test_object_storage_merges_neighbours_and_checks_as_locally(folder, stored, 
     data = bytearray((folder / name).read_bytes())
     data[int(idx.cls_offset[r])] ^= 0x03
     fs.pipe(f"{remote}/{name}", bytes(data))
-    with pytest.raises(ShardError, match=rf"{remote}/{name}: byte {int(idx.cls_offset[r])}: sample "
-                                         rf"'{idx.key_str(r)}': its \.cls is"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{remote}/{name}: byte {int(idx.cls_offset[r])}: sample "
+        rf"'{idx.key_str(r)}': its \.cls is",
+    ):
         read_eval(remote)
     got = read_eval(remote, on_error="skip")
     assert set(reference(stored)) - set(got) == {idx.key_str(r)}

@@ -47,16 +47,28 @@ S = 8
 MTIME_NS = 1_700_000_000_123_456_789  # every source file's mtime (version 1's samples.npz records it)
 FIXED_VERSIONS = {"libjpeg": "golden", "pillow": "golden"}  # decoder_versions: no JPEG is decoded here
 ROWS = [  # key, label, split; "ISIC 0006" is sanitized to ISIC_0006 (original_key kept)
-    ("ISIC_0001", "benign", "train"), ("ISIC_0002", "malignant", "train"), ("ISIC_0003", "benign", "train"),
-    ("ISIC_0004", "malignant", "train"), ("ISIC_0005", "benign", "val"), ("ISIC 0006", "malignant", "val"),
+    ("ISIC_0001", "benign", "train"),
+    ("ISIC_0002", "malignant", "train"),
+    ("ISIC_0003", "benign", "train"),
+    ("ISIC_0004", "malignant", "train"),
+    ("ISIC_0005", "benign", "val"),
+    ("ISIC 0006", "malignant", "val"),
 ]
 # version 2: the same images and labels with a lesion (the group), an age (float, one missing), a body site
 # (string: unicode, one missing) and a target (int); splits are drawn per lesion, stratified
 META_HEADER = ["image", "lesion", "dx", "age", "site", "target"]
-META = [("L1", "45", "back", "0"), ("L2", "60.5", "épaule", "1"), ("L1", "", "back", "0"),
-        ("L3", "70", "lower extremity", "1"), ("L4", "30", "", "0"), ("L3", "70", "頭皮", "1")]
-META_TYPED = [{"lesion": lesion, "age": float(age) if age else None, "site": site or None, "target": int(target)}
-              for lesion, age, site, target in META]
+META = [
+    ("L1", "45", "back", "0"),
+    ("L2", "60.5", "épaule", "1"),
+    ("L1", "", "back", "0"),
+    ("L3", "70", "lower extremity", "1"),
+    ("L4", "30", "", "0"),
+    ("L3", "70", "頭皮", "1"),
+]
+META_TYPED = [
+    {"lesion": lesion, "age": float(age) if age else None, "site": site or None, "target": int(target)}
+    for lesion, age, site, target in META
+]
 TEXT = (".json", ".jsonl", ".idx")
 
 
@@ -75,8 +87,23 @@ class Corpus:
 
 CORPORA = {
     1: Corpus(1, "manifest.csv", ()),
-    2: Corpus(2, "metadata.csv", ("--key", "image", "--label", "dx", "--path", "img/{image}.ppm", "--group", "lesion",
-                                  "--stratify", "--val-fraction", "0.34")),
+    2: Corpus(
+        2,
+        "metadata.csv",
+        (
+            "--key",
+            "image",
+            "--label",
+            "dx",
+            "--path",
+            "img/{image}.ppm",
+            "--group",
+            "lesion",
+            "--stratify",
+            "--val-fraction",
+            "0.34",
+        ),
+    ),
 }
 CORPORA[3] = Corpus(3, CORPORA[2].manifest, CORPORA[2].options)  # version 2's corpus; samples.npz gains phash
 
@@ -103,8 +130,9 @@ def write_corpus(root: Path, version: int = FORMAT_VERSION) -> Path:
             path = root / corpus.image(i)
             path.write_bytes(f"P6\n{S} {S}\n255\n".encode() + pixels(i).tobytes())
             os.utime(path, ns=(MTIME_NS, MTIME_NS))
-            w.writerow([key, corpus.image(i), label, split] if version == 1 else
-                       [key, META[i - 1][0], label, *META[i - 1][1:]])
+            w.writerow(
+                [key, corpus.image(i), label, split] if version == 1 else [key, META[i - 1][0], label, *META[i - 1][1:]]
+            )
     return root / corpus.manifest
 
 
@@ -125,9 +153,28 @@ def convert_corpus(root: Path, version: str = "v1", *extra: str, corpus: int = F
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        r = CliRunner().invoke(cli, ["convert", "--source", c.manifest, "--version", version, "--size", str(S),
-                                     "--out", "shards", "--shard-size", "2", "--sanitize-keys", "--workers", "1",
-                                     "--quiet", *c.options, *extra])
+        r = CliRunner().invoke(
+            cli,
+            [
+                "convert",
+                "--source",
+                c.manifest,
+                "--version",
+                version,
+                "--size",
+                str(S),
+                "--out",
+                "shards",
+                "--shard-size",
+                "2",
+                "--sanitize-keys",
+                "--workers",
+                "1",
+                "--quiet",
+                *c.options,
+                *extra,
+            ],
+        )
     finally:
         os.chdir(cwd)  # CliRunner runs in this process
     assert r.exit_code == 0, r.output
@@ -159,8 +206,10 @@ def golden_files(version: int = FORMAT_VERSION) -> dict[str, bytes]:
 def golden_folder(tmp_path: Path, version: int) -> Path:
     """Format version ``version``'s golden files, as a shards folder OUT/v1/8 a reader can open."""
     if not golden_dir(version).is_dir():
-        pytest.fail(f"no golden files for format version {version}: write them with "
-                    f"WDS_TOOLS_WRITE_GOLDEN=1 pytest {Path(__file__).name}")
+        pytest.fail(
+            f"no golden files for format version {version}: write them with "
+            f"WDS_TOOLS_WRITE_GOLDEN=1 pytest {Path(__file__).name}"
+        )
     folder = tmp_path / f"golden-{version}" / "v1" / str(S)
     folder.mkdir(parents=True)
     for name, data in golden_files(version).items():
@@ -179,8 +228,10 @@ def test_the_writer_reproduces_the_golden_bytes(tmp_path, fixed_provenance):
     made = folder_files(convert_corpus(tmp_path / "a"))
     if os.environ.get("WDS_TOOLS_WRITE_GOLDEN"):
         if FORMAT_VERSION in RELEASED:
-            pytest.fail(f"format version {FORMAT_VERSION} is released: its golden files are never rewritten; "
-                        "raise FORMAT_VERSION (and docs/FORMAT.md) for a new format")
+            pytest.fail(
+                f"format version {FORMAT_VERSION} is released: its golden files are never rewritten; "
+                "raise FORMAT_VERSION (and docs/FORMAT.md) for a new format"
+            )
         shutil.rmtree(golden_dir(), ignore_errors=True)
         golden_dir().mkdir(parents=True)
         for name, data in made.items():
@@ -192,7 +243,8 @@ def test_the_writer_reproduces_the_golden_bytes(tmp_path, fixed_provenance):
         assert made[name] == want[name], (
             f"{name} differs from tests/golden/{golden_dir().name}: the bytes of format version {FORMAT_VERSION} "
             "changed. Readers of existing shards depend on them; if the change is meant, raise FORMAT_VERSION, "
-            "document it in docs/FORMAT.md and write new golden files")
+            "document it in docs/FORMAT.md and write new golden files"
+        )
 
 
 def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path, fixed_provenance):
@@ -206,7 +258,10 @@ def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path
     old = golden_folder(tmp_path, 1)
     new_meta, old_meta = load_index(made_dir).meta, load_index(old).meta
     assert new_meta["sample"]["members"] == ["cls", "i32", "json", "npy"] and old_meta["sample"]["members"] == [
-        "cls", "json", "npy"]
+        "cls",
+        "json",
+        "npy",
+    ]
     assert new_meta["classes_digest"] == classes_digest(old_meta["classes"])
     for m in (new_meta, old_meta):
         for k in ("format_version", "classes_digest", "sample", "samples_file", "shards"):
@@ -254,10 +309,14 @@ def test_golden_files_hold_what_the_format_promises(golden):
             assert len(names) == M * shard["samples"]
             for j in range(0, len(names), M):
                 key = names[j][:-4]
-                assert names[j:j + M] == [f"{key}.{e}" for e in exts]
+                assert names[j : j + M] == [f"{key}.{e}" for e in exts]
                 data = {e: tf.extractfile(members[j + t]).read() for t, e in enumerate(exts)}
-                stored[key] = (int(data["cls"]), np.load(io.BytesIO(data["npy"])),
-                               json.loads(data["json"].decode("utf-8")), shard["split"])
+                stored[key] = (
+                    int(data["cls"]),
+                    np.load(io.BytesIO(data["npy"])),
+                    json.loads(data["json"].decode("utf-8")),
+                    shard["split"],
+                )
                 if version >= 2:  # the label as int32; the dataset named; every optional field present
                     assert data["i32"] == int(data["cls"]).to_bytes(4, "little")
                     js = stored[key][2]
@@ -286,11 +345,11 @@ def test_golden_files_hold_what_the_format_promises(golden):
             assert site == -1
         else:
             o = columns["meta2_offsets"]
-            assert bytes(columns["meta2_data"][o[site]:o[site + 1]]).decode() == want["site"]
+            assert bytes(columns["meta2_data"][o[site] : o[site + 1]]).decode() == want["site"]
         assert lesions == "L1L2L3L4"
     if version >= 2:  # every lesion in one split
         splits: dict[str, set] = {}
-        for key, (_, _, js, split) in stored.items():
+        for _key, (_, _, js, split) in stored.items():
             splits.setdefault(js["meta"]["lesion"], set()).add(split)
         assert all(len(s) == 1 for s in splits.values()) and {"train", "val"} <= set().union(*splits.values())
 
@@ -309,8 +368,9 @@ def test_the_loader_reads_the_golden_files(golden, reader):
     keys = [k.replace(" ", "_") for k, _, _ in ROWS]
     total = 0
     for split in ("train", "val"):
-        loader = make_loader(folder, batch_size=2, train=False, split=split, num_workers=0, return_keys=True,
-                             reader=reader)
+        loader = make_loader(
+            folder, batch_size=2, train=False, split=split, num_workers=0, return_keys=True, reader=reader
+        )
         seen = 0
         for images, labels, batch_keys in loader:
             for im, lab, k in zip(images, labels, batch_keys):
@@ -350,8 +410,7 @@ def test_stats_verify_and_diff_read_the_golden_files(golden, tmp_path, fixed_pro
     assert (d["added"], d["removed"], d["changed"], d["relabeled"]) == ([], ["ISIC_0003"], ["ISIC_0004"], ["ISIC_0001"])
 
 
-def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tmp_path, fixed_provenance,
-                                                                       monkeypatch):
+def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tmp_path, fixed_provenance, monkeypatch):
     """v2 of the same corpus copies every sample from the golden shards (none decoded) and is the
     golden set but for the version's name, the base it came from (and the format version it is
     written in)."""
@@ -365,20 +424,49 @@ def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tm
     monkeypatch.chdir(root)  # the relative --source the golden index records
     options = CORPORA[version].options
     named = dict(zip(options[::2], options[1::2])) if version >= 2 else {}
-    kw = {"key": named["--key"], "label": named["--label"], "path": named["--path"], "group": named["--group"],
-          "stratify": True, "val_fraction": 0.34} if named else {}
+    kw = (
+        {
+            "key": named["--key"],
+            "label": named["--label"],
+            "path": named["--path"],
+            "group": named["--group"],
+            "stratify": True,
+            "val_fraction": 0.34,
+        }
+        if named
+        else {}
+    )
     if "colour" not in json.loads((folder / "index.json").read_text())["decode"]:
         # an index from before the colour rule was made ignoring ICC profiles: a base for --colour raw only
         from wds_tools.convert.decode import DecodeSettings
 
         kw["decode"] = DecodeSettings(colour="raw")
-    r = convert(CORPORA[version].manifest, version="v2", size=S, out="shards", shard_size=2, sanitize_keys=True,
-                workers=1, progress=False, **kw)
+    r = convert(
+        CORPORA[version].manifest,
+        version="v2",
+        size=S,
+        out="shards",
+        shard_size=2,
+        sanitize_keys=True,
+        workers=1,
+        progress=False,
+        **kw,
+    )
     assert (r.decoded, r.reused, r.base) == (0, 6, "v1")
     made = folder_files(root / "shards" / "v2" / str(S))
     # byte-identical to a conversion without a base (the .json of a copied sample names the new version)
-    fresh = convert(CORPORA[version].manifest, version="v2", size=S, out="fresh", shard_size=2, sanitize_keys=True,
-                    workers=1, progress=False, reuse=False, **kw)
+    fresh = convert(
+        CORPORA[version].manifest,
+        version="v2",
+        size=S,
+        out="fresh",
+        shard_size=2,
+        sanitize_keys=True,
+        workers=1,
+        progress=False,
+        reuse=False,
+        **kw,
+    )
     assert fresh.decoded == 6
     plain = folder_files(root / "fresh" / "v2" / str(S))
     assert made.keys() == plain.keys()
@@ -400,7 +488,10 @@ def test_an_incremental_conversion_takes_the_golden_files_as_its_base(golden, tm
             m, w = json.loads(made[name]), json.loads(want[name])
             if name == "index.json":
                 assert (m.pop("dataset_version"), m["build"].pop("base"), m.pop("samples_file")) == (
-                    "v2", "v1", w.pop("samples_file"))
+                    "v2",
+                    "v1",
+                    w.pop("samples_file"),
+                )
                 w.pop("dataset_version"), w["build"].pop("base")
                 assert (m["build"].pop("split_base"), w["build"].pop("split_base")) == ("v1", None)
                 for a_, b_ in zip(m.pop("shards"), w.pop("shards")):  # each .json names v2: other sha256

@@ -44,8 +44,9 @@ def lesion_versions(draw):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lesion_versions(), st.booleans(), st.sampled_from([0.2, 0.4]))
-def test_no_lesion_in_two_splits_and_each_keeps_its_split_in_the_next_version(tmp_path_factory, versions, stratify,
-                                                                               frac):
+def test_no_lesion_in_two_splits_and_each_keeps_its_split_in_the_next_version(
+    tmp_path_factory, versions, stratify, frac
+):
     v1, v2 = versions
     root = tmp_path_factory.mktemp("ham")
     out = root / "out"
@@ -100,12 +101,22 @@ def test_base_units_and_groups_found_in_two_splits(tmp_path):
     rows = [line + f",{s}" for line, s in zip(text[1:], ["train", "val", "train", "train", "val"])]
     (tmp_path / "a" / "m.csv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
     # converted without --group: lesion HAM_0000000 straddles two splits, the others do not
-    convert(tmp_path / "a" / "m.csv", version="v1", size=8, out=out, key="image_id", label="dx",
-            path="images/{image_id}.jpg", workers=1, progress=False)
+    convert(
+        tmp_path / "a" / "m.csv",
+        version="v1",
+        size=8,
+        out=out,
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        workers=1,
+        progress=False,
+    )
     idx = load_index(out / "v1" / "8")
     assert base_units(idx, "lesion_id") == {("g", "HAM_0000001"): "train", ("g", "HAM_0000002"): "val"}
-    assert base_units(idx, None) == {("k", k): s for k, s in zip(
-        [f"ISIC_{i:07d}" for i in range(5)], ["train", "val", "train", "train", "val"])}
+    assert base_units(idx, None) == {
+        ("k", k): s for k, s in zip([f"ISIC_{i:07d}" for i in range(5)], ["train", "val", "train", "train", "val"])
+    }
     assert base_units(idx, "no_such_column") == base_units(idx, None)
     base = find_split_base(out, "v2", [8], None, "lesion_id")
     assert base.version == "v1" and ("g", "HAM_0000000") not in base.splits  # drawn again, by the rule
@@ -126,11 +137,15 @@ def test_find_split_base_edge_cases(tmp_path):
     assert meta["build"]["split_base"] is None
 
 
-@pytest.mark.parametrize("ids, new", [
-    (lambda i: str(i // 2), "20.5"),  # int ids 0..19 in v1; one new non-integer id turns the column float
-    (lambda i: f"{i // 2}.0" if i % 4 else f"{i // 2}.5", "P20"),  # float ids; one new text id turns it text
-    (lambda i: str(i // 2), "P20"),  # int ids; turned text
-], ids=["int to float", "float to text", "int to text"])
+@pytest.mark.parametrize(
+    "ids, new",
+    [
+        (lambda i: str(i // 2), "20.5"),  # int ids 0..19 in v1; one new non-integer id turns the column float
+        (lambda i: f"{i // 2}.0" if i % 4 else f"{i // 2}.5", "P20"),  # float ids; one new text id turns it text
+        (lambda i: str(i // 2), "P20"),  # int ids; turned text
+    ],
+    ids=["int to float", "float to text", "int to text"],
+)
 def test_a_new_cell_that_changes_the_group_columns_type_keeps_every_old_group_in_its_split(tmp_path, ids, new):
     from conftest import make_images, write_manifest
 
@@ -162,8 +177,9 @@ def _splits_of(folder) -> dict[str, int]:
     out: dict[str, int] = {}
     for tar in sorted(folder.glob("*.tar")):
         with tarfile.open(tar) as tf:
-            out[tar.name.split("-")[0]] = out.get(tar.name.split("-")[0], 0) + \
-                sum(1 for m in tf.getmembers() if m.name.endswith(".npy"))
+            out[tar.name.split("-")[0]] = out.get(tar.name.split("-")[0], 0) + sum(
+                1 for m in tf.getmembers() if m.name.endswith(".npy")
+            )
     return out
 
 
@@ -178,8 +194,9 @@ def test_row14_the_readme_command_without_stratify_gives_a_val_split(tmp_path):
     assert got == {"train": 58, "val": 2}
     assert res.split_shares == {"train": round(58 / 60, 4), "val": round(2 / 60, 4)}
     assert "split shares: train 96.7%, val 3.3%" in res.to_text()
-    assert any("val holds 3.3% of the samples, --val-fraction asks 10.0% (tolerance ±5.0%)" in w
-               for w in res.split_warnings)
+    assert any(
+        "val holds 3.3% of the samples, --val-fraction asks 10.0% (tolerance ±5.0%)" in w for w in res.split_warnings
+    )
     assert "warning: val holds 3.3%" in res.to_text()
     # the lesion in val is the one of the smallest h_group, worked here from the documented hash
     import hashlib
@@ -228,13 +245,35 @@ def test_resplit_through_the_cli(tmp_path):
     import sys
 
     manifest = write_ham(tmp_path / "c", [2] * 10)
-    common = [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--key", "image_id",
-              "--label", "dx", "--path", "images/{image_id}.jpg", "--group", "lesion_id", "--size", "8",
-              "--out", str(tmp_path / "out"), "--workers", "1", "--quiet", "--json"]
+    common = [
+        sys.executable,
+        "-m",
+        "wds_tools",
+        "convert",
+        "--source",
+        str(manifest),
+        "--key",
+        "image_id",
+        "--label",
+        "dx",
+        "--path",
+        "images/{image_id}.jpg",
+        "--group",
+        "lesion_id",
+        "--size",
+        "8",
+        "--out",
+        str(tmp_path / "out"),
+        "--workers",
+        "1",
+        "--quiet",
+        "--json",
+    ]
     first = subprocess.run(common + ["--version", "v1"], capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
-    got = json.loads(subprocess.run(common + ["--version", "v2", "--resplit"], capture_output=True, text=True,
-                                    timeout=120).stdout)
+    got = json.loads(
+        subprocess.run(common + ["--version", "v2", "--resplit"], capture_output=True, text=True, timeout=120).stdout
+    )
     assert got["resplit"] is True and got["split_base"] is None
     assert set(got["split_shares"]) == {"train", "val"} and abs(sum(got["split_shares"].values()) - 1) < 1e-3
 

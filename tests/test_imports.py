@@ -64,22 +64,19 @@ def _edges() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     top: dict[str, set[str]] = {m: set() for m in MODULES}
     inner: dict[str, set[str]] = {m: set() for m in MODULES}
 
+    def visit(module: str, is_package: bool, node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _resolve(module, is_package, child):
+                    if target != module:
+                        (inner if in_function else top)[module].add(target)
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(module, is_package, child, nested)
+
     for module, path in MODULES.items():
-        is_package = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(), filename=str(path))
-
-        def visit(node: ast.AST, in_function: bool) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    continue
-                if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    for target in _resolve(module, is_package, child):
-                        if target != module:
-                            (inner if in_function else top)[module].add(target)
-                nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                visit(child, nested)
-
-        visit(tree, False)
+        visit(module, path.name == "__init__.py", ast.parse(path.read_text(), filename=str(path)), False)
     return top, inner
 
 
@@ -109,7 +106,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for t in sorted(graph.get(m, ())):
             if state.get(t) == 1:
-                return stack[stack.index(t):] + [t]
+                return stack[stack.index(t) :] + [t]
             if t not in state:
                 found = walk(t)
                 if found:
@@ -169,27 +166,40 @@ def test_no_function_level_import_hides_a_circle():
     assert hidden == []
 
 
-@pytest.mark.parametrize("lower, upper", [
-    ("wds_tools.format", ("wds_tools.convert", "wds_tools.inspect", "wds_tools.cli", "training_adapter")),
-    ("wds_tools.errors", ("wds_tools.",)),
-    ("wds_tools.convert", ("wds_tools.inspect", "wds_tools.cli", "training_adapter")),
-    ("wds_tools.inspect", ("wds_tools.cli", "training_adapter")),
-])
+@pytest.mark.parametrize(
+    "lower, upper",
+    [
+        ("wds_tools.format", ("wds_tools.convert", "wds_tools.inspect", "wds_tools.cli", "training_adapter")),
+        ("wds_tools.errors", ("wds_tools.",)),
+        ("wds_tools.convert", ("wds_tools.inspect", "wds_tools.cli", "training_adapter")),
+        ("wds_tools.inspect", ("wds_tools.cli", "training_adapter")),
+    ],
+)
 def test_layers(lower, upper):
     """format at the bottom; convert and inspect above it; the CLI on top; the loader beside them."""
-    wrong = sorted(f"{m} -> {t}" for m, ts in [*TOP.items(), *INNER.items()]
-                   if m == lower or m.startswith(lower + ".")
-                   for t in ts if t != lower and t.startswith(upper))
+    wrong = sorted(
+        f"{m} -> {t}"
+        for m, ts in [*TOP.items(), *INNER.items()]
+        if m == lower or m.startswith(lower + ".")
+        for t in ts
+        if t != lower and t.startswith(upper)
+    )
     assert wrong == []
 
 
 def test_training_adapter_imports_only_the_format_and_errors():
     """The loader depends on the format, not on the converter's modules (source view)."""
-    found = {t for m, ts in [*TOP.items(), *INNER.items()] if m.startswith("training_adapter") for t in ts
-             if t.startswith("wds_tools")}
+    found = {
+        t
+        for m, ts in [*TOP.items(), *INNER.items()]
+        if m.startswith("training_adapter")
+        for t in ts
+        if t.startswith("wds_tools")
+    }
     assert any(t.startswith("wds_tools.format.") for t in found)  # the walk saw the imports
-    assert {t for t in found if t not in ("wds_tools", "wds_tools.errors") and not t.startswith("wds_tools.format")} \
-        == set()
+    assert {
+        t for t in found if t not in ("wds_tools", "wds_tools.errors") and not t.startswith("wds_tools.format")
+    } == set()
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -202,8 +212,11 @@ def test_a_trainer_loads_no_converter_and_no_pillow():
     """At run time too: ``import training_adapter`` in a fresh interpreter loads neither Pillow nor the converter."""
     loaded = _loaded_after("import training_adapter; from training_adapter import make_loader")
     assert "training_adapter" in loaded and "wds_tools.format" in loaded
-    unwanted = [m for m in loaded if m == "PIL" or m.startswith(("PIL.", "wds_tools.convert", "wds_tools.inspect",
-                                                                 "wds_tools.cli", "click"))]
+    unwanted = [
+        m
+        for m in loaded
+        if m == "PIL" or m.startswith(("PIL.", "wds_tools.convert", "wds_tools.inspect", "wds_tools.cli", "click"))
+    ]
     assert unwanted == []
 
 

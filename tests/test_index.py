@@ -9,8 +9,11 @@ from wds_tools.format.packed import pack_strings
 
 
 def _columns(n: int) -> dict:
-    cols = {name: np.arange(n).astype(dtype) for name, dtype in SAMPLE_COLUMNS.items()
-            if name not in ("key", "fingerprint", "path_offsets", "path_data")}
+    cols = {
+        name: np.arange(n).astype(dtype)
+        for name, dtype in SAMPLE_COLUMNS.items()
+        if name not in ("key", "fingerprint", "path_offsets", "path_data")
+    }
     cols["key"] = np.array([f"k{i}".encode() for i in range(n)], dtype="S")
     cols["fingerprint"] = np.arange(n * 16, dtype=np.uint8).reshape(n, 16)
     cols["path_offsets"], cols["path_data"] = pack_strings([f"p/ü{i}.jpg" for i in range(n)])
@@ -26,10 +29,13 @@ def test_npz_is_deterministic_and_readable(tmp_path):
 
 
 def test_write_and_load_index_round_trip(tmp_path):
-    meta = {"format": "wds-tools-index", "format_version": FORMAT_VERSION, "splits": {
-        "train": {"urls": "train-000000.tar"}}, "shards": [{"name": "train-000000.tar", "split": "train", "samples": 5,
-                                                          "bytes": 10240}],
-        "classes": ["a"]}
+    meta = {
+        "format": "wds-tools-index",
+        "format_version": FORMAT_VERSION,
+        "splits": {"train": {"urls": "train-000000.tar"}},
+        "shards": [{"name": "train-000000.tar", "split": "train", "samples": 5, "bytes": 10240}],
+        "classes": ["a"],
+    }
     written = write_index(tmp_path, meta, _columns(5))
     assert written["samples_file"]["name"] == "samples.npz"
     idx = load_index(tmp_path)
@@ -62,12 +68,21 @@ def test_an_index_naming_a_samples_file_outside_its_folder_is_refused(tmp_path):
     outside.write_bytes(write_npz(_columns(2)))
     folder = tmp_path / "v1" / "8"
     folder.mkdir(parents=True)
-    meta = {"format": "wds-tools-index", "format_version": FORMAT_VERSION, "splits": {}, "shards": [],
-            "classes": [], "samples_file": {"name": "../../secret.npz"}}
+    meta = {
+        "format": "wds-tools-index",
+        "format_version": FORMAT_VERSION,
+        "splits": {},
+        "shards": [],
+        "classes": [],
+        "samples_file": {"name": "../../secret.npz"},
+    }
     (folder / "index.json").write_text(json.dumps(meta))
-    with pytest.raises(IndexFormatError, match=r"samples_file.name is '../../secret.npz'; expected a file name in "
-                                               r"the index's own folder"):
-        load_index(folder).samples
+    with pytest.raises(
+        IndexFormatError,
+        match=r"samples_file.name is '../../secret.npz'; expected a file name in "
+        r"the index's own folder",
+    ):
+        _ = load_index(folder).samples
     from wds_tools.convert.reindex import write_reader_indexes
 
     with pytest.raises(IndexFormatError, match="samples_file.name"):

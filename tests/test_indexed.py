@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_ham
 from PIL import Image
 
-from conftest import write_ham
 from training_adapter import make_loader
 from wds_tools.errors import OptionError
 
@@ -36,8 +36,19 @@ def ham(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
 
     root = tmp_path_factory.mktemp("ham")
     manifest = ham_with_gaps(root / "ham")
-    convert(manifest, version="v1", size=16, out=root / "out", key="image_id", label="dx",
-            path="images/{image_id}.jpg", group="lesion_id", val_fraction=0.25, workers=1, progress=False)
+    convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=root / "out",
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        group="lesion_id",
+        val_fraction=0.25,
+        workers=1,
+        progress=False,
+    )
     with open(manifest, encoding="utf-8", newline="") as f:
         rows = {r["image_id"]: r for r in csv.DictReader(f)}
     for key, r in rows.items():
@@ -65,9 +76,17 @@ def test_metadata_in_batches_equal_the_csv(ham, train, workers):
     folder, rows = ham
     seen = []
     for split in ("train", "val"):
-        loader = make_loader(folder, batch_size=4, train=train, split=split, metadata=COLUMNS, return_keys=True,
-                             num_workers=workers, drop_last=False)
-        for images, labels, meta, keys in loader:
+        loader = make_loader(
+            folder,
+            batch_size=4,
+            train=train,
+            split=split,
+            metadata=COLUMNS,
+            return_keys=True,
+            num_workers=workers,
+            drop_last=False,
+        )
+        for images, _labels, meta, keys in loader:
             assert images.shape[0] == len(keys)
             check(meta, keys, rows)
             seen += keys
@@ -77,9 +96,13 @@ def test_metadata_in_batches_equal_the_csv(ham, train, workers):
 
 def test_metadata_with_device_augment_comes_after_the_params(ham):
     folder, rows = ham
-    images, labels, params, meta, keys = next(iter(make_loader(folder, batch_size=4, train=True, num_workers=0,
-                                                              device_augment=True, metadata=COLUMNS,
-                                                              return_keys=True)))
+    images, labels, params, meta, keys = next(
+        iter(
+            make_loader(
+                folder, batch_size=4, train=True, num_workers=0, device_augment=True, metadata=COLUMNS, return_keys=True
+            )
+        )
+    )
     assert params.shape == (4, 14)
     check(meta, keys, rows)
 

@@ -8,14 +8,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import convert_images
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import convert_images
 from oracle import read_stored
+
 from training_adapter import ShardIndexDataset, make_loader
 from training_adapter.indexread import (
-    SampleIndex, class_shares, deal, epoch_order, read_sample_index, select,
+    SampleIndex,
+    class_shares,
+    deal,
+    epoch_order,
+    read_sample_index,
+    select,
 )
 from training_adapter.shardlist import resolve_urls
 from wds_tools.errors import OptionError, ShardError
@@ -53,8 +58,13 @@ def test_epoch_order_is_a_seeded_permutation(n, seed, epoch, shuffle):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 300), world=st.integers(1, 4), workers=st.integers(1, 3), batch=st.integers(1, 9),
-       drop_last=st.booleans())
+@given(
+    n=st.integers(1, 300),
+    world=st.integers(1, 4),
+    workers=st.integers(1, 3),
+    batch=st.integers(1, 9),
+    drop_last=st.booleans(),
+)
 def test_deal_gives_disjoint_equal_ranks_and_ordered_batches(n, world, workers, batch, drop_last):
     order = np.random.default_rng(n).permutation(n)
     per_rank = []
@@ -64,8 +74,8 @@ def test_deal_gives_disjoint_equal_ranks_and_ordered_batches(n, world, workers, 
         # the DataLoader takes batch j from worker j % workers: interleave back to rank order
         batches = [b for j in range(max(map(len, plans), default=0)) for p in plans if j < len(p) for b in [p[j]]]
         flat = np.concatenate(batches) if batches else np.array([], int)
-        mine = order[rank::world][:n // world] if world > 1 else order
-        assert np.array_equal(flat, mine[:len(flat)])
+        mine = order[rank::world][: n // world] if world > 1 else order
+        assert np.array_equal(flat, mine[: len(flat)])
         assert all(len(b) == batch for b in batches[:-1])
         if drop_last:
             assert all(len(b) == batch for b in batches)
@@ -147,8 +157,11 @@ def test_classes_are_named_first_then_taken_as_indexes():
 
 # --- the loader on the index ---------------------------------------------------------------------
 def _epoch(loader) -> list[tuple[str, int, bytes]]:
-    return [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
-            for images, labels, keys in loader for im, lab, k in zip(images, labels, keys)]
+    return [
+        (k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+        for images, labels, keys in loader
+        for im, lab, k in zip(images, labels, keys)
+    ]
 
 
 def test_index_and_stream_readers_give_the_same_samples_in_eval(folder, stored):
@@ -172,8 +185,9 @@ def test_subset_reads_only_its_samples_once_and_about_its_share_of_bytes(folder,
     assert set(keys) == set(stored)
     assert part.dataset._gather.bytes_read == full_bytes * len(got) // len(keys)  # only the subset's bytes
     listed = sorted(want)[:3]
-    by_keys = make_loader(folder, batch_size=2, train=False, num_workers=0, return_keys=True, split="train",
-                          subset=listed)
+    by_keys = make_loader(
+        folder, batch_size=2, train=False, num_workers=0, return_keys=True, split="train", subset=listed
+    )
     assert sorted(k for _, _, ks in by_keys for k in ks) == listed
 
 
@@ -183,8 +197,9 @@ def test_balanced_epochs_from_the_loader(folder, stored):
     plain = make_loader(folder, subset=skewed, **{k: v for k, v in kw.items() if k != "subset"})
     mix = Counter(int(lab) for _, labels, _ in plain for lab in labels)
     assert mix[2] > 2 * (mix[0] + mix[1])
-    loader = make_loader(folder, subset=skewed, class_weights="balanced",
-                         **{k: v for k, v in kw.items() if k != "subset"})
+    loader = make_loader(
+        folder, subset=skewed, class_weights="balanced", **{k: v for k, v in kw.items() if k != "subset"}
+    )
     first = [(k, int(lab)) for _, labels, keys in loader for k, lab in zip(keys, labels)]
     mix = Counter(lab for _, lab in first)
     n = sum(mix.values())
@@ -196,8 +211,15 @@ def test_balanced_epochs_from_the_loader(folder, stored):
 
 
 def test_index_reader_feeds_more_workers_than_shards(folder, stored):
-    loader = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=3, return_keys=True,
-                         split="val", allow_partial=True)
+    loader = make_loader(
+        str(folder / "val-000000.tar"),
+        batch_size=2,
+        train=False,
+        num_workers=3,
+        return_keys=True,
+        split="val",
+        allow_partial=True,
+    )
     assert sorted(k for _, _, ks in loader for k in ks) == sorted(read_stored([folder / "val-000000.tar"]))
 
 
@@ -209,7 +231,7 @@ def test_a_shard_that_does_not_match_its_index_is_refused(folder, tmp_path):
     idx = train_index(bad)
     at = int(idx.offset[np.flatnonzero(idx.shard == 1)[2]])  # the third sample of train-000001's .npy header
     data = bytearray((bad / "train-000001.tar").read_bytes())
-    data[at:at + 128] = bytes(128)  # same size, a header gone
+    data[at : at + 128] = bytes(128)  # same size, a header gone
     (bad / "train-000001.tar").write_bytes(bytes(data))
     loader = make_loader(bad, batch_size=4, train=False, num_workers=0, split="train")
     with pytest.raises(ShardError, match=rf"{bad}/train-000001.tar: byte {at}: sample '[^']+': no .npy header"):
@@ -245,21 +267,32 @@ def test_check_samples_catches_a_flipped_pixel(folder, tmp_path):
     (bad / "train-000003.tar").write_bytes(bytes(data))
     kw = dict(batch_size=4, train=False, num_workers=0, split="train")
     assert sum(len(b[1]) for b in make_loader(bad, **kw)) == len(idx)  # unchecked: read as it is
-    with pytest.raises(ShardError, match=rf"train-000003.tar: byte {int(idx.offset[r])}: sample "
-                                         rf"'{idx.key_str(r)}': its pixels do not match their checksum"):
+    with pytest.raises(
+        ShardError,
+        match=rf"train-000003.tar: byte {int(idx.offset[r])}: sample "
+        rf"'{idx.key_str(r)}': its pixels do not match their checksum",
+    ):
         list(make_loader(bad, check_samples=True, **kw))
     assert sum(len(b[1]) for b in make_loader(folder, check_samples=True, **kw)) == len(idx)
 
 
 def test_a_metadata_column_named_label_is_named_in_the_subset_message(tmp_path):
     from conftest import make_images, write_manifest
+
     from wds_tools.convert import convert
 
     rows = make_images(tmp_path / "c", 8)
     for i, r in enumerate(rows):
         r["dx"], r["label"], r["split"] = r["label"], f"grade{i % 2}", "train"
-    convert(write_manifest(tmp_path / "c" / "m.csv", rows, fields=("key", "path", "dx", "label", "split")),
-            version="v1", size=S, out=tmp_path / "out", label="dx", workers=1, progress=False)
+    convert(
+        write_manifest(tmp_path / "c" / "m.csv", rows, fields=("key", "path", "dx", "label", "split")),
+        version="v1",
+        size=S,
+        out=tmp_path / "out",
+        label="dx",
+        workers=1,
+        progress=False,
+    )
     folder = tmp_path / "out" / "v1" / str(S)
     assert len(ShardIndexDataset(folder, subset={"meta.label": ["grade0"]})) == 4  # reachable, under another name
     with pytest.raises(OptionError, match=r"meta\.label"):

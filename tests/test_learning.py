@@ -39,18 +39,41 @@ def digits(tmp_path_factory) -> Path:
         for i, (img, y) in enumerate(zip(d.images, d.target)):
             Image.fromarray((img * (255 / 16)).round().astype(np.uint8), "L").save(root / "png" / f"{i:04d}.png")
             w.writerow([f"d{i:04d}", f"{i:04d}.png", str(int(y))])
-    res = CliRunner().invoke(cli, ["convert", "--source", str(root / "png" / "manifest.csv"), "--version", "v1",
-                                   "--size", str(SIZE), "--out", str(root / "shards"), "--workers", "1",
-                                   "--val-fraction", "0.2", "--quiet"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(root / "png" / "manifest.csv"),
+            "--version",
+            "v1",
+            "--size",
+            str(SIZE),
+            "--out",
+            str(root / "shards"),
+            "--workers",
+            "1",
+            "--val-fraction",
+            "0.2",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     return root / "shards" / "v1" / str(SIZE)
 
 
 def small_cnn() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (SIZE // 4) ** 2, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (SIZE // 4) ** 2, 10),
     )
 
 
@@ -87,8 +110,10 @@ def test_a_small_cnn_learns_digits_through_the_loader(digits, capsys):
     small_buffer, _ = train_and_evaluate(digits, random_labels=False, num_workers=0, shuffle_buffer=16)
     shuffled, _ = train_and_evaluate(digits, random_labels=True, num_workers=0)
     with capsys.disabled():
-        print(f"\ndigits, {n} held out: accuracy {real:.3f} with true labels ({small_buffer:.3f} with a 16-sample "
-              f"shuffle buffer), {shuffled:.3f} with random labels")
+        print(
+            f"\ndigits, {n} held out: accuracy {real:.3f} with true labels ({small_buffer:.3f} with a 16-sample "
+            f"shuffle buffer), {shuffled:.3f} with random labels"
+        )
     assert n > 250
     assert real >= 0.9 and small_buffer >= 0.9  # measured 0.96 and 0.97
     assert shuffled <= 0.25  # chance is 0.10

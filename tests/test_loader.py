@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import convert_images
+
 from training_adapter import AugmentConfig, augment_batch, make_loader, to_device
 from wds_tools.errors import OptionError, ShardError
 
@@ -59,8 +59,7 @@ def test_eval_pixels_equal_the_stored_arrays(folder):
 
 def test_train_is_reproducible_and_changes_per_epoch(folder):
     def run(epoch, seed=0):
-        ld = make_loader(folder, batch_size=4, train=True, num_workers=0, seed=seed, shuffle_buffer=8,
-                         return_keys=True)
+        ld = make_loader(folder, batch_size=4, train=True, num_workers=0, seed=seed, shuffle_buffer=8, return_keys=True)
         ld.set_epoch(epoch)
         return [(b[0].clone(), b[2]) for b in ld]
 
@@ -101,7 +100,7 @@ def test_device_augment_matches_cpu_path(folder):
     cpu = by_key(make_loader(folder, **kw))
     ld = make_loader(folder, device_augment=True, **kw)
     n = 0
-    for raw, labels, params, keys in ld:
+    for raw, _labels, params, keys in ld:
         assert params.shape == (len(keys), 14)
         out = augment_batch(raw, params, config=cfg).round()
         same = augment_batch(raw, keys, config=cfg, seed=3, epoch=0).round()
@@ -161,8 +160,11 @@ def http_url(folder, serve_http):
 
 def test_http_urls(folder, http_url):
     local = by_key(make_loader(folder, batch_size=4, train=False, num_workers=0, return_keys=True))
-    pattern = by_key(make_loader(f"{http_url}/val-{{000000..000001}}.tar", batch_size=4, train=False,
-                                 num_workers=0, return_keys=True))
+    pattern = by_key(
+        make_loader(
+            f"{http_url}/val-{{000000..000001}}.tar", batch_size=4, train=False, num_workers=0, return_keys=True
+        )
+    )
     index = make_loader(f"{http_url}/index.json", batch_size=4, train=False, num_workers=0, return_keys=True)
     assert index.mean is not None and len(index) == 2
     via_index = by_key(index)
@@ -194,8 +196,14 @@ def test_corrupt_shard_error_names_url_and_offset(damaged):
 
 
 def test_on_error_skip_logs_and_goes_on(damaged, caplog):
-    ld = make_loader(str(damaged / "val-{000000..000001}.tar"), batch_size=1, train=False, num_workers=0,
-                     on_error="skip", return_keys=True)
+    ld = make_loader(
+        str(damaged / "val-{000000..000001}.tar"),
+        batch_size=1,
+        train=False,
+        num_workers=0,
+        on_error="skip",
+        return_keys=True,
+    )
     with caplog.at_level(logging.WARNING, logger="training_adapter"):
         keys = [k for b in ld for k in b[2]]
     assert len(keys) == 3  # the second shard; the cut one's only complete sample was still an open group
@@ -204,8 +212,14 @@ def test_on_error_skip_logs_and_goes_on(damaged, caplog):
 
 def test_option_errors(folder):
     with pytest.raises(OptionError, match=r"7 shards cannot feed 1 rank x 8 workers"):
-        make_loader(str(folder / "val-{000000..000001}.tar") + "::" + str(folder / "train-{000000..000004}.tar"),
-                    batch_size=2, train=True, num_workers=8, reader="stream", allow_partial=True)
+        make_loader(
+            str(folder / "val-{000000..000001}.tar") + "::" + str(folder / "train-{000000..000004}.tar"),
+            batch_size=2,
+            train=True,
+            num_workers=8,
+            reader="stream",
+            allow_partial=True,
+        )
     # the index reader deals batches, not shards, to workers: more workers than shards are fine
     make_loader(str(folder / "val-{000000..000001}.tar"), batch_size=2, train=True, num_workers=8)
     with pytest.raises(OptionError, match="batch_size=0"):
@@ -225,12 +239,20 @@ def test_worker_batches_through_the_ring_are_never_overwritten(folder):
     """Batches from worker processes pass through reused shared slots: held batches stay intact
     (the streaming reader: the index reader's eval workers are threads, see test_threads.py)."""
     ref = stored(folder, "train")
-    loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1, reader="stream")
+    loader = make_loader(
+        folder,
+        batch_size=2,
+        train=False,
+        num_workers=2,
+        return_keys=True,
+        split="train",
+        prefetch_factor=1,
+        reader="stream",
+    )
     held = list(loader)  # every batch kept while the workers go on filling (and reusing) their slots
     assert len(held) > 2 * (1 + 2)  # more batches than slots per worker: slots were reused
     seen = {}
-    for images, labels, keys in held:
+    for images, _labels, keys in held:
         assert images.dtype == torch.uint8 and images.shape[1:] == (3, S, S)
         for im, k in zip(images, keys):
             seen[k] = im
@@ -280,11 +302,19 @@ def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
     """A caller that lets go of each batch gets the workers' shared slots themselves (no copy), and
     the slots come back for reuse; pixels stay right throughout."""
     ref = stored(folder, "train")
-    loader = make_loader(folder, batch_size=2, train=False, num_workers=2, return_keys=True, split="train",
-                         prefetch_factor=1, reader="stream")
+    loader = make_loader(
+        folder,
+        batch_size=2,
+        train=False,
+        num_workers=2,
+        return_keys=True,
+        split="train",
+        prefetch_factor=1,
+        reader="stream",
+    )
     lent = batches = 0
     seen = set()
-    for images, labels, keys in loader:
+    for images, _labels, keys in loader:
         batches += 1
         ring = loader.dataset.ring
         lent += any(b.data_ptr() == images.data_ptr() for b in ring.buffers)
@@ -299,14 +329,26 @@ def test_worker_batches_are_lent_without_a_copy_and_reclaimed(folder):
     assert lent == batches > slots  # every batch lent, more batches than slots: slots were reclaimed
 
 
-@pytest.mark.parametrize("edit, message", [
-    pytest.param(lambda name, data: data[:-5] if name.endswith(".npy") else data,
-                 r"\.npy member is \d+ bytes; its header says \d+", id="short-npy"),
-    pytest.param(lambda name, data: b"1" * 23 if name.endswith(".cls") else data,
-                 r"\.cls is b'1111.*expected a class index", id="23-digit-cls"),
-    pytest.param(lambda name, data: "٣".encode() if name.endswith(".cls") else data,
-                 r"\.cls is .*expected a class index", id="non-ascii-digit-cls"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        pytest.param(
+            lambda name, data: data[:-5] if name.endswith(".npy") else data,
+            r"\.npy member is \d+ bytes; its header says \d+",
+            id="short-npy",
+        ),
+        pytest.param(
+            lambda name, data: b"1" * 23 if name.endswith(".cls") else data,
+            r"\.cls is b'1111.*expected a class index",
+            id="23-digit-cls",
+        ),
+        pytest.param(
+            lambda name, data: "٣".encode() if name.endswith(".cls") else data,
+            r"\.cls is .*expected a class index",
+            id="non-ascii-digit-cls",
+        ),
+    ],
+)
 def test_damaged_members_are_shard_errors_naming_url_and_offset(folder, tmp_path, edit, message):
     from shardkit import rewrite_tar
 
@@ -325,8 +367,9 @@ def test_on_error_skip_skips_a_malformed_pax_record(folder, tmp_path, caplog):
     pax = tarfile.TarInfo("PaxHeader/x")
     pax.type, pax.size = tarfile.XHDTYPE, 11
     bad = tmp_path / "val-000000.tar"
-    bad.write_bytes(pax.tobuf(tarfile.USTAR_FORMAT) + b"0 path=a.b\n".ljust(512, b"\0")
-                    + (folder / "val-000000.tar").read_bytes())
+    bad.write_bytes(
+        pax.tobuf(tarfile.USTAR_FORMAT) + b"0 path=a.b\n".ljust(512, b"\0") + (folder / "val-000000.tar").read_bytes()
+    )
     ld = make_loader(str(bad), batch_size=2, train=False, num_workers=0, on_error="skip")
     with caplog.at_level(logging.WARNING, logger="training_adapter"):
         assert list(ld) == []
@@ -343,11 +386,13 @@ def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
     assert one.num_workers == 1 and sum(len(b[1]) for b in one) == 3
     assert make_loader(folder, batch_size=2, train=True, reader="stream").num_workers == 9  # 9 train shards
     with pytest.raises(OptionError, match="1 shard cannot feed 1 rank x 2 workers"):
-        make_loader(str(folder / "val-000000.tar"), batch_size=2, train=True, num_workers=2, reader="stream",
-                    allow_partial=True)
+        make_loader(
+            str(folder / "val-000000.tar"), batch_size=2, train=True, num_workers=2, reader="stream", allow_partial=True
+        )
     # evaluation reads every sample once, a worker without a shard yielding none (issue 22, point 6)
-    two = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=2, reader="stream",
-                      allow_partial=True)
+    two = make_loader(
+        str(folder / "val-000000.tar"), batch_size=2, train=False, num_workers=2, reader="stream", allow_partial=True
+    )
     assert sum(len(b[1]) for b in two) == 3
     # the index reader: no more workers than batches
     assert make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, allow_partial=True).num_workers == 2
@@ -361,18 +406,28 @@ def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):
     on_error='skip' it never raises and never yields a key twice."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-
     from test_tar import deadline
+
     from wds_tools.format.npy import npy_header
 
     good_npy = npy_header((4, 4, 3)) + bytes(range(48))
-    npy = st.one_of(st.just(good_npy), st.binary(max_size=300),
-                    st.builds(lambda shape, dt, n: npy_header(shape, dt) + bytes(n),
-                              st.sampled_from([(4, 4, 3), (4, 4), (4, 5, 3), (0, 0, 3), (4, 4, 4)]),
-                              st.sampled_from(["|u1", "<f4", "|i1"]), st.integers(0, 80)),
-                    st.just(good_npy[:-1]), st.just(good_npy + b"x"))
-    cls = st.one_of(st.integers(0, 10 ** 12).map(lambda n: str(n).encode()), st.binary(max_size=25),
-                    st.sampled_from([b"", b" 3", b"3\n", "٣".encode(), b"1" * 23, b"-1", b"+2"]))
+    npy = st.one_of(
+        st.just(good_npy),
+        st.binary(max_size=300),
+        st.builds(
+            lambda shape, dt, n: npy_header(shape, dt) + bytes(n),
+            st.sampled_from([(4, 4, 3), (4, 4), (4, 5, 3), (0, 0, 3), (4, 4, 4)]),
+            st.sampled_from(["|u1", "<f4", "|i1"]),
+            st.integers(0, 80),
+        ),
+        st.just(good_npy[:-1]),
+        st.just(good_npy + b"x"),
+    )
+    cls = st.one_of(
+        st.integers(0, 10**12).map(lambda n: str(n).encode()),
+        st.binary(max_size=25),
+        st.sampled_from([b"", b" 3", b"3\n", "٣".encode(), b"1" * 23, b"-1", b"+2"]),
+    )
     path = tmp_path / "fuzz-000000.tar"
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -390,8 +445,13 @@ def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):
         first_bad = None
         for i, (c, n, with_cls) in enumerate(samples):
             digits = c.strip()  # ASCII digits, surrounding whitespace allowed (as webdataset's int())
-            ok = (with_cls and n[:128] == good_npy[:128] and len(n) == len(good_npy) and digits.isdigit()
-                  and len(digits) <= 9)
+            ok = (
+                with_cls
+                and n[:128] == good_npy[:128]
+                and len(n) == len(good_npy)
+                and digits.isdigit()
+                and len(digits) <= 9
+            )
             if not ok:
                 first_bad = i
                 break
@@ -408,7 +468,7 @@ def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):
         if first_bad is None:
             assert err is None and got == expect
         else:
-            assert err is not None and got == expect[:len(got)]
+            assert err is not None and got == expect[: len(got)]
             assert (err.url, err.offset) == (str(path), offsets[first_bad]), str(err)
             assert f"{path}: byte {offsets[first_bad]}: sample 's{first_bad}'" in str(err)
         assert len(skipped) == len(set(skipped)) and skipped == [k for k, *_ in expect]
@@ -424,7 +484,7 @@ def test_to_device_returns_the_dtype_asked_for(dtype):
     want = (x.numpy() / 255 - np.array(mean).reshape(1, 3, 1, 1)) / np.array(std).reshape(1, 3, 1, 1)
     got = to_device(x, "cpu", mean, std, dtype=dtype)
     assert got.dtype == dtype
-    assert np.abs(got.double().numpy() - want).max() <= 2 ** -7 * np.abs(want).max() + 1e-5  # bfloat16: 8 bits
+    assert np.abs(got.double().numpy() - want).max() <= 2**-7 * np.abs(want).max() + 1e-5  # bfloat16: 8 bits
     assert to_device(x, "cpu", dtype=dtype).double().equal(x.double())  # 0..255 are exact in all three
     with pytest.raises(OptionError, match="expected a floating dtype"):
         to_device(x, "cpu", dtype=torch.int64)

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import convert_images
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-from conftest import convert_images
 from oracle import Epoch, Expect, check_epoch, digest, read_stored, record
+
 from training_adapter import AugmentConfig, make_loader
 from wds_tools.errors import ShardError
 from wds_tools.format.index import load_index
@@ -65,7 +65,7 @@ def damaged(folder, tmp_path_factory) -> Path:
     shutil.copytree(folder, bad)
     for name in CUT:
         data = (bad / name).read_bytes()
-        (bad / name).write_bytes(data[:int(len(data) * 0.3)])
+        (bad / name).write_bytes(data[: int(len(data) * 0.3)])
     return bad
 
 
@@ -73,8 +73,15 @@ def expectation(folder: Path, opts: dict) -> Expect:
     train = opts.get("train", True)
     aug = opts.get("augment") or AugmentConfig()
     meta = load_index(folder).meta
-    return Expect(train=train, augment=aug, seed=opts.get("seed", 0), device_augment=opts.get("device_augment", False),
-                  normalize=opts.get("normalize", False), mean=tuple(meta["mean"]), std=tuple(meta["std"]))
+    return Expect(
+        train=train,
+        augment=aug,
+        seed=opts.get("seed", 0),
+        device_augment=opts.get("device_augment", False),
+        normalize=opts.get("normalize", False),
+        mean=tuple(meta["mean"]),
+        std=tuple(meta["std"]),
+    )
 
 
 def run_epochs(loader, opts: dict, epochs: list[int | None]) -> list[tuple[int, Epoch]]:
@@ -83,8 +90,9 @@ def run_epochs(loader, opts: dict, epochs: list[int | None]) -> list[tuple[int, 
     for e in epochs:
         if e is not None:
             loader.set_epoch(e)
-        batches = [record(b, keys=opts.get("return_keys", False), params=opts.get("device_augment", False))
-                   for b in loader]
+        batches = [
+            record(b, keys=opts.get("return_keys", False), params=opts.get("device_augment", False)) for b in loader
+        ]
         out.append((loader.epoch, Epoch(batches)))
     return out
 
@@ -143,15 +151,18 @@ MATRIX = [
     pytest.param(dict(num_workers=2, shuffle_buffer=200, batch_size=48), id="w2-b48-divides-shards"),
     pytest.param(dict(num_workers=2, drop_last=False, batch_size=3), id="w2-b3-keep-last"),
     pytest.param(dict(num_workers=2, persistent_workers=True, return_keys=True), id="w2-persistent"),
-    pytest.param(dict(num_workers=1, persistent_workers=True, multiprocessing_context="spawn"), id="w1-spawn-persistent"),
+    pytest.param(
+        dict(num_workers=1, persistent_workers=True, multiprocessing_context="spawn"), id="w1-spawn-persistent"
+    ),
     pytest.param(dict(num_workers=2, normalize=True), id="w2-normalize"),
     pytest.param(dict(num_workers=0, normalize=True, return_keys=True), id="w0-normalize"),
     pytest.param(dict(num_workers=0, device_augment=True, return_keys=True), id="w0-device-augment"),
     pytest.param(dict(num_workers=2, device_augment=True), id="w2-device-augment"),
     pytest.param(dict(num_workers=2, augment=AugmentConfig(size=7, saturation=0.3)), id="w2-resize-saturation"),
     pytest.param(dict(num_workers=0, augment=AugmentConfig(size=20)), id="w0-upsize"),
-    pytest.param(dict(num_workers=0, augment=AugmentConfig(affine_p=1.0), return_keys=True, epochs=(2,)),
-                 id="w0-cpu-affine"),
+    pytest.param(
+        dict(num_workers=0, augment=AugmentConfig(affine_p=1.0), return_keys=True, epochs=(2,)), id="w0-cpu-affine"
+    ),
     pytest.param(dict(num_workers=2, seed=11, shuffle_shards=False), id="w2-seed-no-shard-shuffle"),
     pytest.param(dict(num_workers=2, subset=0.3, return_keys=True), id="w2-subset-fraction"),
     pytest.param(dict(num_workers=0, subset={"label": ["a", "c"]}, drop_last=False), id="w0-subset-classes"),
@@ -162,8 +173,10 @@ MATRIX = [
     pytest.param(dict(train=False, num_workers=1, split="train", drop_last=True), id="eval-train-split-drop"),
     # the index reader's workers are threads without CPU augmentation (eval, device_augment)
     pytest.param(dict(train=False, split="train", num_workers=3, batch_size=7, return_keys=True), id="eval-w3-threads"),
-    pytest.param(dict(num_workers=3, device_augment=True, return_keys=True, persistent_workers=True),
-                 id="w3-device-augment-threads"),
+    pytest.param(
+        dict(num_workers=3, device_augment=True, return_keys=True, persistent_workers=True),
+        id="w3-device-augment-threads",
+    ),
     # every sample's pixels and label checked against the index, or nothing but the NPY header
     pytest.param(dict(num_workers=2, check_samples=True), id="w2-check-samples"),
     pytest.param(dict(train=False, num_workers=0, check_samples=True, return_keys=True), id="eval-w0-check-samples"),
@@ -202,15 +215,21 @@ def test_resampled_with_epoch_batches(folder, stored):
 
 
 @settings(max_examples=15, deadline=None)
-@given(workers=st.sampled_from([0, 1, 2]), buffer=st.sampled_from([None, 0, 1, 2, 5, 64]),
-       batch=st.sampled_from([1, 3, 4, 7]), drop_last=st.sampled_from([None, True, False]),
-       device_augment=st.booleans(), keys=st.booleans(), seed=st.integers(0, 3),
-       reader=st.sampled_from(["auto", "stream"]))
+@given(
+    workers=st.sampled_from([0, 1, 2]),
+    buffer=st.sampled_from([None, 0, 1, 2, 5, 64]),
+    batch=st.sampled_from([1, 3, 4, 7]),
+    drop_last=st.sampled_from([None, True, False]),
+    device_augment=st.booleans(),
+    keys=st.booleans(),
+    seed=st.integers(0, 3),
+    reader=st.sampled_from(["auto", "stream"]),
+)
 @example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0, reader="auto")
-@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0,
-         reader="stream")
-def test_drawn_configurations_against_the_reference(folder, stored, workers, buffer, batch, drop_last,
-                                                    device_augment, keys, seed, reader):
+@example(workers=None, buffer=None, batch=B, drop_last=None, device_augment=False, keys=False, seed=0, reader="stream")
+def test_drawn_configurations_against_the_reference(
+    folder, stored, workers, buffer, batch, drop_last, device_augment, keys, seed, reader
+):
     opts = dict(batch_size=batch, device_augment=device_augment, return_keys=keys, seed=seed, reader=reader)
     for name, value in (("num_workers", workers), ("shuffle_buffer", buffer), ("drop_last", drop_last)):
         if value is not None:
@@ -220,6 +239,7 @@ def test_drawn_configurations_against_the_reference(folder, stored, workers, buf
 
 def test_pixels_do_not_depend_on_workers_buffer_or_batch_size(folder, stored):
     """The same epoch through very different pipelines: each key's image is identical."""
+
     def images(**kw):
         ld = make_loader(folder, train=True, return_keys=True, drop_last=False, **kw)
         ld.set_epoch(3)
@@ -294,8 +314,15 @@ def test_index_reader_skips_damaged_samples_one_rank(flipped, stored, workers, t
     """check_samples=True, on_error='skip': each flipped sample is left out of its batch and logged,
     the others are their own, the batch count is len()'s and nothing repeats."""
     bad, hurt = flipped
-    opts = dict(train=train, split="train", num_workers=workers, on_error="skip", return_keys=True,
-                check_samples=True, drop_last=False)
+    opts = dict(
+        train=train,
+        split="train",
+        num_workers=workers,
+        on_error="skip",
+        return_keys=True,
+        check_samples=True,
+        drop_last=False,
+    )
     with caplog.at_level("WARNING", logger="training_adapter"):
         loader = make_loader(bad, batch_size=B, **opts)
         ep = run_epochs(loader, opts, [None])[0][1]
@@ -307,8 +334,11 @@ def test_index_reader_skips_damaged_samples_one_rank(flipped, stored, workers, t
 
 
 def test_index_reader_refuses_a_shard_that_does_not_match_its_index(damaged):
-    with pytest.raises(ShardError, match=rf"{damaged}/train-000000.tar is [\d,]+ bytes; its index says [\d,]+: "
-                                         r"the shard does not match its index .*\(2 such shards\)"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{damaged}/train-000000.tar is [\d,]+ bytes; its index says [\d,]+: "
+        r"the shard does not match its index .*\(2 such shards\)",
+    ):
         make_loader(damaged, train=True, batch_size=B)
 
 
@@ -367,20 +397,31 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
             epochs = run_epochs(ld, opts, [None, None])
             for n, (_, ep) in enumerate(epochs):  # the images beside the JSON, in yield order
                 np.save(Path(out, f"rank{rank}-{j}-{n}.npy"), np.stack([im for _, _, im, _ in ep.samples]))
-            result.append({"len": len(ld), "epochs": [
-                [e, [[[k, lab, None if p is None else p.tolist()] for k, lab, _, p in b] for b in ep.batches]]
-                for e, ep in epochs]})
+            result.append(
+                {
+                    "len": len(ld),
+                    "epochs": [
+                        [e, [[[k, lab, None if p is None else p.tolist()] for k, lab, _, p in b] for b in ep.batches]]
+                        for e, ep in epochs
+                    ],
+                }
+            )
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
 
 RANK_RUNS: list[dict] = [
-    dict(), dict(num_workers=1, return_keys=True), dict(num_workers=0, device_augment=True, return_keys=True),
+    dict(),
+    dict(num_workers=1, return_keys=True),
+    dict(num_workers=0, device_augment=True, return_keys=True),
     dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True),
-    dict(num_workers=2, class_weights="balanced", return_keys=True), dict(subset=0.5, return_keys=True),
-    dict(reader="stream"), dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
-    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream")]
+    dict(num_workers=2, class_weights="balanced", return_keys=True),
+    dict(subset=0.5, return_keys=True),
+    dict(reader="stream"),
+    dict(num_workers=2, shuffle_buffer=3, return_keys=True, reader="stream"),
+    dict(num_workers=0, resampled=True, epoch_batches=3, return_keys=True, reader="stream"),
+]
 
 
 def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
@@ -399,8 +440,17 @@ def _epochs_of(rank_result: dict) -> list[tuple[int, Epoch]]:
     out = []
     for (e, batches), images in zip(rank_result["epochs"], rank_result["images"]):
         it = iter(images)
-        out.append((e, Epoch([[(k, lab, next(it), None if p is None else np.array(p, np.float32))
-                                for k, lab, p in b] for b in batches])))
+        out.append(
+            (
+                e,
+                Epoch(
+                    [
+                        [(k, lab, next(it), None if p is None else np.array(p, np.float32)) for k, lab, p in b]
+                        for b in batches
+                    ]
+                ),
+            )
+        )
     return out
 
 
@@ -419,7 +469,7 @@ def test_ranks_against_the_reference(folder, stored, tmp_path, world):
                 assert all(len(b) == B for b in ep.batches), "ranks yield full batches only"
                 per_epoch.setdefault(epoch, []).append(keys)
         assert len(per_epoch) == 2
-        for epoch, ranks in per_epoch.items():
+        for _epoch, ranks in per_epoch.items():
             assert len({len(k) for k in ranks}) == 1, f"{opts}: ranks differ in samples per epoch"
             if not (opts.get("resampled") or opts.get("class_weights")):
                 flat = [k for ks in ranks for k in ks]
@@ -428,7 +478,9 @@ def test_ranks_against_the_reference(folder, stored, tmp_path, world):
 
 def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
     """Two ranks, a damaged shard skipped: every rank still yields len() batches, no key twice in a rank."""
-    runs = [dict(num_workers=w, on_error="skip", return_keys=True, reader=r) for w in (0, 2) for r in ("stream", "auto")]
+    runs = [
+        dict(num_workers=w, on_error="skip", return_keys=True, reader=r) for w in (0, 2) for r in ("stream", "auto")
+    ]
     results = _spawn_ranks(2, damaged, runs, tmp_path)
     readable = read_stored(sorted(damaged.glob("train-*.tar")))
     for j in range(len(runs)):
@@ -447,8 +499,7 @@ def test_ranks_skip_damaged_samples_without_repeats(flipped, stored, tmp_path):
     damaged sample's batch is one shorter), and no sample appears twice, on one rank or across
     ranks: the rule that keeps batch counts equal repeats nothing."""
     bad, hurt = flipped
-    runs = [dict(num_workers=w, on_error="skip", check_samples=True, return_keys=True, drop_last=False)
-            for w in (0, 2)]
+    runs = [dict(num_workers=w, on_error="skip", check_samples=True, return_keys=True, drop_last=False) for w in (0, 2)]
     results = _spawn_ranks(2, bad, runs, tmp_path)
     for j in range(len(runs)):
         per_epoch: dict[int, list[str]] = {}
@@ -457,7 +508,7 @@ def test_ranks_skip_damaged_samples_without_repeats(flipped, stored, tmp_path):
                 keys = check_epoch(ep, stored["train"], expectation(bad, {}), epoch, batch_size=B)
                 assert len(ep.batches) == results[r][j]["len"]
                 per_epoch.setdefault(epoch, []).extend(keys)
-        for epoch, keys in per_epoch.items():
+        for _epoch, keys in per_epoch.items():
             assert len(keys) == len(set(keys)) and not set(keys) & hurt
             assert len(keys) >= len(stored["train"]) - len(hurt) - 1  # all but the damaged (and the odd one out)
 

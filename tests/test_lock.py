@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import make_images, write_manifest
+
 from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.convert import lock as lock_mod
@@ -51,9 +51,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def _holder(manifest, out, tmp_path, at=2, size="32"):
     go = tmp_path / "go"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(manifest), str(out), str(at), str(go), size],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(manifest), str(out), str(at), str(go), size],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     deadline = time.time() + 60
     while not Path(str(go) + ".waiting").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
@@ -81,15 +85,28 @@ def test_a_second_conversion_is_refused_at_once_naming_the_holder(manifest, tmp_
         before = {p.name: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
         held = json.loads((dest / LOCK_FILE).read_text())
         assert held["pid"] == proc.pid and held["host"] == socket.gethostname()
-        args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "32", "--out", str(out),
-                "--workers", "1", "--quiet"]
+        args = [
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            "v1",
+            "--size",
+            "32",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--quiet",
+        ]
         for extra in ([], ["--shard-size", "8"], ["--shard-size", "5"], ["--resize", "squash"]):
             t = time.perf_counter()
             res = CliRunner().invoke(cli, args + extra)
             assert time.perf_counter() - t < 5  # refused at once, not after waiting
             assert res.exit_code == 1 and "Traceback" not in res.output
-            assert f"is being written by another conversion: pid {proc.pid} on host {socket.gethostname()}" \
-                in res.output
+            assert (
+                f"is being written by another conversion: pid {proc.pid} on host {socket.gethostname()}" in res.output
+            )
             assert f"since {held['since']} UTC" in res.output and "version=" not in res.output
             assert held["command"] in res.output and "Nothing was changed" in res.output
         assert {p.name: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
@@ -233,12 +250,18 @@ def test_without_posix_locks_a_marker_is_used(manifest, tmp_path, monkeypatch):
     store = Store(str(tmp_path / "out/v1/64"))
     held = lock_folder(store)
     assert held.fd is None and (tmp_path / "out/v1/64" / LOCK_FILE).exists()
-    code = ("import sys; from wds_tools.convert.lock import lock_folder; from wds_tools.convert.storage import Store\n"
-            "from wds_tools.errors import OutputBusyError\nimport errno, wds_tools.convert.lock as m\n"
-            "def no(fd): raise OSError(errno.ENOLCK, 'No locks available')\nm._lockf = no\n"
-            "try:\n lock_folder(Store(sys.argv[1]))\nexcept OutputBusyError as e:\n print(e); sys.exit(3)")
-    r = subprocess.run([sys.executable, "-c", code, store.root], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from wds_tools.convert.lock import lock_folder; from wds_tools.convert.storage import Store\n"
+        "from wds_tools.errors import OutputBusyError\nimport errno, wds_tools.convert.lock as m\n"
+        "def no(fd): raise OSError(errno.ENOLCK, 'No locks available')\nm._lockf = no\n"
+        "try:\n lock_folder(Store(sys.argv[1]))\nexcept OutputBusyError as e:\n print(e); sys.exit(3)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, store.root],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 3 and f"pid {os.getpid()}" in r.stdout
     held.release()
     assert not (tmp_path / "out/v1/64").exists()

@@ -43,74 +43,116 @@ def test_a_plain_manifest_binds_as_before(tmp_path):
     assert Columns().default and not HAM.default
 
 
-@pytest.mark.parametrize("option, columns, message", [
-    ("--key", Columns(key="image_idd", label="dx", path="images/{image_id}.jpg"),
-     r"missing column\(s\) image_idd: 'image_idd' \(--key; did you mean 'image_id'\?\)\. The file's columns: "
-     r"lesion_id, image_id, dx, dx_type, age, sex, localization\."),
-    ("--label", Columns(key="image_id", label="diagnosis", path="images/{image_id}.jpg"),
-     r"missing column\(s\) diagnosis: 'diagnosis' \(--label\)\. The file's columns: lesion_id, image_id"),
-    ("--group", Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion"),
-     r"'lesion' \(--group; did you mean 'lesion_id'\?\)"),
-    ("--split", Columns(key="image_id", label="dx", path="images/{image_id}.jpg", split="Split"),
-     r"'Split' \(--split\)"),
-    ("--path", Columns(key="image_id", label="dx", path="file"), r"'file' \(--path\)"),
-    ("--label", Columns(key="image_id", label="DX", path="images/{image_id}.jpg"), r"did you mean 'dx'\?"),
-])
-def test_a_missing_or_misspelt_column_option_names_the_column_and_lists_the_files(tmp_path, option, columns,
-                                                                                   message):
+@pytest.mark.parametrize(
+    "option, columns, message",
+    [
+        (
+            "--key",
+            Columns(key="image_idd", label="dx", path="images/{image_id}.jpg"),
+            r"missing column\(s\) image_idd: 'image_idd' \(--key; did you mean 'image_id'\?\)\. The file's columns: "
+            r"lesion_id, image_id, dx, dx_type, age, sex, localization\.",
+        ),
+        (
+            "--label",
+            Columns(key="image_id", label="diagnosis", path="images/{image_id}.jpg"),
+            r"missing column\(s\) diagnosis: 'diagnosis' \(--label\)\. The file's columns: lesion_id, image_id",
+        ),
+        (
+            "--group",
+            Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion"),
+            r"'lesion' \(--group; did you mean 'lesion_id'\?\)",
+        ),
+        (
+            "--split",
+            Columns(key="image_id", label="dx", path="images/{image_id}.jpg", split="Split"),
+            r"'Split' \(--split\)",
+        ),
+        ("--path", Columns(key="image_id", label="dx", path="file"), r"'file' \(--path\)"),
+        ("--label", Columns(key="image_id", label="DX", path="images/{image_id}.jpg"), r"did you mean 'dx'\?"),
+    ],
+)
+def test_a_missing_or_misspelt_column_option_names_the_column_and_lists_the_files(tmp_path, option, columns, message):
     table = read_table(str(write_ham(tmp_path, [1])))
     with pytest.raises(SourceError, match=message):
         bind(table, columns)
 
 
-@pytest.mark.parametrize("group, role", [("image_id", "the --key column"), ("dx", "the --label column"),
-                                         ("dx_type", "the split column"), ("sha256", "a hash column"),
-                                         ("path", "the --path column")])
+@pytest.mark.parametrize(
+    "group, role",
+    [
+        ("image_id", "the --key column"),
+        ("dx", "the --label column"),
+        ("dx_type", "the split column"),
+        ("sha256", "a hash column"),
+        ("path", "the --path column"),
+    ],
+)
 def test_a_group_column_that_is_the_key_label_path_split_or_a_hash_is_refused(tmp_path, group, role):
     path = tmp_path / "m.csv"
     path.write_text("lesion_id,image_id,dx,dx_type,path,sha256\nL1,a,nv,train,a.jpg,\n")
-    cols = Columns(key="image_id", label="dx", path="path" if group == "path" else "{image_id}.jpg",
-                   split="dx_type", group=group)
-    with pytest.raises(OptionError, match=rf"--group '{group}' is {role} of .*m\.csv; a group column names what "
-                                          r"samples share .* e\.g\. --group lesion_id"):
+    cols = Columns(
+        key="image_id", label="dx", path="path" if group == "path" else "{image_id}.jpg", split="dx_type", group=group
+    )
+    with pytest.raises(
+        OptionError,
+        match=rf"--group '{group}' is {role} of .*m\.csv; a group column names what "
+        r"samples share .* e\.g\. --group lesion_id",
+    ):
         bind(read_table(str(path)), cols)
-    assert bind(read_table(str(path)), Columns(key="image_id", label="dx", path="path", split="dx_type",
-                                               group="lesion_id")).metadata == ["lesion_id"]
+    assert bind(
+        read_table(str(path)), Columns(key="image_id", label="dx", path="path", split="dx_type", group="lesion_id")
+    ).metadata == ["lesion_id"]
 
 
 def test_the_default_columns_missing_suggest_the_options(tmp_path):
     table = read_table(str(write_ham(tmp_path, [1])))
-    with pytest.raises(SourceError, match=r"missing column\(s\) key, label, path: .* The file's columns: lesion_id, "
-                                          r"image_id, .*--key image_id --label dx --path 'images/\{image_id\}\.jpg'"):
+    with pytest.raises(
+        SourceError,
+        match=r"missing column\(s\) key, label, path: .* The file's columns: lesion_id, "
+        r"image_id, .*--key image_id --label dx --path 'images/\{image_id\}\.jpg'",
+    ):
         bind(table, Columns())
 
 
-@pytest.mark.parametrize("template, unknown, close", [
-    ("images/{imageid}.jpg", "imageid", "image_id"), ("{lesion_id}/{image}.jpg", "image", "image_id"),
-    ("images/{nothing_like_it}.jpg", "nothing_like_it", None)])
+@pytest.mark.parametrize(
+    "template, unknown, close",
+    [
+        ("images/{imageid}.jpg", "imageid", "image_id"),
+        ("{lesion_id}/{image}.jpg", "image", "image_id"),
+        ("images/{nothing_like_it}.jpg", "nothing_like_it", None),
+    ],
+)
 def test_a_template_naming_an_unknown_column_is_refused(tmp_path, template, unknown, close):
     table = read_table(str(write_ham(tmp_path, [1])))
     hint = rf"; did you mean '{close}'\?" if close else r"\."
-    with pytest.raises(SourceError, match=rf"--path '{template.replace('{', '[{]').replace('.', '[.]')}' names column "
-                                          rf"'{unknown}', which the file does not have{hint} The file's columns: "
-                                          "lesion_id"):
+    with pytest.raises(
+        SourceError,
+        match=rf"--path '{template.replace('{', '[{]').replace('.', '[.]')}' names column "
+        rf"'{unknown}', which the file does not have{hint} The file's columns: "
+        "lesion_id",
+    ):
         bind(table, Columns(key="image_id", label="dx", path=template))
 
 
-@pytest.mark.parametrize("text, parts", [
-    ("path", (("path",),)),
-    ("images/{image_id}.jpg", ("images/", ("image_id",), ".jpg")),
-    ("{a}{b}", (("a",), ("b",))),
-    ("x{{y}}/{Patient ID}.png", ("x{y}/", ("Patient ID",), ".png")),
-    ("{é}", (("é",),)),
-])
+@pytest.mark.parametrize(
+    "text, parts",
+    [
+        ("path", (("path",),)),
+        ("images/{image_id}.jpg", ("images/", ("image_id",), ".jpg")),
+        ("{a}{b}", (("a",), ("b",))),
+        ("x{{y}}/{Patient ID}.png", ("x{y}/", ("Patient ID",), ".png")),
+        ("{é}", (("é",),)),
+    ],
+)
 def test_templates_parse(text, parts):
     t = PathTemplate.parse(text)
     assert t.parts == parts and t.bare == (text == "path")
 
 
-@pytest.mark.parametrize("text, where", [("images/{image_id.jpg", "position 7"), ("a}b", "position 1"),
-                                         ("a{}b", "position 1"), ("{a{b}}", "position 0")])
+@pytest.mark.parametrize(
+    "text, where",
+    [("images/{image_id.jpg", "position 7"), ("a}b", "position 1"), ("a{}b", "position 1"), ("{a{b}}", "position 0")],
+)
 def test_malformed_templates_are_refused(text, where):
     with pytest.raises(OptionError, match=rf"--path .*{where}"):
         PathTemplate.parse(text)
@@ -137,8 +179,10 @@ def test_duplicate_and_nameless_header_columns(tmp_path):
 
 def test_jsonl_columns_are_the_keys_in_first_seen_order(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text('{"key": "a", "path": "a.jpg", "label": "x", "age": 40}\n\n'
-                    '{"key": "b", "label": "y", "path": "b.jpg", "site": "back", "age": null}\n')
+    path.write_text(
+        '{"key": "a", "path": "a.jpg", "label": "x", "age": 40}\n\n'
+        '{"key": "b", "label": "y", "path": "b.jpg", "site": "back", "age": null}\n'
+    )
     t = read_table(str(path))
     assert t.kind == "jsonl" and t.columns == ["key", "path", "label", "age", "site"]
     cols, values = metadata_values(t, bind(t, Columns()).metadata)
@@ -146,24 +190,48 @@ def test_jsonl_columns_are_the_keys_in_first_seen_order(tmp_path):
     assert values == [(40, None), (None, "back")]
 
 
-@pytest.mark.parametrize("values, kind", [
-    (["45", "-3", "0", None], "int"),
-    (["45", "45.0"], "float"), (["1e3", ".5", "2."], "float"), (["+5"], "float"),
-    (["007"], "string"), (["02134", "1"], "string"), (["00.5"], "string"), (["0.5", "-0"], "float"), (["-0x1"], "string"), (["NaN"], "string"), (["inf"], "string"), (["1e999"], "string"),
-    (["9223372036854775807"], "int"), (["9223372036854775808"], "string"), (["١٢"], "string"),
-    ([None, None], "string"), (["male", "45"], "string"),
-])
+@pytest.mark.parametrize(
+    "values, kind",
+    [
+        (["45", "-3", "0", None], "int"),
+        (["45", "45.0"], "float"),
+        (["1e3", ".5", "2."], "float"),
+        (["+5"], "float"),
+        (["007"], "string"),
+        (["02134", "1"], "string"),
+        (["00.5"], "string"),
+        (["0.5", "-0"], "float"),
+        (["-0x1"], "string"),
+        (["NaN"], "string"),
+        (["inf"], "string"),
+        (["1e999"], "string"),
+        (["9223372036854775807"], "int"),
+        (["9223372036854775808"], "string"),
+        (["١٢"], "string"),
+        ([None, None], "string"),
+        (["male", "45"], "string"),
+    ],
+)
 def test_column_types(values, kind):
     assert column_type(values) == kind
 
 
 def test_cells_as_text():
     assert [cell_text(v) for v in ("  back ", "", "  ", None, 45, 45.0, True, [1, "a"], {"b": 1, "a": "é"})] == [
-        "back", None, None, None, "45", "45.0", "true", '[1,"a"]', '{"a":"é","b":1}']
+        "back",
+        None,
+        None,
+        None,
+        "45",
+        "45.0",
+        "true",
+        '[1,"a"]',
+        '{"a":"é","b":1}',
+    ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.integers(-(2 ** 63), 2 ** 63 - 1)), min_size=1))
+@given(st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1))
 def test_integers_round_trip(values):
     texts = [cell_text(v) for v in values]
     kind = column_type(texts)
@@ -180,8 +248,10 @@ def test_floats_round_trip(values):
     if any(v is not None for v in values):
         assert kind == "float"
         got = [typed(t, kind) for t in texts]
-        assert all((a is None and b is None) or (a == b and math.copysign(1, a) == math.copysign(1, b))
-                   for a, b in zip(got, values))
+        assert all(
+            (a is None and b is None) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+            for a, b in zip(got, values)
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -202,20 +272,51 @@ def test_a_csv_row_with_more_cells_than_the_header_is_refused_naming_its_line(tm
     lines = manifest.read_text(encoding="utf-8").splitlines()
     lines[2] = lines[2] + ", left side"  # e.g. localization written 'back, left side' without quotes
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(SourceError, match=r"line 3 has 8 cells, but the header has 7 columns: a cell that holds "
-                                          r"the delimiter ',' must be in double quotes"):
-        convert(manifest, version="v1", size=8, out=tmp_path / "out", key="image_id", label="dx",
-                path="images/{image_id}.jpg", workers=1, progress=False)
+    with pytest.raises(
+        SourceError,
+        match=r"line 3 has 8 cells, but the header has 7 columns: a cell that holds "
+        r"the delimiter ',' must be in double quotes",
+    ):
+        convert(
+            manifest,
+            version="v1",
+            size=8,
+            out=tmp_path / "out",
+            key="image_id",
+            label="dx",
+            path="images/{image_id}.jpg",
+            workers=1,
+            progress=False,
+        )
     assert not (tmp_path / "out" / "v1" / "8" / "index.json").exists()
     lines[2] = lines[2].rsplit(",", 3)[0]  # now two cells short
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(SourceError, match=r"line 3 has 5 cells, but the header has 7 columns"):
-        convert(manifest, version="v1", size=8, out=tmp_path / "out", key="image_id", label="dx",
-                path="images/{image_id}.jpg", workers=1, progress=False)
-    lines[2] = lines[2] + ',,'  # empty cells are missing values: read
+        convert(
+            manifest,
+            version="v1",
+            size=8,
+            out=tmp_path / "out",
+            key="image_id",
+            label="dx",
+            path="images/{image_id}.jpg",
+            workers=1,
+            progress=False,
+        )
+    lines[2] = lines[2] + ",,"  # empty cells are missing values: read
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    convert(manifest, version="v1", size=8, out=tmp_path / "out", key="image_id", label="dx",
-            path="images/{image_id}.jpg", workers=1, progress=False, max_errors=100)
+    convert(
+        manifest,
+        version="v1",
+        size=8,
+        out=tmp_path / "out",
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        workers=1,
+        progress=False,
+        max_errors=100,
+    )
     assert (tmp_path / "out" / "v1" / "8" / "index.json").exists()
 
 
@@ -229,6 +330,9 @@ def test_the_unknown_template_column_message_reads_as_a_sentence(tmp_path):
 def test_a_semicolon_delimited_csv_gets_a_delimiter_hint_naming_the_file(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("key;path;label\na;a.jpg;cat\n")
-    with pytest.raises(SourceError, match=r"m\.csv: the header 'key;path;label' is one column holding ';'.*"
-                                          r"save it with ',' as the delimiter"):
+    with pytest.raises(
+        SourceError,
+        match=r"m\.csv: the header 'key;path;label' is one column holding ';'.*"
+        r"save it with ',' as the delimiter",
+    ):
         read_table(str(path))

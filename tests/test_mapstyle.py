@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import convert_images
 from oracle import read_stored
+
 from training_adapter import ShardIndexDataset
 from wds_tools.errors import OptionError
 
@@ -27,9 +27,12 @@ def test_map_style_dataset_against_stock_webdataset(folder):
     import webdataset as wds
 
     ds = ShardIndexDataset(folder)
-    ref = {s["__key__"]: (s["npy"], int(s["cls"])) for s in
-           wds.WebDataset(sorted(str(p) for p in folder.glob("train-*.tar")), shardshuffle=False,
-                          empty_check=False).decode()}
+    ref = {
+        s["__key__"]: (s["npy"], int(s["cls"]))
+        for s in wds.WebDataset(
+            sorted(str(p) for p in folder.glob("train-*.tar")), shardshuffle=False, empty_check=False
+        ).decode()
+    }
     assert len(ds) == len(ref) and sorted(ds.keys) == sorted(ref)
     for i in range(len(ds)):
         image, label, key, meta = ds[i]
@@ -47,8 +50,9 @@ def test_map_style_dataset_with_samplers(folder):
     ds = ShardIndexDataset(folder, subset={"label": ["a", "c"]})
     assert set(ds.labels.tolist()) == {0, 2}
     weights = np.where(ds.labels == 0, 1.0, 3.0)
-    sampler = torch.utils.data.WeightedRandomSampler(torch.as_tensor(weights), 400,
-                                                     generator=torch.Generator().manual_seed(0))
+    sampler = torch.utils.data.WeightedRandomSampler(
+        torch.as_tensor(weights), 400, generator=torch.Generator().manual_seed(0)
+    )
     dl = torch.utils.data.DataLoader(ds, batch_size=16, sampler=sampler, num_workers=2)
     labels = torch.cat([b[1] for b in dl])
     assert len(labels) == 400 and (labels == 2).float().mean() > 0.65  # weight 3 vs 1: about 0.75
@@ -81,8 +85,18 @@ def test_map_style_meta_holds_the_csv_metadata(tmp_path):
     from wds_tools.convert import convert
 
     manifest = ham_with_gaps(tmp_path / "ham")
-    convert(manifest, version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx",
-            path="images/{image_id}.jpg", val_fraction=0.25, workers=1, progress=False)
+    convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=tmp_path / "out",
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        val_fraction=0.25,
+        workers=1,
+        progress=False,
+    )
     with open(manifest, encoding="utf-8", newline="") as f:
         rows = {r["image_id"]: r for r in csv.DictReader(f)}
     seen = []

@@ -12,11 +12,17 @@ from hypothesis import strategies as st
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.index import read_npz, write_npz
 from wds_tools.format.meta import (
-    MetaColumn, column_names, encode_columns, metadata_columns, npz_names, read_metadata, value_text,
+    MetaColumn,
+    column_names,
+    encode_columns,
+    metadata_columns,
+    npz_names,
+    read_metadata,
+    value_text,
 )
 
 _VALUES = {
-    "int": st.integers(-(2 ** 63), 2 ** 63 - 1),
+    "int": st.integers(-(2**63), 2**63 - 1),
     "float": st.floats(allow_nan=False, allow_infinity=False),
     "string": st.text(min_size=1),
 }
@@ -28,8 +34,10 @@ def tables(draw):
     types = draw(st.lists(st.sampled_from(["int", "float", "string"]), max_size=4))
     columns = [MetaColumn(f"c{i}·{t}", t) for i, t in enumerate(types)]
     n = draw(st.integers(0, 30))
-    rows = [tuple(draw(st.one_of(st.none(), _VALUES[c.type], _VALUES[c.type], _VALUES[c.type])) for c in columns)
-            for _ in range(n)]
+    rows = [
+        tuple(draw(st.one_of(st.none(), _VALUES[c.type], _VALUES[c.type], _VALUES[c.type])) for c in columns)
+        for _ in range(n)
+    ]
     return columns, rows
 
 
@@ -44,8 +52,11 @@ def _round_trip(columns, rows):
 def _same(a, b) -> bool:
     if a is None or b is None:
         return a is b
-    return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))) and \
-        (not isinstance(a, float) or math.copysign(1, a) == math.copysign(1, b))
+    return (
+        type(a) is type(b)
+        and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
+        and (not isinstance(a, float) or math.copysign(1, a) == math.copysign(1, b))
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -78,8 +89,11 @@ def test_mask_factorize_and_array_match_plain_python(table, data):
     for i, c in enumerate(columns):
         mv = read[c.name]
         present = [r[i] for r in rows if r[i] is not None]
-        wanted = data.draw(st.lists(st.one_of(st.none(), st.sampled_from(present) if present else st.none(),
-                                              _VALUES[c.type]), max_size=3))
+        wanted = data.draw(
+            st.lists(
+                st.one_of(st.none(), st.sampled_from(present) if present else st.none(), _VALUES[c.type]), max_size=3
+            )
+        )
         want = [r[i] in wanted if r[i] is not None else None in wanted for r in rows]
         assert mv.mask(wanted).tolist() == want
         ids, distinct = mv.factorize()
@@ -127,13 +141,21 @@ def test_damaged_string_codes_are_refused():
 
 def test_value_text_is_a_groups_identity():
     # a whole float is the int it equals (an int column turned float by one new cell keeps its groups)
-    assert [value_text(v) for v in ("HAM_01", 5, 5.0, -0.0, 1e-07, 45.5, 1e20)] == \
-        ["HAM_01", "5", "5", "0", "1e-07", "45.5", "100000000000000000000"]
+    assert [value_text(v) for v in ("HAM_01", 5, 5.0, -0.0, 1e-07, 45.5, 1e20)] == [
+        "HAM_01",
+        "5",
+        "5",
+        "0",
+        "1e-07",
+        "45.5",
+        "100000000000000000000",
+    ]
     # a text cell that an int or float column would hold is that number (a column turned text by a
     # new cell keeps its groups); other text is itself
-    assert [value_text(v) for v in ("5.0", "5", "-0", "1e3", "45.50", "99999999999999999999", "007", "NaN",
-                                    "1e400", " 5", "٣")] == \
-        ["5", "5", "0", "1000", "45.5", "99999999999999999999", "007", "NaN", "1e400", " 5", "٣"]
+    assert [
+        value_text(v)
+        for v in ("5.0", "5", "-0", "1e3", "45.50", "99999999999999999999", "007", "NaN", "1e400", " 5", "٣")
+    ] == ["5", "5", "0", "1000", "45.5", "99999999999999999999", "007", "NaN", "1e400", " 5", "٣"]
 
 
 def test_npz_names_are_positional_and_never_ours():

@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import make_images, write_manifest
 from oracle import read_stored
 from shardkit import copy_tars
+
 from training_adapter import ShardIndexDataset, load_config, make_loader
 from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
-from wds_tools.format.resolve import resolve
 from wds_tools.format.mixing import Gap, class_difference, dataset_key, differences
+from wds_tools.format.resolve import resolve
 from wds_tools.inspect.stats import compute_stats
 from wds_tools.inspect.verify import verify
 
@@ -47,8 +47,13 @@ def versions(tmp_path_factory) -> dict[str, Path]:
     for manifest, version, size in ((m1, "v1", 16), (m2, "v2", 16), (m1, "v1", 24)):
         convert(manifest, version=version, size=size, out=out, shard_size=4, workers=1, progress=False)
     mirror = shutil.copytree(out / "v1" / "16", root / "mirror" / "v1" / "16")
-    return {"v1": out / "v1" / "16", "v2": out / "v2" / "16", "v1_24": out / "v1" / "24", "mirror": mirror,
-            "root": root}
+    return {
+        "v1": out / "v1" / "16",
+        "v2": out / "v2" / "16",
+        "v1_24": out / "v1" / "24",
+        "mirror": mirror,
+        "root": root,
+    }
 
 
 def tars(folder: Path, split: str) -> list[Path]:
@@ -84,10 +89,13 @@ def test_the_fixture_is_what_the_tests_say(versions):
 
 # ------------------------------------------------------------------ versions that cannot be mixed
 
+
 def mixed_specs(v: dict[str, Path]) -> list:
-    return [f"{v['v1']}/train-{{000000..000006}}.tar::{v['v2']}/train-{{000000..000006}}.tar",
-            [str(v["v1"]), str(v["v2"])],
-            f"{v['root']}/out/{{v1,v2}}/16/train-000000.tar"]
+    return [
+        f"{v['v1']}/train-{{000000..000006}}.tar::{v['v2']}/train-{{000000..000006}}.tar",
+        [str(v["v1"]), str(v["v2"])],
+        f"{v['root']}/out/{{v1,v2}}/16/train-000000.tar",
+    ]
 
 
 def test_the_resolver_refuses_mixed_versions_naming_both(versions):
@@ -99,8 +107,10 @@ def test_the_resolver_refuses_mixed_versions_naming_both(versions):
         assert MIXED in msg
         assert f"[1] {v1i} (dataset_version 'v1', 16 px, 3 classes)" in msg
         assert f"[2] {v2i} (dataset_version 'v2', 16 px, 4 classes)" in msg
-        assert "dataset_version 'v1' / 'v2'; classes: 3 / 4; A only in [2]; every one of the 3 shared classes " \
-               "has another index ('a' 0 / 1, 'b' 1 / 2, 'c' 2 / 3): the same label means different classes" in msg
+        assert (
+            "dataset_version 'v1' / 'v2'; classes: 3 / 4; A only in [2]; every one of the 3 shared classes "
+            "has another index ('a' 0 / 1, 'b' 1 / 2, 'c' 2 / 3): the same label means different classes" in msg
+        )
         assert "build.source.rows 30 / 33" in msg and "pass allow_mixed=True" in msg and "--allow-mixed" in msg
     s = resolve(mixed_specs(versions)[1], split="train", allow_mixed=True)
     assert [json.dumps(m["classes"]) for m in s.datasets] == ['["a", "b", "c"]', '["A", "a", "b", "c"]']
@@ -122,8 +132,15 @@ def test_allowed_mixed_versions_stream_every_sample_with_its_own_label(versions)
     first index's mean/std; the index reader cannot read them."""
     v1, v2 = versions["v1"], versions["v2"]
     for workers in (0, 2):
-        ld = make_loader([str(v1), str(v2)], batch_size=4, train=False, split="train", num_workers=workers,
-                         return_keys=True, allow_mixed=True)
+        ld = make_loader(
+            [str(v1), str(v2)],
+            batch_size=4,
+            train=False,
+            split="train",
+            num_workers=workers,
+            return_keys=True,
+            allow_mixed=True,
+        )
         assert ld.dataset.index is None and ld.mean == json.loads((v1 / "index.json").read_text())["mean"]
         got = loaded(ld)
         assert Counter(got) == stored((v1, "train"), (v2, "train"))
@@ -137,8 +154,11 @@ def test_allowed_mixed_sizes_are_refused_before_reading(versions):
     spec = [str(versions["v1"]), str(versions["v1_24"])]
     with pytest.raises(OptionError, match=r"\[1\] vs \[2\]: size 16 / 24\n"):
         make_loader(spec, batch_size=4, train=False, num_workers=0)
-    with pytest.raises(OptionError, match=r"allow_mixed=True, but these datasets hold images of 16 px and 24 px, "
-                                          r"which cannot share a batch"):
+    with pytest.raises(
+        OptionError,
+        match=r"allow_mixed=True, but these datasets hold images of 16 px and 24 px, "
+        r"which cannot share a batch",
+    ):
         make_loader(spec, batch_size=4, train=False, num_workers=0, allow_mixed=True)
     with pytest.raises(OptionError, match="allow_mixed='yes': expected True or False"):
         make_loader(str(versions["v1"]), batch_size=4, train=False, num_workers=0, allow_mixed="yes")
@@ -147,8 +167,10 @@ def test_allowed_mixed_sizes_are_refused_before_reading(versions):
 def test_config_dataset_block_takes_allow_mixed_and_allow_partial(versions, tmp_path):
     cfg = tmp_path / "train.yaml"
     v1, v2 = versions["v1"], versions["v2"]
-    cfg.write_text(f"dataset:\n  train_urls: [{v1}, {v2}]\n  val_urls: {v1}/val-000000.tar\n"
-                   f"  batch_size: 4\n  num_workers: 0\n  augment: {{crop: false}}\n")
+    cfg.write_text(
+        f"dataset:\n  train_urls: [{v1}, {v2}]\n  val_urls: {v1}/val-000000.tar\n"
+        f"  batch_size: 4\n  num_workers: 0\n  augment: {{crop: false}}\n"
+    )
     ds = load_config(cfg).dataset
     with pytest.raises(OptionError, match=MIXED):
         ds.train_loader()
@@ -167,8 +189,11 @@ def test_stats_and_verify_refuse_mixed_versions(versions):
             run()
         with pytest.raises(OptionError, match=MIXED):
             run(scan=True)
-        with pytest.raises(OptionError, match=r"the shards are in several folders .*; give one shards folder at a "
-                                              r"time \(or read their tars as one set: --scan\)"):
+        with pytest.raises(
+            OptionError,
+            match=r"the shards are in several folders .*; give one shards folder at a "
+            r"time \(or read their tars as one set: --scan\)",
+        ):
             run(allow_mixed=True)
     runner = CliRunner()
     for cmd in ("stats", "verify"):
@@ -196,25 +221,40 @@ def test_stats_and_verify_scan_allowed_mixed_versions_as_one_set(versions):
 
 # ------------------------------------------------------------------ patterns that cannot be partial
 
+
 def test_make_loader_refuses_a_partial_pattern_naming_the_missing(versions):
     v1 = versions["v1"]
     spec = f"{v1}/train-{{000000..000002}}.tar"
     for reader in ("auto", "index", "stream"):
-        with pytest.raises(OptionError, match=rf"names 3 of the 7 train shards of {v1}/index.json; missing: "
-                                              rf"train-000003.tar, train-000004.tar, train-000005.tar and 1 more "
-                                              rf"\(4 in all\)\. It would read part of the split(.|\n)*allow_partial="):
+        with pytest.raises(
+            OptionError,
+            match=rf"names 3 of the 7 train shards of {v1}/index.json; missing: "
+            rf"train-000003.tar, train-000004.tar, train-000005.tar and 1 more "
+            rf"\(4 in all\)\. It would read part of the split(.|\n)*allow_partial=",
+        ):
             make_loader(spec, batch_size=4, train=False, num_workers=0, reader=reader)
     both = f"{v1}/val-000001.tar::{v1}/train-{{000001..000006}}.tar"  # two splits, each in part
-    with pytest.raises(OptionError, match=r"names 6 of the 7 train shards .*missing: train-000000.tar; names 1 of "
-                                          r"the 2 val shards .*missing: val-000000.tar\."):
+    with pytest.raises(
+        OptionError,
+        match=r"names 6 of the 7 train shards .*missing: train-000000.tar; names 1 of "
+        r"the 2 val shards .*missing: val-000000.tar\.",
+    ):
         make_loader(both, batch_size=4, train=False, num_workers=0)
 
 
 @pytest.mark.parametrize("reader", ["index", "stream"])
 def test_allowed_partial_pattern_reads_exactly_its_shards(versions, reader):
     v1 = versions["v1"]
-    ld = make_loader(f"{v1}/train-{{000000..000002}}.tar", batch_size=4, train=False, num_workers=0,
-                     return_keys=True, reader=reader, allow_partial=True, shuffle_shards=False)
+    ld = make_loader(
+        f"{v1}/train-{{000000..000002}}.tar",
+        batch_size=4,
+        train=False,
+        num_workers=0,
+        return_keys=True,
+        reader=reader,
+        allow_partial=True,
+        shuffle_shards=False,
+    )
     want: Counter = Counter()
     for key, s in read_stored(tars(v1, "train")[:3]).items():
         want[(key, s.label, s.pixels.tobytes())] += 1
@@ -223,12 +263,20 @@ def test_allowed_partial_pattern_reads_exactly_its_shards(versions, reader):
 
 def test_whole_splits_need_no_option(versions):
     v1 = versions["v1"]
-    for spec in (f"{v1}/train-{{000000..000006}}.tar", str(v1),
-                 f"{v1}/val-{{000000..000001}}.tar::{v1}/train-{{000000..000006}}.tar",
-                 f"{v1}/train-{{000000..000003}}.tar::{v1}/train-{{000004..000006}}.tar"):
+    for spec in (
+        f"{v1}/train-{{000000..000006}}.tar",
+        str(v1),
+        f"{v1}/val-{{000000..000001}}.tar::{v1}/train-{{000000..000006}}.tar",
+        f"{v1}/train-{{000000..000003}}.tar::{v1}/train-{{000004..000006}}.tar",
+    ):
         assert resolve(spec).gaps == []
-    assert sum(len(b[1]) for b in make_loader(f"{v1}/train-{{000000..000006}}.tar", batch_size=4, train=False,
-                                              num_workers=0)) == 25
+    assert (
+        sum(
+            len(b[1])
+            for b in make_loader(f"{v1}/train-{{000000..000006}}.tar", batch_size=4, train=False, num_workers=0)
+        )
+        == 25
+    )
 
 
 def test_stats_and_verify_warn_about_a_partial_pattern(versions):
@@ -236,11 +284,14 @@ def test_stats_and_verify_warn_about_a_partial_pattern(versions):
     the split's shards the answer leaves out."""
     v1 = versions["v1"]
     spec = f"{v1}/train-{{000000..000002}}.tar"
-    missing = "names 3 of the 7 train shards; missing: train-000003.tar, train-000004.tar, train-000005.tar " \
-              "and 1 more (4 in all)"
+    missing = (
+        "names 3 of the 7 train shards; missing: train-000003.tar, train-000004.tar, train-000005.tar "
+        "and 1 more (4 in all)"
+    )
     st = compute_stats(spec)
-    assert st.shards == 3 and st.warnings[0] == (f"the spec {missing}: shard and sample figures are of the named "
-                                                  f"shards only (mean/std are the index's)")
+    assert st.shards == 3 and st.warnings[0] == (
+        f"the spec {missing}: shard and sample figures are of the named shards only (mean/std are the index's)"
+    )
     report = verify(spec, quick=True)
     assert report.ok and report.shards == 3
     assert report.warnings[0] == f"the spec {missing}: only the named shards were checked"
@@ -253,6 +304,7 @@ def test_stats_and_verify_warn_about_a_partial_pattern(versions):
 
 # ------------------------------------------------------------------ copies of one dataset
 
+
 def test_a_mirror_is_the_same_dataset(versions):
     v1, mirror = versions["v1"], versions["mirror"]
     halves = [f"{v1}/train-{{000000..000003}}.tar", f"{mirror}/train-{{000004..000006}}.tar"]
@@ -261,8 +313,11 @@ def test_a_mirror_is_the_same_dataset(versions):
         assert len(s) == 7 and s.gaps == [] and len(s.datasets) == 1 and s.counts == resolve(v1, split="train").counts
         ld = make_loader(spec, batch_size=4, train=False, num_workers=0, return_keys=True)
         assert Counter(loaded(ld)) == stored((v1, "train"))  # every sample once
-    with pytest.raises(OptionError, match=rf"names 6 of the 7 train shards of {v1}/index.json; missing: "
-                                          r"train-000006.tar\."):  # a mirror's shards count for the one dataset
+    with pytest.raises(
+        OptionError,
+        match=rf"names 6 of the 7 train shards of {v1}/index.json; missing: "
+        r"train-000006.tar\.",
+    ):  # a mirror's shards count for the one dataset
         make_loader([halves[0], f"{mirror}/train-{{000004..000005}}.tar"], batch_size=4, train=False, num_workers=0)
 
 
@@ -273,10 +328,17 @@ def test_converted_again_from_a_changed_image_is_another_dataset(versions, tmp_p
     (src / "img" / "s0001.jpg").write_bytes((src / "img" / "s0002.jpg").read_bytes())
     convert(src / "v1.csv", version="v1", size=16, out=tmp_path / "out", shard_size=4, workers=1, progress=False)
     again = tmp_path / "out" / "v1" / "16"
-    with pytest.raises(OptionError, match=r"\[1\] vs \[2\]: shards: 1 of 9 hold other bytes or samples \(first: "
-                                          r"train-00000\d.tar\), e.g. converted again from changed images"):
-        make_loader(f"{versions['v1']}/train-{{000000..000003}}.tar::{again}/train-{{000004..000006}}.tar",
-                    batch_size=4, train=False, num_workers=0)
+    with pytest.raises(
+        OptionError,
+        match=r"\[1\] vs \[2\]: shards: 1 of 9 hold other bytes or samples \(first: "
+        r"train-00000\d.tar\), e.g. converted again from changed images",
+    ):
+        make_loader(
+            f"{versions['v1']}/train-{{000000..000003}}.tar::{again}/train-{{000004..000006}}.tar",
+            batch_size=4,
+            train=False,
+            num_workers=0,
+        )
 
 
 def test_shards_without_an_index_are_not_compared(versions, tmp_path):
@@ -287,43 +349,66 @@ def test_shards_without_an_index_are_not_compared(versions, tmp_path):
 
 # ------------------------------------------------------------------ the messages' parts
 
+
 def test_class_difference():
     assert class_difference(["a", "b"], ["a", "b"]) is None
     assert class_difference(["a", "b", "c"], ["b", "a", "c"]) == (
         "classes: 3 / 3; 2 of the 3 shared classes has another index ('a' 0 / 1, 'b' 1 / 0): the same label "
-        "means different classes")
+        "means different classes"
+    )
     assert class_difference(["a", "b", "c"], ["a", "c"]) == (
         "classes: 3 / 2; b only in [1]; 1 of the 2 shared classes has another index ('c' 2 / 1): the same label "
-        "means different classes")
+        "means different classes"
+    )
     assert class_difference(["a", "b"], ["a", "b", "z"], "v1", "v2") == "classes: 2 / 3; z only in v2"
     names = [f"c{i}" for i in range(6)]
     assert class_difference(names, ["new", *names]).endswith(
         "every one of the 6 shared classes has another index ('c0' 0 / 1, 'c1' 1 / 2, 'c2' 2 / 3, and 3 more): "
-        "the same label means different classes")
+        "the same label means different classes"
+    )
     assert class_difference(["a,b"], ["x"]) == "classes: 1 / 1; x only in [2]; 'a,b' only in [1]"
 
 
 def test_differences_and_identity(versions):
     meta = json.loads((versions["v1"] / "index.json").read_text())
-    moved = {**meta, "build": {**meta["build"], "source_path": "elsewhere/v1.csv", "base": "v0"},
-             "created_by": "wds-tools 9", "decoder_versions": {"pillow": "0"}}
+    moved = {
+        **meta,
+        "build": {**meta["build"], "source_path": "elsewhere/v1.csv", "base": "v0"},
+        "created_by": "wds-tools 9",
+        "decoder_versions": {"pillow": "0"},
+    }
     assert differences(meta, moved) == [] and dataset_key(meta) == dataset_key(moved)  # provenance only
-    other = {**meta, "resize": "pad", "decode": {**meta["decode"], "filter": "bicubic"},
-             "build": {**meta["build"], "shard_size": 8}}
-    assert differences(meta, other) == ["resize 'center-crop' / 'pad'", "decode.filter 'lanczos' / 'bicubic'",
-                                        "build.shard_size 4 / 8"]
+    other = {
+        **meta,
+        "resize": "pad",
+        "decode": {**meta["decode"], "filter": "bicubic"},
+        "build": {**meta["build"], "shard_size": 8},
+    }
+    assert differences(meta, other) == [
+        "resize 'center-crop' / 'pad'",
+        "decode.filter 'lanczos' / 'bicubic'",
+        "build.shard_size 4 / 8",
+    ]
 
 
 def test_gap_describe():
-    g = Gap("x/index.json", "train", 2, 7, ("train-000002.tar", "train-000003.tar", "train-000004.tar",
-                                             "train-000005.tar", "train-000006.tar"))
-    assert g.describe() == ("names 2 of the 7 train shards of x/index.json; missing: train-000002.tar, "
-                            "train-000003.tar, train-000004.tar and 2 more (5 in all)")
+    g = Gap(
+        "x/index.json",
+        "train",
+        2,
+        7,
+        ("train-000002.tar", "train-000003.tar", "train-000004.tar", "train-000005.tar", "train-000006.tar"),
+    )
+    assert g.describe() == (
+        "names 2 of the 7 train shards of x/index.json; missing: train-000002.tar, "
+        "train-000003.tar, train-000004.tar and 2 more (5 in all)"
+    )
     assert g.describe(where=False).startswith("names 2 of the 7 train shards; missing: ")
     assert np.array(g.to_dict()["missing"]).size == 5
 
 
 # ------------------------------------------------------------------ without an index: the samples' .json
+
 
 # workers=0 first, then forked workers: this order once made a worker fail with CPython 3.11's "SystemError: AST
 # constructor recursion depth mismatch" in numpy's header parse; format.npy.image_side no longer parses our headers
@@ -338,16 +423,21 @@ def test_streaming_bare_tars_refuses_samples_of_another_dataset_naming_both_shar
     v2 = json.loads((versions["v2"] / "index.json").read_text())
     ld = make_loader(spec, batch_size=4, train=False, num_workers=workers, return_keys=True)
     assert ld.dataset.index is None
-    with pytest.raises(Exception, match=(
+    with pytest.raises(
+        Exception,
+        match=(
             rf"b2/train-\d+\.tar: byte \d+: sample '\w+' has dataset_version 'v2', classes_digest "
             rf"'{v2['classes_digest']}', but the first sample \('\w+' in .*b1/train-000000\.tar\) has "
             rf"dataset_version 'v1', classes_digest '{v1['classes_digest']}': these shards are of different "
-            r"datasets .*allow_mixed=True")):
+            r"datasets .*allow_mixed=True"
+        ),
+    ):
         loaded(ld)
     ld = make_loader(spec, batch_size=4, train=False, num_workers=workers, return_keys=True, allow_mixed=True)
     assert Counter(loaded(ld)) == stored((v1_ := versions["v1"], "train"), (versions["v2"], "train"))
-    one = make_loader([str(p) for p in tars(b2, "train")], batch_size=4, train=False, num_workers=workers,
-                      return_keys=True)  # one dataset: no option needed
+    one = make_loader(
+        [str(p) for p in tars(b2, "train")], batch_size=4, train=False, num_workers=workers, return_keys=True
+    )  # one dataset: no option needed
     assert Counter(loaded(one)) == stored((versions["v2"], "train"))
     assert v1_ == versions["v1"]
 
@@ -359,9 +449,12 @@ def test_streaming_refuses_version_1_shards_among_version_2_shards(versions, tmp
     old = copy_tars(golden_folder(tmp_path, 1), tmp_path / "old")
     spec = [str(p) for p in tars(versions["v2"], "train")[:1] + tars(old, "train")]
     ld = make_loader(spec, batch_size=2, train=False, num_workers=0, return_keys=True, allow_partial=True)
-    with pytest.raises(Exception, match=r"old/train-000000\.tar: byte 0: sample '\w+' has a sample without dataset "
-                                        r"fields \(format version 1\), but the first sample .* has dataset_version "
-                                        r"'v2'"):
+    with pytest.raises(
+        Exception,
+        match=r"old/train-000000\.tar: byte 0: sample '\w+' has a sample without dataset "
+        r"fields \(format version 1\), but the first sample .* has dataset_version "
+        r"'v2'",
+    ):
         loaded(ld)
 
 
@@ -406,13 +499,19 @@ def test_the_unparsed_check_agrees_with_parsing_every_json(versions, tmp_path):
     assert pretty and not any(x.startswith(prefix) for x in read_stored_json(open(b, "rb")).values())
     ld = make_loader([str(a), str(b)], batch_size=4, train=False, num_workers=0, return_keys=True)
     assert ld.dataset.index is None
-    assert Counter(loaded(ld)) == Counter(loaded(make_loader([str(a), str(b)], batch_size=4, train=False,
-                                                             num_workers=0, return_keys=True, allow_mixed=True)))
+    assert Counter(loaded(ld)) == Counter(
+        loaded(
+            make_loader([str(a), str(b)], batch_size=4, train=False, num_workers=0, return_keys=True, allow_mixed=True)
+        )
+    )
     other = {**v2, "classes_digest": "f" * 16}
     wrong = _rewrite_json(second, b, lambda k, o: sample_json({**o, "classes_digest": other["classes_digest"]}))
     ld = make_loader([str(a), str(b)], batch_size=4, train=False, num_workers=0, return_keys=True)
-    with pytest.raises(Exception, match=rf"sample '{wrong[0]}' has dataset_version 'v2', classes_digest "
-                                        rf"'{'f' * 16}', but the first sample"):
+    with pytest.raises(
+        Exception,
+        match=rf"sample '{wrong[0]}' has dataset_version 'v2', classes_digest "
+        rf"'{'f' * 16}', but the first sample",
+    ):
         loaded(ld)
 
 

@@ -20,13 +20,16 @@ def test_image_header_is_what_numpy_writes_and_128_bytes(size):
     assert len(image_header(size)) == NPY_HEADER_BYTES and image_side(image_header(size)) == size
 
 
-@pytest.mark.parametrize("shape, dtype, fortran, message", [
-    ((8, 8, 3), "<f4", False, r"dtype <f4, shape \[8, 8, 3\]; expected uint8"),
-    ((8, 9, 3), "|u1", False, r"shape \[8, 9, 3\]"),
-    ((8, 8, 4), "|u1", False, r"shape \[8, 8, 4\]"),
-    ((8, 8), "|u1", False, r"shape \[8, 8\]"),
-    ((8, 8, 3), "|u1", True, r"Fortran order"),
-])
+@pytest.mark.parametrize(
+    "shape, dtype, fortran, message",
+    [
+        ((8, 8, 3), "<f4", False, r"dtype <f4, shape \[8, 8, 3\]; expected uint8"),
+        ((8, 9, 3), "|u1", False, r"shape \[8, 9, 3\]"),
+        ((8, 8, 4), "|u1", False, r"shape \[8, 8, 4\]"),
+        ((8, 8), "|u1", False, r"shape \[8, 8\]"),
+        ((8, 8, 3), "|u1", True, r"Fortran order"),
+    ],
+)
 def test_other_arrays_are_refused_with_what_they_hold(shape, dtype, fortran, message):
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": fortran, "shape": shape})
@@ -56,8 +59,15 @@ def _side_by_numpy(header: bytes) -> int | str:
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(f) if version == (1, 0) else ((), True, None)
     except Exception:
         return "refused"
-    ok = (version == (1, 0) and f.tell() == NPY_HEADER_BYTES and dtype == np.uint8 and not fortran
-          and len(shape) == 3 and shape[0] == shape[1] >= 1 and shape[2] == 3)
+    ok = (
+        version == (1, 0)
+        and f.tell() == NPY_HEADER_BYTES
+        and dtype == np.uint8
+        and not fortran
+        and len(shape) == 3
+        and shape[0] == shape[1] >= 1
+        and shape[2] == 3
+    )
     return int(shape[0]) if ok else "refused"
 
 
@@ -69,9 +79,12 @@ def _side(header: bytes) -> int | str:
 
 
 @settings(max_examples=400, deadline=None)
-@given(side=st.integers(1, 99999), flips=st.lists(st.tuples(st.integers(0, NPY_HEADER_BYTES - 1),
-                                                            st.integers(0, 255)), max_size=3),
-       cut=st.integers(0, NPY_HEADER_BYTES + 8), tail=st.binary(max_size=8))
+@given(
+    side=st.integers(1, 99999),
+    flips=st.lists(st.tuples(st.integers(0, NPY_HEADER_BYTES - 1), st.integers(0, 255)), max_size=3),
+    cut=st.integers(0, NPY_HEADER_BYTES + 8),
+    tail=st.binary(max_size=8),
+)
 def test_image_side_equals_numpys_parse_on_any_damage(side, flips, cut, tail):
     """The fast path (a header byte-equal to ours needs no parse) and numpy's parser agree on every
     header: ours, ours with bytes changed, cut short, or followed by other bytes."""
@@ -89,6 +102,7 @@ def test_our_headers_are_read_without_numpys_parser(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("ast.literal_eval called")
+
     monkeypatch.setattr(ast, "literal_eval", refuse)
     for size in (1, 16, 224, 384, 4096):
         assert image_side(image_header(size)) == size

@@ -20,7 +20,7 @@ def test_round_trip_and_rows(values):
     offsets, data = pack_strings(values)
     assert unpack_strings(offsets, data) == values
     for i in range(len(values)):
-        assert unpack_strings(offsets[i:i + 2], data) == [values[i]]
+        assert unpack_strings(offsets[i : i + 2], data) == [values[i]]
 
 
 def test_replace_keeps_a_damaged_string_readable():

@@ -29,8 +29,11 @@ def square(im: np.ndarray, side: int, box: tuple[int, int, int, int] | None = No
 @pytest.mark.parametrize("side", [8, 50, 64, 100, 224])
 def test_the_hash_is_the_documented_recipe(side):
     ims = photos()
-    crops = [square(im, side) for im in ims] + [square(im, side, (0, 0, 200, 200)) for im in ims] + [
-        square(im, side, (300, 100, 500, 300)) for im in ims]
+    crops = (
+        [square(im, side) for im in ims]
+        + [square(im, side, (0, 0, 200, 200)) for im in ims]
+        + [square(im, side, (300, 100, 500, 300)) for im in ims]
+    )
     got = phash_batch(np.stack(crops))
     for i, c in enumerate(crops):
         want = doc_hash(c)
@@ -43,8 +46,15 @@ def test_flips_and_quarter_turns_are_the_documented_variants():
     h = phash(im)
     v = variants(h)
     assert v[0] == h and len(set(v)) == 8
-    turned = [im[:, ::-1], im[::-1], im[::-1, ::-1], im.transpose(1, 0, 2), np.rot90(im), np.rot90(im, 3),
-              np.rot90(im.transpose(1, 0, 2), 2)]
+    turned = [
+        im[:, ::-1],
+        im[::-1],
+        im[::-1, ::-1],
+        im.transpose(1, 0, 2),
+        np.rot90(im),
+        np.rot90(im, 3),
+        np.rot90(im.transpose(1, 0, 2), 2),
+    ]
     for t in turned:
         t = np.ascontiguousarray(t)
         assert doc_hash(t) in v

@@ -54,7 +54,9 @@ def test_parse_shard_size():
 
 items_strategy = st.lists(
     st.tuples(st.text("abcdefgh0123456789", min_size=1, max_size=8), st.integers(0, 4)),
-    min_size=1, max_size=300, unique_by=lambda t: t[0],
+    min_size=1,
+    max_size=300,
+    unique_by=lambda t: t[0],
 )
 
 
@@ -69,7 +71,7 @@ def test_plan_is_a_balanced_stratified_partition(items, shard_size, seed):
     assert max(counts) <= shard_size
     assert len(plans) == -(-len(items) // shard_size)
     total = Counter(label for _, label in items)
-    for label, n in total.items():  # each class spread as evenly as integers allow
+    for label, _n in total.items():  # each class spread as evenly as integers allow
         per_shard = [sum(items[i][1] == label for i in p.members) for p in plans]
         assert max(per_shard) - min(per_shard) <= 1
     for p in plans:  # within a shard: ordered by the seeded key hash
@@ -94,6 +96,7 @@ def test_plan_empty():
 
 
 # ------------------------------------------------------------------ splits drawn per group
+
 
 @st.composite
 def group_structures(draw, max_groups=40):
@@ -178,7 +181,7 @@ def _check_bound(units, got, frac) -> None:
     if all(len(labels) == 1 for labels in units.values()):
         per_label: dict[int, list] = {}
         for unit, labels in units.items():
-            (label, n), = labels.items()
+            ((label, n),) = labels.items()
             per_label.setdefault(label, []).append((n, got[unit] == "val"))
         for pool in per_label.values():
             assert abs(sum(n for n, v in pool if v) - frac * sum(n for n, _ in pool)) <= max(n for n, _ in pool) / 2
@@ -188,8 +191,10 @@ def _check_bound(units, got, frac) -> None:
 @given(group_structures(), st.sampled_from([0.2, 0.5]), st.booleans(), st.data())
 def test_fixed_units_keep_their_split_and_the_others_follow_the_rule(units, frac, stratify, data):
     names = sorted(units)
-    fixed = {u: data.draw(st.sampled_from(["train", "val", "test"])) for u in
-             data.draw(st.lists(st.sampled_from(names), unique=True))}
+    fixed = {
+        u: data.draw(st.sampled_from(["train", "val", "test"]))
+        for u in data.draw(st.lists(st.sampled_from(names), unique=True))
+    }
     got = split_groups(units, seed=0, val_fraction=frac, stratify=stratify, fixed=fixed)
     assert all(got[u] == s for u, s in fixed.items())
     if not stratify:  # the others are drawn exactly as without any fixed unit
@@ -208,10 +213,24 @@ def test_stratify_worked_example():
 # ------------------------------------------------------------------ plans worked by hand
 # The seeded hashes below are BLAKE2b with an 8-byte digest, big-endian, from coreutils rather than
 # from plan.py: printf 'order:0:a' | b2sum -l 64 (likewise 'split:0:<key>', 'group:0:<group>').
-ORDER0 = {"a": 0xB947D20B969C879A, "b": 0x310B2567F4BB06D4, "c": 0x2162B1C9CE4C19E7, "d": 0x70F88EA9B8503616,
-          "e": 0x683E5D1A5F93E990, "f": 0x226FE2A543671244, "g": 0x855D83F03E2CB3DD}
-SPLIT0 = {"a": 0x9691EC03D07CED40, "b": 0xE72D08E025975B83, "c": 0x377EBC720C6D89FB, "d": 0xCD8D52178F60BD64,
-          "e": 0x4BBDE4A0F1DD138E, "f": 0xE53BD6060015BB32, "g": 0x8D3E50AFF6DD6DAE}
+ORDER0 = {
+    "a": 0xB947D20B969C879A,
+    "b": 0x310B2567F4BB06D4,
+    "c": 0x2162B1C9CE4C19E7,
+    "d": 0x70F88EA9B8503616,
+    "e": 0x683E5D1A5F93E990,
+    "f": 0x226FE2A543671244,
+    "g": 0x855D83F03E2CB3DD,
+}
+SPLIT0 = {
+    "a": 0x9691EC03D07CED40,
+    "b": 0xE72D08E025975B83,
+    "c": 0x377EBC720C6D89FB,
+    "d": 0xCD8D52178F60BD64,
+    "e": 0x4BBDE4A0F1DD138E,
+    "f": 0xE53BD6060015BB32,
+    "g": 0x8D3E50AFF6DD6DAE,
+}
 GROUP0 = {"G1": 0xC9875CD7FD05DF0E, "G2": 0x4132B416D420576E, "G3": 0x303C5D94442C8895, "G4": 0xE91CE2EEF4535CCA}
 SEVEN = [("a", 0), ("b", 1), ("c", 0), ("d", 1), ("e", 0), ("f", 1), ("g", 0)]  # positions 0..6
 
@@ -229,8 +248,11 @@ def test_plan_worked_by_hand() -> None:
     positions 2 4 6 0 5 1 3; dealt round-robin: shard 0 gets 2 0 3, shard 1 gets 4 5, shard 2 gets
     6 1. Within a shard by hash: shard 0 c d a = (2, 3, 0), shard 1 f e = (5, 4), shard 2 b g = (1, 6)."""
     plans = plan_split("train", SEVEN, shard_size=3, seed=0)
-    assert [(p.split, p.index, p.members) for p in plans] == [("train", 0, (2, 3, 0)), ("train", 1, (5, 4)),
-                                                             ("train", 2, (1, 6))]
+    assert [(p.split, p.index, p.members) for p in plans] == [
+        ("train", 0, (2, 3, 0)),
+        ("train", 1, (5, 4)),
+        ("train", 2, (1, 6)),
+    ]
     assert [p.name for p in plans] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
     # one shard: every item, by hash alone: c f b e d g a
     assert [p.members for p in plan_split("val", SEVEN, shard_size=7, seed=0)] == [(2, 5, 1, 4, 3, 6, 0)]
@@ -246,21 +268,42 @@ def test_assign_split_worked_by_hand() -> None:
 
 
 def test_split_groups_worked_by_hand() -> None:
-    units = {("g", "G1"): {0: 3}, ("g", "G2"): {0: 1}, ("g", "G3"): {0: 2}, ("k", "c"): {0: 1},
-             ("g", "G4"): {1: 2, 0: 1}, ("k", "a"): {1: 1}}
+    units = {
+        ("g", "G1"): {0: 3},
+        ("g", "G2"): {0: 1},
+        ("g", "G3"): {0: 2},
+        ("k", "c"): {0: 1},
+        ("g", "G4"): {1: 2, 0: 1},
+        ("k", "a"): {1: 1},
+    }
     # without stratify, fraction 0.3 (0x4ccc…): G2 (4132…), G3 (303c…), c (377e…) go to val
     assert split_groups(units, seed=0, val_fraction=0.3) == {
-        ("g", "G1"): "train", ("g", "G2"): "val", ("g", "G3"): "val", ("k", "c"): "val", ("g", "G4"): "train",
-        ("k", "a"): "train"}
+        ("g", "G1"): "train",
+        ("g", "G2"): "val",
+        ("g", "G3"): "val",
+        ("k", "c"): "val",
+        ("g", "G4"): "train",
+        ("k", "a"): "train",
+    }
     # stratified, fraction 0.5. Class 0 (G1 3, G2 1, G3 2, c 1: S = 7, bound 2 · 0.5 · 7 = 7), by hash
     # G3, c, G2, G1: G3 2 · 0 + 2 < 7 val (v = 2); c 4 + 1 < 7 val (v = 3); G2 6 + 1 = 7 train; G1 6 + 3
     # train. Class 1 (G4's majority is 1; with a: S = 4, bound 4), by hash a (9691…), G4 (e91c…):
     # a 0 + 1 < 4 val (v = 1); G4 2 + 3 train.
     assert split_groups(units, seed=0, val_fraction=0.5, stratify=True) == {
-        ("g", "G1"): "train", ("g", "G2"): "train", ("g", "G3"): "val", ("k", "c"): "val", ("g", "G4"): "train",
-        ("k", "a"): "val"}
+        ("g", "G1"): "train",
+        ("g", "G2"): "train",
+        ("g", "G3"): "val",
+        ("k", "c"): "val",
+        ("g", "G4"): "train",
+        ("k", "a"): "val",
+    }
     # G3 fixed in train: class 0 still has S = 7, v = 0; c 0 + 1 < 7 val (v = 1); G2 2 + 1 < 7 val (v = 2);
     # G1 4 + 3 = 7 train
     assert split_groups(units, seed=0, val_fraction=0.5, stratify=True, fixed={("g", "G3"): "train"}) == {
-        ("g", "G1"): "train", ("g", "G2"): "val", ("g", "G3"): "train", ("k", "c"): "val", ("g", "G4"): "train",
-        ("k", "a"): "val"}
+        ("g", "G1"): "train",
+        ("g", "G2"): "val",
+        ("g", "G3"): "train",
+        ("k", "c"): "val",
+        ("g", "G4"): "train",
+        ("k", "a"): "val",
+    }

@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
-from PIL import Image
-
 from conftest import write_manifest
+
 from wds_tools.convert import convert
 from wds_tools.convert.plan import key_hash
 from wds_tools.synth import jpeg_bytes, photo_like
@@ -40,6 +39,7 @@ _RECIPE = re.compile(r"<!-- recipe: ([\w-]+)[^\n]*-->\n```(\w+)\n(.*?)```", re.S
 
 
 # ------------------------------------------------------------------ the conversion and its truth
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
@@ -57,14 +57,28 @@ def folder(tmp_path_factory) -> Path:
         else:
             rel = f"img/{i:04d}.jpg"
             (root / rel).write_bytes(jpeg_bytes(im, quality=90))
-        rows.append({"key": f"s{i:04d}", "path": rel, "label": CLASSES[i % len(CLASSES)],
-                     "split": "val" if i % 10 == 0 else "train"})
+        rows.append(
+            {
+                "key": f"s{i:04d}",
+                "path": rel,
+                "label": CLASSES[i % len(CLASSES)],
+                "split": "val" if i % 10 == 0 else "train",
+            }
+        )
     train = [r for r in rows if r["split"] == "train"]
     for r in sorted(train, key=lambda r: key_hash(f"s_{r['key'][1:]}", 0))[-3:]:
         r["key"] = f"s {r['key'][1:]}"  # sanitized to s_NNNN, original kept in the json
     write_manifest(root / "m.csv", rows)
-    convert(root / "m.csv", version="v1", size=S, out=root / "out", shard_size=10, workers=1,
-            progress=False, sanitize_keys=True)
+    convert(
+        root / "m.csv",
+        version="v1",
+        size=S,
+        out=root / "out",
+        shard_size=10,
+        workers=1,
+        progress=False,
+        sanitize_keys=True,
+    )
     out = root / "out" / "v1" / str(S)
     meta = json.loads((out / "index.json").read_text())
     assert meta["splits"]["train"]["shards"] == 5 and meta["splits"]["val"]["shards"] == 1
@@ -111,6 +125,7 @@ def check(samples, want: dict[str, tuple[int, np.ndarray]]) -> list[str]:
 
 # ------------------------------------------------------------------ the recipes, from the doc
 
+
 def recipe(name: str) -> tuple[str, str]:
     """(language, code) of the block under ``<!-- recipe: name -->`` in docs/READERS.md."""
     found = {m.group(1): (m.group(2), m.group(3)) for m in _RECIPE.finditer(DOC.read_text())}
@@ -147,8 +162,7 @@ def need(module: str, install: str = PIP_TEST):
 
 def need_tool(name: str, install: str, version_has: str) -> str:
     path = shutil.which(name)
-    ok = path is not None and version_has in subprocess.run([path, "--version"], capture_output=True,
-                                                           text=True).stdout
+    ok = path is not None and version_has in subprocess.run([path, "--version"], capture_output=True, text=True).stdout
     if not ok:
         message = f"{name} ({version_has}) is not installed; install it with: {install}"
         if os.environ.get("CI"):
@@ -159,13 +173,26 @@ def need_tool(name: str, install: str, version_has: str) -> str:
 
 def test_every_recipe_in_the_doc_is_run_here():
     names = {m.group(1) for m in _RECIPE.finditer(DOC.read_text())}
-    tested = {"webdataset", "webdataset-ranks", "webdataset-one-shard", "wids", "hf-datasets", "hf-datasets-metadata",
-              "ray-data", "dali", "gnu-tar", "bsdtar", "extracted-files", "python-tarfile"}
+    tested = {
+        "webdataset",
+        "webdataset-ranks",
+        "webdataset-one-shard",
+        "wids",
+        "hf-datasets",
+        "hf-datasets-metadata",
+        "ray-data",
+        "dali",
+        "gnu-tar",
+        "bsdtar",
+        "extracted-files",
+        "python-tarfile",
+    }
     assert names == tested
     assert DOC.read_text().count("```python") + DOC.read_text().count("```sh") == len(names)
 
 
 # ------------------------------------------------------------------ webdataset
+
 
 def test_webdataset(folder):
     wds = need("webdataset")
@@ -206,6 +233,7 @@ def test_webdataset_one_shard_split_with_two_workers(folder):
 
 # ------------------------------------------------------------------ wids, Hugging Face, Ray
 
+
 def test_wids_reads_in_place(folder):
     need("wids")
     before = sorted(p.name for p in folder.iterdir())
@@ -222,13 +250,13 @@ def test_hugging_face_datasets(folder, tmp_path, monkeypatch):
     want = truth(folder, "train")
     check(ns["samples"], want)
     originals = {x["json"]["key"]: x["json"]["original_key"] for x in ns["ds"]}
-    assert sorted(k for k, o in originals.items() if o != k) == sorted(
-        k for k in want if k.startswith("s_"))
+    assert sorted(k for k, o in originals.items() if o != k) == sorted(k for k in want if k.startswith("s_"))
     # no features= needed: every json has original_key (none of the first 5 was mapped), and the
     # recipe's dtype gives uint8 pixels
     assert "original_key" in ns["ds"].features["json"]
-    assert sorted(ns["ds"].features["json"]) == sorted(json.loads(
-        next(m for m in _members(folder / "train-000000.tar") if m[0].endswith(".json"))[1]))
+    assert sorted(ns["ds"].features["json"]) == sorted(
+        json.loads(next(m for m in _members(folder / "train-000000.tar") if m[0].endswith(".json"))[1])
+    )
     # the recipe with features= from index.json reads a set without metadata columns the same
     with_features = run_recipe("hf-datasets-metadata", folder)
     check(with_features["samples"], want)
@@ -242,6 +270,7 @@ def ray_local():
     owns = not ray.is_initialized()
     if owns:
         import logging
+
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     yield ray
     if owns:
@@ -255,6 +284,7 @@ def test_ray_data(folder, ray_local):
 
 
 # ------------------------------------------------------------------ DALI, on its inputs
+
 
 def _members(tar: Path) -> list[tuple[str, bytes]]:
     with tarfile.open(tar) as tf:
@@ -274,29 +304,41 @@ def dali_reader(paths: list[str], index_paths: list[str], ext: list[str], dtype_
             parts = line.split(" ")
             assert len(parts) % 4 == 0, line
             members = {parts[i]: (int(parts[i + 1]), int(parts[i + 2]), parts[i + 3]) for i in range(0, len(parts), 4)}
-            for offset, size, name in members.values():
+            for offset, _size, _name in members.values():
                 assert offset % 512 == 0 and offset < len(data), line
             for e, dsize in zip(ext, dtype_sizes):
                 assert e in members, f"{index_path}: no {e!r} in {line!r}"
                 assert members[e][1] % dsize == 0, f"{index_path}: component size and dtype incompatible"
-            yield {e: data[members[e][0]:members[e][0] + members[e][1]] for e in ext}, members[ext[0]][2]
+            yield {e: data[members[e][0] : members[e][0] + members[e][1]] for e in ext}, members[ext[0]][2]
 
 
 def test_dali_recipe_inputs_and_labels(folder):
     _, code = recipe("dali")
-    for needed in ('ext=["npy", "i32"]', "dtypes=[types.UINT8, types.INT32]", "start=[128]",
-                   "shape=[S * S * 3]", "shape=[S, S, 3]"):
+    for needed in (
+        'ext=["npy", "i32"]',
+        "dtypes=[types.UINT8, types.INT32]",
+        "start=[128]",
+        "shape=[S * S * 3]",
+        "shape=[S, S, 3]",
+    ):
         assert needed in code, needed  # what the emulation below assumes
-    setup = with_root(code.split("\n\n\n@pipeline_def")[0].replace(
-        "from nvidia.dali import fn, pipeline_def, types\n", ""), ROOT_LINE, folder)
+    setup = with_root(
+        code.split("\n\n\n@pipeline_def")[0].replace("from nvidia.dali import fn, pipeline_def, types\n", ""),
+        ROOT_LINE,
+        folder,
+    )
     ns: dict = {}
     exec(setup, ns)  # the recipe's own paths, index paths and S
     assert ns["S"] == S
     for shard, index_path in zip(ns["shards"], ns["index_paths"], strict=True):
         with tarfile.open(shard) as tf:
             members = [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
-        listed = [(p[i + 3], int(p[i + 1]), int(p[i + 2])) for line in Path(index_path).read_text().splitlines()[1:]
-                  for p in [line.split(" ")] for i in range(0, len(p), 4)]
+        listed = [
+            (p[i + 3], int(p[i + 1]), int(p[i + 2]))
+            for line in Path(index_path).read_text().splitlines()[1:]
+            for p in [line.split(" ")]
+            for i in range(0, len(p), 4)
+        ]
         assert listed == members  # every member tarfile sees, at its data offset, in file order
     reads = list(dali_reader(ns["shards"], ns["index_paths"], ["npy", "i32"], [1, 4]))
     npy = [r["npy"] for r, _ in reads]
@@ -312,11 +354,13 @@ def test_dali_recipe_inputs_and_labels(folder):
 
 # ------------------------------------------------------------------ tar tools
 
+
 def run_sh(name: str, root: Path, cwd: Path) -> None:
     lang, code = recipe(name)
     assert lang == "sh"
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", with_root(code, SH_ROOT_LINE, root)], cwd=cwd,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", with_root(code, SH_ROOT_LINE, root)], cwd=cwd, capture_output=True, text=True
+    )
     assert r.returncode == 0 and not r.stderr, r.stderr
 
 
@@ -340,6 +384,7 @@ def test_tar_tools(folder, tmp_path, monkeypatch, tool):
 
 # ------------------------------------------------------------------ review of issues 14/16: metadata
 
+
 def test_hugging_face_datasets_reads_a_sparse_metadata_column(tmp_path, monkeypatch):
     datasets = need("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
@@ -349,13 +394,21 @@ def test_hugging_face_datasets_reads_a_sparse_metadata_column(tmp_path, monkeypa
     rows = []
     for i, key in enumerate(keys):
         (tmp_path / "c" / f"img/{key}.jpg").write_bytes(jpeg_bytes(photo_like(24, 20, seed=i), quality=90))
-        rows.append({"key": key, "path": f"img/{key}.jpg", "label": "ab"[i % 2], "split": "train",
-                     "visits": "3" if key == last else ""})  # an int column, present in one row only
+        rows.append(
+            {
+                "key": key,
+                "path": f"img/{key}.jpg",
+                "label": "ab"[i % 2],
+                "split": "train",
+                "visits": "3" if key == last else "",
+            }
+        )  # an int column, present in one row only
     write_manifest(tmp_path / "c" / "m.csv", rows, fields=("key", "path", "label", "split", "visits"))
     convert(tmp_path / "c" / "m.csv", version="v1", size=S, out=tmp_path / "out", workers=1, progress=False)
     folder = tmp_path / "out" / "v1" / str(S)
-    stored = {json.loads(d)["key"]: json.loads(d) for n, d in _members(folder / "train-000000.tar")
-              if n.endswith(".json")}
+    stored = {
+        json.loads(d)["key"]: json.loads(d) for n, d in _members(folder / "train-000000.tar") if n.endswith(".json")
+    }
     assert [j["meta"]["visits"] for j in stored.values()][:5] == [None] * 5 and stored[last]["meta"]["visits"] == 3
     with pytest.raises(Exception) as failed:  # without features=, as READERS.md says
         run_recipe("hf-datasets", folder)
@@ -367,5 +420,6 @@ def test_hugging_face_datasets_reads_a_sparse_metadata_column(tmp_path, monkeypa
     ns = run_recipe("hf-datasets-metadata", folder)
     check(ns["samples"], truth(folder, "train"))
     assert {x["json"]["key"]: x["json"]["meta"]["visits"] for x in ns["ds"]} == {
-        k: j["meta"]["visits"] for k, j in stored.items()}
+        k: j["meta"]["visits"] for k, j in stored.items()
+    }
     assert {x["json"]["key"]: x["json"] for x in ns["ds"]} == stored  # every field, typed as stored

@@ -45,13 +45,17 @@ def mount(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wds_tools", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "wds_tools", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def _tree(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -61,8 +65,23 @@ def manifest(tmp_path):
 
 
 def _convert(manifest: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _cli("convert", "--source", str(manifest), "--version", "v1", "--size", "16", "--out", str(out),
-                "--shard-size", "5", "--workers", "1", "--quiet", *extra)
+    return _cli(
+        "convert",
+        "--source",
+        str(manifest),
+        "--version",
+        "v1",
+        "--size",
+        "16",
+        "--out",
+        str(out),
+        "--shard-size",
+        "5",
+        "--workers",
+        "1",
+        "--quiet",
+        *extra,
+    )
 
 
 def test_out_on_a_read_only_mount_is_one_line(mount, manifest):
@@ -71,8 +90,10 @@ def test_out_on_a_read_only_mount_is_one_line(mount, manifest):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, r.stderr
-    assert f"{mount.path / 'shards' / 'v1' / '16'}: cannot write the conversion there: Read-only file system" \
-        in lines[0] and "--out" in lines[0]
+    assert (
+        f"{mount.path / 'shards' / 'v1' / '16'}: cannot write the conversion there: Read-only file system" in lines[0]
+        and "--out" in lines[0]
+    )
 
 
 def test_a_complete_folder_on_a_read_only_mount_is_nothing_to_do(mount, manifest):
@@ -107,6 +128,7 @@ def test_index_on_a_read_only_folder_missing_a_sidecar_is_one_line(mount, manife
     r = _cli("index", str(folder))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{folder}: cannot write the reader index files ({victim.name} is missing" \
-        in lines[0], r.stderr
+    assert len(lines) == 1 and f"{folder}: cannot write the reader index files ({victim.name} is missing" in lines[0], (
+        r.stderr
+    )
     assert "Read-only file system" in lines[0]

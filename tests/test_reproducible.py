@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
-
 from conftest import make_images, write_manifest
+
 from wds_tools.cli import cli
 from wds_tools.convert import hashes
 
@@ -34,8 +34,26 @@ def _corpus(root: Path) -> Path:
 
 def _convert(corpus: Path, out: Path, manifest: str, version: str, monkeypatch, *extra: str) -> dict:
     monkeypatch.chdir(corpus)
-    res = CliRunner().invoke(cli, ["convert", "--source", manifest, "--version", version, "--size", SIZE,
-                                   "--out", str(out), "--shard-size", "4", "--workers", "1", "--json", *extra])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            manifest,
+            "--version",
+            version,
+            "--size",
+            SIZE,
+            "--out",
+            str(out),
+            "--shard-size",
+            "4",
+            "--workers",
+            "1",
+            "--json",
+            *extra,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
@@ -87,8 +105,9 @@ def test_a_config_file_keeps_the_source_path_relative(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path / "corpus")
     (corpus / "wds-tools.toml").write_text('source = "v1.csv"\n')
     monkeypatch.chdir(corpus)
-    res = CliRunner().invoke(cli, ["convert", "--version", "v1", "--size", SIZE, "--out", str(tmp_path / "o"),
-                                   "--workers", "1"])
+    res = CliRunner().invoke(
+        cli, ["convert", "--version", "v1", "--size", SIZE, "--out", str(tmp_path / "o"), "--workers", "1"]
+    )
     assert res.exit_code == 0, res.output
     meta = json.loads((tmp_path / "o" / "v1" / SIZE / "index.json").read_text())
     assert meta["build"]["source_path"] == "v1.csv"

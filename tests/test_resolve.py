@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import convert_images, upload
 from shardkit import copy_tars
+
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.resolve import resolve, resolve_target
 
@@ -34,6 +34,7 @@ def samples(folder) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------ the resolver, local
+
 
 def test_folder_index_file_and_file_url_agree(folder, names):
     a = resolve(folder)
@@ -70,8 +71,11 @@ def test_pattern_and_folder_without_index(folder, tmp_path):
 def test_joined_patterns_and_lists(folder, samples, tmp_path):
     one, two = str(folder / "train-{000000..000001}.tar"), str(folder / "val-000000.tar")
     joined, listed = resolve(f"{one}::{two}", allow_partial=True), resolve([one, Path(two)], allow_partial=True)
-    assert joined.urls == listed.urls == [str(folder / n) for n in
-                                          ("train-000000.tar", "train-000001.tar", "val-000000.tar")]
+    assert (
+        joined.urls
+        == listed.urls
+        == [str(folder / n) for n in ("train-000000.tar", "train-000001.tar", "val-000000.tar")]
+    )
     assert joined.names == [Path(u).name for u in joined.urls]
     assert joined.counts == [samples[n] for n in joined.names]
     assert joined.spec == f"{one}::{two}" and joined.selected and joined.folder == str(folder)
@@ -99,8 +103,9 @@ def test_errors_are_named(folder, tmp_path):
     (gappy / "train-000001.tar").unlink()  # listed in the index, gone from the folder
     with pytest.raises(ShardError, match=r"1 of 3 shards do not exist, e.g. .*gappy/train-000001.tar"):
         resolve(str(gappy / "train-{000000..000002}.tar"), allow_partial=True)  # the loader
-    assert len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True,
-                       allow_partial=True).names) == 3  # verify names it
+    assert (
+        len(resolve(str(gappy / "train-{000000..000002}.tar"), need_index=True, allow_partial=True).names) == 3
+    )  # verify names it
     with pytest.raises(IndexFormatError, match=r"index.json: no split 'test'; the index has train, val"):
         resolve(folder, split="test")
     with pytest.raises(OptionError, match="pipe: commands are read by the loader only"):
@@ -115,8 +120,11 @@ def test_index_of_another_format_version_is_refused(folder, tmp_path):
     meta = json.loads((newer / "index.json").read_text())
     (newer / "index.json").write_text(json.dumps({**meta, "format_version": 99}))
     for spec in (newer, newer / "index.json"):
-        with pytest.raises(IndexFormatError, match=r"newer/index.json has format_version 99; this wds-tools reads "
-                                                   r"versions 1, 2 and 3"):
+        with pytest.raises(
+            IndexFormatError,
+            match=r"newer/index.json has format_version 99; this wds-tools reads "
+            r"versions 1, 2 and 3",
+        ):
             resolve(spec)
     with pytest.raises(IndexFormatError, match="has format_version 99"):
         resolve(str(newer / "train-000000.tar"), need_index=True)
@@ -124,9 +132,18 @@ def test_index_of_another_format_version_is_refused(folder, tmp_path):
     assert resolve(str(newer / "train-000000.tar")).meta is None
 
 
-@pytest.mark.parametrize("field, bad", [
-    ("shard", "../../x.tar"), ("shard", "/tmp/x.tar"), ("shard", "sub/train-000001.tar"), ("shard", "train-1.tar"),
-    ("shard", 7), ("samples_file", "../samples.npz"), ("samples_file", "/tmp/samples.npz")])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("shard", "../../x.tar"),
+        ("shard", "/tmp/x.tar"),
+        ("shard", "sub/train-000001.tar"),
+        ("shard", "train-1.tar"),
+        ("shard", 7),
+        ("samples_file", "../samples.npz"),
+        ("samples_file", "/tmp/samples.npz"),
+    ],
+)
 def test_an_index_naming_files_outside_its_folder_is_refused(folder, tmp_path, field, bad):
     """The one resolver, for the loader and the inspectors: an index.json entry that would lead a reader
     out of the index's folder raises, naming the entry; nothing is opened there."""
@@ -162,9 +179,11 @@ def test_the_loader_never_reads_a_shard_outside_the_index_folder(folder, tmp_pat
     meta["shards"][1]["name"] = "../../x.tar"
     (edited / "index.json").write_text(json.dumps(meta))
     (edited / "train-000001.tar").unlink()
-    for make in (lambda: make_loader(edited, batch_size=4, train=True, num_workers=0),
-                 lambda: make_loader(edited / "index.json", batch_size=4, train=True, num_workers=0),
-                 lambda: ShardIndexDataset(edited, split="train")):
+    for make in (
+        lambda: make_loader(edited, batch_size=4, train=True, num_workers=0),
+        lambda: make_loader(edited / "index.json", batch_size=4, train=True, num_workers=0),
+        lambda: ShardIndexDataset(edited, split="train"),
+    ):
         with pytest.raises(IndexFormatError, match=r"shards\[1\]\.name is '\.\./\.\./x\.tar'"):
             make()
 
@@ -176,6 +195,7 @@ def test_newest_version_when_no_path(folder, tmp_path):
 
 
 # ------------------------------------------------------------------ the resolver, S3 and http
+
 
 def test_s3_folder_index_and_pattern(folder, names, bucket, tmp_path):
     fs, url = bucket
@@ -206,8 +226,11 @@ def test_http_index_pattern_and_folder(folder, names, serve_http, tmp_path):
     assert p.counts == resolve(folder, split="train").counts and p.index_base == base
     bare = serve_http(copy_tars(folder, tmp_path / "bare"))
     assert resolve(f"{bare}/train-000000.tar").meta is None
-    with pytest.raises(IndexFormatError, match=r"no index at http://.*/index.json, and a http:// folder cannot "
-                                               r"be listed; give a shard pattern"):
+    with pytest.raises(
+        IndexFormatError,
+        match=r"no index at http://.*/index.json, and a http:// folder cannot "
+        r"be listed; give a shard pattern",
+    ):
         resolve(bare, scan=True)
     with pytest.raises(IndexFormatError, match=r"cannot read index http://127.0.0.1:1/index.json: cannot reach"):
         resolve("http://127.0.0.1:1/train-000000.tar", need_index=True)

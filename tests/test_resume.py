@@ -35,8 +35,11 @@ SIZE = 8
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    return build_dataset(tmp_path_factory.mktemp("resume"),
-                         {"train": [[(j + t) % 3 for t in range(PER_SHARD)] for j in range(SHARDS)]}, size=SIZE)
+    return build_dataset(
+        tmp_path_factory.mktemp("resume"),
+        {"train": [[(j + t) % 3 for t in range(PER_SHARD)] for j in range(SHARDS)]},
+        size=SIZE,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +80,12 @@ def _rank_main(rank: int, world: int, init: str, folder: str, jobs: list[dict], 
                         torch.save(ld.state_dict(), job["state"])
                     assert ld.state_dict() == torch.load(job["state"], weights_only=True) if world == 1 else True
                     break
-            np.save(Path(out, f"{job['name']}-{rank}.npy"),
-                    np.stack([im for _, bs in epochs for b in bs for im in b[2]]) if any(b for _, b in epochs)
-                    else np.zeros((0, 3, SIZE, SIZE), np.uint8))
+            np.save(
+                Path(out, f"{job['name']}-{rank}.npy"),
+                np.stack([im for _, bs in epochs for b in bs for im in b[2]])
+                if any(b for _, b in epochs)
+                else np.zeros((0, 3, SIZE, SIZE), np.uint8),
+            )
             result[job["name"]] = [[e, [[b[0], b[1]] for b in bs]] for e, bs in epochs]
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
@@ -99,8 +105,9 @@ def _spawn(world: int, folder: Path, jobs: list[dict], tmp: Path) -> list[dict]:
         res = json.loads((run / f"rank{r}.json").read_text())
         for job in jobs:
             images = iter(np.load(run / f"{job['name']}-{r}.npy"))
-            res[job["name"]] = [(e, [(k, lab, np.stack([next(images) for _ in k])) for k, lab in bs])
-                                for e, bs in res[job["name"]]]
+            res[job["name"]] = [
+                (e, [(k, lab, np.stack([next(images) for _ in k])) for k, lab in bs]) for e, bs in res[job["name"]]
+            ]
         out.append(res)
     return out
 
@@ -133,8 +140,10 @@ def runs(folder, tmp_path_factory) -> dict:
             if kind == "resume":
                 jobs.append(dict(name=f"resume{j}", kind="resume", opts=opts, state=state))
             else:
-                jobs += [dict(name=f"full{j}", kind="full", opts=opts),
-                         dict(name=f"stop{j}", kind="stop", opts=opts, stop=k, state=state)]
+                jobs += [
+                    dict(name=f"full{j}", kind="full", opts=opts),
+                    dict(name=f"stop{j}", kind="stop", opts=opts, stop=k, state=state),
+                ]
         return jobs
 
     def elastic(old: int, new: int, kind: str) -> dict:
@@ -147,13 +156,28 @@ def runs(folder, tmp_path_factory) -> dict:
     out[1, "after"] = _spawn(1, folder, exact(1, "resume"), tmp)
     out[2, "before"] = _spawn(2, folder, exact(2, "before") + [elastic(2, 3, "stop")], tmp)
     streamed = str(tmp / "stream.pt")
-    out[3, "after"] = _spawn(3, folder, [elastic(3, 2, "stop"), elastic(2, 3, "resume"),
-                                         dict(name="full", kind="full", opts=ELASTIC),
-                                         dict(name="sstop", kind="stop", opts=STREAM, stop=2, state=streamed)], tmp)
-    out[2, "after"] = _spawn(2, folder, exact(2, "resume") + [elastic(3, 2, "resume"),
-                                                              dict(name="full", kind="full", opts=ELASTIC),
-                                                              dict(name="sresume", kind="resume", opts=STREAM,
-                                                                   state=streamed)], tmp)
+    out[3, "after"] = _spawn(
+        3,
+        folder,
+        [
+            elastic(3, 2, "stop"),
+            elastic(2, 3, "resume"),
+            dict(name="full", kind="full", opts=ELASTIC),
+            dict(name="sstop", kind="stop", opts=STREAM, stop=2, state=streamed),
+        ],
+        tmp,
+    )
+    out[2, "after"] = _spawn(
+        2,
+        folder,
+        exact(2, "resume")
+        + [
+            elastic(3, 2, "resume"),
+            dict(name="full", kind="full", opts=ELASTIC),
+            dict(name="sresume", kind="resume", opts=STREAM, state=streamed),
+        ],
+        tmp,
+    )
     out["stops"] = stops
     return out
 
@@ -194,8 +218,9 @@ def test_elastic_resume_covers_the_split_once(runs, stored, old, new):
         assert _check_pixels(stored, 1, resumed[1][1]) == _check_pixels(stored, 1, after[r]["full"][1][1])
     assert len(counts) == 1, "every new rank yields the same number of batches"
     assert sum(len(b[0]) for r in range(new) for b in after[r][f"resume{old}{new}"][0][1]) == 78
-    assert sorted(keys) == sorted(stored), f"dup {[k for k, n in Counter(keys).items() if n > 1][:3]}, " \
-                                           f"missing {sorted(set(stored) - set(keys))[:3]}"
+    assert sorted(keys) == sorted(stored), (
+        f"dup {[k for k, n in Counter(keys).items() if n > 1][:3]}, missing {sorted(set(stored) - set(keys))[:3]}"
+    )
 
 
 def test_streaming_resumes_on_other_ranks_without_repeats(runs, stored):
@@ -205,13 +230,13 @@ def test_streaming_resumes_on_other_ranks_without_repeats(runs, stored):
     keys = []
     for r in range(3):
         keys += _check_pixels(stored, 0, runs[3, "after"][r]["sstop"][0][1])
-    firsts = {k[:k.index("x")] for k in keys}
+    firsts = {k[: k.index("x")] for k in keys}
     batches = []
     for r in range(2):
         resumed = runs[2, "after"][r]["sresume"][0][1]
         batches.append(len(resumed))
         rest = _check_pixels(stored, 0, resumed)
-        assert not {k[:k.index("x")] for k in rest} & firsts, "no shard begun before the stop is read again"
+        assert not {k[: k.index("x")] for k in rest} & firsts, "no shard begun before the stop is read again"
         keys += rest
     assert batches == [2, 2]
     assert len(keys) == len(set(keys)) == 3 * 14 + 2 * 2 * B
@@ -269,7 +294,7 @@ def test_streaming_resumes_at_the_next_unread_shard(folder, workers, caplog):
     with caplog.at_level(logging.WARNING, logger="training_adapter"):
         rest = [k for b in again for k in b[-1]]
     assert not set(seen) & set(rest) and len(set(rest)) == len(rest), "no sample twice in the epoch"
-    shard = lambda k: int(k[len("train"):k.index("x")])  # noqa: E731  (keys are train<shard>x<n>)
+    shard = lambda k: int(k[len("train") : k.index("x")])  # noqa: E731  (keys are train<shard>x<n>)
     opened = {shard(k) for k in seen}
     unopened = [k for j in range(SHARDS) if j not in opened for k in (f"train{j}x{t:03d}" for t in range(PER_SHARD))]
     if workers == 0:  # 35 samples read of one worker's shards: 2 shards opened, 5 samples skipped
@@ -284,18 +309,26 @@ def test_streaming_resumes_at_the_next_unread_shard(folder, workers, caplog):
 
 
 # --- the planner --------------------------------------------------------------------------------------------
-def _rank_batches(order: list[int], world: int, rank: int, batch_size: int, drop_last: bool,
-                  max_batches: int | None = None) -> list[list[int]]:
+def _rank_batches(
+    order: list[int], world: int, rank: int, batch_size: int, drop_last: bool, max_batches: int | None = None
+) -> list[list[int]]:
     """The documented deal, restated: rank r takes every world-th row (equal counts), batches in order."""
-    mine = order[rank::world][:len(order) // world] if world > 1 else order
+    mine = order[rank::world][: len(order) // world] if world > 1 else order
     n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
     n = n if max_batches is None else min(n, max_batches)
-    return [mine[j * batch_size:(j + 1) * batch_size] for j in range(n)]
+    return [mine[j * batch_size : (j + 1) * batch_size] for j in range(n)]
 
 
 @settings(max_examples=300, deadline=None)
-@given(n=st.integers(1, 200), batch=st.integers(1, 9), world=st.integers(1, 4), new=st.integers(1, 4),
-       drop_last=st.booleans(), cap=st.one_of(st.none(), st.integers(1, 30)), stop=st.floats(0, 1))
+@given(
+    n=st.integers(1, 200),
+    batch=st.integers(1, 9),
+    world=st.integers(1, 4),
+    new=st.integers(1, 4),
+    drop_last=st.booleans(),
+    cap=st.one_of(st.none(), st.integers(1, 30)),
+    stop=st.floats(0, 1),
+)
 def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
     order = list(np.random.default_rng(n).permutation(n))
     span = epoch_span(n, world=world, batch_size=batch, drop_last=drop_last, max_batches=cap)
@@ -307,15 +340,15 @@ def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
     rest = Span(pos, span.end)
     # same world: exactly the batches after the k-th, on every rank
     for r in range(world):
-        assert _rank_batches(order[pos:span.end], world, r, batch, drop_last) == full[r][k:]
+        assert _rank_batches(order[pos : span.end], world, r, batch, drop_last) == full[r][k:]
     # another world: the rest once, equal batch counts, the left-out ones counted
     done = [i for r in range(world) for b in full[r][:k] for i in b]
-    after = [_rank_batches(order[pos:span.end], new, r, batch, drop_last) for r in range(new)]
+    after = [_rank_batches(order[pos : span.end], new, r, batch, drop_last) for r in range(new)]
     assert len({len(a) for a in after}) == 1
     again = [i for a in after for b in a for i in b]
     assert len(set(done + again)) == len(done) + len(again), "no sample twice"
     planned = {i for f in full for b in f for i in b}
-    assert set(again) <= set(order[:span.end]) and planned - set(done) <= set(order[pos:span.end])
+    assert set(again) <= set(order[: span.end]) and planned - set(done) <= set(order[pos : span.end])
     assert span.end - pos - len(again) == rest.left_out(new, batch, drop_last)
     assert rest.left_out(new, batch, drop_last) < new * (batch if drop_last else 1) + new
 
@@ -339,8 +372,15 @@ def test_yielded_per_worker_is_the_dataloaders_order(planned):
 
 
 @settings(max_examples=200, deadline=None)
-@given(data=st.data(), world=st.integers(1, 3), workers=st.integers(1, 3), new=st.integers(1, 3),
-       new_workers=st.integers(1, 3), batch=st.integers(1, 6), buffer=st.sampled_from([0, 5, 30]))
+@given(
+    data=st.data(),
+    world=st.integers(1, 3),
+    workers=st.integers(1, 3),
+    new=st.integers(1, 3),
+    new_workers=st.integers(1, 3),
+    batch=st.integers(1, 6),
+    buffer=st.sampled_from([0, 5, 30]),
+)
 def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_workers, batch, buffer):
     n_shards = data.draw(st.integers(world * workers, 12))
     counts = data.draw(st.lists(st.integers(0, 15), min_size=n_shards, max_size=n_shards))
@@ -351,8 +391,16 @@ def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_worker
         while sum(p) > quota:
             p[p.index(max(p))] -= 1
     k = data.draw(st.integers(0, quota))
-    rest, skipped = stream_rest(StreamPlan(shards, planned), counts, k, batch_size=batch, buffer=buffer, world=new,
-                                num_workers=new_workers, drop_last=True)
+    rest, skipped = stream_rest(
+        StreamPlan(shards, planned),
+        counts,
+        k,
+        batch_size=batch,
+        buffer=buffer,
+        world=new,
+        num_workers=new_workers,
+        drop_last=True,
+    )
     got = [yielded_per_worker(k, p) for p in planned]
     n = buffer if buffer > 1 else 0
     opened = set()
@@ -378,12 +426,12 @@ def test_train_example_resumes_with_its_checkpoint(tmp_path):
     import subprocess
     import sys
 
-    data = build_dataset(tmp_path / "d", {"train": [[t % 3 for t in range(20)] for _ in range(4)],
-                                          "val": [[0, 1, 2, 0]]}, size=SIZE)
+    data = build_dataset(
+        tmp_path / "d", {"train": [[t % 3 for t in range(20)] for _ in range(4)], "val": [[0, 1, 2, 0]]}, size=SIZE
+    )
     script = Path(__file__).resolve().parents[1] / "scripts" / "train_example.py"
     config = tmp_path / "train.toml"  # no worker processes: three runs of the script stay quick
-    config.write_text(f'[dataset]\ntrain_urls = "{data}"\nval_urls = "{data}"\n'
-                      f'batch_size = {B}\nnum_workers = 0\n')
+    config.write_text(f'[dataset]\ntrain_urls = "{data}"\nval_urls = "{data}"\nbatch_size = {B}\nnum_workers = 0\n')
     base = [sys.executable, str(script), "--config", str(config), "--epochs", "2"]
 
     def run(*extra: str) -> str:
@@ -393,17 +441,23 @@ def test_train_example_resumes_with_its_checkpoint(tmp_path):
 
     run("--log-keys", str(tmp_path / "full.txt"))
     ck = str(tmp_path / "ck.pt")
-    assert "stopped after 5 steps" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck,
-                                          "--stop-after", "5")
+    assert "stopped after 5 steps" in run(
+        "--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck, "--stop-after", "5"
+    )
     assert "resumed from" in run("--log-keys", str(tmp_path / "cut.txt"), "--checkpoint", ck, "--resume")
     full = (tmp_path / "full.txt").read_text().splitlines()
     assert len(full) == 2 * (80 // B)
     assert (tmp_path / "cut.txt").read_text().splitlines() == full
 
 
-@pytest.mark.parametrize("opts", [dict(device_augment=True, num_workers=2),  # reader threads
-                                  dict(train=False, split="train", num_workers=2),  # eval: threads, in order
-                                  dict(persistent_workers=True, num_workers=2)])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(device_augment=True, num_workers=2),  # reader threads
+        dict(train=False, split="train", num_workers=2),  # eval: threads, in order
+        dict(persistent_workers=True, num_workers=2),
+    ],
+)
 def test_resume_in_the_other_worker_paths(folder, opts):
     """Reader threads and persistent workers (loaded after they started) resume exactly too."""
     opts = {"train": True, "batch_size": B, "return_keys": True, **opts}

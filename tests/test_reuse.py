@@ -49,7 +49,7 @@ def _edit(root: Path, rows: list[dict], *, add=0, remove=0, replace=0, relabel=0
     for r in out[:replace]:
         r["path"] = r["path"].replace(".jpg", "_v2.jpg")
         (root / r["path"]).write_bytes(jpeg_bytes(photo_like(96, 72, seed=10_000 + int(r["key"][1:]))))
-    for r in out[replace:replace + relabel]:
+    for r in out[replace : replace + relabel]:
         r["label"] = {"a": "b", "b": "c", "c": "a"}[r["label"]]
     for i in range(add):
         rel = f"img/new{i}.jpg"
@@ -85,12 +85,15 @@ def test_mixed_changes_decode_only_what_changed(v1, tmp_path):
     assert len(load_index(out / "v1/32").samples) == 30
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"add": 2}, {"decoded": 2, "relabeled": 0, "removed": 0, "reused": 30}),
-    ({"remove": 3}, {"decoded": 0, "relabeled": 0, "removed": 3, "reused": 27}),
-    ({"replace": 2}, {"decoded": 2, "relabeled": 0, "removed": 0, "reused": 28}),
-    ({"relabel": 4}, {"decoded": 0, "relabeled": 4, "removed": 0, "reused": 26}),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"add": 2}, {"decoded": 2, "relabeled": 0, "removed": 0, "reused": 30}),
+        ({"remove": 3}, {"decoded": 0, "relabeled": 0, "removed": 3, "reused": 27}),
+        ({"replace": 2}, {"decoded": 2, "relabeled": 0, "removed": 0, "reused": 28}),
+        ({"relabel": 4}, {"decoded": 0, "relabeled": 4, "removed": 0, "reused": 26}),
+    ],
+)
 def test_each_kind_of_change_alone(v1, tmp_path, change, expected):
     root, rows, out = v1
     manifest = write_manifest(root / "v2.csv", _edit(root, rows, **change))
@@ -207,6 +210,7 @@ def test_fresh_output_has_no_base(tmp_path):
 # ------------------------------------------------------------------ what "unchanged" costs: quick check,
 # --checksum, manifest hashes
 
+
 def _sha256(path: Path) -> str:
     import hashlib
 
@@ -315,13 +319,20 @@ def _agree(res, old: Path, new: Path) -> None:
 
     d = diff_versions(old, new)
     assert res.relabeled == len(d.relabeled) and res.removed == len(d.removed)
-    assert res.by_key == {"added": len(d.added), "removed": len(d.removed), "changed": len(d.changed),
-                          "relabeled": len(d.relabeled), "unchanged": d.unchanged}
+    assert res.by_key == {
+        "added": len(d.added),
+        "removed": len(d.removed),
+        "changed": len(d.changed),
+        "relabeled": len(d.relabeled),
+        "unchanged": d.unchanged,
+    }
     assert res.reused + res.relabeled + res.decoded == res.samples_written
     assert res.reused >= d.unchanged  # every unchanged key's pixels were copied, and perhaps others'
     text = res.to_text()
-    assert (f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, "
-            f"{len(d.relabeled)} relabeled, {d.unchanged} unchanged") in text
+    assert (
+        f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed, "
+        f"{len(d.relabeled)} relabeled, {d.unchanged} unchanged"
+    ) in text
 
 
 def test_two_keys_on_one_file_unchanged_are_not_relabeled(tmp_path):
@@ -330,8 +341,11 @@ def test_two_keys_on_one_file_unchanged_are_not_relabeled(tmp_path):
     (root / "img").mkdir(parents=True)
     (root / "img/f.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=3)))
     (root / "img/g.jpg").write_bytes(jpeg_bytes(photo_like(40, 30, seed=4)))
-    rows = [{"key": "k1", "path": "img/f.jpg", "label": "cat"}, {"key": "k2", "path": "img/f.jpg", "label": "dog"},
-            {"key": "k3", "path": "img/g.jpg", "label": "dog"}]
+    rows = [
+        {"key": "k1", "path": "img/f.jpg", "label": "cat"},
+        {"key": "k2", "path": "img/f.jpg", "label": "dog"},
+        {"key": "k3", "path": "img/g.jpg", "label": "dog"},
+    ]
     manifest = write_manifest(root / "m.csv", rows)
     out = tmp_path / "out"
     _convert(manifest, out, "v1", val_fraction=0.0)
@@ -367,8 +381,9 @@ def test_counts_agree_with_diff_over_random_manifests(tmp_path_factory):
         out = tmp_path_factory.mktemp(f"out{next(runs)}")
         for version, manifest in (("v1", old), ("v2", new)):
             listed = [{"key": k, "path": f"img/f{f}.jpg", "label": lab} for k, (f, lab) in sorted(manifest.items())]
-            res = _convert(write_manifest(root / f"{out.name}-{version}.csv", listed), out, version,
-                           val_fraction=0.0, shard_size=3)
+            res = _convert(
+                write_manifest(root / f"{out.name}-{version}.csv", listed), out, version, val_fraction=0.0, shard_size=3
+            )
         assert res.base == "v1"
         _agree(res, out / "v1/32", out / "v2/32")
 

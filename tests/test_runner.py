@@ -128,7 +128,7 @@ def _session_alive(sid: int) -> list[str]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp session ...
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
         if int(fields[3]) == sid and fields[0] not in "ZX":
             alive.append(f"{entry} {fields[0]} {cmd}")
     return alive
@@ -152,13 +152,36 @@ def test_kill_9_of_the_cli_leaves_no_worker_and_closes_its_pipes(tmp_path, start
     root = tmp_path / "c"
     manifest = write_manifest(root / "m.csv", make_images(root, 60, size=(1600, 1200)))
     # a thread in the caller makes the runner spawn rather than fork (see runner._start_method)
-    pre = ("import threading, time; threading.Thread(target=time.sleep, args=(600,), daemon=True).start(); "
-           if start == "spawn" else "")
-    cmd = [sys.executable, "-c", pre + "from wds_tools.cli import main; main()", "convert", "--source",
-           str(manifest), "--version", "v1", "--size", "64", "--out", str(tmp_path / "out"), "--shard-size", "4",
-           "--workers", "3"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    pre = (
+        "import threading, time; threading.Thread(target=time.sleep, args=(600,), daemon=True).start(); "
+        if start == "spawn"
+        else ""
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        pre + "from wds_tools.cli import main; main()",
+        "convert",
+        "--source",
+        str(manifest),
+        "--version",
+        "v1",
+        "--size",
+        "64",
+        "--out",
+        str(tmp_path / "out"),
+        "--shard-size",
+        "4",
+        "--workers",
+        "3",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     try:
         dest = tmp_path / "out/v1/64"
         deadline = time.time() + 120
@@ -255,12 +278,34 @@ def test_signal_to_the_main_pid_alone_ends_convert_with_the_resume_line(tmp_path
     manifest = write_manifest(root / "m.csv", make_images(root, 60, size=(640, 480)))
 
     def command(out):
-        return [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--version", "v1",
-                "--size", "64", "--out", str(out), "--shard-size", "4", "--workers", "2", "--quiet"]
+        return [
+            sys.executable,
+            "-m",
+            "wds_tools",
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            "v1",
+            "--size",
+            "64",
+            "--out",
+            str(out),
+            "--shard-size",
+            "4",
+            "--workers",
+            "2",
+            "--quiet",
+        ]
 
     dest = tmp_path / "out/v1/64"
-    proc = subprocess.Popen(command(tmp_path / "out"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        command(tmp_path / "out"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     deadline = time.time() + 60
     while not list(dest.glob("*.tar")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)

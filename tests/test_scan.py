@@ -5,10 +5,10 @@ import os
 
 import pytest
 import xxhash
-
 from conftest import make_images
-from wds_tools.convert.scan import Check, check_sources, scan_files
+
 from wds_tools.convert.decode import DecodeSettings
+from wds_tools.convert.scan import Check, check_sources, scan_files
 
 S = DecodeSettings()
 
@@ -30,11 +30,14 @@ def test_check_sources_reads_only_when_the_stat_differs(tmp_path):
     st = p.stat()
     data = p.read_bytes()
     fp = xxhash.xxh3_128_digest(data)
-    same, touched, unknown = check_sources([
-        Check(str(p), trusted=(st.st_size, st.st_mtime_ns)),
-        Check(str(p), trusted=(st.st_size, st.st_mtime_ns - 1)),
-        Check(str(p)),
-    ], S)
+    same, touched, unknown = check_sources(
+        [
+            Check(str(p), trusted=(st.st_size, st.st_mtime_ns)),
+            Check(str(p), trusted=(st.st_size, st.st_mtime_ns - 1)),
+            Check(str(p)),
+        ],
+        S,
+    )
     assert same == (None, None, st.st_size, st.st_mtime_ns, False)  # not read: the caller takes the base's
     assert touched == unknown == (None, fp, st.st_size, st.st_mtime_ns, True)
     # a trusted manifest hash needs only the stat, even with a new mtime
@@ -88,10 +91,12 @@ def test_paths_that_are_not_regular_files_are_skipped_never_read(tmp_path):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         sock.close()
-    want = ["is a FIFO (named pipe), not a regular file: skipped, never read",
-            "is a directory, not a regular file: skipped, never read",
-            "is a socket, not a regular file: skipped, never read",
-            "is a character device, not a regular file: skipped, never read"]
+    want = [
+        "is a FIFO (named pipe), not a regular file: skipped, never read",
+        "is a directory, not a regular file: skipped, never read",
+        "is a socket, not a regular file: skipped, never read",
+        "is a character device, not a regular file: skipped, never read",
+    ]
     assert got == checked == by_hash == want
 
 
@@ -100,6 +105,7 @@ def test_a_conversion_lists_special_files_and_goes_on(tmp_path):
     import signal
 
     from conftest import write_manifest
+
     from wds_tools.convert import convert
 
     rows = make_images(tmp_path, 12)
@@ -109,8 +115,7 @@ def test_a_conversion_lists_special_files_and_goes_on(tmp_path):
     old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked")))
     signal.alarm(60)
     try:
-        res = convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=2, max_errors="4",
-                      progress=False)
+        res = convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=2, max_errors="4", progress=False)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
-
 from conftest import make_images, write_manifest
+
 from wds_tools.convert import convert
 from wds_tools.convert.schedule import batch_size
 
@@ -40,13 +40,22 @@ def test_batch_size():
 
 
 def test_pieces_cover_every_sample_once_in_plan_order():
+    from wds_tools.convert.decode import DecodeSettings
     from wds_tools.convert.schedule import _pieces
     from wds_tools.convert.write import SampleTask, ShardTask
-    from wds_tools.convert.decode import DecodeSettings
 
     def task(name, n):
-        return ShardTask("d", "w", name, "train", "", 32, "center-crop", DecodeSettings(),
-                         tuple(SampleTask(f"{name}{i}", "p", "p", 0, "a", i, None) for i in range(n)))
+        return ShardTask(
+            "d",
+            "w",
+            name,
+            "train",
+            "",
+            32,
+            "center-crop",
+            DecodeSettings(),
+            tuple(SampleTask(f"{name}{i}", "p", "p", 0, "a", i, None) for i in range(n)),
+        )
 
     tasks = [task("a", 37), task("b", 5), task("c", 21)]
     pieces = _pieces(tasks, 2, 32 * 32 * 3)

@@ -64,26 +64,47 @@ def test_shard_order_is_a_seeded_permutation():
 
 
 def test_too_few_shards_names_numbers_and_fix():
-    with pytest.raises(OptionError, match=r"6 shards cannot feed 2 ranks x 4 workers = 8 readers.*"
-                                          r"num_workers <= 3.*resampled=True"):
-        plan_epoch(6, [10] * 6, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=4,
-                   shuffle=True, drop_last=True)
+    with pytest.raises(
+        OptionError,
+        match=r"6 shards cannot feed 2 ranks x 4 workers = 8 readers.*"
+        r"num_workers <= 3.*resampled=True",
+    ):
+        plan_epoch(
+            6, [10] * 6, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=4, shuffle=True, drop_last=True
+        )
 
 
 def test_ddp_needs_counts():
     with pytest.raises(OptionError, match="2 ranks need the samples per shard"):
-        plan_epoch(6, None, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=1,
-                   shuffle=True, drop_last=True)
+        plan_epoch(6, None, batch_size=4, seed=0, epoch=0, rank=0, world=2, num_workers=1, shuffle=True, drop_last=True)
 
 
 @settings(max_examples=200, deadline=None)
-@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=24), world=st.integers(1, 4),
-       workers=st.integers(1, 3), batch=st.integers(1, 9), epoch=st.integers(0, 5))
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=24),
+    world=st.integers(1, 4),
+    workers=st.integers(1, 3),
+    batch=st.integers(1, 9),
+    epoch=st.integers(0, 5),
+)
 def test_plan_gives_equal_batches_and_disjoint_shards(counts, world, workers, batch, epoch):
     if len(counts) < world * workers:
         return
-    plans = [plan_epoch(len(counts), counts, batch_size=batch, seed=1, epoch=epoch, rank=r, world=world,
-                        num_workers=workers, shuffle=True, drop_last=True) for r in range(world)]
+    plans = [
+        plan_epoch(
+            len(counts),
+            counts,
+            batch_size=batch,
+            seed=1,
+            epoch=epoch,
+            rank=r,
+            world=world,
+            num_workers=workers,
+            shuffle=True,
+            drop_last=True,
+        )
+        for r in range(world)
+    ]
     totals = {sum(p.batches for p in rank_plans) for rank_plans in plans}
     assert len(totals) == 1  # every rank the same number of batches
     shards = [s for rank_plans in plans for p in rank_plans for s in p.shards]
@@ -94,17 +115,45 @@ def test_plan_gives_equal_batches_and_disjoint_shards(counts, world, workers, ba
 
 
 def test_resampled_plan_splits_epoch_batches():
-    plans = plan_epoch(1, None, batch_size=4, seed=0, epoch=0, rank=0, world=3, num_workers=2,
-                       shuffle=True, drop_last=True, resampled=True, epoch_batches=7)
+    plans = plan_epoch(
+        1,
+        None,
+        batch_size=4,
+        seed=0,
+        epoch=0,
+        rank=0,
+        world=3,
+        num_workers=2,
+        shuffle=True,
+        drop_last=True,
+        resampled=True,
+        epoch_batches=7,
+    )
     assert [p.batches for p in plans] == [4, 3]
     with pytest.raises(OptionError, match="resampled=True needs epoch_batches"):
-        plan_epoch(1, None, batch_size=4, seed=0, epoch=0, rank=0, world=3, num_workers=2,
-                   shuffle=True, drop_last=True, resampled=True)
+        plan_epoch(
+            1,
+            None,
+            batch_size=4,
+            seed=0,
+            epoch=0,
+            rank=0,
+            world=3,
+            num_workers=2,
+            shuffle=True,
+            drop_last=True,
+            resampled=True,
+        )
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 40), world=st.integers(2, 4), workers=st.integers(1, 3), seed=st.integers(0, 5),
-       epoch=st.integers(0, 3))
+@given(
+    n=st.integers(1, 40),
+    world=st.integers(2, 4),
+    workers=st.integers(1, 3),
+    seed=st.integers(0, 5),
+    epoch=st.integers(0, 3),
+)
 def test_spare_shards_never_repeat_within_a_rank(n, world, workers, seed, epoch):
     """A worker's spares are other ranks' shards, disjoint from every shard and spare of its own rank,
     taken from the same worker position of ranks r+1, r+2, ... in that order."""
@@ -112,21 +161,33 @@ def test_spare_shards_never_repeat_within_a_rank(n, world, workers, seed, epoch)
     counts = [5] * n
     order = shard_order(n, seed=seed, epoch=epoch, shuffle=True)
     for rank in range(world):
-        plans = plan_epoch(n, counts, batch_size=2, seed=seed, epoch=epoch, rank=rank, world=world,
-                           num_workers=workers, shuffle=True, drop_last=True)
+        plans = plan_epoch(
+            n,
+            counts,
+            batch_size=2,
+            seed=seed,
+            epoch=epoch,
+            rank=rank,
+            world=world,
+            num_workers=workers,
+            shuffle=True,
+            drop_last=True,
+        )
         own = [i for p in plans for i in p.shards]
         spares = [i for p in plans for i in p.spares]
         assert len(spares) == len(set(spares)) and not set(spares) & set(own)
         assert sorted(own + spares) == list(range(n))
         for w, p in enumerate(plans):
-            expected = [i for d in range(1, world) for i in order[(rank + d) % world::world][w::workers]]
+            expected = [i for d in range(1, world) for i in order[(rank + d) % world :: world][w::workers]]
             assert p.spares == expected
-    one = plan_epoch(n, counts, batch_size=2, seed=seed, epoch=epoch, rank=0, world=1, num_workers=1,
-                     shuffle=True, drop_last=True)
+    one = plan_epoch(
+        n, counts, batch_size=2, seed=seed, epoch=epoch, rank=0, world=1, num_workers=1, shuffle=True, drop_last=True
+    )
     assert one[0].spares == []
 
 
 # ------------------------------------------------------------------ issue 22, point 9: no unbounded planner loop
+
 
 def _cut_by_steps(batches: list[int], quota: int) -> list[int]:
     """The rule as first written (one batch at a time from the worker with the most, the last on ties)."""
@@ -168,18 +229,26 @@ def test_row_11_a_count_no_shard_can_hold_is_refused_before_planning(folder, tmp
 
     dst = _crafted(folder, tmp_path, [10**12] * 7, [10240] * 7)
     t0 = time.perf_counter()
-    with pytest.raises(IndexFormatError, match=r"shards\[\d\]\.samples is 1,000,000,000,000, but a shard of 10,240 "
-                                                r"bytes holds at most 10 samples"):
+    with pytest.raises(
+        IndexFormatError,
+        match=r"shards\[\d\]\.samples is 1,000,000,000,000, but a shard of 10,240 "
+        r"bytes holds at most 10 samples",
+    ):
         resolve_urls(dst)
     assert time.perf_counter() - t0 < 5
 
 
 @settings(max_examples=60, deadline=None)
-@given(samples=st.lists(st.one_of(st.integers(0, 50), st.integers(0, 10**18)), min_size=7, max_size=7),
-       nbytes=st.lists(st.one_of(st.integers(0, 10**6), st.integers(0, 10**21)), min_size=7, max_size=7),
-       world=st.integers(1, 4), workers=st.integers(1, 3), batch=st.integers(1, 64))
-def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(folder, tmp_path_factory, samples, nbytes, world,
-                                                                workers, batch):
+@given(
+    samples=st.lists(st.one_of(st.integers(0, 50), st.integers(0, 10**18)), min_size=7, max_size=7),
+    nbytes=st.lists(st.one_of(st.integers(0, 10**6), st.integers(0, 10**21)), min_size=7, max_size=7),
+    world=st.integers(1, 4),
+    workers=st.integers(1, 3),
+    batch=st.integers(1, 64),
+)
+def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(
+    folder, tmp_path_factory, samples, nbytes, world, workers, batch
+):
     """Any samples/bytes in index.json: resolving and planning every rank, and stats, end within two
     seconds, in a plan (a report) or an IndexFormatError/OptionError."""
     import time
@@ -189,8 +258,18 @@ def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(folder, tmp_path
     try:
         shards = resolve_urls(dst)
         for rank in range(world):
-            plans = plan_epoch(len(shards), shards.counts, batch_size=batch, seed=0, epoch=0, rank=rank, world=world,
-                               num_workers=workers, shuffle=True, drop_last=True)
+            plans = plan_epoch(
+                len(shards),
+                shards.counts,
+                batch_size=batch,
+                seed=0,
+                epoch=0,
+                rank=rank,
+                world=world,
+                num_workers=workers,
+                shuffle=True,
+                drop_last=True,
+            )
             assert all(p.batches is None or p.batches >= 0 for p in plans)
     except (IndexFormatError, OptionError):
         pass

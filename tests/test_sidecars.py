@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import convert_images, upload
+
+from wds_tools.format.index import load_index
 from wds_tools.format.sample import MEMBERS_V1, members_of
 from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
-from wds_tools.format.index import load_index
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +74,9 @@ def test_wids_reads_the_shard_list(folder, tmp_path):
     table = idx.samples
     by_key = {k: i for i, k in enumerate(table.keys)}
     for split in ("train", "val"):
-        ds = wids.ShardListDataset(str(folder / f"{split}.wids.json"), cache_dir=str(tmp_path / "cache"),
-                                   transformations=[lambda s: s])
+        ds = wids.ShardListDataset(
+            str(folder / f"{split}.wids.json"), cache_dir=str(tmp_path / "cache"), transformations=[lambda s: s]
+        )
         assert len(ds) == idx.splits[split]["samples"]
         for i in range(len(ds)):
             sample = ds[i]
@@ -101,7 +102,7 @@ def test_dali_index_files_match_every_member_tarfile_sees(folder):
             parts = line.split(" ")
             assert len(parts) == 16 == 4 * len(members_of(idx.meta))  # cls, i32, json, npy
             for j in range(0, 16, 4):
-                ext, off, size, name = parts[j:j + 4]
+                ext, off, size, name = parts[j : j + 4]
                 assert name.endswith("." + ext)
                 listed.append((name, int(off), int(size)))
         assert listed == members  # every member, in file order, at its data offset
@@ -116,11 +117,18 @@ def test_wids_description_fields(folder):
 
 
 def test_dali_index_of_an_empty_shard_number():
-    cols = {"shard": np.array([0], np.uint32), "key": np.array([b"a"]),
-            **{f"{m}_{f}": np.array([512 * (1 + j) if f == "offset" else 3], np.uint64)
-               for j, m in enumerate(("cls", "json", "npy")) for f in ("offset", "length")}}
+    cols = {
+        "shard": np.array([0], np.uint32),
+        "key": np.array([b"a"]),
+        **{
+            f"{m}_{f}": np.array([512 * (1 + j) if f == "offset" else 3], np.uint64)
+            for j, m in enumerate(("cls", "json", "npy"))
+            for f in ("offset", "length")
+        },
+    }
     assert dali_index(cols, 0, MEMBERS_V1) == "v1.2 1\ncls 512 3 a.cls json 1024 3 a.json npy 1536 3 a.npy\n"
     assert dali_index(cols, 1, MEMBERS_V1) == "v1.2 0\n"
     cols.update(i32_offset=np.array([2048], np.uint64), i32_length=np.array([4], np.uint64))
-    assert dali_index(cols, 0) == ("v1.2 1\ncls 512 3 a.cls i32 2048 4 a.i32 json 1024 3 a.json "
-                                   "npy 1536 3 a.npy\n")  # version 2's members, in MEMBERS order
+    assert dali_index(cols, 0) == (
+        "v1.2 1\ncls 512 3 a.cls i32 2048 4 a.i32 json 1024 3 a.json npy 1536 3 a.npy\n"
+    )  # version 2's members, in MEMBERS order

@@ -85,7 +85,7 @@ def test_unknown_manifest_type_and_missing_source(tmp_path):
 @pytest.mark.parametrize("bad", ["a.b", "a/b", "with space", "", "x" * 97])
 def test_invalid_keys_are_refused_with_their_line(tmp_path, bad):
     path = tmp_path / "m.csv"
-    path.write_text(f"key,path,label\ngood,a.jpg,x\n\"{bad}\",b.jpg,x\n")
+    path.write_text(f'key,path,label\ngood,a.jpg,x\n"{bad}",b.jpg,x\n')
     with pytest.raises((InvalidKeyError, SourceError), match="line 3"):
         read_source(path)
 
@@ -161,8 +161,9 @@ def test_hash_columns_are_read_and_checked(tmp_path):
     rows[2]["sha256"] = ""  # a row without a hash is compared as if the column were absent
     src = read_source(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
     assert [r.content_hash for r in src.rows] == [f"sha256:{digests[0]}", f"sha256:{digests[1]}", None]
-    plain = read_source(write_manifest(tmp_path / "plain.csv", [{k: v for k, v in r.items() if k != "sha256"}
-                                                                for r in rows]))
+    plain = read_source(
+        write_manifest(tmp_path / "plain.csv", [{k: v for k, v in r.items() if k != "sha256"} for r in rows])
+    )
     assert plain.digest() == src.digest()  # the hash is a means to compare, not the source's identity
     # jsonl, md5
     path = tmp_path / "m.jsonl"
@@ -180,29 +181,44 @@ def test_a_malformed_hash_is_named(tmp_path, value):
 
 # ------------------------------------------------------------------ a dataset's own metadata file
 
+
 def test_a_ham10000_metadata_file_with_column_options(tmp_path):
     path = write_ham(tmp_path, [3, 1, 2])
     src = read_source(path, columns=HAM, val_fraction=0.3)
     assert [r.key for r in src.rows] == [f"ISIC_{i:07d}" for i in range(6)]
     assert src.rows[0].source_path == "images/ISIC_0000000.jpg" and src.rows[0].path == str(
-        tmp_path / "images" / "ISIC_0000000.jpg")
+        tmp_path / "images" / "ISIC_0000000.jpg"
+    )
     assert src.classes == ["bkl", "mel", "nv"] and src.rows[3].label == "mel"
-    assert [(c.name, c.type) for c in src.metadata] == [("lesion_id", "string"), ("dx_type", "string"),
-                                                        ("age", "float"), ("sex", "string"),
-                                                        ("localization", "string")]
+    assert [(c.name, c.type) for c in src.metadata] == [
+        ("lesion_id", "string"),
+        ("dx_type", "string"),
+        ("age", "float"),
+        ("sex", "string"),
+        ("localization", "string"),
+    ]
     assert src.rows[4].meta == ("HAM_0000002", "follow_up", None, "female", "頭皮")  # age missing
     assert src.rows[0].meta[2] == 5.0 and isinstance(src.rows[0].meta[2], float)
     assert src.meta_items(src.rows[0])[0] == ("lesion_id", "HAM_0000000")
-    assert src.build_fields() == {"columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg",
-                                              "split": None}, "group": "lesion_id", "split_base": None}
+    assert src.build_fields() == {
+        "columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "split": None},
+        "group": "lesion_id",
+        "split_base": None,
+    }
 
 
 def test_an_isic_train_csv_with_column_options(tmp_path):
     src = read_source(write_isic(tmp_path, [3, 2, 4]), columns=ISIC)
     assert src.classes == ["benign", "malignant"] and len(src.rows) == 9
     types = {c.name: c.type for c in src.metadata}
-    assert types == {"patient_id": "string", "sex": "string", "age_approx": "float",
-                     "anatom_site_general_challenge": "string", "diagnosis": "string", "target": "int"}
+    assert types == {
+        "patient_id": "string",
+        "sex": "string",
+        "age_approx": "float",
+        "anatom_site_general_challenge": "string",
+        "diagnosis": "string",
+        "target": "int",
+    }
     r = src.rows[5]  # n % 6 == 5: sex and age empty
     assert dict(src.meta_items(r))["sex"] is None and dict(src.meta_items(r))["age_approx"] is None
     assert dict(src.meta_items(src.rows[1]))["target"] == 1
@@ -218,19 +234,31 @@ def test_the_digest_covers_the_metadata(tmp_path):
     plain.write_text("key,path,label\na,a.jpg,x\n")
     src = read_source(plain)
     import hashlib
+
     assert src.digest() == hashlib.sha256(f"a\ta.jpg\tx\t{src.rows[0].split}\n".encode()).hexdigest()  # v1's
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 5), min_size=1, max_size=25), st.sampled_from([0.1, 0.3, 0.5]), st.booleans(),
-       st.integers(0, 5))
+@given(
+    st.lists(st.integers(1, 5), min_size=1, max_size=25),
+    st.sampled_from([0.1, 0.3, 0.5]),
+    st.booleans(),
+    st.integers(0, 5),
+)
 def test_no_group_lands_in_two_splits(tmp_path_factory, lesions, frac, stratify, seed):
     root = tmp_path_factory.mktemp("ham")
     path = root / "m.csv"
     rows = []
     for j, n in enumerate(lesions):
-        rows += [{"key": f"k{j}_{i}", "path": f"{j}/{i}.jpg", "label": "ab"[(j * 7 + i) % 2 if j % 3 else 0],
-                  "lesion": f"L{j}"} for i in range(n)]
+        rows += [
+            {
+                "key": f"k{j}_{i}",
+                "path": f"{j}/{i}.jpg",
+                "label": "ab"[(j * 7 + i) % 2 if j % 3 else 0],
+                "lesion": f"L{j}",
+            }
+            for i in range(n)
+        ]
     write_manifest(path, rows, ("key", "path", "label", "lesion"))
     src = read_source(path, columns=Columns(group="lesion"), val_fraction=frac, stratify=stratify, seed=seed)
     splits: dict[str, set] = {}
@@ -240,32 +268,43 @@ def test_no_group_lands_in_two_splits(tmp_path_factory, lesions, frac, stratify,
 
 
 def test_a_split_column_wins_and_carries_its_group(tmp_path):
-    rows = [{"key": "a", "path": "a.jpg", "label": "x", "split": "test", "lesion": "L1"},
-            {"key": "b", "path": "b.jpg", "label": "x", "split": "", "lesion": "L1"},
-            {"key": "c", "path": "c.jpg", "label": "y", "split": "", "lesion": "L2"}]
+    rows = [
+        {"key": "a", "path": "a.jpg", "label": "x", "split": "test", "lesion": "L1"},
+        {"key": "b", "path": "b.jpg", "label": "x", "split": "", "lesion": "L1"},
+        {"key": "c", "path": "c.jpg", "label": "y", "split": "", "lesion": "L2"},
+    ]
     path = write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "split", "lesion"))
     src = read_source(path, columns=Columns(group="lesion"), val_fraction=0.0)
     assert [r.split for r in src.rows] == ["test", "test", "train"]
 
 
 def test_a_group_in_two_splits_of_the_split_column_is_refused(tmp_path):
-    rows = [{"key": "a", "path": "a.jpg", "label": "x", "split": "train", "lesion": "L1"},
-            {"key": "b", "path": "b.jpg", "label": "x", "split": "val", "lesion": "L1"},
-            {"key": "c", "path": "c.jpg", "label": "x", "split": "val", "lesion": "L1"}]
+    rows = [
+        {"key": "a", "path": "a.jpg", "label": "x", "split": "train", "lesion": "L1"},
+        {"key": "b", "path": "b.jpg", "label": "x", "split": "val", "lesion": "L1"},
+        {"key": "c", "path": "c.jpg", "label": "x", "split": "val", "lesion": "L1"},
+    ]
     path = write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "split", "lesion"))
-    with pytest.raises(SourceError, match=r"m.csv: group 'L1' of column 'lesion' is in 2 splits of the manifest's "
-                                          r"split column \(train at line\(s\) 2; val at line\(s\) 3, 4\)"):
+    with pytest.raises(
+        SourceError,
+        match=r"m.csv: group 'L1' of column 'lesion' is in 2 splits of the manifest's "
+        r"split column \(train at line\(s\) 2; val at line\(s\) 3, 4\)",
+    ):
         read_source(path, columns=Columns(group="lesion"))
     assert {r.split for r in read_source(path).rows} == {"train", "val"}  # without --group: rows as given
 
 
 def test_base_groups_keep_their_split_and_rows_without_a_group_are_their_own(tmp_path):
-    rows = [{"key": f"k{i}", "path": f"{i}.jpg", "label": "x", "lesion": f"L{i // 2}" if i < 6 else ""}
-            for i in range(8)]
+    rows = [
+        {"key": f"k{i}", "path": f"{i}.jpg", "label": "x", "lesion": f"L{i // 2}" if i < 6 else ""} for i in range(8)
+    ]
     path = write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "lesion"))
     free = read_source(path, columns=Columns(group="lesion"), val_fraction=0.5)
-    flipped = {("g", "L0"): "val" if free.rows[0].split == "train" else "train", ("k", "k7"): "test",
-               ("g", "L9"): "val"}  # a base group the new version lacks is ignored
+    flipped = {
+        ("g", "L0"): "val" if free.rows[0].split == "train" else "train",
+        ("k", "k7"): "test",
+        ("g", "L9"): "val",
+    }  # a base group the new version lacks is ignored
     src = read_source(path, columns=Columns(group="lesion"), val_fraction=0.5, split_base=SplitBase("v0", flipped))
     assert src.rows[0].split == src.rows[1].split == flipped[("g", "L0")] and src.rows[7].split == "test"
     assert [r.split for r in src.rows[2:7]] == [r.split for r in free.rows[2:7]]
@@ -290,10 +329,17 @@ def test_column_options_do_not_apply_to_an_image_folder(tmp_path):
 
 def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
     path = tmp_path / "m.jsonl"
-    path.write_text("\n".join(json.dumps(o, ensure_ascii=False) for o in [
-        {"image": "a", "dx": "nv", "age": 40, "site": "dos", "flag": True},
-        {"image": "b", "dx": "mel", "age": 52.5, "site": None, "flag": False},
-    ]) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(
+            json.dumps(o, ensure_ascii=False)
+            for o in [
+                {"image": "a", "dx": "nv", "age": 40, "site": "dos", "flag": True},
+                {"image": "b", "dx": "mel", "age": 52.5, "site": None, "flag": False},
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     src = read_source(path, columns=Columns(key="image", label="dx", path="img/{image}.jpg"))
     assert [(c.name, c.type) for c in src.metadata] == [("age", "float"), ("site", "string"), ("flag", "string")]
     assert [r.meta for r in src.rows] == [(40.0, "dos", "true"), (52.5, None, "false")]
@@ -301,6 +347,7 @@ def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
 
 
 # --- labels by value (issue 22, row 4) ---
+
 
 def test_labels_written_as_floats_are_classes_by_integer_value(tmp_path):
     # what pandas writes for an int column with a missing value: 0.0 .. 11.0
@@ -355,6 +402,7 @@ def test_leading_zero_labels_stay_names(tmp_path):
 
 # --- every file of an image folder accounted for (issue 22, row 2) ---
 
+
 def test_every_file_not_taken_is_listed_with_its_reason(tmp_path):
     root = tmp_path / "photos"
     (root / "cat").mkdir(parents=True)
@@ -365,8 +413,9 @@ def test_every_file_not_taken_is_listed_with_its_reason(tmp_path):
     (root / "README.md").write_text("a corpus")
     (root / ".git").mkdir()
     src = read_source(root, val_fraction=0.0)
-    assert sorted(r.source_path for r in src.rows) == [f"cat/{n}" for n in
-                                                       ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF")]
+    assert sorted(r.source_path for r in src.rows) == [
+        f"cat/{n}" for n in ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF")
+    ]
     reasons = {s["path"]: s["reason"] for s in src.skipped}
     assert sorted(reasons) == [".git", "README.md", "cat/.DS_Store", "cat/.thumbs", "cat/notes.txt", "cat/raw.cr2"]
     assert reasons["cat/raw.cr2"].startswith("extension '.cr2' is not an image extension")

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_images, write_manifest
 from PIL import Image
 
-from conftest import make_images, write_manifest
 from wds_tools.convert import ConvertResults, convert
 from wds_tools.synth import jpeg_bytes, photo_like
 
@@ -33,16 +33,27 @@ def _corpus(root: Path, n: int = 24) -> tuple[Path, list[dict]]:
     photo_like(300, 200, seed=7).save(root / "img/p.png")
     good = (root / rows[1]["path"]).read_bytes()
     (root / "img/trunc.jpg").write_bytes(good[: len(good) // 2])
-    rows += [{"key": "png", "path": "img/p.png", "label": "a"},
-             {"key": "trunc", "path": "img/trunc.jpg", "label": "b"},
-             {"key": "gone", "path": "img/gone.jpg", "label": "c"}]
+    rows += [
+        {"key": "png", "path": "img/p.png", "label": "a"},
+        {"key": "trunc", "path": "img/trunc.jpg", "label": "b"},
+        {"key": "gone", "path": "img/gone.jpg", "label": "c"},
+    ]
     return write_manifest(root / "m.csv", rows), rows
 
 
 def _convert(manifest, out, size, **kw):
     kw.setdefault("workers", 1)
-    return convert(manifest, version=kw.pop("version", "v1"), size=size, out=out, shard_size="40KB",
-                   max_errors="10%", val_fraction=0.2, progress=False, **kw)
+    return convert(
+        manifest,
+        version=kw.pop("version", "v1"),
+        size=size,
+        out=out,
+        shard_size="40KB",
+        max_errors="10%",
+        val_fraction=0.2,
+        progress=False,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -100,8 +111,22 @@ def test_cli_multi_size_text_and_json(tmp_path):
     from wds_tools.cli import cli
 
     manifest, _ = _corpus(tmp_path / "c", 6)
-    args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "32,64", "--out",
-            str(tmp_path / "out"), "--workers", "1", "--quiet", "--max-errors", "2"]
+    args = [
+        "convert",
+        "--source",
+        str(manifest),
+        "--version",
+        "v1",
+        "--size",
+        "32,64",
+        "--out",
+        str(tmp_path / "out"),
+        "--workers",
+        "1",
+        "--quiet",
+        "--max-errors",
+        "2",
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert "out/v1/64" in res.output and "out/v1/32" in res.output and "All sizes" in res.output
@@ -125,8 +150,25 @@ def test_killed_multi_size_run_resumes_byte_identical(tmp_path, phase):
     manifest = write_manifest(root / "m.csv", rows)
 
     def command(out, size="32,64"):
-        return [sys.executable, "-m", "wds_tools", "convert", "--source", str(manifest), "--version", "v1",
-                "--size", size, "--out", str(out), "--shard-size", "6", "--workers", "2", "--quiet"]
+        return [
+            sys.executable,
+            "-m",
+            "wds_tools",
+            "convert",
+            "--source",
+            str(manifest),
+            "--version",
+            "v1",
+            "--size",
+            size,
+            "--out",
+            str(out),
+            "--shard-size",
+            "6",
+            "--workers",
+            "2",
+            "--quiet",
+        ]
 
     watch = tmp_path / "out/v1" / ("64" if phase == "largest size" else "32")
     proc = subprocess.Popen(command(tmp_path / "out"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -139,8 +181,7 @@ def test_killed_multi_size_run_resumes_byte_identical(tmp_path, phase):
     if phase == "largest size":
         assert not (tmp_path / "out/v1/64/index.json").exists()
         assert list((tmp_path / "out/v1/32/.wds-tools-work/spill").glob("*.npz"))  # spilled so far
-    done = subprocess.run(command(tmp_path / "out") + ["--json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(command(tmp_path / "out") + ["--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     import json
 
@@ -152,8 +193,7 @@ def test_killed_multi_size_run_resumes_byte_identical(tmp_path, phase):
         # the second tar was there: the first shard had its resume marker (the second may not yet)
         assert big["shards_resumed"] >= 1 and big["decodes"] < 2 * 150
     for size in ("32", "64"):
-        ref = subprocess.run(command(tmp_path / "ref", size), cwd=ROOT, capture_output=True, text=True,
-                             timeout=300)
+        ref = subprocess.run(command(tmp_path / "ref", size), cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert ref.returncode == 0, ref.stderr
         assert _files(tmp_path / f"out/v1/{size}") == _files(tmp_path / f"ref/v1/{size}"), size
         assert not list((tmp_path / f"out/v1/{size}").glob(".*"))

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars, rewrite_tar
+
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.index import load_index
@@ -31,6 +31,7 @@ def unbalanced(tmp_path):
 
 # ------------------------------------------------------------------ reports
 
+
 def test_balanced_converted_set(converted):
     meta = load_index(converted).meta
     r = compute_stats(converted, world_size=1, workers=2)
@@ -43,8 +44,12 @@ def test_balanced_converted_set(converted):
     spread = train["samples_per_shard"]
     assert spread["max"] - spread["min"] <= 1  # the planner deals round-robin
     assert train["bytes"] == sum(s["bytes"] for s in meta["shards"] if s["split"] == "train")
-    assert d["bytes"]["total"] == sum(s["bytes"] for s in meta["shards"]) + meta["samples_file"]["bytes"] + \
-        (converted / "index.json").stat().st_size
+    assert (
+        d["bytes"]["total"]
+        == sum(s["bytes"] for s in meta["shards"])
+        + meta["samples_file"]["bytes"]
+        + (converted / "index.json").stat().st_size
+    )
     # class drift is bounded by one sample in a shard of 8: 1/8 = 12.5 pp
     assert 0 <= train["class_drift"]["max_pp"] <= 12.5 + 1e-9
 
@@ -52,8 +57,13 @@ def test_balanced_converted_set(converted):
 def test_unbalanced_counts_and_class_drift(unbalanced):
     r = compute_stats(unbalanced, world_size=2, workers=1)
     train = r.to_dict()["splits"]["train"]
-    assert train["samples_per_shard"] == {"min": 2, "median": 10.0, "max": 10, "imbalance": 5.0,
-                                          "cv": round(float(np.std([10, 10, 10, 2]) / 8), 4)}
+    assert train["samples_per_shard"] == {
+        "min": 2,
+        "median": 10.0,
+        "max": 10,
+        "imbalance": 5.0,
+        "cv": round(float(np.std([10, 10, 10, 2]) / 8), 4),
+    }
     # split share: a 12/32, b 11/32... shard 3 is 100% b: drift = (1 - b share) in pp
     share_b = (3 * 3 + 2) / 32
     worst = train["class_drift"]["worst"][0]
@@ -68,7 +78,9 @@ def test_unbalanced_counts_and_class_drift(unbalanced):
 def test_scan_agrees_with_index(converted, unbalanced, tmp_path):
     for folder in (converted, unbalanced):
         a = compute_stats(folder, workers=3, world_size=2).to_dict()
-        b = compute_stats(copy_tars(folder, tmp_path / ("scan-" + folder.name)), workers=3, world_size=2, scan=True).to_dict()
+        b = compute_stats(
+            copy_tars(folder, tmp_path / ("scan-" + folder.name)), workers=3, world_size=2, scan=True
+        ).to_dict()
         assert b["source"] == "scan" and b["index"] is None and b["bytes"]["index"] == 0
         for key in ("classes", "samples", "shards", "size", "stats_split", "splits"):
             assert a[key] == b[key], key
@@ -94,9 +106,13 @@ def test_scan_reads_version_1_shards_and_refuses_an_i32_that_disagrees(converted
         key.append(ms[i][0].name)
         ms[i] = (ms[i][0], (int.from_bytes(ms[i][1], "little") + 1).to_bytes(4, "little"))
         return ms
+
     rewrite_tar(tars / "train-000000.tar", edit)
-    with pytest.raises(ShardError, match=rf"train-000000.tar: member {re.escape(key[0])} holds .*, but the sample's "
-                                         r"\.cls says \d+"):
+    with pytest.raises(
+        ShardError,
+        match=rf"train-000000.tar: member {re.escape(key[0])} holds .*, but the sample's "
+        r"\.cls says \d+",
+    ):
         compute_stats(tars, scan=True)
 
 
@@ -105,34 +121,85 @@ def test_json_schema_is_stable(converted, runner):
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["schema"] == SCHEMA == "wds-tools-stats/1"
-    assert set(d) == {"schema", "source", "path", "root", "index", "dataset_version", "size", "classes",
-                      "samples", "shards", "bytes", "mean", "std", "stats_split", "world_size", "workers",
-                      "splits", "warnings", "seconds", "duplicates"}  # duplicates: format version 3 on
-    assert set(d["duplicates"]) == {"threshold", "clusters", "samples_in_clusters", "cross_split", "label_conflict",
-                                    "cross_group"}
+    assert set(d) == {
+        "schema",
+        "source",
+        "path",
+        "root",
+        "index",
+        "dataset_version",
+        "size",
+        "classes",
+        "samples",
+        "shards",
+        "bytes",
+        "mean",
+        "std",
+        "stats_split",
+        "world_size",
+        "workers",
+        "splits",
+        "warnings",
+        "seconds",
+        "duplicates",
+    }  # duplicates: format version 3 on
+    assert set(d["duplicates"]) == {
+        "threshold",
+        "clusters",
+        "samples_in_clusters",
+        "cross_split",
+        "label_conflict",
+        "cross_group",
+    }
     assert set(d["bytes"]) == {"shards", "index", "total"}
     sp = d["splits"]["train"]
-    assert set(sp) == {"shards", "samples", "bytes", "samples_per_shard", "bytes_per_shard", "class_counts",
-                       "class_share", "class_drift", "mean", "std", "distribution", "per_shard"}
+    assert set(sp) == {
+        "shards",
+        "samples",
+        "bytes",
+        "samples_per_shard",
+        "bytes_per_shard",
+        "class_counts",
+        "class_share",
+        "class_drift",
+        "mean",
+        "std",
+        "distribution",
+        "per_shard",
+    }
     assert set(sp["samples_per_shard"]) == {"min", "median", "max", "imbalance", "cv"}
     assert set(sp["bytes_per_shard"]) == {"min", "median", "max"}
     assert set(sp["class_drift"]) == {"max_pp", "median_pp", "worst"}
     assert set(sp["class_drift"]["worst"][0]) == {"shard", "pp", "class"}
-    assert set(sp["distribution"]) == {"world_size", "workers", "shards", "samples", "rank_shards",
-                                       "rank_samples", "worker_shards", "worker_samples", "idle_workers",
-                                       "even_shards_below", "even_shards_above", "warnings"}
+    assert set(sp["distribution"]) == {
+        "world_size",
+        "workers",
+        "shards",
+        "samples",
+        "rank_shards",
+        "rank_samples",
+        "worker_shards",
+        "worker_samples",
+        "idle_workers",
+        "even_shards_below",
+        "even_shards_above",
+        "warnings",
+    }
     assert set(sp["per_shard"][0]) == {"name", "samples", "bytes", "drift_pp", "drift_class"}
 
 
 # ------------------------------------------------------------------ which shards
+
 
 def test_paths_index_file_pattern_and_newest(converted, tmp_path):
     whole = compute_stats(converted / "index.json")
     assert whole.shards == len(load_index(converted).shards)
     pattern = str(converted / "train-{000000..000001}.tar")
     part = compute_stats(pattern)
-    assert list(part.splits) == ["train"] and part.splits["train"].shard_names == ["train-000000.tar",
-                                                                                    "train-000001.tar"]
+    assert list(part.splits) == ["train"] and part.splits["train"].shard_names == [
+        "train-000000.tar",
+        "train-000001.tar",
+    ]
     # no PATH: the most recently modified OUT/<version>/<size>/index.json
     out = tmp_path / "out"
     old = build_dataset(out / "v1" / "4", {"train": [[0, 1]]})
@@ -164,6 +231,7 @@ def test_path_errors(converted, tmp_path):
 
 # ------------------------------------------------------------------ CLI
 
+
 @pytest.fixture
 def runner():
     return CliRunner()
@@ -193,10 +261,10 @@ def test_cli_out_from_config_and_scan_flag(converted, runner, tmp_path, monkeypa
 
 # ------------------------------------------------------------------ object storage and http
 
+
 def _where_independent(report) -> dict:
     """A report's dict without what names the place it was read from."""
     return {k: v for k, v in report.to_dict().items() if k not in ("path", "root", "index", "seconds")}
-
 
 
 def test_s3_and_http_give_the_local_report(converted, bucket, serve_http, tmp_path):
@@ -241,6 +309,7 @@ def test_remote_damage_is_named_as_locally(converted, bucket, serve_http, tmp_pa
 
 # ------------------------------------------------------------------ issue 22, point 9: stats checks what it reads
 
+
 def _copy(converted, tmp_path):
     import shutil
 
@@ -256,8 +325,11 @@ def test_row_10_a_samples_table_of_the_same_size_from_elsewhere_is_refused(conve
     data = write_npz(cols)
     assert len(data) == (folder / "samples.npz").stat().st_size
     (folder / "samples.npz").write_bytes(data)
-    with pytest.raises(IndexFormatError, match=r"samples.npz: sha256 [0-9a-f]{16}\.\.\., .*index.json says "
-                                                r"[0-9a-f]{16}\.\.\.: it is not the table this index was written with"):
+    with pytest.raises(
+        IndexFormatError,
+        match=r"samples.npz: sha256 [0-9a-f]{16}\.\.\., .*index.json says "
+        r"[0-9a-f]{16}\.\.\.: it is not the table this index was written with",
+    ):
         compute_stats(folder)
     r = CliRunner().invoke(cli, ["stats", str(folder)])
     assert r.exit_code != 0 and "sha256" in r.output and "Traceback" not in r.output
@@ -278,6 +350,9 @@ def test_row_11_counts_the_index_cannot_back_are_refused(converted, tmp_path):
         compute_stats(folder)
     meta["shards"][0]["bytes"] = 10**16  # a size that could hold them: the table says otherwise
     (folder / "index.json").write_text(json.dumps(meta))
-    with pytest.raises(IndexFormatError, match=r"shards\[0\] \(\S+\) says 1000000000000 samples, samples.npz has 8 "
-                                                r"rows of it"):
+    with pytest.raises(
+        IndexFormatError,
+        match=r"shards\[0\] \(\S+\) says 1000000000000 samples, samples.npz has 8 "
+        r"rows of it",
+    ):
         compute_stats(folder)

@@ -2,6 +2,7 @@
 of issues 14/16)."""
 
 from conftest import make_images, write_manifest
+
 from wds_tools.convert import convert
 from wds_tools.inspect.stats import compute_stats
 
@@ -11,8 +12,14 @@ def test_by_table_rows_stay_one_line_per_value(tmp_path):
     for i, r in enumerate(rows):
         r["note"] = ["line1\nline2", "tab\there", "plain"][i % 3]
         r["split"] = "train"
-    convert(write_manifest(tmp_path / "c" / "m.csv", rows, fields=("key", "path", "label", "split", "note")),
-            version="v1", size=8, out=tmp_path / "out", workers=1, progress=False)
+    convert(
+        write_manifest(tmp_path / "c" / "m.csv", rows, fields=("key", "path", "label", "split", "note")),
+        version="v1",
+        size=8,
+        out=tmp_path / "out",
+        workers=1,
+        progress=False,
+    )
     text = compute_stats(tmp_path / "out" / "v1" / "8", by="note").to_text()
     table = text.split("train by note (string): samples per class\n")[1].split("\n\n")[0].splitlines()
     assert len(table) == 1 + 3, table  # the header and one line per value
@@ -26,8 +33,14 @@ def test_row_15_class_names_with_a_newline_stay_in_their_row(tmp_path):
     for i, r in enumerate(rows):
         r["label"] = ["cat\nnose", "dog\tx", "plain"][i % 3]
         r["split"] = "train"
-    convert(write_manifest(tmp_path / "c" / "m.csv", rows), version="v1", size=8, out=tmp_path / "out", workers=1,
-            progress=False)
+    convert(
+        write_manifest(tmp_path / "c" / "m.csv", rows),
+        version="v1",
+        size=8,
+        out=tmp_path / "out",
+        workers=1,
+        progress=False,
+    )
     report = compute_stats(tmp_path / "out" / "v1" / "8")
     assert sorted(report.classes) == ["cat\nnose", "dog\tx", "plain"]  # the names themselves are kept
     text = report.to_text()

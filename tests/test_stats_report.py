@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from wds_tools.errors import OptionError
 from wds_tools.inspect.stats.report import distribute
 
-
 # ------------------------------------------------------------------ rank / worker arithmetic
+
 
 def test_distribute_even_split():
     d = distribute([10] * 8, world_size=2, workers=2)
@@ -33,7 +33,9 @@ def test_distribute_fewer_shards_than_readers():
     d = distribute([5, 5, 5], world_size=2, workers=4)
     assert d.rank_shards == [2, 1] and d.idle_workers == 5
     assert d.even_shards_below is None and d.even_shards_above == 8
-    assert d.warnings[0] == "3 shards for 2 ranks × 4 workers = 8 readers: 5 readers get no shard; use at least 8 shards"
+    assert (
+        d.warnings[0] == "3 shards for 2 ranks × 4 workers = 8 readers: 5 readers get no shard; use at least 8 shards"
+    )
     assert "unequal sample counts per epoch (5 to 10)" in d.warnings[1]
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_images, write_manifest
 
 import wds_tools.convert.storage as storage
-from conftest import make_images, write_manifest
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
 
@@ -17,8 +17,11 @@ def _local_files(folder: Path) -> dict[str, bytes]:
 
 
 def _remote_files(fs, url: str) -> dict[str, bytes]:
-    return {p.rsplit("/", 1)[-1]: fs.cat_file(p) for p in sorted(fs.ls(url, detail=False, refresh=True))
-            if not p.rsplit("/", 1)[-1].startswith(".")}
+    return {
+        p.rsplit("/", 1)[-1]: fs.cat_file(p)
+        for p in sorted(fs.ls(url, detail=False, refresh=True))
+        if not p.rsplit("/", 1)[-1].startswith(".")
+    }
 
 
 def _convert(manifest, out, **kw):
@@ -100,8 +103,9 @@ def test_loader_reads_s3_shards_by_offset_and_streaming(bucket, corpus, tmp_path
     local = _convert(corpus, tmp_path / "local", val_fraction=0.0)
 
     def read_all(urls, reader="auto"):
-        loader = make_loader(urls, batch_size=4, train=False, num_workers=0, return_keys=True, split="train",
-                             reader=reader)
+        loader = make_loader(
+            urls, batch_size=4, train=False, num_workers=0, return_keys=True, split="train", reader=reader
+        )
         assert (loader.dataset.index is not None) == (reader == "auto")  # an index lists them: read by offset
         out = {}
         for batch in loader:
@@ -122,8 +126,7 @@ def test_loader_reads_s3_shards_by_offset_and_streaming(bucket, corpus, tmp_path
 def test_multi_size_conversion_into_s3_equals_local(bucket, corpus, tmp_path):
     """The spill goes through object storage too (staged, uploaded, read back by range)."""
     fs, url = bucket
-    remote = convert(corpus, version="v1", size="32,48", out=f"{url}/shards", workers=2, shard_size=6,
-                     progress=False)
+    remote = convert(corpus, version="v1", size="32,48", out=f"{url}/shards", workers=2, shard_size=6, progress=False)
     assert [r.samples_written for r in remote.results] == [40, 40]
     for size in (32, 48):
         convert(corpus, version="v1", size=size, out=tmp_path / "local", workers=1, shard_size=6, progress=False)
@@ -146,8 +149,10 @@ def test_sources_in_s3_are_compared_by_manifest_hash_not_by_mtime(bucket, tmp_pa
         fs.put_file(str(root / r["path"]), f"{url}/corpus/{r['path']}")
         r["sha256"] = hashlib.sha256((root / r["path"]).read_bytes()).hexdigest()
     plain = [{k: v for k, v in r.items() if k != "sha256"} for r in rows]
-    for name, table, fields in (("plain", plain, ("key", "path", "label")),
-                                ("hashed", rows, ("key", "path", "label", "sha256"))):
+    for name, table, fields in (
+        ("plain", plain, ("key", "path", "label")),
+        ("hashed", rows, ("key", "path", "label", "sha256")),
+    ):
         write(root / f"{name}.csv", table, fields)
         fs.put_file(str(root / f"{name}.csv"), f"{url}/corpus/{name}.csv")
         out = tmp_path / name

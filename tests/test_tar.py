@@ -40,7 +40,7 @@ def test_truncation_and_bad_headers(shard, tmp_path):
     cut.write_bytes(data[:2000])
     for w in (scan_file(cut), walk_headers(cut)):
         assert w.error and w.error.startswith("truncated")
-    cut.write_bytes(data[:1024 + 100])  # inside the second header
+    cut.write_bytes(data[: 1024 + 100])  # inside the second header
     assert "inside the header at 1024" in scan_file(cut).error
     bad = bytearray(data)
     bad[1024 + 5] ^= 1
@@ -95,6 +95,7 @@ from wds_tools.format.tar import TarWalker, group_samples, iter_members, pax_pat
 @contextlib.contextmanager
 def deadline(seconds: float):
     """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
+
     def hang(signum, frame):
         raise TimeoutError(f"no result after {seconds} s: the reader does not terminate")
 
@@ -126,36 +127,66 @@ def _member(name: bytes, data: bytes, kind: bytes = b"0") -> bytes:
 def _sample(key: bytes, label: bytes, pixels: bytes) -> bytes:
     from wds_tools.format.npy import npy_header
 
-    return (_member(key + b".cls", label) + _member(key + b".json", b'{"k":1}')
-            + _member(key + b".npy", npy_header((4, 4, 3)) + pixels))
+    return (
+        _member(key + b".cls", label)
+        + _member(key + b".json", b'{"k":1}')
+        + _member(key + b".npy", npy_header((4, 4, 3)) + pixels)
+    )
 
 
 BASE = b"".join(_sample(b"k%d" % i, b"%d" % i, bytes(range(i, i + 48))) for i in range(4))  # no end blocks yet
 
 # Parts a crafted shard is made of: whole well-formed samples, and records tarfile would write or
 # damage would leave (PAX and GNU records with arbitrary bodies, headers with arbitrary fields).
-_NUMBER = st.one_of(st.integers(0, 10 ** 12).map(lambda n: b"%011o" % n), st.binary(min_size=1, max_size=12),
-                    st.sampled_from([b"-0000001000", b"-1", b"+777", b"1_0", b"7" * 12, b"\xff" * 12,
-                                     b"\x80" + bytes(10) + b"\x01", b"\x80" + b"\x7f" * 11, b" 17 ", b""]))
+_NUMBER = st.one_of(
+    st.integers(0, 10**12).map(lambda n: b"%011o" % n),
+    st.binary(min_size=1, max_size=12),
+    st.sampled_from(
+        [
+            b"-0000001000",
+            b"-1",
+            b"+777",
+            b"1_0",
+            b"7" * 12,
+            b"\xff" * 12,
+            b"\x80" + bytes(10) + b"\x01",
+            b"\x80" + b"\x7f" * 11,
+            b" 17 ",
+            b"",
+        ]
+    ),
+)
 _KIND = st.sampled_from([b"0", b"\0", b"7", b"x", b"g", b"L", b"K", b"5", b"2", b"1", b"S", b"Z"])
 _PAX_RECORD = st.one_of(
     st.binary(max_size=80),
-    st.builds(lambda n, k, v: b"%d %s=%s\n" % (n, k, v), st.integers(0, 200), st.sampled_from([b"path", b"size", b"x"]),
-              st.binary(max_size=40)),
+    st.builds(
+        lambda n, k, v: b"%d %s=%s\n" % (n, k, v),
+        st.integers(0, 200),
+        st.sampled_from([b"path", b"size", b"x"]),
+        st.binary(max_size=40),
+    ),
     st.sampled_from([b"0 path=x\n", b"00000000000000000000000 path=x\n", b"5 a=b\n", b"1 \n", b"99999999999999 p=q\n"]),
 )
 _PART = st.one_of(
     st.builds(_sample, st.sampled_from([b"a", b"b/c", b"d.e"]), st.binary(max_size=30), st.binary(max_size=100)),
-    st.builds(lambda recs, kind: _member(b"PaxHeader/x", b"".join(recs), kind), st.lists(_PAX_RECORD, max_size=3),
-              st.sampled_from([b"x", b"g"])),
+    st.builds(
+        lambda recs, kind: _member(b"PaxHeader/x", b"".join(recs), kind),
+        st.lists(_PAX_RECORD, max_size=3),
+        st.sampled_from([b"x", b"g"]),
+    ),
     st.builds(lambda body: _member(b"././@LongLink", body, b"L"), st.binary(max_size=200)),
-    st.builds(lambda name, size, kind, body: bytes(_fix_checksum(_set(_header(name, 0, b"0"), 124, size, kind)))
-              + body, st.binary(min_size=1, max_size=99), _NUMBER, _KIND, st.binary(max_size=1100)),
+    st.builds(
+        lambda name, size, kind, body: bytes(_fix_checksum(_set(_header(name, 0, b"0"), 124, size, kind))) + body,
+        st.binary(min_size=1, max_size=99),
+        _NUMBER,
+        _KIND,
+        st.binary(max_size=1100),
+    ),
 )
 
 
 def _set(block: bytearray, at: int, value: bytes, kind: bytes) -> bytearray:
-    block[at:at + 12] = value[:12].ljust(12, b"\0")
+    block[at : at + 12] = value[:12].ljust(12, b"\0")
     block[156:157] = kind
     return block
 
@@ -182,19 +213,25 @@ def _stream_read(data: bytes) -> tuple[list, ShardError | None, int]:
 
 def _walk(data: bytes, path) -> list[TarWalker]:
     path.write_bytes(data)
-    return [scan_file(path, lambda n: -1, chunk=512), scan_file(path, chunk=1 << 20),
-            walk_headers(path, lambda n: 16, window=1024)]
+    return [
+        scan_file(path, lambda n: -1, chunk=512),
+        scan_file(path, chunk=1 << 20),
+        walk_headers(path, lambda n: 16, window=1024),
+    ]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(parts=st.lists(_PART, max_size=5), cut=st.one_of(st.none(), st.integers(0, 4000)),
-       flips=st.lists(st.tuples(st.integers(0, 6000), st.integers(1, 255)), max_size=3),
-       end=st.sampled_from([bytes(1024), bytes(512), b""]))
+@given(
+    parts=st.lists(_PART, max_size=5),
+    cut=st.one_of(st.none(), st.integers(0, 4000)),
+    flips=st.lists(st.tuples(st.integers(0, 6000), st.integers(1, 255)), max_size=3),
+    end=st.sampled_from([bytes(1024), bytes(512), b""]),
+)
 @example(parts=[_member(b"PaxHeader/x", b"0 path=x\n")], cut=None, flips=[], end=bytes(1024))  # looped for ever
-@example(parts=[bytes(_fix_checksum(_set(_header(b"d", 0), 124, b"-0000001000", b"5")))], cut=None, flips=[],
-         end=bytes(1024))  # a negative size moved the walk backwards, for ever
-@example(parts=[bytes(_fix_checksum(_set(_header(b"d", 0), 124, b"-1000", b"L")))], cut=None, flips=[],
-         end=bytes(1024))
+@example(
+    parts=[bytes(_fix_checksum(_set(_header(b"d", 0), 124, b"-0000001000", b"5")))], cut=None, flips=[], end=bytes(1024)
+)  # a negative size moved the walk backwards, for ever
+@example(parts=[bytes(_fix_checksum(_set(_header(b"d", 0), 124, b"-1000", b"L")))], cut=None, flips=[], end=bytes(1024))
 def test_fuzzed_tars_end_in_a_shard_error_or_a_recorded_error(tmp_path, monkeypatch, parts, cut, flips, end):
     """Crafted and damaged tars (headers with any size and type, PAX and GNU records with any body,
     truncations, flipped bytes): the streaming reader either reads them or raises ShardError naming
@@ -244,8 +281,10 @@ def test_pax_records_end_in_a_path_or_a_value_error(body):
     assert path is None or isinstance(path, str)
 
 
-@pytest.mark.parametrize("field, value", [(124, b"-0000001000"), (124, b"+0000001000"), (124, b"0000_001000"),
-                                          (124, b"\xff" * 12), (124, b"00000001x00")])
+@pytest.mark.parametrize(
+    "field, value",
+    [(124, b"-0000001000"), (124, b"+0000001000"), (124, b"0000_001000"), (124, b"\xff" * 12), (124, b"00000001x00")],
+)
 def test_header_numbers_are_octal_digits_and_never_negative(field, value):
     block = _fix_checksum(_set(_header(b"k.cls", 0), field, value, b"0"))
     with pytest.raises(TarHeaderError, match=r"bad size field .* in the header at offset 512"):

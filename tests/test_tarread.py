@@ -6,8 +6,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import make_images, write_manifest
+
 from training_adapter.tarread import iter_members, iter_samples, open_url, split_name
 from wds_tools.convert import convert
 from wds_tools.errors import ShardError
@@ -17,8 +17,15 @@ from wds_tools.errors import ShardError
 def shard(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tarread")
     rows = make_images(root, 12)
-    convert(write_manifest(root / "m.csv", rows), version="v1", size=32, out=root / "shards",
-            val_fraction=0.0, workers=1, progress=False)
+    convert(
+        write_manifest(root / "m.csv", rows),
+        version="v1",
+        size=32,
+        out=root / "shards",
+        val_fraction=0.0,
+        workers=1,
+        progress=False,
+    )
     return root / "shards" / "v1" / "32" / "train-000000.tar"
 
 
@@ -62,7 +69,7 @@ def test_truncated_shard_names_url_and_offset(shard, tmp_path):
     data = shard.read_bytes()
     at = _third_sample_offset(shard)
     bad = tmp_path / "cut.tar"
-    bad.write_bytes(data[:at + 600])
+    bad.write_bytes(data[: at + 600])
     with pytest.raises(ShardError, match=rf"{bad}: truncated at byte {at}: member '.*cls' needs"):
         list(iter_samples(str(bad)))
     bad.write_bytes(data[:at])  # cut at a member boundary: no end-of-archive blocks
@@ -119,22 +126,25 @@ def _edit_first_member_data(data: bytes, new: bytes) -> bytes:
     header untouched (a tar header's checksum covers the header only)."""
     size = int(data[124:136].rstrip(b"\0 "), 8)
     assert len(new) == size
-    return data[:512] + new + data[512 + size:]
+    return data[:512] + new + data[512 + size :]
 
 
-@pytest.mark.parametrize("record", [
-    pytest.param(lambda r: b"0" + r[1:], id="length-0"),  # used to loop for ever
-    pytest.param(lambda r: b"9" * (r.index(b" ")) + r[r.index(b" "):], id="length-past-end"),
-    pytest.param(lambda r: b"x" + r[1:], id="length-not-digits"),
-    pytest.param(lambda r: r.replace(b"path=", b"path:"), id="no-equals"),
-    pytest.param(lambda r: r.replace(b"kkkk", b"\xff\xfe\xfd\xfc", 1), id="path-not-utf8"),
-    pytest.param(lambda r: r[:-1] + b"X", id="no-newline"),
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param(lambda r: b"0" + r[1:], id="length-0"),  # used to loop for ever
+        pytest.param(lambda r: b"9" * (r.index(b" ")) + r[r.index(b" ") :], id="length-past-end"),
+        pytest.param(lambda r: b"x" + r[1:], id="length-not-digits"),
+        pytest.param(lambda r: r.replace(b"path=", b"path:"), id="no-equals"),
+        pytest.param(lambda r: r.replace(b"kkkk", b"\xff\xfe\xfd\xfc", 1), id="path-not-utf8"),
+        pytest.param(lambda r: r[:-1] + b"X", id="no-newline"),
+    ],
+)
 def test_malformed_pax_record_is_a_shard_error(tmp_path, record):
     data = _long_name_tar(tmp_path / "pax.tar", tarfile.PAX_FORMAT)
     size = int(data[124:136].rstrip(b"\0 "), 8)
     bad = tmp_path / "bad.tar"
-    bad.write_bytes(_edit_first_member_data(data, record(data[512:512 + size])))
+    bad.write_bytes(_edit_first_member_data(data, record(data[512 : 512 + size])))
     with pytest.raises(ShardError, match=rf"{bad}: corrupt PAX header at byte 0: "):
         list(iter_samples(str(bad)))
 
@@ -187,8 +197,10 @@ def test_damage_anywhere_ends_in_a_shard_error_or_a_clean_read(shard, tmp_path):
     bad = tmp_path / "fuzz.tar"
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(cut=st.integers(0, len(data)), flips=st.lists(st.tuples(st.integers(0, len(data) - 1),
-                                                                  st.integers(1, 255)), max_size=4))
+    @given(
+        cut=st.integers(0, len(data)),
+        flips=st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(1, 255)), max_size=4),
+    )
     def check(cut, flips):
         b = bytearray(data[:cut] if cut < len(data) - 1024 else data)
         for at, x in flips:
@@ -210,7 +222,7 @@ def test_shard_errors_carry_url_and_offset_through_pickling(shard, tmp_path):
     data = shard.read_bytes()
     at = _third_sample_offset(shard)
     bad = tmp_path / "cut.tar"
-    bad.write_bytes(data[:at + 600])
+    bad.write_bytes(data[: at + 600])
     with pytest.raises(ShardError) as info:
         list(iter_samples(str(bad)))
     assert info.value.url == str(bad) and info.value.offset == at

@@ -22,8 +22,8 @@ def test_writer_offsets_ustar_and_atomic_rename(tmp_path):
     assert not os.path.exists(partial_path(path))
     assert nbytes == len(data) and len(data) % 10240 == 0
     assert sha == hashlib.sha256(data).hexdigest()
-    assert data[cls[0]:cls[0] + cls[1]] == b"7"
-    assert np.array_equal(np.load(io.BytesIO(data[npy[0]:npy[0] + npy[1]])), arr)
+    assert data[cls[0] : cls[0] + cls[1]] == b"7"
+    assert np.array_equal(np.load(io.BytesIO(data[npy[0] : npy[0] + npy[1]])), arr)
     with tarfile.open(path) as tf:
         members = tf.getmembers()
         assert [m.name for m in members] == ["k1.cls", "k1.npy"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import convert_images
+
 from training_adapter import make_loader
 from training_adapter.threads import in_order
 from wds_tools.errors import ShardError
@@ -54,8 +54,9 @@ def test_an_error_is_raised_in_its_turn_and_the_threads_end():
     assert not set(_reader_threads()) - before
 
 
-@pytest.mark.parametrize("workers, ahead, caller, taken", [(2, 4, False, 3), (1, 3, True, 4)],
-                         ids=["threads only", "the caller helping"])
+@pytest.mark.parametrize(
+    "workers, ahead, caller, taken", [(2, 4, False, 3), (1, 3, True, 4)], ids=["threads only", "the caller helping"]
+)
 def test_a_caller_that_stops_early_stops_the_threads(workers, ahead, caller, taken):
     started = []
 
@@ -137,8 +138,11 @@ def folder(tmp_path_factory) -> Path:
 
 def _epoch(loader: Iterable) -> list[tuple[str, int, bytes]]:
     """(key, label, [H, W, 3] pixel bytes) of every sample the loader yields, in order."""
-    return [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
-            for b in loader for im, lab, k in zip(b[0], b[1], b[-1])]
+    return [
+        (k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes())
+        for b in loader
+        for im, lab, k in zip(b[0], b[1], b[-1])
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +153,10 @@ def stock(folder: Path) -> list[tuple[str, int, bytes]]:
     from oracle import read_stored
 
     tars = sorted(Path(folder).glob("train-*.tar"))
-    got = [(s["__key__"], int(s["cls"]), np.load(io.BytesIO(s["npy"])).tobytes())
-           for s in wds.WebDataset([str(t) for t in tars], shardshuffle=False)]
+    got = [
+        (s["__key__"], int(s["cls"]), np.load(io.BytesIO(s["npy"])).tobytes())
+        for s in wds.WebDataset([str(t) for t in tars], shardshuffle=False)
+    ]
     by_tarfile = read_stored(tars)
     assert len(got) == len(by_tarfile) == 90
     assert all((lab, px) == (by_tarfile[k].label, by_tarfile[k].pixels.tobytes()) for k, lab, px in got)
@@ -181,14 +187,18 @@ def test_reader_threads_yield_what_stock_webdataset_reads(folder: Path, stock: l
     for epoch in (0, 1):
         ld.set_epoch(epoch)
         in_process.set_epoch(epoch)
-        got = [(k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes(), p.numpy())
-               for b in ld for im, lab, p, k in zip(b[0], b[1], b[2], b[-1])]
+        got = [
+            (k, int(lab), im.permute(1, 2, 0).contiguous().numpy().tobytes(), p.numpy())
+            for b in ld
+            for im, lab, p, k in zip(b[0], b[1], b[2], b[-1])
+        ]
         keys = [k for k, *_ in got]
         assert sorted(keys) == sorted(want) and keys != [k for k, *_ in stock]  # all of them, shuffled
         for k, lab, px, p in got:
             assert (lab, px) == want[k]
-            assert np.array_equal(p, sample_params(AugmentConfig(), seed=0, epoch=epoch, key=k, src_size=S)
-                                  .astype(np.float32))
+            assert np.array_equal(
+                p, sample_params(AugmentConfig(), seed=0, epoch=epoch, key=k, src_size=S).astype(np.float32)
+            )
         assert keys == [k for b in in_process for k in b[-1]]
         orders.append(keys)
     assert orders[0] != orders[1]
@@ -196,8 +206,9 @@ def test_reader_threads_yield_what_stock_webdataset_reads(folder: Path, stock: l
 
 
 @pytest.mark.parametrize("slow", ["caller", "threads"])
-def test_batches_are_the_same_whichever_thread_makes_them(folder: Path, stock: list,
-                                                         monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
+def test_batches_are_the_same_whichever_thread_makes_them(
+    folder: Path, stock: list, monkeypatch: pytest.MonkeyPatch, slow: str
+) -> None:
     """The caller or the background threads slowed down, so that the other makes most batches: the
     samples stock webdataset reads, in its order."""
     from training_adapter.indexed import IndexedDataset
@@ -242,8 +253,9 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
     """Located.copy_into (runs with windows in one index_select, single rows one by one) gives each
     row's stored pixels as stock tarfile reads them, for runs (eval) and single rows (shuffled)."""
     from oracle import read_stored
-    from training_adapter.indexread import read_sample_index
+
     from training_adapter.gather import Gather
+    from training_adapter.indexread import read_sample_index
     from training_adapter.shardlist import resolve_urls
 
     shards = resolve_urls(folder, split="train")

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import convert_images
 from oracle import read_stored
+
 from training_adapter import make_loader
 from wds_tools.errors import OptionError
 
@@ -50,7 +50,7 @@ def by_hand(fn, x: torch.Tensor, seed: int, epoch: int, key: str) -> torch.Tenso
 def three_generators(x: torch.Tensor) -> torch.Tensor:
     """A user transform drawing from torch, Python's random and numpy: a random 12 px crop, a flip, a shift."""
     top, left = (int(v) for v in torch.randint(0, x.shape[1] - 11, (2,)))
-    y = x[:, top:top + 12, left:left + 12]
+    y = x[:, top : top + 12, left : left + 12]
     if random.random() < 0.5:
         y = y.flip(-1)
     return (y.int() + int(np.random.randint(-20, 21))).clamp(0, 255).to(torch.uint8)
@@ -69,8 +69,18 @@ def epoch_by_key(loader) -> dict[str, tuple[np.ndarray, int]]:
 def test_transform_is_the_function_under_the_documented_seed(folder, stored, reader, workers):
     """augment=False: each yielded image is the user's function of the stored pixels under the sample's seed,
     whatever the reader and workers; the next epoch draws again."""
-    loader = make_loader(folder, batch_size=8, train=True, augment=False, transform=three_generators,
-                         return_keys=True, reader=reader, num_workers=workers, seed=4, drop_last=False)
+    loader = make_loader(
+        folder,
+        batch_size=8,
+        train=True,
+        augment=False,
+        transform=three_generators,
+        return_keys=True,
+        reader=reader,
+        num_workers=workers,
+        seed=4,
+        drop_last=False,
+    )
     for epoch in (0, 1):
         loader.set_epoch(epoch)
         got = epoch_by_key(loader)
@@ -79,8 +89,18 @@ def test_transform_is_the_function_under_the_documented_seed(folder, stored, rea
             src = torch.from_numpy(stored["train"][key].pixels).permute(2, 0, 1)
             assert np.array_equal(image, by_hand(three_generators, src, 4, epoch, key).numpy()), key
             assert label == stored["train"][key].label
-    first = make_loader(folder, batch_size=8, train=True, augment=False, transform=three_generators,
-                        return_keys=True, reader=reader, num_workers=workers, seed=4, drop_last=False)
+    first = make_loader(
+        folder,
+        batch_size=8,
+        train=True,
+        augment=False,
+        transform=three_generators,
+        return_keys=True,
+        reader=reader,
+        num_workers=workers,
+        seed=4,
+        drop_last=False,
+    )
     assert any(not np.array_equal(got[k][0], v[0]) for k, v in epoch_by_key(first).items())  # epoch 0 != epoch 1
 
 
@@ -89,8 +109,11 @@ def test_transform_runs_after_the_built_in_augmentation(folder):
     transform, then the transform by hand, gives the same pixels (workers 0 and 2)."""
     plain = epoch_by_key(make_loader(folder, batch_size=8, train=True, return_keys=True, num_workers=0))
     for workers in (0, 2):
-        got = epoch_by_key(make_loader(folder, batch_size=8, train=True, transform=three_generators,
-                                       return_keys=True, num_workers=workers))
+        got = epoch_by_key(
+            make_loader(
+                folder, batch_size=8, train=True, transform=three_generators, return_keys=True, num_workers=workers
+            )
+        )
         assert set(got) == set(plain)
         for key, (image, _) in got.items():
             assert np.array_equal(image, by_hand(three_generators, torch.from_numpy(plain[key][0]), 0, 0, key).numpy())
@@ -98,8 +121,9 @@ def test_transform_runs_after_the_built_in_augmentation(folder):
 
 def test_transform_in_evaluation_and_float_outputs(folder, stored):
     """Evaluation applies the transform too (to the stored pixels); a float result is batched as it comes."""
-    loader = make_loader(folder, batch_size=7, train=False, return_keys=True, num_workers=2,
-                         transform=lambda x: x.float() / 255)
+    loader = make_loader(
+        folder, batch_size=7, train=False, return_keys=True, num_workers=2, transform=lambda x: x.float() / 255
+    )
     got = epoch_by_key(loader)
     assert set(got) == set(stored["val"])
     for key, (image, _) in got.items():
@@ -149,8 +173,17 @@ def test_batch_transform_gets_and_returns_images_and_labels(folder, workers):
         return images[:, :, :4].float(), torch.nn.functional.one_hot(labels, 3)
 
     plain = list(make_loader(folder, batch_size=8, train=False, num_workers=workers, return_keys=True))
-    got = list(make_loader(folder, batch_size=8, train=False, num_workers=workers, return_keys=True,
-                           batch_transform=cut, multiprocessing_context="spawn" if workers else None))
+    got = list(
+        make_loader(
+            folder,
+            batch_size=8,
+            train=False,
+            num_workers=workers,
+            return_keys=True,
+            batch_transform=cut,
+            multiprocessing_context="spawn" if workers else None,
+        )
+    )
     assert len(seen) == len(got) == len(plain)
     for (x, y, k), (px, py, pk) in zip(got, plain):
         assert k == pk and torch.equal(x, px[:, :, :4].float()) and torch.equal(y.argmax(1), py)
@@ -200,12 +233,14 @@ def test_readme_recipe_albumentations(folder):
 def test_uint8_results_keep_their_memory_layout_through_the_workers(folder, stored, layout, workers):
     """A transform returning contiguous [3, H, W] or channels-last memory: the batch holds its values either way
     (handed over through the shared-memory slots with workers), in that layout."""
+
     def tf(x: torch.Tensor) -> torch.Tensor:
         y = three_generators(x)
         return y.contiguous() if layout == "chw" else y.permute(1, 2, 0).contiguous().permute(2, 0, 1)
 
-    loader = make_loader(folder, batch_size=8, train=True, augment=False, transform=tf, return_keys=True,
-                         num_workers=workers, seed=9)
+    loader = make_loader(
+        folder, batch_size=8, train=True, augment=False, transform=tf, return_keys=True, num_workers=workers, seed=9
+    )
     n = 0
     for images, _, keys in loader:
         assert images.is_contiguous() == (layout == "chw")

@@ -6,11 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import convert_images, upload
+
 from wds_tools.format import transport
 from wds_tools.format.transport import (
-    file_size, is_local, is_remote, list_tars, open_ranged, open_stream, read_bytes, read_ranges, scheme,
+    file_size,
+    is_local,
+    is_remote,
+    list_tars,
+    open_ranged,
+    open_stream,
+    read_bytes,
+    read_ranges,
+    scheme,
 )
 
 
@@ -32,8 +40,13 @@ def test_the_scheme_names_the_store():
 def places(folder, bucket, serve_http) -> dict[str, str]:
     """The same folder: local, file://, S3, http with and without Range support."""
     fs, url = bucket
-    return {"local": str(folder), "file": f"file://{folder}", "s3": upload(fs, folder, f"{url}/v1/16"),
-            "http": serve_http(folder), "http-ranges": serve_http(folder, ranges=True)}
+    return {
+        "local": str(folder),
+        "file": f"file://{folder}",
+        "s3": upload(fs, folder, f"{url}/v1/16"),
+        "http": serve_http(folder),
+        "http-ranges": serve_http(folder, ranges=True),
+    }
 
 
 def test_every_store_gives_the_same_bytes(folder, places):
@@ -72,4 +85,3 @@ def test_missing_files_and_listing(folder, places):
             assert tars is None  # a web server cannot list a folder
         else:
             assert tars == sorted(p.name for p in folder.glob("*.tar")), where
-

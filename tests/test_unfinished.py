@@ -59,8 +59,11 @@ def test_an_interrupted_folder_is_refused_by_every_reader_also_through_a_pattern
     state = unfinished_conversion(str(interrupted))
     assert state is not None and WORK_DIR in state and "index.json" in state
     for spec in (interrupted, pattern, str(interrupted / tars[0])):
-        with pytest.raises(IndexFormatError, match=r"is not a finished dataset: a conversion .*run the convert "
-                                                    r"command again to finish it") as e:
+        with pytest.raises(
+            IndexFormatError,
+            match=r"is not a finished dataset: a conversion .*run the convert "
+            r"command again to finish it",
+        ) as e:
             make_loader(spec, batch_size=2, train=True, num_workers=0)
         assert "give a shard pattern" not in str(e.value)
         with pytest.raises(IndexFormatError, match="is not a finished dataset"):
@@ -85,8 +88,16 @@ def test_a_running_conversion_is_named_with_its_holder(interrupted):
     finally:
         lock.release()
     # a lock file naming a process of this host that is gone: interrupted
-    (interrupted / LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345,
-                                                     "since": "2026-01-01T00:00:00Z", "command": "wds-tools x"}))
+    (interrupted / LOCK_FILE).write_text(
+        json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": 2**22 + 12345,
+                "since": "2026-01-01T00:00:00Z",
+                "command": "wds-tools x",
+            }
+        )
+    )
     state = unfinished_conversion(str(interrupted))
     assert state is not None and "was interrupted" in state and "no longer running" in state
 
@@ -108,7 +119,7 @@ def test_a_folder_of_plain_tars_is_not_called_unfinished(tmp_path):
 
 # ------------------------------------------------------------------ point 10: read-only datasets
 
-_NO_WRITES = textwrap.dedent('''
+_NO_WRITES = textwrap.dedent("""
     import os, sys
     root = os.path.realpath(sys.argv[1])
     WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -149,7 +160,7 @@ _NO_WRITES = textwrap.dedent('''
             n = sum(len(b[1]) for b in make_loader(root, batch_size=2, train=train, num_workers=0, reader=reader))
             assert n > 0, (reader, train)
     print("read without writing")
-''')
+""")
 
 
 def test_a_complete_folder_is_read_without_writing(tmp_path):
@@ -159,6 +170,11 @@ def test_a_complete_folder_is_read_without_writing(tmp_path):
     manifest = _manifest(tmp_path)
     convert(manifest, version="v1", size=16, out=tmp_path / "out", shard_size=3, workers=1, progress=False)
     folder = tmp_path / "out" / "v1" / "16"
-    r = subprocess.run([sys.executable, "-c", _NO_WRITES, str(folder)], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _NO_WRITES, str(folder)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=300,
+    )
     assert r.returncode == 0 and "read without writing" in r.stdout, r.stdout + r.stderr

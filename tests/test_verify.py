@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import xxhash
 from click.testing import CliRunner
+from conftest import convert_images, upload
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import convert_images, upload
 from shardkit import build_dataset, copy_tars, member, rewrite_tar
+
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.fsutil import dumps_canonical
@@ -43,8 +43,9 @@ def _kinds(report, shard):
 def _row(folder, shard_pos, i):
     s = load_index(folder).samples
     rows = np.nonzero(s["shard"] == shard_pos)[0]
-    return s.keys[rows[i]], {m: (int(s[f"{m}_offset"][rows[i]]), int(s[f"{m}_length"][rows[i]]))
-                             for m in ("cls", "json", "npy")}
+    return s.keys[rows[i]], {
+        m: (int(s[f"{m}_offset"][rows[i]]), int(s[f"{m}_length"][rows[i]])) for m in ("cls", "json", "npy")
+    }
 
 
 def test_intact_set_passes_every_mode(shards, tmp_path):
@@ -97,9 +98,9 @@ def test_npy_header_with_another_shape(shards):
     p = shards / "train-000000.tar"
     data = p.read_bytes()
     off = at["npy"][0]
-    header = data[off:off + 128]
+    header = data[off : off + 128]
     assert b"(32, 32, 3)" in header
-    p.write_bytes(data[:off] + header.replace(b"(32, 32, 3)", b"(32, 96, 1)") + data[off + 128:])
+    p.write_bytes(data[:off] + header.replace(b"(32, 32, 3)", b"(32, 96, 1)") + data[off + 128 :])
     for quick in (False, True):
         r = verify(shards, quick=quick)
         npy = [x for x in r.problems if x.kind == "npy_header"]
@@ -213,6 +214,7 @@ def test_errors_are_named(tmp_path, shards):
 
 # ------------------------------------------------------------------ CLI
 
+
 def test_cli_exit_status_and_json_schema(shards, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(cli, ["verify", str(shards)])
@@ -224,9 +226,24 @@ def test_cli_exit_status_and_json_schema(shards, tmp_path):
     assert res.exit_code == 1
     d = json.loads(res.stdout)
     assert d["schema"] == SCHEMA == "wds-tools-verify/1"
-    assert set(d) == {"schema", "path", "root", "index", "mode", "ok", "shards", "samples", "bytes",
-                      "bytes_read", "seconds", "read_mb_per_s", "bad_shards", "bad_samples", "problems",
-                      "warnings"}
+    assert set(d) == {
+        "schema",
+        "path",
+        "root",
+        "index",
+        "mode",
+        "ok",
+        "shards",
+        "samples",
+        "bytes",
+        "bytes_read",
+        "seconds",
+        "read_mb_per_s",
+        "bad_shards",
+        "bad_samples",
+        "problems",
+        "warnings",
+    }
     assert d["ok"] is False and d["mode"] == "quick" and d["bad_shards"] == ["train-000001.tar"]
     assert set(d["problems"][0]) == {"shard", "kind", "message", "key", "offset"}
     res = runner.invoke(cli, ["verify", str(tmp_path / "nope")])
@@ -235,13 +252,14 @@ def test_cli_exit_status_and_json_schema(shards, tmp_path):
 
 # ------------------------------------------------------------------ object storage and http
 
+
 def _where_independent(report) -> dict:
     """A report's dict without what names the place it was read from (the folder in messages too)."""
     d = report.to_dict()
     problems = [{**p, "message": p["message"].replace(d["root"], "ROOT")} for p in d["problems"]]
     return {k: v for k, v in d.items() if k not in ("path", "root", "index", "seconds", "read_mb_per_s")} | {
-        "problems": problems}
-
+        "problems": problems
+    }
 
 
 @pytest.fixture
@@ -297,8 +315,9 @@ def test_s3_and_http_scan_as_locally(damaged, bucket, serve_http, tmp_path):
         expected = _where_independent(local)
         assert _where_independent(verify(s3, scan=True, quick=quick)) == expected
         pattern = "train-{000001,000002,000099}.tar"
-        assert _where_independent(verify(f"{web}/{pattern}", scan=True, quick=quick)) == \
-            _where_independent(verify(str(bare / pattern), scan=True, quick=quick))
+        assert _where_independent(verify(f"{web}/{pattern}", scan=True, quick=quick)) == _where_independent(
+            verify(str(bare / pattern), scan=True, quick=quick)
+        )
     missing = verify(f"{web}/train-{{000000..000001}}.tar", scan=True)
     assert _kinds(missing, "train-000000.tar") == {"missing"}
 
@@ -336,7 +355,6 @@ def test_s3_and_http_are_verified_as_locally(shards, bucket, serve_http):
 # ------------------------------------------------------------------ the index against itself and the data
 
 
-
 @pytest.fixture(scope="module")
 def two_splits(tmp_path_factory):
     """30 JPEGs at 16 px: train 22 samples in 5 shards, val 8 in 2 (every 4th row), classes a, b, c."""
@@ -367,8 +385,11 @@ def _edit_table(folder, edit) -> None:
 
 
 def _found(report, kind, pattern, shard=None):
-    hits = [p for p in report.problems if p.kind == kind and re.search(pattern, p.message)
-            and (shard is None or p.shard == shard)]
+    hits = [
+        p
+        for p in report.problems
+        if p.kind == kind and re.search(pattern, p.message) and (shard is None or p.shard == shard)
+    ]
     assert hits, (kind, pattern, report.to_text())
     return hits
 
@@ -380,6 +401,7 @@ def _bump(path, by):
         for p in parents:
             obj = obj[p]
         obj[last] = obj[last] + by
+
     return edit
 
 
@@ -390,6 +412,7 @@ def _set(path, value):
         for p in parents:
             obj = obj[p]
         obj[last] = value
+
     return edit
 
 
@@ -400,54 +423,132 @@ def _swap_shards(meta):
 # (edit of index.json, problem kind, message pattern naming the field, caught by --quick too)
 INDEX_EDITS = {
     "samples": (_bump(["samples"], 1), "count", r"^samples is 31; samples.npz has 30$", True),
-    "class_counts": (_bump(["class_counts", 0], 1), "count",
-                     r"^class_counts\[0\] \('a'\) is 11; samples.npz has 10 samples with label 0$", True),
-    "splits.train.class_counts": (_set(["splits", "train", "class_counts", 1], 99), "count",
-                                  r"^splits\.train\.class_counts\[1\] \('b'\) is 99; samples.npz has \d+", True),
-    "splits.train.samples": (_set(["splits", "train", "samples"], 1), "count",
-                             r"^splits\.train\.samples is 1; samples.npz has 22 in its shards$", True),
-    "splits.val.shards": (_set(["splits", "val", "shards"], 3), "count",
-                          r"^splits\.val\.shards is 3; shards lists 2 val shard\(s\)$", True),
-    "classes order": (lambda m: m["classes"].reverse(), "class_name",
-                      r"^classes\[0\] is 'c', but the \.json of the 10 sample\(s\) with label 0 say 'a' "
-                      r"\(that is classes\[2\]: reordered\?\)$", True),
-    "classes renamed": (_set(["classes", 1], "zebra"), "class_name",
-                        r"^classes\[1\] is 'zebra', but the \.json of the 10 sample\(s\) with label 1 say 'b'$", True),
-    "classes duplicated": (_set(["classes", 1], "a"), "field", r"^classes\[1\] is 'a', the same name as classes\[0\]$",
-                           True),
-    "mean": (_bump(["mean", 0], 0.01), "pixel_stats", r"^mean is \[[0-9., ]+\]; the pixels of split train give \[",
-             r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give"),
-    "std": (_bump(["std", 2], -0.01), "pixel_stats", r"^std is \[[0-9., ]+\]; the pixels of split train give \[",
-            r"^std is .*; splits\.train\.mean/std"),
-    "splits.val.mean": (_set(["splits", "val", "mean", 1], 0.5), "pixel_stats",
-                        r"^splits\.val\.mean is \[[0-9.]+, 0\.5, [0-9.]+\]; the pixels of its 2 shard\(s\) give",
-                        False),
-    "splits.train.urls": (_set(["splits", "train", "urls"], "train-{000000..000009}.tar"), "urls",
-                          r"^splits\.train\.urls is 'train-\{000000\.\.000009\}\.tar', which names 10 file\(s\) .*; "
-                          r"the index lists 5 train shard\(s\), so expected 'train-\{000000\.\.000004\}\.tar'$", True),
+    "class_counts": (
+        _bump(["class_counts", 0], 1),
+        "count",
+        r"^class_counts\[0\] \('a'\) is 11; samples.npz has 10 samples with label 0$",
+        True,
+    ),
+    "splits.train.class_counts": (
+        _set(["splits", "train", "class_counts", 1], 99),
+        "count",
+        r"^splits\.train\.class_counts\[1\] \('b'\) is 99; samples.npz has \d+",
+        True,
+    ),
+    "splits.train.samples": (
+        _set(["splits", "train", "samples"], 1),
+        "count",
+        r"^splits\.train\.samples is 1; samples.npz has 22 in its shards$",
+        True,
+    ),
+    "splits.val.shards": (
+        _set(["splits", "val", "shards"], 3),
+        "count",
+        r"^splits\.val\.shards is 3; shards lists 2 val shard\(s\)$",
+        True,
+    ),
+    "classes order": (
+        lambda m: m["classes"].reverse(),
+        "class_name",
+        r"^classes\[0\] is 'c', but the \.json of the 10 sample\(s\) with label 0 say 'a' "
+        r"\(that is classes\[2\]: reordered\?\)$",
+        True,
+    ),
+    "classes renamed": (
+        _set(["classes", 1], "zebra"),
+        "class_name",
+        r"^classes\[1\] is 'zebra', but the \.json of the 10 sample\(s\) with label 1 say 'b'$",
+        True,
+    ),
+    "classes duplicated": (
+        _set(["classes", 1], "a"),
+        "field",
+        r"^classes\[1\] is 'a', the same name as classes\[0\]$",
+        True,
+    ),
+    "mean": (
+        _bump(["mean", 0], 0.01),
+        "pixel_stats",
+        r"^mean is \[[0-9., ]+\]; the pixels of split train give \[",
+        r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give",
+    ),
+    "std": (
+        _bump(["std", 2], -0.01),
+        "pixel_stats",
+        r"^std is \[[0-9., ]+\]; the pixels of split train give \[",
+        r"^std is .*; splits\.train\.mean/std",
+    ),
+    "splits.val.mean": (
+        _set(["splits", "val", "mean", 1], 0.5),
+        "pixel_stats",
+        r"^splits\.val\.mean is \[[0-9.]+, 0\.5, [0-9.]+\]; the pixels of its 2 shard\(s\) give",
+        False,
+    ),
+    "splits.train.urls": (
+        _set(["splits", "train", "urls"], "train-{000000..000009}.tar"),
+        "urls",
+        r"^splits\.train\.urls is 'train-\{000000\.\.000009\}\.tar', which names 10 file\(s\) .*; "
+        r"the index lists 5 train shard\(s\), so expected 'train-\{000000\.\.000004\}\.tar'$",
+        True,
+    ),
     "size": (_set(["size"], 24), "image_size", r"^size is 24; every \.npy header says 16 px$", True),
-    "sample.npy_shape": (_set(["sample", "npy_shape"], [24, 24, 3]), "image_size",
-                         r"^sample\.npy_shape is \[24, 24, 3\], size is 16: they disagree", True),
-    "shard name": (_set(["shards", 1, "name"], "../../x.tar"), "shard_name",
-                   r"^shards\[1\]\.name is '\.\./\.\./x\.tar'; expected <split>-NNNNNN\.tar in the index's own "
-                   r"folder; it is not read$", True),
-    "shards[].samples": (_set(["shards", 0, "samples"], 6), "count",
-                         r"^shards\[0\]\.samples \('train-000000\.tar'\) is 6; samples.npz has 5 for this shard$",
-                         True),
-    "shards[].split": (_set(["shards", 0, "split"], "val"), "field",
-                       r"^shards\[0\]\.split is 'val', but its name train-000000\.tar puts it in split 'train'$", True),
+    "sample.npy_shape": (
+        _set(["sample", "npy_shape"], [24, 24, 3]),
+        "image_size",
+        r"^sample\.npy_shape is \[24, 24, 3\], size is 16: they disagree",
+        True,
+    ),
+    "shard name": (
+        _set(["shards", 1, "name"], "../../x.tar"),
+        "shard_name",
+        r"^shards\[1\]\.name is '\.\./\.\./x\.tar'; expected <split>-NNNNNN\.tar in the index's own "
+        r"folder; it is not read$",
+        True,
+    ),
+    "shards[].samples": (
+        _set(["shards", 0, "samples"], 6),
+        "count",
+        r"^shards\[0\]\.samples \('train-000000\.tar'\) is 6; samples.npz has 5 for this shard$",
+        True,
+    ),
+    "shards[].split": (
+        _set(["shards", 0, "split"], "val"),
+        "field",
+        r"^shards\[0\]\.split is 'val', but its name train-000000\.tar puts it in split 'train'$",
+        True,
+    ),
     "shards[].sha256": (_set(["shards", 3, "sha256"], "0" * 64), "sha256", r"the index says 0000000000000000", False),
-    "shards[].bytes": (_bump(["shards", 2, "bytes"], 512), "size",
-                       r"^truncated: 20,480 bytes, the index says 20,992$", True),
-    "shard order": (_swap_shards, "field", r"^the train shards in shards are train-000001\.tar, train-000000\.tar",
-                    True),
-    "samples_file.sha256": (_set(["samples_file", "sha256"], "0" * 64), "index",
-                            r"^sha256 [0-9a-f]{16}\.\.\., index\.json says 0000000000000000", False),
-    "samples_file.name": (_set(["samples_file", "name"], "../samples.npz"), "shard_name",
-                          r"^samples_file\.name is '\.\./samples\.npz'; expected a file name", True),
+    "shards[].bytes": (
+        _bump(["shards", 2, "bytes"], 512),
+        "size",
+        r"^truncated: 20,480 bytes, the index says 20,992$",
+        True,
+    ),
+    "shard order": (
+        _swap_shards,
+        "field",
+        r"^the train shards in shards are train-000001\.tar, train-000000\.tar",
+        True,
+    ),
+    "samples_file.sha256": (
+        _set(["samples_file", "sha256"], "0" * 64),
+        "index",
+        r"^sha256 [0-9a-f]{16}\.\.\., index\.json says 0000000000000000",
+        False,
+    ),
+    "samples_file.name": (
+        _set(["samples_file", "name"], "../samples.npz"),
+        "shard_name",
+        r"^samples_file\.name is '\.\./samples\.npz'; expected a file name",
+        True,
+    ),
     "stats_split": (_set(["stats_split"], "all"), "field", r"^stats_split is 'all'; expected 'train'", True),
-    "errors_file": (_set(["errors_file"], "errors.jsonl"), "field",
-                    r"^errors_file names errors\.jsonl, which is not in ", True),
+    "errors_file": (
+        _set(["errors_file"], "errors.jsonl"),
+        "field",
+        r"^errors_file names errors\.jsonl, which is not in ",
+        True,
+    ),
 }
 
 
@@ -495,6 +596,7 @@ def _audit_opens() -> list:
         def hook(event, args):
             if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
                 _OPENED.append(os.fsdecode(args[0]))
+
         sys.addaudithook(hook)
     return _OPENED
 
@@ -512,7 +614,7 @@ def _relabel(cols, meta):
 
 def _new_path(cols, meta):
     o = cols["path_offsets"]
-    paths = [bytes(cols["path_data"][o[i]:o[i + 1]]).decode() for i in range(len(cols["key"]))]
+    paths = [bytes(cols["path_data"][o[i] : o[i + 1]]).decode() for i in range(len(cols["key"]))]
     paths[10] = "elsewhere/s0010.jpg"
     cols["path_offsets"], cols["path_data"] = pack_strings(paths)
 
@@ -520,30 +622,86 @@ def _new_path(cols, meta):
 # (consistent rewrite of samples.npz, the row it names or None, kind, pattern, caught by --quick too)
 TABLE_EDITS = {
     "label": (_relabel, 3, "label", r"^{key}\.cls: says \d, samples.npz label says \d$", True),
-    "npy_xxh3": (lambda c, m: c["npy_xxh3"].__setitem__(4, 12345), 4, "sample_data",
-                 r"^{key}\.npy: XXH3-64 [0-9a-f]{{16}}, samples.npz npy_xxh3 says 0000000000003039: the shard "
-                 r"matches its sha256, so samples.npz npy_xxh3 was changed$", False),
-    "fingerprint": (lambda c, m: c["fingerprint"].__setitem__(5, 7), 5, "sample_meta",
-                    r"^{key}\.json: fingerprint is 'xxh3_128:[0-9a-f]{{32}}'; samples.npz fingerprint says "
-                    r"xxh3_128:(07){{16}}$", True),
-    "width": (lambda c, m: c["width"].__setitem__(6, 1), 6, "sample_meta",
-              r"^{key}\.json: width is 96; samples.npz width says 1$", True),
-    "height": (lambda c, m: c["height"].__setitem__(6, 5), 6, "sample_meta",
-               r"^{key}\.json: height is 72; samples.npz height says 5$", True),
-    "path": (_new_path, 10, "sample_meta", r"^{key}\.json: source_path is 'img/s\d+\.jpg'; samples.npz path_data "
-                                           r"says 'elsewhere/s0010\.jpg'$", True),
-    "key": (lambda c, m: c["key"].__setitem__(7, b"zzzzz"), None, "missing_member",
-            r"^zzzzz\.npy is in the index but not in the tar$", True),
-    "npy_offset": (lambda c, m: c["npy_offset"].__setitem__(8, c["npy_offset"][8] + 512), None, "member_offset",
-                   r"^1 member\(s\) are not where the index says; first \w+\.npy: data at [\d,]+ \(896 B\)", True),
-    "shard": (lambda c, m: c["shard"].__setitem__(9, 3), None, "column",
-              r"^rows are not in shard order \(1 step\(s\) back, first at row 10\)", True),
-    "npy_length": (lambda c, m: c["npy_length"].__setitem__(11, 100), None, "image_size",
-                   r"^npy_length is 100 \(first: row 11\); size 16 needs 128 \+ 3·16² = 896$", True),
-    "duplicate key": (lambda c, m: c["key"].__setitem__(7, c["key"][20]), None, "duplicate_key",
-                      r"^key \w+ is in the index 2 times \(train-000001\.tar, train-000004\.tar\)$", True),
-    "label dtype": (lambda c, m: c.__setitem__("label", c["label"].astype("<i8")), None, "column",
-                    r"^column 'label' is <i8 \[30\]; expected <i4 \[30\]$", True),
+    "npy_xxh3": (
+        lambda c, m: c["npy_xxh3"].__setitem__(4, 12345),
+        4,
+        "sample_data",
+        r"^{key}\.npy: XXH3-64 [0-9a-f]{{16}}, samples.npz npy_xxh3 says 0000000000003039: the shard "
+        r"matches its sha256, so samples.npz npy_xxh3 was changed$",
+        False,
+    ),
+    "fingerprint": (
+        lambda c, m: c["fingerprint"].__setitem__(5, 7),
+        5,
+        "sample_meta",
+        r"^{key}\.json: fingerprint is 'xxh3_128:[0-9a-f]{{32}}'; samples.npz fingerprint says "
+        r"xxh3_128:(07){{16}}$",
+        True,
+    ),
+    "width": (
+        lambda c, m: c["width"].__setitem__(6, 1),
+        6,
+        "sample_meta",
+        r"^{key}\.json: width is 96; samples.npz width says 1$",
+        True,
+    ),
+    "height": (
+        lambda c, m: c["height"].__setitem__(6, 5),
+        6,
+        "sample_meta",
+        r"^{key}\.json: height is 72; samples.npz height says 5$",
+        True,
+    ),
+    "path": (
+        _new_path,
+        10,
+        "sample_meta",
+        r"^{key}\.json: source_path is 'img/s\d+\.jpg'; samples.npz path_data "
+        r"says 'elsewhere/s0010\.jpg'$",
+        True,
+    ),
+    "key": (
+        lambda c, m: c["key"].__setitem__(7, b"zzzzz"),
+        None,
+        "missing_member",
+        r"^zzzzz\.npy is in the index but not in the tar$",
+        True,
+    ),
+    "npy_offset": (
+        lambda c, m: c["npy_offset"].__setitem__(8, c["npy_offset"][8] + 512),
+        None,
+        "member_offset",
+        r"^1 member\(s\) are not where the index says; first \w+\.npy: data at [\d,]+ \(896 B\)",
+        True,
+    ),
+    "shard": (
+        lambda c, m: c["shard"].__setitem__(9, 3),
+        None,
+        "column",
+        r"^rows are not in shard order \(1 step\(s\) back, first at row 10\)",
+        True,
+    ),
+    "npy_length": (
+        lambda c, m: c["npy_length"].__setitem__(11, 100),
+        None,
+        "image_size",
+        r"^npy_length is 100 \(first: row 11\); size 16 needs 128 \+ 3·16² = 896$",
+        True,
+    ),
+    "duplicate key": (
+        lambda c, m: c["key"].__setitem__(7, c["key"][20]),
+        None,
+        "duplicate_key",
+        r"^key \w+ is in the index 2 times \(train-000001\.tar, train-000004\.tar\)$",
+        True,
+    ),
+    "label dtype": (
+        lambda c, m: c.__setitem__("label", c["label"].astype("<i8")),
+        None,
+        "column",
+        r"^column 'label' is <i8 \[30\]; expected <i4 \[30\]$",
+        True,
+    ),
     "missing column": (lambda c, m: c.pop("width"), None, "column", r"^samples.npz has no column 'width'$", True),
 }
 
@@ -579,8 +737,12 @@ TYPED = [
     (["splits"], [], r"^splits is \[\] \(list\); expected an object$"),
     (["splits", "train"], 5, r"^splits\.train is 5 \(int\); expected an object"),
     (["splits", "val", "urls"], None, r"^splits\.val\.urls is None \(NoneType\); expected a string$"),
-    (["splits", "train", "class_counts"], ["a"], r"^splits\.train\.class_counts is \['a'\] \(list\); expected a list "
-                                                 r"of counts$"),
+    (
+        ["splits", "train", "class_counts"],
+        ["a"],
+        r"^splits\.train\.class_counts is \['a'\] \(list\); expected a list "
+        r"of counts$",
+    ),
     (["mean"], [0.1, 0.2], r"^mean is \[0\.1, 0\.2\] \(list\); expected three numbers in \[0, 1\]"),
     (["std"], [0.1, 2, 0.3], r"^std is \[0\.1, 2, 0\.3\] \(list\); expected three numbers in \[0, 1\]"),
     (["size"], "16", r"^size is '16' \(str\); expected an integer >= 1$"),
@@ -603,6 +765,7 @@ def test_a_missing_or_mistyped_field_is_a_named_problem(split_set, path, value, 
             del obj[last]
         else:
             obj[last] = value
+
     _edit_index(split_set, edit)
     for quick in (False, True):
         r = verify(split_set, quick=quick)
@@ -615,6 +778,7 @@ def test_a_missing_or_mistyped_field_is_a_named_problem(split_set, path, value, 
 
 # ------------------------------------------------------------------ the fast paths against plain references
 
+
 def _reference_bad_samples(folder) -> set[str]:
     """Slow and plain: every row of samples.npz (np.load) against its shard read with tarfile."""
     meta = json.loads((folder / "index.json").read_text())
@@ -626,29 +790,42 @@ def _reference_bad_samples(folder) -> set[str]:
         for i in np.flatnonzero(cols["shard"] == pos):
             key = cols["key"][i].decode()
             got = {ext: members.get(f"{key}.{ext}") for ext in ("cls", "i32", "json", "npy")}
-            if any(got[ext] is None or got[ext][0] != cols[f"{ext}_offset"][i] or
-                   len(got[ext][1]) != cols[f"{ext}_length"][i] for ext in got):
+            if any(
+                got[ext] is None
+                or got[ext][0] != cols[f"{ext}_offset"][i]
+                or len(got[ext][1]) != cols[f"{ext}_length"][i]
+                for ext in got
+            ):
                 bad.add(key)
                 continue
             info = json.loads(got["json"][1])
             o = cols["path_offsets"]
-            path = bytes(cols["path_data"][o[i]:o[i + 1]]).decode()
-            if (got["cls"][1] != str(int(cols["label"][i])).encode()
-                    or got["i32"][1] != int(cols["label"][i]).to_bytes(4, "little", signed=True)
-                    or (info["dataset_version"], info["classes_digest"]) != (meta["dataset_version"],
-                                                                              meta["classes_digest"])
-                    or xxhash.xxh3_64_intdigest(got["npy"][1]) != int(cols["npy_xxh3"][i])
-                    or info["key"] != key or info["label"] != meta["classes"][int(cols["label"][i])]
-                    or info["fingerprint"] != "xxh3_128:" + cols["fingerprint"][i].tobytes().hex()
-                    or (info["width"], info["height"]) != (int(cols["width"][i]), int(cols["height"][i]))
-                    or info["source_path"] != path):
+            path = bytes(cols["path_data"][o[i] : o[i + 1]]).decode()
+            if (
+                got["cls"][1] != str(int(cols["label"][i])).encode()
+                or got["i32"][1] != int(cols["label"][i]).to_bytes(4, "little", signed=True)
+                or (info["dataset_version"], info["classes_digest"])
+                != (meta["dataset_version"], meta["classes_digest"])
+                or xxhash.xxh3_64_intdigest(got["npy"][1]) != int(cols["npy_xxh3"][i])
+                or info["key"] != key
+                or info["label"] != meta["classes"][int(cols["label"][i])]
+                or info["fingerprint"] != "xxh3_128:" + cols["fingerprint"][i].tobytes().hex()
+                or (info["width"], info["height"]) != (int(cols["width"][i]), int(cols["height"][i]))
+                or info["source_path"] != path
+            ):
                 bad.add(key)
     return bad
 
 
 @settings(max_examples=12, deadline=None)
-@given(edits=st.lists(st.tuples(st.sampled_from(["label", "npy_xxh3", "fingerprint", "width", "height", "path"]),
-                                st.integers(0, 29)), min_size=1, max_size=4, unique=True))  # no edit undone
+@given(
+    edits=st.lists(
+        st.tuples(st.sampled_from(["label", "npy_xxh3", "fingerprint", "width", "height", "path"]), st.integers(0, 29)),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    )
+)  # no edit undone
 def test_bad_samples_match_a_tarfile_reference(two_splits, tmp_path_factory, edits):
     """Random consistent rewrites of samples.npz: verify (default options) names exactly the samples a
     tarfile-based reference finds."""
@@ -666,9 +843,10 @@ def test_bad_samples_match_a_tarfile_reference(two_splits, tmp_path_factory, edi
                 cols[column][row] += 1
             else:
                 o = cols["path_offsets"]
-                paths = [bytes(cols["path_data"][o[i]:o[i + 1]]).decode() for i in range(len(cols["key"]))]
+                paths = [bytes(cols["path_data"][o[i] : o[i + 1]]).decode() for i in range(len(cols["key"]))]
                 paths[row] = "moved/" + paths[row]
                 cols["path_offsets"], cols["path_data"] = pack_strings(paths)
+
     _edit_table(folder, edit)
     expected = _reference_bad_samples(folder)
     assert expected
@@ -682,8 +860,12 @@ def test_columns_read_by_row_ranges_match_numpy_load(two_splits, bucket, serve_h
     web = serve_http(two_splits, ranges=True)
     whole = read_npz(two_splits / "samples.npz")
     rng = np.random.default_rng(0)
-    for where in (str(two_splits / "samples.npz"), f"{s3}/samples.npz", f"{web}/samples.npz",
-                  f"{serve_http(two_splits)}/samples.npz"):
+    for where in (
+        str(two_splits / "samples.npz"),
+        f"{s3}/samples.npz",
+        f"{web}/samples.npz",
+        f"{serve_http(two_splits)}/samples.npz",
+    ):
         table = SampleColumns(where, "samples.npz")
         rows, usable = table.check_format()
         assert rows == 30 and not table.problems and usable == set(whole)
@@ -723,14 +905,22 @@ def test_no_stats_skips_the_pixel_sums_only(split_set):
     _found(r, "pixel_stats", r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give")
     _found(r, "sample_data", r"samples.npz npy_xxh3 was changed$")
     res = CliRunner().invoke(cli, ["verify", str(split_set), "--no-stats", "--json"])
-    assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {"pixel_stats",
-                                                                                            "sample_data"}
+    assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {
+        "pixel_stats",
+        "sample_data",
+    }
 
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=True) |
-                     st.text(max_size=12) | st.sampled_from(["../../x.tar", "/etc/passwd", "train-000000.tar"]),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                                  max_size=4), max_leaves=8)
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 10**12)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=12)
+    | st.sampled_from(["../../x.tar", "/etc/passwd", "train-000000.tar"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=8,
+)
 
 
 def _paths(obj, prefix=()):
@@ -791,13 +981,14 @@ def test_any_damage_to_samples_npz_columns_is_a_report_never_a_traceback(two_spl
                 dtype = data.draw(st.sampled_from(["<i8", "<u2", "<f4", "|S3", "<i4"]))
                 cols[name] = a.astype(dtype) if a.dtype.kind != "S" else np.zeros(a.shape, dtype)
             elif how == "rows":
-                cols[name] = a[:data.draw(st.integers(0, len(a) + 2))]
+                cols[name] = a[: data.draw(st.integers(0, len(a) + 2))]
             elif how == "values" and a.dtype.kind in "iu" and a.size:
                 flat = a.reshape(-1).copy()
                 flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(0, 255))
                 cols[name] = flat.reshape(a.shape)
             elif how == "shape" and a.size:
                 cols[name] = a.reshape(-1, 1) if a.ndim == 1 else a.reshape(-1)
+
     _edit_table(folder, edit)
     for quick in (False, True):
         r = verify(folder, quick=quick)
@@ -817,17 +1008,30 @@ def test_a_missing_or_foreign_samples_npz_is_named(split_set):
 
 # ------------------------------------------------------------------ metadata (format version 2)
 
+
 @pytest.fixture(scope="module")
 def ham_set(tmp_path_factory):
     """A HAM10000-shaped set converted with --group lesion_id: 24 samples of 10 lesions, train and val."""
     from conftest import write_ham
+
     from wds_tools.convert import convert
 
     root = tmp_path_factory.mktemp("ham")
     manifest = write_ham(root / "c", [3, 1, 2, 4, 1, 1, 2, 3, 1, 2, 4])
-    convert(manifest, version="v1", size=16, out=root / "out", key="image_id", label="dx",
-            path="images/{image_id}.jpg", group="lesion_id", val_fraction=0.3, shard_size=5, workers=1,
-            progress=False)
+    convert(
+        manifest,
+        version="v1",
+        size=16,
+        out=root / "out",
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        group="lesion_id",
+        val_fraction=0.3,
+        shard_size=5,
+        workers=1,
+        progress=False,
+    )
     return root / "out" / "v1" / "16"
 
 
@@ -840,15 +1044,24 @@ def _meta_edit(i_col, row, value):
     def edit(cols, meta):
         cols[i_col] = cols[i_col].copy()
         cols[i_col][row] = value
+
     return edit
 
 
 # (consistent rewrite of a metadata column, the row it names, pattern)
 META_EDITS = {
-    "string code": (_meta_edit("meta4", 2, 0), 2, r"^{key}\.json: meta is \{.*\}; samples.npz's metadata columns say "
-                                                  r"\{.*\"localization\": \"back\".*\}$"),
-    "float": (_meta_edit("meta2", 3, 99.5), 3, r"^{key}\.json: meta is .*; samples.npz's metadata columns say "
-                                               r"\{\"age\": 99\.5, .*\}$"),
+    "string code": (
+        _meta_edit("meta4", 2, 0),
+        2,
+        r"^{key}\.json: meta is \{.*\}; samples.npz's metadata columns say "
+        r"\{.*\"localization\": \"back\".*\}$",
+    ),
+    "float": (
+        _meta_edit("meta2", 3, 99.5),
+        3,
+        r"^{key}\.json: meta is .*; samples.npz's metadata columns say "
+        r"\{\"age\": 99\.5, .*\}$",
+    ),
     "float missing": (_meta_edit("meta2", 0, np.nan), 0, r"metadata columns say \{\"age\": null, "),
 }
 
@@ -867,34 +1080,56 @@ def test_a_consistent_rewrite_of_a_metadata_column_is_caught_by_the_json(ham, wh
 
 def test_metadata_column_values_out_of_the_format_are_named(ham):
     _edit_table(ham, _meta_edit("meta0", 1, 99))  # a string code past the lesion values
-    _found(verify(ham), "column", r"^row 1: meta0 \(metadata 'lesion_id'\) is 99, not -1 \(missing\) or a value "
-                                  r"0\.\.10$")
+    _found(
+        verify(ham),
+        "column",
+        r"^row 1: meta0 \(metadata 'lesion_id'\) is 99, not -1 \(missing\) or a value "
+        r"0\.\.10$",
+    )
     _edit_table(ham, lambda c, m: c.__setitem__("meta2", c["meta2"].astype("<f4")))
     _found(verify(ham, quick=True), "column", r"^column 'meta2' \(metadata 'age'\) is <f4 \[24\]; expected <f8 \[24\]$")
     _edit_table(ham, lambda c, m: c.pop("meta3_data"))
-    _found(verify(ham, quick=True), "column", r"^samples.npz has no column 'meta3_data' \(metadata column 'sex', "
-                                              r"string\)$")
+    _found(
+        verify(ham, quick=True),
+        "column",
+        r"^samples.npz has no column 'meta3_data' \(metadata column 'sex', "
+        r"string\)$",
+    )
 
 
 def test_a_group_in_two_splits_is_named(ham):
     assert not [p for p in verify(ham).problems if p.kind == "group_split"]
     _edit_index(ham, lambda m: m["build"].__setitem__("group", "sex"))  # sex straddles the splits
     r = verify(ham, quick=True)
-    hits = _found(r, "group_split", r"^group 'female' of column 'sex' \(build\.group\) is in 2 splits: train \(\d+ "
-                                    r"samples?\), val \(\d+ samples?\)$", shard="index.json")
+    hits = _found(
+        r,
+        "group_split",
+        r"^group 'female' of column 'sex' \(build\.group\) is in 2 splits: train \(\d+ "
+        r"samples?\), val \(\d+ samples?\)$",
+        shard="index.json",
+    )
     assert len(hits) == 1 and not r.ok
     res = CliRunner().invoke(cli, ["verify", str(ham), "--quick"])
     assert res.exit_code == 1 and "group_split" in res.output
 
 
-@pytest.mark.parametrize("edit, pattern", [
-    (lambda m: m["metadata"][2].__setitem__("type", "date"), r"^metadata\[2\] is .*; expected \{name: a non-empty "
-                                                             r"string, type: int \| float \| string\}$"),
-    (lambda m: m["metadata"].append(dict(m["metadata"][0])), r"^metadata\[5\] names column 'lesion_id' again$"),
-    (lambda m: m.__setitem__("metadata", {"a": 1}), r"^metadata is dict; expected a list of \{name, type\}$"),
-    (lambda m: m["build"].__setitem__("group", "lesion"), r"^build\.group is 'lesion', which is not a column of "
-                                                          r"metadata$"),
-])
+@pytest.mark.parametrize(
+    "edit, pattern",
+    [
+        (
+            lambda m: m["metadata"][2].__setitem__("type", "date"),
+            r"^metadata\[2\] is .*; expected \{name: a non-empty "
+            r"string, type: int \| float \| string\}$",
+        ),
+        (lambda m: m["metadata"].append(dict(m["metadata"][0])), r"^metadata\[5\] names column 'lesion_id' again$"),
+        (lambda m: m.__setitem__("metadata", {"a": 1}), r"^metadata is dict; expected a list of \{name, type\}$"),
+        (
+            lambda m: m["build"].__setitem__("group", "lesion"),
+            r"^build\.group is 'lesion', which is not a column of "
+            r"metadata$",
+        ),
+    ],
+)
 def test_a_damaged_metadata_field_is_named(ham, edit, pattern):
     _edit_index(ham, edit)
     _found(verify(ham, quick=True), "field", pattern, shard="index.json")
@@ -925,14 +1160,16 @@ def test_any_damage_to_metadata_columns_is_a_report_never_a_traceback(ham_set, t
             elif how == "dtype":
                 cols[name] = a.astype(data.draw(st.sampled_from(["<i8", "<u2", "<f4", "<i4", "|b1"])))
             elif how == "rows":
-                cols[name] = a[:data.draw(st.integers(0, len(a) + 2))]
+                cols[name] = a[: data.draw(st.integers(0, len(a) + 2))]
             elif a.size:
                 flat = a.reshape(-1).copy()
                 flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(0, 255))
                 cols[name] = flat
         if data.draw(st.booleans()):
-            meta["metadata"][data.draw(st.integers(0, 4))]["type"] = data.draw(st.sampled_from(["int", "float",
-                                                                                                 "string"]))
+            meta["metadata"][data.draw(st.integers(0, 4))]["type"] = data.draw(
+                st.sampled_from(["int", "float", "string"])
+            )
+
     _edit_table(folder, edit)
     for quick in (False, True):
         r = verify(folder, quick=quick)
@@ -940,6 +1177,7 @@ def test_any_damage_to_metadata_columns_is_a_report_never_a_traceback(ham_set, t
 
 
 # ------------------------------------------------------------------ format version 2: .i32 and the dataset fields
+
 
 def _edit_member(folder, ext: str, edit) -> str:
     """Rewrite the data of the first sample's ``.<ext>`` member of train-000000.tar with ``edit``
@@ -955,6 +1193,7 @@ def _edit_member(folder, ext: str, edit) -> str:
                 keys.append(info.name.split(".")[0])
                 return ms
         raise AssertionError(f"no .{ext} member")
+
     rewrite_tar(folder / "train-000000.tar", change)
     return keys[0]
 
@@ -962,29 +1201,49 @@ def _edit_member(folder, ext: str, edit) -> str:
 @pytest.mark.parametrize("quick", [False, True])
 def test_an_i32_member_that_disagrees_with_the_label_is_named(split_set, quick):
     key = _edit_member(split_set, "i32", lambda d: (int.from_bytes(d, "little") + 1).to_bytes(4, "little"))
-    hits = _found(verify(split_set, quick=quick), "label", rf"^{key}\.i32: holds \d+, samples\.npz label says \d+ "
-                  r"\(the int32 must equal the \.cls and the label\)$", shard="train-000000.tar")
+    hits = _found(
+        verify(split_set, quick=quick),
+        "label",
+        rf"^{key}\.i32: holds \d+, samples\.npz label says \d+ "
+        r"\(the int32 must equal the \.cls and the label\)$",
+        shard="train-000000.tar",
+    )
     assert [h.key for h in hits] == [key]
 
 
 def test_a_sample_of_another_dataset_version_is_named(split_set):
     version = json.loads((split_set / "index.json").read_text())["dataset_version"]
     other = version[:-1] + chr(ord(version[-1]) + 1)
-    key = _edit_member(split_set, "json", lambda d: d.replace(f'"dataset_version":"{version}"'.encode(),
-                                                              f'"dataset_version":"{other}"'.encode()))
-    _found(verify(split_set, quick=True), "sample_meta", rf"^{key}\.json: dataset_version is '{other}'; index\.json's "
-           rf"is '{version}' \(a sample of another dataset\?\)$")
+    key = _edit_member(
+        split_set,
+        "json",
+        lambda d: d.replace(f'"dataset_version":"{version}"'.encode(), f'"dataset_version":"{other}"'.encode()),
+    )
+    _found(
+        verify(split_set, quick=True),
+        "sample_meta",
+        rf"^{key}\.json: dataset_version is '{other}'; index\.json's "
+        rf"is '{version}' \(a sample of another dataset\?\)$",
+    )
 
 
 def test_a_json_without_a_field_every_sample_has_is_named(split_set):
     key = _edit_member(split_set, "json", lambda d: d.replace(b'"original_key"', b'"originalXkey"'))
     r = verify(split_set, quick=True)
-    _found(r, "sample_meta", rf"^{key}\.json: every sample of a conversion has the same \.json fields; missing "
-           r"original_key; extra originalXkey$")
+    _found(
+        r,
+        "sample_meta",
+        rf"^{key}\.json: every sample of a conversion has the same \.json fields; missing "
+        r"original_key; extra originalXkey$",
+    )
     assert r.bad_samples == [key]
 
 
 def test_a_wrong_classes_digest_in_the_index_is_named(split_set):
     _edit_index(split_set, lambda m: m.__setitem__("classes_digest", "0" * 16))
-    _found(verify(split_set, quick=True), "field", r"^classes_digest is '0{16}'; the classes' digest is '[0-9a-f]{16}'",
-           shard="index.json")
+    _found(
+        verify(split_set, quick=True),
+        "field",
+        r"^classes_digest is '0{16}'; the classes' digest is '[0-9a-f]{16}'",
+        shard="index.json",
+    )

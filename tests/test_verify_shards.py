@@ -10,8 +10,7 @@ from wds_tools.inspect.verify.shards import PixelSums
 
 
 @settings(max_examples=40, deadline=None)
-@given(pieces=st.lists(st.binary(min_size=0, max_size=700), min_size=1, max_size=30),
-       repeat=st.integers(1, 300))
+@given(pieces=st.lists(st.binary(min_size=0, max_size=700), min_size=1, max_size=30), repeat=st.integers(1, 300))
 def test_pixel_sums_match_a_direct_sum(pieces, repeat):
     """PixelSums (phase-aligned slots, flushed uint16/uint32 sums) against int64 sums of the bytes by
     position mod 3; mean_std against the converter's histogram_mean_std of the same bytes."""
@@ -40,7 +39,7 @@ def test_pixel_sums_flush_before_they_overflow():
             sums.add(white, 0)
         count, s1, s2 = sums.totals()
         n = 700 * size // 3
-        assert count == [n] * 3 and s1 == [255 * n] * 3 and s2 == [255 ** 2 * n] * 3
+        assert count == [n] * 3 and s1 == [255 * n] * 3 and s2 == [255**2 * n] * 3
 
 
 def test_pixel_sums_of_large_and_mixed_pieces_match_a_direct_sum():

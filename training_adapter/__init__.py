@@ -18,14 +18,30 @@ from typing import Any
 from wds_tools.format.index import DatasetIndex, load_index
 
 __all__ = [
-    "make_loader", "to_device", "augment_batch", "load_config", "AugmentConfig", "ShardLoader",
-    "resolve_urls", "sample_params", "DatasetIndex", "load_index", "ShardIndexDataset", "LoaderOptions",
+    "make_loader",
+    "to_device",
+    "augment_batch",
+    "load_config",
+    "AugmentConfig",
+    "ShardLoader",
+    "resolve_urls",
+    "sample_params",
+    "DatasetIndex",
+    "load_index",
+    "ShardIndexDataset",
+    "LoaderOptions",
 ]
 
 _LAZY = {
-    "make_loader": "loader", "to_device": "loader", "ShardLoader": "loader",
-    "augment_batch": "augment", "AugmentConfig": "augment", "sample_params": "augment",
-    "load_config": "config", "resolve_urls": "shardlist", "ShardIndexDataset": "mapstyle",
+    "make_loader": "loader",
+    "to_device": "loader",
+    "ShardLoader": "loader",
+    "augment_batch": "augment",
+    "AugmentConfig": "augment",
+    "sample_params": "augment",
+    "load_config": "config",
+    "resolve_urls": "shardlist",
+    "ShardIndexDataset": "mapstyle",
     "LoaderOptions": "options",
 }
 

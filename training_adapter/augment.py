@@ -38,12 +38,32 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching _cv2 in th
 from wds_tools.errors import OptionError
 
 __all__ = [
-    "AugmentConfig", "PARAM_NAMES", "sample_params", "batch_params", "augment_into", "augment_batch", "normalize",
+    "AugmentConfig",
+    "PARAM_NAMES",
+    "sample_params",
+    "batch_params",
+    "augment_into",
+    "augment_batch",
+    "normalize",
 ]
 
 # One row of a params array, in this order.
-PARAM_NAMES = ("top", "left", "height", "width", "hflip", "vflip", "rot90", "angle", "tx", "ty", "scale",
-               "brightness", "contrast", "saturation")
+PARAM_NAMES = (
+    "top",
+    "left",
+    "height",
+    "width",
+    "hflip",
+    "vflip",
+    "rot90",
+    "angle",
+    "tx",
+    "ty",
+    "scale",
+    "brightness",
+    "contrast",
+    "saturation",
+)
 _P = {n: i for i, n in enumerate(PARAM_NAMES)}
 _GRAY = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as PIL and torchvision use
 
@@ -84,8 +104,9 @@ class AugmentConfig:
             except (TypeError, ValueError):
                 raise OptionError(f"augment.{name}={v!r}: expected two numbers [min, max]") from None
             if not (lo <= a <= b and (hi is None or b <= hi)):
-                raise OptionError(f"augment.{name}={v!r}: expected {lo} <= min <= max"
-                                  + (f" <= {hi}" if hi is not None else ""))
+                raise OptionError(
+                    f"augment.{name}={v!r}: expected {lo} <= min <= max" + (f" <= {hi}" if hi is not None else "")
+                )
             object.__setattr__(self, name, (a, b))
 
         pair("crop_scale", 1e-6, 1.0)
@@ -115,8 +136,9 @@ class AugmentConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise OptionError(f"augment: unknown setting {', '.join(map(repr, unknown))}; "
-                              f"expected some of {', '.join(sorted(known))}")
+            raise OptionError(
+                f"augment: unknown setting {', '.join(map(repr, unknown))}; expected some of {', '.join(sorted(known))}"
+            )
         kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**kw)
 
@@ -142,8 +164,9 @@ def _crop_attempts(seed: int, epoch: int, key: str) -> np.ndarray:
     return np.frombuffer(h, dtype="<u4") * (1.0 / 2**32)
 
 
-def _crop_box(cfg: AugmentConfig, u: np.ndarray, src_size: int, more: Callable[[], np.ndarray]
-              ) -> tuple[int, int, int, int]:
+def _crop_box(
+    cfg: AugmentConfig, u: np.ndarray, src_size: int, more: Callable[[], np.ndarray]
+) -> tuple[int, int, int, int]:
     """(top, left, height, width) of the random resized crop, drawn as torchvision's
     ``RandomResizedCrop.get_params`` draws it: up to 10 attempts of (area, log-uniform ratio), the
     first that fits kept, else the centre crop with the ratio clamped. Attempt 1 takes u0, u1;
@@ -219,7 +242,7 @@ def augment_into(src_hwc: torch.Tensor, p: np.ndarray, out_hwc: torch.Tensor, cf
     """
     top, left, h, w = (int(v) for v in p[0:4])
     O = out_hwc.shape[0]
-    crop = src_hwc[top:top + h, left:left + w]
+    crop = src_hwc[top : top + h, left : left + w]
     k = int(p[6]) % 4
     # hflip, vflip, then k quarter turns (torch.rot90: k=1 flips W then transposes, k=2 flips both,
     # k=3 flips H then transposes) = a flip of W and/or H, then a transpose when k is odd
@@ -263,8 +286,7 @@ def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
     try:  # F.interpolate's own op, writing into the batch instead of a new tensor
         torch.ops.aten._upsample_bilinear2d_aa.out(chw, list(dst.shape[2:]), False, None, None, out=dst)
     except (AttributeError, RuntimeError):  # a torch without that overload: interpolate, then copy
-        dst.copy_(F.interpolate(chw, size=tuple(dst.shape[2:]), mode="bilinear", antialias=True,
-                                align_corners=False))
+        dst.copy_(F.interpolate(chw, size=tuple(dst.shape[2:]), mode="bilinear", antialias=True, align_corners=False))
 
 
 def _gray_mean(x: torch.Tensor) -> torch.Tensor:
@@ -343,8 +365,9 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     B = p.shape[0]
     eye = torch.eye(3, dtype=dt, device=p.device).expand(B, 3, 3)
 
-    def mat(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, e: torch.Tensor,
-            f: torch.Tensor) -> torch.Tensor:
+    def mat(
+        a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, e: torch.Tensor, f: torch.Tensor
+    ) -> torch.Tensor:
         m = torch.zeros(B, 3, 3, dtype=dt, device=p.device)
         m[:, 0, 0], m[:, 0, 1], m[:, 0, 2] = a, b, c
         m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = d, e, f
@@ -373,10 +396,16 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     return m[:, :2, :]
 
 
-def augment_batch(images: torch.Tensor, keys_or_params: Sequence[str] | np.ndarray | torch.Tensor, *,
-                  config: AugmentConfig | None = None, seed: int = 0,
-                  epoch: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None
-                  ) -> torch.Tensor:
+def augment_batch(
+    images: torch.Tensor,
+    keys_or_params: Sequence[str] | np.ndarray | torch.Tensor,
+    *,
+    config: AugmentConfig | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> torch.Tensor:
     """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.
 
     ``keys_or_params`` is a list of sample keys (the params are drawn from ``config``, ``seed`` and

@@ -105,7 +105,7 @@ class BatchRing:
             return None
         first = worker * self.slots
         waited = 0
-        while not len(free := (self.busy[first:first + self.slots] == 0).nonzero()):
+        while not len(free := (self.busy[first : first + self.slots] == 0).nonzero()):
             time.sleep(0.0005)
             waited += 1
             if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second

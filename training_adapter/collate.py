@@ -60,8 +60,10 @@ class BatchDataset(IterableDataset):
 
     def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
         if options.normalize and (shards.mean is None or shards.std is None):
-            raise OptionError("normalize=True needs mean and std: point urls at the shards folder or its "
-                              "index.json, or pass mean= and std=")
+            raise OptionError(
+                "normalize=True needs mean and std: point urls at the shards folder or its "
+                "index.json, or pass mean= and std="
+            )
         self.shards = shards
         self.options = options
         self.rank_world: tuple[int, int] | None = None  # taken in the main process by ShardLoader
@@ -103,8 +105,9 @@ class BatchDataset(IterableDataset):
         """Samples this rank yields per epoch (None: unknown, the shards come without counts)."""
         raise NotImplementedError
 
-    def refuse_empty_epoch(self, total: int | None, largest: int | None, *, rank: int, world: int,
-                           num_workers: int, per: str) -> None:
+    def refuse_empty_epoch(
+        self, total: int | None, largest: int | None, *, rank: int, world: int, num_workers: int, per: str
+    ) -> None:
         """The rule for an empty epoch: where ``drop_last`` leaves a rank no batch of a split that has
         samples (``total``), refuse, naming the counts; ``largest``: the most samples one batch source
         (a rank, or a ``per`` worker) gets, so the largest batch_size that yields a batch."""
@@ -118,7 +121,8 @@ class BatchDataset(IterableDataset):
             f"an epoch would have 0 batches: {total:,} samples{where}, at most {largest or 0:,} per {per}, "
             f"fewer than batch_size={o.batch_size}, and drop_last={o.drops_last} drops a short batch; use "
             f"batch_size <= {largest or 1}{', fewer workers' if per == 'worker' and num_workers > 1 else ''} or "
-            f"drop_last=False")
+            f"drop_last=False"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # a subset function is applied already (the index rows hold it), and a batch_transform runs
@@ -146,8 +150,15 @@ class BatchDataset(IterableDataset):
             return shared(shape)
         return self._pool.get(shape)
 
-    def collate(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
-                S: int, meta: dict[str, Any] | None = None) -> Batch:
+    def collate(
+        self,
+        keys: list[str] | None,
+        labels: Sequence[int] | np.ndarray,
+        epoch: int,
+        stored: Stored,
+        S: int,
+        meta: dict[str, Any] | None = None,
+    ) -> Batch:
         """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
         augmentation, the transform nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3]
         stored pixels; ``meta`` the ``metadata`` columns' values (float64 arrays or lists)."""
@@ -157,8 +168,9 @@ class BatchDataset(IterableDataset):
             return self._transformed(o.transform, first, keys or [], epoch, meta)
         return self._built_in(keys, labels, epoch, stored, S, meta=meta)
 
-    def _transformed(self, fn: Callable[[Any], Any], batch: Batch, keys: list[str], epoch: int,
-                     meta: dict[str, Any] | None) -> Batch:
+    def _transformed(
+        self, fn: Callable[[Any], Any], batch: Batch, keys: list[str], epoch: int, meta: dict[str, Any] | None
+    ) -> Batch:
         """The built-in step's batch with ``fn`` (``transform``) applied to each image, seeded per sample."""
         o = self.options
         outs = apply_transform(fn, batch[0], keys, seed=o.seed, epoch=epoch)
@@ -183,8 +195,15 @@ class BatchDataset(IterableDataset):
             images = normalize(images.float(), self.shards.mean, self.shards.std)
         return self._finish(images, torch.as_tensor(batch[1], dtype=torch.int64), None, ref, keys, meta)
 
-    def _finish(self, images: Any, label_t: torch.Tensor, params: np.ndarray | None, ref: Any,
-                keys: list[str] | None, meta: dict[str, Any] | None) -> Batch:
+    def _finish(
+        self,
+        images: Any,
+        label_t: torch.Tensor,
+        params: np.ndarray | None,
+        ref: Any,
+        keys: list[str] | None,
+        meta: dict[str, Any] | None,
+    ) -> Batch:
         """The batch tuple; images left in a ring slot (``ref``) travel as the slot, the rest as arrays."""
         o = self.options
         ring = self.ring
@@ -192,8 +211,10 @@ class BatchDataset(IterableDataset):
         label_out: Any = label_t
         meta_out: Any = None
         if o.metadata:
-            meta_out = {k: torch.from_numpy(v.astype(np.float32)) if isinstance(v, np.ndarray) else v
-                        for k, v in (meta or {}).items()}
+            meta_out = {
+                k: torch.from_numpy(v.astype(np.float32)) if isinstance(v, np.ndarray) else v
+                for k, v in (meta or {}).items()
+            }
         if ref is not None and ring is not None:
             ring.publish(ref)
             # the main process puts the slot's images in its place (ShardLoader._through_ring) and
@@ -212,8 +233,17 @@ class BatchDataset(IterableDataset):
             out += (keys,)
         return out
 
-    def _built_in(self, keys: list[str] | None, labels: Sequence[int] | np.ndarray, epoch: int, stored: Stored,
-                  S: int, *, final: bool = True, meta: dict[str, Any] | None = None) -> Batch:
+    def _built_in(
+        self,
+        keys: list[str] | None,
+        labels: Sequence[int] | np.ndarray,
+        epoch: int,
+        stored: Stored,
+        S: int,
+        *,
+        final: bool = True,
+        meta: dict[str, Any] | None = None,
+    ) -> Batch:
         """The batch with the built-in augmentation (if any); ``final=False``: only (images, labels),
         in this process's own memory, for ``transform`` to read."""
         o = self.options

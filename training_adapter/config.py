@@ -18,10 +18,29 @@ __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 
 # make_loader options a dataset block may set (train_urls / val_urls / augment are handled apart)
 LOADER_KEYS = {
-    "batch_size", "num_workers", "seed", "device_augment", "normalize", "shuffle_buffer", "shuffle_shards",
-    "resampled", "epoch_batches", "drop_last", "on_error", "pin_memory", "persistent_workers",
-    "prefetch_factor", "mean", "std", "reader", "subset", "class_weights", "check_samples",
-    "allow_mixed", "allow_partial", "metadata",
+    "batch_size",
+    "num_workers",
+    "seed",
+    "device_augment",
+    "normalize",
+    "shuffle_buffer",
+    "shuffle_shards",
+    "resampled",
+    "epoch_batches",
+    "drop_last",
+    "on_error",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "mean",
+    "std",
+    "reader",
+    "subset",
+    "class_weights",
+    "check_samples",
+    "allow_mixed",
+    "allow_partial",
+    "metadata",
 }
 
 
@@ -43,8 +62,11 @@ class DatasetConfig:
         no resampling or class weights: validation sees each sample of its subset once)."""
         if self.val_urls is None:
             raise OptionError("dataset.val_urls is not set in the config")
-        opts = {k: v for k, v in {**self.loader, **overrides}.items()
-                if k not in ("device_augment", "resampled", "class_weights")}
+        opts = {
+            k: v
+            for k, v in {**self.loader, **overrides}.items()
+            if k not in ("device_augment", "resampled", "class_weights")
+        }
         return make_loader(self.val_urls, train=False, **opts)
 
 
@@ -96,15 +118,20 @@ def load_config(path: str | os.PathLike) -> TrainerConfig:
         raise OptionError(f"config {p}: expected a mapping at the top level")
     block = data.get("dataset")
     if not isinstance(block, dict):
-        raise OptionError(f"config {p}: no 'dataset' block; add one with train_urls (and val_urls), e.g. "
-                          f"train_urls: shards/v1/224/train-{{000000..000041}}.tar")
+        raise OptionError(
+            f"config {p}: no 'dataset' block; add one with train_urls (and val_urls), e.g. "
+            f"train_urls: shards/v1/224/train-{{000000..000041}}.tar"
+        )
     if "train_urls" not in block:
-        raise OptionError(f"config {p}: dataset.train_urls is missing; a WebDataset pattern, a shards "
-                          f"folder or its index.json")
+        raise OptionError(
+            f"config {p}: dataset.train_urls is missing; a WebDataset pattern, a shards folder or its index.json"
+        )
     unknown = sorted(set(block) - LOADER_KEYS - {"train_urls", "val_urls", "augment"})
     if unknown:
-        raise OptionError(f"config {p}: unknown dataset setting {', '.join(map(repr, unknown))}; expected "
-                          f"train_urls, val_urls, augment or {', '.join(sorted(LOADER_KEYS))}")
+        raise OptionError(
+            f"config {p}: unknown dataset setting {', '.join(map(repr, unknown))}; expected "
+            f"train_urls, val_urls, augment or {', '.join(sorted(LOADER_KEYS))}"
+        )
     base = p.resolve().parent
 
     def urls(v: object, name: str) -> str | list[str]:

@@ -29,13 +29,22 @@ import torch
 import xxhash
 
 from wds_tools.errors import ShardError
-from wds_tools.format.transport import is_local, read_ranges
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
+from wds_tools.format.transport import is_local, read_ranges
 
 from .indexread import SampleIndex
 
-__all__ = ["Gather", "Located", "Found", "Part", "LABEL_BYTES", "MERGE_GAP", "MERGE_MAX", "labels_differ",
-           "label_digits"]
+__all__ = [
+    "Gather",
+    "Located",
+    "Found",
+    "Part",
+    "LABEL_BYTES",
+    "MERGE_GAP",
+    "MERGE_MAX",
+    "labels_differ",
+    "label_digits",
+]
 
 log = logging.getLogger("training_adapter")
 
@@ -58,8 +67,9 @@ def _runs(shard: np.ndarray) -> list[tuple[int, int]]:
 
 def _windows(m: np.ndarray, length: int) -> np.ndarray:
     """[len(m) - length + 1, length]: every ``length``-byte window of ``m``, one per offset (a view)."""
-    return np.lib.stride_tricks.as_strided(m, shape=(max(0, len(m) - length + 1), length), strides=(1, 1),
-                                           writeable=False)
+    return np.lib.stride_tricks.as_strided(
+        m, shape=(max(0, len(m) - length + 1), length), strides=(1, 1), writeable=False
+    )
 
 
 def label_digits(labels: np.ndarray) -> np.ndarray:
@@ -112,7 +122,7 @@ class Located:
         n = self.nbytes
         for m, offsets, _ in self.parts:
             for o in offsets.tolist():
-                yield m[o:o + n].reshape(S, S, 3)
+                yield m[o : o + n].reshape(S, S, 3)
 
     def copy_into(self, flat: np.ndarray) -> None:
         """Copy the rows into ``flat[:len(self)]`` ([k, S*S*3] uint8): a run with windows in one
@@ -124,21 +134,24 @@ class Located:
             self._copy(flat, m, offsets, windows, k)
             k += len(offsets)
 
-    def _copy(self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows: torch.Tensor | None,
-              first: int) -> None:
+    def _copy(
+        self, flat: np.ndarray, m: np.ndarray, offsets: np.ndarray, windows: torch.Tensor | None, first: int
+    ) -> None:
         if windows is not None and len(offsets) >= VECTOR_RUN:
-            torch.index_select(windows, 0, torch.from_numpy(offsets), out=torch.from_numpy(flat[first:first + len(offsets)]))
+            torch.index_select(
+                windows, 0, torch.from_numpy(offsets), out=torch.from_numpy(flat[first : first + len(offsets)])
+            )
             return
         n = self.nbytes
         for i, o in enumerate(offsets.tolist(), first):
-            flat[i] = m[o:o + n]
+            flat[i] = m[o : o + n]
 
 
 class Gather:
     """Reads rows' stored pixels by offset (see the module docstring). ``bytes_read`` counts the
     bytes of the samples asked for (NPY headers and pixels), for subset accounting."""
 
-    def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False):
+    def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False) -> None:
         # an index without the columns (never written by wds-tools 1) has nothing to compare with
         self.labels = labels and index.cls_offset is not None and index.cls_length is not None
         self.pixels = pixels and index.npy_xxh3 is not None
@@ -200,7 +213,7 @@ class Gather:
             for i, start in enumerate(off[a:b].tolist(), a):
                 if i in bad:
                     continue
-                if self.pixels and xxhash.xxh3_64_intdigest(m[start:start + want].data) != int(self._xxh3[rows[i]]):
+                if self.pixels and xxhash.xxh3_64_intdigest(m[start : start + want].data) != int(self._xxh3[rows[i]]):
                     bad[i] = self._problem(rows[i], "checksum")
                     continue
                 good.append(i)
@@ -243,7 +256,7 @@ class Gather:
                 self._cls_want = label_digits(idx.label)
             cls = self._window(s, m, LABEL_BYTES)[co]
             for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
-                bad[a + i] = self._problem(run[i], "label", got=cls[i, :max(0, int(length[i]))].tobytes())
+                bad[a + i] = self._problem(run[i], "label", got=cls[i, : max(0, int(length[i]))].tobytes())
 
     def _window(self, s: int, m: np.ndarray, length: int) -> np.ndarray:
         w = self._views.get((s, length))
@@ -256,11 +269,11 @@ class Gather:
         idx = self.index
         if o + self.want > len(m):
             bad[i] = self._problem(r, "short", have=len(m) - o)
-        elif m[o:o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
+        elif m[o : o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
             bad[i] = self._problem(r, "header")
         elif self.labels:
             co, length = int(self._cls_offset[r]), int(self._cls_length[r])
-            got = m[co:co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
+            got = m[co : co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
             if got != b"%d" % idx.label[r]:
                 bad[i] = self._problem(r, "label", got=got)
 
@@ -278,19 +291,25 @@ class Gather:
         url, key = idx.urls[int(idx.shard[r])], idx.key_str(r)
         at = int(idx.offset[r])
         if kind == "short":
-            what = (f"the shard ends {max(have, 0)} bytes into its {self.want}-byte .npy; it is shorter than its "
-                    f"index says (truncated copy?)")
+            what = (
+                f"the shard ends {max(have, 0)} bytes into its {self.want}-byte .npy; it is shorter than its "
+                f"index says (truncated copy?)"
+            )
         elif kind == "header":
             what = f"no .npy header of a {idx.size} px image where the index points; the shard does not match its index"
         elif kind == "checksum":
-            what = ("its pixels do not match their checksum in the index (npy_xxh3): the shard is damaged "
-                    "(wds-tools verify lists every such sample)")
+            what = (
+                "its pixels do not match their checksum in the index (npy_xxh3): the shard is damaged "
+                "(wds-tools verify lists every such sample)"
+            )
         else:
             at = int(self._cls_offset[r])
             label = int(idx.label[r])
             name = f" ({idx.classes[label]})" if 0 <= label < len(idx.classes) else ""
-            what = (f"its .cls is {got!r}, the index's label is {label}{name}: the shard does not match its index "
-                    f"(wds-tools verify lists every such sample)")
+            what = (
+                f"its .cls is {got!r}, the index's label is {label}{name}: the shard does not match its index "
+                f"(wds-tools verify lists every such sample)"
+            )
         return ShardError(f"{url}: byte {at}: sample {key!r}: {what}", url=url, offset=at)
 
     # --- either -------------------------------------------------------------------------------
@@ -352,25 +371,28 @@ class Gather:
             raise ShardError(f"{urls[0]}: ranged read failed: {e}", url=urls[0]) from None
         good: list[int] = []
         bad: dict[int, ShardError] = {}
-        for (s, a, b, first, stop), blob, url in zip(spans, blobs, urls):
+        for (_s, a, b, first, stop), blob, url in zip(spans, blobs, urls):
             if isinstance(blob, BaseException) or len(blob) != b - a:
                 got = f"failed: {blob}" if isinstance(blob, BaseException) else f"gave {len(blob)} of {b - a} bytes"
                 for i in range(first, stop):
-                    bad[i] = ShardError(f"{url}: byte {int(npy[i])}: sample {idx.key_str(int(rows[i]))!r}: the "
-                                        f"ranged read {got}", url=url, offset=int(npy[i]))
+                    bad[i] = ShardError(
+                        f"{url}: byte {int(npy[i])}: sample {idx.key_str(int(rows[i]))!r}: the ranged read {got}",
+                        url=url,
+                        offset=int(npy[i]),
+                    )
                 continue
             data = np.frombuffer(blob, np.uint8)
             for i in range(first, stop):
                 r, at = int(rows[i]), int(npy[i]) - a
-                member = data[at:at + want]
+                member = data[at : at + want]
                 if not np.array_equal(member[:NPY_HEADER_BYTES], self.header):
                     bad[i] = self._problem(r, "header")
                     continue
                 if self.labels:
-                    c, length = int(self._cls_offset[r]) - a, self._cls_length[r:r + 1]
-                    cls = data[c:c + LABEL_BYTES]
-                    if labels_differ(cls[None], length, label_digits(idx.label[r:r + 1]))[0]:
-                        bad[i] = self._problem(r, "label", got=cls[:max(0, int(length[0]))].tobytes())
+                    c, length = int(self._cls_offset[r]) - a, self._cls_length[r : r + 1]
+                    cls = data[c : c + LABEL_BYTES]
+                    if labels_differ(cls[None], length, label_digits(idx.label[r : r + 1]))[0]:
+                        bad[i] = self._problem(r, "label", got=cls[: max(0, int(length[0]))].tobytes())
                         continue
                 if self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
                     bad[i] = self._problem(r, "checksum")

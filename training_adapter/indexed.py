@@ -38,9 +38,14 @@ def metadata_columns(index: SampleIndex, names: Sequence[str]) -> None:
         ours = name in _OWN_NUMBERS and name in index.columns
         if not ours and (name in _OWN_NUMBERS or name.removeprefix("meta.") not in index.metadata):
             have = ", ".join(list(index.metadata) + list(_OWN_NUMBERS))
-            raise OptionError(f"metadata={list(names)!r}: {name!r} is not a column of this index; it has {have}"
-                              + ("" if index.metadata else " (the conversion had no metadata: convert from a "
-                                                           "manifest CSV with those columns)"))
+            raise OptionError(
+                f"metadata={list(names)!r}: {name!r} is not a column of this index; it has {have}"
+                + (
+                    ""
+                    if index.metadata
+                    else " (the conversion had no metadata: convert from a manifest CSV with those columns)"
+                )
+            )
 
 
 def metadata_batch(index: SampleIndex, names: Sequence[str], rows: np.ndarray) -> dict[str, Any]:
@@ -56,6 +61,7 @@ def metadata_batch(index: SampleIndex, names: Sequence[str], rows: np.ndarray) -
         else:
             out[name] = index.columns[name][rows].astype(np.float64)
     return out
+
 
 log = logging.getLogger("training_adapter")
 
@@ -83,11 +89,11 @@ class IndexedDataset(BatchDataset):
         if damaged:
             self.rows = self.rows[~np.isin(self.index.shard[self.rows], [d.position for d in damaged])]
         if not len(self.rows):
-            raise OptionError(f"subset={options.subset!r} selects no sample of the {len(self.index)} in these "
-                              f"shards")
+            raise OptionError(f"subset={options.subset!r} selects no sample of the {len(self.index)} in these shards")
         # each class's share of an epoch (class_weights)
-        self.shares = None if options.class_weights is None else class_shares(self.index, options.class_weights,
-                                                                              self.rows)
+        self.shares = (
+            None if options.class_weights is None else class_shares(self.index, options.class_weights, self.rows)
+        )
         metadata_columns(self.index, options.metadata)
         self._gather: Gather | None = None
         self._scratch: np.ndarray | None = None  # the fetches from object storage
@@ -143,14 +149,22 @@ class IndexedDataset(BatchDataset):
         """Refuse an epoch that ``drop_last`` leaves empty, and ``epoch_batches`` beyond a rank's batches
         (without resampling)."""
         o = self.options
-        self.refuse_empty_epoch(len(self.rows), self.rank_samples(world, 0), rank=rank, world=world,
-                                num_workers=num_workers, per="rank" if world > 1 else "epoch")
+        self.refuse_empty_epoch(
+            len(self.rows),
+            self.rank_samples(world, 0),
+            rank=rank,
+            world=world,
+            num_workers=num_workers,
+            per="rank" if world > 1 else "epoch",
+        )
         if o.epoch_batches is None or o.resampled:
             return
         have = self.full_batches(world, world - 1)  # the last rank has the fewest
         if o.epoch_batches > have:
-            raise OptionError(f"epoch_batches={o.epoch_batches}: a rank has only {have} batches of {o.batch_size} "
-                              f"this epoch; use epoch_batches <= {have} or resampled=True")
+            raise OptionError(
+                f"epoch_batches={o.epoch_batches}: a rank has only {have} batches of {o.batch_size} "
+                f"this epoch; use epoch_batches <= {have} or resampled=True"
+            )
 
     def epoch_batches(self, where: WorkerInfo, epoch: int) -> Iterator[Batch]:
         """This worker's batches of the epoch plan, read by offset."""
@@ -159,8 +173,7 @@ class IndexedDataset(BatchDataset):
             if batch is not None:
                 yield batch
 
-    def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1
-                   ) -> list[np.ndarray]:
+    def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1) -> list[np.ndarray]:
         """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
         the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
         o, B = self.options, self.options.batch_size
@@ -170,28 +183,50 @@ class IndexedDataset(BatchDataset):
             draws = span.draws
         # shuffle in train mode unless every shuffle was switched off
         shuffle = o.train and (o.shuffles_shards or o.buffer > 1)
-        order = epoch_order(self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle,
-                            shares=self.shares, draws=draws)
+        order = epoch_order(
+            self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle, shares=self.shares, draws=draws
+        )
         if isinstance(span, Span):
-            return deal(order[span.start:span.end], batch_size=B, rank=rank, world=world, num_workers=num_workers,
-                        drop_last=o.drops_last)[worker]
-        return deal(order, batch_size=B, rank=rank, world=world, num_workers=num_workers, drop_last=o.drops_last,
-                    max_batches=None if o.resampled else o.epoch_batches, cover=o.covers)[worker]
+            return deal(
+                order[span.start : span.end],
+                batch_size=B,
+                rank=rank,
+                world=world,
+                num_workers=num_workers,
+                drop_last=o.drops_last,
+            )[worker]
+        return deal(
+            order,
+            batch_size=B,
+            rank=rank,
+            world=world,
+            num_workers=num_workers,
+            drop_last=o.drops_last,
+            max_batches=None if o.resampled else o.epoch_batches,
+            cover=o.covers,
+        )[worker]
 
     def epoch_span(self, world: int) -> Span:
         """The positions of the epoch's row sequence that ``world`` ranks read in a whole epoch (``resume``)."""
         o, B = self.options, self.options.batch_size
         draws = self._resampled_batches(world) * B * world if o.resampled else None
-        return epoch_span(len(self.rows) if draws is None else draws, world=world, batch_size=B,
-                          drop_last=o.drops_last, max_batches=None if o.resampled else o.epoch_batches, draws=draws)
+        return epoch_span(
+            len(self.rows) if draws is None else draws,
+            world=world,
+            batch_size=B,
+            drop_last=o.drops_last,
+            max_batches=None if o.resampled else o.epoch_batches,
+            draws=draws,
+        )
 
     def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> Batch | None:
         """The batch of index ``rows``, read by offset; None when ``on_error="skip"`` left out every
         one of its samples (an error with several ranks: they must yield equal batch counts)."""
         o, idx = self.options, self.index
         if self._gather is None:
-            self._gather = Gather(idx, labels=bool(o.check_samples), pixels=o.check_samples is True,
-                                  skip=o.on_error == "skip")
+            self._gather = Gather(
+                idx, labels=bool(o.check_samples), pixels=o.check_samples is True, skip=o.on_error == "skip"
+            )
         if self._scratch is None and len(idx.urls) and not is_local(idx.urls[0]):
             self._scratch = np.empty((o.batch_size, idx.sample_bytes), np.uint8)  # object storage fetches here
         good, located = self._gather.locate(rows, self._scratch)
@@ -199,9 +234,11 @@ class IndexedDataset(BatchDataset):
             rows = rows[good]
             if not len(rows):
                 if world > 1:
-                    raise ShardError(f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
-                                     f"every rank must yield the same number of batches: repair the shards "
-                                     f"(wds-tools verify names them)")
+                    raise ShardError(
+                        f"rank {rank}: every sample of a batch is damaged (see the warnings above); "
+                        f"every rank must yield the same number of batches: repair the shards "
+                        f"(wds-tools verify names them)"
+                    )
                 return None
         wants_keys = o.augmentation is not None or o.return_keys or o.transform is not None
         keys = [k.decode() for k in idx.key[rows].tolist()] if wants_keys else None

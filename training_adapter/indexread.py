@@ -25,8 +25,19 @@ from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
 from wds_tools.format.transport import is_local, join, scheme
 
-__all__ = ["SampleIndex", "DamagedShard", "Subset", "ClassWeights", "select", "class_shares", "epoch_order", "deal",
-           "rank_rows", "read_sample_index", "readable_by_offset"]
+__all__ = [
+    "SampleIndex",
+    "DamagedShard",
+    "Subset",
+    "ClassWeights",
+    "select",
+    "class_shares",
+    "epoch_order",
+    "deal",
+    "rank_rows",
+    "read_sample_index",
+    "readable_by_offset",
+]
 
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
@@ -80,8 +91,9 @@ class SampleIndex:
         return self.size * self.size * 3
 
     @classmethod
-    def from_table(cls, columns: Mapping[str, np.ndarray], meta: dict, urls: list[str], names: list[str],
-                   where: str) -> SampleIndex:
+    def from_table(
+        cls, columns: Mapping[str, np.ndarray], meta: dict, urls: list[str], names: list[str], where: str
+    ) -> SampleIndex:
         """The rows of the shards ``names`` (file names in the index, read from ``urls``), in the order
         the index lists them."""
         by_name = {s["name"]: i for i, s in enumerate(meta["shards"])}
@@ -97,13 +109,20 @@ class SampleIndex:
         size = int(meta["size"])
         bad = np.flatnonzero(columns["npy_length"][rows] != NPY_HEADER_BYTES + size * size * 3)
         if len(bad):
-            raise ShardError(f"{where}: sample {columns['key'][rows[bad[0]]].decode()!r} has an .npy of "
-                             f"{int(columns['npy_length'][rows[bad[0]]])} bytes; the index's size {size} needs "
-                             f"{NPY_HEADER_BYTES + size * size * 3}", url=where)
+            raise ShardError(
+                f"{where}: sample {columns['key'][rows[bad[0]]].decode()!r} has an .npy of "
+                f"{int(columns['npy_length'][rows[bad[0]]])} bytes; the index's size {size} needs "
+                f"{NPY_HEADER_BYTES + size * size * 3}",
+                url=where,
+            )
         return cls(
-            urls=list(urls), shard_bytes=[meta["shards"][by_name[n]].get("bytes") for n in names],
-            shard=shard_of_row[rows], offset=columns["npy_offset"][rows].astype(np.int64),
-            label=columns["label"][rows].astype(np.int64), key=columns["key"][rows], size=size,
+            urls=list(urls),
+            shard_bytes=[meta["shards"][by_name[n]].get("bytes") for n in names],
+            shard=shard_of_row[rows],
+            offset=columns["npy_offset"][rows].astype(np.int64),
+            label=columns["label"][rows].astype(np.int64),
+            key=columns["key"][rows],
+            size=size,
             classes=list(meta.get("classes") or []),
             columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
             npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
@@ -129,9 +148,14 @@ class SampleIndex:
                 bad.append(DamagedShard(i, f"{url}: cannot read the shard: {e}"))
                 continue
             if got != want:
-                bad.append(DamagedShard(i, f"{url} is {got:,} bytes; its index says {want:,}: the shard does not "
-                                           f"match its index (re-copy or re-convert it; wds-tools verify names "
-                                           f"what differs)"))
+                bad.append(
+                    DamagedShard(
+                        i,
+                        f"{url} is {got:,} bytes; its index says {want:,}: the shard does not "
+                        f"match its index (re-copy or re-convert it; wds-tools verify names "
+                        f"what differs)",
+                    )
+                )
         return bad
 
 
@@ -157,8 +181,9 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
     if callable(subset):
         mask = np.asarray(subset(_filter_columns(index)))
         if mask.dtype != bool or mask.shape != (n,):
-            raise OptionError(f"subset: the function must return a boolean array of {n} values, got "
-                              f"{mask.dtype} {mask.shape}")
+            raise OptionError(
+                f"subset: the function must return a boolean array of {n} values, got {mask.dtype} {mask.shape}"
+            )
         return np.flatnonzero(mask)
     if isinstance(subset, Mapping):
         cols = _filter_columns(index)
@@ -173,8 +198,10 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
                 except OptionError as e:
                     if "label" not in index.metadata:
                         raise
-                    raise OptionError(f"{e}. 'label' names the classes; the metadata column 'label' is "
-                                      f"'meta.label': subset={{'meta.label': {values!r}}}") from None
+                    raise OptionError(
+                        f"{e}. 'label' names the classes; the metadata column 'label' is "
+                        f"'meta.label': subset={{'meta.label': {values!r}}}"
+                    ) from None
             elif name == "key":
                 values = [str(v).encode() for v in values]
             elif name not in _OWN and name.removeprefix("meta.") in index.metadata:
@@ -193,8 +220,10 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
         if missing:
             raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
         return np.flatnonzero(mask)
-    raise OptionError(f"subset={subset!r}: expected a fraction, a list of keys, a {{column: values}} mapping "
-                      f"or a function of the columns")
+    raise OptionError(
+        f"subset={subset!r}: expected a fraction, a list of keys, a {{column: values}} mapping "
+        f"or a function of the columns"
+    )
 
 
 _OWN = ("label", "key", *_FILTER_COLUMNS)  # a metadata column of the same name is meta.<name>
@@ -260,8 +289,16 @@ def _largest_remainder(total: int, shares: np.ndarray) -> np.ndarray:
     return counts
 
 
-def epoch_order(rows: np.ndarray, labels: np.ndarray, *, seed: int, epoch: int, shuffle: bool,
-                shares: np.ndarray | None = None, draws: int | None = None) -> np.ndarray:
+def epoch_order(
+    rows: np.ndarray,
+    labels: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    shares: np.ndarray | None = None,
+    draws: int | None = None,
+) -> np.ndarray:
     """The epoch's sequence of rows: ``rows`` in order or permuted by (seed, epoch); with ``shares``,
     ``draws`` (default ``len(rows)``) rows whose class counts are ``shares`` of it, each class's rows
     drawn in fresh random passes (all of a small class, as often as needed, then part of it), then
@@ -290,18 +327,27 @@ def rank_rows(order: np.ndarray, rank: int, world: int, *, cover: bool = False) 
     if world == 1:
         return order
     mine = order[rank::world]
-    return mine if cover else mine[:len(order) // world]
+    return mine if cover else mine[: len(order) // world]
 
 
-def deal(order: np.ndarray, *, batch_size: int, rank: int, world: int, num_workers: int, drop_last: bool,
-         max_batches: int | None = None, cover: bool = False) -> list[list[np.ndarray]]:
+def deal(
+    order: np.ndarray,
+    *,
+    batch_size: int,
+    rank: int,
+    world: int,
+    num_workers: int,
+    drop_last: bool,
+    max_batches: int | None = None,
+    cover: bool = False,
+) -> list[list[np.ndarray]]:
     """Each worker's batches of this rank: the rank's rows (``rank_rows``) cut into batches in order;
     batch j goes to worker ``j % num_workers`` (the DataLoader then yields them in order j)."""
     mine = rank_rows(order, rank, world, cover=cover)
     nb = len(mine) // batch_size if drop_last else math.ceil(len(mine) / batch_size)
     if max_batches is not None:
         nb = min(nb, max_batches)
-    batches = [mine[j * batch_size:(j + 1) * batch_size] for j in range(nb)]
+    batches = [mine[j * batch_size : (j + 1) * batch_size] for j in range(nb)]
     return [batches[w::num_workers] for w in range(num_workers)]
 
 
@@ -309,6 +355,16 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
     """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
     where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
-    wanted = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3", "cls_offset", "cls_length",
-              *_FILTER_COLUMNS[:3], *column_names(meta)]
+    wanted = [
+        "key",
+        "label",
+        "shard",
+        "npy_offset",
+        "npy_length",
+        "npy_xxh3",
+        "cls_offset",
+        "cls_length",
+        *_FILTER_COLUMNS[:3],
+        *column_names(meta),
+    ]
     return SampleIndex.from_table(read_samples_checked(base, meta, wanted), meta, urls, names, where)

@@ -49,10 +49,15 @@ def _reads_index(shards: ShardList, options: LoaderOptions) -> bool:
     possible = shards.meta is not None and all(readable_by_offset(u) for u in shards.urls)
     needs = options.needs_index
     if not possible and (options.reader == "index" or needs):
-        why = ("these URLs are pipe: or http(s) (no ranged reads)" if shards.meta is not None
-               else "no index.json lists these shards")
-        raise OptionError(f"{', '.join(needs) or 'reader=index'} needs the index reader, but {why}; point urls at "
-                          f"the shards folder or its index.json (local or object storage)")
+        why = (
+            "these URLs are pipe: or http(s) (no ranged reads)"
+            if shards.meta is not None
+            else "no index.json lists these shards"
+        )
+        raise OptionError(
+            f"{', '.join(needs) or 'reader=index'} needs the index reader, but {why}; point urls at "
+            f"the shards folder or its index.json (local or object storage)"
+        )
     if options.reader == "stream" and needs:
         raise OptionError(f"{needs[0]} needs the index reader; drop reader='stream'")
     return possible and options.reader != "stream"
@@ -73,15 +78,25 @@ class ShardLoader(Resumable):
     order and the augmentation change every epoch either way.
     """
 
-    def __init__(self, dataset: BatchDataset, *, num_workers: int, pin_memory: bool = False,
-                 persistent_workers: bool = False, prefetch_factor: int | None = None,
-                 multiprocessing_context: Any = None) -> None:
+    def __init__(
+        self,
+        dataset: BatchDataset,
+        *,
+        num_workers: int,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+    ) -> None:
         self.dataset = dataset
         self.num_workers = num_workers
         kw: dict[str, Any] = {}
         if num_workers:
-            kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor or 2,
-                      multiprocessing_context=multiprocessing_context)
+            kw = dict(
+                persistent_workers=persistent_workers,
+                prefetch_factor=prefetch_factor or 2,
+                multiprocessing_context=multiprocessing_context,
+            )
         # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker)
         self._loader_kw = dict(batch_size=None, num_workers=num_workers, pin_memory=pin_memory, collate_fn=_as_is, **kw)
         self.loader = DataLoader(dataset, **self._loader_kw)
@@ -122,8 +137,9 @@ class ShardLoader(Resumable):
         rank, world = self.dataset.rank_world or _world()
         n = self.dataset.num_batches(rank=rank, world=world, num_workers=max(1, self.num_workers))
         if n is None:
-            raise TypeError("the number of batches is unknown: the shards come without an index giving "
-                            "their sample counts")
+            raise TypeError(
+                "the number of batches is unknown: the shards come without an index giving their sample counts"
+            )
         return n
 
     @property
@@ -224,26 +240,49 @@ def _batch_transformed(batches: Iterator[Batch], fn: Callable[[Any, Any], Any]) 
     for batch in batches:
         out = fn(batch[0], batch[1])
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise OptionError(f"batch_transform= returned {type(out).__name__}; expected (images, labels), as "
-                              f"torchvision.transforms.v2.CutMix/MixUp return (wrap an images-only function: "
-                              f"lambda x, y: (f(x), y))")
+            raise OptionError(
+                f"batch_transform= returned {type(out).__name__}; expected (images, labels), as "
+                f"torchvision.transforms.v2.CutMix/MixUp return (wrap an images-only function: "
+                f"lambda x, y: (f(x), y))"
+            )
         yield (*out, *batch[2:])
 
 
-def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_size: int, train: bool,
-                num_workers: int | None = None, seed: int = 0,
-                augment: AugmentConfig | Mapping[str, Any] | bool | None = None, device_augment: bool = False,
-                normalize: bool = False, shuffle_buffer: int | None = None, shuffle_shards: bool = True,
-                resampled: bool = False, epoch_batches: int | None = None, drop_last: bool | None = None,
-                on_error: str = "raise", return_keys: bool = False, pin_memory: bool = False,
-                persistent_workers: bool = False, prefetch_factor: int | None = None,
-                mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                split: str | None = None, read_size: int = DEFAULT_CHUNK, reader: str = "auto",
-                subset: Subset = None, class_weights: ClassWeights | None = None,
-                check_samples: bool | str = "labels", allow_mixed: bool = False, allow_partial: bool = False,
-                multiprocessing_context: Any = None, transform: Callable[[Any], Any] | None = None,
-                batch_transform: Callable[[Any, Any], Any] | None = None,
-                metadata: Sequence[str] = ()) -> ShardLoader:
+def make_loader(
+    urls: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    batch_size: int,
+    train: bool,
+    num_workers: int | None = None,
+    seed: int = 0,
+    augment: AugmentConfig | Mapping[str, Any] | bool | None = None,
+    device_augment: bool = False,
+    normalize: bool = False,
+    shuffle_buffer: int | None = None,
+    shuffle_shards: bool = True,
+    resampled: bool = False,
+    epoch_batches: int | None = None,
+    drop_last: bool | None = None,
+    on_error: str = "raise",
+    return_keys: bool = False,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    split: str | None = None,
+    read_size: int = DEFAULT_CHUNK,
+    reader: str = "auto",
+    subset: Subset = None,
+    class_weights: ClassWeights | None = None,
+    check_samples: bool | str = "labels",
+    allow_mixed: bool = False,
+    allow_partial: bool = False,
+    multiprocessing_context: Any = None,
+    transform: Callable[[Any], Any] | None = None,
+    batch_transform: Callable[[Any, Any], Any] | None = None,
+    metadata: Sequence[str] = (),
+) -> ShardLoader:
     """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
 
     ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
@@ -276,29 +315,58 @@ def make_loader(urls: str | os.PathLike | Sequence[str | os.PathLike], *, batch_
     column names whose values each batch carries as a dict (numbers float32 [B], NaN where missing;
     strings as lists, None where missing), after the params and before the keys.
     """
-    shards = resolve_urls(urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed,
-                          allow_partial=allow_partial)
+    shards = resolve_urls(
+        urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed, allow_partial=allow_partial
+    )
     if mean is not None:
         shards.mean = list(mean)
     if std is not None:
         shards.std = list(std)
     options = LoaderOptions(
-        batch_size=batch_size, train=train, seed=seed,
+        batch_size=batch_size,
+        train=train,
+        seed=seed,
         augment=AugmentConfig.from_dict(augment) if isinstance(augment, Mapping) else augment,
-        device_augment=device_augment, normalize=normalize,
-        shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer, shuffle_shards=shuffle_shards,
-        resampled=resampled, epoch_batches=epoch_batches, drop_last=drop_last, on_error=on_error,
-        return_keys=return_keys, read_size=read_size, reader=reader, subset=subset, class_weights=class_weights,
-        check_samples=check_samples, allow_mixed=allow_mixed, transform=transform, batch_transform=batch_transform,
-        metadata=tuple(metadata) if not isinstance(metadata, str) else metadata)  # type: ignore[arg-type]
-    return open_loader(shards, options, num_workers=num_workers, pin_memory=pin_memory,
-                       persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                       multiprocessing_context=multiprocessing_context)
+        device_augment=device_augment,
+        normalize=normalize,
+        shuffle_buffer=1000 if shuffle_buffer is None else shuffle_buffer,
+        shuffle_shards=shuffle_shards,
+        resampled=resampled,
+        epoch_batches=epoch_batches,
+        drop_last=drop_last,
+        on_error=on_error,
+        return_keys=return_keys,
+        read_size=read_size,
+        reader=reader,
+        subset=subset,
+        class_weights=class_weights,
+        check_samples=check_samples,
+        allow_mixed=allow_mixed,
+        transform=transform,
+        batch_transform=batch_transform,
+        metadata=tuple(metadata) if not isinstance(metadata, str) else metadata,  # type: ignore[arg-type]
+    )
+    return open_loader(
+        shards,
+        options,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
+    )
 
 
-def open_loader(shards: ShardList, options: LoaderOptions, *, num_workers: int | None = None,
-                pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int | None = None,
-                multiprocessing_context: Any = None) -> ShardLoader:
+def open_loader(
+    shards: ShardList,
+    options: LoaderOptions,
+    *,
+    num_workers: int | None = None,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+) -> ShardLoader:
     """The ``ShardLoader`` of resolved ``shards`` read with ``options`` (``make_loader`` without the keywords)."""
     rank, world = _world()
     ds = open_dataset(shards, options)
@@ -312,13 +380,25 @@ def open_loader(shards: ShardList, options: LoaderOptions, *, num_workers: int |
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
     ds.prepare(rank=rank, world=world, num_workers=max(1, num_workers))
-    return ShardLoader(ds, num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
-                       prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context)
+    return ShardLoader(
+        ds,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
+    )
 
 
-def to_device(images: torch.Tensor, device: torch.device | str | int, mean: Sequence[float] | None = None,
-              std: Sequence[float] | None = None, *, non_blocking: bool = True,
-              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def to_device(
+    images: torch.Tensor,
+    device: torch.device | str | int,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    *,
+    non_blocking: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Move a uint8 batch to ``device`` and return ``dtype`` there (float32; bfloat16/float16 for AMP),
     normalised when mean/std are given (computed in float32, then cast)."""
     if not dtype.is_floating_point:
@@ -327,4 +407,3 @@ def to_device(images: torch.Tensor, device: torch.device | str | int, mean: Sequ
     if mean is not None and std is not None:
         x = normalize(x, mean, std)
     return x if dtype == torch.float32 else x.to(dtype)
-

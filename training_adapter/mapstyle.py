@@ -34,13 +34,26 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     ``make_loader``.
     """
 
-    def __init__(self, path: str | os.PathLike, *, split: str = "train", subset: Subset = None,
-                 check_samples: bool | str = "labels", allow_partial: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        split: str = "train",
+        subset: Subset = None,
+        check_samples: bool | str = "labels",
+        allow_partial: bool = False,
+    ) -> None:
         shards = resolve_urls(path, split=split, allow_partial=allow_partial)
-        if (shards.meta is None or shards.index_base is None or shards.names is None
-                or not all(readable_by_offset(u) for u in shards.urls)):
-            raise OptionError(f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
-                              f"storage; point it at the shards folder or its index.json")
+        if (
+            shards.meta is None
+            or shards.index_base is None
+            or shards.names is None
+            or not all(readable_by_offset(u) for u in shards.urls)
+        ):
+            raise OptionError(
+                f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
+                f"storage; point it at the shards folder or its index.json"
+            )
         self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
         damaged = self.index.damaged_shards()
         if damaged:
@@ -74,8 +87,9 @@ class ShardIndexDataset(torch.utils.data.Dataset):
         pixels = np.empty((1, S * S * 3), np.uint8)
         self._gather.read([r], pixels)
         image = torch.from_numpy(pixels.reshape(S, S, 3)).permute(2, 0, 1)
-        meta: dict[str, int | float | str | None] = {c: int(v[r]) for c, v in self.index.columns.items()
-                                                     if c != "shard"}
+        meta: dict[str, int | float | str | None] = {
+            c: int(v[r]) for c, v in self.index.columns.items() if c != "shard"
+        }
         for name, values in self.index.metadata.items():
             meta[f"meta.{name}" if name in meta else name] = values.value(r)
         return image, int(self.index.label[r]), self.index.key_str(r), meta

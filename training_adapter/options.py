@@ -59,25 +59,32 @@ class LoaderOptions:
         a = self.augment
         if not (a is None or isinstance(a, (bool, AugmentConfig))):
             what = "a function" if callable(a) else f"a {type(a).__name__}"
-            raise OptionError(f"augment={a!r} is {what}; augment takes the built-in augmentation's settings (an "
-                              f"AugmentConfig or a mapping of them), None or True (the defaults) or False (none). "
-                              f"To apply your own function to each sample pass it as transform= (with augment=False "
-                              f"to replace the built-in one, e.g. transform=torchvision.transforms.v2.RandAugment())"
-                              f", or to whole batches as batch_transform=")
+            raise OptionError(
+                f"augment={a!r} is {what}; augment takes the built-in augmentation's settings (an "
+                f"AugmentConfig or a mapping of them), None or True (the defaults) or False (none). "
+                f"To apply your own function to each sample pass it as transform= (with augment=False "
+                f"to replace the built-in one, e.g. transform=torchvision.transforms.v2.RandAugment())"
+                f", or to whole batches as batch_transform="
+            )
         for name in ("transform", "batch_transform"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise OptionError(f"{name}={getattr(self, name)!r}: expected a function (or a callable module)")
         if self.transform is not None and self.device_augment:
-            raise OptionError("transform= runs in the workers after the built-in augmentation, which "
-                              "device_augment=True leaves to the accelerator; drop device_augment, or pass "
-                              "augment=False and apply your transform yourself after augment_batch")
+            raise OptionError(
+                "transform= runs in the workers after the built-in augmentation, which "
+                "device_augment=True leaves to the accelerator; drop device_augment, or pass "
+                "augment=False and apply your transform yourself after augment_batch"
+            )
         if isinstance(self.metadata, str) or not all(isinstance(m, str) for m in self.metadata):
-            raise OptionError(f"metadata={self.metadata!r}: expected a list of column names, e.g. "
-                              f"['age', 'sex', 'localization']")
+            raise OptionError(
+                f"metadata={self.metadata!r}: expected a list of column names, e.g. ['age', 'sex', 'localization']"
+            )
         object.__setattr__(self, "metadata", tuple(self.metadata))
         if self.check_samples not in (True, False, "labels"):
-            raise OptionError(f"check_samples={self.check_samples!r}: expected 'labels' (the default), True (labels "
-                              f"and pixels) or False")
+            raise OptionError(
+                f"check_samples={self.check_samples!r}: expected 'labels' (the default), True (labels "
+                f"and pixels) or False"
+            )
         b = self.batch_size
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise OptionError(f"batch_size={b!r}: expected a positive integer")
@@ -91,8 +98,10 @@ class LoaderOptions:
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name}={getattr(self, name)!r}: expected True or False")
         if self.drop_last is not None and not isinstance(self.drop_last, bool):
-            raise OptionError(f"drop_last={self.drop_last!r}: expected True, False or None (the default: "
-                              f"True in training, False in evaluation)")
+            raise OptionError(
+                f"drop_last={self.drop_last!r}: expected True, False or None (the default: "
+                f"True in training, False in evaluation)"
+            )
         e = self.epoch_batches
         if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < 1):
             raise OptionError(f"epoch_batches={e!r}: expected a number of batches >= 1, or None")
@@ -134,6 +143,13 @@ class LoaderOptions:
     @property
     def needs_index(self) -> list[str]:
         """The options set that only the index reader takes (for the message refusing them)."""
-        needs = [name for name, v in (("subset", self.subset), ("class_weights", self.class_weights),
-                                      ("metadata", self.metadata or None)) if v is not None]
+        needs = [
+            name
+            for name, v in (
+                ("subset", self.subset),
+                ("class_weights", self.class_weights),
+                ("metadata", self.metadata or None),
+            )
+            if v is not None
+        ]
         return needs + (["check_samples=True"] if self.check_samples is True else [])  # "labels": where there is one

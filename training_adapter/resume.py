@@ -35,8 +35,17 @@ from wds_tools.format.ranks import deal
 
 from .shardlist import worker_info
 
-__all__ = ["STATE_VERSION", "Span", "epoch_span", "StreamPlan", "yielded_per_worker", "stream_rest", "check_state",
-           "resampled_rest", "Resumable"]
+__all__ = [
+    "STATE_VERSION",
+    "Span",
+    "epoch_span",
+    "StreamPlan",
+    "yielded_per_worker",
+    "stream_rest",
+    "check_state",
+    "resampled_rest",
+    "Resumable",
+]
 
 log = logging.getLogger("training_adapter")
 
@@ -73,8 +82,9 @@ class Span:
         return self.end - self.start - world * read
 
 
-def epoch_span(n_order: int, *, world: int, batch_size: int, drop_last: bool, max_batches: int | None,
-               draws: int | None = None) -> Span:
+def epoch_span(
+    n_order: int, *, world: int, batch_size: int, drop_last: bool, max_batches: int | None, draws: int | None = None
+) -> Span:
     """The span a whole epoch of ``n_order`` rows reads with ``world`` ranks (``epoch_batches``:
     ``max_batches``): ``[0, R * rows per rank read)``."""
     whole = Span(0, n_order, draws)
@@ -134,8 +144,17 @@ def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool
     return full
 
 
-def stream_rest(old: StreamPlan, counts: Sequence[int], k: int, *, batch_size: int, buffer: int, world: int,
-                num_workers: int, drop_last: bool) -> tuple[StreamPlan, int]:
+def stream_rest(
+    old: StreamPlan,
+    counts: Sequence[int],
+    k: int,
+    *,
+    batch_size: int,
+    buffer: int,
+    world: int,
+    num_workers: int,
+    drop_last: bool,
+) -> tuple[StreamPlan, int]:
     """The rest of a streamed epoch after every rank yielded ``k`` batches of ``old``, planned for
     ``world`` ranks of ``num_workers`` workers; and the samples skipped (read into the buffer or in a
     shard begun, not yielded). ``buffer``: the shuffle buffer (0 or 1: none)."""
@@ -176,13 +195,16 @@ def check_state(state: Any, *, reader: str) -> Mapping[str, Any]:
         what = "a dict without kind=" + repr(_KIND) if isinstance(state, Mapping) else type(state).__name__
         raise OptionError(f"load_state_dict: expected the dict loader.state_dict() returned, got {what}")
     if state.get("version") != STATE_VERSION:
-        raise OptionError(f"load_state_dict: state version {state.get('version')!r}; this loader reads version "
-                          f"{STATE_VERSION} (saved by another wds-tools version: restart the epoch instead)")
+        raise OptionError(
+            f"load_state_dict: state version {state.get('version')!r}; this loader reads version "
+            f"{STATE_VERSION} (saved by another wds-tools version: restart the epoch instead)"
+        )
     if state.get("reader") != reader:
-        raise OptionError(f"load_state_dict: the state was saved by the {state.get('reader')} reader, this loader "
-                          f"uses the {reader} reader (pass reader={state.get('reader')!r} to make_loader)")
+        raise OptionError(
+            f"load_state_dict: the state was saved by the {state.get('reader')} reader, this loader "
+            f"uses the {reader} reader (pass reader={state.get('reader')!r} to make_loader)"
+        )
     return state
-
 
 
 def resampled_rest(old: StreamPlan, k: int, *, world: int, num_workers: int) -> StreamPlan:
@@ -190,8 +212,10 @@ def resampled_rest(old: StreamPlan, k: int, *, world: int, num_workers: int) -> 
     ranks (drawn afresh: a resampled epoch draws shards with replacement, so none is "the rest")."""
     left = sum(max(0, sum(planned) - k) for planned in old.batches) // world
     q, r = divmod(left, num_workers)
-    return StreamPlan([[[] for _ in range(num_workers)] for _ in range(world)],
-                      [[q + (w < r) for w in range(num_workers)] for _ in range(world)])
+    return StreamPlan(
+        [[[] for _ in range(num_workers)] for _ in range(world)],
+        [[q + (w < r) for w in range(num_workers)] for _ in range(world)],
+    )
 
 
 def state_base(reader: str, **fields: Any) -> dict[str, Any]:
@@ -202,8 +226,9 @@ def state_base(reader: str, **fields: Any) -> dict[str, Any]:
 def same(state: Mapping[str, Any], name: str, have: Any, fix: str) -> None:
     """Refuse a state whose ``name`` is not ``have`` (another dataset, subset or seed), saying ``fix``."""
     if state.get(name) != have:
-        raise OptionError(f"load_state_dict: the state was saved with {name}={state.get(name)!r}, this loader has "
-                          f"{have!r}: {fix}")
+        raise OptionError(
+            f"load_state_dict: the state was saved with {name}={state.get(name)!r}, this loader has {have!r}: {fix}"
+        )
 
 
 class Resumable:
@@ -257,20 +282,40 @@ class Resumable:
             span: Span = plan or ds.epoch_span(world)
             if k >= span.batches(world, o.batch_size, o.drops_last):
                 epoch, k, span = epoch + (self._run is not None), 0, Span(0, 0)
-            fields = dict(epoch=epoch, position=span.position(k, world, o.batch_size) if k else span.start,
-                          end=span.end if (k or plan) else None, draws=span.draws if (k or plan) else None)
-            return state_base("index", **fields, seed=o.seed, samples=len(ds.rows), rows_xxh3=self._rows_digest(),
-                              batch_size=o.batch_size, world=world,
-                              left_out=skipped if fields["end"] is not None else 0)
+            fields = dict(
+                epoch=epoch,
+                position=span.position(k, world, o.batch_size) if k else span.start,
+                end=span.end if (k or plan) else None,
+                draws=span.draws if (k or plan) else None,
+            )
+            return state_base(
+                "index",
+                **fields,
+                seed=o.seed,
+                samples=len(ds.rows),
+                rows_xxh3=self._rows_digest(),
+                batch_size=o.batch_size,
+                world=world,
+                left_out=skipped if fields["end"] is not None else 0,
+            )
         stream: StreamPlan | None = plan
         if stream is None and self._run is not None:
             stream = self._stream_plan(epoch, world, workers)
         if stream is not None and k >= sum(stream.batches[0]):
             epoch, k, stream, skipped = epoch + 1, 0, None, 0
-        return state_base("stream", epoch=epoch, batches=k, world=world, workers=workers,
-                          plan=stream.to_dict() if plan is not None and stream is not None else None,
-                          skipped=skipped if stream is not None else 0,
-                          seed=o.seed, shards=len(ds.shards), batch_size=o.batch_size, buffer=o.buffer)
+        return state_base(
+            "stream",
+            epoch=epoch,
+            batches=k,
+            world=world,
+            workers=workers,
+            plan=stream.to_dict() if plan is not None and stream is not None else None,
+            skipped=skipped if stream is not None else 0,
+            seed=o.seed,
+            shards=len(ds.shards),
+            batch_size=o.batch_size,
+            buffer=o.buffer,
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Make the next iteration continue the epoch ``state`` (from ``state_dict``) was saved in."""
@@ -285,8 +330,10 @@ class Resumable:
         else:
             same(state, "shards", len(ds.shards), "resume with the shards the interrupted run read")
             if (state.get("batches") or state.get("plan")) and ds.shards.counts is None:
-                raise OptionError("load_state_dict: resuming the streaming reader mid-epoch needs the samples per "
-                                  "shard: point urls at the shards folder or its index.json")
+                raise OptionError(
+                    "load_state_dict: resuming the streaming reader mid-epoch needs the samples per "
+                    "shard: point urls at the shards folder or its index.json"
+                )
         epoch = state.get("epoch")
         if not isinstance(epoch, int) or epoch < 0:
             raise OptionError(f"load_state_dict: epoch={epoch!r}: expected an integer >= 0")
@@ -301,8 +348,12 @@ class Resumable:
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next iteration yields; a loaded state of another epoch is dropped."""
         if self._loaded is not None and self._loaded.get("epoch") != epoch:
-            log.warning("set_epoch(%d) drops the loaded state of epoch %s: epoch %d starts from its beginning",
-                        epoch, self._loaded.get("epoch"), epoch)
+            log.warning(
+                "set_epoch(%d) drops the loaded state of epoch %s: epoch %d starts from its beginning",
+                epoch,
+                self._loaded.get("epoch"),
+                epoch,
+            )
             self._loaded = None
         self.dataset.set_epoch(epoch)
         self._epoch_set = True
@@ -326,22 +377,42 @@ class Resumable:
             plan = Span(int(state["position"]), int(state["end"]), state.get("draws"))
             lost = skipped = plan.left_out(world, o.batch_size, o.drops_last)
             if lost:
-                log.warning("resuming epoch %d on %d ranks: %d of its %d remaining samples do not fill a batch on "
-                            "every rank and are left out, as in any epoch", epoch, world, lost, plan.end - plan.start)
+                log.warning(
+                    "resuming epoch %d on %d ranks: %d of its %d remaining samples do not fill a batch on "
+                    "every rank and are left out, as in any epoch",
+                    epoch,
+                    world,
+                    lost,
+                    plan.end - plan.start,
+                )
         elif here and state is not None and state["reader"] == "stream" and (state.get("batches") or state.get("plan")):
             old_world, old_workers = int(state["world"]), int(state["workers"])
-            old = (StreamPlan.from_dict(state["plan"]) if state.get("plan")
-                   else self._stream_plan(epoch, old_world, old_workers))
+            old = (
+                StreamPlan.from_dict(state["plan"])
+                if state.get("plan")
+                else self._stream_plan(epoch, old_world, old_workers)
+            )
             k = int(state["batches"])
             if o.resampled:
                 plan, now = resampled_rest(old, k, world=world, num_workers=workers), 0
             else:
-                plan, now = stream_rest(old, ds.shards.counts, k, batch_size=o.batch_size, buffer=o.buffer,
-                                        world=world, num_workers=workers, drop_last=o.drops_last)
+                plan, now = stream_rest(
+                    old,
+                    ds.shards.counts,
+                    k,
+                    batch_size=o.batch_size,
+                    buffer=o.buffer,
+                    world=world,
+                    num_workers=workers,
+                    drop_last=o.drops_last,
+                )
             skipped = int(state.get("skipped") or 0) + now
-            log.warning("resuming epoch %d of the streaming reader at the next unread shard of each worker: %d "
-                        "samples already read into the shuffle buffer or begun shards are skipped (none replayed)",
-                        epoch, now)
+            log.warning(
+                "resuming epoch %d of the streaming reader at the next unread shard of each worker: %d "
+                "samples already read into the shuffle buffer or begun shards are skipped (none replayed)",
+                epoch,
+                now,
+            )
         if plan is not None:
             ds.resume, ds._resumes.value = plan, epoch
         self._run = (epoch, plan, skipped)

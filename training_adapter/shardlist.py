@@ -23,8 +23,16 @@ from wds_tools.errors import OptionError
 from wds_tools.format.ranks import deal
 from wds_tools.format.resolve import resolve
 
-__all__ = ["ShardList", "WorkerPlan", "WorkerInfo", "resolve_urls", "shard_order", "plan_epoch", "worker_info",
-           "cut_to"]
+__all__ = [
+    "ShardList",
+    "WorkerPlan",
+    "WorkerInfo",
+    "resolve_urls",
+    "shard_order",
+    "plan_epoch",
+    "worker_info",
+    "cut_to",
+]
 
 
 @dataclass
@@ -47,8 +55,13 @@ class ShardList:
         return len(self.urls)
 
 
-def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split: str = "train",
-                 allow_mixed: bool = False, allow_partial: bool = False) -> ShardList:
+def resolve_urls(
+    urls: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    split: str = "train",
+    allow_mixed: bool = False,
+    allow_partial: bool = False,
+) -> ShardList:
     """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes);
     ``format.resolve.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
     pattern naming part of a split (``allow_partial``) are refused unless allowed."""
@@ -58,14 +71,24 @@ def resolve_urls(urls: str | os.PathLike | Sequence[str | os.PathLike], *, split
     shards = resolve(urls, split=split, pipe=True, allow_mixed=allow_mixed, allow_partial=allow_partial)
     sizes = sorted({m.get("size") for m in shards.datasets}, key=str)
     if len(sizes) > 1:  # only with allow_mixed: refused before training, not at the first odd sample
-        raise OptionError(f"{shards.spec}: allow_mixed=True, but these datasets hold images of "
-                          f"{' and '.join(f'{s} px' for s in sizes)}, which cannot share a batch; "
-                          f"give shards of one size")
+        raise OptionError(
+            f"{shards.spec}: allow_mixed=True, but these datasets hold images of "
+            f"{' and '.join(f'{s} px' for s in sizes)}, which cannot share a batch; "
+            f"give shards of one size"
+        )
     meta = shards.meta or {}
     listed = shards.names is not None
-    return ShardList(shards.urls, shards.counts, meta.get("mean"), meta.get("std"), meta.get("size"),
-                     meta.get("classes"), meta=shards.meta if listed else None,
-                     index_base=shards.index_base if listed else None, names=shards.names)
+    return ShardList(
+        shards.urls,
+        shards.counts,
+        meta.get("mean"),
+        meta.get("std"),
+        meta.get("size"),
+        meta.get("classes"),
+        meta=shards.meta if listed else None,
+        index_base=shards.index_base if listed else None,
+        names=shards.names,
+    )
 
 
 class WorkerInfo(NamedTuple):
@@ -137,9 +160,22 @@ def cut_to(batches: Sequence[int], quota: int) -> list[int]:
     return out
 
 
-def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, seed: int, epoch: int,
-               rank: int, world: int, num_workers: int, shuffle: bool, drop_last: bool,
-               resampled: bool = False, epoch_batches: int | None = None, cover: bool = False) -> list[WorkerPlan]:
+def plan_epoch(
+    n_shards: int,
+    counts: Sequence[int] | None,
+    *,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world: int,
+    num_workers: int,
+    shuffle: bool,
+    drop_last: bool,
+    resampled: bool = False,
+    epoch_batches: int | None = None,
+    cover: bool = False,
+) -> list[WorkerPlan]:
     """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``format.ranks.deal``).
 
     ``cover`` (evaluation): every sample once across the ranks; each worker reads all of its shards
@@ -160,15 +196,19 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
     if resampled:
         if epoch_batches is None:
             if counts is None:
-                raise OptionError("resampled=True needs epoch_batches (batches per rank and epoch) when the "
-                                  "shards come without an index giving their sample counts")
+                raise OptionError(
+                    "resampled=True needs epoch_batches (batches per rank and epoch) when the "
+                    "shards come without an index giving their sample counts"
+                )
             epoch_batches = sum(counts) // (world * batch_size)
         q, r = divmod(epoch_batches, num_workers)
         return [WorkerPlan([], q + (w < r)) for w in range(num_workers)]
     if n_shards < slots and not cover:
         fixes = [f"use num_workers <= {n_shards // world}"] if n_shards >= world else []
-        fixes += ["convert with a smaller --shard-size to get more shards", "pass resampled=True (shards drawn "
-                  "with replacement)"]
+        fixes += [
+            "convert with a smaller --shard-size to get more shards",
+            "pass resampled=True (shards drawn with replacement)",
+        ]
         raise OptionError(
             f"{n_shards} shard{'s' if n_shards != 1 else ''} cannot feed {world} rank{'s' if world != 1 else ''} x "
             f"{num_workers} worker{'s' if num_workers != 1 else ''} = {slots} readers "
@@ -195,10 +235,11 @@ def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, batch_size: int, 
     quota = min(sum(full_batches(r)) for r in range(world))
     if epoch_batches is not None:
         if epoch_batches > quota:
-            raise OptionError(f"epoch_batches={epoch_batches}: the smallest rank has only {quota} full batches "
-                              f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True")
+            raise OptionError(
+                f"epoch_batches={epoch_batches}: the smallest rank has only {quota} full batches "
+                f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True"
+            )
         quota = epoch_batches
     mine_full = cut_to(full_batches(rank), quota)
     others = [dealt[(rank + d) % world] for d in range(1, world)]
-    return [WorkerPlan(p, b, [i for o in others for i in o[w]])
-            for w, (p, b) in enumerate(zip(plans, mine_full))]
+    return [WorkerPlan(p, b, [i for o in others for i in o[w]]) for w, (p, b) in enumerate(zip(plans, mine_full))]

@@ -45,14 +45,27 @@ class StreamingDataset(BatchDataset):
         rest = self.resumed(e)
         if isinstance(rest, StreamPlan):  # the rest of an interrupted epoch (resume.py)
             if not 0 <= rank < len(rest.shards) or len(rest.shards[rank]) != num_workers:
-                raise OptionError(f"the resumed epoch was planned for {len(rest.shards)} ranks of "
-                                  f"{len(rest.shards[0]) if rest.shards else 0} workers, not rank {rank} of "
-                                  f"{num_workers} workers")
+                raise OptionError(
+                    f"the resumed epoch was planned for {len(rest.shards)} ranks of "
+                    f"{len(rest.shards[0]) if rest.shards else 0} workers, not rank {rank} of "
+                    f"{num_workers} workers"
+                )
             return [WorkerPlan(s, b) for s, b in zip(rest.shards[rank], rest.batches[rank])]
-        return plan_epoch(len(self.shards), self.shards.counts, batch_size=o.batch_size, seed=o.seed,
-                          epoch=e, rank=rank, world=world,
-                          num_workers=num_workers, shuffle=o.shuffles_shards, drop_last=o.drops_last,
-                          resampled=o.resampled, epoch_batches=o.epoch_batches, cover=o.covers)
+        return plan_epoch(
+            len(self.shards),
+            self.shards.counts,
+            batch_size=o.batch_size,
+            seed=o.seed,
+            epoch=e,
+            rank=rank,
+            world=world,
+            num_workers=num_workers,
+            shuffle=o.shuffles_shards,
+            drop_last=o.drops_last,
+            resampled=o.resampled,
+            epoch_batches=o.epoch_batches,
+            cover=o.covers,
+        )
 
     def num_samples(self, *, rank: int, world: int, num_workers: int) -> int | None:
         """Samples this rank yields per epoch (None: unknown, the shards come without counts)."""
@@ -71,16 +84,14 @@ class StreamingDataset(BatchDataset):
         counts = self.shards.counts
         if counts is not None:
             largest = max((sum(counts[i] for i in p.shards) for p in plans), default=0)
-            self.refuse_empty_epoch(sum(counts), largest, rank=rank, world=world, num_workers=num_workers,
-                                    per="worker")
+            self.refuse_empty_epoch(sum(counts), largest, rank=rank, world=world, num_workers=num_workers, per="worker")
         if not self.options.allow_mixed and len(self.shards):  # every worker compares its samples with it
             try:
                 self.expect = first_identity(self.shards.urls[0])
             except ShardError:  # reading it fails again in the worker that owns it, with on_error applied
                 self.expect = None
 
-    def _batches(self, stream: SampleStream, plan: WorkerPlan, rng: np.random.Generator, epoch: int
-                 ) -> Iterator[Batch]:
+    def _batches(self, stream: SampleStream, plan: WorkerPlan, rng: np.random.Generator, epoch: int) -> Iterator[Batch]:
         """At most ``plan.batches`` collated batches; a short last one only without ``drop_last``."""
         B = self.options.batch_size
         limit = plan.batches
@@ -107,9 +118,16 @@ class StreamingDataset(BatchDataset):
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
         resumed = [1] if self.resumed(epoch) is not None else []  # a fresh shuffle for the rest of an epoch
         rng = np.random.default_rng([o.seed, epoch, rank, worker, 0x5B, *resumed])
-        stream = SampleStream(self.shards.urls, batch_size=o.batch_size, shuffle_buffer=o.buffer,
-                              on_error=o.on_error, resampled=o.resampled, read_size=o.read_size,
-                              allow_mixed=o.allow_mixed, expect=self.expect)
+        stream = SampleStream(
+            self.shards.urls,
+            batch_size=o.batch_size,
+            shuffle_buffer=o.buffer,
+            on_error=o.on_error,
+            resampled=o.resampled,
+            read_size=o.read_size,
+            allow_mixed=o.allow_mixed,
+            expect=self.expect,
+        )
         made = 0
         for batch in self._batches(stream, plan, rng, epoch):
             made += 1
@@ -117,12 +135,15 @@ class StreamingDataset(BatchDataset):
         if plan.batches is None or made >= plan.batches:
             return
         if o.on_error == "raise":
-            raise ShardError(f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
-                             f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
-                             f"(re-convert, or check with wds-tools verify)")
+            raise ShardError(
+                f"rank {rank} worker {worker}: read {made} of {plan.batches} planned batches from "
+                f"{len(plan.shards)} shards; the index's sample counts do not match the shards "
+                f"(re-convert, or check with wds-tools verify)"
+            )
         if world > 1 and not o.covers:  # in training the other ranks would wait for the missing batches for ever
-            raise ShardError(f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
-                             f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
-                             f"must yield the same number (repair the shards: wds-tools verify names them)")
-        log.warning("worker %d: %d of %d planned batches: damaged shards were skipped", worker, made,
-                    plan.batches)
+            raise ShardError(
+                f"rank {rank} worker {worker}: {made} of {plan.batches} planned batches after "
+                f"skipping damaged shards, even with {len(plan.spares)} spare shards; every rank "
+                f"must yield the same number (repair the shards: wds-tools verify names them)"
+            )
+        log.warning("worker %d: %d of %d planned batches: damaged shards were skipped", worker, made, plan.batches)

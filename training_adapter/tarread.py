@@ -20,15 +20,27 @@ from typing import BinaryIO
 import numpy as np
 
 from wds_tools.errors import ShardError
-from wds_tools.format.transport import open_stream
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
-from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
 from wds_tools.format.sample import identity_prefix
+from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
+from wds_tools.format.transport import open_stream
 
 from .shardlist import WorkerPlan
 
-__all__ = ["DEFAULT_CHUNK", "open_url", "iter_members", "iter_samples", "split_name", "Sample", "Views",
-           "SampleStream", "npy_shape", "Identity", "sample_identity", "first_identity"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "open_url",
+    "iter_members",
+    "iter_samples",
+    "split_name",
+    "Sample",
+    "Views",
+    "SampleStream",
+    "npy_shape",
+    "Identity",
+    "sample_identity",
+    "first_identity",
+]
 
 log = logging.getLogger("training_adapter")
 
@@ -75,7 +87,7 @@ class Sample:
 class Views:
     """Stored pixels of streamed samples: views of the read chunks or of shuffle-buffer rows."""
 
-    def __init__(self, samples: list[Sample]):
+    def __init__(self, samples: list[Sample]) -> None:
         self.samples = samples
 
     def arrays(self, S: int) -> Iterator[np.ndarray]:
@@ -93,8 +105,11 @@ def npy_shape(header: bytes, url: str, key: str, offset: int) -> tuple[int, ...]
     try:
         side = image_side(header)
     except ValueError as e:
-        raise ShardError(f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset) from None
+        raise ShardError(
+            f"{url}: byte {offset}: sample {key!r}: bad .npy header: {e}", url=url, offset=offset
+        ) from None
     return side, side, 3
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -145,8 +160,18 @@ class SampleStream:
     sample of another version or class list is refused, naming both shards.
     """
 
-    def __init__(self, urls: list[str], *, batch_size: int, shuffle_buffer: int, on_error: str, resampled: bool,
-                 read_size: int = DEFAULT_CHUNK, allow_mixed: bool = False, expect: Identity | None = None):
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        batch_size: int,
+        shuffle_buffer: int,
+        on_error: str,
+        resampled: bool,
+        read_size: int = DEFAULT_CHUNK,
+        allow_mixed: bool = False,
+        expect: Identity | None = None,
+    ) -> None:
         self.urls, self.batch_size, self.shuffle_buffer = urls, batch_size, shuffle_buffer
         self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
         self.shape: tuple[int, ...] | None = None
@@ -155,7 +180,7 @@ class SampleStream:
 
     def _check_identity(self, meta: bytes | memoryview | None, url: str, key: str, offset: int) -> None:
         prefix = self._prefix
-        if prefix is not None and meta is not None and meta[:len(prefix)] == prefix:
+        if prefix is not None and meta is not None and meta[: len(prefix)] == prefix:
             return  # begins with the expected dataset's fields as the converter writes them (no parse)
         got = sample_identity(meta, url, key)
         if self.expect is None:
@@ -165,11 +190,14 @@ class SampleStream:
                 self._prefix = identity_prefix(str(got.dataset_version), str(got.classes_digest))
         else:
             e = self.expect
-            raise ShardError(f"{url}: byte {offset}: sample {key!r} has {got.describe()}, but the first sample "
-                             f"({e.key!r} in {e.url}) has {e.describe()}: these shards are of different datasets "
-                             f"(a version that added a class shifts every label); give the shards of one "
-                             f"conversion, or pass allow_mixed=True to read them as one set anyway",
-                             url=url, offset=offset)
+            raise ShardError(
+                f"{url}: byte {offset}: sample {key!r} has {got.describe()}, but the first sample "
+                f"({e.key!r} in {e.url}) has {e.describe()}: these shards are of different datasets "
+                f"(a version that added a class shifts every label); give the shards of one "
+                f"conversion, or pass allow_mixed=True to read them as one set anyway",
+                url=url,
+                offset=offset,
+            )
 
     def read_shard(self, url: str) -> Iterator[Sample]:
         """The samples of shard ``url``; a damaged shard raises, or with ``on_error="skip"`` ends with a warning."""
@@ -179,8 +207,11 @@ class SampleStream:
             for key, members, offset in iter_samples(url, chunk_size=self.read_size):
                 npy, cls = members.get("npy"), members.get("cls")
                 if npy is None or cls is None:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; "
-                                     f"expected .npy and .cls members", url=url, offset=offset)
+                    raise ShardError(
+                        f"{url}: byte {offset}: sample {key!r} has {sorted(members)}; expected .npy and .cls members",
+                        url=url,
+                        offset=offset,
+                    )
                 if not self.allow_mixed:  # first: another dataset is the likelier reason for any odd sample
                     self._check_identity(members.get("json"), url, key, offset)
                 h = bytes(npy[:NPY_HEADER_BYTES])
@@ -189,17 +220,28 @@ class SampleStream:
                     if self.shape is None:
                         self.shape = shape
                     elif shape != self.shape:
-                        raise ShardError(f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
-                                         f"earlier samples {self.shape}; a batch needs one size",
-                                         url=url, offset=offset)
+                        raise ShardError(
+                            f"{url}: byte {offset}: sample {key!r} has shape {shape}, "
+                            f"earlier samples {self.shape}; a batch needs one size",
+                            url=url,
+                            offset=offset,
+                        )
                     header, expect = h, NPY_HEADER_BYTES + math.prod(shape)
                 if len(npy) != expect:
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
-                                     f"header says {expect} (a damaged or hand-edited shard)", url=url, offset=offset)
+                    raise ShardError(
+                        f"{url}: byte {offset}: sample {key!r}: .npy member is {len(npy)} bytes; its "
+                        f"header says {expect} (a damaged or hand-edited shard)",
+                        url=url,
+                        offset=offset,
+                    )
                 digits = bytes(cls).strip()
                 if not digits.isdigit() or len(digits) > 9:  # ASCII digits only; a class index fits int32
-                    raise ShardError(f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
-                                     f"expected a class index of at most 9 decimal digits", url=url, offset=offset)
+                    raise ShardError(
+                        f"{url}: byte {offset}: sample {key!r}: .cls is {bytes(cls)[:20]!r}, "
+                        f"expected a class index of at most 9 decimal digits",
+                        url=url,
+                        offset=offset,
+                    )
                 label = int(digits)
                 yield Sample(key, label, npy[NPY_HEADER_BYTES:])
         except ShardError as e:
@@ -239,8 +281,10 @@ class SampleStream:
                 yield s
             empty = 0 if got else empty + 1
             if empty > 2 * len(urls) + 8:  # skipped errors everywhere: would loop for ever
-                raise ShardError(f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
-                                 f"or empty?), e.g. {urls[0]}")
+                raise ShardError(
+                    f"resampled: {empty} shard draws in a row gave no sample (every shard damaged "
+                    f"or empty?), e.g. {urls[0]}"
+                )
 
     def _plain_groups(self, samples: Iterator[Sample]) -> Iterator[list[Sample]]:
         """Samples in lists of ``batch_size`` (the last may be short), in stream order."""

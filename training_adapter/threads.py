@@ -35,8 +35,9 @@ class _State:
     stop: bool = False  # the caller stopped
 
 
-def in_order(tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ahead: int,
-             caller: bool = False) -> Generator[R, None, None]:
+def in_order(
+    tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ahead: int, caller: bool = False
+) -> Generator[R, None, None]:
     """``run(w, task)`` for every task, on ``workers`` background threads (``w``: 0 to workers - 1,
     so that each uses its own state) and, with ``caller``, in the calling thread too (``w`` =
     ``workers``) while the result it waits for is not ready. At most ``ahead`` tasks are started
@@ -87,8 +88,10 @@ def in_order(tasks: Iterable[T], run: Callable[[int, T], R], workers: int, *, ah
                     cv.wait()
             do(w, got)
 
-    threads = [threading.Thread(target=background, args=(w,), name=f"training_adapter-reader-{w}", daemon=True)
-               for w in range(workers)]
+    threads = [
+        threading.Thread(target=background, args=(w,), name=f"training_adapter-reader-{w}", daemon=True)
+        for w in range(workers)
+    ]
     for t in threads:
         t.start()
     try:

@@ -55,8 +55,9 @@ def restored() -> Iterator[None]:
         np.random.set_state(saved[2])
 
 
-def apply_transform(fn: Callable[[torch.Tensor], Any], images: torch.Tensor, keys: Sequence[str], *, seed: int,
-                    epoch: int) -> list[torch.Tensor]:
+def apply_transform(
+    fn: Callable[[torch.Tensor], Any], images: torch.Tensor, keys: Sequence[str], *, seed: int, epoch: int
+) -> list[torch.Tensor]:
     """``fn`` of each uint8 [3, H, W] image of ``images`` [B, 3, H, W], seeded per sample; the results,
     checked to be tensors of one shape and dtype (a clear error naming the key otherwise)."""
     out: list[torch.Tensor] = []
@@ -70,11 +71,15 @@ def apply_transform(fn: Callable[[torch.Tensor], Any], images: torch.Tensor, key
 def _checked(y: Any, key: str, first: torch.Tensor | None, first_key: str) -> torch.Tensor:
     """``y`` when it is a tensor of ``first``'s shape and dtype; else an error naming the sample."""
     if not isinstance(y, torch.Tensor):
-        raise OptionError(f"transform= returned {type(y).__name__} for sample {key!r}; expected a tensor "
-                          f"(it takes a uint8 [3, H, W] tensor, as torchvision.transforms.v2 does)")
+        raise OptionError(
+            f"transform= returned {type(y).__name__} for sample {key!r}; expected a tensor "
+            f"(it takes a uint8 [3, H, W] tensor, as torchvision.transforms.v2 does)"
+        )
     if first is not None and (y.shape != first.shape or y.dtype != first.dtype):
-        raise OptionError(f"transform= returned {y.dtype} {list(y.shape)} for sample {key!r} but "
-                          f"{first.dtype} {list(first.shape)} for {first_key!r}: every sample must come out "
-                          f"the same shape and dtype to make a batch (end it with a fixed-size Resize or "
-                          f"CenterCrop)")
+        raise OptionError(
+            f"transform= returned {y.dtype} {list(y.shape)} for sample {key!r} but "
+            f"{first.dtype} {list(first.shape)} for {first_key!r}: every sample must come out "
+            f"the same shape and dtype to make a batch (end it with a fixed-size Resize or "
+            f"CenterCrop)"
+        )
     return y

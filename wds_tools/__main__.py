@@ -11,8 +11,10 @@ install()
 try:
     from .cli import main
 except Interrupted as e:  # nothing has been done yet
-    sys.stderr.write(f"\ninterrupted ({signal.Signals(e.signum).name}) while starting, before anything "
-                     "was written; run the same command again to resume.\n")
+    sys.stderr.write(
+        f"\ninterrupted ({signal.Signals(e.signum).name}) while starting, before anything "
+        "was written; run the same command again to resume.\n"
+    )
     sys.stderr.flush()
     os._exit(exit_code(e.signum))
 

@@ -59,8 +59,13 @@ def _emit(report: Any, as_json: bool, **text_options: Any) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="wds-tools")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help=f"Options file (TOML). Default: ./{CONFIG_FILE} when it exists.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Options file (TOML). Default: ./{CONFIG_FILE} when it exists.",
+)
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> None:
     """Convert image corpora once into versioned WebDataset shards of pre-decoded uint8 arrays.
@@ -85,94 +90,216 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 
 @cli.command()
-@click.option("--source", type=click.Path(), required=True,
-              help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5], or a dataset's own "
-                   "metadata file with --key/--label/--path; paths relative to the manifest's folder) or an image "
-                   "folder ROOT/<label>/<file>.")
-@click.option("--version", "version", required=True,
-              help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/.")
-@click.option("--size", type=_SIZES, required=True,
-              help="Side of the square output images in pixels, e.g. 224; several sizes, e.g. 224,384, "
-                   "give one folder each (OUT/VERSION/224, OUT/VERSION/384), each identical to a run at that "
-                   "size alone, from one read and decode of each source.")
-@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
-              help="Root folder of all versions.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Decoding processes, this one included (batches of samples are spread over "
-                   "them whatever the number of shards). Default: all cores.")
-@click.option("--shard-size", default=None,
-              help="Samples per shard (2000) or a target size (256MB). Default: ~256 MB per shard.")
-@click.option("--resize", type=click.Choice(RESIZE_MODES), default="center-crop", show_default=True,
-              help="center-crop: scale the short side to SIZE and crop the middle; squash: scale "
-                   "both sides to SIZE, ignoring aspect; pad: fit the long side and pad with black.")
-@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1,
-              show_default=True, help="Fraction of keys (of groups, with --group) put in split 'val' when the "
-                                      "manifest has no split column.")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the key hash that orders samples and assigns splits.")
-@click.option("--key", "key", default="key", show_default=True, metavar="COL",
-              help="Manifest column holding each sample's key, e.g. image_id.")
-@click.option("--label", "label", default="label", show_default=True, metavar="COL",
-              help="Manifest column holding the class name, e.g. dx.")
-@click.option("--path", "path", default="path", show_default=True, metavar="TEMPLATE",
-              help="Manifest column holding each image's path, or a template naming columns in braces, e.g. "
-                   "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). A row "
-                   "whose path names a missing file is skipped and listed in errors.jsonl.")
-@click.option("--split", "split", default=None, metavar="COL",
-              help="Manifest column holding each sample's split (train, val, ...); a row with an empty one gets "
-                   "a drawn split. Default: the column 'split' when the manifest has one. With --group, a group "
-                   "it puts in two splits is refused, naming the group.")
-@click.option("--group", "group", default=None, metavar="COL",
-              help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
-                   "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
-                   "their split (see --from).")
-@click.option("--dedup", is_flag=True,
-              help="Keep near-duplicate images (wds-tools dups, default threshold) in one split: each cluster is "
-                   "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
-                   "version's assignments are kept and new copies follow them. Decodes every source once more.")
-@click.option("--stratify", is_flag=True,
-              help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
-                   "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
-                   "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).")
-@click.option("--resplit", is_flag=True,
-              help="With --group or --stratify, draw every group's split afresh for this version instead of "
-                   "keeping the splits an earlier version holds (the summary says which it did).")
-@click.option("--sanitize-keys", is_flag=True,
-              help="Map invalid or clashing keys to valid ones instead of refusing them "
-                   "(the original key is kept in each sample's json).")
-@click.option("--max-errors", default="1%", show_default=True,
-              help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
-                   "Past it the command stops with a non-zero exit and no index.json; the shards written "
-                   "are kept, and the same command with a higher limit finishes the rest.")
-@click.option("--from", "base", default=None,
-              help="Reuse pixels from this earlier version (same --size and decode settings), and with --group "
-                   "or --stratify keep the splits of its groups. Default: the newest such version under --out.")
+@click.option(
+    "--source",
+    type=click.Path(),
+    required=True,
+    help="Manifest (.csv/.tsv/.jsonl with key,path,label[,split][,sha256 or md5], or a dataset's own "
+    "metadata file with --key/--label/--path; paths relative to the manifest's folder) or an image "
+    "folder ROOT/<label>/<file>.",
+)
+@click.option(
+    "--version", "version", required=True, help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/."
+)
+@click.option(
+    "--size",
+    type=_SIZES,
+    required=True,
+    help="Side of the square output images in pixels, e.g. 224; several sizes, e.g. 224,384, "
+    "give one folder each (OUT/VERSION/224, OUT/VERSION/384), each identical to a run at that "
+    "size alone, from one read and decode of each source.",
+)
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="shards", show_default=True, help="Root folder of all versions."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Decoding processes, this one included (batches of samples are spread over "
+    "them whatever the number of shards). Default: all cores.",
+)
+@click.option(
+    "--shard-size", default=None, help="Samples per shard (2000) or a target size (256MB). Default: ~256 MB per shard."
+)
+@click.option(
+    "--resize",
+    type=click.Choice(RESIZE_MODES),
+    default="center-crop",
+    show_default=True,
+    help="center-crop: scale the short side to SIZE and crop the middle; squash: scale "
+    "both sides to SIZE, ignoring aspect; pad: fit the long side and pad with black.",
+)
+@click.option(
+    "--val-fraction",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.1,
+    show_default=True,
+    help="Fraction of keys (of groups, with --group) put in split 'val' when the manifest has no split column.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the key hash that orders samples and assigns splits.",
+)
+@click.option(
+    "--key",
+    "key",
+    default="key",
+    show_default=True,
+    metavar="COL",
+    help="Manifest column holding each sample's key, e.g. image_id.",
+)
+@click.option(
+    "--label",
+    "label",
+    default="label",
+    show_default=True,
+    metavar="COL",
+    help="Manifest column holding the class name, e.g. dx.",
+)
+@click.option(
+    "--path",
+    "path",
+    default="path",
+    show_default=True,
+    metavar="TEMPLATE",
+    help="Manifest column holding each image's path, or a template naming columns in braces, e.g. "
+    "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). A row "
+    "whose path names a missing file is skipped and listed in errors.jsonl.",
+)
+@click.option(
+    "--split",
+    "split",
+    default=None,
+    metavar="COL",
+    help="Manifest column holding each sample's split (train, val, ...); a row with an empty one gets "
+    "a drawn split. Default: the column 'split' when the manifest has one. With --group, a group "
+    "it puts in two splits is refused, naming the group.",
+)
+@click.option(
+    "--group",
+    "group",
+    default=None,
+    metavar="COL",
+    help="Manifest column grouping samples that must share a split (lesion_id, patient_id): splits are "
+    "drawn per group and --val-fraction applies to groups. Groups an earlier version holds keep "
+    "their split (see --from).",
+)
+@click.option(
+    "--dedup",
+    is_flag=True,
+    help="Keep near-duplicate images (wds-tools dups, default threshold) in one split: each cluster is "
+    "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
+    "version's assignments are kept and new copies follow them. Decodes every source once more.",
+)
+@click.option(
+    "--stratify",
+    is_flag=True,
+    help="Draw splits so that each class's val share is close to --val-fraction: per class, groups "
+    "(or samples) in a seeded hash order go to val while they keep it under the target, so each "
+    "class ends within half its largest group of it (rule: docs/FORMAT.md, Splits per group).",
+)
+@click.option(
+    "--resplit",
+    is_flag=True,
+    help="With --group or --stratify, draw every group's split afresh for this version instead of "
+    "keeping the splits an earlier version holds (the summary says which it did).",
+)
+@click.option(
+    "--sanitize-keys",
+    is_flag=True,
+    help="Map invalid or clashing keys to valid ones instead of refusing them "
+    "(the original key is kept in each sample's json).",
+)
+@click.option(
+    "--max-errors",
+    default="1%",
+    show_default=True,
+    help="Bad source files tolerated: a count (25), a fraction (0.01) or a percentage (1%). "
+    "Past it the command stops with a non-zero exit and no index.json; the shards written "
+    "are kept, and the same command with a higher limit finishes the rest.",
+)
+@click.option(
+    "--from",
+    "base",
+    default=None,
+    help="Reuse pixels from this earlier version (same --size and decode settings), and with --group "
+    "or --stratify keep the splits of its groups. Default: the newest such version under --out.",
+)
 @click.option("--no-reuse", is_flag=True, help="Decode every image, even those an earlier version holds.")
-@click.option("--checksum", is_flag=True,
-              help="Read and fingerprint every source to find what changed since the base. Default: a "
-                   "source whose manifest sha256/md5 the base recorded, or else whose path, size and mtime "
-                   "equal the base's, is taken as unchanged without being read (misses an edit that kept "
-                   "size and mtime; see the README).")
-@click.option("--trust-mtime", is_flag=True,
-              help="Deprecated, no effect: taking a source with the base's path, size and mtime as "
-                   "unchanged is now the default (--checksum reads every source).")
+@click.option(
+    "--checksum",
+    is_flag=True,
+    help="Read and fingerprint every source to find what changed since the base. Default: a "
+    "source whose manifest sha256/md5 the base recorded, or else whose path, size and mtime "
+    "equal the base's, is taken as unchanged without being read (misses an edit that kept "
+    "size and mtime; see the README).",
+)
+@click.option(
+    "--trust-mtime",
+    is_flag=True,
+    help="Deprecated, no effect: taking a source with the base's path, size and mtime as "
+    "unchanged is now the default (--checksum reads every source).",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
-              help="local: a process pool on this machine; ray: Ray tasks on the cluster ray.init "
-                   "reaches (needs the 'ray' extra; sources and --out must be visible to every node).")
-@click.option("--ray-address", default=None,
-              help="Ray cluster address for --executor ray, e.g. ray://head:10001 or auto. "
-                   "Default: start a local Ray instance.")
-@click.option("--colour", "colour", type=click.Choice(COLOUR_MODES), default="srgb", show_default=True,
-              help="An image's embedded ICC colour profile: srgb converts its pixels to sRGB (Display P3 phone "
-                   "photos, Adobe RGB scans); raw keeps the stored values and ignores the profile.")
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="local: a process pool on this machine; ray: Ray tasks on the cluster ray.init "
+    "reaches (needs the 'ray' extra; sources and --out must be visible to every node).",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Ray cluster address for --executor ray, e.g. ray://head:10001 or auto. Default: start a local Ray instance.",
+)
+@click.option(
+    "--colour",
+    "colour",
+    type=click.Choice(COLOUR_MODES),
+    default="srgb",
+    show_default=True,
+    help="An image's embedded ICC colour profile: srgb converts its pixels to sRGB (Display P3 phone "
+    "photos, Adobe RGB scans); raw keeps the stored values and ignores the profile.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def convert(source: str | None, version: str | None, size: int | list[int] | None, out: str, workers: int | None,
-            shard_size: str | None, resize: str, val_fraction: float, seed: int, key: str, label: str, path: str,
-            split: str | None, group: str | None, dedup: bool, stratify: bool, resplit: bool, sanitize_keys: bool,
-            max_errors: str, base: str | None, no_reuse: bool, checksum: bool, trust_mtime: bool, dry_run: bool,
-            executor: str, ray_address: str | None, colour: str, as_json: bool, quiet: bool) -> None:
+def convert(
+    source: str | None,
+    version: str | None,
+    size: int | list[int] | None,
+    out: str,
+    workers: int | None,
+    shard_size: str | None,
+    resize: str,
+    val_fraction: float,
+    seed: int,
+    key: str,
+    label: str,
+    path: str,
+    split: str | None,
+    group: str | None,
+    dedup: bool,
+    stratify: bool,
+    resplit: bool,
+    sanitize_keys: bool,
+    max_errors: str,
+    base: str | None,
+    no_reuse: bool,
+    checksum: bool,
+    trust_mtime: bool,
+    dry_run: bool,
+    executor: str,
+    ray_address: str | None,
+    colour: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
     """Convert a corpus into OUT/VERSION/SIZE/<split>-NNNNNN.tar shards.
 
     Each sample holds KEY.npy (uint8 [SIZE, SIZE, 3]), KEY.cls (label index) and KEY.json
@@ -213,21 +340,47 @@ def convert(source: str | None, version: str | None, size: int | list[int] | Non
     from .convert import convert as run_convert
 
     if trust_mtime:
-        click.echo("note: --trust-mtime is deprecated and has no effect: the quick check by path, size "
-                   "and mtime is now the default; --checksum reads every source.", err=True)
+        click.echo(
+            "note: --trust-mtime is deprecated and has no effect: the quick check by path, size "
+            "and mtime is now the default; --checksum reads every source.",
+            err=True,
+        )
         if checksum:
             _fail(OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone"))
     try:
-        result = run_convert(source, version=version, size=size, out=out, workers=workers,
-                             shard_size=shard_size, resize=resize, val_fraction=val_fraction, seed=seed,
-                             sanitize_keys=sanitize_keys, key=key, label=label, path=path, split=split,
-                             group=group, dedup=dedup, stratify=stratify, resplit=resplit,
-                             max_errors=max_errors, reuse=not no_reuse, decode=DecodeSettings(colour=colour),
-                             base=base, checksum=checksum, dry_run=dry_run, executor=executor,
-                             ray_address=ray_address, progress=not quiet)
+        result = run_convert(
+            source,
+            version=version,
+            size=size,
+            out=out,
+            workers=workers,
+            shard_size=shard_size,
+            resize=resize,
+            val_fraction=val_fraction,
+            seed=seed,
+            sanitize_keys=sanitize_keys,
+            key=key,
+            label=label,
+            path=path,
+            split=split,
+            group=group,
+            dedup=dedup,
+            stratify=stratify,
+            resplit=resplit,
+            max_errors=max_errors,
+            reuse=not no_reuse,
+            decode=DecodeSettings(colour=colour),
+            base=base,
+            checksum=checksum,
+            dry_run=dry_run,
+            executor=executor,
+            ray_address=ray_address,
+            progress=not quiet,
+        )
     except (KeyboardInterrupt, Interrupted) as e:
-        _interrupted(getattr(e, "signum", signal.SIGINT),
-                     "finished shards are kept; run the same command again to resume.")
+        _interrupted(
+            getattr(e, "signum", signal.SIGINT), "finished shards are kept; run the same command again to resume."
+        )
     except WdsToolsError as e:
         signum = received()
         if signum is not None:  # a worker that died of the group's SIGTERM broke the pool first
@@ -246,8 +399,13 @@ def convert(source: str | None, version: str | None, size: int | list[int] | Non
 @click.argument("old", type=click.Path(exists=True))
 @click.argument("new", type=click.Path(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the full key lists as one JSON object.")
-@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Keys listed per category in the text output.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Keys listed per category in the text output.",
+)
 def diff(old: str, new: str, as_json: bool, limit: int) -> None:
     """List keys added, removed, changed (other source bytes) and relabeled between two versions.
 
@@ -268,25 +426,55 @@ def diff(old: str, new: str, as_json: bool, limit: int) -> None:
 
 @cli.command()
 @click.argument("path", required=False)
-@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
-              help="Root folder of all versions; without PATH, the newest version under it is used.")
-@click.option("--threshold", type=click.IntRange(0, 63), default=None,
-              help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
-                   "turns) between near-duplicates. Default: 3, the largest with precision >= 0.99 on "
-                   "scripts/bench_dups.py's set (README).")
-@click.option("--across", default=None, metavar="OTHER",
-              help="Only clusters spanning PATH and OTHER, another version or dataset (e.g. a clinic's photos "
-                   "against HAM10000).")
-@click.option("--group", default=None, metavar="COL",
-              help="Flag clusters whose samples have different values of this metadata column (a missed group). "
-                   "Default: the --group column the set was converted with, if any.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Draw a contact sheet of the worst clusters, one row each, into this PNG.")
-@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Clusters listed in the text output.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="shards",
+    show_default=True,
+    help="Root folder of all versions; without PATH, the newest version under it is used.",
+)
+@click.option(
+    "--threshold",
+    type=click.IntRange(0, 63),
+    default=None,
+    help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
+    "turns) between near-duplicates. Default: 3, the largest with precision >= 0.99 on "
+    "scripts/bench_dups.py's set (README).",
+)
+@click.option(
+    "--across",
+    default=None,
+    metavar="OTHER",
+    help="Only clusters spanning PATH and OTHER, another version or dataset (e.g. a clinic's photos against HAM10000).",
+)
+@click.option(
+    "--group",
+    default=None,
+    metavar="COL",
+    help="Flag clusters whose samples have different values of this metadata column (a missed group). "
+    "Default: the --group column the set was converted with, if any.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Draw a contact sheet of the worst clusters, one row each, into this PNG.",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Clusters listed in the text output."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every cluster as one JSON object.")
-def dups(path: str | None, out: str, threshold: int | None, across: str | None, group: str | None,
-         plot_path: str | None, limit: int, as_json: bool) -> None:
+def dups(
+    path: str | None,
+    out: str,
+    threshold: int | None,
+    across: str | None,
+    group: str | None,
+    plot_path: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
 
     PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
@@ -307,8 +495,12 @@ def dups(path: str | None, out: str, threshold: int | None, across: str | None, 
     from .inspect.dups import DEFAULT_THRESHOLD, find_dups, plot_dups
 
     try:
-        result = find_dups(path if path is not None else newest_dataset(out),
-                           threshold=DEFAULT_THRESHOLD if threshold is None else threshold, across=across, group=group)
+        result = find_dups(
+            path if path is not None else newest_dataset(out),
+            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+            across=across,
+            group=group,
+        )
         if plot_path:
             plot_dups(result, plot_path)
     except WdsToolsError as e:
@@ -320,12 +512,23 @@ def dups(path: str | None, out: str, threshold: int | None, across: str | None, 
 
 @cli.command("index")
 @click.argument("path", required=False)
-@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
-              help="Root folder of all versions; without PATH, the newest version under it is used.")
-@click.option("--wids", "wids", is_flag=True, help="Write <split>.wids.json, the shard list wids.ShardListDataset takes.")
-@click.option("--dali", "dali", is_flag=True,
-              help="Write <shard>.idx per shard, the index NVIDIA DALI's fn.readers.webdataset takes "
-                   "(the format of DALI's wds2idx tool).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="shards",
+    show_default=True,
+    help="Root folder of all versions; without PATH, the newest version under it is used.",
+)
+@click.option(
+    "--wids", "wids", is_flag=True, help="Write <split>.wids.json, the shard list wids.ShardListDataset takes."
+)
+@click.option(
+    "--dali",
+    "dali",
+    is_flag=True,
+    help="Write <shard>.idx per shard, the index NVIDIA DALI's fn.readers.webdataset takes "
+    "(the format of DALI's wds2idx tool).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the names written as one JSON object.")
 def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: bool) -> None:
     """Write index files that other readers need, beside an existing conversion's index.json.
@@ -355,32 +558,78 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
 
 # ---------------------------------------------------------------- stats and verify
 
+
 @cli.command()
 @click.argument("path", required=False)
-@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
-              help="Root folder of all versions; without PATH, the newest version under it is used.")
-@click.option("--world-size", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Training ranks (processes) the shards are split over, shard i to rank i % R.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="DataLoader workers per rank. Default: this machine's cores.")
-@click.option("--scan", is_flag=True,
-              help="Read the tars instead of the index (works without index.json; reads every byte, slower).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Also draw samples per shard and a class-share heatmap into this PNG "
-                   "(needs the plot extra: pip install 'wds-tools[plot]').")
-@click.option("--by", "by", default=None, metavar="COL",
-              help="Break each split's class counts down by this metadata column (a column of the dataset's "
-                   "metadata file, e.g. localization or sex; missing values counted apart).")
-@click.option("--group", "group", default=None, metavar="COL",
-              help="Report the groups of this metadata column (e.g. patient_id) found in more than one split. "
-                   "Default: the --group column the set was converted with, if any.")
-@click.option("--allow-mixed", is_flag=True,
-              help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
-                   "size or build), refused by default with a message naming both; they can only be read as one "
-                   "set with --scan, as any reader of the tars would see them.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="shards",
+    show_default=True,
+    help="Root folder of all versions; without PATH, the newest version under it is used.",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Training ranks (processes) the shards are split over, shard i to rank i % R.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="DataLoader workers per rank. Default: this machine's cores.",
+)
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Read the tars instead of the index (works without index.json; reads every byte, slower).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also draw samples per shard and a class-share heatmap into this PNG "
+    "(needs the plot extra: pip install 'wds-tools[plot]').",
+)
+@click.option(
+    "--by",
+    "by",
+    default=None,
+    metavar="COL",
+    help="Break each split's class counts down by this metadata column (a column of the dataset's "
+    "metadata file, e.g. localization or sex; missing values counted apart).",
+)
+@click.option(
+    "--group",
+    "group",
+    default=None,
+    metavar="COL",
+    help="Report the groups of this metadata column (e.g. patient_id) found in more than one split. "
+    "Default: the --group column the set was converted with, if any.",
+)
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
+    "size or build), refused by default with a message naming both; they can only be read as one "
+    "set with --scan, as any reader of the tars would see them.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def stats(path: str | None, out: str, world_size: int, workers: int | None, scan: bool, plot_path: str | None,
-          by: str | None, group: str | None, allow_mixed: bool, as_json: bool) -> None:
+def stats(
+    path: str | None,
+    out: str,
+    world_size: int,
+    workers: int | None,
+    scan: bool,
+    plot_path: str | None,
+    by: str | None,
+    group: str | None,
+    allow_mixed: bool,
+    as_json: bool,
+) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -414,8 +663,16 @@ def stats(path: str | None, out: str, world_size: int, workers: int | None, scan
     try:
         if plot_path:
             require_matplotlib()
-        report = compute_stats(path, out=out, world_size=world_size, workers=workers, scan=scan, by=by,
-                               group=group, allow_mixed=allow_mixed)
+        report = compute_stats(
+            path,
+            out=out,
+            world_size=world_size,
+            workers=workers,
+            scan=scan,
+            by=by,
+            group=group,
+            allow_mixed=allow_mixed,
+        )
         if plot_path:
             plot_stats(report, plot_path)
     except WdsToolsError as e:
@@ -427,28 +684,59 @@ def stats(path: str | None, out: str, world_size: int, workers: int | None, scan
 
 @cli.command()
 @click.argument("path", required=False)
-@click.option("--out", type=click.Path(file_okay=False), default="shards", show_default=True,
-              help="Root folder of all versions; without PATH, the newest version under it is used.")
-@click.option("--quick", is_flag=True,
-              help="Small reads: the index, sizes, member tables, .npy headers, .cls and .json against the index; "
-                   "no sha256, .npy checksums or mean/std (the pixels are not read).")
-@click.option("--scan", is_flag=True,
-              help="No index: check the tars' structure, .npy headers and unique keys against each other.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Shards checked at once. Default: twice this machine's cores (reads and hashing overlap).")
-@click.option("--no-stats", is_flag=True,
-              help="Do not recompute mean/std from the pixels (about a third less CPU for a full verify); they are "
-                   "then only compared with splits.train's.")
-@click.option("--allow-mixed", is_flag=True,
-              help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
-                   "size or build), refused by default with a message naming both; they can only be read as one "
-                   "set with --scan, as any reader of the tars would see them.")
-@click.option("--no-leakage", is_flag=True,
-              help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
-                   "split; off by default, since some teams keep deliberate copies.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="shards",
+    show_default=True,
+    help="Root folder of all versions; without PATH, the newest version under it is used.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Small reads: the index, sizes, member tables, .npy headers, .cls and .json against the index; "
+    "no sha256, .npy checksums or mean/std (the pixels are not read).",
+)
+@click.option(
+    "--scan", is_flag=True, help="No index: check the tars' structure, .npy headers and unique keys against each other."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Shards checked at once. Default: twice this machine's cores (reads and hashing overlap).",
+)
+@click.option(
+    "--no-stats",
+    is_flag=True,
+    help="Do not recompute mean/std from the pixels (about a third less CPU for a full verify); they are "
+    "then only compared with splits.train's.",
+)
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Accept shards of different datasets (index.json files of another dataset_version, classes, "
+    "size or build), refused by default with a message naming both; they can only be read as one "
+    "set with --scan, as any reader of the tars would see them.",
+)
+@click.option(
+    "--no-leakage",
+    is_flag=True,
+    help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
+    "split; off by default, since some teams keep deliberate copies.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
-def verify(path: str | None, out: str, quick: bool, scan: bool, threads: int | None, no_stats: bool,
-           allow_mixed: bool, no_leakage: bool, as_json: bool) -> None:
+def verify(
+    path: str | None,
+    out: str,
+    quick: bool,
+    scan: bool,
+    threads: int | None,
+    no_stats: bool,
+    allow_mixed: bool,
+    no_leakage: bool,
+    as_json: bool,
+) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
     PATH is a shards folder (shards/v1/224), its index.json, or a shard pattern
@@ -476,8 +764,17 @@ def verify(path: str | None, out: str, quick: bool, scan: bool, threads: int | N
     from .inspect.verify import verify as run_verify
 
     try:
-        report = run_verify(path, out=out, quick=quick, scan=scan, threads=threads, stats=not no_stats,
-                            allow_mixed=allow_mixed, progress=sys.stderr.isatty(), no_leakage=no_leakage)
+        report = run_verify(
+            path,
+            out=out,
+            quick=quick,
+            scan=scan,
+            threads=threads,
+            stats=not no_stats,
+            allow_mixed=allow_mixed,
+            progress=sys.stderr.isatty(),
+            no_leakage=no_leakage,
+        )
     except WdsToolsError as e:
         _fail(e)
     _emit(report, as_json)

@@ -41,15 +41,23 @@ def load_config(path: str | os.PathLike | None = None) -> dict:
     def resolve(d: dict) -> dict:
         # a relative path is relative to the file's folder, and stays relative (to the working
         # directory): index.json records `source` as given, so a copied project converts to the same bytes
-        return {k: (os.path.relpath(base / v) if k in _PATH_KEYS and isinstance(v, str) and "://" not in v
-                    and not os.path.isabs(v) else v) for k, v in d.items()}
+        return {
+            k: (
+                os.path.relpath(base / v)
+                if k in _PATH_KEYS and isinstance(v, str) and "://" not in v and not os.path.isabs(v)
+                else v
+            )
+            for k, v in d.items()
+        }
 
-    return {"_path": str(p), **resolve({k: v for k, v in data.items() if k in _TOP_LEVEL}),
-            **{c: resolve(data[c]) for c in _COMMANDS if c in data}}
+    return {
+        "_path": str(p),
+        **resolve({k: v for k, v in data.items() if k in _TOP_LEVEL}),
+        **{c: resolve(data[c]) for c in _COMMANDS if c in data},
+    }
 
 
 def default_map(config: dict) -> dict:
     """click's default_map: top-level keys feed every command, [command] tables override."""
     shared = {k: config[k] for k in _TOP_LEVEL if k in config}
-    return {c: {**shared, **{k.replace("-", "_"): v for k, v in config.get(c, {}).items()}}
-            for c in _COMMANDS}
+    return {c: {**shared, **{k.replace("-", "_"): v for k, v in config.get(c, {}).items()}} for c in _COMMANDS}

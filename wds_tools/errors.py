@@ -93,8 +93,10 @@ class ReadOnlyOutputError(WdsToolsError):
 
 def read_only_error(root: str, e: OSError, what: str) -> ReadOnlyOutputError:
     """The one-line refusal for ``what`` in ``root``, which ``e`` (errno in READ_ONLY_ERRNOS) says cannot be written."""
-    return ReadOnlyOutputError(f"{root}: cannot {what} there: {e.strerror or e} ({e.filename or root}). "
-                               "Is it a read-only mount? Give a writable folder (--out), or remount it read-write.")
+    return ReadOnlyOutputError(
+        f"{root}: cannot {what} there: {e.strerror or e} ({e.filename or root}). "
+        "Is it a read-only mount? Give a writable folder (--out), or remount it read-write."
+    )
 
 
 READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # what a folder we cannot write raises

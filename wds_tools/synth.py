@@ -52,9 +52,16 @@ def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
     return buf.getvalue()
 
 
-def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...] = ("benign", "malignant", "nevus"),
-                 sizes: tuple[tuple[int, int], ...] = ((640, 480), (480, 640), (800, 600), (1024, 768)),
-                 bad: bool = True, seed: int = 0, quality: int = 92) -> Path:
+def write_corpus(
+    out: str | os.PathLike,
+    *,
+    count: int,
+    classes: tuple[str, ...] = ("benign", "malignant", "nevus"),
+    sizes: tuple[tuple[int, int], ...] = ((640, 480), (480, 640), (800, 600), (1024, 768)),
+    bad: bool = True,
+    seed: int = 0,
+    quality: int = 92,
+) -> Path:
     """Write ``count`` JPEGs under ``out/images/<class>/`` and ``out/manifest.csv``; each image shows
     a lesion whose look depends on its class (``lesion_photo``).
 
@@ -68,8 +75,9 @@ def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...]
         w, h = sizes[i % len(sizes)]
         rel = f"images/{label}/img_{i:06d}.jpg"
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        data = jpeg_bytes(lesion_photo(w, h, i % len(classes), seed * 1_000_003 + i), quality=quality,
-                          progressive=(i % 7 == 3))
+        data = jpeg_bytes(
+            lesion_photo(w, h, i % len(classes), seed * 1_000_003 + i), quality=quality, progressive=(i % 7 == 3)
+        )
         (out / rel).write_bytes(data)
         rows.append((f"img_{i:06d}", rel, label))
     if bad:
@@ -78,10 +86,12 @@ def write_corpus(out: str | os.PathLike, *, count: int, classes: tuple[str, ...]
         good = jpeg_bytes(photo_like(640, 480, seed + 99))
         (out / "images/bad/truncated.jpg").write_bytes(good[: len(good) // 3])
         (out / "images/bad/not_an_image.jpg").write_text("this is a text file, not a JPEG\n")
-        rows += [("bad_missing", "images/bad/missing.jpg", classes[0]),
-                 ("bad_empty", "images/bad/empty.jpg", classes[0]),
-                 ("bad_truncated", "images/bad/truncated.jpg", classes[1 % len(classes)]),
-                 ("bad_not_an_image", "images/bad/not_an_image.jpg", classes[2 % len(classes)])]
+        rows += [
+            ("bad_missing", "images/bad/missing.jpg", classes[0]),
+            ("bad_empty", "images/bad/empty.jpg", classes[0]),
+            ("bad_truncated", "images/bad/truncated.jpg", classes[1 % len(classes)]),
+            ("bad_not_an_image", "images/bad/not_an_image.jpg", classes[2 % len(classes)]),
+        ]
     manifest = out / "manifest.csv"
     with open(manifest, "w", newline="") as f:
         writer = csv.writer(f)

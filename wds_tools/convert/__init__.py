@@ -6,8 +6,23 @@
 from __future__ import annotations
 
 from .pipeline import (
-    WORK_DIR, ConvertOptions, ConvertResult, ConvertResults, convert, convert_with, parse_max_errors, parse_sizes,
+    WORK_DIR,
+    ConvertOptions,
+    ConvertResult,
+    ConvertResults,
+    convert,
+    convert_with,
+    parse_max_errors,
+    parse_sizes,
 )
 
-__all__ = ["convert", "convert_with", "ConvertOptions", "ConvertResult", "ConvertResults", "parse_max_errors",
-           "parse_sizes", "WORK_DIR"]
+__all__ = [
+    "convert",
+    "convert_with",
+    "ConvertOptions",
+    "ConvertResult",
+    "ConvertResults",
+    "parse_max_errors",
+    "parse_sizes",
+    "WORK_DIR",
+]

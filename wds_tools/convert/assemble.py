@@ -10,11 +10,17 @@ import os
 import numpy as np
 
 from ..format.index import (
-    ERRORS_FILE, FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, histogram_mean_std, read_npz, write_index,
+    ERRORS_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SAMPLE_COLUMNS,
+    histogram_mean_std,
+    read_npz,
+    write_index,
 )
-from ..format.sample import MEMBERS, classes_digest
-from ..format.names import url_pattern
 from ..format.meta import encode_columns
+from ..format.names import url_pattern
+from ..format.sample import MEMBERS, classes_digest
 from ..format.transport import join
 from .reuse import Base
 from .source import Source
@@ -38,8 +44,17 @@ def write_errors(store: Store, failures: list[dict]) -> str | None:
     return path
 
 
-def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[str, dict],
-                   spec: dict, src: Source, base: Base | None, has_errors: bool, provenance: dict) -> dict:
+def assemble_index(
+    store: Store,
+    work: str,
+    tasks: list[ShardTask],
+    metas: dict[str, dict],
+    spec: dict,
+    src: Source,
+    base: Base | None,
+    has_errors: bool,
+    provenance: dict,
+) -> dict:
     """Write samples.npz, the sidecars and index.json from the shards' columns and metas.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
@@ -77,14 +92,23 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
     shard_entries = []
     for t, cols in zip(tasks, parts):
         meta = metas[t.name]
-        shard_entries.append({"name": t.name, "split": t.split, "samples": meta["samples"],
-                              "bytes": meta["bytes"], "sha256": meta["sha256"]})
+        shard_entries.append(
+            {
+                "name": t.name,
+                "split": t.split,
+                "samples": meta["samples"],
+                "bytes": meta["bytes"],
+                "sha256": meta["sha256"],
+            }
+        )
         sp = splits.setdefault(t.split, {"samples": 0, "shards": 0, "class_counts": [0] * n_classes})
         sp["samples"] += meta["samples"]
         sp["shards"] += 1
         for label, count in zip(*np.unique(cols["label"], return_counts=True)):
             sp["class_counts"][int(label)] += int(count)
-        hist_by_split[t.split] = hist_by_split.get(t.split, np.zeros(768, np.int64)) + np.array(meta["histogram"], np.int64)
+        hist_by_split[t.split] = hist_by_split.get(t.split, np.zeros(768, np.int64)) + np.array(
+            meta["histogram"], np.int64
+        )
     for split, sp in splits.items():
         sp["urls"] = url_pattern(split, sp["shards"])
         sp["mean"], sp["std"] = histogram_mean_std(hist_by_split[split], empty=_NO_PIXELS)
@@ -98,10 +122,12 @@ def assemble_index(store: Store, work: str, tasks: list[ShardTask], metas: dict[
         "created_by": f"wds-tools {provenance['version']}",
         **{k: spec[k] for k in ("dataset_version", "size", "resize", "decode")},
         "decoder_versions": provenance["decoder_versions"],
-        "build": {**spec["build"], "source_path": src.path,  # as given: the same command elsewhere writes the same bytes
-                  "base": base.version if base is not None else None},
-        "sample": {"members": list(MEMBERS), "npy_dtype": "uint8",
-                   "npy_shape": [spec["size"], spec["size"], 3]},
+        "build": {
+            **spec["build"],
+            "source_path": src.path,  # as given: the same command elsewhere writes the same bytes
+            "base": base.version if base is not None else None,
+        },
+        "sample": {"members": list(MEMBERS), "npy_dtype": "uint8", "npy_shape": [spec["size"], spec["size"], 3]},
         "classes": src.classes,
         "classes_digest": classes_digest(src.classes),  # as each sample's .json has it
         "class_counts": class_counts,

@@ -132,15 +132,18 @@ def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
         brand = _ftyp_brand(data)
         if brand in _HEIF_BRANDS:
             if not _heif_registered():
-                raise DecodeError(f"a HEIC/HEIF image (a phone photo): converting it needs the 'heif' extra: "
-                                  f"{HEIF_EXTRA}") from None
+                raise DecodeError(
+                    f"a HEIC/HEIF image (a phone photo): converting it needs the 'heif' extra: {HEIF_EXTRA}"
+                ) from None
             try:
                 return _open_pillow(data, settings)
             except _Unidentified:
                 pass
         if brand in _AVIF_BRANDS:
-            raise DecodeError("an AVIF image, and this Pillow has no AVIF codec: install Pillow 11.3 or newer "
-                              "from its wheels (pip install -U pillow)") from None
+            raise DecodeError(
+                "an AVIF image, and this Pillow has no AVIF codec: install Pillow 11.3 or newer "
+                "from its wheels (pip install -U pillow)"
+            ) from None
         raise DecodeError("not an image: the format is not recognised") from None
 
 
@@ -184,9 +187,7 @@ def _open_checked(data: bytes | BinaryIO, settings: DecodeSettings) -> tuple[Ima
     if w <= 0 or h <= 0:
         raise DecodeError(f"image has no pixels ({w}x{h})")
     if w * h > settings.max_pixels:
-        raise DecodeError(
-            f"decompression bomb refused: {w}x{h} = {w * h} pixels > max_pixels {settings.max_pixels}"
-        )
+        raise DecodeError(f"decompression bomb refused: {w}x{h} = {w * h} pixels > max_pixels {settings.max_pixels}")
     orientation = _orientation(im)
     if orientation in _TRANSPOSED_ORIENTATIONS:
         w, h = h, w
@@ -208,12 +209,12 @@ def _resize_scale(w: int, h: int, side: int, resize: str) -> tuple[float, float]
 
 def _png_sbit(data: bytes | BinaryIO) -> int | None:
     """The significant bits a PNG's ``sBIT`` chunk states for grey (the largest for colour), or None."""
-    head = data[:1 << 16] if isinstance(data, (bytes, bytearray, memoryview)) else b""
+    head = data[: 1 << 16] if isinstance(data, (bytes, bytearray, memoryview)) else b""
     pos = 8
     while pos + 8 <= len(head):
-        length, kind = struct.unpack(">I4s", head[pos:pos + 8])
+        length, kind = struct.unpack(">I4s", head[pos : pos + 8])
         if kind == b"sBIT":
-            body = head[pos + 8:pos + 8 + length]
+            body = head[pos + 8 : pos + 8 + length]
             return max(body) if body else None
         if kind in (b"IDAT", b"IEND"):
             return None
@@ -257,11 +258,12 @@ def _icc_transform(icc: bytes, mode: str, out_mode: str) -> ImageCms.ImageCmsTra
         profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
         if ImageCms.getProfileDescription(profile).strip().lower().startswith("srgb"):
             return None
-        return ImageCms.buildTransform(profile, _SRGB, mode, out_mode,
-                                       renderingIntent=ImageCms.Intent.PERCEPTUAL)
+        return ImageCms.buildTransform(profile, _SRGB, mode, out_mode, renderingIntent=ImageCms.Intent.PERCEPTUAL)
     except (ImageCms.PyCMSError, OSError, ValueError) as e:
-        raise DecodeError(f"its embedded ICC colour profile cannot be read ({e}); convert with --colour raw "
-                          "to keep the stored values, or re-save the image without the profile") from None
+        raise DecodeError(
+            f"its embedded ICC colour profile cannot be read ({e}); convert with --colour raw "
+            "to keep the stored values, or re-save the image without the profile"
+        ) from None
 
 
 _ICC_MODES = {"RGB": "RGB", "RGBA": "RGBA", "CMYK": "RGB", "L": "RGB"}
@@ -420,8 +422,9 @@ def _resize(im: Image.Image, side: int, resize: str, settings: DecodeSettings) -
     return np.ascontiguousarray(arr)
 
 
-def decode_file(path: str, size: int, resize: str = "center-crop",
-                settings: DecodeSettings = DecodeSettings()) -> Decoded:
+def decode_file(
+    path: str, size: int, resize: str = "center-crop", settings: DecodeSettings = DecodeSettings()
+) -> Decoded:
     """``decode_image`` on a file's bytes: the reference pixels of a source file."""
     try:
         with open(path, "rb") as f:

@@ -52,8 +52,9 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
     return out_
 
 
-def near_pairs(side: int, resize: str, settings: DecodeSettings, threshold: int,
-               known: dict[str, int] | None = None) -> NearPairs:
+def near_pairs(
+    side: int, resize: str, settings: DecodeSettings, threshold: int, known: dict[str, int] | None = None
+) -> NearPairs:
     """A function from the rows' source paths to the (i, j) positions of near-duplicate pairs; ``known``
     (``known_hashes``) spares the decode of sources unchanged since an earlier version."""
 

@@ -68,16 +68,16 @@ class ErrorGate:
         )
 
 
-def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str,
-                provenance: dict) -> dict:
+def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str, provenance: dict) -> dict:
     """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the meta.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
     store = t.store
     t.result.errors_file = write_errors(store, failures)  # before the index, which names it
-    meta = assemble_index(store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None,
-                          provenance)
+    meta = assemble_index(
+        store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None, provenance
+    )
     if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
         _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
     clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)
@@ -87,7 +87,8 @@ def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, versi
 def needs_cleaning(store: Store) -> bool:
     """A complete folder that an interrupted run left unclean (work folder or temporary files)."""
     return store.exists(store.join(INDEX_FILE)) and any(
-        name == WORK_DIR or _TEMPORARY.search(name) for name in store.names(store.root))
+        name == WORK_DIR or _TEMPORARY.search(name) for name in store.names(store.root)
+    )
 
 
 def clean_after_index(store: Store, src: Source | None, planned: set[str], *, out: str, version: str) -> None:
@@ -121,8 +122,9 @@ def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
     """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
     cols = read_npz(store.join(SAMPLES_FILE), ["key", "fingerprint"])
     fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
-    save_pairs_locked(out, version, {r.content_hash: fp_of[r.key] for r in src.rows
-                                     if r.content_hash is not None and r.key in fp_of})
+    save_pairs_locked(
+        out, version, {r.content_hash: fp_of[r.key] for r in src.rows if r.content_hash is not None and r.key in fp_of}
+    )
 
 
 def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:

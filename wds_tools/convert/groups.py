@@ -28,6 +28,7 @@ WORK_DIR = ".wds-tools-work"  # target.WORK_DIR (target imports source, which im
 
 __all__ = ["SplitBase", "base_units", "find_split_base", "recorded_split_base"]
 
+
 class _Missing(Enum):
     """No split base recorded (a recorded None means: the run had none)."""
 
@@ -60,8 +61,9 @@ def base_units(index: DatasetIndex, group: str | None) -> dict[Unit, str]:
     return {u: next(iter(where)) for u, where in found.items() if len(where) == 1}
 
 
-def recorded_split_base(out: str | os.PathLike, version: str, sides: Sequence[int]
-                        ) -> str | None | Literal[_Missing.MISSING]:
+def recorded_split_base(
+    out: str | os.PathLike, version: str, sides: Sequence[int]
+) -> str | None | Literal[_Missing.MISSING]:
     """The split base (a version name, or None) an earlier run of this very conversion used (its
     index.json, or the run.json of an unfinished run), so that running the command again gives the
     same splits; ``_MISSING`` if none."""
@@ -77,8 +79,9 @@ def recorded_split_base(out: str | os.PathLike, version: str, sides: Sequence[in
     return _MISSING
 
 
-def find_split_base(out: str | os.PathLike, version: str, sides: Sequence[int], explicit: str | None,
-                    group: str | None) -> SplitBase | None:
+def find_split_base(
+    out: str | os.PathLike, version: str, sides: Sequence[int], explicit: str | None, group: str | None
+) -> SplitBase | None:
     """The version whose units keep their split: the one an earlier run of this conversion recorded,
     else ``explicit`` (--from), else the newest other version under ``out`` (any size). None for an
     object-store ``out`` or when there is none."""

@@ -62,8 +62,10 @@ def save_pairs(out: str | os.PathLike, version: str, pairs: dict[str, bytes]) ->
         return
     merged = {**load_pairs(out, version), **pairs}
     names = sorted(merged)
-    cols = {"hash": np.array([n.encode() for n in names], dtype="S"),
-            "fingerprint": np.frombuffer(b"".join(merged[n] for n in names), dtype="u1").reshape(-1, 16)}
+    cols = {
+        "hash": np.array([n.encode() for n in names], dtype="S"),
+        "fingerprint": np.frombuffer(b"".join(merged[n] for n in names), dtype="u1").reshape(-1, 16),
+    }
     path = cache_file(out, version)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, write_npz(cols))

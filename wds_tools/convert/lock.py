@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import OutputBusyError
@@ -74,13 +74,17 @@ class Holder:
     @classmethod
     def me(cls) -> Holder:
         """This process, now."""
-        since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return cls(socket.gethostname(), os.getpid(), since, _command())
 
     def to_bytes(self) -> bytes:
         """The lock file's contents."""
-        return (json.dumps({"host": self.host, "pid": self.pid, "since": self.since,
-                            "command": self.command}, sort_keys=True) + "\n").encode()
+        return (
+            json.dumps(
+                {"host": self.host, "pid": self.pid, "since": self.since, "command": self.command}, sort_keys=True
+            )
+            + "\n"
+        ).encode()
 
     @classmethod
     def parse(cls, data: bytes | None) -> Holder | None:
@@ -150,12 +154,16 @@ def _busy(root: str, holder: Holder | None, *, lock_path: str, marker: bool, thr
         who = f"another process (it has not written its name into {lock_path} yet)"
     else:
         who = holder.describe()
-    msg = (f"{root} is being written by another conversion: {who}. Nothing was changed. Wait for it to "
-           "finish and run this command again (it then resumes, or finds the folder complete), or write "
-           "elsewhere with another --out or --version.")
+    msg = (
+        f"{root} is being written by another conversion: {who}. Nothing was changed. Wait for it to "
+        "finish and run this command again (it then resumes, or finds the folder complete), or write "
+        "elsewhere with another --out or --version."
+    )
     if marker and holder is not None:
-        msg += (f" If that run is no longer running (its host cannot be asked from here), delete the marker "
-                f"{lock_path} and run again.")
+        msg += (
+            f" If that run is no longer running (its host cannot be asked from here), delete the marker "
+            f"{lock_path} and run again."
+        )
     return OutputBusyError(msg)
 
 
@@ -235,8 +243,10 @@ def _lock_local(root: str, me: Holder) -> FolderLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
         return FolderLock(root, path, me, fd=fd, taken_over=previous, created=created)
-    raise OutputBusyError(f"{root}: could not take the lock {path}: it was released and taken again "
-                          "1000 times in a row; is a script starting conversions in a loop?")
+    raise OutputBusyError(
+        f"{root}: could not take the lock {path}: it was released and taken again "
+        "1000 times in a row; is a script starting conversions in a loop?"
+    )
 
 
 class _Markers:

@@ -25,9 +25,7 @@ from ..format.transport import is_remote
 from .scan import HASH_ALGORITHMS
 from .storage import open_input
 
-__all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type",
-           "typed"]
-
+__all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type", "typed"]
 
 
 @dataclass(frozen=True)
@@ -72,18 +70,22 @@ class PathTemplate:
                 i += 2
             elif ch == "{":
                 end = text.find("}", i + 1)
-                name = text[i + 1:end] if end > 0 else None
+                name = text[i + 1 : end] if end > 0 else None
                 if not name or "{" in name:
-                    raise OptionError(f"--path {text!r}: a '{{' at position {i} is not closed by a column name and "
-                                      "'}'; name columns in braces, e.g. images/{image_id}.jpg ('{{' for a brace)")
+                    raise OptionError(
+                        f"--path {text!r}: a '{{' at position {i} is not closed by a column name and "
+                        "'}'; name columns in braces, e.g. images/{image_id}.jpg ('{{' for a brace)"
+                    )
                 if literal:
                     parts.append("".join(literal))
                     literal = []
                 parts.append((name,))
                 i = end + 1
             elif ch == "}":
-                raise OptionError(f"--path {text!r}: a '}}' at position {i} closes no '{{'; name columns in braces, "
-                                  "e.g. images/{image_id}.jpg ('}}' for a brace)")
+                raise OptionError(
+                    f"--path {text!r}: a '}}' at position {i} closes no '{{'; name columns in braces, "
+                    "e.g. images/{image_id}.jpg ('}}' for a brace)"
+                )
             else:
                 literal.append(ch)
                 i += 1
@@ -153,11 +155,14 @@ def read_table(path: str) -> Table:
                 raise SourceError(
                     f"{path}: the header {header[0][:80]!r} is one column holding ';': the file looks "
                     "';'-delimited (what spreadsheets write where the decimal mark is a comma). A .csv manifest "
-                    "is ','-delimited: save it with ',' as the delimiter, or with tabs as a .tsv")
+                    "is ','-delimited: save it with ',' as the delimiter, or with tabs as a .tsv"
+                )
             dups = sorted({n for n in header if header.count(n) > 1 and n.strip()})
             if dups:
-                raise SourceError(f"{path}: the header names column(s) {', '.join(map(repr, dups))} more than once; "
-                                  "every column needs its own name")
+                raise SourceError(
+                    f"{path}: the header names column(s) {', '.join(map(repr, dups))} more than once; "
+                    "every column needs its own name"
+                )
             for obj in reader:
                 extra, short = obj.get(None), None in obj.values()
                 if extra or short:  # DictReader keeps extra cells under None and fills short rows with None
@@ -166,14 +171,17 @@ def read_table(path: str) -> Table:
                         f"{path}: line {reader.line_num} has {n} cells, but the header has {len(header)} columns: a "
                         f"cell that holds the delimiter {reader.reader.dialect.delimiter!r} must be in double "
                         f"quotes, and every row needs a cell for every column (empty for a missing value). Nothing "
-                        f"was written.")
+                        f"was written."
+                    )
                 records.append((reader.line_num, obj))
             nameless = [i for i, n in enumerate(header) if not n.strip()]
             for i in nameless:
                 filled = next((line for line, obj in records if (obj.get(header[i]) or "").strip()), None)
                 if filled is not None:
-                    raise SourceError(f"{path}: column {i + 1} has no name in the header but holds values (line "
-                                      f"{filled}); name it in the header")
+                    raise SourceError(
+                        f"{path}: column {i + 1} has no name in the header but holds values (line "
+                        f"{filled}); name it in the header"
+                    )
             return Table("csv", path, [n for n in header if n.strip()], records)
     except OSError as e:
         raise SourceError(f"cannot read manifest {path}: {e.strerror or e}") from None
@@ -192,8 +200,7 @@ class Bound:
 
 
 def _close(name: str, names: list[str]) -> str:
-    match = difflib.get_close_matches(name, names, n=1, cutoff=0.6) or \
-        [n for n in names if n.lower() == name.lower()]
+    match = difflib.get_close_matches(name, names, n=1, cutoff=0.6) or [n for n in names if n.lower() == name.lower()]
     return f"; did you mean {match[0]!r}?" if match else ""
 
 
@@ -212,23 +219,37 @@ def bind(table: Table, cols: Columns) -> Bound:
     missing = [(opt, name) for opt, name in wanted if name not in have]
     if missing:
         details = "; ".join(f"{name!r} ({opt}{_close(name, have)})" for opt, name in missing)
-        hint = (" A dataset's own metadata file needs the column options, e.g. --key image_id --label dx "
-                "--path 'images/{image_id}.jpg'." if cols.default else "")
-        raise SourceError(f"{table.path}: missing column(s) {', '.join(sorted(n for _, n in missing))}: {details}. "
-                          f"The file's columns: {shown}.{hint}")
+        hint = (
+            " A dataset's own metadata file needs the column options, e.g. --key image_id --label dx "
+            "--path 'images/{image_id}.jpg'."
+            if cols.default
+            else ""
+        )
+        raise SourceError(
+            f"{table.path}: missing column(s) {', '.join(sorted(n for _, n in missing))}: {details}. "
+            f"The file's columns: {shown}.{hint}"
+        )
     unknown = [name for name in template.fields if name not in have]
     if not template.bare and unknown:
         close = _close(unknown[0], have)
-        raise SourceError(f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
-                          f"not have{close}{'' if close else '.'} The file's columns: {shown}. Nothing was written.")
+        raise SourceError(
+            f"{table.path}: --path {cols.path!r} names column {unknown[0]!r}, which the file does "
+            f"not have{close}{'' if close else '.'} The file's columns: {shown}. Nothing was written."
+        )
     split = cols.split if cols.split is not None else ("split" if "split" in have else None)
-    roles: dict[str | None, str] = {**{h: "a hash column" for h in HASH_ALGORITHMS}, split: "the split column",
-             **({cols.path: "the --path column"} if template.bare else {}), cols.label: "the --label column",
-             cols.key: "the --key column"}
+    roles: dict[str | None, str] = {
+        **{h: "a hash column" for h in HASH_ALGORITHMS},
+        split: "the split column",
+        **({cols.path: "the --path column"} if template.bare else {}),
+        cols.label: "the --label column",
+        cols.key: "the --key column",
+    }
     if cols.group is not None and cols.group in roles:  # a group must be a metadata column
-        raise OptionError(f"--group {cols.group!r} is {roles[cols.group]} of {table.path}; a group column names "
-                          "what samples share (a lesion, a patient), e.g. --group lesion_id, and must be "
-                          "another column")
+        raise OptionError(
+            f"--group {cols.group!r} is {roles[cols.group]} of {table.path}; a group column names "
+            "what samples share (a lesion, a patient), e.g. --group lesion_id, and must be "
+            "another column"
+        )
     return Bound(cols, template, split, [c for c in have if c not in roles])
 
 

@@ -32,8 +32,7 @@ def parse_sizes(value: int | str | Sequence[int | str]) -> list[int]:
         except ValueError:
             side = None
         if side is None or not 8 <= side <= 8192:
-            raise OptionError(f"--size {value!r}: expected integers between 8 and 8192 pixels, e.g. 224 "
-                              "or 224,384")
+            raise OptionError(f"--size {value!r}: expected integers between 8 and 8192 pixels, e.g. 224 or 224,384")
         sides.append(side)
     if not sides:
         raise OptionError(f"--size {value!r}: expected at least one size, e.g. 224")
@@ -85,8 +84,7 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         """Check every option, in the order the CLI reports the first bad one, and fill the parsed forms."""
         if not _VERSION_PATTERN.fullmatch(str(self.version)):
-            raise OptionError(f"--version {self.version!r}: use letters, digits, '.', '_' or '-' (at most 64), "
-                              "e.g. v1")
+            raise OptionError(f"--version {self.version!r}: use letters, digits, '.', '_' or '-' (at most 64), e.g. v1")
         sides = parse_sizes(self.size)
         if self.resize not in RESIZE_MODES:
             raise OptionError(f"--resize {self.resize!r}: expected one of {', '.join(RESIZE_MODES)}")
@@ -94,12 +92,16 @@ class ConvertOptions:
             raise OptionError(f"--executor {self.executor!r}: expected one of {', '.join(EXECUTORS)}")
         if self.trust_mtime:
             if self.checksum:
-                raise OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone "
-                                  "to read every source")
+                raise OptionError(
+                    "--trust-mtime and --checksum contradict each other; pass --checksum alone to read every source"
+                )
             # stacklevel 4: past this method and __init__, the caller of convert()
-            warnings.warn("trust_mtime / --trust-mtime is deprecated: taking a source with the base's path, "
-                          "size and mtime as unchanged is now the default (--checksum reads every source)",
-                          DeprecationWarning, stacklevel=4)
+            warnings.warn(
+                "trust_mtime / --trust-mtime is deprecated: taking a source with the base's path, "
+                "size and mtime as unchanged is now the default (--checksum reads every source)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
         workers = self.workers
         if workers is None and self.executor == "local":
             workers = usable_cpus()
@@ -108,8 +110,14 @@ class ConvertOptions:
         shard_samples = tuple((side, parse_shard_size(self.shard_size, side)) for side in sides)
         rule = parse_max_errors(self.max_errors)
         columns = Columns(key=self.key, label=self.label, path=self.path, split=self.split, group=self.group)
-        for name, value in (("sides", tuple(sides)), ("workers", workers), ("shard_samples", shard_samples),
-                            ("max_errors_rule", rule), ("columns", columns), ("out_root", os.fspath(self.out))):
+        for name, value in (
+            ("sides", tuple(sides)),
+            ("workers", workers),
+            ("shard_samples", shard_samples),
+            ("max_errors_rule", rule),
+            ("columns", columns),
+            ("out_root", os.fspath(self.out)),
+        ):
             object.__setattr__(self, name, value)  # frozen: set once, here
 
     def samples_per_shard(self, side: int) -> int:

@@ -20,12 +20,14 @@ from typing import Protocol
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE, read_npz
+from ..format.near import DEFAULT_THRESHOLD
 from ..format.sample import classes_digest
 from ..format.transport import join
 from ..version import __version__
 from . import hashes
 from .assemble import write_errors
 from .decode import DecodeSettings, decoder_versions
+from .dedup import known_hashes, near_pairs
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
 from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
@@ -44,8 +46,6 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
-from ..format.near import DEFAULT_THRESHOLD
-from .dedup import known_hashes, near_pairs
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -53,8 +53,16 @@ from .storage import Store
 from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 
-__all__ = ["convert", "convert_with", "ConvertOptions", "ConvertResult", "ConvertResults", "parse_max_errors",
-           "parse_sizes", "WORK_DIR"]
+__all__ = [
+    "convert",
+    "convert_with",
+    "ConvertOptions",
+    "ConvertResult",
+    "ConvertResults",
+    "parse_max_errors",
+    "parse_sizes",
+    "WORK_DIR",
+]
 
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
@@ -148,11 +156,34 @@ def convert(
     the splits are drawn, so that a cluster lands in one split (each source is decoded once more).
     """
     options = ConvertOptions(
-        version=version, size=size, out=out, workers=workers, shard_size=shard_size, resize=resize,
-        val_fraction=val_fraction, seed=seed, sanitize_keys=sanitize_keys, key=key, label=label, path=path,
-        split=split, group=group, stratify=stratify, resplit=resplit, dedup=dedup, max_errors=max_errors, decode=decode,
-        reuse=reuse, base=base, checksum=checksum, trust_mtime=trust_mtime, dry_run=dry_run, executor=executor,
-        ray_address=ray_address, progress=progress)
+        version=version,
+        size=size,
+        out=out,
+        workers=workers,
+        shard_size=shard_size,
+        resize=resize,
+        val_fraction=val_fraction,
+        seed=seed,
+        sanitize_keys=sanitize_keys,
+        key=key,
+        label=label,
+        path=path,
+        split=split,
+        group=group,
+        stratify=stratify,
+        resplit=resplit,
+        dedup=dedup,
+        max_errors=max_errors,
+        decode=decode,
+        reuse=reuse,
+        base=base,
+        checksum=checksum,
+        trust_mtime=trust_mtime,
+        dry_run=dry_run,
+        executor=executor,
+        ray_address=ray_address,
+        progress=progress,
+    )
     return convert_with(source, options)
 
 
@@ -160,17 +191,32 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     """``convert`` with its options already made and checked: one result per size, as ``convert`` returns."""
     t0 = time.perf_counter()
     opts, version = options, options.version
-    split_base = (find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-                  if (opts.group is not None or opts.stratify or opts.dedup) and not opts.resplit else None)
+    split_base = (
+        find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
+        if (opts.group is not None or opts.stratify or opts.dedup) and not opts.resplit
+        else None
+    )
     near = None
     if opts.dedup:  # the split base's stored hashes spare the decode of unchanged sources
-        wanted = {"size": opts.sides[0], "resize": opts.resize, "decode": opts.decode.to_dict(),
-                  "decoder_versions": decoder_versions()}
+        wanted = {
+            "size": opts.sides[0],
+            "resize": opts.resize,
+            "decode": opts.decode.to_dict(),
+            "decoder_versions": decoder_versions(),
+        }
         known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
         near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
-    src = read_source(source, val_fraction=opts.val_fraction, seed=opts.seed, sanitize_keys=opts.sanitize_keys,
-                      columns=opts.columns, stratify=opts.stratify, split_base=split_base, near=near,
-                      dedup=DEFAULT_THRESHOLD if opts.dedup else None)
+    src = read_source(
+        source,
+        val_fraction=opts.val_fraction,
+        seed=opts.seed,
+        sanitize_keys=opts.sanitize_keys,
+        columns=opts.columns,
+        stratify=opts.stratify,
+        split_base=split_base,
+        near=near,
+        dedup=DEFAULT_THRESHOLD if opts.dedup else None,
+    )
     stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     try:
@@ -187,18 +233,25 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             # a complete folder an interrupted run left unclean is cleaned by any run
             unclean = clean_complete_folder(store) if lock is not None else False
             state, done_meta = prepare_dest(store, sp)
-            result = ConvertResult(out_dir=str(store.root), dataset_version=version, size=side,
-                                   max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                                   dry_run=opts.dry_run, checksum=opts.checksum, resplit=opts.resplit,
-                                   skipped=list(src.skipped))
+            result = ConvertResult(
+                out_dir=str(store.root),
+                dataset_version=version,
+                size=side,
+                max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
+                dry_run=opts.dry_run,
+                checksum=opts.checksum,
+                resplit=opts.resplit,
+                skipped=list(src.skipped),
+            )
             if src.dedup is not None:  # nothing silent: what --dedup changed
                 n, rows = src.dedup_joined
-                result.notes.append(f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
-                                    f"{rows} samples' groups or keys, each cluster drawn into one split "
-                                    "(wds-tools dups lists them)")
+                result.notes.append(
+                    f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
+                    f"{rows} samples' groups or keys, each cluster drawn into one split "
+                    "(wds-tools dups lists them)"
+                )
             if lock is not None and lock.taken_over is not None and state != "fresh":
-                result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was "
-                                    "interrupted")
+                result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was interrupted")
             targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))
             if unclean:
                 _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
@@ -215,8 +268,9 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
 
 
-def _read_only(src: Source, opts: ConvertOptions, stores: list[Store], e: OSError, t0: float
-               ) -> ConvertResult | ConvertResults:
+def _read_only(
+    src: Source, opts: ConvertOptions, stores: list[Store], e: OSError, t0: float
+) -> ConvertResult | ConvertResults:
     """The folders cannot be written (not even the lock): "nothing to do" when every one is complete with
     these options, read without writing a byte; else the one-line refusal naming the folder."""
     results = []
@@ -225,9 +279,21 @@ def _read_only(src: Source, opts: ConvertOptions, stores: list[Store], e: OSErro
         state, done_meta = prepare_dest(store, sp) if store.exists(store.root) else ("fresh", None)
         if state != "complete":
             raise read_only_error(store.root, e, "write the conversion") from None
-        t = Target(side, store, sp, state, done_meta,
-                   ConvertResult(out_dir=str(store.root), dataset_version=opts.version, size=side,
-                                 checksum=opts.checksum, resplit=opts.resplit), opts.samples_per_shard(side))
+        t = Target(
+            side,
+            store,
+            sp,
+            state,
+            done_meta,
+            ConvertResult(
+                out_dir=str(store.root),
+                dataset_version=opts.version,
+                size=side,
+                checksum=opts.checksum,
+                resplit=opts.resplit,
+            ),
+            opts.samples_per_shard(side),
+        )
         _already_complete(t, t0)
         t.result.notes.append("the folder is read-only: read, nothing written")
         results.append(t.result)
@@ -270,8 +336,9 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
 
 def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
     """``t``'s folder was complete but unclean (a run killed after its index.json) and has been cleaned."""
-    t.result.notes.append(f"removed what an interrupted run left after writing the index ({WORK_DIR}/, "
-                          "temporary files)")
+    t.result.notes.append(
+        f"removed what an interrupted run left after writing the index ({WORK_DIR}/, temporary files)"
+    )
     if t.state == "complete" and not t.store.remote and any(r.content_hash for r in src.rows):
         # the same source: save the manifest-hash pairs the killed run may not have saved
         assert t.done_meta is not None  # a complete folder has its index meta
@@ -292,9 +359,15 @@ def _already_complete(t: Target, t0: float) -> None:
     result.seconds = round(time.perf_counter() - t0, 3)
 
 
-def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, pairs: dict[str, bytes],
-          settings: DecodeSettings, checksum: bool, progress: bool
-          ) -> tuple[list[str | None], list[SourceStat], dict[str, int]]:
+def _scan(
+    rows: list[SourceRow],
+    runner: Runner,
+    base: Base | None,
+    pairs: dict[str, bytes],
+    settings: DecodeSettings,
+    checksum: bool,
+    progress: bool,
+) -> tuple[list[str | None], list[SourceStat], dict[str, int]]:
     """Check every source; with a base, also decide which are unchanged (reading as few as it can).
 
     Returns (error or None, the source's stat per row, counts).
@@ -320,11 +393,15 @@ def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, pairs: dict[
             checks.append(Check(r.path, trusted, by_hash, r.content_hash))
         fn, items = check_sources, checks
         # files read whole make slow tasks: keep those small, stat-only ones large
-        most = _HASH_CHUNK if checksum or sum(1 for c in checks if c.stat_only or c.trusted) < len(checks) // 2 \
+        most = (
+            _HASH_CHUNK
+            if checksum or sum(1 for c in checks if c.stat_only or c.trusted) < len(checks) // 2
             else _SCAN_CHUNK
+        )
     chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
     with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
+
         def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
                 if isinstance(res, Scanned):
@@ -343,7 +420,8 @@ def _scan(rows: list[SourceRow], runner: Runner, base: Base | None, pairs: dict[
                     counts["sources_read"] += 1
                 errors[k], stats[k] = res.error, SourceStat(fp, res.src_nbytes, res.src_mtime_ns)
             bar.update(len(out))
-        runner.map(fn, [(items[i:i + chunk], settings) for i in starts], lambda n: None, on_result)
+
+        runner.map(fn, [(items[i : i + chunk], settings) for i in starts], lambda n: None, on_result)
     return errors, stats, counts
 
 
@@ -356,8 +434,11 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
         pairs = hashes.load_pairs(opts.out_root, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
-    failures = [{"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
-                for r, err in zip(rows, scan) if err is not None]
+    failures = [
+        {"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
+        for r, err in zip(rows, scan)
+        if err is not None
+    ]
     for t in todo:
         if t.base is not None:
             for k, v in counts.items():
@@ -393,12 +474,25 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
     for t in todo:  # pixels an interrupted multi-size run already decoded for a size are kept
         t.tasks = _with_spill(t, rows, stats)
     if others:
-        need = {o.side: {s.key for task in o.tasks if task.name not in o.metas for s in task.samples
-                         if s.reuse is None} for o in others}
+        need = {
+            o.side: {s.key for task in o.tasks if task.name not in o.metas for s in task.samples if s.reuse is None}
+            for o in others
+        }
         spill = tuple((o.side, join(o.work, SPILL_DIR)) for o in others if need[o.side])
-        first.tasks = [replace(task, spill=spill, samples=tuple(
-            replace(s, also=tuple(side for side, _ in spill if s.key in need[side])) for s in task.samples))
-            for task in first.tasks] if spill else first.tasks
+        first.tasks = (
+            [
+                replace(
+                    task,
+                    spill=spill,
+                    samples=tuple(
+                        replace(s, also=tuple(side for side, _ in spill if s.key in need[side])) for s in task.samples
+                    ),
+                )
+                for task in first.tasks
+            ]
+            if spill
+            else first.tasks
+        )
         first.result.shared_decode = [o.side for o in others]
     _write(first, src, runner, failures, opts, t0)
     for o in others:
@@ -412,13 +506,21 @@ def _with_spill(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> li
     spilled = _spill_reuse(t, rows, stats)
     if not spilled:
         return t.tasks
-    return [replace(task, samples=tuple(
-        replace(s, reuse=spilled[s.key][0], src_nbytes=spilled[s.key][1], src_mtime_ns=spilled[s.key][2])
-        if s.reuse is None and s.key in spilled else s for s in task.samples)) for task in t.tasks]
+    return [
+        replace(
+            task,
+            samples=tuple(
+                replace(s, reuse=spilled[s.key][0], src_nbytes=spilled[s.key][1], src_mtime_ns=spilled[s.key][2])
+                if s.reuse is None and s.key in spilled
+                else s
+                for s in task.samples
+            ),
+        )
+        for task in t.tasks
+    ]
 
 
-def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts: ConvertOptions
-          ) -> list[ShardTask]:
+def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts: ConvertOptions) -> list[ShardTask]:
     rows, labels = src.rows, src.label_index()
     spec_digest = hashlib.sha256(dumps_canonical(t.spec).encode()).hexdigest()
     by_split: dict[str, list[int]] = {}
@@ -427,20 +529,43 @@ def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts
     tasks: list[ShardTask] = []
     for split in sorted(by_split):
         members = by_split[split]
-        for plan in plan_split(split, [(rows[i].key, labels[rows[i].label]) for i in members],
-                               shard_size=t.shard_samples, seed=opts.seed):
+        for plan in plan_split(
+            split, [(rows[i].key, labels[rows[i].label]) for i in members], shard_size=t.shard_samples, seed=opts.seed
+        ):
             samples = []
             for i in (members[j] for j in plan.members):
                 r, (fp, src_nbytes, mtime) = rows[i], stats[i]
-                samples.append(SampleTask(
-                    r.key, r.path, r.source_path, labels[r.label], r.label, r.line, r.original_key,
-                    reuse=t.base.reuse(fp, r.label, r.key) if t.base is not None and fp is not None else None,
-                    src_nbytes=src_nbytes, src_mtime_ns=mtime, content_hash=r.content_hash,
-                    meta=src.meta_items(r)))
-            tasks.append(ShardTask(t.store.root, t.work, plan.name, split,
-                                   task_digest(spec_digest, plan.name, samples), t.side, opts.resize,
-                                   opts.decode, tuple(samples), dataset_version=t.spec["dataset_version"],
-                                   classes_digest=classes_digest(src.classes)))
+                samples.append(
+                    SampleTask(
+                        r.key,
+                        r.path,
+                        r.source_path,
+                        labels[r.label],
+                        r.label,
+                        r.line,
+                        r.original_key,
+                        reuse=t.base.reuse(fp, r.label, r.key) if t.base is not None and fp is not None else None,
+                        src_nbytes=src_nbytes,
+                        src_mtime_ns=mtime,
+                        content_hash=r.content_hash,
+                        meta=src.meta_items(r),
+                    )
+                )
+            tasks.append(
+                ShardTask(
+                    t.store.root,
+                    t.work,
+                    plan.name,
+                    split,
+                    task_digest(spec_digest, plan.name, samples),
+                    t.side,
+                    opts.resize,
+                    opts.decode,
+                    tuple(samples),
+                    dataset_version=t.spec["dataset_version"],
+                    classes_digest=classes_digest(src.classes),
+                )
+            )
     return tasks
 
 
@@ -451,14 +576,26 @@ def _spill_reuse(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> d
     out = {}
     for key, sp in load_spill(t.store, join(t.work, SPILL_DIR)).items():
         if current.get(key) == (sp.source_path, sp.src_nbytes, sp.src_mtime_ns):
-            out[key] = (Reuse(sp.file, sp.file_bytes, sp.npy_offset, sp.npy_length, sp.npy_xxh3, sp.width,
-                              sp.height, sp.fingerprint, relabeled=False, spilled=True),
-                        sp.src_nbytes, sp.src_mtime_ns)
+            out[key] = (
+                Reuse(
+                    sp.file,
+                    sp.file_bytes,
+                    sp.npy_offset,
+                    sp.npy_length,
+                    sp.npy_xxh3,
+                    sp.width,
+                    sp.height,
+                    sp.fingerprint,
+                    relabeled=False,
+                    spilled=True,
+                ),
+                sp.src_nbytes,
+                sp.src_mtime_ns,
+            )
     return out
 
 
-def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], opts: ConvertOptions,
-           t0: float) -> None:
+def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], opts: ConvertOptions, t0: float) -> None:
     """Write ``t``'s pending shards (those a previous run finished are kept), then its index."""
     result, store = t.result, t.store
     result.shards_resumed = len(t.metas)
@@ -472,8 +609,9 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         gate.check()
 
     t_write = time.perf_counter()
-    label = f"convert {t.side}" + (f"+{'+'.join(str(side) for side, _ in pending[0].spill)}"
-                                   if pending and pending[0].spill else "")
+    label = f"convert {t.side}" + (
+        f"+{'+'.join(str(side) for side, _ in pending[0].spill)}" if pending and pending[0].spill else ""
+    )
     with _bar(sum(len(task.samples) for task in pending), label, "img", opts.progress) as bar:
         write_shards(pending, runner, done, bar.update)
     write_seconds = time.perf_counter() - t_write
@@ -488,15 +626,22 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     failures = gate.failures()
     result.narrow_pixels = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(t, src, failures + result.narrow_pixels, out=opts.out_root,  # golden test pins
-                       version=str(opts.version), provenance=provenance)
+    meta = finish_size(
+        t,
+        src,
+        failures + result.narrow_pixels,
+        out=opts.out_root,  # golden test pins
+        version=str(opts.version),
+        provenance=provenance,
+    )
     result_from_index(result, store, meta)
     if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
         path = store.join(meta["samples_file"]["name"])
         cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))
         classes = meta["classes"]
-        result.by_key = t.base.by_key(cols["key"].astype("U").tolist(), cols["fingerprint"],
-                                      [classes[int(i)] for i in cols["label"]])
+        result.by_key = t.base.by_key(
+            cols["key"].astype("U").tolist(), cols["fingerprint"], [classes[int(i)] for i in cols["label"]]
+        )
         result.removed = result.by_key["removed"]
     result.failed = len(failures)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed

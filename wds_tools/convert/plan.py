@@ -51,8 +51,14 @@ def unit_hash(unit: Unit, seed: int) -> int:
     return key_hash(text, seed, "group" if kind == "g" else "split")
 
 
-def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_fraction: float,
-                 stratify: bool = False, fixed: Mapping[Unit, str] | None = None) -> dict[Unit, str]:
+def split_groups(
+    units: Mapping[Unit, Mapping[int, int]],
+    *,
+    seed: int,
+    val_fraction: float,
+    stratify: bool = False,
+    fixed: Mapping[Unit, str] | None = None,
+) -> dict[Unit, str]:
     """The split of every unit (a group, or an ungrouped row), ``units`` giving its samples per label.
 
     ``fixed`` units keep their split (a manifest split column, or the base version's). Without
@@ -100,8 +106,9 @@ def split_groups(units: Mapping[Unit, Mapping[int, int]], *, seed: int, val_frac
     return _neither_empty(out, fixed, seed=seed, val_fraction=val_fraction)
 
 
-def _neither_empty(out: dict[Unit, str], fixed: Mapping[Unit, str], *, seed: int, val_fraction: float
-                   ) -> dict[Unit, str]:
+def _neither_empty(
+    out: dict[Unit, str], fixed: Mapping[Unit, str], *, seed: int, val_fraction: float
+) -> dict[Unit, str]:
     """With 0 < val_fraction < 1 and at least two units in train or val, neither comes out empty:
     an empty val takes the drawn (not fixed) train unit of the smallest (hash, unit), an empty train
     the drawn val unit of the largest; when every unit is fixed, the splits stay as they are."""
@@ -151,9 +158,7 @@ def parse_shard_size(value: str | int | None, size: int) -> int:
             try:
                 n = int(text)
             except ValueError:
-                raise OptionError(
-                    f"--shard-size {value!r}: expected a sample count (2000) or a size (256MB)"
-                ) from None
+                raise OptionError(f"--shard-size {value!r}: expected a sample count (2000) or a size (256MB)") from None
     if n < 1:
         raise OptionError(f"--shard-size {value!r} gives {n} samples per shard; it must be at least 1")
     return n
@@ -190,6 +195,5 @@ def plan_split(split: str, items: Sequence[tuple[str, int]], *, shard_size: int,
     for pos, i in enumerate(order):
         buckets[pos % n_shards].append(i)
     return [
-        ShardPlan(split, s, tuple(sorted(b, key=lambda i: (hashes[i], items[i][0]))))
-        for s, b in enumerate(buckets)
+        ShardPlan(split, s, tuple(sorted(b, key=lambda i: (hashes[i], items[i][0])))) for s, b in enumerate(buckets)
     ]

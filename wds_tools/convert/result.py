@@ -14,13 +14,22 @@ from ..format.transport import join
 from .storage import Store
 from .write import ShardTask
 
-__all__ = ["ConvertResult", "ConvertResults", "parse_max_errors", "allowed_errors", "dry_run_result",
-           "result_from_index", "count", "split_report"]
+__all__ = [
+    "ConvertResult",
+    "ConvertResults",
+    "parse_max_errors",
+    "allowed_errors",
+    "dry_run_result",
+    "result_from_index",
+    "count",
+    "split_report",
+]
 
 
 def count(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word``, plural unless n is 1: "1 shard", "12 shards", "1,200 images"."""
     return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
 
 _LISTED = 10  # skipped files the text summary names
 
@@ -73,48 +82,66 @@ class ConvertResult:
             lines = [f"{self.out_dir} is already converted with these options; nothing to do."]
         elif self.dry_run:
             samples = sum(s["samples"] for s in self.splits.values())
-            lines = [f"Dry run, nothing written: {self.out_dir} would hold {count(samples, 'sample')} in "
-                     f"{count(self.shards, 'shard')}"]
+            lines = [
+                f"Dry run, nothing written: {self.out_dir} would hold {count(samples, 'sample')} in "
+                f"{count(self.shards, 'shard')}"
+            ]
         else:
-            lines = [f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
-                     f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"]
+            lines = [
+                f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
+                f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"
+            ]
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
-            lines.append(f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
-                         f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}")
+            lines.append(
+                f"  {name:<{width}} {sp['samples']:>9,} samples {sp['shards']:>5} "
+                f"shard{'s' if sp['shards'] != 1 else ' '}  {sp['urls']}"
+            )
         if self.split_shares and not self.dry_run:
             shares = ", ".join(f"{name} {share:.1%}" for name, share in self.split_shares.items())
             lines.append(f"  split shares: {shares}")
         if self.split_base is not None:
-            lines.append(f"  splits: groups that {self.split_base} holds keep its split (build.split_base); "
-                         "--resplit draws them all again")
+            lines.append(
+                f"  splits: groups that {self.split_base} holds keep its split (build.split_base); "
+                "--resplit draws them all again"
+            )
         elif self.resplit:
             lines.append("  splits: every group's split drawn afresh (--resplit), none kept from an earlier version")
         lines += [f"  warning: {w}" for w in self.split_warnings]
         if self.base is not None or self.dry_run:
-            lines.append(f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
-                         f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed")
+            lines.append(
+                f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
+                f"relabeled, {self.decoded:,} decoded, {self.removed:,} removed"
+            )
         if self.by_key:
             k = self.by_key
-            lines.append(f"  by key, as wds-tools diff {self.base} {self.dataset_version} counts: {k['added']:,} "
-                         f"added, {k['removed']:,} removed, {k['changed']:,} changed, {k['relabeled']:,} "
-                         f"relabeled, {k['unchanged']:,} unchanged")
+            lines.append(
+                f"  by key, as wds-tools diff {self.base} {self.dataset_version} counts: {k['added']:,} "
+                f"added, {k['removed']:,} removed, {k['changed']:,} changed, {k['relabeled']:,} "
+                f"relabeled, {k['unchanged']:,} unchanged"
+            )
         if self.base is not None:
-            how = ("every source read and hashed (--checksum)" if self.checksum else
-                   f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
-                   f"{self.unchanged_by_hash:,} by manifest hash, not read; {self.sources_read:,} read and hashed")
+            how = (
+                "every source read and hashed (--checksum)"
+                if self.checksum
+                else f"{self.unchanged_by_stat:,} unchanged by path, size and mtime and "
+                f"{self.unchanged_by_hash:,} by manifest hash, not read; {self.sources_read:,} read and hashed"
+            )
             lines.append(f"  compared with the base: {how}")
         if self.shared_decode and not self.already_complete and not self.dry_run:
             if self.size > max(self.shared_decode):
                 sizes = ", ".join(map(str, [self.size, *self.shared_decode]))
-                lines.append(f"  each source read once for sizes {sizes}: "
-                             f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)")
+                lines.append(
+                    f"  each source read once for sizes {sizes}: "
+                    f"{self.decodes:,} decodes (one per JPEG draft scale the sizes need)"
+                )
             else:
-                lines.append(f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
-                             f"{self.decodes:,} decoded again here")
+                lines.append(
+                    f"  pixels from the decodes of the size {self.shared_decode[0]} pass; "
+                    f"{self.decodes:,} decoded again here"
+                )
         for p in self.reuse_problems[:5]:
-            lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: "
-                         f"{p['error']}")
+            lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: {p['error']}")
         if self.failed:
             where = f" (reasons in {self.errors_file})" if self.errors_file else ""
             lines.append(f"  failed: {self.failed}{where}")
@@ -122,11 +149,15 @@ class ConvertResult:
             n = len(self.narrow_pixels)
             where = f"; listed in {self.errors_file}, stage pixels" if self.errors_file else ""
             keys = ", ".join(w["key"] for w in self.narrow_pixels[:_LISTED]) + (", ..." if n > _LISTED else "")
-            lines.append(f"  warning: {n:,} image{'s' if n != 1 else ''} stored with pixels spanning less than a "
-                         f"sixteenth of 0..255 (near-uniform, or a squeezed range{where}): {keys}")
+            lines.append(
+                f"  warning: {n:,} image{'s' if n != 1 else ''} stored with pixels spanning less than a "
+                f"sixteenth of 0..255 (near-uniform, or a squeezed range{where}): {keys}"
+            )
         if self.skipped:
-            lines.append(f"  skipped {len(self.skipped):,} file{'s' if len(self.skipped) != 1 else ''} of the image "
-                         "folder (every one, with its reason, under \"skipped\" in --json):")
+            lines.append(
+                f"  skipped {len(self.skipped):,} file{'s' if len(self.skipped) != 1 else ''} of the image "
+                'folder (every one, with its reason, under "skipped" in --json):'
+            )
             lines += [f"    {s['path']}: {s['reason']}" for s in self.skipped[:_LISTED]]
             if len(self.skipped) > _LISTED:
                 lines.append(f"    ... and {len(self.skipped) - _LISTED:,} more")
@@ -137,8 +168,10 @@ class ConvertResult:
         """The rate of this run's own images; a resumed run says how many it kept."""
         if not self.shards_resumed:
             return f", {self.images_per_second:,.1f} images/s"
-        kept = (f"{count(self.samples_resumed, 'image')} in {count(self.shards_resumed, 'shard')} kept from an "
-                "interrupted run")
+        kept = (
+            f"{count(self.samples_resumed, 'image')} in {count(self.shards_resumed, 'shard')} kept from an "
+            "interrupted run"
+        )
         now = self.decoded + self.reused + self.relabeled
         if not now:
             return f"; all {kept}, this run wrote the index"
@@ -150,7 +183,7 @@ class ConvertResult:
 
 
 def parse_max_errors(value: str | int | float) -> tuple[str, float]:
-    """"25" -> at most 25 files; "1%" or "0.01" -> at most that fraction of the rows."""
+    """ "25" -> at most 25 files; "1%" or "0.01" -> at most that fraction of the rows."""
     text = str(value).strip()
     try:
         if text.endswith("%"):
@@ -160,8 +193,9 @@ def parse_max_errors(value: str | int | float) -> tuple[str, float]:
         else:
             frac = float(text)
     except ValueError:
-        raise OptionError(f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage "
-                          "(1%)") from None
+        raise OptionError(
+            f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage (1%)"
+        ) from None
     if not 0.0 <= frac <= 1.0:
         raise OptionError(f"--max-errors {value!r}: a fraction must lie between 0 and 1 (0% to 100%)")
     return "fraction", frac
@@ -194,8 +228,7 @@ class ConvertResults:
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
 
 
-def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict],
-                    t0: float) -> ConvertResult:
+def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict], t0: float) -> ConvertResult:
     """What a run would do: counts only, nothing written."""
     for t in tasks:
         for s in t.samples:
@@ -222,8 +255,10 @@ def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
     """Fill ``result``'s totals from an index's meta."""
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
-    result.splits = {name: {"samples": sp["samples"], "shards": sp["shards"],
-                            "urls": store.join(sp["urls"])} for name, sp in meta["splits"].items()}
+    result.splits = {
+        name: {"samples": sp["samples"], "shards": sp["shards"], "urls": store.join(sp["urls"])}
+        for name, sp in meta["splits"].items()
+    }
     build = meta.get("build", {})
     result.split_base = build.get("split_base")
     result.split_shares, result.class_val_shares, result.split_warnings = split_report(meta)
@@ -250,21 +285,28 @@ def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[s
     if not (drawn and f > 0 and total):
         return shares, val_shares, warnings
     tol = max(0.05, f / 2)
-    fix = (f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
-           if build.get("split_base") else "")
+    fix = (
+        f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
+        if build.get("split_base")
+        else ""
+    )
     if "val" not in splits:
-        warnings.append(f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one "
-                        f"from{fix}")
+        warnings.append(
+            f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one from{fix}"
+        )
         return shares, val_shares, warnings
     share = splits["val"]["samples"] / total
     if abs(share - f) > tol:
-        warnings.append(f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
-                        f"±{tol:.1%}): the groups are too few or too uneven{fix}")
-    off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole)
-           if n >= 2 / f and abs(val_shares[c] - f) > tol]
+        warnings.append(
+            f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
+            f"±{tol:.1%}): the groups are too few or too uneven{fix}"
+        )
+    off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole) if n >= 2 / f and abs(val_shares[c] - f) > tol]
     if off:
         more = f" and {len(off) - 5} more" if len(off) > 5 else ""
         hint = "" if build.get("stratify") else " (--stratify draws each class's share)"
-        warnings.append(f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
-                        f"{', '.join(off[:5])}{more}{hint}")
+        warnings.append(
+            f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
+            f"{', '.join(off[:5])}{more}{hint}"
+        )
     return shares, val_shares, warnings

@@ -23,8 +23,7 @@ _PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
 def base_incompatibilities(meta: dict, wanted: dict) -> list[str]:
     """Differences that make a version's pixels unusable for another: size, resize, decode, decoder."""
     meta = {**meta, "decode": recorded_decode(meta.get("decode"))}
-    return [f"{k}: {meta.get(k)!r} there, {wanted[k]!r} here"
-            for k in _PIXEL_FIELDS if meta.get(k) != wanted[k]]
+    return [f"{k}: {meta.get(k)!r} there, {wanted[k]!r} here" for k in _PIXEL_FIELDS if meta.get(k) != wanted[k]]
 
 
 def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> DatasetIndex | None:
@@ -120,10 +119,15 @@ class Base:
         assert i is not None  # found by key or by fingerprint
         shard = idx.shards[int(s["shard"][i])]
         return Reuse(
-            shard_path=str(Path(idx.root) / shard["name"]), shard_bytes=int(shard["bytes"]),
-            npy_offset=int(s["npy_offset"][i]), npy_length=int(s["npy_length"][i]),
-            npy_xxh3=int(s["npy_xxh3"][i]), width=int(s["width"][i]), height=int(s["height"][i]),
-            fingerprint=fingerprint, relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
+            shard_path=str(Path(idx.root) / shard["name"]),
+            shard_bytes=int(shard["bytes"]),
+            npy_offset=int(s["npy_offset"][i]),
+            npy_length=int(s["npy_length"][i]),
+            npy_xxh3=int(s["npy_xxh3"][i]),
+            width=int(s["width"][i]),
+            height=int(s["height"][i]),
+            fingerprint=fingerprint,
+            relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
             phash=int(s["phash"][i]) if "phash" in s.columns else None,  # format version 3 on
         )
 
@@ -139,8 +143,15 @@ class Base:
         out = {"added": 0, "removed": 0, "changed": 0, "relabeled": 0, "unchanged": 0}
         for key, fp, label in zip(keys, fingerprints, labels):
             i = pos.get(key)
-            kind = ("added" if i is None else "changed" if fps[i].tobytes() != fp.tobytes()
-                    else "relabeled" if classes[int(lab[i])] != label else "unchanged")
+            kind = (
+                "added"
+                if i is None
+                else "changed"
+                if fps[i].tobytes() != fp.tobytes()
+                else "relabeled"
+                if classes[int(lab[i])] != label
+                else "unchanged"
+            )
             out[kind] += 1
         out["removed"] = self.removed(set(keys))
         return out

@@ -15,8 +15,16 @@ from multiprocessing import get_context
 from multiprocessing.queues import Queue
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Runner", "BatchRunner", "LocalRunner", "RayRunner", "make_runner", "report_progress", "orphaned",
-           "EXECUTORS"]
+__all__ = [
+    "Runner",
+    "BatchRunner",
+    "LocalRunner",
+    "RayRunner",
+    "make_runner",
+    "report_progress",
+    "orphaned",
+    "EXECUTORS",
+]
 
 EXECUTORS = ("local", "ray")
 
@@ -27,8 +35,13 @@ class Runner(Protocol):
 
     workers: int
 
-    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, Any], None]) -> None:
+    def map(
+        self,
+        fn: Callable[..., Any],
+        args_list: list[tuple],
+        on_progress: Callable[[int], None],
+        on_result: Callable[[int, Any], None],
+    ) -> None:
         """Call fn(*args) for each; ``on_result(i, result)`` as each finishes."""
 
     def close(self, cancel: bool = False) -> None:
@@ -40,9 +53,15 @@ class BatchRunner(Runner, Protocol):
     """A runner whose results stream back in order, so the converter hands it small batches of
     samples rather than whole shards (see schedule.py)."""
 
-    def ordered(self, fn: Callable[..., Any], args_iter: Iterable[tuple], on_progress: Callable[[int], None],
-                window: int | None = None) -> Iterator[Any]:
+    def ordered(
+        self,
+        fn: Callable[..., Any],
+        args_iter: Iterable[tuple],
+        on_progress: Callable[[int], None],
+        window: int | None = None,
+    ) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order."""
+
 
 _progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
@@ -123,7 +142,7 @@ def _noop() -> None:
 
 
 def _start_method() -> str:
-    """"fork" where it is safe and cheap, else "spawn".
+    """ "fork" where it is safe and cheap, else "spawn".
 
     A forked worker is ready in ~10 ms with everything imported; a spawned one needs ~0.3-0.5 s
     of imports, which a run of a few dozen photos feels. Forking is safe only while this process
@@ -160,21 +179,32 @@ class LocalRunner:
         if workers > 1:
             ctx = get_context(_start_method())
             self.queue = ctx.Queue()
-            self.pool = ProcessPoolExecutor(workers - 1, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(self.queue, os.getpid()))
+            self.pool = ProcessPoolExecutor(
+                workers - 1, mp_context=ctx, initializer=_init_worker, initargs=(self.queue, os.getpid())
+            )
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
             for _ in range(workers - 1):
                 self.pool.submit(_noop)
 
-    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, Any], None]) -> None:
+    def map(
+        self,
+        fn: Callable[..., Any],
+        args_list: list[tuple],
+        on_progress: Callable[[int], None],
+        on_result: Callable[[int, Any], None],
+    ) -> None:
         """Call fn(*args) for each; on_result(i, result) in order."""
         for i, result in enumerate(self.ordered(fn, args_list, on_progress)):
             on_result(i, result)
 
-    def ordered(self, fn: Callable[..., Any], args_iter: Iterable[tuple], on_progress: Callable[[int], None],
-                window: int | None = None) -> Iterator[Any]:
+    def ordered(
+        self,
+        fn: Callable[..., Any],
+        args_iter: Iterable[tuple],
+        on_progress: Callable[[int], None],
+        window: int | None = None,
+    ) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order.
 
         At most ``window`` calls (default 4 x workers + 2) are started and not yet yielded, so
@@ -258,7 +288,6 @@ class LocalRunner:
         _stop(pool)
 
 
-
 def _stop(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
     """Stop ``pool`` now (interrupted, or a worker died), waiting at most about ``timeout`` seconds
     per step: never for a worker's call to finish.
@@ -272,8 +301,10 @@ def _stop(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
     # the pool's internals, read before shutdown() drops them
     procs = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
-    pipes = [getattr(getattr(pool, "_result_queue", None), "_writer", None),
-             getattr(getattr(pool, "_call_queue", None), "_reader", None)]
+    pipes = [
+        getattr(getattr(pool, "_result_queue", None), "_writer", None),
+        getattr(getattr(pool, "_call_queue", None), "_reader", None),
+    ]
     for proc in procs:
         proc.kill()  # SIGKILL: the workers ignore SIGINT, and their shards are redone on resume
     end = time.monotonic() + timeout
@@ -305,20 +336,32 @@ class RayRunner:
         except ImportError:
             from ..errors import ExtraNotInstalledError
 
-            raise ExtraNotInstalledError("--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'") from None
+            raise ExtraNotInstalledError(
+                "--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'"
+            ) from None
         import logging
 
         self._ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
-            ray.init(address=address, num_cpus=workers if address is None else None,
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            ray.init(
+                address=address,
+                num_cpus=workers if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(workers, cpus) if workers else cpus)
         self._running: dict[Any, int] = {}
 
-    def map(self, fn: Callable[..., Any], args_list: list[tuple], on_progress: Callable[[int], None],
-            on_result: Callable[[int, Any], None]) -> None:
+    def map(
+        self,
+        fn: Callable[..., Any],
+        args_list: list[tuple],
+        on_progress: Callable[[int], None],
+        on_result: Callable[[int, Any], None],
+    ) -> None:
         """Call fn(*args) for each as a Ray task; on_result(i, result) as each finishes."""
         ray = self._ray
         remote = ray.remote(num_cpus=1, max_retries=2)(fn)

@@ -18,12 +18,24 @@ from typing import Any, NamedTuple, Protocol
 
 import xxhash
 
-from .decode import DecodeError, DecodeSettings, probe_image
 from ..format.transport import filesystem, is_remote
+from .decode import DecodeError, DecodeSettings, probe_image
 from .storage import open_input
 
-__all__ = ["HASH_ALGORITHMS", "Check", "Scanned", "Checked", "SourceStat", "NotRegularFileError", "open_source",
-           "os_reason", "scan_files", "check_sources", "content_hasher", "hash_mismatch"]
+__all__ = [
+    "HASH_ALGORITHMS",
+    "Check",
+    "Scanned",
+    "Checked",
+    "SourceStat",
+    "NotRegularFileError",
+    "open_source",
+    "os_reason",
+    "scan_files",
+    "check_sources",
+    "content_hasher",
+    "hash_mismatch",
+]
 
 HASH_ALGORITHMS = {"sha256": 64, "md5": 32}  # manifest column -> hex digits
 _CHUNK = 4 << 20
@@ -69,8 +81,13 @@ class NotRegularFileError(OSError):
     """A source path names a FIFO, a device, a socket or a folder: skipped, never read."""
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _require_regular(mode: int, path: str) -> None:
@@ -125,8 +142,7 @@ def hash_mismatch(content_hash: str | None, hasher: Hasher | None) -> str | None
     got = hasher.hexdigest()
     if got == want:
         return None
-    return (f"the file's {algo} is {got}, the manifest's {algo} column says {want}: fix the manifest "
-            "or the file")
+    return f"the file's {algo} is {got}, the manifest's {algo} column says {want}: fix the manifest or the file"
 
 
 def _stat(path: str) -> tuple[int, int]:

@@ -44,12 +44,17 @@ def _pieces(tasks: list[ShardTask], workers: int, sample_bytes: int) -> list[tup
     return pieces
 
 
-def write_shards(tasks: list[ShardTask], runner: Runner, on_done: Callable[[ShardTask, dict], None],
-                 on_samples: Callable[[int], None]) -> None:
+def write_shards(
+    tasks: list[ShardTask],
+    runner: Runner,
+    on_done: Callable[[ShardTask, dict], None],
+    on_samples: Callable[[int], None],
+) -> None:
     """Write ``tasks`` (in plan order); ``on_done(task, meta)`` as each shard is finished."""
     if not tasks:
         return
     if not isinstance(runner, BatchRunner):  # Ray: one task per shard
+
         def done(i: int, meta: dict) -> None:
             on_done(tasks[i], meta)
             on_samples(len(tasks[i].samples))

@@ -33,8 +33,21 @@ __all__ = [
 
 # .jfif/.jpe are JPEGs; .heic/.heif need pillow-heif (the 'heif' extra: without it each fails naming it),
 # .avif Pillow's own codec
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".jfif", ".jpe", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp", ".heic",
-                    ".heif", ".avif"}
+IMAGE_EXTENSIONS = {
+    ".jpg",
+    ".jpeg",
+    ".jfif",
+    ".jpe",
+    ".png",
+    ".webp",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".bmp",
+    ".heic",
+    ".heif",
+    ".avif",
+}
 # Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
 MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
@@ -81,8 +94,9 @@ class Source:
 
     def meta_json(self, row: SourceRow) -> str:
         """The row's ``"meta"`` object as its sample's .json writes it (keys sorted, compact)."""
-        return json.dumps(meta_object(self.metadata, row.meta or ()), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False)
+        return json.dumps(
+            meta_object(self.metadata, row.meta or ()), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
 
     def meta_items(self, row: SourceRow) -> tuple | None:
         """(name, value) pairs of the row's metadata, or None without metadata columns."""
@@ -200,13 +214,17 @@ def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
         raise SourceError(
             f"{path}: the label at line(s) {', '.join(map(str, booleans[:5]))} is a JSON boolean (true/false), "
             f"and other labels are numbers (line {first_number}); a boolean is not silently the class 1 or 0. "
-            "Write the label as a number or as a class name in quotes")
+            "Write the label as a number or as a class name in quotes"
+        )
     for number, texts in numbers.items():
         if len(texts) > 1:
-            listed = "; ".join(f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}"
-                               for t, lines in sorted(texts.items()))
-            raise SourceError(f"{path}: labels {listed} name one value, {number!r}, written differently; "
-                              "write every label of one class the same way")
+            listed = "; ".join(
+                f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}" for t, lines in sorted(texts.items())
+            )
+            raise SourceError(
+                f"{path}: labels {listed} name one value, {number!r}, written differently; "
+                "write every label of one class the same way"
+            )
     return out
 
 
@@ -254,9 +272,18 @@ def _path_of(obj: dict, bound: Bound, path: str, line: int) -> tuple[str, str | 
     return t.render(cells), error
 
 
-def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool, columns: Columns,
-                   stratify: bool, split_base: SplitBase | None, near: NearPairs | None = None,
-                   dedup: int | None = None) -> Source:
+def _read_manifest(
+    path: str,
+    *,
+    val_fraction: float,
+    seed: int,
+    sanitize: bool,
+    columns: Columns,
+    stratify: bool,
+    split_base: SplitBase | None,
+    near: NearPairs | None = None,
+    dedup: int | None = None,
+) -> Source:
     table = read_table(path)
     if not table.records:
         raise SourceError(f"{path}: the manifest has no rows")
@@ -286,15 +313,33 @@ def _read_manifest(path: str, *, val_fraction: float, seed: int, sanitize: bool,
             full = join(base, rel)
         else:
             full = os.path.normpath(rel if os.path.isabs(rel) else os.path.join(base, rel))
-        rows.append(SourceRow(
-            key=key, path=full, source_path=rel, label=label, split=split, line=line,
-            original_key=orig if orig != key else None, content_hash=content_hash,
-            meta=meta_values[j] if meta_values is not None else None, error=error,
-        ))
-    src = Source(table.kind, str(path), rows, _classes({r.label for r in rows}), tuple(meta_columns), columns,
-                 stratify, split_base.version if split_base is not None else None)
-    return _with_splits(replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base,
-                        near=near)
+        rows.append(
+            SourceRow(
+                key=key,
+                path=full,
+                source_path=rel,
+                label=label,
+                split=split,
+                line=line,
+                original_key=orig if orig != key else None,
+                content_hash=content_hash,
+                meta=meta_values[j] if meta_values is not None else None,
+                error=error,
+            )
+        )
+    src = Source(
+        table.kind,
+        str(path),
+        rows,
+        _classes({r.label for r in rows}),
+        tuple(meta_columns),
+        columns,
+        stratify,
+        split_base.version if split_base is not None else None,
+    )
+    return _with_splits(
+        replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
+    )
 
 
 def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]:
@@ -314,15 +359,20 @@ def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]
     return {u: root(u) for u in parent}
 
 
-def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None,
-                 near: NearPairs | None = None) -> Source:
+def _with_splits(
+    src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None, near: NearPairs | None = None
+) -> Source:
     """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
     column, stratification or ``near`` (--dedup), its unit's split (plan.split_groups), a base's units
     keeping theirs; with ``near``, the units of near-duplicate rows are joined first."""
     rows = src.rows
     if src.columns.group is None and not src.stratify and near is None:  # a unit per key: assign_split, no split empty
-        keyed = split_groups({("k", r.key): {} for r in rows}, seed=seed, val_fraction=val_fraction,
-                             fixed={("k", r.key): r.split for r in rows if r.split})
+        keyed = split_groups(
+            {("k", r.key): {} for r in rows},
+            seed=seed,
+            val_fraction=val_fraction,
+            fixed={("k", r.key): r.split for r in rows if r.split},
+        )
         return replace(src, rows=[r if r.split else replace(r, split=keyed[("k", r.key)]) for r in rows])
     gi = [c.name for c in src.metadata].index(src.columns.group) if src.columns.group is not None else None
     labels = src.label_index()
@@ -344,10 +394,14 @@ def _with_splits(src: Source, *, seed: int, val_fraction: float, split_base: Spl
     clashes = [(u, where) for u, where in explicit.items() if len(where) > 1]
     if clashes:
         (kind, text), where = clashes[0]
-        listed = "; ".join(f"{split} at line(s) {', '.join(map(str, lines[:5]))}"
-                           for split, lines in sorted(where.items()))
-        what = (f"group {text!r} of column {src.columns.group!r}" if kind == "g" and src.columns.group is not None
-                else f"the near-duplicate cluster of {text!r} (--dedup)")
+        listed = "; ".join(
+            f"{split} at line(s) {', '.join(map(str, lines[:5]))}" for split, lines in sorted(where.items())
+        )
+        what = (
+            f"group {text!r} of column {src.columns.group!r}"
+            if kind == "g" and src.columns.group is not None
+            else f"the near-duplicate cluster of {text!r} (--dedup)"
+        )
         raise SourceError(
             f"{src.path}: {what} is in {len(where)} splits of the "
             f"manifest's split column ({listed}); all samples of a group must be in "
@@ -386,9 +440,9 @@ def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
         if not entry.is_dir():
             skip(str(entry), "not inside a label folder (an image folder is ROOT/<label>/<file>)")
             continue
-        for dirpath, dirnames, filenames in os.walk(entry, followlinks=True,
-                                                    onerror=lambda e: skip(e.filename, f"unreadable folder: "
-                                                                                       f"{e.strerror}")):
+        for dirpath, dirnames, filenames in os.walk(
+            entry, followlinks=True, onerror=lambda e: skip(e.filename, f"unreadable folder: {e.strerror}")
+        ):
             st = os.stat(dirpath)
             if (st.st_dev, st.st_ino) in seen:  # reached again through a symlink: a loop or a second link
                 skip(dirpath, "a symlinked folder already walked (a loop or a second link): skipped")
@@ -404,15 +458,26 @@ def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
                 if name.startswith("."):
                     skip(path, "hidden file (its name starts with '.')")
                 elif ext not in IMAGE_EXTENSIONS:
-                    skip(path, f"extension {ext or '(none)'!r} is not an image extension "
-                               f"({', '.join(sorted(IMAGE_EXTENSIONS))})")
+                    skip(
+                        path,
+                        f"extension {ext or '(none)'!r} is not an image extension "
+                        f"({', '.join(sorted(IMAGE_EXTENSIONS))})",
+                    )
                 else:
                     files.append((rel(path), entry.name))
     return files, skipped
 
 
-def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
-                 split_base: SplitBase | None, near: NearPairs | None = None, dedup: int | None = None) -> Source:
+def _read_folder(
+    root: Path,
+    *,
+    val_fraction: float,
+    seed: int,
+    stratify: bool,
+    split_base: SplitBase | None,
+    near: NearPairs | None = None,
+    dedup: int | None = None,
+) -> Source:
     files, skipped = _folder_files(root)
     if not files:
         listed = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
@@ -424,20 +489,37 @@ def _read_folder(root: Path, *, val_fraction: float, seed: int, stratify: bool,
     keys = sanitize_keys(rels, bases=[os.path.splitext(rel)[0] for rel in rels])
     check_keys([(i, k) for i, k in enumerate(keys, 1)], str(root))
     rows = [
-        SourceRow(key=k, path=str(root.resolve() / rel), source_path=rel, label=label, split="", line=i,
-                  original_key=rel)
+        SourceRow(
+            key=k, path=str(root.resolve() / rel), source_path=rel, label=label, split="", line=i, original_key=rel
+        )
         for i, ((rel, label), k) in enumerate(zip(files, keys), 1)
     ]
-    src = Source("image-folder", str(root), rows, _classes({r.label for r in rows}), stratify=stratify,
-                 split_base=split_base.version if split_base is not None else None, skipped=tuple(skipped))
-    return _with_splits(replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base,
-                        near=near)
+    src = Source(
+        "image-folder",
+        str(root),
+        rows,
+        _classes({r.label for r in rows}),
+        stratify=stratify,
+        split_base=split_base.version if split_base is not None else None,
+        skipped=tuple(skipped),
+    )
+    return _with_splits(
+        replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
+    )
 
 
-def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int = 0,
-                sanitize_keys: bool = False, columns: Columns | None = None, stratify: bool = False,
-                split_base: SplitBase | None = None, near: NearPairs | None = None,
-                dedup: int | None = None) -> Source:
+def read_source(
+    path: str | os.PathLike,
+    *,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    sanitize_keys: bool = False,
+    columns: Columns | None = None,
+    stratify: bool = False,
+    split_base: SplitBase | None = None,
+    near: NearPairs | None = None,
+    dedup: int | None = None,
+) -> Source:
     """Read a manifest (.csv/.tsv/.jsonl) or an image folder.
 
     A manifest's columns are ``key,path,label[,split][,sha256|md5]`` unless ``columns`` names others
@@ -451,16 +533,37 @@ def read_source(path: str | os.PathLike, *, val_fraction: float = 0.1, seed: int
     if not 0.0 <= val_fraction < 1.0:
         raise SourceError(f"val_fraction must be in [0, 1), not {val_fraction}")
     if is_remote(path):
-        return _read_manifest(os.fspath(path), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys,
-                              columns=columns, stratify=stratify, split_base=split_base, near=near, dedup=dedup)
+        return _read_manifest(
+            os.fspath(path),
+            val_fraction=val_fraction,
+            seed=seed,
+            sanitize=sanitize_keys,
+            columns=columns,
+            stratify=stratify,
+            split_base=split_base,
+            near=near,
+            dedup=dedup,
+        )
     p = Path(path)
     if p.is_dir():
         if not columns.default or columns.group is not None:
-            raise OptionError(f"--key, --label, --path, --split and --group name a manifest's columns; {p} is an "
-                              "image folder (ROOT/<label>/<file>), which has none")
-        return _read_folder(p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base,
-                            near=near, dedup=dedup)
+            raise OptionError(
+                f"--key, --label, --path, --split and --group name a manifest's columns; {p} is an "
+                "image folder (ROOT/<label>/<file>), which has none"
+            )
+        return _read_folder(
+            p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base, near=near, dedup=dedup
+        )
     if not p.exists():
         raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
-    return _read_manifest(str(p), val_fraction=val_fraction, seed=seed, sanitize=sanitize_keys, columns=columns,
-                          stratify=stratify, split_base=split_base, near=near, dedup=dedup)
+    return _read_manifest(
+        str(p),
+        val_fraction=val_fraction,
+        seed=seed,
+        sanitize=sanitize_keys,
+        columns=columns,
+        stratify=stratify,
+        split_base=split_base,
+        near=near,
+        dedup=dedup,
+    )

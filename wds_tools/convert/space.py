@@ -57,8 +57,10 @@ def disk_full_error(todo: list[Target], e: OSError, n_rows: int) -> DiskFullErro
     total = sum(needs.values())
     if current.store.remote:  # shards are staged locally before their upload
         where = tempfile.gettempdir()
-        need = (f"room for one shard ({human_bytes(max(1, total // max(1, len(current.tasks))))} on average, "
-                "estimated from its plan)")
+        need = (
+            f"room for one shard ({human_bytes(max(1, total // max(1, len(current.tasks))))} on average, "
+            "estimated from its plan)"
+        )
         what = f"the local staging folder {where} (shards for {current.store.root} are written there first)"
     else:
         where = current.store.root

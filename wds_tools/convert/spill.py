@@ -109,13 +109,18 @@ class SpillWriter:
         self.file.done()
         rows = [r for r, _, _ in self.rows]
         cols: dict[str, np.ndarray] = {
-            "key": np.array([r.key.encode() for r in rows] or [b""], dtype="S")[:len(rows)],
+            "key": np.array([r.key.encode() for r in rows] or [b""], dtype="S")[: len(rows)],
             "fingerprint": np.frombuffer(b"".join(r.fingerprint for r in rows), dtype="u1").reshape(-1, 16),
         }
-        values = {"width": [r.width for r in rows], "height": [r.height for r in rows],
-                  "src_size": [r.src_nbytes for r in rows], "src_mtime_ns": [r.src_mtime_ns for r in rows],
-                  "npy_offset": [off for _, off, _ in self.rows], "npy_length": [n for _, _, n in self.rows],
-                  "npy_xxh3": [r.npy_xxh3 for r in rows]}
+        values = {
+            "width": [r.width for r in rows],
+            "height": [r.height for r in rows],
+            "src_size": [r.src_nbytes for r in rows],
+            "src_mtime_ns": [r.src_mtime_ns for r in rows],
+            "npy_offset": [off for _, off, _ in self.rows],
+            "npy_length": [n for _, _, n in self.rows],
+            "npy_xxh3": [r.npy_xxh3 for r in rows],
+        }
         for name, column in values.items():  # in this order: the table's bytes
             cols[name] = np.array(column, dtype=SAMPLE_COLUMNS.get(name, "<i8"))  # mtime: <i8
         cols["path_offsets"], cols["path_data"] = pack_strings([r.source_path for r in rows])
@@ -151,8 +156,17 @@ def load_spill(store: Store, folder: str) -> dict[str, Spilled]:
         nbytes = int(cols["bytes"][0])
         for i, key in enumerate(cols["key"]):
             path = paths[i]
-            out[key.decode()] = Spilled(path, cols["fingerprint"][i].tobytes(), int(cols["width"][i]),
-                                        int(cols["height"][i]), int(cols["src_size"][i]),
-                                        int(cols["src_mtime_ns"][i]), blob, nbytes, int(cols["npy_offset"][i]),
-                                        int(cols["npy_length"][i]), int(cols["npy_xxh3"][i]))
+            out[key.decode()] = Spilled(
+                path,
+                cols["fingerprint"][i].tobytes(),
+                int(cols["width"][i]),
+                int(cols["height"][i]),
+                int(cols["src_size"][i]),
+                int(cols["src_mtime_ns"][i]),
+                blob,
+                nbytes,
+                int(cols["npy_offset"][i]),
+                int(cols["npy_length"][i]),
+                int(cols["npy_xxh3"][i]),
+            )
     return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..format.transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 from ..format.fsutil import atomic_write_bytes
+from ..format.transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 
 __all__ = ["Store", "open_input", "read_input"]
 

@@ -22,8 +22,16 @@ from .source import Source
 from .storage import Store
 from .write import SampleTask, ShardTask
 
-__all__ = ["WORK_DIR", "Target", "spec", "spec_differences", "prepare_dest", "task_digest",
-           "finished_meta", "select_base"]
+__all__ = [
+    "WORK_DIR",
+    "Target",
+    "spec",
+    "spec_differences",
+    "prepare_dest",
+    "task_digest",
+    "finished_meta",
+    "select_base",
+]
 
 WORK_DIR = ".wds-tools-work"
 LOCK_FILE = ".wds-tools-lock"  # see lock.py
@@ -53,11 +61,18 @@ class Target:
 def spec(source: Source, opts: ConvertOptions, side: int) -> dict:
     """What determines the bytes of a conversion at ``side`` pixels; equal specs give identical output."""
     return {
-        "dataset_version": opts.version, "size": side, "resize": opts.resize, "decode": opts.decode.to_dict(),
-        "build": {"shard_size": opts.samples_per_shard(side), "seed": opts.seed, "val_fraction": opts.val_fraction,
-                  "sanitize_keys": opts.sanitize_keys,
-                  "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
-                  **source.build_fields()},
+        "dataset_version": opts.version,
+        "size": side,
+        "resize": opts.resize,
+        "decode": opts.decode.to_dict(),
+        "build": {
+            "shard_size": opts.samples_per_shard(side),
+            "seed": opts.seed,
+            "val_fraction": opts.val_fraction,
+            "sanitize_keys": opts.sanitize_keys,
+            "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
+            **source.build_fields(),
+        },
     }
 
 
@@ -77,8 +92,10 @@ def _colour_hint(diffs: list[str]) -> str:
     """A hint when the folder's only difference is the colour rule of an older conversion."""
     if not any(d.startswith("decode.colour: existing 'raw'") for d in diffs):
         return ""
-    return (" Its pixels keep embedded ICC profiles' raw values (as every conversion before --colour did): "
-            "pass --colour raw to take it as it is.")
+    return (
+        " Its pixels keep embedded ICC profiles' raw values (as every conversion before --colour did): "
+        "pass --colour raw to take it as it is."
+    )
 
 
 def read_meta(store: Store) -> dict:
@@ -143,9 +160,11 @@ def finished_meta(store: Store, task: ShardTask) -> dict | None:
     """The meta of a shard a previous run finished (and uploaded) with the same plan, else None."""
     try:
         meta = json.loads(store.read_bytes(join(task.work, task.name + ".json")))
-        ok = (meta.get("digest") == task.digest
-              and store.size(join(task.dest, task.name)) == meta["bytes"]
-              and store.exists(join(task.work, task.name + ".npz")))
+        ok = (
+            meta.get("digest") == task.digest
+            and store.size(join(task.dest, task.name)) == meta["bytes"]
+            and store.exists(join(task.work, task.name + ".npz"))
+        )
         if ok and meta.get("failed_stat"):  # a source that failed and has changed since (repaired?): redo
             now = {s.key: [s.src_nbytes, s.src_mtime_ns] for s in task.samples}
             ok = all(now.get(key) == stat for key, stat in meta["failed_stat"].items())
@@ -164,14 +183,13 @@ def select_base(opts: ConvertOptions, side: int, decoders: dict) -> Base | None:
         return None
     if is_remote(out):  # reading a base's shards by offset is implemented for local folders only
         if base is not None:
-            raise OptionError(f"--from {base}: reusing pixels from object storage is not supported; "
-                              "convert with --no-reuse, or into a local --out")
+            raise OptionError(
+                f"--from {base}: reusing pixels from object storage is not supported; "
+                "convert with --no-reuse, or into a local --out"
+            )
         return None
-    wanted = {"size": side, "resize": opts.resize, "decode": opts.decode.to_dict(),
-              "decoder_versions": decoders}
+    wanted = {"size": side, "resize": opts.resize, "decode": opts.decode.to_dict(), "decoder_versions": decoders}
     found = find_base(Path(out), version, wanted, base)
     if found is None:
         return None
     return Base(found, hashes.load_stats(out, found.meta["dataset_version"]))
-
-

@@ -21,6 +21,7 @@ from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.npy import npy_header
 from ..format.packed import pack_strings
+from ..format.phash import phash
 from ..format.sample import MEMBERS, column_prefix, label_i32
 from ..format.sample import sample_json as json_bytes
 from ..format.tarwrite import ShardWriter
@@ -30,10 +31,21 @@ from .runner import orphaned
 from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .spill import SpillRow, SpillWriter, Staged
 from .storage import Store
-from ..format.phash import phash
 
-__all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "Encoded", "encode_batch", "ShardAssembler",
-           "open_shard", "write_shard", "sample_json", "NARROW_SPAN", "narrow_warning"]
+__all__ = [
+    "Reuse",
+    "SampleTask",
+    "ShardTask",
+    "SampleRow",
+    "Encoded",
+    "encode_batch",
+    "ShardAssembler",
+    "open_shard",
+    "write_shard",
+    "sample_json",
+    "NARROW_SPAN",
+    "narrow_warning",
+]
 
 
 @dataclass(frozen=True)
@@ -123,15 +135,23 @@ class Encoded:
     spilled: dict[int, list[SpillRow]] = field(default_factory=dict)  # side -> rows, see _spill_row
 
 
-def sample_json(s: SampleTask, width: int, height: int, fingerprint: str, dataset_version: str,
-                classes_digest: str) -> bytes:
+def sample_json(
+    s: SampleTask, width: int, height: int, fingerprint: str, dataset_version: str, classes_digest: str
+) -> bytes:
     """A sample's .json (docs/FORMAT.md): every sample of a conversion has the same keys, so
     ``original_key`` is the key itself when it was not mapped, and ``meta`` is there for every
     sample when the conversion has metadata columns."""
-    meta = {"key": s.key, "label": s.label_name, "source_path": s.source_path,
-            "width": width, "height": height, "fingerprint": f"xxh3_128:{fingerprint}",
-            "original_key": s.original_key if s.original_key is not None else s.key,
-            "dataset_version": dataset_version, "classes_digest": classes_digest}
+    meta = {
+        "key": s.key,
+        "label": s.label_name,
+        "source_path": s.source_path,
+        "width": width,
+        "height": height,
+        "fingerprint": f"xxh3_128:{fingerprint}",
+        "original_key": s.original_key if s.original_key is not None else s.key,
+        "dataset_version": dataset_version,
+        "classes_digest": classes_digest,
+    }
     if s.meta is not None:
         meta["meta"] = dict(s.meta)
     return json_bytes(meta)
@@ -174,7 +194,7 @@ class _StoredPixels:
             data = f.read(r.npy_offset, r.npy_length)
         except OSError as e:
             return f"stored .npy unreadable: {e.strerror or e}"
-        if len(data) != r.npy_length or data[:len(header)] != header:
+        if len(data) != r.npy_length or data[: len(header)] != header:
             return "stored .npy does not match the index (size or header)"
         if xxhash.xxh3_64_intdigest(data) != r.npy_xxh3:
             return "stored .npy fails its checksum"
@@ -203,9 +223,14 @@ NARROW_SPAN = 16  # a sixteenth of 0..255: stored pixels spanning fewer levels a
 
 def narrow_warning(key: str, path: str, line: int, lo: int, hi: int) -> dict:
     """errors.jsonl's line for a sample whose stored pixels span fewer than ``NARROW_SPAN`` levels."""
-    return {"key": key, "path": path, "line": line, "stage": "pixels",
-            "warning": f"the stored pixels span only {lo}..{hi}, less than a sixteenth of 0..255: a near-uniform "
-                       "image, or a range squeezed on decode (16-bit data without sBIT?); check the source"}
+    return {
+        "key": key,
+        "path": path,
+        "line": line,
+        "stage": "pixels",
+        "warning": f"the stored pixels span only {lo}..{hi}, less than a sixteenth of 0..255: a near-uniform "
+        "image, or a range squeezed on decode (16-bit data without sBIT?); check the source",
+    }
 
 
 def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
@@ -244,31 +269,52 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                 npy = got
                 flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
                 known = r.phash
-                row = SampleRow(s.key, s.label, r.fingerprint, r.width, r.height, s.src_nbytes, s.src_mtime_ns,
-                                r.npy_xxh3, s.source_path,
-                                known if known is not None else _phash(flat, task.side))
+                row = SampleRow(
+                    s.key,
+                    s.label,
+                    r.fingerprint,
+                    r.width,
+                    r.height,
+                    s.src_nbytes,
+                    s.src_mtime_ns,
+                    r.npy_xxh3,
+                    s.source_path,
+                    known if known is not None else _phash(flat, task.side),
+                )
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
             elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
                 error = reason if reason is not None else str(pictures[task.side])
-                out.failed.append({"key": s.key, "path": s.source_path, "line": s.line,
-                                   "stage": "decode", "error": error})
+                out.failed.append(
+                    {"key": s.key, "path": s.source_path, "line": s.line, "stage": "decode", "error": error}
+                )
                 out.failed_stat[s.key] = [s.src_nbytes, s.src_mtime_ns]  # a rerun redoes the shard if it changes
             else:
                 dec = pictures[task.side]
                 assert isinstance(dec, Decoded) and fp is not None  # no reason, no error: decoded
                 flat = dec.pixels.reshape(-1)
                 npy = header + flat.tobytes()
-                row = SampleRow(s.key, s.label, fp, dec.width, dec.height, src_nbytes, mtime,
-                                _npy_checksum(header, flat), s.source_path, phash(dec.pixels))
+                row = SampleRow(
+                    s.key,
+                    s.label,
+                    fp,
+                    dec.width,
+                    dec.height,
+                    src_nbytes,
+                    mtime,
+                    _npy_checksum(header, flat),
+                    s.source_path,
+                    phash(dec.pixels),
+                )
                 out.counts["decoded"] += 1
             if row is not None:
                 lo, hi = int(flat.min()), int(flat.max())
                 if hi - lo < NARROW_SPAN:
                     out.narrow.append(narrow_warning(s.key, s.source_path, s.line, lo, hi))
                 out.hist += _histogram(flat, task.side)
-                js = sample_json(s, row.width, row.height, row.fingerprint.hex(), task.dataset_version,
-                                 task.classes_digest)
+                js = sample_json(
+                    s, row.width, row.height, row.fingerprint.hex(), task.dataset_version, task.classes_digest
+                )
                 out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
                 out.rows.append(row)
             for side in s.also:
@@ -280,8 +326,9 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
     return out
 
 
-def _decode(s: SampleTask, sides: list[int], task: ShardTask, out: Encoded
-            ) -> tuple[dict[int, Decoded | DecodeError], bytes | None, int, int, str | None]:
+def _decode(
+    s: SampleTask, sides: list[int], task: ShardTask, out: Encoded
+) -> tuple[dict[int, Decoded | DecodeError], bytes | None, int, int, str | None]:
     """Read the source once and decode it at ``sides``: (pictures by side, fp, nbytes, mtime, reason)."""
     if not sides:
         return {}, None, 0, 0, None
@@ -315,8 +362,17 @@ def _decode(s: SampleTask, sides: list[int], task: ShardTask, out: Encoded
 def _spill_row(s: SampleTask, side: int, dec: Decoded, fp: bytes, src_nbytes: int, mtime: int) -> SpillRow:
     header = npy_header((side, side, 3))
     flat = dec.pixels.reshape(-1)
-    return SpillRow(s.key, s.source_path, fp, dec.width, dec.height, src_nbytes, mtime,
-                    _npy_checksum(header, flat), header + flat.tobytes())
+    return SpillRow(
+        s.key,
+        s.source_path,
+        fp,
+        dec.width,
+        dec.height,
+        src_nbytes,
+        mtime,
+        _npy_checksum(header, flat),
+        header + flat.tobytes(),
+    )
 
 
 class ShardAssembler:
@@ -365,11 +421,21 @@ class ShardAssembler:
         finally:
             self.cleanup()
         store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(self.rows)))
-        meta = {"name": task.name, "split": task.split, "digest": task.digest, "bytes": nbytes,
-                "sha256": sha, "samples": len(self.rows), "failed": self.failed, "narrow": self.narrow,
-                "failed_stat": self.failed_stat,
-                "histogram": self.hist.tolist(), "counts": self.counts, "reuse_problems": self.problems,
-                "decodes": self.decodes}
+        meta = {
+            "name": task.name,
+            "split": task.split,
+            "digest": task.digest,
+            "bytes": nbytes,
+            "sha256": sha,
+            "samples": len(self.rows),
+            "failed": self.failed,
+            "narrow": self.narrow,
+            "failed_stat": self.failed_stat,
+            "histogram": self.hist.tolist(),
+            "counts": self.counts,
+            "reuse_problems": self.problems,
+            "decodes": self.decodes,
+        }
         store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
         return meta
 

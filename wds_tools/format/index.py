@@ -96,8 +96,11 @@ SAMPLE_COLUMNS: dict[str, str] = {
 SAMPLE_COLUMNS_V2: dict[str, str] = {k: v for k, v in SAMPLE_COLUMNS.items() if k != "phash"}
 # Format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere).
 SAMPLE_COLUMNS_V1: dict[str, str] = {
-    **{k: v for k, v in SAMPLE_COLUMNS.items() if k in ("key", "label", "shard", "fingerprint", "width", "height",
-                                                         "src_size")},
+    **{
+        k: v
+        for k, v in SAMPLE_COLUMNS.items()
+        if k in ("key", "label", "shard", "fingerprint", "width", "height", "src_size")
+    },
     "src_mtime_ns": "<i8",
     **{k: v for k, v in SAMPLE_COLUMNS.items() if k.startswith(("cls_o", "cls_l", "json_", "npy_", "path_"))},
 }
@@ -126,8 +129,9 @@ def write_npz(columns: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def read_npz(path: str | os.PathLike, names: Iterable[str] | None = None, *,
-             data: bytes | None = None) -> dict[str, np.ndarray]:
+def read_npz(
+    path: str | os.PathLike, names: Iterable[str] | None = None, *, data: bytes | None = None
+) -> dict[str, np.ndarray]:
     """Every column of a .npz, or only ``names`` (the others are not read); from ``data`` when the
     caller already holds the file's bytes (``path`` then only names it in errors)."""
     try:
@@ -167,7 +171,7 @@ class SampleTable:
 
     def source_path(self, i: int) -> str:
         """Row i's source file, as the converter read it."""
-        return unpack_strings(self.columns["path_offsets"][i:i + 2], self.columns["path_data"])[0]
+        return unpack_strings(self.columns["path_offsets"][i : i + 2], self.columns["path_data"])[0]
 
     def fingerprint_hex(self, i: int) -> str:
         """Row i's source fingerprint (xxh3-128) as hex."""
@@ -217,9 +221,7 @@ class DatasetIndex:
     def url_pattern(self, split: str) -> str:
         """Absolute WebDataset URL pattern of a split, e.g. /data/shards/v1/224/train-{000000..000041}.tar."""
         if split not in self.splits:
-            raise IndexFormatError(
-                f"{self.root}: no split {split!r}; the index has {', '.join(self.splits) or 'none'}"
-            )
+            raise IndexFormatError(f"{self.root}: no split {split!r}; the index has {', '.join(self.splits) or 'none'}")
         return str(self.root / self.splits[split]["urls"])
 
 
@@ -240,7 +242,8 @@ def read_index(url: str, *, required: bool = False) -> dict:
     except FileNotFoundError:
         if required:
             raise IndexFormatError(
-                f"no index at {url}; convert first, or point at a folder holding {INDEX_FILE}") from None
+                f"no index at {url}; convert first, or point at a folder holding {INDEX_FILE}"
+            ) from None
         raise
     except OSError as e:
         raise IndexFormatError(f"cannot read index {url}: {e}") from None
@@ -257,8 +260,7 @@ def index_of(spec: str | os.PathLike) -> tuple[str, dict]:
     return parent(url), read_index(url, required=True)
 
 
-def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None
-                 ) -> dict[str, np.ndarray]:
+def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None) -> dict[str, np.ndarray]:
     """Columns of a samples.npz (``names``, or all); a local file is read only for those columns."""
     if data is None and not is_local(url):
         try:
@@ -286,8 +288,9 @@ def read_samples_checked(base: str, meta: dict, names: Sequence[str] | None = No
             data = read_bytes(url)
             got_bytes, digest = len(data), hashlib.sha256(data).hexdigest()
     except FileNotFoundError:
-        raise IndexFormatError(f"{url} is missing; {where} names it (copy the whole folder, or convert "
-                               "again)") from None
+        raise IndexFormatError(
+            f"{url} is missing; {where} names it (copy the whole folder, or convert again)"
+        ) from None
     except OSError as e:
         raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
     fix = "it is not the table this index was written with (copy the folder again, or convert again)"
@@ -311,7 +314,7 @@ def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
     except ValueError as e:
         raise IndexFormatError(f"cannot read index {where}: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise IndexFormatError(f"{where} is not a wds-tools index (no \"format\": \"{FORMAT_NAME}\")")
+        raise IndexFormatError(f'{where} is not a wds-tools index (no "format": "{FORMAT_NAME}")')
     version = meta.get("format_version")
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise IndexFormatError(
@@ -336,8 +339,14 @@ def histogram_mean_std(hist: np.ndarray, empty: tuple[Any, Any] = (None, None)) 
     return [round(float(x) / 255, 6) for x in mean], [round(float(x) / 255, 6) for x in std]
 
 
-def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarray], *,
-                write_bytes: Callable[[str, bytes], None] = atomic_write_bytes, sidecars: bool = True) -> dict:
+def write_index(
+    dest: str | os.PathLike,
+    meta: dict,
+    columns: dict[str, np.ndarray],
+    *,
+    write_bytes: Callable[[str, bytes], None] = atomic_write_bytes,
+    sidecars: bool = True,
+) -> dict:
     """Write samples.npz and the readers' sidecar files (``format.sidecars``), then index.json
     (last, so an index always names complete files).
 
@@ -354,7 +363,9 @@ def write_index(dest: str | os.PathLike, meta: dict, columns: dict[str, np.ndarr
             write_bytes(join(dest, name), side)
     meta = dict(meta)
     meta["samples_file"] = {
-        "name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+        "name": SAMPLES_FILE,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
     }
     write_bytes(join(dest, INDEX_FILE), (dumps_canonical(meta) + "\n").encode())
     return meta

@@ -17,14 +17,26 @@ import numpy as np
 from ..errors import IndexFormatError
 from .packed import pack_strings, unpack_strings
 
-__all__ = ["META_TYPES", "MetaColumn", "MetaValues", "metadata_columns", "npz_names", "npz_dtypes",
-           "encode_columns", "read_metadata", "value_text", "meta_object", "column_names", "is_int_text",
-           "is_float_text"]
+__all__ = [
+    "META_TYPES",
+    "MetaColumn",
+    "MetaValues",
+    "metadata_columns",
+    "npz_names",
+    "npz_dtypes",
+    "encode_columns",
+    "read_metadata",
+    "value_text",
+    "meta_object",
+    "column_names",
+    "is_int_text",
+    "is_float_text",
+]
 
 META_TYPES = ("int", "float", "string")
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # canonical: no sign but '-', no leading zero (ASCII digits only)
 _FLOAT = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no leading zero
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 _NPZ = {  # type -> (suffix, dtype) of each samples.npz array of a column, in stored order
     "int": (("", "<i8"), ("_missing", "|b1")),
     "float": (("", "<f8"),),
@@ -46,9 +58,12 @@ def metadata_columns(meta: Mapping) -> list[MetaColumn]:
     """The metadata columns an index.json lists ([] for version 1, or an index without metadata)."""
     items = meta.get("metadata") or []
     if not isinstance(items, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str) and c.get("type") in META_TYPES for c in items):
-        raise IndexFormatError("index.json metadata is not a list of {name, type} with type int, float or string; "
-                               "the index is damaged (run wds-tools verify)")
+        isinstance(c, dict) and isinstance(c.get("name"), str) and c.get("type") in META_TYPES for c in items
+    ):
+        raise IndexFormatError(
+            "index.json metadata is not a list of {name, type} with type int, float or string; "
+            "the index is damaged (run wds-tools verify)"
+        )
     return [MetaColumn(c["name"], c["type"]) for c in items]
 
 
@@ -165,7 +180,7 @@ class MetaValues:
             elif isinstance(w, (int, float, np.integer, np.floating)) and not isinstance(w, bool):
                 if self.column.type == "float":
                     numbers.append(float(w))
-                elif float(w).is_integer() and -(2 ** 63) <= int(w) < 2 ** 63:  # exact, however large
+                elif float(w).is_integer() and -(2**63) <= int(w) < 2**63:  # exact, however large
                     numbers.append(int(w))
             else:
                 raise TypeError(f"{self.column.name!r} is a column of {self.column.type}s; {w!r} is not a number")
@@ -199,8 +214,9 @@ class MetaValues:
         return ids, [kind(u) for u in uniq.tolist()]
 
 
-def read_metadata(columns: Mapping[str, np.ndarray], meta: Mapping, names: Iterable[str] | None = None,
-                  where: str = "samples.npz") -> dict[str, MetaValues]:
+def read_metadata(
+    columns: Mapping[str, np.ndarray], meta: Mapping, names: Iterable[str] | None = None, where: str = "samples.npz"
+) -> dict[str, MetaValues]:
     """The metadata columns ``names`` (default: all) from samples.npz arrays ``columns`` (which must
     hold their ``npz_names``), by name."""
     listed = metadata_columns(meta)
@@ -212,8 +228,10 @@ def read_metadata(columns: Mapping[str, np.ndarray], meta: Mapping, names: Itera
         keys = npz_names(i, c.type)
         absent = [k for k in keys if k not in columns]
         if absent:
-            raise IndexFormatError(f"{where} has no column {absent[0]!r} (metadata column {c.name!r}); the index "
-                                   "is damaged (run wds-tools verify)")
+            raise IndexFormatError(
+                f"{where} has no column {absent[0]!r} (metadata column {c.name!r}); the index "
+                "is damaged (run wds-tools verify)"
+            )
         values = columns[keys[0]]
         if c.type == "int":
             out[c.name] = MetaValues(c, values.astype(np.int64), columns[keys[1]].astype(bool))
@@ -224,8 +242,10 @@ def read_metadata(columns: Mapping[str, np.ndarray], meta: Mapping, names: Itera
             cats = unpack_strings(columns[keys[1]].astype(np.int64), columns[keys[2]], errors="replace")
             codes = values.astype(np.int64)
             if len(codes) and (codes.min() < -1 or codes.max() >= len(cats)):
-                raise IndexFormatError(f"{where}: column {keys[0]!r} (metadata {c.name!r}) holds codes outside "
-                                       f"-1..{len(cats) - 1}; the index is damaged (run wds-tools verify)")
+                raise IndexFormatError(
+                    f"{where}: column {keys[0]!r} (metadata {c.name!r}) holds codes outside "
+                    f"-1..{len(cats) - 1}; the index is damaged (run wds-tools verify)"
+                )
             out[c.name] = MetaValues(c, codes, codes < 0, cats)
     return out
 

@@ -23,8 +23,21 @@ from typing import NamedTuple, Protocol
 from ..errors import OptionError
 from .names import indexed_name_problem
 
-__all__ = ["Part", "RECORD_ONLY", "dataset_identity", "dataset_key", "differences", "class_difference",
-           "datasets", "Gap", "check_mixed", "gaps", "check_partial", "MIXED_HINT", "PARTIAL_HINT"]
+__all__ = [
+    "Part",
+    "RECORD_ONLY",
+    "dataset_identity",
+    "dataset_key",
+    "differences",
+    "class_difference",
+    "datasets",
+    "Gap",
+    "check_mixed",
+    "gaps",
+    "check_partial",
+    "MIXED_HINT",
+    "PARTIAL_HINT",
+]
 
 # build fields that are provenance only (the same conversion may record other values; FORMAT.md, index.json)
 RECORD_ONLY = ("source_path", "base")
@@ -33,10 +46,14 @@ _IDENTITY = ("format_version", "dataset_version", "size", "classes", "resize", "
 _SHARD_FIELDS = ("name", "split", "samples", "bytes", "sha256")
 SHOWN = 3  # names listed in a message before "and N more"
 
-MIXED_HINT = ("pass allow_mixed=True to read them as one set anyway (wds-tools stats/verify: --allow-mixed; "
-              "a trainer config: allow_mixed: true in its dataset block)")
-PARTIAL_HINT = ("pass allow_partial=True to read only the shards named, on purpose (a quick experiment; "
-                "a trainer config: allow_partial: true in its dataset block)")
+MIXED_HINT = (
+    "pass allow_mixed=True to read them as one set anyway (wds-tools stats/verify: --allow-mixed; "
+    "a trainer config: allow_mixed: true in its dataset block)"
+)
+PARTIAL_HINT = (
+    "pass allow_partial=True to read only the shards named, on purpose (a quick experiment; "
+    "a trainer config: allow_partial: true in its dataset block)"
+)
 
 
 class Part(Protocol):
@@ -68,6 +85,7 @@ class Part(Protocol):
 
 
 # ------------------------------------------------------------------ what a dataset is
+
 
 def dataset_identity(meta: dict) -> dict:
     """The fields of an index.json that say which dataset it is: version, size, classes, how it was
@@ -114,8 +132,10 @@ def _class_difference(a: object, b: object, na: str, nb: str) -> str:
         which = "every one of the" if len(moved) == len(shared) else f"{len(moved)} of the"
         shown = ", ".join(f"{c!r} {pos_a[c]} / {pos_b[c]}" for c in moved[:SHOWN])
         more = f", and {len(moved) - SHOWN} more" if len(moved) > SHOWN else ""
-        parts.append(f"{which} {len(shared)} shared classes has another index ({shown}{more}): "
-                     f"the same label means different classes")
+        parts.append(
+            f"{which} {len(shared)} shared classes has another index ({shown}{more}): "
+            f"the same label means different classes"
+        )
     return "; ".join(parts)
 
 
@@ -161,8 +181,10 @@ def _shard_difference(x: object, y: object) -> str:
     other = [i for i, (s, t) in enumerate(zip(x, y)) if s != t]
     first = x[other[0]]
     name = first.get("name") if isinstance(first, dict) else other[0]
-    return (f"shards: {len(other)} of {len(x)} hold other bytes or samples (first: {name}), e.g. converted "
-            f"again from changed images or with another Pillow")
+    return (
+        f"shards: {len(other)} of {len(x)} hold other bytes or samples (first: {name}), e.g. converted "
+        f"again from changed images or with another Pillow"
+    )
 
 
 def _short(v: object) -> str:
@@ -182,6 +204,7 @@ def _about(index_file: str, meta: dict) -> str:
 
 
 # ------------------------------------------------------------------ mixed
+
 
 class _Indexed(NamedTuple):
     """A part with an index: its index.json and that file's path."""
@@ -216,12 +239,16 @@ def check_mixed(spec: str, parts: Sequence[Part]) -> None:
         firsts = [g[0] for g in groups.values()]
         tags = [f"[{i + 1}]" for i in range(len(firsts))]
         lines = [f"{spec}: these shards belong to {len(firsts)} different datasets, which cannot be read as one set:"]
-        lines += [f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text([i.part for i in g])}"
-                  for t, g in zip(tags, groups.values())]
+        lines += [
+            f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text([i.part for i in g])}"
+            for t, g in zip(tags, groups.values())
+        ]
         for t, p in zip(tags[1:], firsts[1:]):
             lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].meta, p.meta, tags[0], t)))
-        lines.append(f"Read as one set, a label can name different classes in different shards and a key can "
-                     f"occur twice. Give the shards of one dataset, or {MIXED_HINT}.")
+        lines.append(
+            f"Read as one set, a label can name different classes in different shards and a key can "
+            f"occur twice. Give the shards of one dataset, or {MIXED_HINT}."
+        )
         raise OptionError("\n".join(lines))
 
 
@@ -231,6 +258,7 @@ def _parts_text(parts: Sequence[Part]) -> str:
 
 
 # ------------------------------------------------------------------ partial
+
 
 @dataclass(frozen=True)
 class Gap:
@@ -250,8 +278,13 @@ class Gap:
 
     def to_dict(self) -> dict:
         """The gap as JSON (``--json`` output)."""
-        return {"index": self.index_file, "split": self.split, "named": self.named, "total": self.total,
-                "missing": list(self.missing)}
+        return {
+            "index": self.index_file,
+            "split": self.split,
+            "named": self.named,
+            "total": self.total,
+            "missing": list(self.missing),
+        }
 
 
 def gaps(parts: Sequence[Part]) -> list[Gap]:
@@ -271,8 +304,9 @@ def gaps(parts: Sequence[Part]) -> list[Gap]:
         for split, all_names in by_split.items():
             have = [n for n in all_names if n in names]
             if have and len(have) < len(all_names):
-                out.append(Gap(p.index_file, split, len(have), len(all_names),
-                               tuple(n for n in all_names if n not in names)))
+                out.append(
+                    Gap(p.index_file, split, len(have), len(all_names), tuple(n for n in all_names if n not in names))
+                )
     return out
 
 
@@ -280,5 +314,7 @@ def check_partial(spec: str, found: Sequence[Gap]) -> None:
     """Refuse (``OptionError``) a spec that names only part of a split's shards, naming what is missing."""
     if found:
         what = "; ".join(g.describe() for g in found)
-        raise OptionError(f"{spec}: {what}. It would read part of the split: give the shards folder or its "
-                          f"index.json to read every shard, correct the pattern, or {PARTIAL_HINT}.")
+        raise OptionError(
+            f"{spec}: {what}. It would read part of the split: give the shards folder or its "
+            f"index.json to read every shard, correct the pattern, or {PARTIAL_HINT}."
+        )

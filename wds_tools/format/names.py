@@ -15,8 +15,16 @@ import braceexpand  # installed with webdataset
 
 from ..errors import IndexFormatError
 
-__all__ = ["shard_name", "url_pattern", "shard_split", "expand", "indexed_name_problem", "samples_file_name",
-           "index_shards", "MIN_SAMPLE_BYTES"]
+__all__ = [
+    "shard_name",
+    "url_pattern",
+    "shard_split",
+    "expand",
+    "indexed_name_problem",
+    "samples_file_name",
+    "index_shards",
+    "MIN_SAMPLE_BYTES",
+]
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
 # What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the
@@ -93,8 +101,10 @@ def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
         elif count > s["bytes"] // MIN_SAMPLE_BYTES:
             # a count no shard of that size can hold: bounded here, before any planner loops over it;
             # verify (strict=False) reads such a shard and reports what it holds
-            problems.append(f"shards[{i}].samples is {count:,}, but a shard of {s['bytes']:,} bytes holds at most "
-                            f"{s['bytes'] // MIN_SAMPLE_BYTES:,} samples")
+            problems.append(
+                f"shards[{i}].samples is {count:,}, but a shard of {s['bytes']:,} bytes holds at most "
+                f"{s['bytes'] // MIN_SAMPLE_BYTES:,} samples"
+            )
             if not strict:
                 good.append(s)
         else:

@@ -38,8 +38,7 @@ def _flip_masks(radius: int) -> np.ndarray:
     return np.array(masks, dtype=np.int64)
 
 
-def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pair within ``threshold`` bits (least over the flips/turns): (i, j, distance) arrays.
 
     Within ``a`` (i < j) when ``b`` is None, else between ``a`` (i) and ``b`` (j). Exact: the same
@@ -58,7 +57,7 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None
         tables.append((np.argsort(values, kind="stable"), counts.astype(np.int32), starts))
     out_i, out_j = [], []
     for lo in range(0, len(a), _CHUNK):
-        q = variants_array(a[lo:lo + _CHUNK]).reshape(-1)  # each query hash's 8 variants
+        q = variants_array(a[lo : lo + _CHUNK]).reshape(-1)  # each query hash's 8 variants
         for band, (order, sizes, firsts) in enumerate(tables):
             qb = _band(q, band)
             for m in masks:  # every band value within the radius

@@ -13,8 +13,16 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["NPY_HEADER_BYTES", "npy_header", "image_header", "read_npy_header", "image_side", "image_side_or_none",
-           "describe", "describe_fields"]
+__all__ = [
+    "NPY_HEADER_BYTES",
+    "npy_header",
+    "image_header",
+    "read_npy_header",
+    "image_side",
+    "image_side_or_none",
+    "describe",
+    "describe_fields",
+]
 
 NPY_HEADER_BYTES = 128
 
@@ -69,8 +77,10 @@ def image_side(header: bytes) -> int:
     if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3 or shape[0] != shape[1] or shape[0] < 1:
         raise ValueError(f"it holds {describe_fields(dtype, shape, fortran)}; expected uint8 [S, S, 3] in C order")
     if version != (1, 0) or length != NPY_HEADER_BYTES:
-        raise ValueError(f"it is NPY {version[0]}.{version[1]} with a {length}-byte header; expected NPY 1.0 with "
-                         f"{NPY_HEADER_BYTES} bytes")
+        raise ValueError(
+            f"it is NPY {version[0]}.{version[1]} with a {length}-byte header; expected NPY 1.0 with "
+            f"{NPY_HEADER_BYTES} bytes"
+        )
     return int(shape[0])
 
 

@@ -14,8 +14,17 @@ import functools
 
 import numpy as np
 
-__all__ = ["HASH_SIDE", "BLOCK", "GREY_WEIGHTS", "phash", "phash_batch", "variants", "variants_array",
-           "popcount", "distance"]
+__all__ = [
+    "HASH_SIDE",
+    "BLOCK",
+    "GREY_WEIGHTS",
+    "phash",
+    "phash_batch",
+    "variants",
+    "variants_array",
+    "popcount",
+    "distance",
+]
 
 HASH_SIDE = 32  # the grey image is area-averaged to HASH_SIDE x HASH_SIDE
 BLOCK = 8  # the hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits

@@ -65,8 +65,11 @@ class _Rules:
     indexes: dict[str, dict | None] = field(default_factory=dict)  # folder -> its index.json, read once
 
     def no_index(self, where: str) -> str:
-        hint = "pass --scan to read the tars themselves (slower)" if self.need_index else \
-            (f"convert first (a folder wds-tools converts has its {INDEX_FILE} once the conversion finishes)")
+        hint = (
+            "pass --scan to read the tars themselves (slower)"
+            if self.need_index
+            else (f"convert first (a folder wds-tools converts has its {INDEX_FILE} once the conversion finishes)")
+        )
         return f"no index at {where}; {hint}"
 
     def index_in(self, folder: str) -> dict | None:
@@ -79,9 +82,18 @@ class _Rules:
         return self.indexes[folder]
 
 
-def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str | None = None,
-            need_index: bool = False, scan: bool = False, pipe: bool = False, one_folder: bool = False,
-            strict: bool = True, allow_mixed: bool = False, allow_partial: bool = False) -> Shards:
+def resolve(
+    spec: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    split: str | None = None,
+    need_index: bool = False,
+    scan: bool = False,
+    pipe: bool = False,
+    one_folder: bool = False,
+    strict: bool = True,
+    allow_mixed: bool = False,
+    allow_partial: bool = False,
+) -> Shards:
     """The shards a spec names (see the module docstring).
 
     ``split``: from a folder or index, only that split's shards (None: all of them).
@@ -97,8 +109,10 @@ def resolve(spec: str | os.PathLike | Sequence[str | os.PathLike], *, split: str
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     texts = [t.strip() for item in items for t in os.fspath(item).split("::") if t.strip()]
     if not texts:
-        raise OptionError("no shard given; expected a shards folder, its index.json or a pattern like "
-                          "shards/v1/224/train-{000000..000041}.tar")
+        raise OptionError(
+            "no shard given; expected a shards folder, its index.json or a pattern like "
+            "shards/v1/224/train-{000000..000041}.tar"
+        )
     rules = _Rules(split, need_index, scan, pipe, one_folder, strict)
     parts = [p for t in texts for p in _resolve_one(t, rules)]  # one per text and folder
     whole = "::".join(texts)
@@ -121,14 +135,21 @@ def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Sh
         also = " (or read their tars as one set: --scan)"
         if texts == 1:
             raise OptionError(f"{spec}: the pattern spans several folders; give one shards folder at a time{also}")
-        raise OptionError(f"{spec}: the shards are in several folders ({', '.join(sorted(str(f) for f in folders))})"
-                          f"; give one shards folder at a time{also}")
+        raise OptionError(
+            f"{spec}: the shards are in several folders ({', '.join(sorted(str(f) for f in folders))})"
+            f"; give one shards folder at a time{also}"
+        )
     one_index = all(p.names is not None and p.index_base == first.index_base for p in parts)
     return Shards(
-        spec, [u for p in parts for u in p.urls], folder, first.meta, first.index_base,
+        spec,
+        [u for p in parts for u in p.urls],
+        folder,
+        first.meta,
+        first.index_base,
         [n for p in parts for n in p.names or ()] if one_index else None,
         None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts or ()],
-        selected=True)
+        selected=True,
+    )
 
 
 def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
@@ -136,8 +157,10 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
     kind = scheme(text)
     if kind == "pipe":
         if not rules.pipe:
-            raise OptionError(f"{text}: pipe: commands are read by the loader only; give a shards folder, "
-                              "its index.json or a shard pattern")
+            raise OptionError(
+                f"{text}: pipe: commands are read by the loader only; give a shards folder, "
+                "its index.json or a shard pattern"
+            )
         return [Shards(text, expand(text))]
     local = local_path(text)
     if local is not None:
@@ -166,8 +189,9 @@ def _folder(text: str, folder: str, rules: _Rules) -> Shards:
         raise IndexFormatError(rules.no_index(where))
     names = list_tars(folder)
     if names is None:
-        raise IndexFormatError(f"no index at {where}, and a {scheme(folder)}:// folder cannot be listed; "
-                               "give a shard pattern")
+        raise IndexFormatError(
+            f"no index at {where}, and a {scheme(folder)}:// folder cannot be listed; give a shard pattern"
+        )
     if not names:
         raise IndexFormatError(f"{folder}: neither {INDEX_FILE} nor any *.tar shard")
     return Shards(text, [join(folder, n) for n in names], folder)
@@ -179,12 +203,12 @@ def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = 
     if split is not None:
         splits = meta.get("splits", {})
         if split not in splits:
-            raise IndexFormatError(f"{join(base, INDEX_FILE)}: no split {split!r}; the index has "
-                                   f"{', '.join(splits) or 'none'}")
+            raise IndexFormatError(
+                f"{join(base, INDEX_FILE)}: no split {split!r}; the index has {', '.join(splits) or 'none'}"
+            )
         shards = [s for s in shards if s.get("split") == split]
     names = [s["name"] for s in shards]
-    return Shards(text, [join(base, n) for n in names], base, meta, base, names,
-                  [int(s["samples"]) for s in shards])
+    return Shards(text, [join(base, n) for n in names], base, meta, base, names, [int(s["samples"]) for s in shards])
 
 
 def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
@@ -218,8 +242,10 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
         if meta is None:
             raise IndexFormatError(rules.no_index(join(folder, INDEX_FILE)))
         if unknown:
-            raise IndexFormatError(f"{text}: {len(unknown)} shard(s) are not in {join(folder, INDEX_FILE)} "
-                                   f"(first: {unknown[0]}); use --scan to read the tars themselves")
+            raise IndexFormatError(
+                f"{text}: {len(unknown)} shard(s) are not in {join(folder, INDEX_FILE)} "
+                f"(first: {unknown[0]}); use --scan to read the tars themselves"
+            )
     if unknown:
         return Shards(text, urls, folder, meta, folder if meta else None, selected=True)
     return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True)
@@ -249,9 +275,13 @@ def unfinished_conversion(folder: str) -> str | None:
         host, pid, since, command = holder
         who = f"pid {pid} on host {host}, since {since} UTC: `{command}`"
         alive = _alive(host, pid)
-        state = (f"is running in it ({who})" if alive else
-                 f"was interrupted ({who}, no longer running)" if alive is False else
-                 f"is running in it or was interrupted ({who})")
+        state = (
+            f"is running in it ({who})"
+            if alive
+            else f"was interrupted ({who}, no longer running)"
+            if alive is False
+            else f"is running in it or was interrupted ({who})"
+        )
     return f"a conversion {state}: the folder holds {present} but no {INDEX_FILE}"
 
 
@@ -286,7 +316,8 @@ def _refuse_unfinished(text: str, folder: str) -> None:
         raise IndexFormatError(
             f"{text}: {folder} is not a finished dataset: {state}. Its shards are part of a conversion, not "
             f"a whole split (a pattern naming them would read part of it). Wait for the conversion to "
-            f"finish, or run the convert command again to finish it (it resumes), then read the folder")
+            f"finish, or run the convert command again to finish it (it resumes), then read the folder"
+        )
 
 
 def _check_exist(text: str, urls: list[str]) -> None:
@@ -294,12 +325,20 @@ def _check_exist(text: str, urls: list[str]) -> None:
     inspectors report missing shards themselves)."""
     missing = [u for u in urls if (local := local_path(u)) is not None and not os.path.isfile(local)]
     if missing:
-        raise ShardError(f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
-                         f"check the pattern, or point at the shards folder")
+        raise ShardError(
+            f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
+            f"check the pattern, or point at the shards folder"
+        )
 
 
-def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "shards",
-                   scan: bool = False, strict: bool = True, allow_mixed: bool = False) -> Shards:
+def resolve_target(
+    path: str | os.PathLike | None,
+    *,
+    out: str | os.PathLike = "shards",
+    scan: bool = False,
+    strict: bool = True,
+    allow_mixed: bool = False,
+) -> Shards:
     """What the inspectors (stats, verify) read: PATH, or the newest version under ``out``.
 
     Without ``scan`` an index must list every shard, and the shards must be in one folder (its
@@ -310,8 +349,15 @@ def resolve_target(path: str | os.PathLike | None, *, out: str | os.PathLike = "
     """
     if path is None:
         path = newest_dataset(out, need_index=not scan)
-    return resolve(path, need_index=not scan, scan=scan, one_folder=not scan, strict=strict,
-                   allow_mixed=allow_mixed, allow_partial=True)
+    return resolve(
+        path,
+        need_index=not scan,
+        scan=scan,
+        one_folder=not scan,
+        strict=strict,
+        allow_mixed=allow_mixed,
+        allow_partial=True,
+    )
 
 
 def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:
@@ -322,8 +368,11 @@ def newest_dataset(out: str | os.PathLike, *, need_index: bool = True) -> str:
         return str(indexed[0])
     found = []
     if not need_index:
-        found = [(max(t.stat().st_mtime for t in d.glob("*.tar")), d)
-                 for d in out.glob("*/*") if d.is_dir() and any(d.glob("*.tar"))]
+        found = [
+            (max(t.stat().st_mtime for t in d.glob("*.tar")), d)
+            for d in out.glob("*/*")
+            if d.is_dir() and any(d.glob("*.tar"))
+        ]
     if not found:
         what = f"OUT/<version>/<size>/{INDEX_FILE}" if need_index else "OUT/<version>/<size>/*.tar"
         raise IndexFormatError(

@@ -20,15 +20,35 @@ import json
 import struct
 from collections.abc import Mapping, Sequence
 
-__all__ = ["MEMBERS", "MEMBERS_V1", "members_of", "column_prefix", "label_i32", "read_label_i32",
-           "classes_digest", "sample_json", "identity_prefix", "JSON_FIELDS", "DIGEST_HEX"]
+__all__ = [
+    "MEMBERS",
+    "MEMBERS_V1",
+    "members_of",
+    "column_prefix",
+    "label_i32",
+    "read_label_i32",
+    "classes_digest",
+    "sample_json",
+    "identity_prefix",
+    "JSON_FIELDS",
+    "DIGEST_HEX",
+]
 
 MEMBERS_V1 = ("cls", "json", "npy")
 MEMBERS = ("cls", "i32", "json", "npy")  # what the converter writes (format version 2)
 DIGEST_HEX = 16  # classes_digest: the first 16 lowercase hex digits (64 bits) of a SHA-256
 # the .json fields of every version-2 sample ("meta" too when the conversion has metadata columns)
-JSON_FIELDS = ("classes_digest", "dataset_version", "fingerprint", "height", "key", "label", "original_key",
-               "source_path", "width")
+JSON_FIELDS = (
+    "classes_digest",
+    "dataset_version",
+    "fingerprint",
+    "height",
+    "key",
+    "label",
+    "original_key",
+    "source_path",
+    "width",
+)
 
 
 def members_of(meta: Mapping) -> tuple[str, ...]:

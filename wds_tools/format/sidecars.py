@@ -32,7 +32,7 @@ def wids_name(split: str) -> str:
 
 def dali_name(shard: str) -> str:
     """``train-000000.tar`` -> ``train-000000.idx``, the name wds2idx gives by default."""
-    return shard[:-len(".tar")] + ".idx" if shard.endswith(".tar") else shard + ".idx"
+    return shard[: -len(".tar")] + ".idx" if shard.endswith(".tar") else shard + ".idx"
 
 
 def wids_shard_list(meta: Mapping, split: str) -> dict:
@@ -42,8 +42,7 @@ def wids_shard_list(meta: Mapping, split: str) -> dict:
         "__kind__": "wids-shard-index-v1",
         "wids_version": 1,
         "name": f"{meta.get('dataset_version', '')}/{meta.get('size', '')}/{split}",
-        "shardlist": [{"url": s["name"], "nsamples": int(s["samples"]), "filesize": int(s["bytes"])}
-                      for s in shards],
+        "shardlist": [{"url": s["name"], "nsamples": int(s["samples"]), "filesize": int(s["bytes"])} for s in shards],
     }
 
 
@@ -56,13 +55,18 @@ def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str
     keys = columns["key"]
     for r in rows:
         key = keys[r].decode()
-        lines.append(" ".join(f"{m} {int(columns[f'{c}_offset'][r])} {int(columns[f'{c}_length'][r])} {key}.{m}"
-                              for m, c in zip(members, map(column_prefix, members))))
+        lines.append(
+            " ".join(
+                f"{m} {int(columns[f'{c}_offset'][r])} {int(columns[f'{c}_length'][r])} {key}.{m}"
+                for m, c in zip(members, map(column_prefix, members))
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
-def sidecar_files(meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: bool = True,
-                  dali: bool = True) -> dict[str, bytes]:
+def sidecar_files(
+    meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: bool = True, dali: bool = True
+) -> dict[str, bytes]:
     """File name -> bytes of every sidecar of one converted folder."""
     out: dict[str, bytes] = {}
     if wids:
@@ -75,8 +79,14 @@ def sidecar_files(meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: boo
     return out
 
 
-def write_sidecars(folder: str | os.PathLike, meta: Mapping, columns: Mapping[str, np.ndarray],
-                   write_bytes: Callable[[str, bytes], None], join: Callable[..., str], **which: bool) -> list[str]:
+def write_sidecars(
+    folder: str | os.PathLike,
+    meta: Mapping,
+    columns: Mapping[str, np.ndarray],
+    write_bytes: Callable[[str, bytes], None],
+    join: Callable[..., str],
+    **which: bool,
+) -> list[str]:
     """Write ``sidecar_files`` into ``folder`` with ``write_bytes`` (atomic); returns their names."""
     files = sidecar_files(meta, columns, **which)
     for name, data in files.items():

@@ -29,9 +29,26 @@ from ..errors import ShardError
 from .tarwrite import BLOCK
 from .transport import open_ranged, open_stream
 
-__all__ = ["BLOCK", "CHUNK", "MAX_MEMBER", "Member", "TarWalker", "TarHeaderError", "TarChecksumError",
-           "decode_header", "parse_header", "walk_headers", "scan_file", "read_full", "iter_chunks",
-           "split_name", "pax_path", "iter_members", "group_samples", "DEFAULT_CHUNK"]
+__all__ = [
+    "BLOCK",
+    "CHUNK",
+    "MAX_MEMBER",
+    "Member",
+    "TarWalker",
+    "TarHeaderError",
+    "TarChecksumError",
+    "decode_header",
+    "parse_header",
+    "walk_headers",
+    "scan_file",
+    "read_full",
+    "iter_chunks",
+    "split_name",
+    "pax_path",
+    "iter_members",
+    "group_samples",
+    "DEFAULT_CHUNK",
+]
 
 # Reads of 1 MiB: on a cold page cache the kernel's read-ahead overlaps them with the caller's
 # work, where one 16 MiB read waits for all its pages; hashlib still releases the GIL on each.
@@ -147,18 +164,18 @@ class TarWalker:
             m = self.members[-1]
             start = m.offset + len(m.data)
             take = min(self._want, end - start)
-            m.data += mv[start - base:start - base + take]
+            m.data += mv[start - base : start - base + take]
             self._want -= take
         while not self.ended and self.error is None and self._next + BLOCK <= end:
             at = self._next
-            got = self._header(mv[at - base:at - base + BLOCK], at)
+            got = self._header(mv[at - base : at - base + BLOCK], at)
             if got is None:
                 return
             m, want = got
             self._next = m.offset + m.size + (-m.size % BLOCK)
             if want:
                 take = min(want, max(0, end - m.offset))
-                m.data = bytes(mv[m.offset - base:m.offset - base + take])
+                m.data = bytes(mv[m.offset - base : m.offset - base + take])
                 self._want = want - take
                 if self._want:
                     return  # the member runs past this buffer
@@ -190,11 +207,12 @@ class TarWalker:
         if self.error is None and not self.ended:
             if self.reached > self.pos:
                 m = self.members[-1]
-                self.error = (f"truncated: member {m.name!r} needs bytes up to {m.offset + m.size}, "
-                              f"the file ends at {self.pos}")
+                self.error = (
+                    f"truncated: member {m.name!r} needs bytes up to {m.offset + m.size}, the file ends at {self.pos}"
+                )
                 self.error_offset = m.offset
             elif self._next < self.pos:
-                self.error = (f"truncated: the file ends at {self.pos}, inside the header at {self._next}")
+                self.error = f"truncated: the file ends at {self.pos}, inside the header at {self._next}"
                 self.error_offset = self._next
             else:
                 self.error = f"truncated: no end-of-archive block (the file ends at {self.pos})"
@@ -202,8 +220,9 @@ class TarWalker:
         return self
 
 
-def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
-                 *, window: int = 64 << 10) -> TarWalker:
+def walk_headers(
+    path: str | os.PathLike, capture: Callable[[str], int] | None = None, *, window: int = 64 << 10
+) -> TarWalker:
     """Walk a tar's headers with small positioned reads (``transport.open_ranged``: a local path or a
     URL), skipping the data of large members."""
     walker = TarWalker(capture)
@@ -214,7 +233,7 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
             if at + BLOCK > win_start + len(win):
                 win_start, win = at, f.read(at, window)
             rel = at - win_start
-            block = win[rel:rel + BLOCK]
+            block = win[rel : rel + BLOCK]
             if len(block) < BLOCK:
                 break
             got = walker._header(block, at)
@@ -223,7 +242,7 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
             m, want = got
             if want:
                 if m.offset + want <= win_start + len(win):
-                    m.data = win[m.offset - win_start:m.offset - win_start + want]
+                    m.data = win[m.offset - win_start : m.offset - win_start + want]
                 else:
                     m.data = f.read(m.offset, want)
             at = m.offset + m.size + (-m.size % BLOCK)
@@ -232,9 +251,14 @@ def walk_headers(path: str | os.PathLike, capture: Callable[[str], int] | None =
     return walker.finish()
 
 
-def scan_file(path: str | os.PathLike, capture: Callable[[str], int] | None = None,
-              on_chunk: Callable[[memoryview], None] | None = None, *, chunk: int = CHUNK,
-              walker: TarWalker | None = None) -> TarWalker:
+def scan_file(
+    path: str | os.PathLike,
+    capture: Callable[[str], int] | None = None,
+    on_chunk: Callable[[memoryview], None] | None = None,
+    *,
+    chunk: int = CHUNK,
+    walker: TarWalker | None = None,
+) -> TarWalker:
     """Read a whole tar in large chunks, feeding each to a walker, then to ``on_chunk`` (e.g. a hash;
     the walker already lists the members that start in it). Pass ``walker`` to keep what it saw
     when the read fails (``walker.pos``: the bytes read)."""
@@ -271,7 +295,7 @@ def read_full(f: BinaryIO, view: memoryview) -> int:
         else:
             data = f.read(len(view) - got)
             n = len(data)
-            view[got:got + n] = data
+            view[got : got + n] = data
         if not n:
             break
         got += n
@@ -315,7 +339,7 @@ class _Chunks:
         tail = self.end - self.start
         size = max(self.chunk_size, n + BLOCK)
         new = np.empty(size, np.uint8).data
-        new[:tail] = self.mv[self.start:self.end]
+        new[:tail] = self.mv[self.start : self.end]
         filled = tail + read_full(self.stream, new[tail:])
         self.eof = filled < size
         self.base += self.start
@@ -334,14 +358,16 @@ def pax_path(data: memoryview) -> str | None:
             break
         sp = raw.find(b" ", pos, pos + 21)
         if sp <= pos or not raw[pos:sp].isdigit():
-            raise ValueError(f"bad PAX record length {raw[pos:pos + 20]!r}")
+            raise ValueError(f"bad PAX record length {raw[pos : pos + 20]!r}")
         length = int(raw[pos:sp])
         if length < sp - pos + 3 or pos + length > len(raw) or raw[pos + length - 1] != 0x0A:
-            raise ValueError(f"PAX record of length {length} does not fit its header "
-                             f"({len(raw) - pos} bytes left, or no newline at its end)")
-        k, eq, v = raw[sp + 1:pos + length - 1].partition(b"=")
+            raise ValueError(
+                f"PAX record of length {length} does not fit its header "
+                f"({len(raw) - pos} bytes left, or no newline at its end)"
+            )
+        k, eq, v = raw[sp + 1 : pos + length - 1].partition(b"=")
         if not eq:
-            raise ValueError(f"PAX record {raw[pos:pos + length][:40]!r} has no '='")
+            raise ValueError(f"PAX record {raw[pos : pos + length][:40]!r} has no '='")
         if k == b"path":
             path = v.decode("utf-8")
         pos += length
@@ -352,7 +378,9 @@ def pax_path(data: memoryview) -> str | None:
 MAX_MEMBER = 1 << 30
 
 
-def iter_members(stream: BinaryIO, url: str, *, chunk_size: int = DEFAULT_CHUNK) -> Iterator[tuple[str, int, memoryview]]:
+def iter_members(
+    stream: BinaryIO, url: str, *, chunk_size: int = DEFAULT_CHUNK
+) -> Iterator[tuple[str, int, memoryview]]:
     """Yield (member name, byte offset of its header, data view) for every regular file.
 
     A view stays valid as long as it is referenced. Raises ``ShardError`` naming ``url`` and the
@@ -366,30 +394,42 @@ def iter_members(stream: BinaryIO, url: str, *, chunk_size: int = DEFAULT_CHUNK)
             raise ShardError(
                 f"{url}: truncated at byte {offset}: the stream ended without the end-of-archive "
                 f"blocks (incomplete download or copy? check its size and sha256 in index.json)",
-                url=url, offset=offset)
+                url=url,
+                offset=offset,
+            )
         s = buf.start
         try:
-            header = decode_header(buf.mv[s:s + BLOCK], offset)
+            header = decode_header(buf.mv[s : s + BLOCK], offset)
         except TarChecksumError:
-            raise ShardError(f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
-                             f"the shard is damaged: re-copy or re-convert it", url=url, offset=offset) from None
+            raise ShardError(
+                f"{url}: corrupt tar header at byte {offset} (checksum mismatch); "
+                f"the shard is damaged: re-copy or re-convert it",
+                url=url,
+                offset=offset,
+            ) from None
         except TarHeaderError as e:
             raise ShardError(f"{url}: corrupt tar header at byte {offset}: {e}", url=url, offset=offset) from None
         if header is None:  # a zero block: the end of the archive
             return
         name, size, kind = header
         if size > MAX_MEMBER:
-            raise ShardError(f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
-                             f"(more than {MAX_MEMBER}); the shard is damaged", url=url, offset=offset)
+            raise ShardError(
+                f"{url}: corrupt tar header at byte {offset}: member {name!r} claims {size} bytes "
+                f"(more than {MAX_MEMBER}); the shard is damaged",
+                url=url,
+                offset=offset,
+            )
         padded = (size + BLOCK - 1) // BLOCK * BLOCK
         if not buf.have(BLOCK + padded):
             have = buf.end - buf.start - BLOCK
             raise ShardError(
                 f"{url}: truncated at byte {offset}: member {name!r} needs "
                 f"{size} bytes of data, the stream has {max(have, 0)} (incomplete download or copy?)",
-                url=url, offset=offset)
+                url=url,
+                offset=offset,
+            )
         s = buf.start
-        data = buf.mv[s + BLOCK:s + BLOCK + size]
+        data = buf.mv[s + BLOCK : s + BLOCK + size]
         buf.start = s + BLOCK + padded
         if kind in (b"0", b"\0", b"7"):
             yield (long_name if long_name is not None else name), offset, data
@@ -406,8 +446,9 @@ def iter_members(stream: BinaryIO, url: str, *, chunk_size: int = DEFAULT_CHUNK)
         # directories, links, global PAX headers: nothing to read
 
 
-def group_samples(members: Iterator[tuple[str, int, memoryview]], url: str
-                  ) -> Iterator[tuple[str, dict[str, memoryview], int]]:
+def group_samples(
+    members: Iterator[tuple[str, int, memoryview]], url: str
+) -> Iterator[tuple[str, dict[str, memoryview], int]]:
     """(key, {ext: data view}, header offset of the sample's first member) from ``iter_members``:
     consecutive members with the same key, as webdataset's ``group_by_keys`` groups them."""
     key = ""  # no sample yet (split_name never gives an empty key)

@@ -92,8 +92,9 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is not None:
             self.abort()
         elif not self._f.closed:  # the block ended without close(): finish the shard, as a file would

@@ -32,9 +32,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REMOTE_BLOCK",
-    "scheme", "is_local", "is_remote", "local_path", "join", "parent", "basename",
-    "filesystem", "open_stream", "open_file", "read_bytes", "file_size", "exists", "list_tars",
-    "RangedFile", "open_ranged", "read_ranges",
+    "scheme",
+    "is_local",
+    "is_remote",
+    "local_path",
+    "join",
+    "parent",
+    "basename",
+    "filesystem",
+    "open_stream",
+    "open_file",
+    "read_bytes",
+    "file_size",
+    "exists",
+    "list_tars",
+    "RangedFile",
+    "open_ranged",
+    "read_ranges",
 ]
 
 # Object-store reads: one ranged request per block; larger blocks amortize request latency.
@@ -109,8 +123,9 @@ def _filesystem(protocol: str) -> AbstractFileSystem:
     try:
         return fsspec.filesystem(protocol)
     except (ImportError, ValueError) as e:
-        raise OptionError(f"{protocol}:// paths need their fsspec backend ({e}); for s3:// "
-                          "pip install 'wds-tools[s3]'") from None
+        raise OptionError(
+            f"{protocol}:// paths need their fsspec backend ({e}); for s3:// pip install 'wds-tools[s3]'"
+        ) from None
 
 
 def open_stream(url: str) -> BinaryIO:
@@ -262,8 +277,9 @@ class RangedFile:
     def __enter__(self) -> RangedFile:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 

@@ -27,8 +27,10 @@ class DiffResult:
 
     def to_text(self, limit: int = 20) -> str:
         """A summary line, then up to ``limit`` keys per kind of change."""
-        lines = [f"{self.old} -> {self.new}: {len(self.added):,} added, {len(self.removed):,} removed, "
-                 f"{len(self.changed):,} changed, {len(self.relabeled):,} relabeled, {self.unchanged:,} unchanged"]
+        lines = [
+            f"{self.old} -> {self.new}: {len(self.added):,} added, {len(self.removed):,} removed, "
+            f"{len(self.changed):,} changed, {len(self.relabeled):,} relabeled, {self.unchanged:,} unchanged"
+        ]
         for name in ("added", "removed", "changed", "relabeled"):
             keys = getattr(self, name)
             if keys and limit:

@@ -23,8 +23,18 @@ from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
 from ..format.phash import phash_batch
 from ..format.transport import join, open_ranged
 
-__all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of", "Cluster", "DupsResult", "find_dups",
-           "dataset_hashes", "plot_dups", "duplicate_counts"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "find_pairs",
+    "clusters_of",
+    "Cluster",
+    "DupsResult",
+    "find_dups",
+    "dataset_hashes",
+    "plot_dups",
+    "duplicate_counts",
+]
+
 
 @dataclass
 class _Dataset:
@@ -51,9 +61,13 @@ def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: i
         f = open_ranged(join(folder, sh["name"]))
         try:
             for lo in range(0, len(rows), 256):
-                part = rows[lo:lo + 256]
-                arrays = [np.frombuffer(f.read(int(cols["npy_offset"][r]) + 128, side * side * 3), np.uint8)
-                          .reshape(side, side, 3) for r in part]
+                part = rows[lo : lo + 256]
+                arrays = [
+                    np.frombuffer(f.read(int(cols["npy_offset"][r]) + 128, side * side * 3), np.uint8).reshape(
+                        side, side, 3
+                    )
+                    for r in part
+                ]
                 out[part] = phash_batch(np.stack(arrays))
         finally:
             f.close()
@@ -79,8 +93,15 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         v = values[group]
         groups = [None if v.missing[i] else str(v.value(i)) for i in range(len(v))]
     keys = cols["key"].astype("U").tolist()
-    return _Dataset(folder, keys, dataset_hashes(folder, meta, cols, side), splits, labels, groups,
-                    ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]))
+    return _Dataset(
+        folder,
+        keys,
+        dataset_hashes(folder, meta, cols, side),
+        splits,
+        labels,
+        groups,
+        ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
+    )
 
 
 @dataclass
@@ -95,8 +116,14 @@ class Cluster:
 
     def to_dict(self) -> dict:
         """The cluster as plain JSON types."""
-        return {"size": len(self.members), "max_distance": self.max_distance, "cross_split": self.cross_split,
-                "label_conflict": self.label_conflict, "cross_group": self.cross_group, "members": self.members}
+        return {
+            "size": len(self.members),
+            "max_distance": self.max_distance,
+            "cross_split": self.cross_split,
+            "label_conflict": self.label_conflict,
+            "cross_group": self.cross_group,
+            "members": self.members,
+        }
 
 
 @dataclass
@@ -112,28 +139,48 @@ class DupsResult:
 
     def counts(self) -> dict[str, int]:
         """Clusters, samples in them, and clusters per flag."""
-        return {"clusters": len(self.clusters), "samples_in_clusters": sum(len(c.members) for c in self.clusters),
-                "cross_split": sum(c.cross_split for c in self.clusters),
-                "label_conflict": sum(c.label_conflict for c in self.clusters),
-                "cross_group": sum(c.cross_group for c in self.clusters)}
+        return {
+            "clusters": len(self.clusters),
+            "samples_in_clusters": sum(len(c.members) for c in self.clusters),
+            "cross_split": sum(c.cross_split for c in self.clusters),
+            "label_conflict": sum(c.label_conflict for c in self.clusters),
+            "cross_group": sum(c.cross_group for c in self.clusters),
+        }
 
     def to_dict(self) -> dict:
         """The result as plain JSON types (``--json``)."""
-        return {"paths": self.paths, "threshold": self.threshold, "samples": self.samples, "group": self.group,
-                **self.counts(), "cluster_list": [c.to_dict() for c in self.clusters]}
+        return {
+            "paths": self.paths,
+            "threshold": self.threshold,
+            "samples": self.samples,
+            "group": self.group,
+            **self.counts(),
+            "cluster_list": [c.to_dict() for c in self.clusters],
+        }
 
     def to_text(self, limit: int = 20) -> str:
         """A summary line, then up to ``limit`` clusters, worst first."""
         c = self.counts()
-        lines = [f"{' vs '.join(self.paths)}: {self.samples:,} samples, {c['clusters']:,} near-duplicate clusters "
-                 f"within {self.threshold} bits ({c['samples_in_clusters']:,} samples): {c['cross_split']:,} "
-                 f"cross splits (leakage), {c['label_conflict']:,} carry different labels"
-                 + (f", {c['cross_group']:,} cross the group column {self.group}" if self.group else "")]
+        lines = [
+            f"{' vs '.join(self.paths)}: {self.samples:,} samples, {c['clusters']:,} near-duplicate clusters "
+            f"within {self.threshold} bits ({c['samples_in_clusters']:,} samples): {c['cross_split']:,} "
+            f"cross splits (leakage), {c['label_conflict']:,} carry different labels"
+            + (f", {c['cross_group']:,} cross the group column {self.group}" if self.group else "")
+        ]
         for k, cl in enumerate(self.clusters[:limit]):
-            flags = [name for name, on in (("CROSS-SPLIT", cl.cross_split), ("LABEL-CONFLICT", cl.label_conflict),
-                                           ("CROSS-GROUP", cl.cross_group)) if on]
-            lines.append(f"  cluster {k + 1}: {len(cl.members)} samples, max distance {cl.max_distance}"
-                         + (f"  [{' '.join(flags)}]" if flags else ""))
+            flags = [
+                name
+                for name, on in (
+                    ("CROSS-SPLIT", cl.cross_split),
+                    ("LABEL-CONFLICT", cl.label_conflict),
+                    ("CROSS-GROUP", cl.cross_group),
+                )
+                if on
+            ]
+            lines.append(
+                f"  cluster {k + 1}: {len(cl.members)} samples, max distance {cl.max_distance}"
+                + (f"  [{' '.join(flags)}]" if flags else "")
+            )
             for m in cl.members:
                 where = f"{m['dataset']}:" if len(self.paths) > 1 else ""
                 grp = f" {self.group}={m['group']}" if self.group else ""
@@ -150,8 +197,13 @@ def _iter_members(datasets: list[_Dataset], index: list[int]) -> Iterator[tuple[
         yield d, x - int(offsets[d])
 
 
-def find_dups(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD, across: str | os.PathLike | None = None,
-              group: str | None = None) -> DupsResult:
+def find_dups(
+    path: str | os.PathLike,
+    *,
+    threshold: int = DEFAULT_THRESHOLD,
+    across: str | os.PathLike | None = None,
+    group: str | None = None,
+) -> DupsResult:
     """Near-duplicate clusters of a converted folder, or (``across``) those spanning it and another.
 
     ``group``: the metadata column whose values a cluster should not cross (default: the conversion's
@@ -160,8 +212,11 @@ def find_dups(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD, ac
     datasets = [_load(path, group)]
     if across is not None:
         datasets.append(_load(across, group))
-    gname = group if group is not None else (None if datasets[0].groups is None else
-                                             (index_of(path)[1].get("build") or {}).get("group"))
+    gname = (
+        group
+        if group is not None
+        else (None if datasets[0].groups is None else (index_of(path)[1].get("build") or {}).get("group"))
+    )
     hashes = np.concatenate([d.hashes for d in datasets])
     if across is None:
         i, j, dist = find_pairs(hashes, threshold)
@@ -181,30 +236,45 @@ def find_dups(path: str | os.PathLike, *, threshold: int = DEFAULT_THRESHOLD, ac
         rows = []
         for dset, r in _iter_members(datasets, members):
             ds = datasets[dset]
-            rows.append({"key": ds.keys[r], "split": ds.splits[r], "label": ds.labels[r],
-                         "group": ds.groups[r] if ds.groups is not None else None, "dataset": dset})
+            rows.append(
+                {
+                    "key": ds.keys[r],
+                    "split": ds.splits[r],
+                    "label": ds.labels[r],
+                    "group": ds.groups[r] if ds.groups is not None else None,
+                    "dataset": dset,
+                }
+            )
             places[(dset, ds.keys[r])] = (ds.npy[0][r], int(ds.npy[1][r]), int(ds.npy[2][r]))
         rows.sort(key=lambda m: (m["dataset"], m["key"]))
         if across is not None and len({m["dataset"] for m in rows}) < 2:
             continue
         groups = {m["group"] for m in rows if m["group"] is not None}
-        res.clusters.append(Cluster(
-            rows, worst.get(c, 0), cross_split=len({m["split"] for m in rows}) > 1,
-            label_conflict=len({m["label"] for m in rows}) > 1,
-            cross_group=gname is not None and (len(groups) > 1 or (len(groups) == 1 and any(
-                m["group"] is None for m in rows)))))
-    res.clusters.sort(key=lambda cl: (-(cl.cross_split + cl.label_conflict + cl.cross_group), -len(cl.members),
-                                      cl.members[0]["key"]))
+        res.clusters.append(
+            Cluster(
+                rows,
+                worst.get(c, 0),
+                cross_split=len({m["split"] for m in rows}) > 1,
+                label_conflict=len({m["label"] for m in rows}) > 1,
+                cross_group=gname is not None
+                and (len(groups) > 1 or (len(groups) == 1 and any(m["group"] is None for m in rows))),
+            )
+        )
+    res.clusters.sort(
+        key=lambda cl: (-(cl.cross_split + cl.label_conflict + cl.cross_group), -len(cl.members), cl.members[0]["key"])
+    )
     return res
 
 
-def plot_dups(result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12, per_row: int = 8,
-              thumb: int = 112) -> int:
+def plot_dups(
+    result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12, per_row: int = 8, thumb: int = 112
+) -> int:
     """Draw the first ``clusters`` clusters (worst first), one row each, into a PNG; returns the rows drawn."""
     shown = result.clusters[:clusters]
     label_h = 30
-    sheet = Image.new("RGB", (max(1, per_row) * (thumb + 4) + 4, max(1, len(shown)) * (thumb + label_h + 8) + 4),
-                      (255, 255, 255))
+    sheet = Image.new(
+        "RGB", (max(1, per_row) * (thumb + 4) + 4, max(1, len(shown)) * (thumb + label_h + 8) + 4), (255, 255, 255)
+    )
     draw = ImageDraw.Draw(sheet)
     for row, cl in enumerate(shown):
         y = 4 + row * (thumb + label_h + 8)
@@ -229,8 +299,9 @@ def plot_dups(result: DupsResult, dest: str | os.PathLike, *, clusters: int = 12
 STATS_LIMIT = 200_000  # samples up to which ``stats`` counts near-duplicates (a few seconds; README)
 
 
-def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
-                     ) -> dict | None:
+def duplicate_counts(
+    folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
+) -> dict | None:
     """Near-duplicate cluster counts of a converted folder (``stats``); None when its samples.npz has no
     ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
     "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more)."""
@@ -239,8 +310,13 @@ def duplicate_counts(folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: 
         return None
     n = int(meta.get("samples", 0))
     if limit is not None and n > limit:
-        return {"threshold": threshold,
-                "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups"}
+        return {
+            "threshold": threshold,
+            "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups",
+        }
     c = find_dups(folder_, threshold=threshold)
-    return {"threshold": threshold, **c.counts(),
-            "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10]}
+    return {
+        "threshold": threshold,
+        **c.counts(),
+        "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10],
+    }

@@ -21,9 +21,17 @@ from .sources import from_index, from_scan
 __all__ = ["compute_stats"]
 
 
-def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards",
-                  world_size: int = 1, workers: int | None = None, scan: bool = False, by: str | None = None,
-                  group: str | None = None, allow_mixed: bool = False) -> StatsReport:
+def compute_stats(
+    path: str | os.PathLike | None = None,
+    *,
+    out: str | os.PathLike = "shards",
+    world_size: int = 1,
+    workers: int | None = None,
+    scan: bool = False,
+    by: str | None = None,
+    group: str | None = None,
+    allow_mixed: bool = False,
+) -> StatsReport:
     """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
     version under ``out``).
 
@@ -38,8 +46,10 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
     workers = usable_cpus() if workers is None else workers
     distribute([], world_size, workers)  # validate before any reading
     if scan and (by is not None or group is not None):
-        raise OptionError(f"{'--by' if by is not None else '--group'} reads the index's metadata columns; "
-                          "it cannot be combined with --scan")
+        raise OptionError(
+            f"{'--by' if by is not None else '--group'} reads the index's metadata columns; "
+            "it cannot be combined with --scan"
+        )
     target = resolve_target(path, out=out, scan=scan, allow_mixed=allow_mixed)
     if scan:
         report = from_scan(target, world_size, workers)
@@ -48,7 +58,10 @@ def compute_stats(path: str | os.PathLike | None = None, *, out: str | os.PathLi
         if target.index_base is not None and not target.selected:  # near-duplicates (issue 24): format 3 on
             report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
-    report.notes = [f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
-                    f"shards only (mean/std are the index's)" for g in target.gaps]
+    report.notes = [
+        f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
+        f"shards only (mean/std are the index's)"
+        for g in target.gaps
+    ]
     report.seconds = time.perf_counter() - t0
     return report

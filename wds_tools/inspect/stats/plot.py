@@ -23,8 +23,9 @@ def plot_stats(report: StatsReport, path: str | os.PathLike) -> str:
     splits = list(report.splits.values())
     if not splits:
         raise ShardError(f"{report.root}: no shards to plot")
-    fig, axes = plt.subplots(2, len(splits), figsize=(6 * len(splits), 7), squeeze=False,
-                             gridspec_kw={"height_ratios": [1, 2]})
+    fig, axes = plt.subplots(
+        2, len(splits), figsize=(6 * len(splits), 7), squeeze=False, gridspec_kw={"height_ratios": [1, 2]}
+    )
     for col, sp in enumerate(splits):
         ax = axes[0][col]
         ax.bar(np.arange(sp.shards), sp.shard_samples, width=1.0, color="#4c72b0")
@@ -53,7 +54,6 @@ def require_matplotlib() -> ModuleType:
         import matplotlib
     except ImportError:
         raise ExtraNotInstalledError(
-            "--plot needs matplotlib, which is not installed; install the plot extra: "
-            "pip install 'wds-tools[plot]'"
+            "--plot needs matplotlib, which is not installed; install the plot extra: pip install 'wds-tools[plot]'"
         ) from None
     return matplotlib

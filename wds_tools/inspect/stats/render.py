@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["TEXT_CLASSES", "TEXT_VALUES", "TEXT_GROUPS", "render_text", "render_metadata", "even_text",
-           "group_warnings", "display_width", "printable", "pad"]
+__all__ = [
+    "TEXT_CLASSES",
+    "TEXT_VALUES",
+    "TEXT_GROUPS",
+    "render_text",
+    "render_metadata",
+    "even_text",
+    "group_warnings",
+    "display_width",
+    "printable",
+    "pad",
+]
 
 TEXT_CLASSES = 20  # classes listed in the text table; --json has them all
 TEXT_VALUES = 30  # values of a --by column listed per split in the text output; --json has them all
@@ -20,8 +30,11 @@ def even_text(below: int | None, above: int) -> str:
 
 def group_warnings(column: str, in_several: list[dict]) -> list[str]:
     """One warning per group of ``column`` found in more than one split, naming the splits."""
-    return [f"group {g['group']!r} of column {column!r} is in {len(g['splits'])} splits: "
-            + ", ".join(f"{s} ({n:,})" for s, n in g["splits"].items()) for g in in_several]
+    return [
+        f"group {g['group']!r} of column {column!r} is in {len(g['splits'])} splits: "
+        + ", ".join(f"{s} ({n:,})" for s, n in g["splits"].items())
+        for g in in_several
+    ]
 
 
 def _mb(n: int) -> str:
@@ -48,28 +61,41 @@ def render_text(d: dict, notes: list[str]) -> str:
     """The text ``wds-tools stats`` prints, from a report's ``to_dict()`` and its notes on the whole report."""
     lines = []
     classes = d["classes"]
-    what = (f"{d['dataset_version']}, {d['size']} px" if d["dataset_version"] else
-            (f"{d['size']} px" if d["size"] else "size unknown"))
+    what = (
+        f"{d['dataset_version']}, {d['size']} px"
+        if d["dataset_version"]
+        else (f"{d['size']} px" if d["size"] else "size unknown")
+    )
     src = f"index {d['index']}" if d["source"] == "index" else f"scan of {d['shards']} tars (no index used)"
     lines.append(f"{d['root']}  ({what}; from the {src})")
-    lines.append(f"  {d['samples']:,} samples in {d['shards']:,} shard{'s' if d['shards'] != 1 else ''}; "
-                 f"{_mb(d['bytes']['total'])} on disk "
-                 f"({_mb(d['bytes']['shards'])} shards + {_mb(d['bytes']['index'])} index)")
+    lines.append(
+        f"  {d['samples']:,} samples in {d['shards']:,} shard{'s' if d['shards'] != 1 else ''}; "
+        f"{_mb(d['bytes']['total'])} on disk "
+        f"({_mb(d['bytes']['shards'])} shards + {_mb(d['bytes']['index'])} index)"
+    )
     if d["mean"]:
-        lines.append(f"  mean {' '.join(f'{x:.4f}' for x in d['mean'])}   std {' '.join(f'{x:.4f}' for x in d['std'])}"
-                     f"   (R G B, 0-1, over {d['stats_split']})")
+        lines.append(
+            f"  mean {' '.join(f'{x:.4f}' for x in d['mean'])}   std {' '.join(f'{x:.4f}' for x in d['std'])}"
+            f"   (R G B, 0-1, over {d['stats_split']})"
+        )
     lines += [f"  warning: {n}" for n in notes]
     for name, sp in d["splits"].items():
         dist = sp["distribution"]
         lines.append("")
-        lines.append(f"{name}: {sp['samples']:,} samples in {sp['shards']:,} shard{'s' if sp['shards'] != 1 else ''}, "
-                     f"{_mb(sp['bytes'])}")
+        lines.append(
+            f"{name}: {sp['samples']:,} samples in {sp['shards']:,} shard{'s' if sp['shards'] != 1 else ''}, "
+            f"{_mb(sp['bytes'])}"
+        )
         s, b = sp["samples_per_shard"], sp["bytes_per_shard"]
         imb = "-" if s["imbalance"] is None else f"{s['imbalance']:.3f}"
         cv = "-" if s["cv"] is None else f"{s['cv']:.4f}"
-        lines += _table([["per shard", "min", "median", "max", "max/min", "cv"],
-                         ["samples", _num(s["min"]), _num(s["median"]), _num(s["max"]), imb, cv],
-                         ["bytes", _num(b["min"]), _num(b["median"]), _num(b["max"]), "", ""]])
+        lines += _table(
+            [
+                ["per shard", "min", "median", "max", "max/min", "cv"],
+                ["samples", _num(s["min"]), _num(s["median"]), _num(s["max"]), imb, cv],
+                ["bytes", _num(b["min"]), _num(b["median"]), _num(b["max"]), "", ""],
+            ]
+        )
         drift = sp["class_drift"]
         rows = [["class", "samples", "share"]]
         for c, (count, share) in enumerate(zip(sp["class_counts"], sp["class_share"])):
@@ -80,20 +106,30 @@ def render_text(d: dict, notes: list[str]) -> str:
             lines.append(f"  ... {len(classes) - TEXT_CLASSES} more classes (all in --json)")
         if drift["max_pp"] is not None:
             worst = ", ".join(f"{w['shard']} {w['pp']:.1f} pp ({printable(str(w['class']))})" for w in drift["worst"])
-            lines.append(f"  class drift per shard: max {drift['max_pp']:.2f} pp, median "
-                         f"{drift['median_pp']:.2f} pp; most: {worst}")
+            lines.append(
+                f"  class drift per shard: max {drift['max_pp']:.2f} pp, median "
+                f"{drift['median_pp']:.2f} pp; most: {worst}"
+            )
         if sp["mean"]:
-            lines.append(f"  mean {' '.join(f'{x:.4f}' for x in sp['mean'])}   "
-                         f"std {' '.join(f'{x:.4f}' for x in sp['std'])}")
+            lines.append(
+                f"  mean {' '.join(f'{x:.4f}' for x in sp['mean'])}   std {' '.join(f'{x:.4f}' for x in sp['std'])}"
+            )
         rs, rn = dist["rank_shards"], dist["rank_samples"]
         ws = [x for row in dist["worker_shards"] for x in row]
         wn = [x for row in dist["worker_samples"] for x in row]
         lines.append(f"  per epoch with {dist['world_size']} rank(s) × {dist['workers']} worker(s):")
-        lines += _table([["", "shards min", "max", "samples min", "max"],
-                         ["per rank", _num(min(rs)), _num(max(rs)), _num(min(rn)), _num(max(rn))],
-                         ["per worker", _num(min(ws)), _num(max(ws)), _num(min(wn)), _num(max(wn))]], "    ")
-        lines.append(f"    shard counts that divide evenly over {dist['world_size'] * dist['workers']} "
-                     f"readers: {even_text(dist['even_shards_below'], dist['even_shards_above'])}")
+        lines += _table(
+            [
+                ["", "shards min", "max", "samples min", "max"],
+                ["per rank", _num(min(rs)), _num(max(rs)), _num(min(rn)), _num(max(rn))],
+                ["per worker", _num(min(ws)), _num(max(ws)), _num(min(wn)), _num(max(wn))],
+            ],
+            "    ",
+        )
+        lines.append(
+            f"    shard counts that divide evenly over {dist['world_size'] * dist['workers']} "
+            f"readers: {even_text(dist['even_shards_below'], dist['even_shards_above'])}"
+        )
         for w in dist["warnings"]:
             lines.append(f"  warning: {w}")
     lines += render_metadata(d.get("by"), d.get("groups"), classes, TEXT_CLASSES)
@@ -103,8 +139,7 @@ def render_text(d: dict, notes: list[str]) -> str:
 def display_width(text: str) -> int:
     """Terminal columns of ``text``: East Asian wide and fullwidth characters take two, combining
     marks none (so a table of ``頭皮`` and ``back`` lines up)."""
-    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-               for ch in text)
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def printable(text: str) -> str:
@@ -131,11 +166,11 @@ def render_metadata(by: dict | None, groups: dict | None, classes: list[str], ma
             rows = [[printable(by["column"]), *map(printable, shown), "total"]]
             for v, row in list(zip(by["values"], counts))[:TEXT_VALUES]:
                 cell = "(missing)" if v is None else printable(str(v))
-                rows.append([cell, *(f"{int(x):,}" for x in row[:max_classes]),
-                             f"{int(sum(row)):,}"])
+                rows.append([cell, *(f"{int(x):,}" for x in row[:max_classes]), f"{int(sum(row)):,}"])
             widths = [max(display_width(r[c]) for r in rows) for c in range(len(rows[0]))]
-            lines += ["  " + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip()
-                      for r in rows]
+            lines += [
+                "  " + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip() for r in rows
+            ]
             if len(by["values"]) > TEXT_VALUES:
                 lines.append(f"  ... {len(by['values']) - TEXT_VALUES} more values (all in --json)")
             if len(classes) > max_classes:
@@ -143,8 +178,10 @@ def render_metadata(by: dict | None, groups: dict | None, classes: list[str], ma
     if groups is not None:
         lines.append("")
         several = groups["in_several_splits"]
-        lines.append(f"groups of {groups['column']}: {groups['groups']:,}; "
-                     + (f"{len(several):,} in more than one split" if several else "each in one split"))
+        lines.append(
+            f"groups of {groups['column']}: {groups['groups']:,}; "
+            + (f"{len(several):,} in more than one split" if several else "each in one split")
+        )
         for w in group_warnings(groups["column"], several)[:TEXT_GROUPS]:
             lines.append(f"  warning: {w}")
         if len(several) > TEXT_GROUPS:

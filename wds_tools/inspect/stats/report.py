@@ -20,14 +20,24 @@ from ...format.meta import MetaValues
 from ...format.ranks import deal
 from .render import even_text, group_warnings, render_text
 
-__all__ = ["SCHEMA", "Distribution", "distribute", "SplitStats", "StatsReport", "Breakdown", "GroupReport",
-           "breakdown", "group_report"]
+__all__ = [
+    "SCHEMA",
+    "Distribution",
+    "distribute",
+    "SplitStats",
+    "StatsReport",
+    "Breakdown",
+    "GroupReport",
+    "breakdown",
+    "group_report",
+]
 
 SCHEMA = "wds-tools-stats/1"
 TOP_DRIFT = 5  # shards named as deviating most, per split
 
 
 # ------------------------------------------------------------------ rank / worker arithmetic
+
 
 @dataclass
 class Distribution:
@@ -55,9 +65,20 @@ class Distribution:
         return {k: getattr(self, k) for k in _DISTRIBUTION_KEYS}
 
 
-_DISTRIBUTION_KEYS = ("world_size", "workers", "shards", "samples", "rank_shards", "rank_samples",
-                      "worker_shards", "worker_samples", "idle_workers", "even_shards_below",
-                      "even_shards_above", "warnings")
+_DISTRIBUTION_KEYS = (
+    "world_size",
+    "workers",
+    "shards",
+    "samples",
+    "rank_shards",
+    "rank_samples",
+    "worker_shards",
+    "worker_samples",
+    "idle_workers",
+    "even_shards_below",
+    "even_shards_above",
+    "warnings",
+)
 
 
 def distribute(shard_sample_counts: Sequence[int] | np.ndarray, world_size: int = 1, workers: int = 1) -> Distribution:
@@ -95,8 +116,20 @@ def distribute(shard_sample_counts: Sequence[int] | np.ndarray, world_size: int 
             f"{int(rank_samples.max()):,}); with DDP the ranks fall out of step; use a shard count that "
             f"divides evenly ({even_text(below, above)}) with equal shards, or a fixed epoch length"
         )
-    return Distribution(r, w, n, int(counts.sum()), rank_shards.tolist(), rank_samples.tolist(),
-                        worker_shards.tolist(), worker_samples.tolist(), idle, below, above, warnings)
+    return Distribution(
+        r,
+        w,
+        n,
+        int(counts.sum()),
+        rank_shards.tolist(),
+        rank_samples.tolist(),
+        worker_shards.tolist(),
+        worker_samples.tolist(),
+        idle,
+        below,
+        above,
+        warnings,
+    )
 
 
 def _n(count: int, word: str) -> str:
@@ -104,6 +137,7 @@ def _n(count: int, word: str) -> str:
 
 
 # ------------------------------------------------------------------ the report
+
 
 @dataclass
 class SplitStats:
@@ -164,8 +198,9 @@ class SplitStats:
         """The split's figures as plain JSON types, classes named by ``classes``."""
         s, b = self.shard_samples, self.shard_bytes
         drift, drift_class = self.drift, self.drift_class
-        worst = [i for i in np.argsort(-np.nan_to_num(drift, nan=-1.0), kind="stable")[:TOP_DRIFT]
-                 if not np.isnan(drift[i])]
+        worst = [
+            i for i in np.argsort(-np.nan_to_num(drift, nan=-1.0), kind="stable")[:TOP_DRIFT] if not np.isnan(drift[i])
+        ]
         return {
             "shards": self.shards,
             "samples": self.samples,
@@ -177,16 +212,24 @@ class SplitStats:
             "class_drift": {
                 "max_pp": _round(np.nanmax(drift)) if np.isfinite(drift).any() else None,
                 "median_pp": _round(np.nanmedian(drift)) if np.isfinite(drift).any() else None,
-                "worst": [{"shard": self.shard_names[i], "pp": _round(drift[i]),
-                           "class": classes[int(drift_class[i])]} for i in worst],
+                "worst": [
+                    {"shard": self.shard_names[i], "pp": _round(drift[i]), "class": classes[int(drift_class[i])]}
+                    for i in worst
+                ],
             },
             "mean": self.mean,
             "std": self.std,
             "distribution": self.distribution.to_dict(),
-            "per_shard": [{"name": n, "samples": int(s[i]), "bytes": int(b[i]),
-                           "drift_pp": None if np.isnan(drift[i]) else _round(drift[i]),
-                           "drift_class": None if np.isnan(drift[i]) else classes[int(drift_class[i])]}
-                          for i, n in enumerate(self.shard_names)],
+            "per_shard": [
+                {
+                    "name": n,
+                    "samples": int(s[i]),
+                    "bytes": int(b[i]),
+                    "drift_pp": None if np.isnan(drift[i]) else _round(drift[i]),
+                    "drift_class": None if np.isnan(drift[i]) else classes[int(drift_class[i])],
+                }
+                for i, n in enumerate(self.shard_names)
+            ],
         }
 
 
@@ -198,9 +241,13 @@ def _spread(a: np.ndarray) -> dict:
     if len(a) == 0:
         return {"min": 0, "median": 0, "max": 0, "imbalance": None, "cv": None}
     mn, mx, mean = int(a.min()), int(a.max()), float(a.mean())
-    return {"min": mn, "median": float(np.median(a)), "max": mx,
-            "imbalance": _round(mx / mn, 4) if mn > 0 else None,
-            "cv": _round(a.std() / mean, 4) if mean > 0 else None}
+    return {
+        "min": mn,
+        "median": float(np.median(a)),
+        "max": mx,
+        "imbalance": _round(mx / mn, 4) if mn > 0 else None,
+        "cv": _round(a.std() / mean, 4) if mean > 0 else None,
+    }
 
 
 @dataclass
@@ -241,8 +288,12 @@ class StatsReport:
     @property
     def warnings(self) -> list[str]:
         """Notes on the whole report, then each split's distribution warnings, then the groups'."""
-        return self.notes + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings] \
-            + (self.groups.warnings if self.groups is not None else []) + self._duplicate_warnings()
+        return (
+            self.notes
+            + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings]
+            + (self.groups.warnings if self.groups is not None else [])
+            + self._duplicate_warnings()
+        )
 
     def _duplicate_warnings(self) -> list[str]:
         d = self.duplicates
@@ -252,11 +303,14 @@ class StatsReport:
             return [f"near-duplicates not counted: {d['skipped']}"]
         out = []
         if d["cross_split"]:
-            out.append(f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
-                       f"bits), e.g. {' '.join(d['cross_split_keys'][0])}: wds-tools dups lists them")
+            out.append(
+                f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
+                f"bits), e.g. {' '.join(d['cross_split_keys'][0])}: wds-tools dups lists them"
+            )
         if d["label_conflict"]:
-            out.append(f"{d['label_conflict']} near-duplicate clusters carry different labels: wds-tools dups "
-                       "lists them")
+            out.append(
+                f"{d['label_conflict']} near-duplicate clusters carry different labels: wds-tools dups lists them"
+            )
         return out
 
     def to_dict(self) -> dict:
@@ -273,8 +327,11 @@ class StatsReport:
             "classes": self.classes,
             "samples": self.samples,
             "shards": self.shards,
-            "bytes": {"shards": self.shard_bytes, "index": self.index_bytes,
-                      "total": self.shard_bytes + self.index_bytes},
+            "bytes": {
+                "shards": self.shard_bytes,
+                "index": self.index_bytes,
+                "total": self.shard_bytes + self.index_bytes,
+            },
             "mean": self.mean,
             "std": self.std,
             "stats_split": self.stats_split,
@@ -282,8 +339,11 @@ class StatsReport:
             "workers": self.workers,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
             **extra,  # only when asked for (--by) or the set has a group column
-            **({"duplicates": {k: v for k, v in self.duplicates.items() if k != "cross_split_keys"}}
-               if self.duplicates is not None else {}),  # format version 3 on
+            **(
+                {"duplicates": {k: v for k, v in self.duplicates.items() if k != "cross_split_keys"}}
+                if self.duplicates is not None
+                else {}
+            ),  # format version 3 on
             "warnings": self.warnings,
             "seconds": round(self.seconds, 4),
         }
@@ -293,12 +353,15 @@ class StatsReport:
         text = render_text(self.to_dict(), self.notes)
         d = self.duplicates
         if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
-            text += (f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
-                     f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels")
+            text += (
+                f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
+                f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels"
+            )
         return text
 
 
 # ------------------------------------------------------------------ per-sample metadata (--by, --group)
+
 
 @dataclass
 class Breakdown:
@@ -311,8 +374,12 @@ class Breakdown:
 
     def to_dict(self) -> dict:
         """The breakdown as plain JSON types."""
-        return {"column": self.column, "type": self.type, "values": self.values,
-                "splits": {s: c.tolist() for s, c in self.counts.items()}}
+        return {
+            "column": self.column,
+            "type": self.type,
+            "values": self.values,
+            "splits": {s: c.tolist() for s, c in self.counts.items()},
+        }
 
 
 @dataclass
@@ -333,8 +400,9 @@ class GroupReport:
         return group_warnings(self.column, self.in_several)
 
 
-def breakdown(values: MetaValues, labels: np.ndarray, row_split: np.ndarray, splits: list[str],
-              n_classes: int) -> Breakdown:
+def breakdown(
+    values: MetaValues, labels: np.ndarray, row_split: np.ndarray, splits: list[str], n_classes: int
+) -> Breakdown:
     """Samples per (value of the column, class) in each split; missing values counted last."""
     ids, distinct = values.factorize()
     n = len(distinct)
@@ -357,6 +425,11 @@ def group_report(values: MetaValues, row_split: np.ndarray, splits: list[str]) -
     pairs = ids[present] * len(splits) + row_split[present]
     counts = np.bincount(pairs, minlength=len(distinct) * len(splits)).reshape(len(distinct), len(splits))
     several = np.flatnonzero((counts > 0).sum(axis=1) > 1)
-    return GroupReport(values.column.name, len(distinct), [
-        {"group": distinct[g], "splits": {splits[j]: int(counts[g, j]) for j in np.flatnonzero(counts[g])}}
-        for g in several.tolist()])
+    return GroupReport(
+        values.column.name,
+        len(distinct),
+        [
+            {"group": distinct[g], "splits": {splits[j]: int(counts[g, j]) for j in np.flatnonzero(counts[g])}}
+            for g in several.tolist()
+        ],
+    )

@@ -30,8 +30,10 @@ __all__ = ["from_index", "from_scan", "check_column", "metadata_arrays"]
 
 # ------------------------------------------------------------------ from the index
 
-def from_index(target: Shards, world_size: int, workers: int, by: str | None = None,
-                group: str | None = None) -> StatsReport:
+
+def from_index(
+    target: Shards, world_size: int, workers: int, by: str | None = None, group: str | None = None
+) -> StatsReport:
     """The report from index.json and two columns of samples.npz (and the metadata ``by``/``group`` name)."""
     meta, base, index_file = target.meta, target.index_base, target.index_file
     if meta is None or base is None or index_file is None:  # (resolve_target without scan needs the index)
@@ -51,15 +53,19 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
     shard = cols["shard"].astype(np.int64)
     n_shards, n_classes = len(shards), len(classes)
     if len(label) and (label.min() < 0 or label.max() >= n_classes or shard.max() >= n_shards):
-        raise IndexFormatError(f"{index_file}: samples.npz has labels or shard numbers "
-                               "outside the index's classes/shards; the index is damaged (run verify)")
+        raise IndexFormatError(
+            f"{index_file}: samples.npz has labels or shard numbers "
+            "outside the index's classes/shards; the index is damaged (run verify)"
+        )
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
     rows = counts.sum(axis=1)
     for i, s in enumerate(shards):  # every count printed is one the table holds (a damaged index may claim any)
         if s.get("samples") != int(rows[i]):
-            raise IndexFormatError(f"{index_file}: shards[{i}] ({s.get('name')}) says {s.get('samples')!r} samples, "
-                                   f"samples.npz has {int(rows[i]):,} rows of it; the index is damaged or was "
-                                   f"edited (run wds-tools verify, or convert again)")
+            raise IndexFormatError(
+                f"{index_file}: shards[{i}] ({s.get('name')}) says {s.get('samples')!r} samples, "
+                f"samples.npz has {int(rows[i]):,} rows of it; the index is damaged or was "
+                f"edited (run wds-tools verify, or convert again)"
+            )
     chosen = set(target.names or ()) if target.selected else None
     per_split: dict[str, list[int]] = {}
     for i, s in enumerate(shards):
@@ -71,23 +77,47 @@ def from_index(target: Shards, world_size: int, workers: int, by: str | None = N
         samples = np.array([shards[i]["samples"] for i in pos], dtype=np.int64)
         sp_meta = meta.get("splits", {}).get(name, {})
         splits[name] = SplitStats(
-            name, [shards[i]["name"] for i in pos], samples,
-            np.array([shards[i]["bytes"] for i in pos], dtype=np.int64), counts[pos_a],
-            sp_meta.get("mean"), sp_meta.get("std"), distribute(samples, world_size, workers))
+            name,
+            [shards[i]["name"] for i in pos],
+            samples,
+            np.array([shards[i]["bytes"] for i in pos], dtype=np.int64),
+            counts[pos_a],
+            sp_meta.get("mean"),
+            sp_meta.get("std"),
+            distribute(samples, world_size, workers),
+        )
     index_bytes = meta.get("samples_file", {}).get("bytes", 0)
     try:
         index_bytes += file_size(index_file)
     except OSError:
         pass
     report = StatsReport(
-        "index", target.spec, base, index_file, meta.get("dataset_version"),
-        meta.get("size"), classes, splits, sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
-        index_bytes, meta.get("mean"), meta.get("std"), meta.get("stats_split"), world_size, workers)
+        "index",
+        target.spec,
+        base,
+        index_file,
+        meta.get("dataset_version"),
+        meta.get("size"),
+        classes,
+        splits,
+        sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
+        index_bytes,
+        meta.get("mean"),
+        meta.get("std"),
+        meta.get("stats_split"),
+        world_size,
+        workers,
+    )
     if wanted:
         values = read_metadata(cols, meta, wanted, where)
         names = list(splits)
-        split_of = np.array([names.index(s["split"]) if s["split"] in splits and (chosen is None or s["name"] in
-                             chosen) else -1 for s in shards], np.int64)
+        split_of = np.array(
+            [
+                names.index(s["split"]) if s["split"] in splits and (chosen is None or s["name"] in chosen) else -1
+                for s in shards
+            ],
+            np.int64,
+        )
         row_split = split_of[shard]
         mine = np.flatnonzero(row_split >= 0)
         if by is not None:
@@ -103,18 +133,24 @@ def check_column(meta: dict, name: str, option: str) -> None:
     if name in names:
         return
     columns = (meta.get("build") or {}).get("columns") or {}
-    role = next((r for r in ("label", "key", "path", "split") if isinstance(columns, dict) and columns.get(r) == name),
-                None)
+    role = next(
+        (r for r in ("label", "key", "path", "split") if isinstance(columns, dict) and columns.get(r) == name), None
+    )
     listed = f"Its metadata columns: {', '.join(names)}." if names else "It has no metadata columns."
     if role == "label":
-        raise OptionError(f"{option} {name!r}: {name!r} is this conversion's label column (--label), whose classes "
-                          f"are the table's columns already; name a metadata column. {listed}")
+        raise OptionError(
+            f"{option} {name!r}: {name!r} is this conversion's label column (--label), whose classes "
+            f"are the table's columns already; name a metadata column. {listed}"
+        )
     if role is not None:
-        raise OptionError(f"{option} {name!r}: {name!r} is this conversion's {role} column (--{role}), not "
-                          f"metadata. {listed}")
+        raise OptionError(
+            f"{option} {name!r}: {name!r} is this conversion's {role} column (--{role}), not metadata. {listed}"
+        )
     if not names:
-        raise OptionError(f"{option} {name!r}: this index has no metadata columns (it was converted from a plain "
-                          "key,path,label manifest, or in format version 1)")
+        raise OptionError(
+            f"{option} {name!r}: this index has no metadata columns (it was converted from a plain "
+            "key,path,label manifest, or in format version 1)"
+        )
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
     raise OptionError(f"{option} {name!r}: the index has no metadata column {name!r}{hint} {listed}")
@@ -126,6 +162,7 @@ def metadata_arrays(meta: dict, names: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ from the tars
+
 
 @dataclass
 class _ShardScan:
@@ -148,8 +185,11 @@ def _scan_shard(url: str) -> _ShardScan:
     hist = np.zeros(768, dtype=np.int64)
 
     def capture(name: str) -> int:
-        return NPY_HEADER_BYTES if name.endswith(".npy") else (-1 if name.endswith((".cls", ".json")) else
-                                                               8 if name.endswith(".i32") else 0)
+        return (
+            NPY_HEADER_BYTES
+            if name.endswith(".npy")
+            else (-1 if name.endswith((".cls", ".json")) else 8 if name.endswith(".i32") else 0)
+        )
 
     walker = TarWalker(capture)
     done = 0  # members before this one are fully counted
@@ -163,9 +203,9 @@ def _scan_shard(url: str) -> _ShardScan:
             if m.name.endswith(".npy") and m.size > NPY_HEADER_BYTES:
                 lo, hi = max(m.offset + NPY_HEADER_BYTES, base), min(m.offset + m.size, end)
                 if lo < hi:
-                    arr = np.frombuffer(chunk[lo - base:hi - base], dtype=np.uint8)
+                    arr = np.frombuffer(chunk[lo - base : hi - base], dtype=np.uint8)
                     phase = (lo - m.offset - NPY_HEADER_BYTES) % 3
-                    np.add(hist, np.bincount(arr + _channels()[phase:phase + len(arr)], minlength=768), out=hist)
+                    np.add(hist, np.bincount(arr + _channels()[phase : phase + len(arr)], minlength=768), out=hist)
                 if m.offset + m.size > end:
                     break  # it goes on in the next chunk
             i += 1
@@ -193,8 +233,10 @@ def _scan_shard(url: str) -> _ShardScan:
                 raise ShardError(f"{url}: member {m.name} holds {m.data[:20]!r}, not a class number") from None
             labels.append(last_cls)
         elif m.name.endswith(".i32") and read_label_i32(m.data) != last_cls:  # format version 2: the label as int32
-            raise ShardError(f"{url}: member {m.name} holds {m.data[:8]!r}, but the sample's .cls says {last_cls}; "
-                             "run `wds-tools verify` for a full report")
+            raise ShardError(
+                f"{url}: member {m.name} holds {m.data[:8]!r}, but the sample's .cls says {last_cls}; "
+                "run `wds-tools verify` for a full report"
+            )
         elif m.name.endswith(".json") and last_cls is not None and last_cls not in names:
             try:
                 names[last_cls] = str(json.loads(m.data)["label"])
@@ -229,17 +271,39 @@ def from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
     hists = {}
     for name, group in sorted(by_split.items()):
         samples = np.array([len(s.labels) for s in group], dtype=np.int64)
-        counts = np.array([np.bincount(np.array(s.labels, dtype=np.int64), minlength=n_classes)
-                           for s in group], dtype=np.int64).reshape(len(group), n_classes)
+        counts = np.array(
+            [np.bincount(np.array(s.labels, dtype=np.int64), minlength=n_classes) for s in group], dtype=np.int64
+        ).reshape(len(group), n_classes)
         hists[name] = sum((s.hist for s in group), np.zeros(768, np.int64))
         mean, std = histogram_mean_std(hists[name])
-        splits[name] = SplitStats(name, [s.name for s in group], samples,
-                                  np.array([s.bytes for s in group], dtype=np.int64), counts, mean, std,
-                                  distribute(samples, world_size, workers))
+        splits[name] = SplitStats(
+            name,
+            [s.name for s in group],
+            samples,
+            np.array([s.bytes for s in group], dtype=np.int64),
+            counts,
+            mean,
+            std,
+            distribute(samples, world_size, workers),
+        )
     stats_split = "train" if "train" in hists else "all"
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))
     mean, std = histogram_mean_std(total)
     sizes = {s.size for s in scans if s.size is not None}
-    return StatsReport("scan", target.spec, target.folder or target.spec, None, None,
-                       sizes.pop() if len(sizes) == 1 else None, classes, splits,
-                       sum(s.bytes for s in scans), 0, mean, std, stats_split, world_size, workers)
+    return StatsReport(
+        "scan",
+        target.spec,
+        target.folder or target.spec,
+        None,
+        None,
+        sizes.pop() if len(sizes) == 1 else None,
+        classes,
+        splits,
+        sum(s.bytes for s in scans),
+        0,
+        mean,
+        std,
+        stats_split,
+        world_size,
+        workers,
+    )

@@ -39,9 +39,19 @@ __all__ = ["verify"]
 
 # ------------------------------------------------------------------ entry point
 
-def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "shards", quick: bool = False,
-           scan: bool = False, threads: int | None = None, stats: bool = True, allow_mixed: bool = False,
-           progress: bool = False, no_leakage: bool = False) -> VerifyReport:
+
+def verify(
+    path: str | os.PathLike | None = None,
+    *,
+    out: str | os.PathLike = "shards",
+    quick: bool = False,
+    scan: bool = False,
+    threads: int | None = None,
+    stats: bool = True,
+    allow_mixed: bool = False,
+    progress: bool = False,
+    no_leakage: bool = False,
+) -> VerifyReport:
     """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
     newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
     mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr.
@@ -60,8 +70,9 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
         report = _verify_index(target, quick, threads, progress, stats)
         if no_leakage and target.index_base is not None:
             report.problems += _leakage(target.index_base)
-    report.warnings[:0] = [f"the spec {g.describe(where=False)}: only the named shards were checked"
-                           for g in target.gaps]
+    report.warnings[:0] = [
+        f"the spec {g.describe(where=False)}: only the named shards were checked" for g in target.gaps
+    ]
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -69,14 +80,23 @@ def verify(path: str | os.PathLike | None = None, *, out: str | os.PathLike = "s
 def _leakage(folder: str) -> list[Problem]:
     """One problem per near-duplicate cluster that crosses splits."""
     found = find_dups(folder)
-    return [Problem(INDEX, "leakage", f"near-duplicates within {found.threshold} bits in splits "
-                    f"{', '.join(sorted({m['split'] for m in c.members}))}: "
-                    + " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
-                    + (f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""), key=c.members[0]["key"])
-            for c in found.clusters if c.cross_split]
+    return [
+        Problem(
+            INDEX,
+            "leakage",
+            f"near-duplicates within {found.threshold} bits in splits "
+            f"{', '.join(sorted({m['split'] for m in c.members}))}: "
+            + " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
+            + (f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""),
+            key=c.members[0]["key"],
+        )
+        for c in found.clusters
+        if c.cross_split
+    ]
 
 
 # ------------------------------------------------------------------ against the index
+
 
 def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, stats: bool) -> VerifyReport:
     meta, base = target.meta, target.index_base
@@ -105,16 +125,26 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
                 tf, problems = scan_table(table, rows, usable, facts, categories)
                 report.problems += problems
         if tf is not None:
-            report.problems += check_counts(facts, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split,
-                                            "samples.npz")
+            report.problems += check_counts(facts, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split, "samples.npz")
         else:  # no readable table: the counts can only agree with the shard list
             listed = [s.samples or 0 for s in facts.shards]
-            report.problems += check_counts(facts, sum(listed), np.array(listed, np.int64), None, None,
-                                            "shards[].samples")
+            report.problems += check_counts(
+                facts, sum(listed), np.array(listed, np.int64), None, None, "shards[].samples"
+            )
         jobs = _jobs(target, base, facts, tf, report)
-        ctx = Context(table, usable, tf.paths_ok if tf else False, reference_header(facts, tf), facts.classes, quick,
-                      stats, facts.metadata if table is not None and categories is not None else None,
-                      categories or {}, facts.members, facts.dataset)
+        ctx = Context(
+            table,
+            usable,
+            tf.paths_ok if tf else False,
+            reference_header(facts, tf),
+            facts.classes,
+            quick,
+            stats,
+            facts.metadata if table is not None and categories is not None else None,
+            categories or {},
+            facts.members,
+            facts.dataset,
+        )
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on
         report.problems.append(Problem(facts.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))
@@ -129,20 +159,23 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
         report.bytes += job.bytes or 0
     report.shards = len(jobs)
     if jobs and (tf is None or tf.ranges is None or not set(row_columns(facts.members)) <= usable):
-        report.warnings.append("samples.npz rows could not be matched to the shards (see the problems): member "
-                               "tables and sample contents were not compared")
+        report.warnings.append(
+            "samples.npz rows could not be matched to the shards (see the problems): member "
+            "tables and sample contents were not compared"
+        )
     report.problems += check_class_names(facts, results)
     report.problems += check_sizes(facts, results)
     report.problems += check_pixel_stats(facts, target, jobs, results, not quick and stats)
     if not quick and not stats:
-        report.warnings.append("mean/std not recomputed from the pixels (stats=False / --no-stats): top-level "
-                               "mean/std only compared with splits.train")
+        report.warnings.append(
+            "mean/std not recomputed from the pixels (stats=False / --no-stats): top-level "
+            "mean/std only compared with splits.train"
+        )
     if facts.errors_file is not None and not exists(join(base, facts.errors_file)):
-        report.problems.append(Problem(INDEX, "field", f"errors_file names {facts.errors_file}, which is not in "
-                                                       f"{base}"))
+        report.problems.append(
+            Problem(INDEX, "field", f"errors_file names {facts.errors_file}, which is not in {base}")
+        )
     return report
-
-
 
 
 def _jobs(target: Shards, base: str, facts: IndexFacts, tf: TableFacts | None, report: VerifyReport) -> list[ShardJob]:
@@ -158,22 +191,21 @@ def _jobs(target: Shards, base: str, facts: IndexFacts, tf: TableFacts | None, r
         indexed = {s.name for s in facts.shards if s.name}
         extra = [n for n in list_tars(base) or [] if n not in indexed]
         if extra:
-            report.warnings.append(f"{len(extra)} tar file(s) in the folder are not in the index "
-                                   f"(not checked): {', '.join(extra[:10])}")
+            report.warnings.append(
+                f"{len(extra)} tar file(s) in the folder are not in the index (not checked): {', '.join(extra[:10])}"
+            )
     return jobs
-
-
 
 
 def _run(jobs: list[ShardJob], ctx: Context, threads: int, progress: bool) -> list[ShardResult]:
     from tqdm import tqdm
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(jobs)))) as ex, \
-            tqdm(total=len(jobs), desc="verify", unit="shard", disable=not progress, dynamic_ncols=True) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=max(1, min(threads, len(jobs)))) as ex,
+        tqdm(total=len(jobs), desc="verify", unit="shard", disable=not progress, dynamic_ncols=True) as bar,
+    ):
         results = []
         for r in ex.map(lambda j: check_shard(j, ctx), jobs):
             results.append(r)
             bar.update()
     return results
-
-

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ...format.index import ERRORS_FILE, SAMPLE_COLUMNS, sample_columns
-from ...format.index import SAMPLES_FILE
-from ...format.names import expand, indexed_name_problem, shard_name, url_pattern
+from ...format.index import ERRORS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, sample_columns
 from ...format.meta import MetaColumn
+from ...format.names import expand, indexed_name_problem, shard_name, url_pattern
 from ...format.sample import MEMBERS, classes_digest, members_of
 from .metadata import check_field
 from .report import INDEX, Problem
@@ -48,8 +47,10 @@ _TYPES = {
     "list": (lambda v: isinstance(v, list), "a list"),
     "counts": (lambda v: isinstance(v, list) and all(_count(x) for x in v), "a list of counts"),
     "names": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
-    "rgb": (lambda v: isinstance(v, list) and len(v) == 3 and all(_number(x) and 0 <= x <= 1 for x in v),
-            "three numbers in [0, 1] (R, G, B)"),
+    "rgb": (
+        lambda v: isinstance(v, list) and len(v) == 3 and all(_number(x) and 0 <= x <= 1 for x in v),
+        "three numbers in [0, 1] (R, G, B)",
+    ),
     "sha256": (lambda v: isinstance(v, str) and bool(_SHA256.fullmatch(v)), "64 lowercase hex digits"),
     "name_or_null": (lambda v: v is None or isinstance(v, str), "a file name or null"),
 }
@@ -131,15 +132,24 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
     c = _Checker()
     f = IndexFacts()
     f.size = c.get(meta, "size", "size", "size")
-    for key, kind in (("created_by", "text"), ("dataset_version", "text"), ("resize", "text"),
-                      ("decode", "object"), ("decoder_versions", "object"), ("build", "object")):
+    for key, kind in (
+        ("created_by", "text"),
+        ("dataset_version", "text"),
+        ("resize", "text"),
+        ("decode", "object"),
+        ("decoder_versions", "object"),
+        ("build", "object"),
+    ):
         c.get(meta, key, key, kind, required=False)  # provenance: checked when present
     f.members, f.columns = members_of(meta), sample_columns(meta)
     sample = c.get(meta, "sample", "sample", "object")
     if sample is not None:
         if sample.get("members") != list(f.members):
-            c.problem("field", f"sample.members is {_show(sample.get('members'))}; expected {list(f.members)} "
-                               f"(format_version {meta.get('format_version')})")
+            c.problem(
+                "field",
+                f"sample.members is {_show(sample.get('members'))}; expected {list(f.members)} "
+                f"(format_version {meta.get('format_version')})",
+            )
         if sample.get("npy_dtype") != "uint8":
             c.problem("field", f"sample.npy_dtype is {_show(sample.get('npy_dtype'))}; expected 'uint8'")
         shape = sample.get("npy_shape")
@@ -148,8 +158,10 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
         else:
             f.npy_shape = shape
             if f.size is not None and shape != [f.size, f.size, 3]:
-                c.problem("image_size", f"sample.npy_shape is {shape}, size is {f.size}: they disagree "
-                                        f"(expected [{f.size}, {f.size}, 3])")
+                c.problem(
+                    "image_size",
+                    f"sample.npy_shape is {shape}, size is {f.size}: they disagree (expected [{f.size}, {f.size}, 3])",
+                )
     f.classes = c.get(meta, "classes", "classes", "names")
     if f.classes is not None:
         seen: dict[str, int] = {}
@@ -160,8 +172,11 @@ def check_index(meta: dict) -> tuple[IndexFacts, list[Problem]]:
     if meta.get("format_version") != 1:
         digest = c.get(meta, "classes_digest", "classes_digest", "text")
         if digest is not None and f.classes is not None and digest != classes_digest(f.classes):
-            c.problem("field", f"classes_digest is {digest!r}; the classes' digest is {classes_digest(f.classes)!r} "
-                               "(FORMAT.md: SHA-256 of the class list as canonical JSON, first 16 hex digits)")
+            c.problem(
+                "field",
+                f"classes_digest is {digest!r}; the classes' digest is {classes_digest(f.classes)!r} "
+                "(FORMAT.md: SHA-256 of the class list as canonical JSON, first 16 hex digits)",
+            )
         version = meta.get("dataset_version")
         if digest is not None and isinstance(version, str):
             f.dataset = {"dataset_version": version, "classes_digest": digest}
@@ -218,12 +233,20 @@ def _check_shards(c: _Checker, f: IndexFacts, meta: dict) -> None:
             name = None
         else:
             names[name] = i
-        entry = ShardEntry(i, name, c.get(s, "split", f"{path}.split", "text"),
-                           c.get(s, "samples", f"{path}.samples", "count"), c.get(s, "bytes", f"{path}.bytes", "count"),
-                           c.get(s, "sha256", f"{path}.sha256", "sha256"), raw_name=s.get("name"))
+        entry = ShardEntry(
+            i,
+            name,
+            c.get(s, "split", f"{path}.split", "text"),
+            c.get(s, "samples", f"{path}.samples", "count"),
+            c.get(s, "bytes", f"{path}.bytes", "count"),
+            c.get(s, "sha256", f"{path}.sha256", "sha256"),
+            raw_name=s.get("name"),
+        )
         if name is not None and entry.split is not None and not name.startswith(entry.split + "-"):
-            c.problem("field", f"{path}.split is {entry.split!r}, but its name {name} puts it in split "
-                               f"{name.rsplit('-', 1)[0]!r}")
+            c.problem(
+                "field",
+                f"{path}.split is {entry.split!r}, but its name {name} puts it in split {name.rsplit('-', 1)[0]!r}",
+            )
             entry.split = name.rsplit("-", 1)[0]  # readers go by the name
         f.shards.append(entry)
     f.shards_ok = shards is not None and all(s.name and s.split and s.samples is not None for s in f.shards)
@@ -245,9 +268,17 @@ def _check_splits(c: _Checker, f: IndexFacts, meta: dict) -> None:
         if not isinstance(sp, dict):
             c.problem("field", f"{path} is {_show(sp)}; expected an object {{samples, shards, urls, ...}}")
             continue
-        facts = {key: c.get(sp, key, f"{path}.{key}", kind) for key, kind in
-                 (("samples", "count"), ("shards", "count"), ("urls", "text"), ("class_counts", "counts"),
-                  ("mean", "rgb"), ("std", "rgb"))}
+        facts = {
+            key: c.get(sp, key, f"{path}.{key}", kind)
+            for key, kind in (
+                ("samples", "count"),
+                ("shards", "count"),
+                ("urls", "text"),
+                ("class_counts", "counts"),
+                ("mean", "rgb"),
+                ("std", "rgb"),
+            )
+        }
         f.splits[name] = facts
         if not f.shards_ok:
             continue  # which shards belong to it is not known: the bad entries are the problems
@@ -260,25 +291,33 @@ def _check_splits(c: _Checker, f: IndexFacts, meta: dict) -> None:
         want = [shard_name(name, k) for k in range(len(own))]
         have = [s.name if s.name is not None else s.raw_name for s in own]
         if have != want:
-            c.problem("field", f"the {name} shards in shards are {_names(have)}; expected {_names(want)} (numbered "
-                               f"from 000000 in order)")
+            c.problem(
+                "field",
+                f"the {name} shards in shards are {_names(have)}; expected {_names(want)} (numbered "
+                f"from 000000 in order)",
+            )
         urls = facts["urls"]
         if urls is not None and urls != url_pattern(name, len(own)):
             try:
                 named = expand(urls)
             except Exception:  # noqa: BLE001 - any malformed pattern is the problem reported
                 named = None
-            what = ("is not a brace pattern" if named is None else
-                    f"names {len(named)} file(s) ({_names(named)})")
-            c.problem("urls", f"{path}.urls is {urls!r}, which {what}; the index lists {len(own)} {name} shard(s), "
-                              f"so expected {url_pattern(name, len(own))!r}")
+            what = "is not a brace pattern" if named is None else f"names {len(named)} file(s) ({_names(named)})"
+            c.problem(
+                "urls",
+                f"{path}.urls is {urls!r}, which {what}; the index lists {len(own)} {name} shard(s), "
+                f"so expected {url_pattern(name, len(own))!r}",
+            )
     for split in sorted(set(members) - set(splits)) if f.shards_ok else ():
         shards = _names([s.name or s.raw_name for s in members[split]])
         c.problem("field", f"splits has no entry {split!r}, the split of {shards}")
     expected = "train" if "train" in splits else "all"
     if f.stats_split is not None and f.stats_split != expected:
-        c.problem("field", f"stats_split is {f.stats_split!r}; expected {expected!r} (the index has splits "
-                           f"{', '.join(sorted(splits)) or 'none'})")
+        c.problem(
+            "field",
+            f"stats_split is {f.stats_split!r}; expected {expected!r} (the index has splits "
+            f"{', '.join(sorted(splits)) or 'none'})",
+        )
 
 
 def _names(names: list) -> str:
@@ -286,8 +325,14 @@ def _names(names: list) -> str:
     return shown + (f" ... {names[-1]} ({len(names)})" if len(names) > 3 else "")
 
 
-def check_counts(f: IndexFacts, rows: int, per_shard: np.ndarray | None, labels: np.ndarray | None,
-                 labels_by_split: dict[str, np.ndarray] | None, source: str) -> list[Problem]:
+def check_counts(
+    f: IndexFacts,
+    rows: int,
+    per_shard: np.ndarray | None,
+    labels: np.ndarray | None,
+    labels_by_split: dict[str, np.ndarray] | None,
+    source: str,
+) -> list[Problem]:
     """Every count in index.json against the counts ``source`` gives: ``rows`` samples, ``per_shard``
     rows by shard position, ``labels`` samples by class, ``labels_by_split`` the same per split."""
     problems = []
@@ -301,33 +346,42 @@ def check_counts(f: IndexFacts, rows: int, per_shard: np.ndarray | None, labels:
         for s in f.shards:
             got = int(per_shard[s.pos]) if s.pos < len(per_shard) else 0
             if s.samples is not None and s.samples != got:
-                bad(f"shards[{s.pos}].samples ({s.name or s.raw_name!r}) is {s.samples:,}; {source} has {got:,} "
-                    "for this shard")
+                bad(
+                    f"shards[{s.pos}].samples ({s.name or s.raw_name!r}) is {s.samples:,}; {source} has {got:,} "
+                    "for this shard"
+                )
         for name, sp in f.splits.items() if f.shards_ok else ():
             got = int(sum(per_shard[s.pos] for s in f.shards if s.split == name and s.pos < len(per_shard)))
             if sp["samples"] is not None and sp["samples"] != got:
                 bad(f"splits.{name}.samples is {sp['samples']:,}; {source} has {got:,} in its shards")
     if labels is not None:
-        problems += [Problem(INDEX, "count", m) for m in _count_diff("class_counts", f.class_counts, labels,
-                                                                      f.classes, source)]
+        problems += [
+            Problem(INDEX, "count", m) for m in _count_diff("class_counts", f.class_counts, labels, f.classes, source)
+        ]
     for name, sp in f.splits.items() if f.shards_ok else ():
         got = (labels_by_split or {}).get(name)
         if got is not None:
-            problems += [Problem(INDEX, "count", m) for m in
-                         _count_diff(f"splits.{name}.class_counts", sp["class_counts"], got, f.classes, source)]
+            problems += [
+                Problem(INDEX, "count", m)
+                for m in _count_diff(f"splits.{name}.class_counts", sp["class_counts"], got, f.classes, source)
+            ]
     return problems
 
 
-def _count_diff(path: str, stated: list[int] | None, counted: np.ndarray, classes: list[str] | None,
-                source: str) -> list[str]:
+def _count_diff(
+    path: str, stated: list[int] | None, counted: np.ndarray, classes: list[str] | None, source: str
+) -> list[str]:
     if stated is None:
         return []
     if classes is not None and len(stated) != len(classes):
         return [f"{path} has {len(stated)} entries; classes has {len(classes)} names"]
     counted = counted.tolist()
     counted = counted + [0] * (len(stated) - len(counted))
-    out = [f"{path} counts no label {i} or above; {source} has {sum(counted[len(stated):]):,} such samples"
-           for i in [len(stated)] if sum(counted[len(stated):])]
+    out = [
+        f"{path} counts no label {i} or above; {source} has {sum(counted[len(stated) :]):,} such samples"
+        for i in [len(stated)]
+        if sum(counted[len(stated) :])
+    ]
     for i, (a, b) in enumerate(zip(stated, counted)):
         if a != b:
             name = f" ({classes[i]!r})" if classes is not None else ""
@@ -346,12 +400,12 @@ def mean_std(count: list[int], s1: list[int], s2: list[int]) -> tuple[list[float
     return [round(x / 255, 6) for x in mean], [round(x / 255, 6) for x in std]
 
 
-def stats_problems(path: str, mean: list | None, std: list | None, got: tuple[list[float], list[float]],
-                   what: str) -> list[Problem]:
+def stats_problems(
+    path: str, mean: list | None, std: list | None, got: tuple[list[float], list[float]], what: str
+) -> list[Problem]:
     """``path``.mean/std against the values recomputed from ``what``."""
     problems = []
     for key, stated, value in (("mean", mean, got[0]), ("std", std, got[1])):
         if stated is not None and any(abs(a - b) > STATS_TOLERANCE for a, b in zip(stated, value)):
             problems.append(Problem(INDEX, "pixel_stats", f"{path}{key} is {stated}; {what} give {value}"))
     return problems
-

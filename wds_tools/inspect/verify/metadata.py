@@ -43,17 +43,29 @@ def check_field(meta: dict) -> tuple[list[MetaColumn] | None, str | None, list[P
     items = meta.get("metadata", [])
     columns: list[MetaColumn] | None = []
     if not isinstance(items, list):
-        problems.append(Problem(INDEX, "field", f"metadata is {type(items).__name__}; expected a list of "
-                                                "{name, type}"))
+        problems.append(
+            Problem(INDEX, "field", f"metadata is {type(items).__name__}; expected a list of {{name, type}}")
+        )
         columns = None
     else:
         seen: set[str] = set()
         for i, c in enumerate(items):
-            ok = isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] != "" and \
-                c.get("type") in META_TYPES and set(c) == {"name", "type"}
+            ok = (
+                isinstance(c, dict)
+                and isinstance(c.get("name"), str)
+                and c["name"] != ""
+                and c.get("type") in META_TYPES
+                and set(c) == {"name", "type"}
+            )
             if not ok:
-                problems.append(Problem(INDEX, "field", f"metadata[{i}] is {str(c)[:60]}; expected "
-                                                        f"{{name: a non-empty string, type: {' | '.join(META_TYPES)}}}"))
+                problems.append(
+                    Problem(
+                        INDEX,
+                        "field",
+                        f"metadata[{i}] is {str(c)[:60]}; expected "
+                        f"{{name: a non-empty string, type: {' | '.join(META_TYPES)}}}",
+                    )
+                )
                 columns = None
             elif c["name"] in seen:
                 problems.append(Problem(INDEX, "field", f"metadata[{i}] names column {c['name']!r} again"))
@@ -64,13 +76,16 @@ def check_field(meta: dict) -> tuple[list[MetaColumn] | None, str | None, list[P
     build = meta.get("build")
     group = build.get("group") if isinstance(build, dict) else None
     if group is not None and columns is not None and group not in {c.name for c in columns}:
-        problems.append(Problem(INDEX, "field", f"build.group is {str(group)[:60]!r}, which is not a column of "
-                                                "metadata"))
+        problems.append(
+            Problem(INDEX, "field", f"build.group is {str(group)[:60]!r}, which is not a column of metadata")
+        )
         group = None
     return columns, group if columns is not None else None, problems
 
 
-def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple[bool, dict[int, list[str]], list[Problem]]:
+def check_columns(
+    table: Columns, rows: int, columns: list[MetaColumn]
+) -> tuple[bool, dict[int, list[str]], list[Problem]]:
     """(usable, string values by column position, problems): each metadata column's arrays in samples.npz
     (``table``: table.SampleColumns) of the dtype and shape the format gives, string values
     distinct, in code-point order and UTF-8, int values 0 where missing."""
@@ -83,8 +98,11 @@ def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple
         for array, dtype in arrays.items():
             col = table.columns.get(array)
             if col is None:
-                problems.append(Problem(name, "column", f"samples.npz has no column {array!r} (metadata column "
-                                                        f"{c.name!r}, {c.type})"))
+                problems.append(
+                    Problem(
+                        name, "column", f"samples.npz has no column {array!r} (metadata column {c.name!r}, {c.type})"
+                    )
+                )
                 usable = False
                 continue
             if array.endswith("_offsets"):
@@ -94,9 +112,15 @@ def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple
             else:
                 shape = (rows,)
             if col.dtype != np.dtype(dtype) or col.shape != shape:
-                problems.append(Problem(name, "column", f"column {array!r} (metadata {c.name!r}) is {col.dtype.str} "
-                                                        f"{list(col.shape)}; expected {np.dtype(dtype).str} "
-                                                        f"{list(shape) if shape else '[n]'}"))
+                problems.append(
+                    Problem(
+                        name,
+                        "column",
+                        f"column {array!r} (metadata {c.name!r}) is {col.dtype.str} "
+                        f"{list(col.shape)}; expected {np.dtype(dtype).str} "
+                        f"{list(shape) if shape else '[n]'}",
+                    )
+                )
                 usable = False
         if not usable:
             continue
@@ -105,8 +129,14 @@ def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple
             offsets = table.read([names[1]], 0, table.columns[names[1]].shape[0])[names[1]].astype(np.int64)
             data = table.read([names[2]], 0, table.columns[names[2]].shape[0])[names[2]].tobytes()
             if offsets[0] != 0 or np.any(np.diff(offsets) <= 0) or offsets[-1] != len(data):
-                problems.append(Problem(name, "column", f"{names[1]} (metadata {c.name!r}) does not rise from 0 to "
-                                                        f"len({names[2]}) = {len(data):,} in steps of at least 1"))
+                problems.append(
+                    Problem(
+                        name,
+                        "column",
+                        f"{names[1]} (metadata {c.name!r}) does not rise from 0 to "
+                        f"len({names[2]}) = {len(data):,} in steps of at least 1",
+                    )
+                )
                 usable = False
                 continue
             try:
@@ -116,14 +146,20 @@ def check_columns(table: Columns, rows: int, columns: list[MetaColumn]) -> tuple
                 usable = False
                 continue
             if any(a >= b for a, b in zip(values, values[1:])):
-                problems.append(Problem(name, "column", f"the values of metadata {c.name!r} ({names[2]}) are not "
-                                                        "distinct and in code-point order"))
+                problems.append(
+                    Problem(
+                        name,
+                        "column",
+                        f"the values of metadata {c.name!r} ({names[2]}) are not distinct and in code-point order",
+                    )
+                )
             categories[i] = values
     return usable, categories, problems
 
 
-def block_problems(name: str, start: int, block: dict[str, np.ndarray], columns: list[MetaColumn],
-                   categories: dict[int, list[str]]) -> list[Problem]:
+def block_problems(
+    name: str, start: int, block: dict[str, np.ndarray], columns: list[MetaColumn], categories: dict[int, list[str]]
+) -> list[Problem]:
     """Rows ``start...`` of the metadata columns: string codes in -1..V-1, int values 0 where missing."""
     problems = []
     for i, c in enumerate(columns):
@@ -132,15 +168,27 @@ def block_problems(name: str, start: int, block: dict[str, np.ndarray], columns:
             codes = block[names[0]].astype(np.int64)
             bad = np.flatnonzero((codes < -1) | (codes >= len(categories[i])))
             if len(bad):
-                problems.append(Problem(name, "column", f"row {start + int(bad[0]):,}: {names[0]} (metadata "
-                                                        f"{c.name!r}) is {int(codes[bad[0]])}, not -1 (missing) or a "
-                                                        f"value 0..{len(categories[i]) - 1}"))
+                problems.append(
+                    Problem(
+                        name,
+                        "column",
+                        f"row {start + int(bad[0]):,}: {names[0]} (metadata "
+                        f"{c.name!r}) is {int(codes[bad[0]])}, not -1 (missing) or a "
+                        f"value 0..{len(categories[i]) - 1}",
+                    )
+                )
         elif c.type == "int":
             bad = np.flatnonzero(block[names[1]] & (block[names[0]] != 0))
             if len(bad):
-                problems.append(Problem(name, "column", f"row {start + int(bad[0]):,}: metadata {c.name!r} is "
-                                                        f"missing but {names[0]} holds {int(block[names[0]][bad[0]])}, "
-                                                        "not 0"))
+                problems.append(
+                    Problem(
+                        name,
+                        "column",
+                        f"row {start + int(bad[0]):,}: metadata {c.name!r} is "
+                        f"missing but {names[0]} holds {int(block[names[0]][bad[0]])}, "
+                        "not 0",
+                    )
+                )
     return problems
 
 
@@ -153,10 +201,13 @@ class GroupSplits:
     """(group, split) pairs with sample counts, gathered block by block; ``problems`` names each group
     found in more than one split."""
 
-    def __init__(self, column: MetaColumn, position: int, split_names: list[str],
-                 categories: list[str] | None) -> None:
-        self.column, self.names, self.split_names, self.categories = column, npz_names(position, column.type), \
-            split_names, categories
+    def __init__(self, column: MetaColumn, position: int, split_names: list[str], categories: list[str] | None) -> None:
+        self.column, self.names, self.split_names, self.categories = (
+            column,
+            npz_names(position, column.type),
+            split_names,
+            categories,
+        )
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, block: dict[str, np.ndarray], split_ids: np.ndarray) -> None:
@@ -185,14 +236,22 @@ class GroupSplits:
         problems = []
         for g in several[:MAX_PER_KIND].tolist():
             a = first[g]
-            where = ", ".join(f"{self.split_names[int(s)]} ({int(n):,} sample{'s' if n != 1 else ''})"
-                              for s, n in zip(uniq["s"][a:a + per_group[g]], totals[a:a + per_group[g]]))
+            where = ", ".join(
+                f"{self.split_names[int(s)]} ({int(n):,} sample{'s' if n != 1 else ''})"
+                for s, n in zip(uniq["s"][a : a + per_group[g]], totals[a : a + per_group[g]])
+            )
             value = self._show(groups[g])
-            problems.append(Problem(INDEX, "group_split", f"group {value} of column {self.column.name!r} "
-                                                          f"(build.group) is in {per_group[g]} splits: {where}"))
+            problems.append(
+                Problem(
+                    INDEX,
+                    "group_split",
+                    f"group {value} of column {self.column.name!r} (build.group) is in {per_group[g]} splits: {where}",
+                )
+            )
         if len(several) > MAX_PER_KIND:
-            problems.append(Problem(INDEX, "group_split", f"... and {len(several) - MAX_PER_KIND} more groups in "
-                                                          "several splits"))
+            problems.append(
+                Problem(INDEX, "group_split", f"... and {len(several) - MAX_PER_KIND} more groups in several splits")
+            )
         return problems
 
     def _show(self, value: object) -> str:
@@ -207,8 +266,7 @@ def _pairs(groups: np.ndarray, splits: np.ndarray) -> np.ndarray:
     return out
 
 
-def row_meta(block: dict[str, np.ndarray], columns: list[MetaColumn],
-             categories: dict[int, list[str]]) -> list[dict]:
+def row_meta(block: dict[str, np.ndarray], columns: list[MetaColumn], categories: dict[int, list[str]]) -> list[dict]:
     """The ``"meta"`` object of each row of ``block``, as its sample's .json should hold it."""
     per_column = []
     for i, c in enumerate(columns):

@@ -28,21 +28,21 @@ PROBLEM_KINDS = {
     "duplicate_key": "a key occurs in more than one sample",
     # the samples' contents against samples.npz (the shards' bytes are the ground truth)
     "sample_data": "a .npy member's XXH3-64 differs from samples.npz npy_xxh3 (pixels or the column changed), "
-                   "or, after a sha256 mismatch, a member's bytes differ from the index",
+    "or, after a sha256 mismatch, a member's bytes differ from the index",
     "label": "a .cls member is not a class index, or differs from the sample's label in samples.npz",
     "class_name": "the class name in a sample's .json is not classes[label]: classes is reordered or edited",
     "sample_meta": "a .json member's key, fingerprint, width, height, source_path or meta (the manifest's other "
-                   "columns) differs from samples.npz",
+    "columns) differs from samples.npz",
     # the index against itself and the data
     "index": "samples.npz is missing or unreadable, or its size or sha256 differs from index.json",
     "field": "an index.json field (metadata included) is missing, of the wrong type, or disagrees with the rest "
-             "of the index",
+    "of the index",
     "shard_name": "index.json names a file outside its folder or not <split>-NNNNNN.tar (never read)",
     "count": "a count in index.json (samples, class_counts, splits.*.samples, .shards, .class_counts, "
-             "shards[].samples) differs from samples.npz",
+    "shards[].samples) differs from samples.npz",
     "urls": "a split's URL pattern does not name exactly that split's shards",
     "column": "a samples.npz column (metadata columns included) is missing, of the wrong dtype or shape, or out "
-              "of order or range",
+    "of order or range",
     "group_split": "a group of the build.group column has samples in more than one split",
     "image_size": "size, sample.npy_shape or samples.npz npy_length disagree with each other or the .npy headers",
     "pixel_stats": "mean/std in index.json differ from the pixels (recomputed when verify reads every byte)",
@@ -62,15 +62,14 @@ class Problem:
 
     def to_dict(self) -> dict:
         """The problem as plain JSON types."""
-        return {"shard": self.shard, "kind": self.kind, "message": self.message, "key": self.key,
-                "offset": self.offset}
+        return {"shard": self.shard, "kind": self.kind, "message": self.message, "key": self.key, "offset": self.offset}
 
 
 _CHECKS = {
     "full": "the index against itself; sizes, sha256, member tables, .npy headers and checksums, labels, "
-            "sample metadata, mean/std from the pixels",
+    "sample metadata, mean/std from the pixels",
     "quick": "the index against itself; sizes, member tables, .npy headers, labels, sample metadata "
-             "(no sha256, pixels or mean/std)",
+    "(no sha256, pixels or mean/std)",
     "scan": "tar structure, .npy headers, keys (no index: sizes and hashes unchecked)",
     "scan-quick": "tar headers, .npy headers, keys (no index: sizes and hashes unchecked)",
 }
@@ -131,23 +130,31 @@ class VerifyReport:
     def to_text(self) -> str:
         """The report as text: a summary line, warnings, then each problem."""
         reads_all = self.mode in ("full", "scan")
-        rate = (f", {self.bytes_read / self.seconds / 1e6:,.0f} MB/s"
-                if reads_all and self.seconds > 0 and self.bytes_read else "")
-        lines = [f"{self.root}: checked {self.shards:,} shards, {self.samples:,} samples "
-                 f"({_CHECKS[self.mode]}) in {self.seconds:.2f} s{rate}"]
+        rate = (
+            f", {self.bytes_read / self.seconds / 1e6:,.0f} MB/s"
+            if reads_all and self.seconds > 0 and self.bytes_read
+            else ""
+        )
+        lines = [
+            f"{self.root}: checked {self.shards:,} shards, {self.samples:,} samples "
+            f"({_CHECKS[self.mode]}) in {self.seconds:.2f} s{rate}"
+        ]
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         if self.ok:
             lines.append("OK: every shard is intact.")
             return "\n".join(lines)
-        lines.append(f"FAILED: {len(self.problems)} problem(s) in {len(self.bad_shards)} file(s): "
-                     f"{', '.join(self.bad_shards)}")
+        lines.append(
+            f"FAILED: {len(self.problems)} problem(s) in {len(self.bad_shards)} file(s): {', '.join(self.bad_shards)}"
+        )
         for p in self.problems:
             where = "".join([f" key {p.key}" if p.key else "", f" @{p.offset}" if p.offset is not None else ""])
             lines.append(f"  {p.shard} [{p.kind}]{where}: {p.message}")
         if self.bad_samples:
-            lines.append(f"bad samples: {', '.join(self.bad_samples[:50])}"
-                         + (f" ... and {len(self.bad_samples) - 50} more" if len(self.bad_samples) > 50 else ""))
+            lines.append(
+                f"bad samples: {', '.join(self.bad_samples[:50])}"
+                + (f" ... and {len(self.bad_samples) - 50} more" if len(self.bad_samples) > 50 else "")
+            )
         return "\n".join(lines)
 
 

@@ -7,12 +7,12 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ...format.resolve import Shards
-from ...format.transport import basename, file_size
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ...format.npy import describe as describe_npy
+from ...format.resolve import Shards
 from ...format.sample import MEMBERS, MEMBERS_V1
 from ...format.tar import BLOCK, scan_file, split_name, walk_headers
+from ...format.transport import basename, file_size
 from .report import MAX_PER_KIND, Problem, VerifyReport, capped
 
 __all__ = ["verify_scan"]
@@ -44,8 +44,7 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
     except FileNotFoundError:
         return _ScanResult(name, [Problem(name, "missing", f"{url} does not exist")], [], {}, 0, 0)
     except OSError as e:
-        return _ScanResult(name, [Problem(name, "unreadable", f"cannot read {url}: {e.strerror or e}")],
-                           [], {}, 0, 0)
+        return _ScanResult(name, [Problem(name, "unreadable", f"cannot read {url}: {e.strerror or e}")], [], {}, 0, 0)
     problems = []
     if walker.error:
         kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
@@ -67,10 +66,17 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
         exts = [e for e, _ in groups[stem]]
         if sorted(exts) not in (sorted(MEMBERS), sorted(MEMBERS_V1)) and stem != last:
             first = groups[stem][0][1]
-            problems.append(Problem(name, "incomplete_sample", f"sample {stem} has members "
-                                    f"{', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
-                                    "each (format version 1: .cls, .json, .npy)",
-                                    key=stem, offset=first.offset - BLOCK))
+            problems.append(
+                Problem(
+                    name,
+                    "incomplete_sample",
+                    f"sample {stem} has members "
+                    f"{', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
+                    "each (format version 1: .cls, .json, .npy)",
+                    key=stem,
+                    offset=first.offset - BLOCK,
+                )
+            )
     return _ScanResult(name, capped(problems), order, headers, size, read)
 
 
@@ -97,17 +103,32 @@ def verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
         for h, member in r.headers.items():
             if h != reference:
                 expected = describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
-                report.problems.append(Problem(r.name, "npy_header", f"{member}: the header says {describe_npy(h)}; "
-                                               f"expected {expected}", key=split_name(member)[0]))
+                report.problems.append(
+                    Problem(
+                        r.name,
+                        "npy_header",
+                        f"{member}: the header says {describe_npy(h)}; expected {expected}",
+                        key=split_name(member)[0],
+                    )
+                )
         for k in r.keys:
             where.setdefault(k, []).append(r.name)
     dups = [(k, v) for k, v in where.items() if len(v) > 1]
     for k, shards in dups[:MAX_PER_KIND]:
         for name in sorted(set(shards)):
-            report.problems.append(Problem(name, "duplicate_key", f"key {k} occurs in {len(shards)} samples "
-                                           f"({', '.join(sorted(set(shards)))})", key=k))
+            report.problems.append(
+                Problem(
+                    name,
+                    "duplicate_key",
+                    f"key {k} occurs in {len(shards)} samples ({', '.join(sorted(set(shards)))})",
+                    key=k,
+                )
+            )
     if len(dups) > MAX_PER_KIND:
-        report.problems.append(Problem(dups[MAX_PER_KIND][1][0], "duplicate_key",
-                                       f"... and {len(dups) - MAX_PER_KIND} more duplicated keys"))
+        report.problems.append(
+            Problem(
+                dups[MAX_PER_KIND][1][0], "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys"
+            )
+        )
     report.shards = len(results)
     return report

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ...format.transport import file_size, read_ranges
+from ...format.meta import MetaColumn
 from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
+from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
 from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
-from ...format.meta import MetaColumn
+from ...format.transport import file_size, read_ranges
+from .index_file import IndexFacts
 from .metadata import block_names, row_meta, same_meta
 from .report import Problem, capped
-from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
-from .index_file import IndexFacts
 from .table import SampleColumns, TableFacts, row_columns
 
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
@@ -139,16 +139,16 @@ class PixelSums:
                 self.pieces2 = 0
             self.high = max(self.high, ph + n)
             wide = self.tmp[:n]
-            np.copyto(wide, a[pos:pos + n])  # no ufunc below casts: each runs at memory speed
-            np.add(self.acc1[ph:ph + n], wide, out=self.acc1[ph:ph + n])
+            np.copyto(wide, a[pos : pos + n])  # no ufunc below casts: each runs at memory speed
+            np.add(self.acc1[ph : ph + n], wide, out=self.acc1[ph : ph + n])
             np.multiply(wide, wide, out=wide)  # 255² fits uint16
-            np.add(self.acc2[ph:ph + n], wide, out=self.acc2[ph:ph + n])
+            np.add(self.acc2[ph : ph + n], wide, out=self.acc2[ph : ph + n])
             self.pieces1 += 1
             self.pieces2 += 1
             pos += n
 
     def _flush(self, acc: np.ndarray, into: list[int]) -> None:
-        used = acc[:-(-self.high // 768) * 768].reshape(-1, 768)  # wide rows: the reduction is vectorized
+        used = acc[: -(-self.high // 768) * 768].reshape(-1, 768)  # wide rows: the reduction is vectorized
         for c, v in enumerate(used.sum(axis=0, dtype=np.uint64).reshape(-1, 3).sum(axis=0).tolist()):
             into[c] += int(v)
         used.fill(0)
@@ -168,8 +168,15 @@ _json = json.JSONDecoder().decode  # json.loads less its per-call encoding detec
 
 
 def _capture(name: str) -> int:
-    return NPY_HEADER_BYTES if name.endswith(".npy") else CLS_CAP if name.endswith((".cls", ".i32")) else \
-        JSON_CAP if name.endswith(".json") else 0
+    return (
+        NPY_HEADER_BYTES
+        if name.endswith(".npy")
+        else CLS_CAP
+        if name.endswith((".cls", ".i32"))
+        else JSON_CAP
+        if name.endswith(".json")
+        else 0
+    )
 
 
 def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
@@ -177,8 +184,6 @@ def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
     uniform (a wrong ``size`` is then one problem, not one per sample), else of ``size``."""
     side = (tf.npy_size if tf is not None else None) or facts.size or (facts.npy_shape or [None])[0]
     return image_header(side) if side else None
-
-
 
 
 def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
@@ -205,15 +210,25 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         except FileNotFoundError:
             return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
         except OSError as e:
-            return ShardResult([Problem(job.name, "unreadable", f"cannot read {job.url} (after "
-                                        f"{scan.walker.pos:,} bytes): {e.strerror or e}")], scan.walker.pos, 0)
+            return ShardResult(
+                [
+                    Problem(
+                        job.name,
+                        "unreadable",
+                        f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}",
+                    )
+                ],
+                scan.walker.pos,
+                0,
+            )
         walker = scan.walker
         problems = _size_problem(job, walker.pos)
         digest = scan.sha.hexdigest()
         sha_ok = digest == job.sha256
         if not sha_ok and job.sha256 is not None:  # (an unusable sha256 field is a problem already)
-            problems.append(Problem(job.name, "sha256", f"sha256 {digest[:16]}..., the index says "
-                                    f"{str(job.sha256)[:16]}..."))
+            problems.append(
+                Problem(job.name, "sha256", f"sha256 {digest[:16]}..., the index says {str(job.sha256)[:16]}...")
+            )
         result = ShardResult(problems, walker.pos, 0)
         digests = scan.digests
         if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
@@ -234,8 +249,13 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         content += _unreached(job, ctx, rows, walker, result)
     result.problems += structure + content
     if sha_ok is False and job.sha256 is not None and not structure and not content:
-        result.problems.append(Problem(job.name, "sample_data", "the data of every indexed member matches; the "
-                                       "damage is in tar headers, padding or the end blocks"))
+        result.problems.append(
+            Problem(
+                job.name,
+                "sample_data",
+                "the data of every indexed member matches; the damage is in tar headers, padding or the end blocks",
+            )
+        )
     if result.problems and any(p.kind == "npy_header" for p in result.problems):
         result.pixels = None  # pixels of a member of another shape are not counted
     result.problems = capped(result.problems)
@@ -266,10 +286,10 @@ class _Scan:
                 if lo < hi:
                     if self._hash is None:
                         self._hash = xxhash.xxh3_64()
-                    self._hash.update(part[lo - base:hi - base])
+                    self._hash.update(part[lo - base : hi - base])
                     start = max(lo, m.offset + NPY_HEADER_BYTES)
                     if start < hi and self.pixels is not None:
-                        self.pixels.add(part[start - base:hi - base], (start - m.offset - NPY_HEADER_BYTES) % 3)
+                        self.pixels.add(part[start - base : hi - base], (start - m.offset - NPY_HEADER_BYTES) % 3)
                 if m.offset + m.size > end:
                     break  # it goes on in the next chunk
                 self.digests[m.offset] = (self._hash or xxhash.xxh3_64()).intdigest()
@@ -303,17 +323,22 @@ def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
     if ctx.paths_ok:
         po = ctx.table.read(["path_offsets"], a, b + 1)["path_offsets"].astype(np.int64)
         data = ctx.table.read(["path_data"], int(po[0]), int(po[-1]))["path_data"].tobytes()
-        paths = [data[s - po[0]:e - po[0]].decode("utf-8", "replace") for s, e in zip(po[:-1], po[1:])]
+        paths = [data[s - po[0] : e - po[0]].decode("utf-8", "replace") for s, e in zip(po[:-1], po[1:])]
     fp = cols.get("fingerprint")
     meta = None
     if ctx.metadata:
         meta = row_meta(ctx.table.read(block_names(ctx.metadata), a, b), ctx.metadata, ctx.categories)
-    return _Rows(cols["key"].astype("U").tolist(), cols["label"].tolist(),
-                 np.stack([cols[f"{column_prefix(m)}_offset"] for m in ctx.members], axis=1).tolist(),
-                 np.stack([cols[f"{column_prefix(m)}_length"] for m in ctx.members], axis=1).tolist(),
-                 cols["npy_xxh3"].tolist() if "npy_xxh3" in cols else None,
-                 ["xxh3_128:" + r.tobytes().hex() for r in fp] if fp is not None else None,
-                 {d: cols[d].tolist() for d in ("width", "height") if d in cols}, paths, meta)
+    return _Rows(
+        cols["key"].astype("U").tolist(),
+        cols["label"].tolist(),
+        np.stack([cols[f"{column_prefix(m)}_offset"] for m in ctx.members], axis=1).tolist(),
+        np.stack([cols[f"{column_prefix(m)}_length"] for m in ctx.members], axis=1).tolist(),
+        cols["npy_xxh3"].tolist() if "npy_xxh3" in cols else None,
+        ["xxh3_128:" + r.tobytes().hex() for r in fp] if fp is not None else None,
+        {d: cols[d].tolist() for d in ("width", "height") if d in cols},
+        paths,
+        meta,
+    )
 
 
 def _size_problem(job: ShardJob, size: int) -> list[Problem]:
@@ -339,13 +364,21 @@ def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Pro
     for m in walker.members:
         if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
             expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
-            problems.append(Problem(job.name, "npy_header", f"{m.name}: the header says {describe_npy(m.data)}; "
-                                    f"expected {expected}", key=split_name(m.name)[0], offset=m.offset))
+            problems.append(
+                Problem(
+                    job.name,
+                    "npy_header",
+                    f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}",
+                    key=split_name(m.name)[0],
+                    offset=m.offset,
+                )
+            )
     return problems
 
 
-def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None,
-             members: tuple[str, ...] = MEMBERS) -> list[Problem]:
+def _compare(
+    job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None, members: tuple[str, ...] = MEMBERS
+) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
     for k, o, n in zip(rows.keys, rows.offsets, rows.lengths):
@@ -358,8 +391,12 @@ def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None
     reach = walker.reached
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
     here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
-    problems = _walk_error(job, walker, f"; {unreached} indexed member(s) after it were not reached" if unreached
-                           else "", key=split_name(here[0])[0] if here else None)
+    problems = _walk_error(
+        job,
+        walker,
+        f"; {unreached} indexed member(s) after it were not reached" if unreached else "",
+        key=split_name(here[0])[0] if here else None,
+    )
     problems += _headers(job, walker, header)
     if exp == act:
         return problems
@@ -369,35 +406,63 @@ def _compare(job: ShardJob, walker: TarWalker, rows: _Rows, header: bytes | None
             problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=split_name(n)[0]))
     for n, o, s in act:
         if n not in exp_at:
-            problems.append(Problem(job.name, "extra_member", f"{n} ({s:,} B) is not in the index",
-                                    key=split_name(n)[0], offset=o - BLOCK))
-    for n, o, s in exp:
+            problems.append(
+                Problem(
+                    job.name,
+                    "extra_member",
+                    f"{n} ({s:,} B) is not in the index",
+                    key=split_name(n)[0],
+                    offset=o - BLOCK,
+                )
+            )
+    for n, o, _s in exp:
         if n not in seen and not (walker.error and o >= reach):
-            problems.append(Problem(job.name, "missing_member", f"{n} is in the index but not in the tar",
-                                    key=split_name(n)[0], offset=o - BLOCK))
+            problems.append(
+                Problem(
+                    job.name,
+                    "missing_member",
+                    f"{n} is in the index but not in the tar",
+                    key=split_name(n)[0],
+                    offset=o - BLOCK,
+                )
+            )
     moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
     if moved:
         n, o, s, (eo, es) = moved[0]
-        problems.append(Problem(job.name, "member_offset",
-                                f"{len(moved)} member(s) are not where the index says; first {n}: data at "
-                                f"{o:,} ({s:,} B), the index says {eo:,} ({es:,} B)", offset=o))
+        problems.append(
+            Problem(
+                job.name,
+                "member_offset",
+                f"{len(moved)} member(s) are not where the index says; first {n}: data at "
+                f"{o:,} ({s:,} B), the index says {eo:,} ({es:,} B)",
+                offset=o,
+            )
+        )
     return problems
 
 
-def _contents(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, digests: dict[int, int] | None,
-              sha_ok: bool | None, result: ShardResult) -> list[Problem]:
+def _contents(
+    job: ShardJob,
+    ctx: Context,
+    rows: _Rows,
+    walker: TarWalker,
+    digests: dict[int, int] | None,
+    sha_ok: bool | None,
+    result: ShardResult,
+) -> list[Problem]:
     """Each sample's members found where its row says, against the row."""
     members, exts = walker.members, ctx.members
     M, N = len(exts), exts.index("npy")
     aligned = len(members) == M * len(rows.keys) and all(  # the common case: member M*i + j is row i's
         m.name == f"{k}.{ext}" and m.offset == o[j] and m.size == n[j]
         for k, o, n, group in zip(rows.keys, rows.offsets, rows.lengths, zip(*[iter(members)] * M))
-        for j, (ext, m) in enumerate(zip(exts, group)))
+        for j, (ext, m) in enumerate(zip(exts, group))
+    )
     at = {} if aligned else {(m.name, m.offset, m.size): m for m in members}
     problems = []
     for i, k in enumerate(rows.keys):
         if aligned:
-            found = members[M * i:M * i + M]
+            found = members[M * i : M * i + M]
         else:
             o, n = rows.offsets[i], rows.lengths[i]
             found = [at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(exts)]
@@ -413,14 +478,25 @@ def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | Non
     if got == want:
         return []
     k = rows.keys[i]
-    why = ("the shard matches its sha256, so samples.npz npy_xxh3 was changed" if sha_ok else
-           "the pixel bytes differ from the index")
-    return [Problem(job.name, "sample_data", f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says "
-                    f"{want:016x}: {why}", key=k, offset=rows.offsets[i][-1])]  # .npy: the last member
+    why = (
+        "the shard matches its sha256, so samples.npz npy_xxh3 was changed"
+        if sha_ok
+        else "the pixel bytes differ from the index"
+    )
+    return [
+        Problem(
+            job.name,
+            "sample_data",
+            f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says {want:016x}: {why}",
+            key=k,
+            offset=rows.offsets[i][-1],
+        )
+    ]  # .npy: the last member
 
 
-def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[bytes | None],
-                  result: ShardResult) -> list[Problem]:
+def _check_sample(
+    job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[bytes | None], result: ShardResult
+) -> list[Problem]:
     """One sample's .cls, .i32 and .json against its row; ``data``: the captured bytes of each member
     (``ctx.members`` order; None: the member is not where the row says)."""
     k, label, o, n = rows.keys[i], rows.labels[i], rows.offsets[i], rows.lengths[i]
@@ -437,9 +513,13 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[b
     if "i32" in exts and data[exts.index("i32")] is not None:
         got = read_label_i32(data[exts.index("i32")])
         if got != label:
-            bad("label", 2 + exts.index("i32"), f"holds {got if got is not None else data[exts.index('i32')][:8]!r}"
+            bad(
+                "label",
+                2 + exts.index("i32"),
+                f"holds {got if got is not None else data[exts.index('i32')][:8]!r}"
                 f"{'' if got is not None else ' (not 4 bytes)'}, samples.npz label says {label} (the int32 "
-                "must equal the .cls and the label)")
+                "must equal the .cls and the label)",
+            )
 
     agreed = False
     if cls is None:
@@ -468,31 +548,55 @@ def _check_sample(job: ShardJob, ctx: Context, rows: _Rows, i: int, data: list[b
         name = obj.get("label")
         result.names.setdefault(label, Counter())[name] += 1
         if name != ctx.classes[label]:
-            result.misnamed.append((label, Problem(job.name, "class_name", f"{k}.json: label {name!r}, but "
-                                                   f"classes[{label}] is {ctx.classes[label]!r}", key=k,
-                                                   offset=o[J])))
+            result.misnamed.append(
+                (
+                    label,
+                    Problem(
+                        job.name,
+                        "class_name",
+                        f"{k}.json: label {name!r}, but classes[{label}] is {ctx.classes[label]!r}",
+                        key=k,
+                        offset=o[J],
+                    ),
+                )
+            )
     if rows.fingerprints is not None and obj.get("fingerprint") != rows.fingerprints[i]:
-        bad("sample_meta", 1, f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says "
-                              f"{rows.fingerprints[i]}")
+        bad(
+            "sample_meta",
+            1,
+            f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says {rows.fingerprints[i]}",
+        )
     for dim, values in rows.dims.items():
         if obj.get(dim) != values[i]:
             bad("sample_meta", 1, f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
     if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
-        bad("sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says "
-                              f"{rows.paths[i]!r}")
+        bad(
+            "sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says {rows.paths[i]!r}"
+        )
     if ctx.dataset is not None:
         for name, want in ctx.dataset.items():
             if obj.get(name) != want:
-                bad("sample_meta", 1, f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of "
-                                      "another dataset?)")
+                bad(
+                    "sample_meta",
+                    1,
+                    f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of another dataset?)",
+                )
         keys = set(obj) - {"meta"}
         if keys != set(JSON_FIELDS):
             missing, extra = sorted(set(JSON_FIELDS) - keys), sorted(keys - set(JSON_FIELDS))
-            bad("sample_meta", 1, "every sample of a conversion has the same .json fields"
-                + (f"; missing {', '.join(missing)}" if missing else "") + (f"; extra {', '.join(extra)}" if extra else ""))
+            bad(
+                "sample_meta",
+                1,
+                "every sample of a conversion has the same .json fields"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; extra {', '.join(extra)}" if extra else ""),
+            )
     if rows.meta is not None and not same_meta(obj.get("meta"), rows.meta[i]):
-        bad("sample_meta", 1, f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say "
-                              f"{_short(rows.meta[i])}")
+        bad(
+            "sample_meta",
+            1,
+            f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}",
+        )
     elif ctx.metadata == [] and "meta" in obj:
         bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
@@ -508,20 +612,28 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     read at their offsets, so intact ones are not reported (and damaged ones are)."""
     reach, size = walker.reached, walker.pos
     seen = {m.name for m in walker.members}
-    wanted = [i for i, k in enumerate(rows.keys) if f"{k}.cls" not in seen and rows.offsets[i][0] >= reach
-              and all(o + n <= size for o, n in zip(rows.offsets[i], rows.lengths[i]))]
+    wanted = [
+        i
+        for i, k in enumerate(rows.keys)
+        if f"{k}.cls" not in seen
+        and rows.offsets[i][0] >= reach
+        and all(o + n <= size for o, n in zip(rows.offsets[i], rows.lengths[i]))
+    ]
     M = len(ctx.members)
     starts = [rows.offsets[i][j] for i in wanted for j in range(M)]
     ends = [rows.offsets[i][j] + rows.lengths[i][j] for i in wanted for j in range(M)]
     blobs = read_ranges([job.url] * len(starts), starts, ends)
     problems: list[Problem] = []
     for t, i in enumerate(wanted):
-        got = blobs[M * t:M * t + M]
+        got = blobs[M * t : M * t + M]
         npy = got[-1]
         err = next((b for b in got if isinstance(b, BaseException)), None)
         if err is not None:
-            return problems + [Problem(job.name, "unreadable", f"cannot read {job.url} at "
-                                       f"{rows.offsets[i][0]:,}: {err}", key=rows.keys[i])]
+            return problems + [
+                Problem(
+                    job.name, "unreadable", f"cannot read {job.url} at {rows.offsets[i][0]:,}: {err}", key=rows.keys[i]
+                )
+            ]
         problems += _check_sample(job, ctx, rows, i, list(got), result)
         if rows.xxh3 is not None:
             problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(npy), False)

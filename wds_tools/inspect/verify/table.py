@@ -21,20 +21,37 @@ from typing import Any
 import numpy as np
 
 from ...format.index import SAMPLE_COLUMNS
-from ...format.sample import column_prefix
-from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
 from ...format.npy import NPY_HEADER_BYTES
+from ...format.sample import column_prefix
 from ...format.tar import iter_chunks
+from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
 from .index_file import IndexFacts
 from .metadata import GroupSplits, block_names, block_problems
 from .report import MAX_PER_KIND, Problem
 
-__all__ = ["row_columns", "BLOCK_ROWS", "SampleColumns", "TableFacts", "open_columns", "file_digest",
-           "check_samples_file", "scan_table"]
+__all__ = [
+    "row_columns",
+    "BLOCK_ROWS",
+    "SampleColumns",
+    "TableFacts",
+    "open_columns",
+    "file_digest",
+    "check_samples_file",
+    "scan_table",
+]
 
 BLOCK_ROWS = 1 << 16
-ROW_COLUMNS = ("key", "label", "shard", "cls_offset", "cls_length", "json_offset", "json_length",
-               "npy_offset", "npy_length")  # without these no row can be compared with a shard (version 1)
+ROW_COLUMNS = (
+    "key",
+    "label",
+    "shard",
+    "cls_offset",
+    "cls_length",
+    "json_offset",
+    "json_length",
+    "npy_offset",
+    "npy_length",
+)  # without these no row can be compared with a shard (version 1)
 
 
 def row_columns(members: tuple[str, ...]) -> tuple[str, ...]:
@@ -71,7 +88,7 @@ class _RangedIO(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         data = self.ranged.read(self.pos, len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -102,8 +119,13 @@ class SampleColumns:
             column = info.filename.removesuffix(".npy")
             where = f"samples.npz entry {info.filename}"
             if info.compress_type != zipfile.ZIP_STORED:
-                self.problems.append(Problem(self.name, "column", f"{where} is compressed; the format stores "
-                                                                  "entries uncompressed (re-convert, or re-index)"))
+                self.problems.append(
+                    Problem(
+                        self.name,
+                        "column",
+                        f"{where} is compressed; the format stores entries uncompressed (re-convert, or re-index)",
+                    )
+                )
                 continue
             local = self.file.read(info.header_offset, 30)
             if len(local) < 30 or local[:4] != b"PK\x03\x04":
@@ -113,17 +135,22 @@ class SampleColumns:
             head = io.BytesIO(self.file.read(data, min(info.file_size, 1 << 16)))
             try:
                 version = np.lib.format.read_magic(head)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, fortran, dtype = read(head)
             except (ValueError, EOFError) as e:
                 self.problems.append(Problem(self.name, "column", f"{where} is not an NPY array: {e}"))
                 continue
             items = int(np.prod(shape, dtype=np.int64))
             if fortran or dtype.hasobject or head.tell() + items * dtype.itemsize != info.file_size:
-                self.problems.append(Problem(self.name, "column", f"{where}: {dtype.str} {list(shape)}"
-                                             f"{' in Fortran order' if fortran else ''} does not fit its "
-                                             f"{info.file_size:,} bytes"))
+                self.problems.append(
+                    Problem(
+                        self.name,
+                        "column",
+                        f"{where}: {dtype.str} {list(shape)}"
+                        f"{' in Fortran order' if fortran else ''} does not fit its "
+                        f"{info.file_size:,} bytes",
+                    )
+                )
                 continue
             row_items = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
             self.columns[column] = _Column(dtype, tuple(shape), data + head.tell(), row_items * dtype.itemsize)
@@ -140,13 +167,22 @@ class SampleColumns:
                 self.problems.append(Problem(self.name, "column", f"samples.npz has no column {name!r}"))
                 continue
             dtype_ok = col.dtype.kind == "S" if want == "S" else col.dtype == np.dtype(want)
-            shape = {"fingerprint": (rows, 16), "path_offsets": (rows + 1,) if rows is not None else None,
-                     "path_data": (col.shape[0],) if len(col.shape) == 1 else None}.get(name, (rows,))
+            shape = {
+                "fingerprint": (rows, 16),
+                "path_offsets": (rows + 1,) if rows is not None else None,
+                "path_data": (col.shape[0],) if len(col.shape) == 1 else None,
+            }.get(name, (rows,))
             if not dtype_ok or rows is None or col.shape != shape:
                 expected = "|S<n>" if want == "S" else np.dtype(want).str
-                self.problems.append(Problem(self.name, "column", f"column {name!r} is {col.dtype.str} "
-                                             f"{list(col.shape)}; expected {expected} "
-                                             f"{list(shape) if shape and rows is not None else '[N]'}"))
+                self.problems.append(
+                    Problem(
+                        self.name,
+                        "column",
+                        f"column {name!r} is {col.dtype.str} "
+                        f"{list(col.shape)}; expected {expected} "
+                        f"{list(shape) if shape and rows is not None else '[N]'}",
+                    )
+                )
                 continue
             usable.add(name)
         return rows or 0, usable
@@ -206,8 +242,6 @@ def check_samples_file(url: str, facts: IndexFacts, quick: bool) -> list[Problem
     return []
 
 
-
-
 @dataclass
 class TableFacts:
     """What one pass over samples.npz found (for count checks and the shard jobs)."""
@@ -233,8 +267,9 @@ def _key_hash(keys: np.ndarray) -> np.ndarray:
     return h
 
 
-def scan_table(table: SampleColumns, rows: int, usable: set[str], facts: IndexFacts,
-               categories: dict[int, list[str]] | None = None) -> tuple[TableFacts, list[Problem]]:
+def scan_table(
+    table: SampleColumns, rows: int, usable: set[str], facts: IndexFacts, categories: dict[int, list[str]] | None = None
+) -> tuple[TableFacts, list[Problem]]:
     """One pass over samples.npz in blocks: order, ranges, counts, sizes and unique keys; with
     ``categories`` (the metadata's string values; None: its columns are unusable) the metadata
     columns' values, and no group of ``build.group`` in two splits."""
@@ -248,9 +283,10 @@ def scan_table(table: SampleColumns, rows: int, usable: set[str], facts: IndexFa
     n_shards = len(facts.shards)
     n_classes = len(facts.classes) if facts.classes is not None else None
     split_names = sorted(facts.splits)
-    split_of = np.array([split_names.index(s.split) if s.split in facts.splits else -1 for s in facts.shards] + [-1],
-                        np.int64)
-    want_len = NPY_HEADER_BYTES + 3 * facts.size ** 2 if facts.size else None
+    split_of = np.array(
+        [split_names.index(s.split) if s.split in facts.splits else -1 for s in facts.shards] + [-1], np.int64
+    )
+    want_len = NPY_HEADER_BYTES + 3 * facts.size**2 if facts.size else None
     per_shard = np.zeros(n_shards, np.int64)
     label_counts = np.zeros(max(n_classes or 0, 1), np.int64)
     by_split = np.zeros((len(split_names) + 1, max(n_classes or 0, 1)), np.int64)
@@ -319,23 +355,31 @@ def scan_table(table: SampleColumns, rows: int, usable: set[str], facts: IndexFa
             po = table.read(["path_offsets"], start, stop + 1)["path_offsets"]
             if po[0] != last_path or np.any(np.diff(po.astype(np.int64)) < 0) or po[-1] > path_total:
                 paths_ok = False
-                bad(f"path_offsets is not non-decreasing from 0 to len(path_data) = {path_total:,} in rows "
-                    f"{start:,}..{stop:,}; source paths are not compared")
+                bad(
+                    f"path_offsets is not non-decreasing from 0 to len(path_data) = {path_total:,} in rows "
+                    f"{start:,}..{stop:,}; source paths are not compared"
+                )
             last_path = int(po[-1])
     if paths_ok and rows and last_path != path_total:
         paths_ok = False
         bad(f"path_offsets ends at {last_path:,}; path_data holds {path_total:,} bytes")
     out.paths_ok = paths_ok
     if out_of_range:
-        bad(f"{out_of_range:,} row(s) name a shard position past the {n_shards} in index.json "
-            f"(first: row {first_range:,})")
+        bad(
+            f"{out_of_range:,} row(s) name a shard position past the {n_shards} in index.json "
+            f"(first: row {first_range:,})"
+        )
     if unordered:
-        bad(f"rows are not in shard order ({unordered:,} step(s) back, first at row {first_order:,}); the "
-            "format orders rows by shard, then file position")
+        bad(
+            f"rows are not in shard order ({unordered:,} step(s) back, first at row {first_order:,}); the "
+            "format orders rows by shard, then file position"
+        )
     if bad_labels:
         row, value = first_label
-        bad(f"{bad_labels:,} label(s) are not a class index 0..{(n_classes or 1) - 1} (first: row {row:,}, {value})",
-            kind="label")
+        bad(
+            f"{bad_labels:,} label(s) are not a class index 0..{(n_classes or 1) - 1} (first: row {row:,}, {value})",
+            kind="label",
+        )
     if shard_ok:
         out.per_shard = per_shard
     if "label" in usable:
@@ -365,8 +409,9 @@ def _ranges(out: TableFacts, facts: IndexFacts, ordered: bool) -> list[tuple[int
     return list(zip(ends[:-1], ends[1:]))
 
 
-def _size_problems(name: str, lengths: dict[int, int], facts: IndexFacts, want_len: int | None,
-                   out: TableFacts) -> list[Problem]:
+def _size_problems(
+    name: str, lengths: dict[int, int], facts: IndexFacts, want_len: int | None, out: TableFacts
+) -> list[Problem]:
     problems = []
     if len(lengths) == 1:
         (length,) = lengths
@@ -375,8 +420,14 @@ def _size_problems(name: str, lengths: dict[int, int], facts: IndexFacts, want_l
             out.npy_size = side
     for length, row in sorted(lengths.items(), key=lambda t: t[1])[:3]:
         if want_len is not None and length != want_len:
-            problems.append(Problem(name, "image_size", f"npy_length is {length:,} (first: row {row:,}); size "
-                                    f"{facts.size} needs {NPY_HEADER_BYTES} + 3·{facts.size}² = {want_len:,}"))
+            problems.append(
+                Problem(
+                    name,
+                    "image_size",
+                    f"npy_length is {length:,} (first: row {row:,}); size "
+                    f"{facts.size} needs {NPY_HEADER_BYTES} + 3·{facts.size}² = {want_len:,}",
+                )
+            )
     return problems
 
 
@@ -386,7 +437,7 @@ def _duplicates(table: SampleColumns, hashes: np.ndarray, facts: IndexFacts) -> 
     same = ordered[1:][ordered[1:] == ordered[:-1]]
     if not len(same):
         return []
-    rows = np.flatnonzero(np.isin(hashes, np.unique(same)))[:50 * MAX_PER_KIND]
+    rows = np.flatnonzero(np.isin(hashes, np.unique(same)))[: 50 * MAX_PER_KIND]
     by_key: dict[bytes, list[int]] = {}
     for r in rows.tolist():
         by_key.setdefault(bytes(table.read(["key"], r, r + 1)["key"][0]), []).append(r)
@@ -400,9 +451,16 @@ def _duplicates(table: SampleColumns, hashes: np.ndarray, facts: IndexFacts) -> 
             pos = int(table.read(["shard"], r, r + 1)["shard"][0]) if shard_col else -1
             names.append(facts.shards[pos].name or f"shards[{pos}]" if 0 <= pos < len(facts.shards) else f"row {r}")
         for shard in sorted(set(names)):
-            problems.append(Problem(shard, "duplicate_key", f"key {key} is in the index {len(where)} times "
-                                    f"({', '.join(sorted(set(names)))})", key=key))
+            problems.append(
+                Problem(
+                    shard,
+                    "duplicate_key",
+                    f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})",
+                    key=key,
+                )
+            )
     if len(dups) > MAX_PER_KIND:
-        problems.append(Problem(table.name, "duplicate_key",
-                                f"... and {len(dups) - MAX_PER_KIND} more duplicated keys"))
+        problems.append(
+            Problem(table.name, "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys")
+        )
     return problems

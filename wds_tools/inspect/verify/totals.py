@@ -27,9 +27,15 @@ def check_class_names(facts: IndexFacts, results: list[ShardResult]) -> list[Pro
         if facts.classes[label] in c:
             continue
         said, n = c.most_common(1)[0]
-        hint = (f" (that is classes[{facts.classes.index(said)}]: reordered?)" if said in facts.classes else "")
-        problems.append(Problem(INDEX, "class_name", f"classes[{label}] is {facts.classes[label]!r}, but the .json "
-                                f"of the {sum(c.values()):,} sample(s) with label {label} say {said!r}{hint}"))
+        hint = f" (that is classes[{facts.classes.index(said)}]: reordered?)" if said in facts.classes else ""
+        problems.append(
+            Problem(
+                INDEX,
+                "class_name",
+                f"classes[{label}] is {facts.classes[label]!r}, but the .json "
+                f"of the {sum(c.values()):,} sample(s) with label {label} say {said!r}{hint}",
+            )
+        )
     odd = [p for r in results for label, p in r.misnamed if facts.classes[label] in names.get(label, ())]
     return problems + capped(odd)
 
@@ -42,8 +48,9 @@ def check_sizes(facts: IndexFacts, results: list[ShardResult]) -> list[Problem]:
     return []
 
 
-def check_pixel_stats(facts: IndexFacts, target: Shards, jobs: list[ShardJob], results: list[ShardResult],
-                 summed: bool) -> list[Problem]:
+def check_pixel_stats(
+    facts: IndexFacts, target: Shards, jobs: list[ShardJob], results: list[ShardResult], summed: bool
+) -> list[Problem]:
     """mean/std of every split and of ``stats_split``, recomputed from the pixels when every byte of
     every shard was read and ``summed``; otherwise top-level mean/std against ``splits.train`` only."""
     if not summed or target.selected or not facts.shards_ok:
@@ -66,13 +73,17 @@ def check_pixel_stats(facts: IndexFacts, target: Shards, jobs: list[ShardJob], r
     for name, sp in facts.splits.items():
         if name in incomplete or name not in sums:
             continue
-        problems += stats_problems(f"splits.{name}.", sp["mean"], sp["std"], mean_std(*sums[name]),
-                                   f"the pixels of its {sum(s.split == name for s in facts.shards)} shard(s)")
+        problems += stats_problems(
+            f"splits.{name}.",
+            sp["mean"],
+            sp["std"],
+            mean_std(*sums[name]),
+            f"the pixels of its {sum(s.split == name for s in facts.shards)} shard(s)",
+        )
     which = [n for n in facts.splits if facts.stats_of in (n, "all")]
     if which and all(n in sums and n not in incomplete for n in which):
         total = [[sum(sums[n][k][c] for n in which) for c in range(3)] for k in range(3)]
-        problems += stats_problems("", facts.mean, facts.std, mean_std(*total),
-                                   f"the pixels of split {facts.stats_of}")
+        problems += stats_problems("", facts.mean, facts.std, mean_std(*total), f"the pixels of split {facts.stats_of}")
     return problems  # (a split with a shard not read whole is not recomputed: that shard is a problem already)
 
 
@@ -80,5 +91,10 @@ def _stats_cross_check(facts: IndexFacts) -> list[Problem]:
     train = facts.splits.get("train")
     if facts.stats_split != "train" or not train:
         return []
-    return stats_problems("", facts.mean, facts.std, (train["mean"] or facts.mean, train["std"] or facts.std),
-                          "splits.train.mean/std (stats_split is train)")
+    return stats_problems(
+        "",
+        facts.mean,
+        facts.std,
+        (train["mean"] or facts.mean, train["std"] or facts.std),
+        "splits.train.mean/std (stats_split is train)",
+    )
