@@ -300,3 +300,19 @@ def test_stats_says_when_a_set_is_too_large_to_count(folder, monkeypatch):
     report = compute_stats(folder, workers=1)
     assert report.to_dict()["duplicates"] == skipped
     assert "near-duplicates not counted: 10 samples, more than" in "\n".join(report.warnings)
+
+
+def test_a_plot_that_cannot_be_written_is_one_line(folder, tmp_path):
+    """--plot into a folder that does not exist (or a read-only mount): one line naming the path, no traceback."""
+    dest = tmp_path / "no-such-folder" / "dups.png"
+    r = CliRunner().invoke(cli, ["dups", str(folder), "--plot", str(dest)])
+    assert r.exit_code == 1, r.output
+    assert f"{dest}: cannot write the contact sheet there" in r.output and "Traceback" not in r.output
+    assert not dest.exists()
+
+
+def test_a_stats_plot_that_cannot_be_written_is_one_line(folder, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    dest = tmp_path / "no-such-folder" / "stats.png"
+    r = CliRunner().invoke(cli, ["stats", str(folder), "--plot", str(dest)])
+    assert r.exit_code == 1 and f"{dest}: cannot write the plot there" in r.output, r.output

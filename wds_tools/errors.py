@@ -21,6 +21,7 @@ __all__ = [
     "ReadOnlyOutputError",
     "READ_ONLY_ERRNOS",
     "read_only_error",
+    "unwritable_file_error",
 ]
 
 
@@ -96,6 +97,13 @@ def read_only_error(root: str, e: OSError, what: str) -> ReadOnlyOutputError:
     return ReadOnlyOutputError(
         f"{root}: cannot {what} there: {e.strerror or e} ({e.filename or root}). "
         "Is it a read-only mount? Give a writable folder (--out), or remount it read-write."
+    )
+
+
+def unwritable_file_error(path: str, e: OSError, what: str) -> ReadOnlyOutputError:
+    """The one-line refusal for a file (a plot, a report) that cannot be written at ``path``."""
+    return ReadOnlyOutputError(
+        f"{path}: cannot write {what} there: {e.strerror or e}. Give a path in a writable folder."
     )
 
 

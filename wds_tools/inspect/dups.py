@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..errors import OptionError
+from ..errors import OptionError, unwritable_file_error
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
@@ -292,7 +292,10 @@ def plot_dups(
             colour = (200, 0, 0) if cl.cross_split or cl.label_conflict else (0, 0, 0)
             draw.text((x, y + thumb + 2), m["key"][:18], fill=colour)
             draw.text((x, y + thumb + 14), f"{m['split']} {m['label']}"[:18], fill=colour)
-    sheet.save(dest, "PNG")
+    try:
+        sheet.save(dest, "PNG")
+    except OSError as e:  # a read-only mount, a missing folder: one line, no traceback
+        raise unwritable_file_error(str(dest), e, "the contact sheet") from None
     return len(shown)
 
 

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ...errors import ExtraNotInstalledError, ShardError
+from ...errors import ExtraNotInstalledError, ShardError, unwritable_file_error
 from .report import StatsReport
 
 __all__ = ["plot_stats", "require_matplotlib"]
@@ -43,8 +43,12 @@ def plot_stats(report: StatsReport, path: str | os.PathLike) -> str:
             ax.set_yticks(range(len(report.classes)), report.classes)
         fig.colorbar(im, ax=ax, label="share of the shard")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:  # a read-only mount, a missing folder: one line, no traceback
+        raise unwritable_file_error(str(path), e, "the plot") from None
+    finally:
+        plt.close(fig)
     return str(path)
 
 
