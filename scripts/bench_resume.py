@@ -14,6 +14,7 @@ Median of --rounds, interleaved; num_workers 0 and 2.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,30 +29,50 @@ from shardkit import build_dataset  # noqa: E402
 
 from training_adapter import make_loader  # noqa: E402
 from wds_tools.format.index import load_index, read_samples, write_index  # noqa: E402
+from wds_tools.format.names import url_pattern  # noqa: E402
 from wds_tools.format.packed import pack_strings  # noqa: E402
 
 
 def build(work: Path, samples: int) -> Path:
-    """Real shards of 4 x 1,000 samples of 32 px, and an index listing them ``samples / 4,000`` times over."""
-    dest = work / f"resume-{samples}"
+    """Real shards of 4 x 1,000 samples of 32 px, hard-linked under as many shard names as it takes for
+    ``samples`` rows: each name's rows repeat its file's real rows, no more than a shard of its size
+    can hold (the readers refuse an index claiming more samples than 1 per KiB of shard)."""
+    dest = work / f"resume-{samples}-linked"
     if (dest / "index.json").exists():
         return dest
     build_dataset(dest, {"train": [[(i + j) % 3 for i in range(1000)] for j in range(4)]}, size=32)
     meta = load_index(dest).meta
     cols = read_samples(str(dest / "samples.npz"))
     n = len(cols["key"])
-    take = np.arange(samples) % n
+    real = meta["shards"]
+    rows_of = [np.flatnonzero(cols["shard"] == k) for k in range(len(real))]
+    per_name = min(int(s["bytes"]) // 1024 for s in real)
+    names = -(-samples // per_name)
+    shards, take, shard_col = [], [], []
+    for j in range(names):
+        k = j % len(real)
+        entry = dict(real[k])
+        if j >= len(real):  # another name for the same bytes
+            entry["name"] = f"train-{j:06d}.tar"
+            os.link(dest / real[k]["name"], dest / entry["name"])
+        count = min(per_name, samples - j * per_name)
+        entry["samples"] = count
+        shards.append(entry)
+        take.append(rows_of[k][np.arange(count) % len(rows_of[k])])
+        shard_col.append(np.full(count, j))
+    take_all = np.concatenate(take)
     out = {}
     for name, col in cols.items():
         if name in ("path_offsets", "path_data"):
             continue
-        out[name] = col[take] if len(col) == n else col
+        out[name] = col[take_all] if len(col) == n else col
+    out["shard"] = np.concatenate(shard_col).astype(cols["shard"].dtype)
     out["key"] = np.array([f"r{i:07d}".encode() for i in range(samples)], dtype="S")
     out["path_offsets"], out["path_data"] = pack_strings([f"img/r{i:07d}.jpg" for i in range(samples)])
-    per_shard = np.bincount(out["shard"].astype(np.int64), minlength=len(meta["shards"]))
-    for s, c in zip(meta["shards"], per_shard.tolist()):
-        s["samples"] = c
+    meta["shards"] = shards
     meta["samples"] = meta["splits"]["train"]["samples"] = samples
+    meta["splits"]["train"]["shards"] = names
+    meta["splits"]["train"]["urls"] = url_pattern("train", names)
     meta["class_counts"] = meta["splits"]["train"]["class_counts"] = np.bincount(out["label"], minlength=3).tolist()
     write_index(dest, meta, out)
     return dest
