@@ -274,8 +274,13 @@ class Torture:
         shutil.rmtree(path, ignore_errors=True)
         return path
 
-    def record(self, kind: str, what: str, outcome: str, ok: bool) -> None:
+    def record(self, kind: str, what: str, outcome: str, ok: bool, stderr: str = "") -> None:
         self.trials.append(Trial(kind, what, outcome, ok))
+        if not ok and stderr:  # the whole stderr of a failed trial, for the one who debugs it
+            kept = self.work / "failures" / f"{len(self.trials):03d}.txt"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(f"{kind}: {what}\n{outcome}\n\n{stderr}")
+            outcome += f" (stderr in {kept})"
         print(f"  [{'ok' if ok else 'FAIL'}] {kind}: {what} -> {outcome}", flush=True)
 
     def reference(self, opts: Opts) -> None:
@@ -320,11 +325,11 @@ class Torture:
             note += "; killed before Python started, nothing written"  # which a shell shows as 128 + sig
         elif sig != signal.SIGKILL:  # handled: exit 128 + sig with the resume line, or a finished run
             if code not in (0, 128 + sig):
-                return self.record(kind, what, f"exit {code} after {name}: {err[-200:]}", False)
+                return self.record(kind, what, f"exit {code} after {name}: {err[-200:]}", False, err)
             if code and "run the same command again to resume" not in err:
                 return self.record(kind, what, f"no resume line after {name}: {err[-200:]}", False)
             if traceback_in(err):
-                return self.record(kind, what, f"traceback after {name}: {err[-300:]}", False)
+                return self.record(kind, what, f"traceback after {name}: {err[-300:]}", False, err)
         again = run(cmd)
         if again.returncode != 0:
             return self.record(kind, what, f"rerun exit {again.returncode}: {again.stderr.strip()[-300:]}", False)
