@@ -19,13 +19,13 @@ import re
 from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
-from ..format.index import INDEX_FILE, SAMPLES_FILE, parse_index_meta, read_npz
+from ..format.index import INDEX_FILE, SAMPLES_FILE, WORK_DIR, parse_index_meta, read_npz
 from . import hashes
 from .assemble import assemble_index, source_stats, write_errors
 from .result import count
 from .source import Source
 from .storage import Store
-from .target import WORK_DIR, Target
+from .target import Target
 
 __all__ = ["ErrorGate", "finish_size", "clean_after_index", "clean_complete_folder", "needs_cleaning"]
 

@@ -19,12 +19,10 @@ from typing import Final, Literal
 import numpy as np
 
 from ..errors import IndexFormatError, OptionError
-from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from ..format.index import INDEX_FILE, WORK_DIR, DatasetIndex, indexes_newest_first, load_index
 from ..format.meta import value_text
 from ..format.transport import is_remote
 from .plan import Unit
-
-WORK_DIR = ".wds-tools-work"  # target.WORK_DIR (target imports source, which imports this module)
 
 __all__ = ["SplitBase", "base_units", "find_split_base", "recorded_split_base"]
 

@@ -43,8 +43,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import OutputBusyError
+from ..format.index import LOCK_FILE  # beside WORK_DIR, which a folder's state check skips too
 from .storage import Store
-from .target import LOCK_FILE  # beside WORK_DIR, which a folder's state check skips too
 
 __all__ = ["LOCK_FILE", "Holder", "FolderLock", "lock_folder", "lock_folders", "release_all"]
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
-from ..format.index import ERRORS_FILE, read_npz
+from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
 from ..format.near import DEFAULT_THRESHOLD
 from ..format.sample import classes_digest
 from ..format.transport import join
@@ -50,7 +50,7 @@ from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store
-from .target import WORK_DIR, Target, finished_meta, prepare_dest, select_base, spec, task_digest
+from .target import Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 
 __all__ = [

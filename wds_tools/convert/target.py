@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, OutputExistsError
-from ..format.index import ERRORS_FILE, INDEX_FILE, parse_index_meta
+from ..format.index import ERRORS_FILE, INDEX_FILE, LOCK_FILE, WORK_DIR, parse_index_meta
 from ..format.mixing import RECORD_ONLY
 from ..format.transport import is_remote, join
 from . import hashes
@@ -32,9 +32,6 @@ __all__ = [
     "finished_meta",
     "select_base",
 ]
-
-WORK_DIR = ".wds-tools-work"
-LOCK_FILE = ".wds-tools-lock"  # see lock.py
 
 
 @dataclass

@@ -61,8 +61,8 @@ READABLE_VERSIONS = (1, 2, 3)  # what every reader reads
 INDEX_FILE = "index.json"
 SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
-# A conversion in progress or interrupted: its work folder and lock file (convert.target writes them;
-# format.resolve refuses a folder holding either without index.json)
+# A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
+# definition being here; format.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
 LOCK_FILE = ".wds-tools-lock"
 
