@@ -3,7 +3,12 @@
 Quality. A test set built from real photographic content shipped by installed packages (no
 internet): windows of scikit-learn's two sample photos (china.jpg, flower.jpg), of scikit-image's
 data photos where scikit-image is installed (at most ``--windows`` per photo, evenly spread, so that
-the large retina photo does not fill the set), and ``wds_tools.synth`` lesion photos. Each
+the large retina photo does not fill the set), and ``wds_tools.synth`` lesion photos. Two rules keep
+the negatives fair: windows are taken on a grid half a window apart, so two of them share at most half
+their area (a copy cropped by 10% keeps at least 81% of its original: no negative is a near-crop of
+another); and a window more than three quarters of whose pixels are darker than 10% grey is left out
+(the retina photo's black frame: its corner windows are a dark field with a sliver of the retina's
+edge, mirror images of one another, which no flip-invariant hash can tell apart). Each
 *original* is a JPEG (quality 92) and gets six duplicates, one per kind: JPEG recompression
 (quality 60-95), rescaling (0.5-2x), a crop of up to 10% of the width and of the height, a flip or
 quarter turn, brightness +-10%, slight blur (Gaussian radius 0.6-1.2), each saved as a JPEG
@@ -14,15 +19,19 @@ the originals are *similar*: overlapping windows (half a window apart) of one ph
 of one class.
 For each method, precision and recall over all pairs at each threshold, and at its default:
 
-  wds-tools   ``format.phash`` + ``inspect.dups.find_pairs`` (least distance over the 8 flips/turns)
+  wds-tools   ``format.phash`` (the whole image's hash and six windows'; docs/FORMAT.md) and its
+              distance: either image's whole-image hash, under the 8 flips/turns, against any of the
+              other's seven (what ``inspect.dups.find_pairs`` finds)
+  whole only  the whole-image hashes alone (the first column; 8 flips/turns): what the windows add
   imagehash   ``imagehash.phash`` (64-bit median pHash) of the same stored pixels, plain Hamming
               distance (it does not handle flips and turns), where imagehash is installed
 
 Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
 part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved.
 
-Cost. ``find_pairs`` on ``--scale`` uniformly random 64-bit hashes (top bit 0, as stored) plus 1%
-planted near copies (1-``threshold`` bits flipped, some under a flip/turn), at the default threshold:
+Cost. ``find_pairs`` on ``--scale`` samples of seven uniformly random 64-bit hashes (top bit 0, as
+stored) plus 1% planted near copies (a copy's whole-image hash is one of its original's seven hashes with
+1-``threshold`` bits flipped, under a random flip/turn), at the default threshold:
 wall seconds, peak RSS (``resource.getrusage``, this process), and the planted pairs found. An
 all-pairs scan is O(N^2); this one probes bands of the hash (multi-index hashing).
 
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import resource
 import sys
 import time
@@ -46,14 +56,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
 from wds_tools.format.near import DEFAULT_THRESHOLD, find_pairs  # noqa: E402
-from wds_tools.format.phash import phash_batch, popcount, variants_array  # noqa: E402
+from wds_tools.format.phash import WINDOWS, phash_batch, popcount, variants_array  # noqa: E402
 from wds_tools.synth import jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
+DARK, MOSTLY_DARK = 26, 0.75  # a window with more than 75% of its pixels below grey 26 (10%) is left out
 
 
-def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
-    """Overlapping windows (stride window/2) of the real photos the installed packages ship."""
+def photo_windows(window: int = 256, most: int = 12) -> tuple[list[Image.Image], float]:
+    """Windows (on a grid of stride window/2) of the real photos the installed packages ship, but those
+    mostly dark (the fairness rules above); and the largest share of area two of them have in common."""
     from sklearn.datasets import load_sample_images
 
     photos = [Image.fromarray(a) for a in load_sample_images().images]
@@ -69,7 +81,7 @@ def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
                 photos.append(Image.fromarray(a))
     except ImportError:
         pass
-    out = []
+    out, overlap = [], 0.0
     for p in photos:
         w, h = p.size
         boxes = [
@@ -78,8 +90,16 @@ def photo_windows(window: int = 256, most: int = 12) -> list[Image.Image]:
             for left in range(0, w - window + 1, window // 2)
         ]
         keep = np.linspace(0, len(boxes) - 1, min(most, len(boxes))).round().astype(int)
-        out += [p.crop(boxes[k]) for k in sorted(set(keep.tolist()))]
-    return out
+        kept = []
+        for k in sorted(set(keep.tolist())):
+            im = p.crop(boxes[k])
+            if (np.asarray(im.convert("L")) < DARK).mean() <= MOSTLY_DARK:
+                out.append(im)
+                kept.append(boxes[k])
+        for a, b in itertools.combinations(kept, 2):
+            inter = max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
+            overlap = max(overlap, inter / window**2)
+    return out, overlap
 
 
 def copy_of(im: Image.Image, kind: str, rng: np.random.Generator) -> Image.Image:
@@ -115,7 +135,7 @@ def copy_of(im: Image.Image, kind: str, rng: np.random.Generator) -> Image.Image
 def build_set(synth: int, size: int, windows: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(stored pixels [N, S, S, 3], original id [N], kind [N]: "original" or the copy's kind)."""
     rng = np.random.default_rng(seed)
-    originals = photo_windows(most=windows) + [lesion_photo(320, 320, 1, 1000 + i) for i in range(synth)]
+    originals = photo_windows(most=windows)[0] + [lesion_photo(320, 320, 1, 1000 + i) for i in range(synth)]
     pixels, ids, kinds = [], [], []
     for i, im in enumerate(originals):
         for kind in ("original", *KINDS):
@@ -128,11 +148,18 @@ def build_set(synth: int, size: int, windows: int = 12, seed: int = 0) -> tuple[
 
 
 def pair_distances(hashes: np.ndarray, flips: bool) -> np.ndarray:
-    """[N, N] distances (least over the 8 flips/turns when ``flips``)."""
+    """[N, N] distances: plain Hamming distances of [N] hashes; with ``flips``, of [N, K] hashes per
+    sample (K = 1: whole-image only), FORMAT.md's distance: the least over the 8 variants of either's
+    first hash against any of the other's K."""
     if not flips:
         return popcount(hashes[:, None] ^ hashes[None, :])
-    var = variants_array(hashes)  # [N, 8]
-    return np.min(popcount(hashes[:, None, None] ^ var[None, :, :]), axis=2)
+    hashes = hashes.reshape(len(hashes), -1)
+    var = variants_array(hashes[:, 0])  # [N, 8]
+    d = np.full((len(hashes), len(hashes)), 64, np.int64)
+    for v in range(8):
+        for k in range(hashes.shape[1]):
+            d = np.minimum(d, popcount(var[:, v][:, None] ^ hashes[None, :, k]))
+    return np.minimum(d, d.T)
 
 
 def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: range) -> list[dict]:
@@ -160,15 +187,22 @@ def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: range
 
 def quality(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
-    pixels, ids, kinds = build_set(args.synth, args.size, args.windows)
+    pixels, ids, kinds = build_set(args.synth, args.size, args.windows, args.seed)
     n_orig = len(set(ids.tolist()))
+    print(
+        f"photo windows: the largest share of area two of them have in common is {photo_windows(most=args.windows)[1]:.0%}"
+    )
     print(
         f"test set: {n_orig} originals x {1 + len(KINDS)} files = {len(ids)} images at {args.size} px "
         f"({int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} duplicate pairs, "
         f"{len(ids) * (len(ids) - 1) // 2 - int((ids[:, None] == ids[None, :]).sum() - len(ids)) // 2} "
         f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n"
     )
-    methods = [("wds-tools phash (8 flips/turns)", pair_distances(phash_batch(pixels), True), DEFAULT_THRESHOLD)]
+    hashes = phash_batch(pixels)
+    methods = [
+        ("wds-tools phash (whole image + 6 windows, 8 flips/turns)", pair_distances(hashes, True), DEFAULT_THRESHOLD),
+        ("whole-image hash only (8 flips/turns)", pair_distances(hashes[:, :1], True), 3),
+    ]
     try:
         import imagehash
 
@@ -193,15 +227,15 @@ def quality(args: argparse.Namespace) -> None:
 def cost(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(1)
     n = args.scale
-    hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
+    hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
     planted = n // 100
     src = rng.choice(n, planted, replace=False)
     dst = rng.choice(np.setdiff1d(np.arange(n), src), planted, replace=False)
     for s, d in zip(src, dst):
-        h = int(hashes[s])
+        h = int(hashes[s, int(rng.integers(WINDOWS))])
         for b in rng.choice(63, int(rng.integers(1, DEFAULT_THRESHOLD + 1)), replace=False):
             h ^= 1 << int(b)
-        hashes[d] = variants_array(np.array([h], np.uint64))[0, int(rng.integers(8))]
+        hashes[d, 0] = variants_array(np.array([h], np.uint64))[0, int(rng.integers(8))]
     t0 = time.perf_counter()
     i, j, dist = find_pairs(hashes, DEFAULT_THRESHOLD)
     wall = time.perf_counter() - t0
@@ -209,7 +243,7 @@ def cost(args: argparse.Namespace) -> None:
     want = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist())}
     got = set(zip(i.tolist(), j.tolist()))
     print(
-        f"cost: find_pairs on {n:,} random hashes + {planted:,} planted copies at threshold "
+        f"cost: find_pairs on {n:,} samples of {WINDOWS} random hashes + {planted:,} planted copies at threshold "
         f"{DEFAULT_THRESHOLD}: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process), "
         f"{len(want & got):,}/{len(want):,} planted pairs found, {len(got):,} pairs in all"
     )
@@ -255,10 +289,10 @@ def command_cost(args: argparse.Namespace) -> None:
 
     n, n_shards = args.index_scale, 2000
     rng = np.random.default_rng(2)
-    hashes = rng.integers(0, 2**63, n, dtype=np.uint64)
+    hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
     per = -(-n // n_shards)
     src = np.arange(0, n - per - 1, 100)
-    hashes[src + per + 1] = hashes[src] ^ np.uint64(3)  # 1% copies, 2 bits apart, in the next shard (some in val)
+    hashes[src + per + 1, 0] = hashes[src, 1] ^ np.uint64(3)  # 1% copies of a centre window, 2 bits apart, next shard
     cols = {name: np.zeros(n, dtype) for name, dtype in SAMPLE_COLUMNS.items() if name not in ("key", "path_data")}
     cols["key"] = np.array([f"s{i:08d}".encode() for i in range(n)], dtype="S")
     cols["label"] = rng.integers(0, 7, n).astype("<i4")
@@ -304,6 +338,7 @@ def main() -> None:
     p.add_argument("--synth", type=int, default=150, help="lesion photos among the originals")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--windows", type=int, default=12, help="most windows taken from one photo")
+    p.add_argument("--seed", type=int, default=0, help="seed of the copies' random parameters")
     p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
     p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")

@@ -1,5 +1,5 @@
 """The perceptual hash as docs/FORMAT.md ("The perceptual hash") words it, written without format.phash:
-the tests' reference (scipy's DCT, area averaging by pixel replication)."""
+the tests' reference (scipy's DCT; area averaging as the integral of the pixels taken as constant squares)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,37 @@ import numpy as np
 from scipy.fft import dctn
 
 
-def doc_hash(pixels: np.ndarray) -> int:
-    """The recipe as FORMAT.md words it, written without format.phash."""
+def _area_rows(a: np.ndarray, n: int = 32) -> np.ndarray:
+    """Average ``a`` over n equal intervals of its rows, pixel x covering [x, x + 1): integral of the step
+    function between the interval's ends, over the interval's length."""
+    s = a.shape[0]
+    total = np.concatenate([np.zeros((1, *a.shape[1:])), np.cumsum(a, axis=0)])
+
+    def integral(x: float) -> np.ndarray:
+        k = min(int(np.floor(x)), s - 1)
+        return total[k] + (x - k) * a[k]
+
+    return np.stack([(integral((i + 1) * s / n) - integral(i * s / n)) / (s / n) for i in range(n)])
+
+
+def doc_hash(pixels: np.ndarray) -> list[int]:
+    """The seven hashes of stored pixels [S, S, 3], as FORMAT.md words them, written without format.phash."""
     s = pixels.shape[0]
     r, g, b = (pixels[..., c].astype(np.int64) for c in range(3))
     grey = (299 * r + 587 * g + 114 * b).astype(np.float64)
-    if s % 32 == 0:  # area average = block mean
-        small = grey.reshape(32, s // 32, 32, s // 32).mean(axis=(1, 3))
-    else:  # area average = replicate every pixel 32x32 times, then block mean of s x s
-        big = np.repeat(np.repeat(grey, 32, axis=0), 32, axis=1)
-        small = big.reshape(32, s, 32, s).mean(axis=(1, 3))
-    coeffs = dctn(small, type=2, norm="ortho")[:8, :8]
-    h = 0
-    for u in range(8):
-        for v in range(8):
-            bit = 0 if (u, v) == (0, 0) else int(coeffs[u, v] > 0)
-            h |= bit << (63 - (8 * u + v))
-    return h
+    d, e = s // 32, s // 18
+    w, v = s - 2 * d, s - 2 * e
+    # whole, centre, top, bottom, left, right, smaller centre
+    boxes = [(0, 0, s), (d, d, w), (0, d, w), (2 * d, d, w), (d, 0, w), (d, 2 * d, w), (e, e, v)]
+    out = []
+    for top, left, side in boxes:
+        window = grey[top : top + side, left : left + side]
+        small = _area_rows(_area_rows(window).T).T
+        coeffs = dctn(small, type=2, norm="ortho")[:8, :8]
+        h = 0
+        for u in range(8):
+            for v in range(8):
+                bit = 0 if (u, v) == (0, 0) else int(coeffs[u, v] > 0)
+                h |= bit << (63 - (8 * u + v))
+        out.append(h)
+    return out

@@ -96,7 +96,7 @@ def test_every_cluster_and_group_lands_in_one_split(tmp_path_factory, rows, grou
         for lesion in {les for *_, les in rows if les}:
             assert len({split[k] for k, _, _, les in rows if les == lesion}) == 1, (lesion, split)
     meta = load_index(root / "out" / "v1" / str(S)).meta
-    assert meta["build"]["dedup"] == 3 and meta["build"]["split_base"] is None
+    assert meta["build"]["dedup"] == 5 and meta["build"]["split_base"] is None
 
 
 def test_without_dedup_copies_are_drawn_apart(tmp_path):
@@ -143,7 +143,7 @@ def test_a_split_column_that_splits_a_cluster_is_refused(tmp_path):
 def test_the_summary_says_what_dedup_joined(tmp_path):
     rows = [("p0", 0, 0, None), ("p0m", 0, 1, None), ("p0t", 0, 2, None), ("p1", 1, 0, None), ("p2", 2, 0, None)]
     r = run(write(tmp_path, rows), tmp_path / "out", "v1", False)
-    assert any("--dedup: 1 clusters of near-duplicates (within 3 bits) joined 3 samples" in n for n in r.notes)
+    assert any("--dedup: 1 clusters of near-duplicates (within 5 bits) joined 3 samples" in n for n in r.notes)
     assert "--dedup: 1 clusters" in r.to_text()
 
 

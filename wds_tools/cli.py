@@ -437,9 +437,10 @@ def diff(old: str, new: str, as_json: bool, limit: int) -> None:
     "--threshold",
     type=click.IntRange(0, 63),
     default=None,
-    help="Largest Hamming distance (bits of the 64-bit perceptual hash, least over flips and quarter "
-    "turns) between near-duplicates. Default: 3, the largest with precision >= 0.99 on "
-    "scripts/bench_dups.py's set (README).",
+    help="Largest Hamming distance (bits of the 64-bit perceptual hashes: one image's whole-image hash, "
+    "under its flips and quarter turns, against the other's whole-image or window hashes) between "
+    "near-duplicates. Default: 5, the largest with precision >= 0.99 on scripts/bench_dups.py's set "
+    "that keeps the search to one-bit probes (README).",
 )
 @click.option(
     "--across",
@@ -478,8 +479,9 @@ def dups(
     """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
 
     PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
-    OUT/<version>/<size>/. Every sample's perceptual hash (samples.npz phash, docs/FORMAT.md) is
-    compared with every other's under its eight flips and quarter turns; pairs within --threshold
+    OUT/<version>/<size>/. Every sample's whole-image perceptual hash (samples.npz phash,
+    docs/FORMAT.md), under its eight flips and quarter turns, is compared with every other's hashes
+    of the whole image and of six windows (for slightly cropped copies); pairs within --threshold
     bits are joined into clusters. A cluster is CROSS-SPLIT when its samples sit in more than one
     split (leakage), LABEL-CONFLICT when they carry different labels, CROSS-GROUP when they have
     different values of the group column (e.g. one lesion filed under two lesion ids). Indexes of

@@ -20,6 +20,7 @@ from ..format.index import (
 )
 from ..format.meta import encode_columns
 from ..format.names import url_pattern
+from ..format.phash import WINDOWS
 from ..format.sample import MEMBERS, classes_digest
 from ..format.transport import join
 from .reuse import Base
@@ -82,6 +83,8 @@ def assemble_index(
     columns["path_data"] = np.concatenate([p["path_data"] for p in parts] + [np.zeros(0, "u1")])
     if columns["fingerprint"].ndim == 1:
         columns["fingerprint"] = columns["fingerprint"].reshape(-1, 16)
+    if "phash" in columns and columns["phash"].ndim == 1:
+        columns["phash"] = columns["phash"].reshape(-1, WINDOWS)
     if src.metadata:  # typed columns, taken from the manifest rows of the samples written
         row_of = {r.key: r for r in src.rows}
         columns.update(encode_columns(src.metadata, [row_of[k.decode()].meta or () for k in columns["key"].tolist()]))

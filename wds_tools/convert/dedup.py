@@ -33,8 +33,8 @@ __all__ = ["NearPairs", "near_pairs", "known_hashes"]
 NearPairs = Callable[[Sequence[str]], list[tuple[int, int]]]  # source paths -> pairs of positions
 
 
-def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str, int]:
-    """{absolute source path: stored phash} of an earlier version whose pixels ``wanted`` (size, resize,
+def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str, np.ndarray]:
+    """{absolute source path: stored phash (uint64 [7])} of an earlier version whose pixels ``wanted`` (size, resize,
     decode, decoder_versions) would equal; keyed by path with the stat cache's size and mtime checked
     by ``near_pairs``. {} when the version has no such folder, no hash column or no stat cache."""
     folder = Path(out) / version / str(wanted["size"])
@@ -44,8 +44,8 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
         return {}
     if base_incompatibilities(index.meta, wanted) or "phash" not in index.samples.columns:
         return {}
-    by_fp = {fp.tobytes(): int(h) for fp, h in zip(index.samples["fingerprint"], index.samples["phash"])}
-    out_: dict[str, int] = {}
+    by_fp = {fp.tobytes(): h for fp, h in zip(index.samples["fingerprint"], index.samples["phash"])}
+    out_: dict[str, np.ndarray] = {}
     for path, (size, mtime, fp) in load_stats(out, version).items():
         if fp in by_fp and mtime:
             out_[f"{path}\0{size}\0{mtime}"] = by_fp[fp]
@@ -53,7 +53,7 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
 
 
 def near_pairs(
-    side: int, resize: str, settings: DecodeSettings, threshold: int, known: dict[str, int] | None = None
+    side: int, resize: str, settings: DecodeSettings, threshold: int, known: dict[str, np.ndarray] | None = None
 ) -> NearPairs:
     """A function from the rows' source paths to the (i, j) positions of near-duplicate pairs; ``known``
     (``known_hashes``) spares the decode of sources unchanged since an earlier version."""
@@ -81,7 +81,7 @@ def near_pairs(
                 continue
         if not hashes:
             return []
-        i, j, _ = find_pairs(np.array(hashes, dtype=np.uint64), threshold)
+        i, j, _ = find_pairs(np.stack(hashes).astype(np.uint64), threshold)
         return [(where[a], where[b]) for a, b in zip(i.tolist(), j.tolist())]
 
     return pairs

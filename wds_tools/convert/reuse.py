@@ -128,7 +128,7 @@ class Base:
             height=int(s["height"][i]),
             fingerprint=fingerprint,
             relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
-            phash=int(s["phash"][i]) if "phash" in s.columns else None,  # format version 3 on
+            phash=tuple(int(x) for x in s["phash"][i]) if "phash" in s.columns else None,  # format version 3 on
         )
 
     def removed(self, keys: set[str]) -> int:

@@ -21,7 +21,7 @@ from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.npy import npy_header
 from ..format.packed import pack_strings
-from ..format.phash import phash
+from ..format.phash import WINDOWS, phash
 from ..format.sample import MEMBERS, column_prefix, label_i32
 from ..format.sample import sample_json as json_bytes
 from ..format.tarwrite import ShardWriter
@@ -63,7 +63,7 @@ class Reuse:
     fingerprint: bytes
     relabeled: bool
     spilled: bool = False  # decoded in this run for another size's shards: counts as decoded
-    phash: int | None = None  # the stored pixels' perceptual hash when the base records it (format version 3)
+    phash: tuple[int, ...] | None = None  # the stored pixels' perceptual hashes when the base records them (version 3)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class SampleRow(NamedTuple):
     src_mtime_ns: int
     npy_xxh3: int
     source_path: str
-    phash: int = 0  # format.phash of the stored pixels
+    phash: tuple[int, ...] = ()  # format.phash of the stored pixels (WINDOWS hashes)
     placed: tuple[tuple[int, int], ...] = ()  # (offset, length) of each of MEMBERS in the tar
 
 
@@ -238,8 +238,8 @@ def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
     return np.bincount(flat + _channel_offsets(side), minlength=768)
 
 
-def _phash(flat: np.ndarray, side: int) -> int:
-    return phash(flat.reshape(side, side, 3))
+def _phash(pixels: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(x) for x in phash(pixels))
 
 
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
@@ -279,7 +279,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     s.src_mtime_ns,
                     r.npy_xxh3,
                     s.source_path,
-                    known if known is not None else _phash(flat, task.side),
+                    known if known is not None else _phash(flat.reshape(task.side, task.side, 3)),
                 )
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
@@ -304,7 +304,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     mtime,
                     _npy_checksum(header, flat),
                     s.source_path,
-                    phash(dec.pixels),
+                    _phash(dec.pixels),
                 )
                 out.counts["decoded"] += 1
             if row is not None:
@@ -481,6 +481,8 @@ def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
             cols[name] = np.array([v.encode() for v in values], dtype="S") if values else np.zeros(0, "S1")
         elif name == "fingerprint":
             cols[name] = np.frombuffer(b"".join(values), dtype="u1").reshape(len(values), 16)
+        elif name == "phash":
+            cols[name] = np.array(values, dtype="<u8").reshape(len(values), WINDOWS)
         else:
             cols[name] = np.array(values, dtype=SAMPLE_COLUMNS.get(name, "<i8"))
     for j, ext in enumerate(MEMBERS):

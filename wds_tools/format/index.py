@@ -88,7 +88,7 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "npy_offset": "<u8",
     "npy_length": "<u8",
     "npy_xxh3": "<u8",  # xxh3-64 of the .npy member's bytes (header + array)
-    "phash": "<u8",  # the perceptual hash of the stored pixels (format.phash; format version 3)
+    "phash": "<u8",  # [N, 7]: the perceptual hashes of the stored pixels (format.phash; format version 3)
     "path_offsets": "<u8",
     "path_data": "u1",
 }

@@ -1,34 +1,50 @@
 """The perceptual hash of a sample's stored pixels (samples.npz ``phash``, format version 3).
 
-docs/FORMAT.md ("The perceptual hash") states the recipe; change the two together. In short: the
-grey image of the stored pixels, area-averaged to 32x32, its 2-D DCT-II, and one bit per coefficient
-of the lowest 8x8 frequencies: set when the coefficient is positive (the DC bit is always 0). Because
-only signs are kept, a flip or a quarter turn of the image maps the hash to another by a bit
-permutation and a mask (``variants``): one hash is stored per sample, and two samples are compared
-under all eight flips and turns (``distance``).
+docs/FORMAT.md ("The perceptual hash") states the recipe; change the two together. In short: seven
+64-bit hashes per sample, of the whole image and of six windows (the centre and the four edge-centred
+squares S // 32 pixels in from the sides, and the centre S // 18 in); each is the grey window
+area-averaged to 32x32, its 2-D DCT-II, and
+one bit per coefficient of the lowest 8x8 frequencies, set when the coefficient is positive (the DC
+bit is always 0). Because only signs are kept, a flip or a quarter turn of the image maps the whole
+image's hash to another by a bit permutation and a mask (``variants``). Two samples are near when the
+whole-image hash of one, under one of the eight flips and turns, is near any of the other's seven
+(``distance``): a copy cropped by a few percent matches a window of its original.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
 __all__ = [
     "HASH_SIDE",
     "BLOCK",
+    "WINDOWS",
     "GREY_WEIGHTS",
+    "window_boxes",
     "phash",
     "phash_batch",
     "variants",
     "variants_array",
     "popcount",
     "distance",
+    "distances",
 ]
 
-HASH_SIDE = 32  # the grey image is area-averaged to HASH_SIDE x HASH_SIDE
-BLOCK = 8  # the hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
+HASH_SIDE = 32  # a window's grey image is area-averaged to HASH_SIDE x HASH_SIDE
+BLOCK = 8  # each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
+WINDOWS = 7  # hashes per sample: the whole image; the centre, top, bottom, left, right windows; a smaller centre
+MARGINS = (32, 18)  # the windows leave S // 32 pixels (3.1%), the smaller centre S // 18 (5.6%), at a side
 GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
+
+
+def window_boxes(side: int) -> list[tuple[int, int, int]]:
+    """(top row, left column, side) of each of the ``WINDOWS`` squares hashed in a side x side image."""
+    d, e = side // MARGINS[0], side // MARGINS[1]
+    w, v = side - 2 * d, side - 2 * e
+    return [(0, 0, side), (d, d, w), (0, d, w), (2 * d, d, w), (d, 0, w), (d, 2 * d, w), (e, e, v)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -51,7 +67,7 @@ def _dct_rows() -> np.ndarray:
     return np.cos(np.pi * (2 * x + 1) * u / (2 * HASH_SIDE))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=32)
 def _kernel(side: int) -> np.ndarray:
     """[BLOCK, side]: area averaging then the DCT rows, as one matrix."""
     return _dct_rows() @ _area_matrix(side)
@@ -67,19 +83,22 @@ def _bits(coeffs: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint64) * _WEIGHTS).sum(axis=-1, dtype=np.uint64)
 
 
-def phash(pixels: np.ndarray) -> int:
-    """The 64-bit perceptual hash of uint8 RGB pixels [S, S, 3] (docs/FORMAT.md)."""
-    return int(phash_batch(pixels[None])[0])
+def phash(pixels: np.ndarray) -> np.ndarray:
+    """The ``WINDOWS`` 64-bit hashes (uint64 [7]) of uint8 RGB pixels [S, S, 3] (docs/FORMAT.md)."""
+    return phash_batch(pixels[None])[0]
 
 
 def phash_batch(pixels: np.ndarray) -> np.ndarray:
-    """``phash`` of each image of a uint8 [N, S, S, 3] batch, as uint64 [N]."""
+    """``phash`` of each image of a uint8 [N, S, S, 3] batch, as uint64 [N, 7]."""
     if pixels.ndim != 4 or pixels.shape[1] != pixels.shape[2] or pixels.shape[3] != 3:
         raise ValueError(f"phash needs uint8 pixels [N, S, S, 3], not {pixels.shape}")
     grey = pixels.astype(np.float32) @ np.array(GREY_WEIGHTS, dtype=np.float32)  # exact: < 2**24
-    k = _kernel(pixels.shape[1])
-    coeffs = k @ grey @ k.T  # [N, 8, 8]: row (vertical) frequency u, column frequency v
-    return _bits(coeffs)
+    out = np.zeros((len(pixels), WINDOWS), np.uint64)
+    for k, (top, left, w) in enumerate(window_boxes(pixels.shape[1])):
+        m = _kernel(w)
+        coeffs = m @ grey[:, top : top + w, left : left + w] @ m.T  # [N, 8, 8]: row frequency u, column v
+        out[:, k] = _bits(coeffs)
+    return out
 
 
 def _bit_index() -> np.ndarray:
@@ -110,7 +129,7 @@ def _transpose(h: np.ndarray) -> np.ndarray:
 
 
 def variants_array(h: np.ndarray) -> np.ndarray:
-    """The hashes of the eight flips and quarter turns of each image of ``h`` (uint64 [N]): [N, 8]."""
+    """The hashes of the eight flips and quarter turns of the images hashed in ``h`` (uint64 [...]): [..., 8]."""
     h = np.asarray(h, dtype=np.uint64)
     t = _transpose(h)
     # a zero coefficient stays 0 under negation; the mask's DC bit is 0 already
@@ -118,7 +137,7 @@ def variants_array(h: np.ndarray) -> np.ndarray:
 
 
 def variants(h: int) -> list[int]:
-    """The hashes of an image's eight flips and quarter turns, from its hash; the first is ``h``."""
+    """The hashes of an image's eight flips and quarter turns, from its (whole-image) hash; the first is ``h``."""
     return [int(x) for x in variants_array(np.array([h], dtype=np.uint64))[0]]
 
 
@@ -127,6 +146,17 @@ def popcount(x: np.ndarray) -> np.ndarray:
     return np.bitwise_count(np.asarray(x, dtype=np.uint64)).astype(np.int64)
 
 
-def distance(a: int, b: int) -> int:
-    """The Hamming distance of two images' hashes, least over the eight flips and turns of ``b``."""
-    return int(popcount(variants_array(np.array([b], dtype=np.uint64))[0] ^ np.uint64(a)).min())
+def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``distance`` of each row pair of two [P, K] hash arrays (K = 1: whole-image hashes only): [P]."""
+    a = np.asarray(a, dtype=np.uint64)
+    b = np.asarray(b, dtype=np.uint64)
+    ab = popcount(variants_array(a[:, 0])[:, :, None] ^ b[:, None, :]).min(axis=(1, 2))
+    ba = popcount(variants_array(b[:, 0])[:, :, None] ^ a[:, None, :]).min(axis=(1, 2))
+    return np.minimum(ab, ba)
+
+
+def distance(a: np.ndarray | Sequence[int] | int, b: np.ndarray | Sequence[int] | int) -> int:
+    """The distance of two samples: the least Hamming distance between the whole-image hash of either,
+    under any of its eight flips and turns, and any of the other's hashes (``phash``; or two whole-image
+    hashes, as ints)."""
+    return int(distances(np.atleast_2d(np.asarray(a, np.uint64)), np.atleast_2d(np.asarray(b, np.uint64)))[0])

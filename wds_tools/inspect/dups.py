@@ -20,7 +20,7 @@ from ..errors import OptionError, unwritable_file_error
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
-from ..format.phash import phash_batch
+from ..format.phash import WINDOWS, phash_batch
 from ..format.transport import join, open_ranged
 
 __all__ = [
@@ -50,10 +50,11 @@ class _Dataset:
 
 
 def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
-    """samples.npz ``phash`` (format version 3), else computed from the stored pixels (versions 1, 2)."""
+    """samples.npz ``phash`` (format version 3; uint64 [N, 7]), else computed from the stored pixels
+    (versions 1, 2)."""
     if "phash" in cols:
-        return cols["phash"].astype(np.uint64)
-    out = np.zeros(len(cols["key"]), np.uint64)
+        return cols["phash"].astype(np.uint64).reshape(len(cols["key"]), WINDOWS)
+    out = np.zeros((len(cols["key"]), WINDOWS), np.uint64)
     for pos, sh in enumerate(meta["shards"]):
         rows = np.flatnonzero(cols["shard"] == pos)
         if not len(rows):

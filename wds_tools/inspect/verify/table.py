@@ -22,6 +22,7 @@ import numpy as np
 
 from ...format.index import SAMPLE_COLUMNS
 from ...format.npy import NPY_HEADER_BYTES
+from ...format.phash import WINDOWS
 from ...format.sample import column_prefix
 from ...format.tar import iter_chunks
 from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
@@ -169,6 +170,7 @@ class SampleColumns:
             dtype_ok = col.dtype.kind == "S" if want == "S" else col.dtype == np.dtype(want)
             shape = {
                 "fingerprint": (rows, 16),
+                "phash": (rows, WINDOWS),
                 "path_offsets": (rows + 1,) if rows is not None else None,
                 "path_data": (col.shape[0],) if len(col.shape) == 1 else None,
             }.get(name, (rows,))
