@@ -278,6 +278,57 @@ def hash_cost(args: argparse.Namespace) -> None:
     print()
 
 
+def convert_share(args: argparse.Namespace) -> None:
+    """The share of a conversion's time spent hashing: ``convert`` (one worker: in this process) of
+    ``--hash-images`` photo-like JPEGs per source size at ``--size``, the writer's hashing call wrapped
+    by a timer; 3 runs into fresh folders, the median share."""
+    import csv
+    import tempfile
+
+    import wds_tools.convert.write as write
+    from wds_tools.convert import convert
+    from wds_tools.synth import photo_like
+
+    spent = [0.0]
+    plain = write._phash
+
+    def timed(pixels: np.ndarray) -> tuple[int, ...]:
+        t0 = time.perf_counter()
+        try:
+            return plain(pixels)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    write._phash = timed
+    print(f"hashing share of convert --size {args.size} --workers 1 ({args.hash_images} JPEGs per size, 3 runs):\n")
+    print("| source | conversion | of which phash | share |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for w, h in ((4032, 3024), (600, 450)):
+            src = Path(tmp) / f"{w}x{h}"
+            src.mkdir()
+            with open(src / "m.csv", "w", newline="") as f:
+                out = csv.writer(f)
+                out.writerow(["key", "path", "label"])
+                for k in range(args.hash_images):
+                    (src / f"{k}.jpg").write_bytes(jpeg_bytes(photo_like(w, h, 70 + k), 92))
+                    out.writerow([f"s{k}", f"{k}.jpg", "ab"[k % 2]])
+            rows = []
+            for r in range(3):
+                spent[0] = 0.0
+                t0 = time.perf_counter()
+                convert(src / "m.csv", version="v1", size=args.size, out=src / f"out{r}", workers=1, progress=False)
+                rows.append((time.perf_counter() - t0, spent[0]))
+            total, hashing = sorted(rows, key=lambda x: x[1] / x[0])[1]
+            n = args.hash_images
+            print(
+                f"| {w}x{h} JPEG | {total / n * 1e3:.2f} ms/image | {hashing / n * 1e3:.3f} ms/image | "
+                f"{hashing / total:.1%} |"
+            )
+    write._phash = plain
+    print()
+
+
 def command_cost(args: argparse.Namespace) -> None:
     """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
     hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
@@ -347,6 +398,7 @@ def main() -> None:
     args = p.parse_args()
     if args.hash_images:
         hash_cost(args)
+        convert_share(args)
     if not args.no_quality:
         quality(args)
     if args.scale:

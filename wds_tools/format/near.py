@@ -56,11 +56,15 @@ def _probe(queries: np.ndarray, stored: np.ndarray, threshold: int) -> tuple[np.
     k = stored.shape[1]
     flat = stored.reshape(-1)
     tables = []  # per band: stored hashes sorted by band value, their rows, each value's first position and count
+    row_type = np.int32 if len(flat) < 2**31 else np.int64  # positions in the filed hashes
     for band in range(_BANDS):
-        values = _band(flat, band)
+        values = _band(flat, band).astype(np.int32)
+        sizes = np.bincount(values, minlength=1 << _BAND_BITS)
         order = np.argsort(values, kind="stable")
-        counts = np.bincount(values, minlength=1 << _BAND_BITS)
-        tables.append((flat[order], order // k, counts, np.cumsum(counts) - counts))
+        del values
+        before = np.cumsum(sizes) - sizes
+        tables.append((flat[order], (order // k).astype(row_type), sizes.astype(row_type), before.astype(row_type)))
+        del order
     masks = _flip_masks(threshold // _BANDS)
     out_q, out_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(queries), _CHUNK):
