@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import xxhash
 from ...format.meta import MetaColumn
 from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
+from ...format.phash import phash
 from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
 from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 from ...format.transport import file_size, read_ranges
@@ -33,7 +35,7 @@ from .table import SampleColumns, TableFacts, row_columns
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
 
 CLS_CAP, JSON_CAP = 64, 1 << 20  # bytes of a .cls (or .i32) / .json member kept; a longer one is damage
-ROW_EXTRA = ("npy_xxh3", "fingerprint", "width", "height")
+ROW_EXTRA = ("npy_xxh3", "fingerprint", "width", "height", "phash")
 
 
 @dataclass
@@ -201,9 +203,9 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
             return ShardResult([Problem(job.name, "unreadable", f"cannot read {job.url}: {e.strerror or e}")], 0, 0)
         problems = _size_problem(job, walker.pos)
         result = ShardResult(problems, len(walker.members) * BLOCK, 0)
-        digests, sha_ok = None, None
+        digests, sha_ok, rehashed = None, None, {}
     else:
-        scan = _Scan(ctx.stats)
+        scan = _Scan(ctx.stats, rehash=ctx.stats and "phash" in ctx.usable)
         try:
             file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
             scan_file(job.url, on_chunk=scan.on_chunk, walker=scan.walker)
@@ -230,7 +232,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
                 Problem(job.name, "sha256", f"sha256 {digest[:16]}..., the index says {str(job.sha256)[:16]}...")
             )
         result = ShardResult(problems, walker.pos, 0)
-        digests = scan.digests
+        digests, rehashed = scan.digests, scan.rehashed
         if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
@@ -244,7 +246,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         return result
     result.samples = len(rows.keys)
     structure = _compare(job, walker, rows, ctx.header, ctx.members)
-    content = _contents(job, ctx, rows, walker, digests, sha_ok, result)
+    content = _contents(job, ctx, rows, walker, (digests, rehashed), sha_ok, result)
     if not ctx.quick and walker.error is not None:
         content += _unreached(job, ctx, rows, walker, result)
     result.problems += structure + content
@@ -265,11 +267,13 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
 class _Scan:
     """Full mode's per-chunk work: SHA-256 of the file, XXH3-64 of each .npy member, pixel sums."""
 
-    def __init__(self, stats: bool = True) -> None:
+    def __init__(self, stats: bool = True, rehash: bool = False) -> None:
         self.sha = hashlib.sha256()
         self.walker = TarWalker(_capture)
         self.pixels = PixelSums() if stats else None
         self.digests: dict[int, int] = {}  # .npy data offset -> XXH3-64 of the member
+        self.rehashed: dict[int, np.ndarray] = {}  # .npy data offset -> phash of its pixels (rehash)
+        self._npy: bytearray | None = bytearray() if rehash else None  # the member so far
         self._hash: xxhash.xxh3_64 | None = None
         self._done = 0  # members before this one are complete
 
@@ -287,6 +291,8 @@ class _Scan:
                     if self._hash is None:
                         self._hash = xxhash.xxh3_64()
                     self._hash.update(part[lo - base : hi - base])
+                    if self._npy is not None:
+                        self._npy += part[lo - base : hi - base]
                     start = max(lo, m.offset + NPY_HEADER_BYTES)
                     if start < hi and self.pixels is not None:
                         self.pixels.add(part[start - base : hi - base], (start - m.offset - NPY_HEADER_BYTES) % 3)
@@ -294,6 +300,12 @@ class _Scan:
                     break  # it goes on in the next chunk
                 self.digests[m.offset] = (self._hash or xxhash.xxh3_64()).intdigest()
                 self._hash = None
+                if self._npy is not None:
+                    side = math.isqrt(max(0, len(self._npy) - NPY_HEADER_BYTES) // 3)
+                    if side and NPY_HEADER_BYTES + 3 * side * side == len(self._npy):
+                        px = np.frombuffer(self._npy, np.uint8, offset=NPY_HEADER_BYTES).reshape(side, side, 3)
+                        self.rehashed[m.offset] = phash(px)
+                    self._npy = bytearray()
             i += 1
         self._done = i
 
@@ -311,6 +323,7 @@ class _Rows:
     dims: dict[str, list[int]]  # width, height
     paths: list[str] | None
     meta: list[dict] | None = None  # the .json "meta" each row expects (None: not compared)
+    phash: np.ndarray | None = None  # samples.npz phash [rows, 7] (format version 3)
 
 
 def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
@@ -338,6 +351,7 @@ def _read_rows(job: ShardJob, ctx: Context) -> _Rows | None:
         {d: cols[d].tolist() for d in ("width", "height") if d in cols},
         paths,
         meta,
+        cols.get("phash"),
     )
 
 
@@ -446,11 +460,13 @@ def _contents(
     ctx: Context,
     rows: _Rows,
     walker: TarWalker,
-    digests: dict[int, int] | None,
+    hashes: tuple[dict[int, int] | None, dict[int, np.ndarray]],
     sha_ok: bool | None,
     result: ShardResult,
 ) -> list[Problem]:
-    """Each sample's members found where its row says, against the row."""
+    """Each sample's members found where its row says, against the row; ``hashes``: the XXH3-64 and the
+    recomputed phash of each .npy member read (full mode), by data offset."""
+    digests, rehashed = hashes
     members, exts = walker.members, ctx.members
     M, N = len(exts), exts.index("npy")
     aligned = len(members) == M * len(rows.keys) and all(  # the common case: member M*i + j is row i's
@@ -470,6 +486,9 @@ def _contents(
         problems += _check_sample(job, ctx, rows, i, [m.data if m else None for m in found], result)
         if npy is not None and digests is not None and rows.xxh3 is not None and npy.offset in digests:
             problems += _check_xxh3(job, rows, i, digests[npy.offset], sha_ok)
+            got = rehashed.get(npy.offset)
+            if got is not None and rows.phash is not None and digests[npy.offset] == rows.xxh3[i]:
+                problems += _check_phash(job, rows, i, got)
     return problems
 
 
@@ -492,6 +511,24 @@ def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | Non
             offset=rows.offsets[i][-1],
         )
     ]  # .npy: the last member
+
+
+def _check_phash(job: ShardJob, rows: _Rows, i: int, got: np.ndarray) -> list[Problem]:
+    want = rows.phash[i] if rows.phash is not None else got
+    if np.array_equal(got, want):
+        return []
+    k, differ = rows.keys[i], np.flatnonzero(got != want)
+    return [
+        Problem(
+            job.name,
+            "phash",
+            f"{k}.npy: its perceptual hashes, recomputed from its pixels (as converted), differ from samples.npz "
+            f"phash in {len(differ)} of {len(got)} (first: hash {differ[0]}, {int(got[differ[0]]):016x} against "
+            f"{int(want[differ[0]]):016x}): the column was changed or made by another recipe (docs/FORMAT.md)",
+            key=k,
+            offset=rows.offsets[i][-1],
+        )
+    ]
 
 
 def _check_sample(
