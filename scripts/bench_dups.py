@@ -27,7 +27,8 @@ For each method, precision and recall over all pairs at each threshold, and at i
               distance (it does not handle flips and turns), where imagehash is installed
 
 Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
-part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved.
+part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved; and
+hashing's share of a whole one-worker ``convert`` of them (the writer's hashing call timed inside it).
 
 Cost. ``find_pairs`` on ``--scale`` samples of seven uniformly random 64-bit hashes (top bit 0, as
 stored) plus 1% planted near copies (a copy's whole-image hash is one of its original's seven hashes with

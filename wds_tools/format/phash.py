@@ -3,9 +3,8 @@
 docs/FORMAT.md ("The perceptual hash") states the recipe; change the two together. In short: seven
 64-bit hashes per sample, of the whole image and of six windows (the centre and the four edge-centred
 squares S // 32 pixels in from the sides, and the centre S // 18 in); each is the grey window
-area-averaged to 32x32, its 2-D DCT-II, and
-one bit per coefficient of the lowest 8x8 frequencies, set when the coefficient is positive (the DC
-bit is always 0). Because only signs are kept, a flip or a quarter turn of the image maps the whole
+area-averaged to 32x32, its 2-D DCT-II, and one bit per coefficient of the lowest 8x8 frequencies,
+set when the coefficient is positive (the DC bit is always 0). Because only signs are kept, a flip or a quarter turn of the image maps the whole
 image's hash to another by a bit permutation and a mask (``variants``). Two samples are near when the
 whole-image hash of one, under one of the eight flips and turns, is near any of the other's seven
 (``distance``): a copy cropped by a few percent matches a window of its original.
@@ -36,7 +35,9 @@ __all__ = [
 HASH_SIDE = 32  # a window's grey image is area-averaged to HASH_SIDE x HASH_SIDE
 BLOCK = 8  # each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
 WINDOWS = 7  # hashes per sample: the whole image; the centre, top, bottom, left, right windows; a smaller centre
-MARGINS = (32, 18)  # the windows leave S // 32 pixels (3.1%), the smaller centre S // 18 (5.6%), at a side
+# the windows leave S // 32 pixels (3.1%), the smaller centre S // 18 (5.6%), at a side: chosen by measuring
+# scripts/bench_dups.py's set (README, Near-duplicates)
+MARGINS = (32, 18)
 GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
 
 
