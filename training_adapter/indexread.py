@@ -42,10 +42,10 @@ __all__ = [
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
 
-# What ``select`` takes: a fraction, keys, {column: value(s)} or a function of the columns (None: all)
 Subset: TypeAlias = "float | Collection[str] | Mapping[str, Any] | Callable[[dict[str, np.ndarray]], Any] | None"
-# What ``class_shares`` takes: "balanced" or {class (index or name): weight}
+"""What ``subset=`` takes: a fraction, keys, ``{column: value(s)}`` or a function of the columns (None: all)."""
 ClassWeights: TypeAlias = "str | Mapping[int | str, float]"
+"""What ``class_weights=`` takes: ``"balanced"`` or ``{class (index or name): weight}``."""
 
 # URL schemes the index reader cannot read by offset (no ranged reads there); every other scheme,
 # local paths and fsspec object stores, it can

@@ -11,6 +11,7 @@ from .errors import OptionError
 __all__ = ["CONFIG_FILE", "load_config", "default_map"]
 
 CONFIG_FILE = "wds-tools.toml"
+"""The config file the CLI reads from the current folder."""
 _TOP_LEVEL = {"source", "out"}  # shared by every command that takes them
 _PATH_KEYS = {"source", "out"}
 _COMMANDS = {"convert", "stats", "verify", "diff"}

@@ -107,4 +107,5 @@ def unwritable_file_error(path: str, e: OSError, what: str) -> ReadOnlyOutputErr
     )
 
 
-READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # what a folder we cannot write raises
+READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""The errnos of a folder that cannot be written (read-only mount, no permission)."""

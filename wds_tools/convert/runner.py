@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+"""The values of ``executor``."""
 
 
 @runtime_checkable

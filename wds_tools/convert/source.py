@@ -48,9 +48,11 @@ IMAGE_EXTENSIONS = {
     ".heif",
     ".avif",
 }
-# Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
+"""The file extensions an image folder's walk converts (lower case)."""
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
+"""A valid sample key: it becomes tar member names ``<key>.npy`` (no dots, where webdataset splits, no slashes)."""
+MAX_KEY_LENGTH = 95
+"""The longest key: the longest member name, ``<key>.json``, must fit ustar's 100-byte name field."""
 _SPLIT_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _HEX = re.compile(r"[0-9a-f]+")
 _MAX_LISTED = 10

@@ -20,6 +20,7 @@ from .phash import popcount, variants_array
 __all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of"]
 
 DEFAULT_THRESHOLD = 3  # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set (README)
+"""The Hamming distance in bits at or below which two images are near-duplicates."""
 
 _BANDS = 3
 _BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is 0)

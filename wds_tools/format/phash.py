@@ -27,8 +27,11 @@ __all__ = [
 ]
 
 HASH_SIDE = 32  # the grey image is area-averaged to HASH_SIDE x HASH_SIDE
+"""The side the grey image is area-averaged to."""
 BLOCK = 8  # the hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
+"""The hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits."""
 GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
+"""ITU-R BT.601 luma weights of R, G, B, times 1000."""
 
 
 @functools.lru_cache(maxsize=16)

@@ -51,8 +51,8 @@ __all__ = [
     "read_ranges",
 ]
 
-# Object-store reads: one ranged request per block; larger blocks amortize request latency.
 REMOTE_BLOCK = 32 << 20
+"""Object-store reads: one ranged request per block of this many bytes; larger blocks amortize latency."""
 GOPEN_BUFFER = 8 << 20
 # Schemes webdataset's gopen opens itself (pipe: runs a command; http(s) streams with curl).
 GOPEN_SCHEMES = frozenset({"pipe", "http", "https", "sftp", "ftps", "scp", "ais", "hf", "htgs"})

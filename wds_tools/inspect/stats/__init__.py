@@ -32,15 +32,33 @@ def compute_stats(
     group: str | None = None,
     allow_mixed: bool = False,
 ) -> StatsReport:
-    """Statistics of a shards folder, index file or shard pattern, local or a URL (None: the newest
-    version under ``out``).
+    """Statistics of converted shards: balance, class drift, the rank/worker split of an epoch, mean/std, size.
 
-    ``scan`` reads the tars instead of the index (needed when there is none; it reads every byte;
-    shards of several folders are read as one set). Shards of different datasets are refused
-    unless ``allow_mixed`` (then only with ``scan``: one index cannot describe them). A pattern
-    naming part of a split is reported on, with a warning naming the shards it leaves out.
-    ``by`` breaks each split's class counts down by a metadata column; the groups of ``group`` (default:
-    the index's ``build.group``) found in more than one split are reported (both need the index).
+    A pattern naming part of a split is reported on, with a note naming the shards it leaves out.
+
+    Args:
+        path: A shards folder, its index.json or a shard pattern, local or a URL; None: the newest
+            version under ``out``.
+        out: The root folder searched for the newest version when ``path`` is None.
+        world_size: The ranks (processes) of the training run whose epoch split is modelled.
+        workers: DataLoader workers per rank in that model; None: the usable CPUs.
+        scan: Read the tars instead of the index (needed when there is none; it reads every byte;
+            shards of several folders are read as one set).
+        by: A metadata column by which each split's class counts are broken down (needs the index).
+        group: A column whose groups found in more than one split are reported; None: the
+            index's ``build.group`` (needs the index).
+        allow_mixed: Read shards of different datasets as one set (with ``scan`` only: one index
+            cannot describe them); refused by default.
+
+    Returns:
+        A ``StatsReport``; its ``to_dict()`` is the ``--json`` schema.
+
+    Raises:
+        OptionError: ``world_size`` or ``workers`` out of range, ``by``/``group`` with ``scan``, a
+            spec naming no shards, or shards of different datasets without ``allow_mixed``.
+        IndexFormatError: No readable index where one is needed (an unfinished conversion's folder
+            among them).
+        ShardError: A shard is missing or unreadable (with ``scan``).
     """
     t0 = time.perf_counter()
     workers = usable_cpus() if workers is None else workers

@@ -18,9 +18,12 @@ __all__ = [
     "pad",
 ]
 
-TEXT_CLASSES = 20  # classes listed in the text table; --json has them all
-TEXT_VALUES = 30  # values of a --by column listed per split in the text output; --json has them all
-TEXT_GROUPS = 10  # groups in several splits listed in the text output
+TEXT_CLASSES = 20
+"""Classes listed in the text table; ``--json`` has them all."""
+TEXT_VALUES = 30
+"""Values of a ``--by`` column listed per split in the text output; ``--json`` has them all."""
+TEXT_GROUPS = 10
+"""Groups found in several splits listed in the text output."""
 
 
 def even_text(below: int | None, above: int) -> str:

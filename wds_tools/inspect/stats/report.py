@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 SCHEMA = "wds-tools-stats/1"
+"""The ``--json`` schema name and version of ``stats``."""
 TOP_DRIFT = 5  # shards named as deviating most, per split
 
 

@@ -52,13 +52,33 @@ def verify(
     progress: bool = False,
     no_leakage: bool = False,
 ) -> VerifyReport:
-    """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
-    newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
-    mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr.
-    Shards of different datasets are refused unless ``allow_mixed`` (then only with ``scan``, which
-    checks the tars of several folders as one set); a pattern naming part of a split is checked,
-    with a warning naming the shards it leaves out. ``no_leakage``: a near-duplicate cluster
-    (``inspect.dups``, default threshold) with samples in more than one split is a problem."""
+    """Check every shard named by ``path`` and the index listing them; the bytes are the ground truth.
+
+    A pattern naming part of a split is checked, with a warning naming the shards it leaves out.
+    Problems found are returned in the report, not raised.
+
+    Args:
+        path: A shards folder, its index.json or a shard pattern, local or a URL; None: the newest
+            version under ``out``.
+        out: The root folder searched for the newest version when ``path`` is None.
+        quick: Read headers, ``.cls`` and ``.json`` only (no sha256, pixels or mean/std).
+        scan: Check the tars against each other without the index (also where there is none).
+        threads: Reader threads; None: twice the usable CPUs.
+        stats: Recompute mean/std from the pixels (about a third of a full verify's CPU).
+        allow_mixed: Check shards of different datasets as one set (with ``scan`` only); refused by
+            default.
+        progress: Draw a progress bar on stderr.
+        no_leakage: Report as a problem each near-duplicate cluster (``inspect.dups``, default
+            threshold) with samples in more than one split.
+
+    Returns:
+        A ``VerifyReport``: its ``problems`` (empty when the set is intact), warnings and counts.
+
+    Raises:
+        IndexFormatError: The index cannot be read where one is needed (an unfinished conversion's
+            folder among them).
+        OptionError: A spec naming no shards, or shards of different datasets without ``allow_mixed``.
+    """
     t0 = time.perf_counter()
     target = resolve_target(path, out=out, scan=scan, strict=False, allow_mixed=allow_mixed)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
