@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 PACKAGES = ("wds_tools", "training_adapter")
 
 
@@ -133,6 +135,44 @@ def missing_docstrings() -> list[str]:
             elif not _attribute_documented(module, name):
                 missing.append(f"{mod}.{name} (constant: a string literal after its assignment)")
     return sorted(set(missing))
+
+
+FRONT_DOORS = (  # the API reference's entry points: Google-style Args/Returns/Raises, every parameter named
+    "wds_tools.convert:convert",
+    "wds_tools.format.index:load_index",
+    "wds_tools.inspect.stats:compute_stats",
+    "wds_tools.inspect.verify:verify",
+    "training_adapter.loader:make_loader",
+    "training_adapter.loader:to_device",
+    "training_adapter.mapstyle:ShardIndexDataset",
+    "training_adapter.config:load_config",
+    "training_adapter.augment:augment_batch",
+)
+
+
+def _args_section(doc: str) -> list[str]:
+    """The parameter names an ``Args:`` section documents (Google style: ``name: text`` one level in)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    start = lines.index("Args:") + 1
+    names = []
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            break  # the next section
+        if line.startswith("    ") and not line.startswith("     ") and ":" in line:
+            names.append(line.strip().split(":", 1)[0])
+    return names
+
+
+@pytest.mark.parametrize("target", FRONT_DOORS)
+def test_front_doors_document_every_parameter(target):
+    module, name = target.split(":")
+    obj = getattr(importlib.import_module(module), name)
+    params = [p for p in inspect.signature(obj).parameters if p != "self"]
+    doc = inspect.getdoc(obj) or ""
+    assert "Args:" in doc.splitlines(), f"{target}: no Args: section"
+    assert _args_section(doc) == params, f"{target}: Args: does not name the parameters in order"
+    if not inspect.isclass(obj):
+        assert "Returns:" in doc.splitlines(), f"{target}: no Returns: section"
 
 
 def test_every_public_name_has_a_docstring():
