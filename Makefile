@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: demo test lint setup clean bench
+.PHONY: demo test lint docs cli-reference setup clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +33,22 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# the docs extra alone (MkDocs, Material, mkdocstrings) and the package; no test or bench extras needed
+$(DOCS_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## make cli-reference: regenerate docs/reference/cli.md from every command's --help (after changing an option)
+cli-reference: $(DOCS_STAMP)
+	$(BIN)/python scripts/gen_cli_reference.py
+
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_convert.py
 
 clean:
-	rm -rf $(VENV) demo bench-data
+	rm -rf $(VENV) demo bench-data site
