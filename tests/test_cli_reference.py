@@ -15,7 +15,9 @@ from wds_tools.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reference" / "cli.md"
-REGENERATE = "run `make cli-reference` (or .venv/bin/python scripts/gen_cli_reference.py) and commit docs/reference/cli.md"
+REGENERATE = (
+    "run `make cli-reference` (or .venv/bin/python scripts/gen_cli_reference.py) and commit docs/reference/cli.md"
+)
 
 
 def _generator():
