@@ -100,6 +100,18 @@ def demo(tmp_path_factory) -> Path:
     return ws
 
 
+def run_shell(cmds: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The commands in bash (stopping at the first that fails), this checkout's wds-tools and python first on PATH."""
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", "\n".join(cmds)],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -144,14 +156,7 @@ def test_block_runs(block, demo, monkeypatch):
             "if it cannot run in the test, put <!-- not-run: reason --> right before it"
         )
     want = int(block.markers.get("exit", "0"))
-    done = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", "\n".join(cmds)],
-        cwd=demo,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_shell(cmds, demo)
     assert done.returncode == want, (
         f"{block.id} exited {done.returncode}, the page says {want}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
@@ -174,3 +179,20 @@ def test_readme_links_lead_to_files():
 def test_commands_parses_continuations_comments_and_prompts():
     code = "# a comment\n$ wds-tools stats a \\\n    --json   # trailing\n\npython x.py\n"
     assert commands(code) == ["wds-tools stats a      --json   # trailing", "python x.py"]
+
+
+def test_markers_and_exit_codes_on_a_page_of_our_own(tmp_path):
+    """The parser and runner on a page written here: the markers are read, a stated exit code is what runs."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n<!-- exit: 3 -->\n```bash\npython -c 'import sys; sys.exit(3)'\n```\n\n"
+        "<!-- not-run: -->\n```python\nraise SystemExit\n```\n\n```\nno language\n```\n"
+    )
+    first, second, third = blocks(page)
+    assert (first.lang, first.line, first.markers) == ("bash", 4, {"exit": "3"})
+    assert (second.lang, second.markers) == ("python", {"not-run": ""})  # an empty reason, which the test refuses
+    assert third.lang == "" and third.code == "no language\n"
+    assert run_shell(commands(first.code), tmp_path).returncode == 3
+    assert run_shell(["python -c 'import wds_tools, sys; print(wds_tools.__file__)'"], tmp_path).stdout.startswith(
+        str(ROOT)
+    )
