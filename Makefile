@@ -4,11 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 # One stamp per set of extras: the demo needs only `train` (torch, OpenCV, PyYAML); the tests,
-# benchmarks and linters need the full set (Ray, pyarrow, moto, scikit-learn, h5py besides: about twice the size).
+# benchmarks and linters need the full set (Ray, pyarrow, moto, scikit-learn, h5py besides: about twice the size);
+# the docs, the docs extra alone.
 DEMO_STAMP := $(VENV)/.installed-train
 FULL_STAMP := $(VENV)/.installed-full
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: demo test test-fast lint setup clean bench
+.PHONY: demo test test-fast lint docs cli-reference setup clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +49,21 @@ lint: $(FULL_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# the docs extra alone (MkDocs, Material, mkdocstrings) and the package; no test or bench extras needed
+$(DOCS_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[docs]'
+	touch $@
+
+## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## make cli-reference: regenerate docs/reference/cli.md from every command's --help (after changing an option)
+cli-reference: $(DOCS_STAMP)
+	$(BIN)/python scripts/gen_cli_reference.py
+
 bench: $(FULL_STAMP)
 	$(BIN)/python scripts/bench_convert.py
 
 clean:
-	rm -rf $(VENV) demo bench-data
+	rm -rf $(VENV) demo bench-data site
