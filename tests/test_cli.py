@@ -109,7 +109,7 @@ def test_user_errors_are_messages_not_tracebacks(runner, tmp_path):
         cli,
         ["convert", "--source", str(tmp_path / "none.csv"), "--version", "v1", "--size", "32", "--out", str(tmp_path)],
     )
-    assert res.exit_code == 1 and "does not exist" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
     res = runner.invoke(
         cli, ["convert", "--source", str(tmp_path), "--version", "v1", "--size", "32", "--max-errors", "lots"]
     )

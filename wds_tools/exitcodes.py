@@ -34,7 +34,7 @@ EXIT_CODES: dict[ExitCode, str] = {
     "output folder it may not write (another conversion holds it, read-only, full disk, made with other "
     "options), a missing extra. The message names the file and what to do.",
     ExitCode.USAGE: "An option, argument or wds-tools.toml key is wrong: unknown, missing, out of range, "
-    "malformed, or contradicting another. Nothing was read or written.",
+    "malformed, or contradicting another; a PATH or --source that does not exist.",
     ExitCode.DATA: "The command ran and the data fails: verify found a problem (or, with --no-leakage, "
     "near-duplicates across splits); convert stopped with more bad source files than --max-errors allows "
     "(the shards written are kept, no index.json).",
