@@ -6,6 +6,8 @@ plain lines off a terminal; stats models the reader make_loader would use."""
 import io
 import json
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -124,6 +126,14 @@ def test_old_keys_in_wds_tools_toml_are_read_with_a_warning(runner, converted, t
     assert json.loads(res.stdout)["workers"] == 4 and res.stderr == ""
 
 
+def test_verify_threads_keyword_is_a_deprecated_workers(converted):
+    from wds_tools.inspect.verify import verify
+
+    with pytest.warns(DeprecationWarning, match=r"verify\(threads=...\) is deprecated; use workers="):
+        old = verify(converted, threads=1)
+    assert old.ok and old.to_dict()["shards"] == verify(converted, workers=1).to_dict()["shards"] == 5
+
+
 def test_load_config_is_a_deprecated_name_of_load_cli_defaults(tmp_path):
     p = tmp_path / "wds-tools.toml"
     p.write_text('out = "sh"\n[convert]\nworkers = 2\n')
@@ -210,6 +220,10 @@ def test_real_failures_return_the_documented_codes(runner, converted, tmp_path, 
     tar.write_bytes(tar.read_bytes()[:-1024])
     res = runner.invoke(cli, ["verify", str(damaged), "-q"])
     assert res.exit_code == 3 and doc[3][0] == "DATA" and "train-000001.tar" in res.output
+    # the same statuses from the real command (python -m wds_tools: main(), the signal handlers)
+    for args, code in ((["verify", str(damaged), "-q"], 3), (["stats", str(tmp_path / "nothere")], 2)):
+        proc = subprocess.run([sys.executable, "-m", "wds_tools", *args], capture_output=True, text=True)
+        assert proc.returncode == code, (args, proc.stderr)
     # internal: a bug (here: a library function that raises what no user can cause)
     import wds_tools.inspect.diff as diff_module
 
