@@ -126,6 +126,20 @@ def test_old_keys_in_wds_tools_toml_are_read_with_a_warning(runner, converted, t
     assert json.loads(res.stdout)["workers"] == 4 and res.stderr == ""
 
 
+def test_wds_tools_toml_keys_are_the_options_long_names(runner, converted, tmp_path, monkeypatch):
+    (tmp_path / "wds-tools.toml").write_text('out = "nowhere"\n[stats]\njson = true\nloader_workers = 3\n')
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(cli, ["stats", str(converted)])  # json: --json, loader_workers: --loader-workers
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["workers"] == 3
+    res = runner.invoke(cli, ["diff", str(converted), str(converted), "--json"])  # out: not an option of diff
+    assert res.exit_code == 0, res.output
+    (tmp_path / "wds-tools.toml").write_text("[stats]\nloader-wrkers = 3\n")
+    res = runner.invoke(cli, ["stats", str(converted)])
+    assert res.exit_code == 2 and "[stats] unknown key 'loader-wrkers'; expected one of" in res.output
+    assert "loader-workers" in res.output and "world-size" in res.output
+
+
 def test_verify_threads_keyword_is_a_deprecated_workers(converted):
     from wds_tools.inspect.verify import verify
 

@@ -16,12 +16,12 @@ from .clikit import (
     Command,
     DeprecatedAlias,
     Failure,
-    check_table_keys,
     fail,
     json_option,
     quiet_option,
+    table_keys,
 )
-from .config import CONFIG_FILE, RENAMED_KEYS, default_map, load_cli_defaults, renamed_keys
+from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
 from .convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from .convert.runner import EXECUTORS
 from .errors import OptionError, WdsToolsError
@@ -101,11 +101,15 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     # a bad wds-tools.toml stops the command when it runs, not its --help (help is the same in every folder)
     try:
         config = load_cli_defaults(config_path)
-        for command, table in config.items():
-            if command in ctx.command.commands and isinstance(table, dict):  # type: ignore[attr-defined]
-                keys = [k for k in table if (command, k) not in RENAMED_KEYS]
-                check_table_keys(config["_path"], command, keys, ctx.command.commands[command].params)  # type: ignore[attr-defined]
-        ctx.default_map = default_map(config)
+        dm = default_map(config)
+        commands = ctx.command.commands  # type: ignore[attr-defined]
+        for command, table in dm.items():
+            params = commands[command].params
+            takes = {p.name for p in params}
+            # source and out at the top feed only the commands that take them; other keys must name an option
+            table = {k: v for k, v in table.items() if k in takes or k not in SHARED_KEYS}
+            dm[command] = table_keys(config.get("_path", CONFIG_FILE), command, table, params)
+        ctx.default_map = dm
         ctx.meta[RENAMED_KEYS_META] = renamed_keys(config)
     except WdsToolsError as e:
         ctx.meta[CONFIG_ERROR] = e

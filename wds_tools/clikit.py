@@ -142,10 +142,20 @@ def json_option(what: str) -> Callable[[F], F]:
     return deco
 
 
-def check_table_keys(path: str, command: str, keys: list[str], params: list[click.Parameter]) -> None:
-    """Refuse a [command] key of wds-tools.toml that names none of the command's options."""
-    names = {p.name for p in params if isinstance(p, click.Option) and not isinstance(p, DeprecatedAlias)}
-    for key in keys:
-        if key.replace("-", "_") not in names:
-            expected = ", ".join(sorted(n.replace("_", "-") for n in names if n))
-            raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {expected}")
+def table_keys(path: str, command: str, table: dict, params: list[click.Parameter]) -> dict:
+    """A [command] table of wds-tools.toml with its keys as click parameter names: a key is an option's
+    long name without the dashes (``shard-size``, ``from``, ``json``; ``_`` for ``-`` also goes).
+    A key that names none of the command's options is refused, naming the file and the options."""
+    names: dict[str, str] = {}
+    for p in params:
+        if isinstance(p, click.Option) and not isinstance(p, DeprecatedAlias) and p.name:
+            for opt in p.opts + p.secondary_opts:
+                if opt.startswith("--"):
+                    names[opt[2:]] = p.name
+    out = {}
+    for key, value in table.items():
+        name = names.get(key) or names.get(key.replace("_", "-"))
+        if name is None:
+            raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {', '.join(sorted(names))}")
+        out[name] = value
+    return out

@@ -12,10 +12,18 @@ from pathlib import Path
 
 from .errors import OptionError
 
-__all__ = ["CONFIG_FILE", "RENAMED_KEYS", "load_cli_defaults", "load_config", "default_map", "renamed_keys"]
+__all__ = [
+    "CONFIG_FILE",
+    "RENAMED_KEYS",
+    "SHARED_KEYS",
+    "load_cli_defaults",
+    "load_config",
+    "default_map",
+    "renamed_keys",
+]
 
 CONFIG_FILE = "wds-tools.toml"
-_TOP_LEVEL = {"source", "out"}  # shared by every command that takes them
+SHARED_KEYS = _TOP_LEVEL = frozenset({"source", "out"})  # shared by every command that takes them
 _PATH_KEYS = {"source", "out"}
 _COMMANDS = {"convert", "diff", "dups", "index", "stats", "verify"}
 # (command, old key) -> new key: read with a deprecation warning for one release (issue 25)
@@ -89,8 +97,9 @@ def renamed_keys(config: dict) -> dict[str, list[str]]:
 
 
 def default_map(config: dict) -> dict:
-    """click's default_map: top-level keys feed every command, [command] tables override; an old
-    key (``RENAMED_KEYS``) feeds its new option unless the new key is there too."""
+    """Per command, the defaults ``config`` gives it: top-level keys feed every command, [command]
+    tables override; an old key (``RENAMED_KEYS``) feeds its new option unless the new key is there
+    too. Keys stay as written (``shard-size``); the CLI turns them into click's parameter names."""
     shared = {k: config[k] for k in _TOP_LEVEL if k in config}
     out = {}
     for c in _COMMANDS:
@@ -98,6 +107,7 @@ def default_map(config: dict) -> dict:
         for (command, old), new in RENAMED_KEYS.items():
             if command == c and old in table:
                 value = table.pop(old)
-                table.setdefault(new, value)
-        out[c] = {**shared, **{k.replace("-", "_"): v for k, v in table.items()}}
+                if new not in table and new.replace("-", "_") not in table:
+                    table[new] = value
+        out[c] = {**shared, **table}
     return out
