@@ -10,18 +10,8 @@ from typing import Any, NoReturn
 
 import click
 
-from .clikit import (
-    CONFIG_ERROR,
-    RENAMED_KEYS_META,
-    Command,
-    DeprecatedAlias,
-    Failure,
-    fail,
-    json_option,
-    quiet_option,
-    table_keys,
-)
-from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
+from .clikit import Command, DeprecatedAlias, Failure, apply_config, fail, json_option, quiet_option
+from .config import CONFIG_FILE
 from .convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from .convert.runner import EXECUTORS
 from .errors import OptionError, WdsToolsError
@@ -99,20 +89,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     130/143 SIGINT/SIGTERM (docs/exit-codes.md).
     """
     # a bad wds-tools.toml stops the command when it runs, not its --help (help is the same in every folder)
-    try:
-        config = load_cli_defaults(config_path)
-        dm = default_map(config)
-        commands = ctx.command.commands  # type: ignore[attr-defined]
-        for command, table in dm.items():
-            params = commands[command].params
-            takes = {p.name for p in params}
-            # source and out at the top feed only the commands that take them; other keys must name an option
-            table = {k: v for k, v in table.items() if k in takes or k not in SHARED_KEYS}
-            dm[command] = table_keys(config.get("_path", CONFIG_FILE), command, table, params)
-        ctx.default_map = dm
-        ctx.meta[RENAMED_KEYS_META] = renamed_keys(config)
-    except WdsToolsError as e:
-        ctx.meta[CONFIG_ERROR] = e
+    apply_config(ctx, config_path)
 
 
 @cli.command(cls=Command)

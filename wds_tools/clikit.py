@@ -11,11 +11,12 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from .config import CONFIG_FILE
+from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
 from .errors import OptionError, WdsToolsError
 from .exitcodes import ExitCode, for_error
 
 __all__ = [
+    "apply_config",
     "Command",
     "DeprecatedAlias",
     "Failure",
@@ -159,3 +160,23 @@ def table_keys(path: str, command: str, table: dict, params: list[click.Paramete
             raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {', '.join(sorted(names))}")
         out[name] = value
     return out
+
+
+def apply_config(ctx: click.Context, config_path: str | None) -> None:
+    """Set the group's ``default_map`` from wds-tools.toml (``config.load_cli_defaults``), its keys
+    turned into each command's parameter names (``table_keys``). A bad file is kept in ``ctx.meta``
+    and stops the command when it runs (``Command.invoke``), not its ``--help``."""
+    try:
+        config = load_cli_defaults(config_path)
+        dm = default_map(config)
+        commands = ctx.command.commands  # type: ignore[attr-defined]
+        for command, table in dm.items():
+            params = commands[command].params
+            takes = {p.name for p in params}
+            # source and out at the top feed only the commands that take them; other keys must name an option
+            table = {k: v for k, v in table.items() if k in takes or k not in SHARED_KEYS}
+            dm[command] = table_keys(config.get("_path", CONFIG_FILE), command, table, params)
+        ctx.default_map = dm
+        ctx.meta[RENAMED_KEYS_META] = renamed_keys(config)
+    except WdsToolsError as e:
+        ctx.meta[CONFIG_ERROR] = e
