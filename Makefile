@@ -30,7 +30,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
 	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
 	$(BIN)/python scripts/show_shards.py demo/shards/v1/224
-	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --workers 2
+	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --loader-workers 2
 	cd demo && ../$(BIN)/wds-tools verify shards/v1/224
 	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
 	@$(BIN)/python scripts/demo_next_steps.py demo/shards/v1/224

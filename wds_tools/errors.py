@@ -10,6 +10,7 @@ __all__ = [
     "OptionError",
     "SourceError",
     "InvalidKeyError",
+    "SourceNotFoundError",
     "DecodeError",
     "OutputExistsError",
     "IndexFormatError",
@@ -39,6 +40,11 @@ class SourceError(WdsToolsError):
 
 class InvalidKeyError(SourceError):
     """Sample keys are invalid or duplicated; the message names the rows."""
+
+
+class SourceNotFoundError(SourceError, OptionError):
+    """The --source named does not exist: a source error, and a usage one (the CLI exits 2, as for
+    any path on its command line that is not there)."""
 
 
 class DecodeError(WdsToolsError):

@@ -13,9 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Protocol
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
@@ -23,6 +21,7 @@ from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
 from ..format.near import DEFAULT_THRESHOLD
 from ..format.sample import classes_digest
 from ..format.transport import join
+from ..progress import progress as show_progress
 from ..version import __version__
 from . import hashes
 from .assemble import write_errors
@@ -66,34 +65,6 @@ __all__ = [
 
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
-
-
-class _Bar(Protocol):
-    """What the pipeline uses of a tqdm progress bar."""
-
-    def update(self, n: int = 1) -> None:
-        """Count ``n`` more items done."""
-
-
-class _NoBar:
-    """What ``_bar`` gives without a progress bar: importing tqdm alone costs ~0.1 s."""
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def update(self, n: int = 1) -> None:
-        """Nothing to count."""
-
-
-def _bar(total: int, desc: str, unit: str, enabled: bool) -> AbstractContextManager[_Bar]:
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm  # imported only when a bar is shown (see _NoBar)
-
-    return tqdm(total=total, desc=desc, unit=unit, smoothing=0.1, dynamic_ncols=True, leave=True)
 
 
 def convert(
@@ -446,7 +417,7 @@ def _scan(
         )
     chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
-    with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
+    with show_progress(len(rows), "scan" if base is None else "compare", "file", enabled=progress) as bar:
 
         def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
@@ -658,7 +629,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     label = f"convert {t.side}" + (
         f"+{'+'.join(str(side) for side, _ in pending[0].spill)}" if pending and pending[0].spill else ""
     )
-    with _bar(sum(len(task.samples) for task in pending), label, "img", opts.progress) as bar:
+    with show_progress(sum(len(task.samples) for task in pending), label, "img", enabled=opts.progress) as bar:
         write_shards(pending, runner, done, bar.update)
     write_seconds = time.perf_counter() - t_write
     for task in pending:

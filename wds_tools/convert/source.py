@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import InvalidKeyError, OptionError, SourceError
+from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
 from .dedup import NearPairs
@@ -557,7 +557,7 @@ def read_source(
             p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base, near=near, dedup=dedup
         )
     if not p.exists():
-        raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
+        raise SourceNotFoundError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
     return _read_manifest(
         str(p),
         val_fraction=val_fraction,

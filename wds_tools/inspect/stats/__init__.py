@@ -13,12 +13,13 @@ import time
 
 from ...errors import OptionError
 from ...format.cpus import usable_cpus
-from ...format.resolve import resolve_target
+from ...format.resolve import Shards, resolve_target
+from ...format.transport import readable_by_offset
 from .. import dups
-from .report import StatsReport, distribute
+from .report import READERS, StatsReport, distribute
 from .sources import from_index, from_scan
 
-__all__ = ["compute_stats"]
+__all__ = ["compute_stats", "model_reader"]
 
 
 def compute_stats(
@@ -27,6 +28,7 @@ def compute_stats(
     out: str | os.PathLike = "shards",
     world_size: int = 1,
     workers: int | None = None,
+    reader: str = "auto",
     scan: bool = False,
     by: str | None = None,
     group: str | None = None,
@@ -42,6 +44,10 @@ def compute_stats(
         out: The root folder searched for the newest version when ``path`` is None.
         world_size: The ranks (processes) of the training run whose epoch split is modelled.
         workers: DataLoader workers per rank in that model; None: the usable CPUs.
+        reader: The training reader modelled: ``"index"`` (samples dealt to ranks, batches to
+            workers), ``"stream"`` (whole shards dealt to ranks and workers) or ``"auto"``: the one
+            ``make_loader`` picks, the index reader where an index lists the shards and they can
+            be read by offset (``model_reader``).
         scan: Read the tars instead of the index (needed when there is none; it reads every byte;
             shards of several folders are read as one set).
         by: A metadata column by which each split's class counts are broken down (needs the index).
@@ -62,6 +68,8 @@ def compute_stats(
     """
     t0 = time.perf_counter()
     workers = usable_cpus() if workers is None else workers
+    if reader not in ("auto", *READERS):
+        raise OptionError(f"reader {reader!r}: expected auto, {', '.join(READERS)} (make_loader's reader=)")
     distribute([], world_size, workers)  # validate before any reading
     if scan and (by is not None or group is not None):
         raise OptionError(
@@ -69,10 +77,11 @@ def compute_stats(
             "it cannot be combined with --scan"
         )
     target = resolve_target(path, out=out, scan=scan, allow_mixed=allow_mixed)
+    reader = model_reader(target, scan) if reader == "auto" else reader
     if scan:
-        report = from_scan(target, world_size, workers)
+        report = from_scan(target, world_size, workers, reader)
     else:
-        report = from_index(target, world_size, workers, by, group)
+        report = from_index(target, world_size, workers, by, group, reader)
         if target.index_base is not None and not target.selected:  # near-duplicates (issue 24): format 3 on
             report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
@@ -83,3 +92,13 @@ def compute_stats(
     ]
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def model_reader(target: Shards, scan: bool) -> str:
+    """The reader ``make_loader(reader="auto")`` uses for these shards (``training_adapter.loader``):
+    the index reader when an index.json lists them and every URL can be read by offset, else
+    streaming. ``scan`` (the tars read without the index) models streaming, as a loader given only
+    the tars would read them."""
+    if not scan and target.meta is not None and all(readable_by_offset(u) for u in target.urls):
+        return "index"
+    return "stream"
