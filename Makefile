@@ -2,38 +2,68 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+# One stamp per set of extras: the demo needs only `train` (torch, OpenCV, PyYAML); the tests,
+# benchmarks and linters need the full set (Ray, pyarrow, moto, scikit-learn, h5py besides: about twice the size);
+# the docs, the docs extra alone.
+DEMO_STAMP := $(VENV)/.installed-train
+FULL_STAMP := $(VENV)/.installed-full
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: demo test lint setup clean bench
+.PHONY: demo test test-fast lint docs cli-reference setup clean bench
 
-$(STAMP): pyproject.toml constraints.txt
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench,lint,augment]'
-	touch $(STAMP)
 
-setup: $(STAMP)
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[train]'
+	touch $@
 
-## make demo: set up, generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it
-demo: $(STAMP)
+$(FULL_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[train,test,bench,lint,augment]'
+	touch $@ $(DEMO_STAMP)
+
+setup: $(FULL_STAMP)
+
+## make demo: set up (the train extra only), generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it, print the next steps
+demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
 	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
 	$(BIN)/python scripts/show_shards.py demo/shards/v1/224
-	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --workers 2
+	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --loader-workers 2
 	cd demo && ../$(BIN)/wds-tools verify shards/v1/224
 	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
+	@$(BIN)/python scripts/demo_next_steps.py demo/shards/v1/224
 
-## make test: set up and run the test suite
-test: $(STAMP)
+## make test: set up and run the whole test suite
+test: $(FULL_STAMP)
 	$(BIN)/python -m pytest -q
 
+## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why), under a minute
+test-fast: $(FULL_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
 ## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
-lint: $(STAMP)
+lint: $(FULL_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(STAMP)
+# the docs extra alone (MkDocs, Material, mkdocstrings) and the package; no test or bench extras needed
+$(DOCS_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[docs]'
+	touch $@
+
+## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## make cli-reference: regenerate docs/reference/cli.md from every command's --help (after changing an option)
+cli-reference: $(DOCS_STAMP)
+	$(BIN)/python scripts/gen_cli_reference.py
+
+bench: $(FULL_STAMP)
 	$(BIN)/python scripts/bench_convert.py
 
 clean:
-	rm -rf $(VENV) demo bench-data
+	rm -rf $(VENV) demo bench-data site

@@ -14,7 +14,7 @@ collated batch of the others are channels-last views) and labels a 1-D tensor.
 FFCV has no in-process mode: ``workers=0`` runs it with one worker thread (its workers are threads,
 not processes; the main thread only consumes).
 
-Install (see the README): apt-get install -y libturbojpeg0-dev libopencv-dev pkg-config, then
+Install (see docs/guide/figures.md): apt-get install -y libturbojpeg0-dev libopencv-dev pkg-config, then
 pip install -c constraints.txt -e '.[bench-ffcv,bench-litdata,bench-streaming]' and
 pip install -c constraints.txt --no-deps litdata==0.2.76 mosaicml-streaming==0.13.0.
 """

@@ -40,7 +40,7 @@ def ours(dest: Path) -> int:
 def cli(dest: Path) -> int:
     exe = Path(sys.executable).with_name("wds-tools")
     subprocess.run(
-        [str(exe), "stats", str(dest), "--json", "--world-size", "8", "--workers", "8"],
+        [str(exe), "stats", str(dest), "--json", "--world-size", "8", "--loader-workers", "8"],
         check=True,
         stdout=subprocess.DEVNULL,
     )

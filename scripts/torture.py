@@ -12,9 +12,10 @@ the command that finished there. Trials:
 - SIGINT and SIGTERM to the main pid alone (as ``timeout -s INT``, a supervisor or SLURM send them),
   and to the whole group: within 10 s exit 130 / 143 with the "run the same command again to
   resume" line and no traceback (or a finished run), no process left, and the rerun byte-identical;
-  a signal in the first ~10 ms, before the interpreter runs any Python, kills it by the signal's
-  default action (no line; a shell shows 130 / 143): passed only when nothing was written, and
-  marked "killed before Python started" in the table;
+  the command is the ``wds-tools`` console script users run. A signal in the interpreter's own
+  start-up (about 50 ms, before ``wds_tools.__main__`` installs the handlers) meets Python's
+  default action (SIGTERM: killed with no line; SIGINT: KeyboardInterrupt): passed only when
+  nothing was written, and marked "in the interpreter's start-up" in the table;
 - two converts started together (or one a random moment after the other) into the same folder,
   with the same options or with different ones (``--shard-size``, ``--resize``, a multi-size run
   against a single size): each one either finishes, or is refused with a message (exit 1, no
@@ -98,7 +99,23 @@ def _write(path: Path, rows) -> Path:
 
 
 def cli(*args: str) -> list[str]:
+    """The ``wds-tools`` console script beside this interpreter (what users run), else ``-m wds_tools``;
+    either imports the package from REPO (``env``'s PYTHONPATH comes first)."""
+    script = Path(sys.executable).with_name("wds-tools")
+    if script.exists():
+        return [str(script), *args]
     return [sys.executable, "-m", "wds_tools", *args]
+
+
+def before_python_ran_ours(code: int, sig: int, err: str) -> bool:
+    """The signal came during the interpreter's own start-up (about 50 ms: site, the launcher),
+    before ``wds_tools.__main__`` installed its handlers: Python's defaults act. SIGTERM kills
+    the process with no line (exit -15); SIGINT raises KeyboardInterrupt, which our handler never
+    raises (it raises ``Interrupted``), so a KeyboardInterrupt in stderr proves the handler was not
+    in yet, and a "Fatal Python error" names the start-up step it stopped."""
+    if code == -sig and not err.strip():
+        return True
+    return sig == signal.SIGINT and code in (1, -signal.SIGINT) and err.rstrip().endswith("KeyboardInterrupt")
 
 
 def env() -> dict:
@@ -320,9 +337,9 @@ class Torture:
             return self.record(kind, what, note, False)
         code = p.proc.returncode
         err = p.err.decode(errors="replace")
-        early = sig != signal.SIGKILL and code == -sig and not err.strip() and not out.exists()
-        if early:  # before the interpreter ran a line of Python (~10 ms in): the signal's default action,
-            note += "; killed before Python started, nothing written"  # which a shell shows as 128 + sig
+        early = sig != signal.SIGKILL and before_python_ran_ours(code, sig, err) and not out.exists()
+        if early:  # the interpreter's start-up, before wds-tools' handlers: Python's default action
+            note += "; in the interpreter's start-up (Python's default action), nothing written"
         elif sig != signal.SIGKILL:  # handled: exit 128 + sig with the resume line, or a finished run
             if code not in (0, 128 + sig):
                 return self.record(kind, what, f"exit {code} after {name}: {err[-200:]}", False, err)

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 8 [--random-labels]
     .venv/bin/python scripts/train_example.py ... --checkpoint ck.pt [--save-every 100] [--resume]
 
-The config's ``dataset:`` block is all the loader needs (see README, Training); ``--shards`` stands
+The config's ``dataset:`` block is all the loader needs (see docs/guide/training.md); ``--shards`` stands
 for a config whose train and val URLs are that folder. ``--random-labels`` trains on a fixed random
 label per sample instead of its own: the held-out accuracy it reaches is what a loader that mixes
 up images and labels would give. Runs on CUDA when available, else the CPU; with

@@ -95,8 +95,13 @@ def test_config_file_supplies_source_and_out(runner, tmp_path, monkeypatch):
 def test_bad_config_key_is_named(runner, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('sorce = "x"\n')
-    res = runner.invoke(cli, ["--config", str(cfg), "convert", "--help"])
-    assert res.exit_code != 0 and "unknown key 'sorce'" in res.output
+    res = runner.invoke(cli, ["--config", str(cfg), "convert", "--version", "v1", "--size", "32", "--source", "x"])
+    assert res.exit_code == 2 and "unknown key 'sorce'" in res.output
+    # help is the same whatever the config: it is not refused with it
+    assert runner.invoke(cli, ["--config", str(cfg), "convert", "--help"]).exit_code == 0
+    cfg.write_text("[verify]\nquik = true\n")  # a key naming no option of its command
+    res = runner.invoke(cli, ["--config", str(cfg), "verify", str(tmp_path)])
+    assert res.exit_code == 2 and "[verify] unknown key 'quik'" in res.output and "quick" in res.output
 
 
 def test_user_errors_are_messages_not_tracebacks(runner, tmp_path):
@@ -104,11 +109,11 @@ def test_user_errors_are_messages_not_tracebacks(runner, tmp_path):
         cli,
         ["convert", "--source", str(tmp_path / "none.csv"), "--version", "v1", "--size", "32", "--out", str(tmp_path)],
     )
-    assert res.exit_code == 1 and "does not exist" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
     res = runner.invoke(
         cli, ["convert", "--source", str(tmp_path), "--version", "v1", "--size", "32", "--max-errors", "lots"]
     )
-    assert res.exit_code == 1 and "--max-errors 'lots'" in res.output
+    assert res.exit_code == 2 and "--max-errors 'lots'" in res.output  # an option value: usage
 
 
 def test_max_errors_exceeded_exits_non_zero(runner, tmp_path):
@@ -136,7 +141,7 @@ def test_max_errors_exceeded_exits_non_zero(runner, tmp_path):
         ]
 
     res = runner.invoke(cli, args(tmp_path / "out", "0"))
-    assert res.exit_code == 1 and "more than --max-errors allows (0)" in res.output
+    assert res.exit_code == 3 and "more than --max-errors allows (0)" in res.output  # ExitCode.DATA
     res = runner.invoke(cli, args(tmp_path / "out2", "1"))
     assert res.exit_code == 0 and "failed: 1" in res.output
 
@@ -177,4 +182,4 @@ def test_checksum_and_the_deprecated_trust_mtime(runner, tmp_path):
     assert old.exit_code == 0 and "--trust-mtime is deprecated" in old.stderr
     assert json.loads(old.stdout)["unchanged_by_stat"] == 6
     both = runner.invoke(cli, args("v5", "--trust-mtime", "--checksum"))
-    assert both.exit_code == 1 and "contradict" in both.output
+    assert both.exit_code == 2 and "contradict" in both.output

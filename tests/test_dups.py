@@ -272,8 +272,8 @@ def test_verify_fails_on_leakage_only_when_asked(folder):
     r = CliRunner().invoke(cli, ["verify", str(folder), "--quick"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(cli, ["verify", str(folder), "--quick", "--no-leakage", "--json"])
-    assert r.exit_code == 1
-    problems = json.loads(r.output)["problems"]
+    assert r.exit_code == 3
+    problems = json.loads(r.stdout)["problems"]
     assert [p["kind"] for p in problems] == ["leakage"]
     assert "a0 (train) a1 (val)" in problems[0]["message"]
 

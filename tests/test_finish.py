@@ -112,7 +112,7 @@ def test_cli_exits_non_zero_until_the_limit_is_raised(damaged, tmp_path):
     ]
     for _ in range(2):
         res = CliRunner().invoke(cli, args + ["--max-errors", "3"])
-        assert res.exit_code == 1 and "more than --max-errors allows (3)" in res.output
+        assert res.exit_code == 3 and "more than --max-errors allows (3)" in res.output
         assert "already converted" not in res.output and "Traceback" not in res.output
         assert not (tmp_path / "out/v1/32/index.json").exists()
     res = CliRunner().invoke(cli, args + ["--max-errors", "10%"])

@@ -297,5 +297,5 @@ def test_a_metadata_column_named_label_is_named_in_the_subset_message(tmp_path):
     assert len(ShardIndexDataset(folder, subset={"meta.label": ["grade0"]})) == 4  # reachable, under another name
     with pytest.raises(OptionError, match=r"meta\.label"):
         ShardIndexDataset(folder, subset={"label": ["grade0"]})
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "meta.<" in readme or "meta.label" in readme
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "clinical.md").read_text()
+    assert "meta.<" in guide or "meta.label" in guide

@@ -216,7 +216,7 @@ def test_stats_and_verify_scan_allowed_mixed_versions_as_one_set(versions):
     assert len(named) == 40 and all(str(v1) in p.message and str(v2) in p.message for p in named)
     assert report.problems[-1].message == "... and 10 more duplicated keys"
     res = CliRunner().invoke(cli, ["verify", spec, "--scan", "--allow-mixed", "--json"])
-    assert res.exit_code == 1 and len(json.loads(res.output)["bad_samples"]) == 20
+    assert res.exit_code == 3 and len(json.loads(res.stdout)["bad_samples"]) == 20
 
 
 # ------------------------------------------------------------------ patterns that cannot be partial

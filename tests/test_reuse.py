@@ -157,7 +157,7 @@ def test_interrupted_incremental_run_resumes_identically(v1, tmp_path, interrupt
 
 
 def test_an_edit_that_keeps_size_and_mtime_is_missed_by_default_and_caught_by_checksum(v1, tmp_path):
-    """The quick check's documented blind spot (README, "What the default can miss")."""
+    """The quick check's documented blind spot (docs/guide/versions.md, "What the default can miss")."""
     root, rows, out = v1
     target = root / rows[3]["path"]
     st = target.stat()

@@ -55,7 +55,7 @@ def test_balanced_converted_set(converted):
 
 
 def test_unbalanced_counts_and_class_drift(unbalanced):
-    r = compute_stats(unbalanced, world_size=2, workers=1)
+    r = compute_stats(unbalanced, world_size=2, workers=1, reader="stream")
     train = r.to_dict()["splits"]["train"]
     assert train["samples_per_shard"] == {
         "min": 2,
@@ -77,10 +77,11 @@ def test_unbalanced_counts_and_class_drift(unbalanced):
 
 def test_scan_agrees_with_index(converted, unbalanced, tmp_path):
     for folder in (converted, unbalanced):
-        a = compute_stats(folder, workers=3, world_size=2).to_dict()
+        a = compute_stats(folder, workers=3, world_size=2, reader="stream").to_dict()
         b = compute_stats(
             copy_tars(folder, tmp_path / ("scan-" + folder.name)), workers=3, world_size=2, scan=True
         ).to_dict()
+        assert (a["reader"], b["reader"]) == ("stream", "stream")  # a scan models streaming by default
         assert b["source"] == "scan" and b["index"] is None and b["bytes"]["index"] == 0
         for key in ("classes", "samples", "shards", "size", "stats_split", "splits"):
             assert a[key] == b[key], key
@@ -95,7 +96,7 @@ def test_scan_reads_version_1_shards_and_refuses_an_i32_that_disagrees(converted
     from test_golden import golden_folder
 
     v1 = golden_folder(tmp_path, 1)
-    a = compute_stats(v1).to_dict()
+    a = compute_stats(v1, reader="stream").to_dict()
     b = compute_stats(copy_tars(v1, tmp_path / "v1"), scan=True).to_dict()
     assert a["splits"] == b["splits"] and a["classes"] == b["classes"]
     tars = copy_tars(converted, tmp_path / "bad")
@@ -117,10 +118,10 @@ def test_scan_reads_version_1_shards_and_refuses_an_i32_that_disagrees(converted
 
 
 def test_json_schema_is_stable(converted, runner):
-    res = runner.invoke(cli, ["stats", str(converted), "--json", "--workers", "2"])
+    res = runner.invoke(cli, ["stats", str(converted), "--json", "--loader-workers", "2"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
-    assert d["schema"] == SCHEMA == "wds-tools-stats/1"
+    assert d["schema"] == SCHEMA == "wds-tools-stats/2"
     assert set(d) == {
         "schema",
         "source",
@@ -138,6 +139,7 @@ def test_json_schema_is_stable(converted, runner):
         "stats_split",
         "world_size",
         "workers",
+        "reader",
         "splits",
         "warnings",
         "seconds",
@@ -184,6 +186,8 @@ def test_json_schema_is_stable(converted, runner):
         "even_shards_below",
         "even_shards_above",
         "warnings",
+        "reader",
+        "left_out",
     }
     assert set(sp["per_shard"][0]) == {"name", "samples", "bytes", "drift_pp", "drift_class"}
 
@@ -238,9 +242,14 @@ def runner():
 
 
 def test_cli_text_and_plot_needs_extra(converted, runner):
-    res = runner.invoke(cli, ["stats", str(converted), "--world-size", "4", "--workers", "2"])
+    args = ["stats", str(converted), "--world-size", "4", "--loader-workers", "2"]
+    res = runner.invoke(cli, [*args, "--reader", "stream"])
     assert res.exit_code == 0, res.output
     assert "per shard" in res.output and "per rank" in res.output and "warning:" in res.output
+    assert "4 shards for 4 ranks × 2 workers = 8 readers: 4 readers get no shard" in res.output
+    res = runner.invoke(cli, args)  # the loader's default reader here: the index reader, which deals samples
+    assert res.exit_code == 0, res.output
+    assert "the index reader" in res.output and "get no shard" not in res.output
     res = runner.invoke(cli, ["stats", str(converted), "--plot", "x.png"])
     assert res.exit_code == 1 and "pip install 'wds-tools[plot]'" in res.output and "Traceback" not in res.output
 
@@ -256,7 +265,7 @@ def test_cli_out_from_config_and_scan_flag(converted, runner, tmp_path, monkeypa
     res = runner.invoke(cli, ["stats", "--scan", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["source"] == "scan"
     res = runner.invoke(cli, ["stats", "nothere"])
-    assert res.exit_code == 1 and "nothere: no such shards folder" in res.output
+    assert res.exit_code == 2 and "nothere: no such shards folder" in res.output  # a PATH that is not there: usage
 
 
 # ------------------------------------------------------------------ object storage and http
@@ -271,16 +280,18 @@ def test_s3_and_http_give_the_local_report(converted, bucket, serve_http, tmp_pa
     fs, url = bucket
     s3 = upload(fs, converted, f"{url}/v1/32")
     web = serve_http(converted)
-    local = compute_stats(converted, world_size=2, workers=3)
+    local = compute_stats(converted, world_size=2, workers=3, reader="stream")
     for path in (s3, f"{s3}/index.json", web, f"{web}/index.json"):
-        r = compute_stats(path, world_size=2, workers=3)
+        r = compute_stats(path, world_size=2, workers=3, reader="stream")
         assert _where_independent(r) == _where_independent(local), path
+        # the reader make_loader picks: by offset from local files and object storage, streaming over http
+        assert compute_stats(path).reader == ("stream" if path.startswith("http") else "index"), path
         assert r.root == path.removesuffix("/index.json") and r.index == f"{r.root}/index.json"
     pattern = "train-{000000..000001}.tar"
-    part = _where_independent(compute_stats(str(converted / pattern), workers=2))
+    part = _where_independent(compute_stats(str(converted / pattern), workers=2, reader="stream"))
     assert part["shards"] == 2
-    assert _where_independent(compute_stats(f"{s3}/{pattern}", workers=2)) == part
-    assert _where_independent(compute_stats(f"{web}/{pattern}", workers=2)) == part
+    assert _where_independent(compute_stats(f"{s3}/{pattern}", workers=2, reader="stream")) == part
+    assert _where_independent(compute_stats(f"{web}/{pattern}", workers=2, reader="stream")) == part
     # --scan reads every tar: from the bucket's listing of a folder, or an http pattern
     bare = copy_tars(converted, tmp_path / "bare")
     bare_s3 = upload(fs, bare, f"{url}/bare")

@@ -1,5 +1,5 @@
 """transform: make_loader(transform=...) against the same function applied by hand to the stored pixels
-(read with tarfile) under the documented per-sample seed; batch_transform; the README's recipes, run."""
+(read with tarfile) under the documented per-sample seed; batch_transform; the recipes of docs/guide/training.md, run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from training_adapter import make_loader
 from wds_tools.errors import OptionError
 
 S = 16
-README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide" / "training.md"  # the recipes, moved from the README
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +33,13 @@ def stored(folder) -> dict:
 
 
 def documented_seed(seed: int, epoch: int, key: str) -> int:
-    """The README's rule: BLAKE2b with an 8-byte digest of "seed NUL epoch NUL key NUL transform", little-endian."""
+    """The rule of docs/guide/training.md: BLAKE2b with an 8-byte digest of "seed NUL epoch NUL key NUL transform", little-endian."""
     digest = hashlib.blake2b(f"{seed}\x00{epoch}\x00{key}\x00transform".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 
 def by_hand(fn, x: torch.Tensor, seed: int, epoch: int, key: str) -> torch.Tensor:
-    """fn(x) with the three global generators seeded as the README says."""
+    """fn(x) with the three global generators seeded as docs/guide/training.md says."""
     s = documented_seed(seed, epoch, key)
     torch.manual_seed(s)
     random.seed(s)
@@ -192,18 +192,18 @@ def test_batch_transform_gets_and_returns_images_and_labels(folder, workers):
 
 
 def recipe(name: str) -> str:
-    """The README's python block whose first line is ``# recipe: <name>``."""
-    blocks = re.findall(r"```python\n(# recipe: [^\n]+\n.*?)```", README.read_text(encoding="utf-8"), re.S)
+    """The python block of docs/guide/training.md whose first line is ``# recipe: <name>``."""
+    blocks = re.findall(r"```python\n(# recipe: [^\n]+\n.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
     found = [b for b in blocks if b.startswith(f"# recipe: {name}\n")]
-    assert len(found) == 1, f"README has no single recipe {name!r}"
+    assert len(found) == 1, f"docs/guide/training.md has no single recipe {name!r}"
     return found[0]
 
 
 def run_recipe(name: str, folder: Path) -> torch.Tensor:
-    """Run the recipe on the test shards (the README's path and batch size replaced), return one batch's images."""
+    """Run the recipe on the test shards (the guide's path and batch size replaced), return one batch's images."""
     code = recipe(name).replace('"shards/v1/224"', repr(str(folder))).replace("batch_size=256", "batch_size=8")
     ns: dict = {}
-    exec(compile(code, f"README recipe {name}", "exec"), ns)
+    exec(compile(code, f"docs/guide/training.md recipe {name}", "exec"), ns)
     images, labels = next(iter(ns["train"]))
     assert labels.shape == (8,)
     return images

@@ -221,9 +221,9 @@ def test_cli_exit_status_and_json_schema(shards, tmp_path):
     assert ok.exit_code == 0 and "OK: every shard is intact." in ok.output
     (shards / "train-000001.tar").unlink()
     bad = runner.invoke(cli, ["verify", str(shards)])
-    assert bad.exit_code == 1 and "train-000001.tar [missing]" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 3 and "train-000001.tar [missing]" in bad.output and "Traceback" not in bad.output
     res = runner.invoke(cli, ["verify", str(shards), "--json", "--quick"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3
     d = json.loads(res.stdout)
     assert d["schema"] == SCHEMA == "wds-tools-verify/1"
     assert set(d) == {
@@ -247,7 +247,7 @@ def test_cli_exit_status_and_json_schema(shards, tmp_path):
     assert d["ok"] is False and d["mode"] == "quick" and d["bad_shards"] == ["train-000001.tar"]
     assert set(d["problems"][0]) == {"shard", "kind", "message", "key", "offset"}
     res = runner.invoke(cli, ["verify", str(tmp_path / "nope")])
-    assert res.exit_code == 1 and "no such shards folder" in res.output
+    assert res.exit_code == 2 and "no such shards folder" in res.output
 
 
 # ------------------------------------------------------------------ object storage and http
@@ -327,7 +327,7 @@ def test_cli_reads_urls(damaged, bucket):
     fs, url = bucket
     s3 = upload(fs, shards, f"{url}/v1/32")
     res = CliRunner().invoke(cli, ["verify", s3, "--json"])
-    assert res.exit_code == 1 and json.loads(res.stdout)["root"] == s3
+    assert res.exit_code == 3 and json.loads(res.stdout)["root"] == s3
     assert json.loads(res.stdout)["bad_shards"] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
     res = CliRunner().invoke(cli, ["stats", f"{s3}/index.json"])
     assert res.exit_code == 0 and f"{s3}  (" in res.output
@@ -581,7 +581,7 @@ def test_a_shard_name_outside_the_folder_is_never_read(split_set, tmp_path):
         assert any("train-000001.tar" in w for w in r.warnings)  # the real one, now unlisted
         assert opened and not [p for p in opened if os.path.basename(p) == "x.tar"], opened
     res = CliRunner().invoke(cli, ["verify", str(split_set)])
-    assert res.exit_code == 1 and "shards[1].name is '../../x.tar'" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 3 and "shards[1].name is '../../x.tar'" in res.output and "Traceback" not in res.output
 
 
 _OPENED: list | None = None
@@ -781,7 +781,7 @@ def test_a_missing_or_mistyped_field_is_a_named_problem(split_set, path, value, 
         hits = [p for p in r.problems if re.search(pattern, p.message)]
         assert hits and hits[0].shard == "index.json" and hits[0].kind in ("field", "shard_name"), r.to_text()
     res = CliRunner().invoke(cli, ["verify", str(split_set), "--json"])
-    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert res.exit_code == 3 and "Traceback" not in res.output, res.output
     assert any(re.search(pattern, p["message"]) for p in json.loads(res.stdout)["problems"])
 
 
@@ -914,7 +914,7 @@ def test_no_stats_skips_the_pixel_sums_only(split_set):
     _found(r, "pixel_stats", r"^mean is .*; splits\.train\.mean/std \(stats_split is train\) give")
     _found(r, "sample_data", r"samples.npz npy_xxh3 was changed$")
     res = CliRunner().invoke(cli, ["verify", str(split_set), "--no-stats", "--json"])
-    assert res.exit_code == 1 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {
+    assert res.exit_code == 3 and {p["kind"] for p in json.loads(res.stdout)["problems"]} == {
         "pixel_stats",
         "sample_data",
     }
@@ -1119,7 +1119,7 @@ def test_a_group_in_two_splits_is_named(ham):
     )
     assert len(hits) == 1 and not r.ok
     res = CliRunner().invoke(cli, ["verify", str(ham), "--quick"])
-    assert res.exit_code == 1 and "group_split" in res.output
+    assert res.exit_code == 3 and "group_split" in res.output
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,6 @@ __all__ = [
     "normalize",
 ]
 
-# One row of a params array, in this order.
 PARAM_NAMES = (
     "top",
     "left",
@@ -64,6 +63,7 @@ PARAM_NAMES = (
     "contrast",
     "saturation",
 )
+"""The columns of a params array (one row per sample), in this order."""
 _P = {n: i for i, n in enumerate(PARAM_NAMES)}
 _GRAY = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as PIL and torchvision use
 
@@ -408,9 +408,26 @@ def augment_batch(
 ) -> torch.Tensor:
     """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.
 
-    ``keys_or_params`` is a list of sample keys (the params are drawn from ``config``, ``seed`` and
-    ``epoch``) or the params array the loader yields with ``device_augment``. Returns float32
-    [B, 3, O, O] in 0..255, or normalised with ``mean``/``std`` (0-1 units, as in index.json).
+    The same transforms as the loader's CPU path (within interpolation error), in one
+    ``affine_grid`` + ``grid_sample`` pass and the colour jitter.
+
+    Args:
+        images: A uint8 batch ``[B, 3, S, S]``, on any device.
+        keys_or_params: The batch's sample keys (the params are then drawn from ``config``,
+            ``seed`` and ``epoch``), or the params array ``[B, 14]`` the loader yields with
+            ``device_augment``.
+        config: The augmentation settings; None: the defaults. Pass the loader's own.
+        seed: The loader's seed (used with keys only).
+        epoch: The epoch (used with keys only).
+        mean: Per-channel means in 0-1 units (as in index.json); with ``std``, normalise the result.
+        std: Per-channel standard deviations in 0-1 units.
+
+    Returns:
+        float32 ``[B, 3, O, O]`` (``O``: ``config.size``, else ``S``) in 0..255, or normalised with
+        ``mean``/``std``.
+
+    Raises:
+        OptionError: ``images`` or the params have the wrong shape.
     """
     cfg = config or AugmentConfig()
     if images.dim() != 4 or images.shape[1] != 3 or images.shape[2] != images.shape[3]:

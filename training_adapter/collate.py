@@ -32,6 +32,7 @@ __all__ = ["Batch", "BatchDataset", "Stored"]
 # (images uint8 [B, 3, H, W] channels-last, labels int64 [B][, params float32 [B, 14]][, keys]); from a
 # worker that writes into a ``BatchRing``, the images are its ``Slot`` and the rest numpy arrays
 Batch: TypeAlias = tuple[Any, ...]
+"""A batch: ``(images, labels[, params][, metadata][, keys])``, as ``BatchDataset`` yields it."""
 
 
 class Stored(Protocol):

@@ -16,7 +16,6 @@ from .loader import ShardLoader, make_loader
 
 __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 
-# make_loader options a dataset block may set (train_urls / val_urls / augment are handled apart)
 LOADER_KEYS = {
     "batch_size",
     "num_workers",
@@ -42,6 +41,7 @@ LOADER_KEYS = {
     "allow_partial",
     "metadata",
 }
+"""``make_loader`` options a ``dataset`` block may set (``train_urls``, ``val_urls`` and ``augment`` apart)."""
 
 
 @dataclass
@@ -111,7 +111,23 @@ def _read(p: Path) -> dict:
 
 
 def load_config(path: str | os.PathLike) -> TrainerConfig:
-    """Read a trainer config (.yaml/.yml/.toml) whose ``dataset`` block names the shards."""
+    """Read a trainer config (.yaml/.yml/.toml) whose ``dataset`` block names the shards.
+
+    The block holds ``train_urls`` (required), ``val_urls``, ``augment`` (``AugmentConfig`` fields)
+    and any of ``make_loader``'s options in ``LOADER_KEYS``; relative local URLs are taken relative
+    to the config file. Other top-level keys are kept, unread, in ``raw``.
+
+    Args:
+        path: The config file; ``.yaml``/``.yml`` needs PyYAML (the ``train`` extra).
+
+    Returns:
+        A ``TrainerConfig``; ``config.dataset.train_loader()`` and ``val_loader()`` make the loaders.
+
+    Raises:
+        OptionError: No such file, invalid YAML or TOML, no ``dataset`` block or ``train_urls``, or
+            an unknown or malformed setting.
+        ExtraNotInstalledError: A YAML config without PyYAML installed.
+    """
     p = Path(path)
     data = _read(p)
     if not isinstance(data, dict):

@@ -48,15 +48,17 @@ __all__ = [
 
 log = logging.getLogger("training_adapter")
 
-# The .cls bytes read for the label check: its digits (at most 9: a class index fits int32).
 LABEL_BYTES = 9
+"""The ``.cls`` bytes read for the label check: its digits (at most 9: a class index fits int32)."""
 # Ranged reads from object storage: neighbouring samples of one shard (the bytes between them, tar
 # headers and the small .cls/.json members, are about 2 KB) are read as one range of at most
 # MERGE_MAX bytes; gaps larger than MERGE_GAP split a range.
 MERGE_GAP = 64 << 10
+"""Ranged reads: a gap between neighbouring samples larger than this many bytes splits a range."""
 # Rows of one shard in a row of at least this many (eval order) are checked in vectorised steps.
 VECTOR_RUN = 4
 MERGE_MAX = 4 << 20
+"""Ranged reads: neighbouring samples of one shard are read as one range of at most this many bytes."""
 
 
 def _runs(shard: np.ndarray) -> list[tuple[int, int]]:

@@ -23,7 +23,7 @@ from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.index import SAMPLES_FILE, read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
-from wds_tools.format.transport import is_local, join, scheme
+from wds_tools.format.transport import is_local, join, readable_by_offset
 
 __all__ = [
     "SampleIndex",
@@ -42,19 +42,10 @@ __all__ = [
 # samples.npz columns a subset filter may name, beside "label" (index or class name) and "key"
 _FILTER_COLUMNS = ("width", "height", "src_size", "shard")
 
-# What ``select`` takes: a fraction, keys, {column: value(s)} or a function of the columns (None: all)
 Subset: TypeAlias = "float | Collection[str] | Mapping[str, Any] | Callable[[dict[str, np.ndarray]], Any] | None"
-# What ``class_shares`` takes: "balanced" or {class (index or name): weight}
+"""What ``subset=`` takes: a fraction, keys, ``{column: value(s)}`` or a function of the columns (None: all)."""
 ClassWeights: TypeAlias = "str | Mapping[int | str, float]"
-
-# URL schemes the index reader cannot read by offset (no ranged reads there); every other scheme,
-# local paths and fsspec object stores, it can
-_NOT_RANGED = ("pipe", "http", "https")
-
-
-def readable_by_offset(url: str) -> bool:
-    """Whether the index reader can read ``url`` by offset: a local path or an object store, not pipe: or http(s)."""
-    return scheme(url) not in _NOT_RANGED
+"""What ``class_weights=`` takes: ``"balanced"`` or ``{class (index or name): weight}``."""
 
 
 class DamagedShard(NamedTuple):

@@ -283,37 +283,82 @@ def make_loader(
     batch_transform: Callable[[Any, Any], Any] | None = None,
     metadata: Sequence[str] = (),
 ) -> ShardLoader:
-    """A loader of ``(images, labels)`` batches from WebDataset shards (see the README's Training section).
+    """A loader of ``(images, labels)`` batches from WebDataset shards (see the training guide).
 
-    ``urls``: a brace pattern, a list or ``::``-joined patterns, a shards folder or its index.json
-    (its ``split``: ``train`` or ``val`` by ``train``), ``pipe:`` or ``http(s)://`` URLs.
+    Each batch is ``(images, labels)``: uint8 ``[B, 3, S, S]`` (channels-last memory) and int64
+    ``[B]``; with ``device_augment`` a third item, the float32 params for ``augment_batch``; with
+    ``metadata`` the next, a dict of the named columns; with ``return_keys`` a last item, the sample
+    keys. Call ``set_epoch(epoch)`` before each epoch (without it the epoch advances by one per
+    iteration); ``state_dict()``/``load_state_dict()`` resume mid-epoch.
 
-    ``reader``: ``"auto"`` reads by offset when an index lists the shards (local or object
-    storage), else streams the tars; ``"index"`` or ``"stream"`` force one. The index reader alone
-    takes ``subset`` (a fraction, keys, ``{column: values}`` or a function of the samples.npz
-    columns), ``class_weights`` (``"balanced"`` or ``{class: weight}``) and ``check_samples``: every
-    sample read is compared with the index, ``"labels"`` (the default): its ``.cls`` with the
-    ``label`` column; ``True``: that and its ``.npy`` bytes with ``npy_xxh3`` (a flipped pixel;
-    costs a quarter to a third of the eval read rate); ``False``: neither (the NPY header is always
-    checked). A mismatch is a ``ShardError`` naming shard, byte offset and key.
-    ``shuffle_buffer`` (streaming, train only, default 1000 samples) costs that many samples of
-    memory per worker (150 KB each at 224 px: 150 MB for 1000).
-    ``allow_mixed``: read shards of different datasets (index.json files of another version,
-    classes, size or build) as one set, with the streaming reader: each sample's label is its own
-    ``.cls``, and classes, mean/std and size are the first index's; refused by default, since a
-    label then names different classes in different shards. Copies of one dataset (a mirror) need
-    no option. ``allow_partial``: read a pattern that names only some shards of a split; refused by
-    default, naming the missing shards.
+    Args:
+        urls: A shards folder or its index.json (then ``split`` picks the split), a brace pattern
+            (``shards/v1/224/train-{000000..000041}.tar``), a list or ``::``-joined patterns;
+            local, object storage (``s3://``), ``pipe:`` or ``http(s)://``.
+        batch_size: Samples per batch.
+        train: Training (shuffle, augment, drop a short last batch) or evaluation (every sample
+            once across the ranks, pixels as stored).
+        num_workers: DataLoader workers per rank (reader threads where they only copy); None:
+            every usable core, but no more than this rank's shards (streaming) or batches; 0:
+            read in this process.
+        seed: Seeds the shard order, shuffles and augmentation, with the epoch.
+        augment: The built-in augmentation's settings (an ``AugmentConfig`` or a mapping of its
+            fields), None or True for the defaults, False for none; training only.
+        device_augment: Leave the augmentation to ``augment_batch`` on the accelerator: batches
+            carry un-augmented images and each sample's params.
+        normalize: Return normalised float32 images (with the index's mean/std) instead of uint8.
+        shuffle_buffer: The streaming reader's sample shuffle buffer per worker (training only);
+            None: 1000 samples (150 KB each at 224 px); 0: none.
+        shuffle_shards: Shuffle the shard order (and, with the index reader, the samples) per epoch
+            in training.
+        resampled: Draw samples (index reader) or shards (streaming) with replacement.
+        epoch_batches: Batches per rank per epoch: at most this many, or exactly this many with
+            ``resampled``; None: the whole split.
+        drop_last: Drop a short last batch; None: in training only.
+        on_error: ``"raise"`` a ``ShardError`` on a damaged shard or sample, or ``"skip"`` it
+            (logged; the epoch is shorter, ranks stay equal).
+        return_keys: Add each batch's sample keys as its last item.
+        pin_memory: Pin batches in page-locked memory (where CUDA is available).
+        persistent_workers: Keep worker processes alive between epochs.
+        prefetch_factor: Batches each worker (or reader thread) prepares ahead; None: 2.
+        mean: Per-channel means in 0-1 units, replacing the index's (``loader.mean``).
+        std: Per-channel standard deviations in 0-1 units, replacing the index's.
+        split: The split to read from a folder or index; None: ``train`` or ``val`` by ``train``.
+        read_size: The streaming reader's read size in bytes.
+        reader: ``"auto"`` reads by offset when an index lists the shards (local or object
+            storage), else streams the tars; ``"index"`` or ``"stream"`` force one.
+        subset: Index reader only: the samples to read, as a fraction, a collection of keys, a
+            ``{column: values}`` mapping or a function of the samples.npz columns.
+        class_weights: Index reader only: each class's share of every epoch, ``"balanced"`` (equal
+            shares) or ``{class: weight}`` (classes by name or index; a class not named gets none).
+        check_samples: Index reader: compare every sample read with the index: ``"labels"``, its
+            ``.cls`` with the ``label`` column; True, also its ``.npy`` bytes with ``npy_xxh3``
+            (costs a quarter to a third of the eval read rate); False, neither (the NPY header is
+            always checked).
+        allow_mixed: Read shards of different datasets as one set with the streaming reader (each
+            label is its own ``.cls``; classes, mean/std and size are the first index's); refused by
+            default, since a label then names different classes in different shards.
+        allow_partial: Read a pattern that names only some shards of a split; refused by default,
+            naming the missing shards.
+        multiprocessing_context: The DataLoader's multiprocessing context (e.g. ``"spawn"``).
+        transform: Your function of each sample (a uint8 ``[3, H, W]`` tensor in, a tensor out), run
+            in the workers after the built-in augmentation (instead of it with ``augment=False``),
+            in training and evaluation, seeded per sample from (seed, epoch, key).
+        batch_transform: ``(images, labels) -> (images, labels)`` on each batch in the main process
+            as the loader yields it (e.g. CutMix); not seeded by the loader.
+        metadata: Index reader only: metadata column names whose values each batch carries as a
+            dict (numbers float32 ``[B]``, NaN where missing; strings as lists, None where missing).
 
-    ``augment``: the built-in augmentation's settings (training only), or False for none.
-    ``transform``: your function of each sample (a uint8 [3, H, W] tensor, as torchvision.transforms.v2
-    takes it; it returns a tensor), run in the workers after the built-in augmentation (replacing it
-    with ``augment=False``), in training and evaluation, seeded per sample from (seed, epoch, key)
-    (``training_adapter.transform``). ``batch_transform``: ``(images, labels) -> (images, labels)``
-    on each whole batch in the main process as the loader yields it (e.g. CutMix; it may move the
-    batch to the GPU first), not seeded by the loader. ``metadata``: index reader only; metadata
-    column names whose values each batch carries as a dict (numbers float32 [B], NaN where missing;
-    strings as lists, None where missing), after the params and before the keys.
+    Returns:
+        A ``ShardLoader`` (a DataLoader with ``set_epoch``, ``len`` where the index gives counts,
+        ``mean``/``std``, ``classes`` and ``state_dict``/``load_state_dict``).
+
+    Raises:
+        OptionError: An option is out of range or malformed, an index-reader option without an
+            index, shards of different datasets or part of a split without ``allow_mixed`` or
+            ``allow_partial``, or an epoch that ``drop_last`` would leave empty.
+        IndexFormatError: An index cannot be read, or the folder is an unfinished conversion.
+        ShardError: A shard's size differs from its index's (with ``on_error="raise"``).
     """
     shards = resolve_urls(
         urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed, allow_partial=allow_partial
@@ -399,8 +444,23 @@ def to_device(
     non_blocking: bool = True,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Move a uint8 batch to ``device`` and return ``dtype`` there (float32; bfloat16/float16 for AMP),
-    normalised when mean/std are given (computed in float32, then cast)."""
+    """Move a uint8 batch to ``device`` and return it as float there, normalised when mean/std are given.
+
+    Args:
+        images: A uint8 batch ``[B, 3, H, W]`` as the loader yields it.
+        device: Where to move it (``"cuda"``, ``torch.device("cuda", 1)``, a device index).
+        mean: Per-channel means in 0-1 units (``loader.mean``); None with ``std``: no normalisation.
+        std: Per-channel standard deviations in 0-1 units (``loader.std``).
+        non_blocking: Copy asynchronously (from pinned memory).
+        dtype: The floating dtype returned: float32, or bfloat16/float16 for AMP (normalised in
+            float32 first, then cast).
+
+    Returns:
+        The batch on ``device`` as ``dtype``: values 0-255, or normalised with ``mean``/``std``.
+
+    Raises:
+        OptionError: ``dtype`` is not a floating dtype.
+    """
     if not dtype.is_floating_point:
         raise OptionError(f"to_device: dtype={dtype}: expected a floating dtype (torch.float32, bfloat16, float16)")
     x = images.to(device, non_blocking=non_blocking).float()

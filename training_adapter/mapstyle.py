@@ -30,8 +30,24 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     and bytes) and its metadata columns, typed as the sample's .json has them (int, float or str;
     None where missing; one named width, height or src_size as ``meta.<name>``). ``classes``
     names the labels. Any sampler works, e.g. ``WeightedRandomSampler(weights[dataset.labels], n)`` or
-    ``DistributedSampler(dataset)``. ``subset``, ``check_samples`` and ``allow_partial`` as in
-    ``make_loader``.
+    ``DistributedSampler(dataset)``.
+
+    Args:
+        path: A shards folder or its index.json, local or in object storage (or a pattern of shards
+            an index lists).
+        split: The split to read.
+        subset: The samples to read, as in ``make_loader``: a fraction, a collection of keys, a
+            ``{column: values}`` mapping or a function of the samples.npz columns; None: all.
+        check_samples: Compare each sample read with the index, as in ``make_loader``:
+            ``"labels"``, True (labels and pixels) or False.
+        allow_partial: Accept a pattern that names only some shards of the split.
+
+    Raises:
+        OptionError: The shards are not listed in an index readable by offset, or an option is
+            malformed.
+        IndexFormatError: The index cannot be read, or the folder is an unfinished conversion.
+        ShardError: A shard's size differs from its index's (at creation), or a sample read does
+            not match the index (on access).
     """
 
     def __init__(

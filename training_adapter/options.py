@@ -21,7 +21,9 @@ from .indexread import ClassWeights, Subset
 __all__ = ["LoaderOptions", "READERS", "ON_ERROR"]
 
 READERS = ("auto", "index", "stream")
+"""The values of ``reader=``."""
 ON_ERROR = ("raise", "skip")
+"""The values of ``on_error=``."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ __all__ = [
 log = logging.getLogger("training_adapter")
 
 STATE_VERSION = 1
+"""The version of the ``state_dict`` layout; a state of another version is refused."""
 _KIND = "wds_tools.loader_state"
 
 

@@ -10,18 +10,16 @@ from typing import Any, NoReturn
 
 import click
 
-from .config import CONFIG_FILE, default_map, load_config
+from .clikit import Command, DeprecatedAlias, Failure, apply_config, fail, json_option, quiet_option
+from .config import CONFIG_FILE
 from .convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from .convert.runner import EXECUTORS
 from .errors import OptionError, WdsToolsError
+from .exitcodes import ExitCode
 from .signals import SIGNALS, Interrupted, exit_code, install, received
 from .version import __version__
 
 __all__ = ["cli", "main"]
-
-
-def _fail(e: WdsToolsError) -> None:
-    raise click.ClickException(str(e))
 
 
 def _interrupted(signum: int, what: str) -> NoReturn:
@@ -58,7 +56,11 @@ def _emit(report: Any, as_json: bool, **text_options: Any) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="wds-tools")
+@click.version_option(
+    __version__,
+    prog_name="wds-tools",
+    help="Show the program's version (wds-tools itself, not a dataset's) and exit.",
+)
 @click.option(
     "--config",
     "config_path",
@@ -82,14 +84,15 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
       out = "shards"
       [convert]
       workers = 8
+
+    Exit status: 0 done, 1 error, 2 usage, 3 the data fails (verify, --max-errors), 4 a bug,
+    130/143 SIGINT/SIGTERM (docs/exit-codes.md).
     """
-    try:
-        ctx.default_map = default_map(load_config(config_path))
-    except WdsToolsError as e:
-        _fail(e)
+    # a bad wds-tools.toml stops the command when it runs, not its --help (help is the same in every folder)
+    apply_config(ctx, config_path)
 
 
-@cli.command()
+@cli.command(cls=Command)
 @click.option(
     "--source",
     type=click.Path(),
@@ -99,7 +102,12 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     "folder ROOT/<label>/<file>.",
 )
 @click.option(
-    "--version", "version", required=True, help="Dataset version name, e.g. v1; shards go to OUT/VERSION/SIZE/."
+    "--version",
+    "version",
+    required=True,
+    metavar="NAME",
+    help="Name of the dataset version to write, e.g. v1; shards go to OUT/VERSION/SIZE/. (Not the "
+    "program's version: that is wds-tools --version.)",
 )
 @click.option(
     "--size",
@@ -267,8 +275,8 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     help="An image's embedded ICC colour profile: srgb converts its pixels to sRGB (Display P3 phone "
     "photos, Adobe RGB scans); raw keeps the stored values and ignores the profile.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option("the summary")
+@quiet_option
 def convert(
     source: str | None,
     version: str | None,
@@ -346,7 +354,7 @@ def convert(
             err=True,
         )
         if checksum:
-            _fail(OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone"))
+            fail(OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone"))
     try:
         result = run_convert(
             source,
@@ -385,20 +393,21 @@ def convert(
         signum = received()
         if signum is not None:  # a worker that died of the group's SIGTERM broke the pool first
             _interrupted(signum, "finished shards are kept; run the same command again to resume.")
-        _fail(e)
+        fail(e)
     _emit(result, as_json)
     for r in getattr(result, "results", [result]):
         if r.max_errors_exceeded:
-            raise click.ClickException(
+            raise Failure(
                 f"{r.failed} source files failed, more than --max-errors allows ({r.max_errors_allowed}); "
-                f"see {r.errors_file}"
+                f"see {r.errors_file}",
+                ExitCode.DATA,
             )
 
 
-@cli.command()
+@cli.command(cls=Command)
 @click.argument("old", type=click.Path(exists=True))
 @click.argument("new", type=click.Path(exists=True))
-@click.option("--json", "as_json", is_flag=True, help="Print the full key lists as one JSON object.")
+@json_option("the full key lists")
 @click.option(
     "--limit",
     type=click.IntRange(min=0),
@@ -406,7 +415,8 @@ def convert(
     show_default=True,
     help="Keys listed per category in the text output.",
 )
-def diff(old: str, new: str, as_json: bool, limit: int) -> None:
+@quiet_option
+def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
     """List keys added, removed, changed (other source bytes) and relabeled between two versions.
 
     OLD and NEW are shards folders (or their index.json), local or URLs (s3://..., https://...).
@@ -420,11 +430,11 @@ def diff(old: str, new: str, as_json: bool, limit: int) -> None:
     try:
         result = diff_versions(old, new)
     except WdsToolsError as e:
-        _fail(e)
+        fail(e)
     _emit(result, as_json, limit=limit)
 
 
-@cli.command()
+@cli.command(cls=Command)
 @click.argument("path", required=False)
 @click.option(
     "--out",
@@ -465,7 +475,8 @@ def diff(old: str, new: str, as_json: bool, limit: int) -> None:
 @click.option(
     "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Clusters listed in the text output."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print every cluster as one JSON object.")
+@json_option("every cluster")
+@quiet_option
 def dups(
     path: str | None,
     out: str,
@@ -475,6 +486,7 @@ def dups(
     plot_path: str | None,
     limit: int,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
 
@@ -506,13 +518,13 @@ def dups(
         if plot_path:
             plot_dups(result, plot_path)
     except WdsToolsError as e:
-        _fail(e)
+        fail(e)
     _emit(result, as_json, limit=limit)
-    if plot_path and not as_json:
+    if plot_path and not as_json and not quiet:
         click.echo(f"\ncontact sheet written to {plot_path}")
 
 
-@cli.command("index")
+@cli.command("index", cls=Command)
 @click.argument("path", required=False)
 @click.option(
     "--out",
@@ -531,8 +543,9 @@ def dups(
     help="Write <shard>.idx per shard, the index NVIDIA DALI's fn.readers.webdataset takes "
     "(the format of DALI's wds2idx tool).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the names written as one JSON object.")
-def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: bool) -> None:
+@json_option("the names written")
+@quiet_option
+def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: bool, quiet: bool) -> None:
     """Write index files that other readers need, beside an existing conversion's index.json.
 
     PATH is a shards folder (shards/v1/224) or its index.json, local or an fsspec URL (s3://...).
@@ -554,14 +567,14 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     try:
         result = write_reader_indexes(path if path is not None else newest_dataset(out), wids=wids, dali=dali)
     except WdsToolsError as e:
-        _fail(e)
+        fail(e)
     _emit(result, as_json)
 
 
 # ---------------------------------------------------------------- stats and verify
 
 
-@cli.command()
+@cli.command(cls=Command)
 @click.argument("path", required=False)
 @click.option(
     "--out",
@@ -578,10 +591,29 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     help="Training ranks (processes) the shards are split over, shard i to rank i % R.",
 )
 @click.option(
-    "--workers",
+    "--loader-workers",
+    "loader_workers",
     type=click.IntRange(min=1),
     default=None,
-    help="DataLoader workers per rank. Default: this machine's cores.",
+    metavar="W",
+    help="DataLoader workers per rank of the training loader this models (make_loader's num_workers). "
+    "Default: this machine's cores.",
+)
+@click.option(
+    "--reader",
+    type=click.Choice(["auto", "index", "stream"]),
+    default="auto",
+    show_default=True,
+    help="The training loader's reader to model (make_loader's reader=): auto is the one make_loader "
+    "picks, the index reader where an index lists the shards (local or object storage), else streaming.",
+)
+@click.option(
+    "--workers",
+    "old_workers",
+    cls=DeprecatedAlias,
+    new="--loader-workers",
+    dest="loader_workers",
+    type=click.IntRange(min=1),
 )
 @click.option(
     "--scan",
@@ -619,18 +651,21 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     "size or build), refused by default with a message naming both; they can only be read as one "
     "set with --scan, as any reader of the tars would see them.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+@json_option("the report")
+@quiet_option
 def stats(
     path: str | None,
     out: str,
     world_size: int,
-    workers: int | None,
+    loader_workers: int | None,
+    reader: str,
     scan: bool,
     plot_path: str | None,
     by: str | None,
     group: str | None,
     allow_mixed: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Show per split how balanced the shards are and how an epoch splits over ranks and workers.
 
@@ -642,9 +677,11 @@ def stats(
     naming the shards it leaves out.
 
     Per split: shard count; samples and bytes per shard (min, median, max, max/min, coefficient
-    of variation); the class distribution and each shard's largest deviation from it; shards and
-    samples per rank and per worker for --world-size × --workers, with a warning when some get
-    none or ranks get unequal sample counts, and the nearest shard counts that divide evenly.
+    of variation); the class distribution and each shard's largest deviation from it; and how the
+    training loader (the --reader it would use, named in the report) deals an epoch to --world-size
+    ranks × --loader-workers workers: the index reader deals samples (equal counts per rank, any
+    number of workers), the streaming reader whole shards, with a warning when some reader gets no
+    shard or ranks get unequal sample counts, and the nearest shard counts that divide evenly.
     Also the dataset's mean/std and its size on disk; with --by, each split's class counts per value
     of a metadata column; and any group of the --group column (by default the one the set was
     converted with) found in more than one split.
@@ -654,7 +691,8 @@ def stats(
       wds-tools stats shards/v1/224
       wds-tools stats shards/v1/224 --by localization
       wds-tools stats shards/v1/224 --group patient_id     # a set converted without --group: any leakage?
-      wds-tools stats --world-size 8 --workers 6          # newest version under ./shards
+      wds-tools stats --world-size 8 --loader-workers 6   # newest version under ./shards
+      wds-tools stats shards/v1/224 --reader stream --loader-workers 4
       wds-tools stats shards/v1/224/index.json --json
       wds-tools stats s3://bucket/shards/v1/224
       wds-tools stats "shards/v1/224/train-{000000..000009}.tar" --scan --plot shards.png
@@ -669,7 +707,8 @@ def stats(
             path,
             out=out,
             world_size=world_size,
-            workers=workers,
+            workers=loader_workers,
+            reader=reader,
             scan=scan,
             by=by,
             group=group,
@@ -678,13 +717,13 @@ def stats(
         if plot_path:
             plot_stats(report, plot_path)
     except WdsToolsError as e:
-        _fail(e)
+        fail(e)
     _emit(report, as_json)
-    if plot_path and not as_json:
+    if plot_path and not as_json and not quiet:
         click.echo(f"\nplot written to {plot_path}")
 
 
-@cli.command()
+@cli.command(cls=Command)
 @click.argument("path", required=False)
 @click.option(
     "--out",
@@ -703,10 +742,13 @@ def stats(
     "--scan", is_flag=True, help="No index: check the tars' structure, .npy headers and unique keys against each other."
 )
 @click.option(
-    "--threads",
+    "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Shards checked at once. Default: twice this machine's cores (reads and hashing overlap).",
+    help="Threads checking shards at once. Default: twice this machine's cores (reads and hashing overlap).",
+)
+@click.option(
+    "--threads", "old_threads", cls=DeprecatedAlias, new="--workers", dest="workers", type=click.IntRange(min=1)
 )
 @click.option(
     "--no-stats",
@@ -727,17 +769,19 @@ def stats(
     help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
     "split; off by default, since some teams keep deliberate copies.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+@json_option("the report")
+@quiet_option
 def verify(
     path: str | None,
     out: str,
     quick: bool,
     scan: bool,
-    threads: int | None,
+    workers: int | None,
     no_stats: bool,
     allow_mixed: bool,
     no_leakage: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Check that every shard is intact; exit non-zero and name the bad shards and samples if not.
 
@@ -771,17 +815,17 @@ def verify(
             out=out,
             quick=quick,
             scan=scan,
-            threads=threads,
+            workers=workers,
             stats=not no_stats,
             allow_mixed=allow_mixed,
-            progress=sys.stderr.isatty(),
+            progress=not quiet,
             no_leakage=no_leakage,
         )
     except WdsToolsError as e:
-        _fail(e)
+        fail(e)
     _emit(report, as_json)
     if not report.ok:
-        sys.exit(1)
+        sys.exit(int(ExitCode.DATA))
 
 
 def main() -> None:

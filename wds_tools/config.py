@@ -1,23 +1,42 @@
-"""``wds-tools.toml``: defaults for the CLI's options, read from the working directory."""
+"""``wds-tools.toml``: defaults for the CLI's options, read from the working directory.
+
+Not to be confused with ``training_adapter.load_config``, which reads a trainer's YAML/TOML config.
+"""
 
 from __future__ import annotations
 
 import os
 import tomllib
+import warnings
 from pathlib import Path
 
 from .errors import OptionError
 
-__all__ = ["CONFIG_FILE", "load_config", "default_map"]
+__all__ = [
+    "CONFIG_FILE",
+    "RENAMED_KEYS",
+    "SHARED_KEYS",
+    "load_cli_defaults",
+    "load_config",
+    "default_map",
+    "renamed_keys",
+]
 
 CONFIG_FILE = "wds-tools.toml"
-_TOP_LEVEL = {"source", "out"}  # shared by every command that takes them
+"""The config file the CLI reads from the current folder."""
+SHARED_KEYS = _TOP_LEVEL = frozenset({"source", "out"})  # shared by every command that takes them
+"""Top-level wds-tools.toml keys that feed every command taking that option."""
 _PATH_KEYS = {"source", "out"}
-_COMMANDS = {"convert", "stats", "verify", "diff"}
+_COMMANDS = {"convert", "diff", "dups", "index", "stats", "verify"}
+# (command, old key) -> new key: read with a deprecation warning for one release (issue 25)
+RENAMED_KEYS = {("verify", "threads"): "workers", ("stats", "workers"): "loader-workers"}
+"""(command, old key) -> new key: old wds-tools.toml keys still read, with a warning, for one release."""
 
 
-def load_config(path: str | os.PathLike | None = None) -> dict:
-    """Read a config file (default: ./wds-tools.toml if present); {} when there is none."""
+def load_cli_defaults(path: str | os.PathLike | None = None) -> dict:
+    """Read a wds-tools.toml (default: ./wds-tools.toml if present); {} when there is none.
+
+    Relative ``source`` and ``out`` are taken relative to the file's folder."""
     explicit = path is not None
     p = Path(path) if explicit else Path.cwd() / CONFIG_FILE
     if not p.exists():
@@ -57,7 +76,41 @@ def load_config(path: str | os.PathLike | None = None) -> dict:
     }
 
 
+def load_config(path: str | os.PathLike | None = None) -> dict:
+    """Deprecated name of ``load_cli_defaults`` (kept for one release)."""
+    warnings.warn(
+        "wds_tools.config.load_config is deprecated; use wds_tools.config.load_cli_defaults "
+        "(training_adapter.load_config reads a trainer's config, a different thing)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return load_cli_defaults(path)
+
+
+def renamed_keys(config: dict) -> dict[str, list[str]]:
+    """Per command, one deprecation message per old key ``config`` uses in its table (``RENAMED_KEYS``)."""
+    where = config.get("_path", CONFIG_FILE)
+    out: dict[str, list[str]] = {}
+    for (command, old), new in RENAMED_KEYS.items():
+        if old in config.get(command, {}):
+            out.setdefault(command, []).append(
+                f"warning: {where}: [{command}] {old} is deprecated and will be removed; use {new}"
+            )
+    return out
+
+
 def default_map(config: dict) -> dict:
-    """click's default_map: top-level keys feed every command, [command] tables override."""
+    """Per command, the defaults ``config`` gives it: top-level keys feed every command, [command]
+    tables override; an old key (``RENAMED_KEYS``) feeds its new option unless the new key is there
+    too. Keys stay as written (``shard-size``); the CLI turns them into click's parameter names."""
     shared = {k: config[k] for k in _TOP_LEVEL if k in config}
-    return {c: {**shared, **{k.replace("-", "_"): v for k, v in config.get(c, {}).items()}} for c in _COMMANDS}
+    out = {}
+    for c in _COMMANDS:
+        table = dict(config.get(c, {}))
+        for (command, old), new in RENAMED_KEYS.items():
+            if command == c and old in table:
+                value = table.pop(old)
+                if new not in table and new.replace("-", "_") not in table:
+                    table[new] = value
+        out[c] = {**shared, **table}
+    return out

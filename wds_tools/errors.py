@@ -10,6 +10,7 @@ __all__ = [
     "OptionError",
     "SourceError",
     "InvalidKeyError",
+    "SourceNotFoundError",
     "DecodeError",
     "OutputExistsError",
     "IndexFormatError",
@@ -39,6 +40,11 @@ class SourceError(WdsToolsError):
 
 class InvalidKeyError(SourceError):
     """Sample keys are invalid or duplicated; the message names the rows."""
+
+
+class SourceNotFoundError(SourceError, OptionError):
+    """The --source named does not exist: a source error, and a usage one (the CLI exits 2, as for
+    any path on its command line that is not there)."""
 
 
 class DecodeError(WdsToolsError):
@@ -107,4 +113,5 @@ def unwritable_file_error(path: str, e: OSError, what: str) -> ReadOnlyOutputErr
     )
 
 
-READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})  # what a folder we cannot write raises
+READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""The errnos of a folder that cannot be written (read-only mount, no permission)."""

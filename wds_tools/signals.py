@@ -16,6 +16,7 @@ from types import FrameType
 __all__ = ["Interrupted", "install", "received", "exit_code", "SIGNALS"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that interrupt a run cleanly."""
 
 _received: list[int] = []
 

@@ -47,6 +47,7 @@ def lesion_photo(width: int, height: int, label: int, seed: int) -> Image.Image:
 
 
 def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
+    """``im`` encoded as JPEG bytes (``kw``: more of Pillow's JPEG save options)."""
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=quality, **kw)
     return buf.getvalue()

@@ -34,7 +34,9 @@ __all__ = [
 ]
 
 RESIZE_MODES = ("center-crop", "squash", "pad")
-COLOUR_MODES = ("srgb", "raw")  # an embedded ICC profile: converted to sRGB, or ignored (the raw values)
+"""The values of ``resize``: how a non-square image becomes square."""
+COLOUR_MODES = ("srgb", "raw")
+"""The values of ``DecodeSettings.colour``: an embedded ICC profile converted to sRGB, or ignored (the raw values)."""
 
 _FILTERS = {
     "lanczos": Image.Resampling.LANCZOS,

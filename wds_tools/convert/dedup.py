@@ -30,7 +30,8 @@ from .scan import open_source
 
 __all__ = ["NearPairs", "near_pairs", "known_hashes"]
 
-NearPairs = Callable[[Sequence[str]], list[tuple[int, int]]]  # source paths -> pairs of positions
+NearPairs = Callable[[Sequence[str]], list[tuple[int, int]]]
+"""A function of source paths giving the pairs of positions that are near-duplicates."""
 
 
 def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ from ..format.packed import pack_strings, unpack_strings
 __all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs", "stats_file", "load_stats", "save_stats"]
 
 CACHE_DIR = ".wds-tools-cache"
+"""The folder under ``out`` that caches each version's source fingerprints."""
 
 
 def cache_file(out: str | os.PathLike, version: str) -> Path:

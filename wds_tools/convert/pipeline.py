@@ -13,9 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Protocol
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.fsutil import dumps_canonical
@@ -23,6 +21,7 @@ from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
 from ..format.near import DEFAULT_THRESHOLD
 from ..format.sample import classes_digest
 from ..format.transport import join
+from ..progress import progress as show_progress
 from ..version import __version__
 from . import hashes
 from .assemble import write_errors
@@ -68,34 +67,6 @@ _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
 
 
-class _Bar(Protocol):
-    """What the pipeline uses of a tqdm progress bar."""
-
-    def update(self, n: int = 1) -> None:
-        """Count ``n`` more items done."""
-
-
-class _NoBar:
-    """What ``_bar`` gives without a progress bar: importing tqdm alone costs ~0.1 s."""
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def update(self, n: int = 1) -> None:
-        """Nothing to count."""
-
-
-def _bar(total: int, desc: str, unit: str, enabled: bool) -> AbstractContextManager[_Bar]:
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm  # imported only when a bar is shown (see _NoBar)
-
-    return tqdm(total=total, desc=desc, unit=unit, smoothing=0.1, dynamic_ncols=True, leave=True)
-
-
 def convert(
     source: str | os.PathLike,
     *,
@@ -129,31 +100,77 @@ def convert(
 ) -> ConvertResult | ConvertResults:
     """Convert ``source`` into ``out/version/size/<split>-NNNNNN.tar`` shards plus their index.
 
-    ``size`` may name several sizes (``[224, 384]`` or ``"224,384"``): each source is then read
-    and decoded once for all of them, every folder equals a conversion at that size alone, and
-    a ``ConvertResults`` is returned. When an earlier version with the same size and decode
-    settings exists (``base`` names one; default: the newest), samples whose source it already
-    holds are copied from its shards instead of decoded (``reuse=False`` decodes everything). A
-    source is unchanged when its manifest sha256/md5 is one the base recorded, or else when its
-    path, size and mtime equal the base's; neither reads it. ``checksum=True`` reads and
-    fingerprints every source instead. ``trust_mtime`` is deprecated (the quick check is the
-    default). ``dry_run`` reports the plan and writes nothing. ``executor="ray"`` runs one task
-    per shard on a Ray cluster (``ray_address``; default: a local instance) with the same plan
-    and bytes. Resumes an interrupted run with the same arguments; refuses a folder made with
-    other options or another source. Bad source files are skipped and listed in errors.jsonl;
-    more than ``max_errors`` raises ``TooManyErrorsError`` with no index written (a rerun with a
-    higher limit finishes). Each size folder is locked for the run (lock.py): a conversion into a
-    folder another one is writing raises ``OutputBusyError`` naming it. A full disk raises
-    ``DiskFullError`` naming the folder and the space still needed.
+    Resumes an interrupted run with the same arguments; refuses a folder made with other options
+    or another source. Bad source files are skipped and listed in errors.jsonl. Each size folder is
+    locked for the run (lock.py). When an earlier version with the same size and decode settings
+    exists, samples whose source it already holds are copied from its shards instead of decoded: a
+    source is unchanged when its manifest sha256/md5 is one the base recorded, or else when its path,
+    size and mtime equal the base's; neither reads it.
 
-    A manifest's columns are ``key``, ``path`` and ``label`` (and ``split`` when it has one) unless
-    ``key``, ``label``, ``path`` (a column, or a template such as ``"images/{image_id}.jpg"``) and
-    ``split`` name others; every other column is kept as typed metadata. ``group`` names a column
-    whose groups (lesion, patient) each land in one split, ``val_fraction`` then applying to groups;
-    ``stratify`` keeps each split's class mix close to the whole's. Groups an earlier version holds
-    keep their split there (``base``, else the newest other version under ``out``), unless ``resplit``. ``dedup`` joins
-    near-duplicate images (``format.near``, default threshold) into one unit with their groups before
-    the splits are drawn, so that a cluster lands in one split (each source is decoded once more).
+    Args:
+        source: A manifest (.csv, .tsv or .jsonl; local or an fsspec URL such as ``s3://...``) or a
+            local image folder laid out as ``ROOT/<label>/<file>``.
+        version: The dataset version, the folder under ``out`` (letters, digits, ``.``, ``_``, ``-``;
+            at most 64), e.g. ``"v1"``.
+        size: The side in pixels of the stored square images (8 to 8192), or several
+            (``[224, 384]`` or ``"224,384"``): each source is then read and decoded once for all of
+            them, and every folder equals a conversion at that size alone.
+        out: The root folder of the versions (local or a URL).
+        workers: Decode processes, this one included (None: the usable CPUs); with ``executor="ray"``
+            the cluster CPUs used (None: all of them).
+        shard_size: Samples per shard (``2000``) or a byte target (``"256MB"``, ``"1GiB"``);
+            None: about 256 MB per shard.
+        resize: ``"center-crop"``, ``"squash"`` or ``"pad"``: how a non-square image becomes square.
+        val_fraction: The fraction of rows (or of groups, with ``group``) drawn into ``val`` where
+            the source gives no split, in [0, 1).
+        seed: Seeds the split draw.
+        sanitize_keys: Map invalid or duplicate sample keys to valid ones (the original is kept in
+            the sample's json) instead of refusing them.
+        key: The manifest column holding sample keys.
+        label: The manifest column holding class names.
+        path: The manifest column holding image paths, or a template such as
+            ``"images/{image_id}.jpg"``.
+        split: The manifest column holding each row's split; None: the column ``split`` if there
+            is one, else the splits are drawn.
+        group: A column whose groups (lesion, patient) each land in one split; ``val_fraction``
+            then applies to groups.
+        stratify: Keep each split's class mix close to the whole's.
+        resplit: With ``group``, ``stratify`` or ``dedup``, draw every unit's split afresh instead of
+            keeping the split an earlier version gave its group (``base``, else the newest other
+            version under ``out``).
+        dedup: Join near-duplicate images (``format.near``, default threshold) into one unit with
+            their groups before the splits are drawn, so a cluster lands in one split (each source is
+            decoded once more).
+        max_errors: How many source files may fail: a count (``25``), a fraction (``0.01``) or a
+            percentage (``"1%"``).
+        decode: How source bytes become pixels (JPEG draft mode, resampling filter, colour
+            management, decompression-bomb guard).
+        reuse: Copy unchanged samples from an earlier version's shards; False decodes everything.
+        base: The earlier version to reuse from and keep group splits of; None: the newest.
+        checksum: Read and fingerprint every source instead of trusting path, size and mtime.
+        trust_mtime: Deprecated (the quick check is the default); contradicts ``checksum``.
+        dry_run: Report the plan and write nothing.
+        executor: ``"local"`` (a process pool) or ``"ray"`` (one task per shard on a Ray cluster,
+            same plan and bytes; needs the ``ray`` extra).
+        ray_address: The Ray cluster to join; None: a local instance.
+        progress: Draw progress bars on stderr.
+
+    Returns:
+        A ``ConvertResult`` (the folder, counts, errors, reuse and timings) for one size, or a
+        ``ConvertResults`` holding one per size when ``size`` names several.
+
+    Raises:
+        OptionError: An option is out of range or malformed.
+        SourceError: The manifest or image folder cannot be read as given (``InvalidKeyError``:
+            invalid or duplicate keys without ``sanitize_keys``).
+        OutputExistsError: The folder holds a conversion made with other options or another source.
+        OutputBusyError: Another conversion is writing the folder; the message names it.
+        TooManyErrorsError: More files failed than ``max_errors`` allows; no index is written, and
+            a rerun with a higher limit finishes.
+        DiskFullError: The filesystem is full; the message names the folder and the space still
+            needed.
+        ReadOnlyOutputError: The folder cannot be written (unless it is complete with these options).
+        ExtraNotInstalledError: ``executor="ray"`` (or a HEIC source) without its extra.
     """
     options = ConvertOptions(
         version=version,
@@ -400,7 +417,7 @@ def _scan(
         )
     chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
-    with _bar(len(rows), "scan" if base is None else "compare", "file", progress) as bar:
+    with show_progress(len(rows), "scan" if base is None else "compare", "file", enabled=progress) as bar:
 
         def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
@@ -612,7 +629,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     label = f"convert {t.side}" + (
         f"+{'+'.join(str(side) for side, _ in pending[0].spill)}" if pending and pending[0].spill else ""
     )
-    with _bar(sum(len(task.samples) for task in pending), label, "img", opts.progress) as bar:
+    with show_progress(sum(len(task.samples) for task in pending), label, "img", enabled=opts.progress) as bar:
         write_shards(pending, runner, done, bar.update)
     write_seconds = time.perf_counter() - t_write
     for task in pending:

@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+"""The values of ``executor``."""
 
 
 @runtime_checkable
@@ -295,28 +296,25 @@ def _stop(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:
     ``shutdown(wait=True)`` after killing workers can wait forever: a worker killed while it sends
     a result leaves the pool's manager thread reading half a message from the result pipe (2 of 15
     SIGINTs to the main pid alone hung so). With every worker gone, closing this process's own copy
-    of that pipe's write end ends the read (EOF); the manager thread then marks the pool broken and
-    ends, and neither this call nor the interpreter's exit (which joins that thread) waits on it.
+    of that pipe's write end ends the read (EOF); the manager thread then finds the pool broken,
+    closes the call queue's read end itself (CPython's gh-94777: its feeder thread may be blocked
+    writing to a pipe nobody reads) and ends. This thread closes only the result pipe's write end,
+    which the manager thread never touches: two threads closing one descriptor race (a torture
+    trial saw the manager's close fail with EBADF after ours), and a descriptor closed twice may
+    already belong to another file.
     """
     # the pool's internals, read before shutdown() drops them
     procs = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
-    pipes = [
-        getattr(getattr(pool, "_result_queue", None), "_writer", None),
-        getattr(getattr(pool, "_call_queue", None), "_reader", None),
-    ]
+    result_writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     for proc in procs:
         proc.kill()  # SIGKILL: the workers ignore SIGINT, and their shards are redone on resume
     end = time.monotonic() + timeout
     for proc in procs:
         proc.join(max(0.0, end - time.monotonic()))
     pool.shutdown(wait=False, cancel_futures=True)
-    if not any(proc.is_alive() for proc in procs):
-        # also the call queue's read end, as CPython does for a broken pool (gh-94777): its feeder
-        # thread, which the manager thread joins, may be blocked writing to a pipe nobody reads
-        for conn in pipes:
-            if conn is not None:
-                conn.close()
+    if result_writer is not None and not any(proc.is_alive() for proc in procs):
+        result_writer.close()
     if manager is not None:
         manager.join(timeout)
 

@@ -37,7 +37,8 @@ __all__ = [
     "hash_mismatch",
 ]
 
-HASH_ALGORITHMS = {"sha256": 64, "md5": 32}  # manifest column -> hex digits
+HASH_ALGORITHMS = {"sha256": 64, "md5": 32}
+"""Manifest checksum columns and their hex digits."""
 _CHUNK = 4 << 20
 
 

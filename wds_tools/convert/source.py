@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import InvalidKeyError, OptionError, SourceError
+from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
 from .dedup import NearPairs
@@ -48,9 +48,11 @@ IMAGE_EXTENSIONS = {
     ".heif",
     ".avif",
 }
-# Keys become tar member names "<key>.npy": no dots (webdataset splits there), no slashes.
+"""The file extensions an image folder's walk converts (lower case)."""
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-MAX_KEY_LENGTH = 95  # the longest member name, <key>.json, must fit ustar's 100-byte name field
+"""A valid sample key: it becomes tar member names ``<key>.npy`` (no dots, where webdataset splits, no slashes)."""
+MAX_KEY_LENGTH = 95
+"""The longest key: the longest member name, ``<key>.json``, must fit ustar's 100-byte name field."""
 _SPLIT_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _HEX = re.compile(r"[0-9a-f]+")
 _MAX_LISTED = 10
@@ -555,7 +557,7 @@ def read_source(
             p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base, near=near, dedup=dedup
         )
     if not p.exists():
-        raise SourceError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
+        raise SourceNotFoundError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
     return _read_manifest(
         str(p),
         val_fraction=val_fraction,

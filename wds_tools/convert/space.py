@@ -16,6 +16,7 @@ from .target import Target
 __all__ = ["DISK_FULL_ERRNOS", "bytes_needed", "disk_full_error", "human_bytes"]
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The errnos of a full disk or quota."""
 _INDEX_PER_SAMPLE = 200  # samples.npz columns (~110 B), a DALI .idx line (~60 B), a path: measured ~170 B
 
 

@@ -25,7 +25,8 @@ from .storage import Store
 
 __all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill"]
 
-SPILL_DIR = "spill"  # in a size's work folder
+SPILL_DIR = "spill"
+"""The folder, in a size's work folder, of the other sizes' pixels a multi-size conversion spills."""
 
 
 class SpillRow(NamedTuple):

@@ -218,7 +218,8 @@ def _channel_offsets(side: int) -> np.ndarray:
     return np.tile(np.array([0, 256, 512], dtype=np.uint16), side * side)
 
 
-NARROW_SPAN = 16  # a sixteenth of 0..255: stored pixels spanning fewer levels are reported
+NARROW_SPAN = 16
+"""Stored pixels spanning fewer levels than this (a sixteenth of 0..255) are reported in errors.jsonl."""
 
 
 def narrow_warning(key: str, path: str, line: int, lo: int, hi: int) -> dict:

@@ -55,16 +55,23 @@ __all__ = [
 ]
 
 FORMAT_NAME = "wds-tools-index"
-FORMAT_VERSION = 3  # what the converter writes; 3: the phash column (docs/FORMAT.md, "Changes from version 2")
-READABLE_VERSIONS = (1, 2, 3)  # what every reader reads
-# The files of a converted folder, beside its shards (docs/FORMAT.md, "Layout").
+"""index.json's ``format``."""
+FORMAT_VERSION = 3
+"""The index format version the converter writes; 3 added the phash column (docs/FORMAT.md)."""
+READABLE_VERSIONS = (1, 2, 3)
+"""The index format versions every reader reads."""
 INDEX_FILE = "index.json"
+"""A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
 SAMPLES_FILE = "samples.npz"
+"""A converted folder's per-sample table, beside its shards."""
 ERRORS_FILE = "errors.jsonl"
+"""A converted folder's list of the source files that failed, beside its shards."""
 # A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
 # definition being here; format.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
+"""The work folder of a conversion in progress or interrupted (readers refuse a folder holding it without an index)."""
 LOCK_FILE = ".wds-tools-lock"
+"""The lock file of a conversion in progress (readers refuse a folder holding it without an index)."""
 
 # Column name -> dtype, in the order they are stored (format version 3). "key" is |S<n> (n = longest
 # key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
@@ -92,9 +99,9 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "path_offsets": "<u8",
     "path_data": "u1",
 }
-# Format version 2: no phash (still read everywhere).
+"""samples.npz's columns (format version 3): name -> dtype, in stored order."""
 SAMPLE_COLUMNS_V2: dict[str, str] = {k: v for k, v in SAMPLE_COLUMNS.items() if k != "phash"}
-# Format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere).
+"""samples.npz's columns in format version 2: no phash (still read everywhere)."""
 SAMPLE_COLUMNS_V1: dict[str, str] = {
     **{
         k: v
@@ -104,6 +111,7 @@ SAMPLE_COLUMNS_V1: dict[str, str] = {
     "src_mtime_ns": "<i8",
     **{k: v for k, v in SAMPLE_COLUMNS.items() if k.startswith(("cls_o", "cls_l", "json_", "npy_", "path_"))},
 }
+"""samples.npz's columns in format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere)."""
 
 
 def sample_columns(meta: dict | None = None) -> dict[str, str]:
@@ -226,7 +234,19 @@ class DatasetIndex:
 
 
 def load_index(path: str | os.PathLike) -> DatasetIndex:
-    """Load an index from a local shards folder or its index.json."""
+    """Load an index from a local shards folder or its index.json.
+
+    Args:
+        path: A converted folder (``shards/v1/224``) or the path of its ``index.json``.
+
+    Returns:
+        A ``DatasetIndex``: ``meta`` is index.json (classes, splits, shards, mean/std, build); its
+        ``samples`` (samples.npz) are read on first use.
+
+    Raises:
+        IndexFormatError: No index.json there, or one that cannot be read or is of a format version
+            this code does not read.
+    """
     p = Path(path)
     index_path = p / INDEX_FILE if p.is_dir() else p
     return DatasetIndex(index_path.parent, read_index(str(index_path), required=True))

@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 META_TYPES = ("int", "float", "string")
+"""The types of a metadata column."""
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)")  # canonical: no sign but '-', no leading zero (ASCII digits only)
 _FLOAT = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no leading zero
 _INT64 = (-(2**63), 2**63 - 1)
@@ -46,6 +47,8 @@ _NPZ = {  # type -> (suffix, dtype) of each samples.npz array of a column, in st
 
 @dataclass(frozen=True)
 class MetaColumn:
+    """One metadata column of an index: its name and type (``int``, ``float`` or ``string``)."""
+
     name: str
     type: str  # "int", "float" or "string"
 

@@ -39,8 +39,8 @@ __all__ = [
     "PARTIAL_HINT",
 ]
 
-# build fields that are provenance only (the same conversion may record other values; FORMAT.md, index.json)
 RECORD_ONLY = ("source_path", "base")
+"""``build`` fields that are provenance only: the same conversion may record other values."""
 # index.json fields that make a dataset; two indexes equal in all of them are copies of one dataset
 _IDENTITY = ("format_version", "dataset_version", "size", "classes", "resize", "decode", "build", "shards")
 _SHARD_FIELDS = ("name", "split", "samples", "bytes", "sha256")
@@ -50,10 +50,12 @@ MIXED_HINT = (
     "pass allow_mixed=True to read them as one set anyway (wds-tools stats/verify: --allow-mixed; "
     "a trainer config: allow_mixed: true in its dataset block)"
 )
+"""How to read shards of different datasets as one set anyway, for refusals."""
 PARTIAL_HINT = (
     "pass allow_partial=True to read only the shards named, on purpose (a quick experiment; "
     "a trainer config: allow_partial: true in its dataset block)"
 )
+"""How to read a pattern naming part of a split anyway, for refusals."""
 
 
 class Part(Protocol):

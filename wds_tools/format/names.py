@@ -72,6 +72,7 @@ def samples_file_name(meta: dict, where: str) -> str:
 # The fewest bytes one sample takes in a shard: its .npy member, a 512-byte tar header and at least one
 # 512-byte block of data (docs/FORMAT.md, "Shards"); a shard's ``samples`` is at most its bytes // this.
 MIN_SAMPLE_BYTES = 1024
+"""The fewest bytes one sample takes in a shard; a shard's ``samples`` is at most its bytes // this."""
 
 
 def _is_count(v: object) -> bool:

@@ -25,6 +25,7 @@ __all__ = ["DEFAULT_THRESHOLD", "find_pairs", "clusters_of"]
 # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set that keeps the search to
 # radius-1 probes (6 and more need radius 2: ten times the probes); README, "Near-duplicates"
 DEFAULT_THRESHOLD = 5
+"""The distance (``phash.distance``, bits) at or below which two images are near-duplicates."""
 
 _BANDS = 3
 _BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is 0)

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 NPY_HEADER_BYTES = 128
+"""The length of every ``.npy`` member's header (NPY format 1.0)."""
 
 
 @lru_cache(maxsize=64)

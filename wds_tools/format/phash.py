@@ -33,12 +33,17 @@ __all__ = [
 ]
 
 HASH_SIDE = 32  # a window's grey image is area-averaged to HASH_SIDE x HASH_SIDE
+"""The side each window's grey image is area-averaged to."""
 BLOCK = 8  # each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
+"""Each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits."""
 WINDOWS = 7  # hashes per sample: the whole image; the centre, top, bottom, left, right windows; a smaller centre
+"""Hashes per sample: the whole image, the centre, top, bottom, left and right windows, a smaller centre."""
 # the windows leave S // 32 pixels (3.1%), the smaller centre S // 18 (5.6%), at a side: chosen by measuring
 # scripts/bench_dups.py's set (README, Near-duplicates)
 MARGINS = (32, 18)
+"""The windows leave S // MARGINS[0] pixels at a side they are centred between, the smaller centre S // MARGINS[1]."""
 GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
+"""ITU-R BT.601 luma weights of R, G, B, times 1000."""
 
 
 def window_boxes(side: int) -> list[tuple[int, int, int]]:

@@ -35,9 +35,11 @@ __all__ = [
 ]
 
 MEMBERS_V1 = ("cls", "json", "npy")
-MEMBERS = ("cls", "i32", "json", "npy")  # what the converter writes (format version 2)
-DIGEST_HEX = 16  # classes_digest: the first 16 lowercase hex digits (64 bits) of a SHA-256
-# the .json fields of every version-2 sample ("meta" too when the conversion has metadata columns)
+"""A sample's tar members in format version 1."""
+MEMBERS = ("cls", "i32", "json", "npy")
+"""A sample's tar members as the converter writes them (format version 2 on)."""
+DIGEST_HEX = 16
+"""``classes_digest``'s length: the first 16 lowercase hex digits (64 bits) of a SHA-256."""
 JSON_FIELDS = (
     "classes_digest",
     "dataset_version",
@@ -49,6 +51,7 @@ JSON_FIELDS = (
     "source_path",
     "width",
 )
+"""The ``.json`` fields of every version-2 sample (``meta`` too when the conversion has metadata columns)."""
 
 
 def members_of(meta: Mapping) -> tuple[str, ...]:

@@ -10,8 +10,10 @@ from types import TracebackType
 __all__ = ["ShardWriter", "MTIME", "partial_path"]
 
 BLOCK = 512
+"""The tar block size."""
 RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
-MTIME = 0  # every member: mtime 0, uid/gid 0, no user/group names, mode 0644
+MTIME = 0
+"""Every member's mtime (with uid/gid 0, no user/group names, mode 0644): the bytes do not depend on when or who."""
 
 
 def _member_header(name: str, size: int) -> bytes:

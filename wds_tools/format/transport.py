@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 __all__ = [
+    "NOT_RANGED",
+    "readable_by_offset",
     "REMOTE_BLOCK",
     "scheme",
     "is_local",
@@ -51,8 +53,8 @@ __all__ = [
     "read_ranges",
 ]
 
-# Object-store reads: one ranged request per block; larger blocks amortize request latency.
 REMOTE_BLOCK = 32 << 20
+"""Object-store reads: one ranged request per block of this many bytes; larger blocks amortize latency."""
 GOPEN_BUFFER = 8 << 20
 # Schemes webdataset's gopen opens itself (pipe: runs a command; http(s) streams with curl).
 GOPEN_SCHEMES = frozenset({"pipe", "http", "https", "sftp", "ftps", "scp", "ais", "hf", "htgs"})
@@ -60,6 +62,17 @@ HTTP_SCHEMES = frozenset({"http", "https"})
 HTTP_TIMEOUT = 60  # seconds to connect or to wait for the next bytes
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+# URL schemes a reader cannot read by offset (no ranged reads there); every other scheme, local
+# paths and fsspec object stores, it can (the training loader's index reader; ``stats`` models it)
+NOT_RANGED = ("pipe", "http", "https")
+"""Schemes whose objects cannot be read by byte range (the index reader cannot read them by offset)."""
+
+
+def readable_by_offset(url: str) -> bool:
+    """Whether the index reader can read ``url`` by offset: a local path or an object store, not pipe: or http(s)."""
+    return scheme(url) not in NOT_RANGED
 
 
 def scheme(url: str | os.PathLike) -> str:

@@ -13,6 +13,8 @@ __all__ = ["DiffResult", "diff_versions"]
 
 @dataclass
 class DiffResult:
+    """What ``diff_versions`` found between two versions, by sample key."""
+
     old: str
     new: str
     added: list[str] = field(default_factory=list)  # keys only in new

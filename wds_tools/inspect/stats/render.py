@@ -18,9 +18,12 @@ __all__ = [
     "pad",
 ]
 
-TEXT_CLASSES = 20  # classes listed in the text table; --json has them all
-TEXT_VALUES = 30  # values of a --by column listed per split in the text output; --json has them all
-TEXT_GROUPS = 10  # groups in several splits listed in the text output
+TEXT_CLASSES = 20
+"""Classes listed in the text table; ``--json`` has them all."""
+TEXT_VALUES = 30
+"""Values of a ``--by`` column listed per split in the text output; ``--json`` has them all."""
+TEXT_GROUPS = 10
+"""Groups found in several splits listed in the text output."""
 
 
 def even_text(below: int | None, above: int) -> str:
@@ -57,6 +60,43 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     return [indent + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip() for r in rows]
 
 
+READER_TEXT = {
+    "index": "the index reader (make_loader's default where an index lists the shards): samples dealt "
+    "to ranks, batches to workers; any number of workers per shard count",
+    "stream": "the streaming reader: whole shards dealt to ranks, then to each rank's workers",
+}
+
+
+def _distribution_lines(dist: dict) -> list[str]:
+    """The per-epoch lines of one split's distribution (``report.Distribution.to_dict``)."""
+    rn = dist["rank_samples"]
+    head = f"  per epoch with {dist['world_size']} rank(s) × {dist['workers']} worker(s), {dist['reader']} reader:"
+    if dist["reader"] == "index":
+        lines = [head, f"    samples per rank: {_num(min(rn))} (training; each rank the same)"]
+        if dist["left_out"]:
+            lines.append(
+                f"    {dist['left_out']:,} sample(s) left out per training epoch (samples % ranks, a different "
+                "set each epoch); evaluation reads every sample once"
+            )
+        return lines
+    rs = dist["rank_shards"]
+    ws = [x for row in dist["worker_shards"] for x in row]
+    wn = [x for row in dist["worker_samples"] for x in row]
+    return [
+        head,
+        *_table(
+            [
+                ["", "shards min", "max", "samples min", "max"],
+                ["per rank", _num(min(rs)), _num(max(rs)), _num(min(rn)), _num(max(rn))],
+                ["per worker", _num(min(ws)), _num(max(ws)), _num(min(wn)), _num(max(wn))],
+            ],
+            "    ",
+        ),
+        f"    shard counts that divide evenly over {dist['world_size'] * dist['workers']} "
+        f"readers: {even_text(dist['even_shards_below'], dist['even_shards_above'])}",
+    ]
+
+
 def render_text(d: dict, notes: list[str]) -> str:
     """The text ``wds-tools stats`` prints, from a report's ``to_dict()`` and its notes on the whole report."""
     lines = []
@@ -78,6 +118,7 @@ def render_text(d: dict, notes: list[str]) -> str:
             f"  mean {' '.join(f'{x:.4f}' for x in d['mean'])}   std {' '.join(f'{x:.4f}' for x in d['std'])}"
             f"   (R G B, 0-1, over {d['stats_split']})"
         )
+    lines.append(f"  training loader modelled: {READER_TEXT[d['reader']]}")
     lines += [f"  warning: {n}" for n in notes]
     for name, sp in d["splits"].items():
         dist = sp["distribution"]
@@ -114,22 +155,7 @@ def render_text(d: dict, notes: list[str]) -> str:
             lines.append(
                 f"  mean {' '.join(f'{x:.4f}' for x in sp['mean'])}   std {' '.join(f'{x:.4f}' for x in sp['std'])}"
             )
-        rs, rn = dist["rank_shards"], dist["rank_samples"]
-        ws = [x for row in dist["worker_shards"] for x in row]
-        wn = [x for row in dist["worker_samples"] for x in row]
-        lines.append(f"  per epoch with {dist['world_size']} rank(s) × {dist['workers']} worker(s):")
-        lines += _table(
-            [
-                ["", "shards min", "max", "samples min", "max"],
-                ["per rank", _num(min(rs)), _num(max(rs)), _num(min(rn)), _num(max(rn))],
-                ["per worker", _num(min(ws)), _num(max(ws)), _num(min(wn)), _num(max(wn))],
-            ],
-            "    ",
-        )
-        lines.append(
-            f"    shard counts that divide evenly over {dist['world_size'] * dist['workers']} "
-            f"readers: {even_text(dist['even_shards_below'], dist['even_shards_above'])}"
-        )
+        lines += _distribution_lines(dist)
         for w in dist["warnings"]:
             lines.append(f"  warning: {w}")
     lines += render_metadata(d.get("by"), d.get("groups"), classes, TEXT_CLASSES)

@@ -32,33 +32,44 @@ __all__ = [
     "group_report",
 ]
 
-SCHEMA = "wds-tools-stats/1"
+SCHEMA = "wds-tools-stats/2"  # 2: "reader", "left_out"; the index reader's null shard counts (issue 25)
+"""The ``--json`` schema name and version of ``stats``."""
 TOP_DRIFT = 5  # shards named as deviating most, per split
 
 
 # ------------------------------------------------------------------ rank / worker arithmetic
 
 
+READERS = ("index", "stream")  # the training loader's readers (make_loader's reader=) that stats models
+
+
 @dataclass
 class Distribution:
-    """How one epoch of a split is dealt to ``world_size`` ranks × ``workers`` DataLoader workers.
+    """How one epoch of a split is dealt to ``world_size`` ranks × ``workers`` DataLoader workers
+    by the training loader's ``reader``.
 
-    Shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank goes to
-    its worker j % W (``split_by_worker``): ``format.ranks.deal``. ``worker_*`` are [rank][worker].
+    ``stream``: shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank
+    goes to its worker j % W (``split_by_worker``): ``format.ranks.deal``. ``worker_*`` are
+    [rank][worker]. ``index``: the epoch's samples are permuted and rank r gets every R-th one, the
+    same count per rank in training (``left_out``: the last samples % R); its batches go round-robin
+    to its workers, whatever the shard count, so ``*_shards`` and ``worker_samples`` (which depends
+    on the batch size) are None and so are the shard counts that divide evenly.
     """
 
     world_size: int
     workers: int
     shards: int
     samples: int
-    rank_shards: list[int]
+    rank_shards: list[int] | None
     rank_samples: list[int]
-    worker_shards: list[list[int]]
-    worker_samples: list[list[int]]
-    idle_workers: int  # readers (rank, worker) that get no shard
+    worker_shards: list[list[int]] | None
+    worker_samples: list[list[int]] | None
+    idle_workers: int  # readers (rank, worker) that get no shard (index reader: no sample at all)
     even_shards_below: int | None  # nearest shard counts n' with n' % (R × W) == 0
-    even_shards_above: int
+    even_shards_above: int | None
     warnings: list[str] = field(default_factory=list)
+    reader: str = "stream"
+    left_out: int = 0  # samples per epoch no rank reads in training (index reader: samples % R)
 
     def to_dict(self) -> dict:
         """The distribution as plain JSON types."""
@@ -78,16 +89,25 @@ _DISTRIBUTION_KEYS = (
     "even_shards_below",
     "even_shards_above",
     "warnings",
+    "reader",
+    "left_out",
 )
 
 
-def distribute(shard_sample_counts: Sequence[int] | np.ndarray, world_size: int = 1, workers: int = 1) -> Distribution:
-    """Deal shards to ranks (i % R) and then to each rank's workers (j % W); count what each gets."""
+def distribute(
+    shard_sample_counts: Sequence[int] | np.ndarray, world_size: int = 1, workers: int = 1, reader: str = "stream"
+) -> Distribution:
+    """Count what each rank and worker gets of an epoch: the streaming reader deals shards to ranks
+    (i % R) and then to each rank's workers (j % W); the index reader deals samples (``Distribution``)."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise OptionError(f"world_size {world_size!r}: expected an integer >= 1 (the number of ranks)")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise OptionError(f"workers {workers!r}: expected an integer >= 1 (DataLoader workers per rank)")
+    if reader not in READERS:
+        raise OptionError(f"reader {reader!r}: expected one of {', '.join(READERS)} (make_loader's reader=)")
     counts = np.asarray(shard_sample_counts, dtype=np.int64).reshape(-1)
+    if reader == "index":
+        return _deal_samples(counts, world_size, workers)
     n, r, w = len(counts), world_size, workers
     slot = np.empty(n, dtype=np.int64)  # reader (rank, worker) of each shard, as rank * w + worker
     for rank_no, row in enumerate(deal(range(n), r, w)):
@@ -129,6 +149,30 @@ def distribute(shard_sample_counts: Sequence[int] | np.ndarray, world_size: int 
         below,
         above,
         warnings,
+    )
+
+
+def _deal_samples(counts: np.ndarray, r: int, w: int) -> Distribution:
+    """The index reader's epoch in training (``training_adapter.indexread.rank_rows``): every rank
+    ``samples // R`` samples, the last ``samples % R`` of the permutation left out; each rank's
+    batches dealt round-robin to its workers."""
+    n, total = len(counts), int(counts.sum())
+    per = total // r
+    warnings = []
+    idle = 0
+    if total and per == 0:
+        idle = r * w
+        warnings.append(
+            f"{_n(total, 'sample')} for {_n(r, 'rank')}: every rank gets no sample in training (the "
+            f"index reader gives each rank samples // ranks); use at most {_n(total, 'rank')}"
+        )
+    elif per < w:  # fewer samples than workers: some worker gets no batch whatever the batch size
+        idle = r * (w - per)
+        warnings.append(
+            f"{_n(per, 'sample')} per rank for {_n(w, 'worker')}: {_n(w - per, 'worker')} per rank get no batch"
+        )
+    return Distribution(
+        r, w, n, total, None, [per] * r, None, None, idle, None, None, warnings, "index", total - per * r
     )
 
 
@@ -274,6 +318,7 @@ class StatsReport:
     groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
     notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
     duplicates: dict | None = None  # inspect.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
+    reader: str = "stream"  # the training loader's reader modelled: "index" or "stream" (READERS)
 
     @property
     def samples(self) -> int:
@@ -337,6 +382,7 @@ class StatsReport:
             "stats_split": self.stats_split,
             "world_size": self.world_size,
             "workers": self.workers,
+            "reader": self.reader,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
             **extra,  # only when asked for (--by) or the set has a group column
             **(

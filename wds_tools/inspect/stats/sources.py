@@ -32,7 +32,12 @@ __all__ = ["from_index", "from_scan", "check_column", "metadata_arrays"]
 
 
 def from_index(
-    target: Shards, world_size: int, workers: int, by: str | None = None, group: str | None = None
+    target: Shards,
+    world_size: int,
+    workers: int,
+    by: str | None = None,
+    group: str | None = None,
+    reader: str = "stream",
 ) -> StatsReport:
     """The report from index.json and two columns of samples.npz (and the metadata ``by``/``group`` name)."""
     meta, base, index_file = target.meta, target.index_base, target.index_file
@@ -84,7 +89,7 @@ def from_index(
             counts[pos_a],
             sp_meta.get("mean"),
             sp_meta.get("std"),
-            distribute(samples, world_size, workers),
+            distribute(samples, world_size, workers, reader),
         )
     index_bytes = meta.get("samples_file", {}).get("bytes", 0)
     try:
@@ -107,6 +112,7 @@ def from_index(
         meta.get("stats_split"),
         world_size,
         workers,
+        reader=reader,
     )
     if wanted:
         values = read_metadata(cols, meta, wanted, where)
@@ -247,7 +253,7 @@ def _scan_shard(url: str) -> _ShardScan:
     return _ShardScan(basename(url), walker.pos, labels, names, hist, size)
 
 
-def from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
+def from_scan(target: Shards, world_size: int, workers: int, reader: str = "stream") -> StatsReport:
     """The report from the tars themselves (every byte read once; no index needed)."""
     paths = target.urls
     missing = [p for p in paths if not exists(p)]
@@ -284,7 +290,7 @@ def from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
             counts,
             mean,
             std,
-            distribute(samples, world_size, workers),
+            distribute(samples, world_size, workers, reader),
         )
     stats_split = "train" if "train" in hists else "all"
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))
@@ -306,4 +312,5 @@ def from_scan(target: Shards, world_size: int, workers: int) -> StatsReport:
         stats_split,
         world_size,
         workers,
+        reader=reader,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -25,6 +26,7 @@ from ...errors import IndexFormatError
 from ...format.cpus import usable_cpus
 from ...format.resolve import Shards, resolve_target
 from ...format.transport import exists, join, list_tars
+from ...progress import progress as show_progress
 from ..dups import find_dups
 from .index_file import IndexFacts, check_counts, check_index
 from .metadata import check_columns
@@ -46,24 +48,50 @@ def verify(
     out: str | os.PathLike = "shards",
     quick: bool = False,
     scan: bool = False,
-    threads: int | None = None,
+    workers: int | None = None,
     stats: bool = True,
     allow_mixed: bool = False,
     progress: bool = False,
     no_leakage: bool = False,
+    threads: int | None = None,
 ) -> VerifyReport:
-    """Check every shard named by PATH (folder, index.json, shard pattern, local or a URL; None: the
-    newest version under ``out``) and the index listing them. ``stats=False``: do not recompute
-    mean/std from the pixels (about a third of a full verify's CPU); ``progress`` draws a bar on stderr.
-    Shards of different datasets are refused unless ``allow_mixed`` (then only with ``scan``, which
-    checks the tars of several folders as one set); a pattern naming part of a split is checked,
-    with a warning naming the shards it leaves out. ``no_leakage``: a near-duplicate cluster
-    (``inspect.dups``, default threshold) with samples in more than one split is a problem."""
+    """Check every shard named by ``path`` and the index listing them; the bytes are the ground truth.
+
+    A pattern naming part of a split is checked, with a warning naming the shards it leaves out.
+    Problems found are returned in the report, not raised.
+
+    Args:
+        path: A shards folder, its index.json or a shard pattern, local or a URL; None: the newest
+            version under ``out``.
+        out: The root folder searched for the newest version when ``path`` is None.
+        quick: Read headers, ``.cls`` and ``.json`` only (no sha256, pixels or mean/std).
+        scan: Check the tars against each other without the index (also where there is none).
+        workers: Threads checking shards at once; None: twice the usable CPUs.
+        stats: Recompute mean/std from the pixels (about a third of a full verify's CPU).
+        allow_mixed: Check shards of different datasets as one set (with ``scan`` only); refused by
+            default.
+        progress: Show progress on stderr (``wds_tools.progress``: a bar on a terminal, plain
+            lines elsewhere).
+        no_leakage: Report as a problem each near-duplicate cluster (``inspect.dups``, default
+            threshold) with samples in more than one split.
+        threads: The deprecated old name of ``workers`` (a DeprecationWarning).
+
+    Returns:
+        A ``VerifyReport``: its ``problems`` (empty when the set is intact), warnings and counts.
+
+    Raises:
+        IndexFormatError: The index cannot be read where one is needed (an unfinished conversion's
+            folder among them).
+        OptionError: A spec naming no shards, or shards of different datasets without ``allow_mixed``.
+    """
     t0 = time.perf_counter()
+    if threads is not None:
+        warnings.warn("verify(threads=...) is deprecated; use workers=...", DeprecationWarning, stacklevel=2)
+        workers = threads if workers is None else workers
     target = resolve_target(path, out=out, scan=scan, strict=False, allow_mixed=allow_mixed)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
-    threads = threads or 2 * usable_cpus()
+    threads = workers or 2 * usable_cpus()
     if scan or target.meta is None:
         report = verify_scan(target, quick, threads)
     else:
@@ -198,11 +226,9 @@ def _jobs(target: Shards, base: str, facts: IndexFacts, tf: TableFacts | None, r
 
 
 def _run(jobs: list[ShardJob], ctx: Context, threads: int, progress: bool) -> list[ShardResult]:
-    from tqdm import tqdm
-
     with (
         ThreadPoolExecutor(max_workers=max(1, min(threads, len(jobs)))) as ex,
-        tqdm(total=len(jobs), desc="verify", unit="shard", disable=not progress, dynamic_ncols=True) as bar,
+        show_progress(len(jobs), "verify", "shard", enabled=progress) as bar,
     ):
         results = []
         for r in ex.map(lambda j: check_shard(j, ctx), jobs):

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 __all__ = ["SCHEMA", "PROBLEM_KINDS", "MAX_PER_KIND", "INDEX", "Problem", "VerifyReport", "capped"]
 
 SCHEMA = "wds-tools-verify/1"
-MAX_PER_KIND = 20  # problems of one kind listed per shard; the rest are summed up in one more
-INDEX = "index.json"  # the "shard" of a problem in index.json itself
+"""The ``--json`` schema name and version of ``verify``."""
+MAX_PER_KIND = 20
+"""Problems of one kind listed per shard; the rest are summed up in one more."""
+INDEX = "index.json"
+"""The ``shard`` of a problem in index.json itself."""
 
 PROBLEM_KINDS = {
     # the shards' bytes
@@ -50,6 +53,7 @@ PROBLEM_KINDS = {
     "pixel_stats": "mean/std in index.json differ from the pixels (recomputed when verify reads every byte)",
     "leakage": "near-duplicate images (wds-tools dups) sit in more than one split (checked with --no-leakage)",
 }
+"""Every problem kind ``verify`` reports, and what it means."""
 
 
 @dataclass

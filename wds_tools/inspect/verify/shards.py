@@ -72,6 +72,8 @@ class Context:
 
 @dataclass
 class ShardResult:
+    """What checking one shard found: its problems, and the figures the totals are summed from."""
+
     problems: list[Problem]
     bytes_read: int
     samples: int

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 BLOCK_ROWS = 1 << 16
+"""Rows per block when samples.npz is streamed."""
 ROW_COLUMNS = (
     "key",
     "label",

@@ -1,0 +1,80 @@
+"""A newcomer's first minutes: a fresh virtual environment, ``pip install -e '.[train]'`` (the train extra
+alone, as ``make demo`` installs it), then the Quick Start on the demo corpus: generate it, ``wds-tools convert``,
+``wds-tools stats``, and the training loop ``make demo`` prints (scripts/demo_next_steps.py), run as printed.
+
+Slow (a venv and torch's install: about a minute from pip's cache, more on a cold one); ``make test-fast``
+leaves it out. It installs from the local index or cache as pip is configured; offline without one, pip fails
+and so does this test, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("pyproject.toml", "README.md", "LICENSE", "constraints.txt", "wds_tools", "training_adapter", "scripts")
+
+
+def _run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    run = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, f"{' '.join(args)} exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    return run
+
+
+def test_fresh_venv_install_and_quick_start(tmp_path):
+    repo = tmp_path / "wds-tools"  # a copy of the checkout, so that the editable install writes nothing into it
+    repo.mkdir()
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(src, repo / name)
+    venv = repo / ".venv"
+    t0 = time.perf_counter()
+    _run([sys.executable, "-m", "venv", str(venv)], repo)
+    bin_ = venv / "bin"
+    _run([str(bin_ / "pip"), "install", "--disable-pip-version-check", "-c", "constraints.txt", "-e", ".[train]"], repo)
+    installed = time.perf_counter() - t0
+    # only the train extra: no test or bench dependency came along
+    assert subprocess.run([str(bin_ / "python"), "-c", "import sklearn"], capture_output=True).returncode != 0
+    assert subprocess.run([str(bin_ / "python"), "-c", "import cv2, yaml, torch"]).returncode == 0
+
+    # `source .venv/bin/activate` puts wds-tools on PATH (what the next steps say)
+    out = _run(["bash", "-c", "source .venv/bin/activate && command -v wds-tools && wds-tools --help"], repo).stdout
+    assert str(bin_ / "wds-tools") in out and "convert" in out
+
+    py, cli = str(bin_ / "python"), str(bin_ / "wds-tools")
+    _run([py, "scripts/make_demo_corpus.py", "--out", "demo/corpus", "--count", "150"], repo)
+    demo = repo / "demo"
+    run = _run(
+        [cli, "convert", "--source", "corpus/manifest.csv", "--version", "v1", "--size", "224", "--out", "shards"]
+        + ["--workers", "2", "--shard-size", "64", "--max-errors", "5%"],
+        demo,
+    )
+    index = json.loads((demo / "shards/v1/224/index.json").read_text())
+    train_samples = index["splits"]["train"]["samples"]
+    assert train_samples + index["splits"]["val"]["samples"] == 150  # the 4 bad files are the failures
+    assert "failed: 4" in run.stdout + run.stderr
+    stats = json.loads(_run([cli, "stats", "shards/v1/224", "--json"], demo).stdout)
+    assert stats["splits"]["train"]["samples"] == train_samples
+
+    steps = _run([py, "scripts/demo_next_steps.py", "demo/shards/v1/224"], repo).stdout
+    assert "source .venv/bin/activate" in steps and "make docs" in steps
+    lines = steps.splitlines()
+    snippet = "\n".join(lines[lines.index("--- train.py") + 1 : lines.index("---")])
+    assert len(snippet.strip().splitlines()) <= 10
+    (repo / "train.py").write_text(snippet + "\n")
+    out = _run([py, "train.py"], repo).stdout
+    assert f"{index['classes']} {train_samples // 64} batches per epoch" in out
+    total = time.perf_counter() - t0
+    print(f"\nnewcomer flow: venv + pip install {installed:.0f} s, whole flow {total:.0f} s")

@@ -1,0 +1,70 @@
+"""wds_tools.signals and the entry point (wds_tools/__main__.py): the handlers are in before the
+command line's modules are imported, for the console script users run and for ``python -m``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# imports the entry point, then makes the first import of `click` (the CLI's first heavy import)
+# send the given signal to this process, then runs the command as the console script does
+_SCRIPT = """
+import os, signal, sys
+from wds_tools.__main__ import main
+
+class SignalOnClick:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.{sig})
+        return None
+
+sys.meta_path.insert(0, SignalOnClick())
+sys.argv = ["wds-tools", "--help"]
+sys.exit(main())
+"""
+
+
+def test_the_console_script_is_the_entry_point_that_installs_the_handlers_first():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"wds-tools": "wds_tools.__main__:main"}
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_cli_modules_import_ends_with_the_resume_line(sig):
+    res = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(sig=sig)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert res.returncode == 128 + getattr(signal, sig), res.stderr
+    assert f"interrupted ({sig}) while starting" in res.stderr
+    assert "run the same command again to resume" in res.stderr
+    assert "Traceback" not in res.stderr and "KeyboardInterrupt" not in res.stderr
+    assert "Usage" not in res.stdout  # the command never ran
+
+
+def test_without_a_signal_the_entry_point_runs_the_command():
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from wds_tools.__main__ import main; sys.argv = ['wds-tools', '--version']; main()",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert res.returncode == 0 and "wds-tools, version" in res.stdout
+
+
+def test_exit_code_is_128_plus_the_signal():
+    from wds_tools.signals import exit_code
+
+    assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (130, 143)

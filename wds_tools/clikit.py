@@ -1,0 +1,185 @@
+"""What every ``wds-tools`` command shares: ``-q/--quiet`` and ``--json``, deprecated option
+aliases, help that shows the built-in defaults, and errors turned into a message and the exit
+status of ``exitcodes``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
+from .errors import OptionError, WdsToolsError
+from .exitcodes import ExitCode, for_error
+
+__all__ = [
+    "apply_config",
+    "Command",
+    "DeprecatedAlias",
+    "Failure",
+    "fail",
+    "json_option",
+    "quiet_option",
+    "CONFIG_ERROR",
+    "RENAMED_KEYS_META",
+    "DEFAULTS_NOTE",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONFIG_ERROR = "wds_tools.config_error"  # ctx.meta key: a wds-tools.toml error, raised when a command runs
+"""The ``ctx.meta`` key holding a wds-tools.toml error, raised when a command runs (so ``--help`` still works)."""
+RENAMED_KEYS_META = "wds_tools.renamed_keys"  # ctx.meta key: {command: deprecation warnings of wds-tools.toml keys}
+"""The ``ctx.meta`` key holding, per command, the deprecation warnings of its wds-tools.toml keys."""
+DEFAULTS_NOTE = (
+    f"Defaults shown are built in; any option takes its default from {CONFIG_FILE} when one applies "
+    f"(./{CONFIG_FILE}, or wds-tools --config FILE)."
+)
+"""The line every command's ``--help`` ends with: defaults shown are built in."""
+
+
+class Failure(click.ClickException):
+    """A command's error: its message on stderr and the exit status ``exitcodes`` gives it."""
+
+    def __init__(self, message: str, code: int = ExitCode.ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = int(code)
+
+
+def fail(e: WdsToolsError) -> NoReturn:
+    """Stop the command with ``e``'s message and exit status (``exitcodes.for_error``)."""
+    raise Failure(str(e), for_error(e))
+
+
+class DeprecatedAlias(click.Option):
+    """A hidden old spelling of an option, kept for one release: its value goes to ``new``'s
+    parameter, with a one-line warning on stderr naming the new option."""
+
+    def __init__(self, decls: list[str], *, new: str, dest: str, **kw: Any) -> None:
+        super().__init__(decls, hidden=True, default=None, help=f"Deprecated: use {new}.", **kw)
+        self.new, self.dest = new, dest
+
+
+def _take_aliases(ctx: click.Context) -> None:
+    """Move each given deprecated alias's value to its new option's parameter, warning once."""
+    for param in ctx.command.params:
+        if not isinstance(param, DeprecatedAlias) or param.name is None:
+            continue
+        value = ctx.params.pop(param.name, None)
+        if value is None:
+            continue
+        old = param.opts[0]
+        click.echo(f"warning: {old} is deprecated and will be removed; use {param.new}", err=True)
+        if ctx.get_parameter_source(param.dest) == click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{old} is the deprecated spelling of {param.new}; give {param.new} alone", ctx)
+        ctx.params[param.dest] = value
+
+
+class Command(click.Command):
+    """A subcommand: help with built-in defaults, deprecated aliases, errors as exit statuses."""
+
+    def get_help(self, ctx: click.Context) -> str:
+        """The help text with the built-in defaults, whatever wds-tools.toml the folder holds."""
+        saved, ctx.default_map = ctx.default_map, None
+        try:
+            return super().get_help(ctx)
+        finally:
+            ctx.default_map = saved
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The note on defaults and wds-tools.toml after the options."""
+        super().format_epilog(ctx, formatter)
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(DEFAULTS_NOTE)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse, then hand the deprecated aliases' values to their new options."""
+        rest = super().parse_args(ctx, args)
+        _take_aliases(ctx)
+        return rest
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a WdsToolsError becomes its message and exit status, any other exception
+        (a bug) its traceback and ``ExitCode.INTERNAL``."""
+        error = ctx.meta.get(CONFIG_ERROR)
+        if error is not None:
+            fail(error)
+        for message in ctx.meta.get(RENAMED_KEYS_META, {}).get(ctx.info_name, []):
+            click.echo(message, err=True)
+        try:
+            return super().invoke(ctx)
+        except WdsToolsError as e:
+            fail(e)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception:
+            click.echo(traceback.format_exc().rstrip(), err=True)
+            click.echo(
+                f"error: an unexpected error in wds-tools {ctx.info_name} (a bug; please report it with the "
+                "traceback above)",
+                err=True,
+            )
+            ctx.exit(ExitCode.INTERNAL)
+
+
+def quiet_option(f: F) -> F:
+    """``-q/--quiet``: no progress and no informational lines (the result and errors still print)."""
+    return click.option(
+        "--quiet",
+        "-q",
+        "quiet",
+        is_flag=True,
+        help="No progress and no informational lines; the result (text or --json) and errors still print.",
+    )(f)
+
+
+def json_option(what: str) -> Callable[[F], F]:
+    """``--json``: the result as one JSON object on stdout (``what`` says which)."""
+
+    def deco(f: F) -> F:
+        return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as one JSON object on stdout.")(f)
+
+    return deco
+
+
+def table_keys(path: str, command: str, table: dict, params: list[click.Parameter]) -> dict:
+    """A [command] table of wds-tools.toml with its keys as click parameter names: a key is an option's
+    long name without the dashes (``shard-size``, ``from``, ``json``; ``_`` for ``-`` also goes).
+    A key that names none of the command's options is refused, naming the file and the options."""
+    names: dict[str, str] = {}
+    for p in params:
+        if isinstance(p, click.Option) and not isinstance(p, DeprecatedAlias) and p.name:
+            for opt in p.opts + p.secondary_opts:
+                if opt.startswith("--"):
+                    names[opt[2:]] = p.name
+    out = {}
+    for key, value in table.items():
+        name = names.get(key) or names.get(key.replace("_", "-"))
+        if name is None:
+            raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {', '.join(sorted(names))}")
+        out[name] = value
+    return out
+
+
+def apply_config(ctx: click.Context, config_path: str | None) -> None:
+    """Set the group's ``default_map`` from wds-tools.toml (``config.load_cli_defaults``), its keys
+    turned into each command's parameter names (``table_keys``). A bad file is kept in ``ctx.meta``
+    and stops the command when it runs (``Command.invoke``), not its ``--help``."""
+    try:
+        config = load_cli_defaults(config_path)
+        dm = default_map(config)
+        commands = ctx.command.commands  # type: ignore[attr-defined]
+        for command, table in dm.items():
+            params = commands[command].params
+            takes = {p.name for p in params}
+            # source and out at the top feed only the commands that take them; other keys must name an option
+            table = {k: v for k, v in table.items() if k in takes or k not in SHARED_KEYS}
+            dm[command] = table_keys(config.get("_path", CONFIG_FILE), command, table, params)
+        ctx.default_map = dm
+        ctx.meta[RENAMED_KEYS_META] = renamed_keys(config)
+    except WdsToolsError as e:
+        ctx.meta[CONFIG_ERROR] = e
