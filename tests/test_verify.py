@@ -721,8 +721,10 @@ def test_each_consistent_rewrite_of_samples_npz_is_caught_by_the_shard_bytes(spl
     key = read_npz(split_set / "samples.npz", ["key"])["key"][row].decode() if row is not None else None
     _edit_table(split_set, edit)
     pattern = pattern.format(key=key)
+    if what == "phash":  # recomputed only when asked (verify --phash): it about doubles a full verify's time
+        assert verify(split_set).ok and verify(split_set, phash=True, quick=True).ok
     for mode in (False, True) if quick else (False,):
-        r = verify(split_set, quick=mode)
+        r = verify(split_set, quick=mode, phash=what == "phash")
         hits = _found(r, kind, pattern)
         if key is not None:
             assert {p.key for p in hits} == {key} and r.bad_samples == [key], r.to_text()
@@ -1256,3 +1258,12 @@ def test_a_wrong_classes_digest_in_the_index_is_named(split_set):
         r"^classes_digest is '0{16}'; the classes' digest is '[0-9a-f]{16}'",
         shard="index.json",
     )
+
+
+def test_cli_verify_phash_rechecks_the_perceptual_hashes_only_when_asked(split_set):
+    """`verify --phash`: a stored hash that is not its pixels' fails (exit 3); plain verify does not look."""
+    _edit_table(split_set, TABLE_EDITS["phash"][0])
+    plain = CliRunner().invoke(cli, ["verify", str(split_set), "-q"])
+    asked = CliRunner().invoke(cli, ["verify", str(split_set), "--phash", "-q"])
+    assert plain.exit_code == 0, plain.output
+    assert asked.exit_code == 3 and "phash" in asked.output, asked.output

@@ -769,6 +769,12 @@ def stats(
     help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
     "split; off by default, since some teams keep deliberate copies.",
 )
+@click.option(
+    "--phash",
+    is_flag=True,
+    help="Also recompute each sample's perceptual hashes (samples.npz phash, format version 3) from its pixels "
+    "and report those that differ from the index; about doubles a full verify's time.",
+)
 @json_option("the report")
 @quiet_option
 def verify(
@@ -780,6 +786,7 @@ def verify(
     no_stats: bool,
     allow_mixed: bool,
     no_leakage: bool,
+    phash: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -820,6 +827,7 @@ def verify(
             allow_mixed=allow_mixed,
             progress=not quiet,
             no_leakage=no_leakage,
+            phash=phash,
         )
     except WdsToolsError as e:
         fail(e)

@@ -54,6 +54,7 @@ def verify(
     progress: bool = False,
     no_leakage: bool = False,
     threads: int | None = None,
+    phash: bool = False,
 ) -> VerifyReport:
     """Check every shard named by ``path`` and the index listing them; the bytes are the ground truth.
 
@@ -75,6 +76,8 @@ def verify(
         no_leakage: Report as a problem each near-duplicate cluster (``inspect.dups``, default
             threshold) with samples in more than one split.
         threads: The deprecated old name of ``workers`` (a DeprecationWarning).
+        phash: Also recompute each sample's perceptual hashes (samples.npz ``phash``) from its pixels
+            and report those that differ (full mode; about doubles a full verify's time).
 
     Returns:
         A ``VerifyReport``: its ``problems`` (empty when the set is intact), warnings and counts.
@@ -95,7 +98,7 @@ def verify(
     if scan or target.meta is None:
         report = verify_scan(target, quick, threads)
     else:
-        report = _verify_index(target, quick, threads, progress, stats)
+        report = _verify_index(target, quick, threads, progress, stats, phash)
         if no_leakage and target.index_base is not None:
             report.problems += _leakage(target.index_base)
     report.warnings[:0] = [
@@ -126,7 +129,9 @@ def _leakage(folder: str) -> list[Problem]:
 # ------------------------------------------------------------------ against the index
 
 
-def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, stats: bool) -> VerifyReport:
+def _verify_index(
+    target: Shards, quick: bool, threads: int, progress: bool, stats: bool, phash: bool = False
+) -> VerifyReport:
     meta, base = target.meta, target.index_base
     if meta is None or base is None:  # (verify comes here only when the spec has an index)
         raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to check the tars")
@@ -172,6 +177,7 @@ def _verify_index(target: Shards, quick: bool, threads: int, progress: bool, sta
             categories or {},
             facts.members,
             facts.dataset,
+            phash and not quick,
         )
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on

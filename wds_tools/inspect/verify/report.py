@@ -35,7 +35,7 @@ PROBLEM_KINDS = {
     "label": "a .cls member is not a class index, or differs from the sample's label in samples.npz",
     "class_name": "the class name in a sample's .json is not classes[label]: classes is reordered or edited",
     "phash": "a sample's perceptual hashes, recomputed from its pixels (as converted: its XXH3-64 matches), differ "
-    "from samples.npz phash (format version 3; checked when verify reads every byte, with stats)",
+    "from samples.npz phash (format version 3; checked by a full verify with --phash / phash=True)",
     "sample_meta": "a .json member's key, fingerprint, width, height, source_path or meta (the manifest's other "
     "columns) differs from samples.npz",
     # the index against itself and the data

@@ -64,6 +64,7 @@ class Context:
     categories: dict[int, list[str]] = field(default_factory=dict)  # string values of the metadata columns
     members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
     dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
+    phash: bool = False  # full mode: recompute each sample's perceptual hashes (verify --phash)
 
     def __post_init__(self) -> None:
         # each class index as its .cls member holds it (only these are agreed labels)
@@ -206,7 +207,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result = ShardResult(problems, len(walker.members) * BLOCK, 0)
         digests, sha_ok, rehashed = None, None, {}
     else:
-        scan = _Scan(ctx.stats, rehash=ctx.stats and "phash" in ctx.usable)
+        scan = _Scan(ctx.stats, rehash=ctx.phash and "phash" in ctx.usable)
         try:
             file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
             scan_file(job.url, on_chunk=scan.on_chunk, walker=scan.walker)
