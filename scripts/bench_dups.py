@@ -25,6 +25,15 @@ For each method, precision and recall over all pairs at each threshold, and at i
   whole only  the whole-image hashes alone (the first column; 8 flips/turns): what the windows add
   imagehash   ``imagehash.phash`` (64-bit median pHash) of the same stored pixels, plain Hamming
               distance (it does not handle flips and turns), where imagehash is installed
+  imagededup  ``imagededup``'s PHash, WHash and DHash (64 bits each) of the same stored pixels, its
+              Hamming distance (no flips or turns; default threshold 10), where imagededup is
+              installed. Only its hashing module is loaded: the package's ``__init__`` files import its
+              CNN side (torchvision) and plotter (matplotlib), which hashing does not use
+  fastdup     the embeddings ``fastdup.run`` computes (its default CPU model, 576 floats) of the same
+              stored pixels written as PNG, cosine similarity over all pairs (fastdup itself reports
+              only each image's nearest neighbours above its threshold, default 0.9), where fastdup
+              is installed; it runs with ``SENTRY_OPT_OUT`` and ``FASTDUP_PRODUCTION`` set, so it
+              neither sends telemetry nor checks PyPI for a newer version
 
 Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
 part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved; and
@@ -163,7 +172,72 @@ def pair_distances(hashes: np.ndarray, flips: bool) -> np.ndarray:
     return np.minimum(d, d.T)
 
 
-def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: range) -> list[dict]:
+def imagededup_hashes(pixels: np.ndarray) -> dict[str, np.ndarray]:
+    """imagededup's PHash, WHash and DHash of each image as uint64. Its hashing module alone: the
+    packages ``imagededup.methods`` and ``imagededup.utils`` are entered in ``sys.modules`` as bare
+    packages, so their ``__init__`` files (which import torchvision and matplotlib for the CNN and the
+    plots) do not run. Raises ImportError where imagededup (or its PyWavelets, scipy) is missing."""
+    import importlib
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("imagededup")
+    if spec is None or spec.origin is None:
+        raise ImportError("imagededup is not installed")
+    root = Path(spec.origin).parent
+    for sub in ("methods", "utils"):
+        name = f"imagededup.{sub}"
+        if name not in sys.modules:
+            shell = types.ModuleType(name)
+            shell.__path__ = [str(root / sub)]
+            sys.modules[name] = shell
+    hashing = importlib.import_module("imagededup.methods.hashing")
+    out = {}
+    for method in ("PHash", "WHash", "DHash"):
+        encoder = getattr(hashing, method)(verbose=False)
+        out[method] = np.array([int(encoder.encode_image(image_array=p), 16) for p in pixels], dtype=np.uint64)
+    return out
+
+
+def fastdup_similarity(pixels: np.ndarray) -> np.ndarray:
+    """[N, N] cosine similarity of the embeddings ``fastdup.run`` computes for the images (written as
+    PNG, lossless, so it reads the stored pixels), on 2 threads, offline. Raises ImportError where
+    fastdup is missing, RuntimeError where its run fails."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("SENTRY_OPT_OUT", "1")  # no telemetry
+    os.environ.setdefault("FASTDUP_PRODUCTION", "1")  # no version check on PyPI
+    import fastdup
+
+    with tempfile.TemporaryDirectory() as tmp:
+        img = Path(tmp) / "img"
+        img.mkdir()
+        for k, p in enumerate(pixels):
+            Image.fromarray(p).save(img / f"{k:05d}.png")
+        log = Path(tmp) / "fastdup.log"
+        sys.stdout.flush()
+        saved = os.dup(1)
+        with open(log, "w") as f:  # its progress bars are written by the C++ library to fd 1
+            os.dup2(f.fileno(), 1)
+            try:
+                rc = fastdup.run(str(img), work_dir=str(Path(tmp) / "work"), num_threads=2, verbose=False)
+            finally:
+                sys.stdout.flush()
+                os.dup2(saved, 1)
+                os.close(saved)
+        if rc != 0:
+            raise RuntimeError(f"fastdup.run returned {rc}: {log.read_text()[-2000:]}")
+        names, feats = fastdup.load_binary_feature(str(Path(tmp) / "work" / "atrain_features.dat"))
+    if len(names) != len(pixels):
+        raise RuntimeError(f"fastdup embedded {len(names)} of {len(pixels)} images")
+    order = np.argsort([int(Path(n).stem) for n in names])
+    f = np.asarray(feats, np.float64)[order]
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    return f @ f.T
+
+
+def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: list[float] | range) -> list[dict]:
     """Precision and recall over all pairs i < j at each threshold; recall per kind of copy."""
     iu, ju = np.triu_indices(len(ids), 1)
     d = dist[iu, ju]
@@ -208,21 +282,52 @@ def quality(args: argparse.Namespace) -> None:
         import imagehash
 
         ih = np.array([int(str(imagehash.phash(Image.fromarray(p))), 16) for p in pixels], dtype=np.uint64)
-        methods.append(("imagehash.phash", pair_distances(ih, False), 10))
+        methods.append((f"imagehash {imagehash.__version__} phash", pair_distances(ih, False), 10))
     except ImportError:
-        print("imagehash not installed: its column is left out (pip install imagehash)\n")
+        print("imagehash not installed: its rows are left out (pip install imagehash)\n")
+    try:
+        from importlib.metadata import version
+
+        for method, h in imagededup_hashes(pixels).items():
+            methods.append((f"imagededup {version('imagededup')} {method}", pair_distances(h, False), 10))
+    except ImportError as e:
+        print(f"imagededup rows left out: {e} (pip install --no-deps imagededup PyWavelets scipy)\n")
+    fastdup_sim = None
+    try:
+        t1 = time.perf_counter()
+        fastdup_sim = fastdup_similarity(pixels)
+        from importlib.metadata import version
+
+        fastdup_name = f"fastdup {version('fastdup')} embeddings, cosine similarity ({time.perf_counter() - t1:.0f} s)"
+    except (ImportError, OSError, RuntimeError) as e:
+        print(f"fastdup rows left out: {e}\n")
     for name, dist, default in methods:
-        print(f"### {name}\n")
-        print("| threshold | precision | recall | false pairs | " + " | ".join(KINDS) + " |")
-        print("|---|---|---|---|" + "---|" * len(KINDS))
-        for r in curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)):
-            mark = " **(default)**" if r["t"] == default else ""
-            print(
-                f"| {r['t']}{mark} | {r['precision']:.4f} | {r['recall']:.4f} | {r['fp']} | "
-                + " | ".join(f"{r[k]:.3f}" for k in KINDS)
-                + " |"
-            )
-        print()
+        table(
+            name,
+            curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)),
+            default,
+        )
+    if fastdup_sim is not None:
+        # as a distance 1 - similarity, so that curve's "found: distance <= t" holds; printed as similarity
+        sims = [0.8, 0.85, 0.9, 0.93, 0.95, 0.96, 0.97, 0.98, 0.99]
+        rows = curve(1.0 - fastdup_sim, ids, kinds, [1.0 - s + 1e-9 for s in sims])
+        for r, s in zip(rows, sims):
+            r["t"] = s
+        table(fastdup_name + ", similarity >=", rows, 0.9)
+
+
+def table(name: str, rows: list[dict], default: float) -> None:
+    print(f"### {name}\n")
+    print("| threshold | precision | recall | false pairs | " + " | ".join(KINDS) + " |")
+    print("|---|---|---|---|" + "---|" * len(KINDS))
+    for r in rows:
+        mark = " **(default)**" if r["t"] == default else ""
+        print(
+            f"| {r['t']}{mark} | {r['precision']:.4f} | {r['recall']:.4f} | {r['fp']} | "
+            + " | ".join(f"{r[k]:.3f}" for k in KINDS)
+            + " |"
+        )
+    print()
 
 
 def cost(args: argparse.Namespace) -> None:
