@@ -31,9 +31,11 @@ For each method, precision and recall over all pairs at each threshold, and at i
               CNN side (torchvision) and plotter (matplotlib), which hashing does not use
   fastdup     the embeddings ``fastdup.run`` computes (its default CPU model, 576 floats) of the same
               stored pixels written as PNG, cosine similarity over all pairs (fastdup itself reports
-              only each image's nearest neighbours above its threshold, default 0.9), where fastdup
-              is installed; it runs with ``SENTRY_OPT_OUT`` and ``FASTDUP_PRODUCTION`` set, so it
-              neither sends telemetry nor checks PyPI for a newer version
+              only each image's nearest neighbours above its threshold, default 0.9), and the pairs
+              its own output (``similarity.csv``, run with its defaults: 2 neighbours, >= 0.9)
+              lists, where fastdup is installed; it runs with ``SENTRY_OPT_OUT`` and
+              ``FASTDUP_PRODUCTION`` set, so it neither sends telemetry nor checks PyPI for a newer
+              version
 
 Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of its pixels (the
 part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved; and
@@ -199,10 +201,12 @@ def imagededup_hashes(pixels: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def fastdup_similarity(pixels: np.ndarray) -> np.ndarray:
+def fastdup_similarity(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[N, N] cosine similarity of the embeddings ``fastdup.run`` computes for the images (written as
-    PNG, lossless, so it reads the stored pixels), on 2 threads, offline. Raises ImportError where
-    fastdup is missing, RuntimeError where its run fails."""
+    PNG, lossless, so it reads the stored pixels), on 2 threads, offline; and [N, N] True where its
+    ``similarity.csv`` lists the pair (either way). Raises ImportError where fastdup is missing,
+    RuntimeError where its run fails."""
+    import csv
     import os
     import tempfile
 
@@ -229,12 +233,17 @@ def fastdup_similarity(pixels: np.ndarray) -> np.ndarray:
         if rc != 0:
             raise RuntimeError(f"fastdup.run returned {rc}: {log.read_text()[-2000:]}")
         names, feats = fastdup.load_binary_feature(str(Path(tmp) / "work" / "atrain_features.dat"))
+        listed = np.zeros((len(pixels), len(pixels)), bool)
+        with open(Path(tmp) / "work" / "similarity.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                a, b = int(Path(row["from"]).stem), int(Path(row["to"]).stem)
+                listed[a, b] = listed[b, a] = True
     if len(names) != len(pixels):
         raise RuntimeError(f"fastdup embedded {len(names)} of {len(pixels)} images")
     order = np.argsort([int(Path(n).stem) for n in names])
     f = np.asarray(feats, np.float64)[order]
     f /= np.linalg.norm(f, axis=1, keepdims=True)
-    return f @ f.T
+    return f @ f.T, listed
 
 
 def curve(dist: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds: list[float] | range) -> list[dict]:
@@ -292,10 +301,10 @@ def quality(args: argparse.Namespace) -> None:
             methods.append((f"imagededup {version('imagededup')} {method}", pair_distances(h, False), 10))
     except ImportError as e:
         print(f"imagededup rows left out: {e} (pip install --no-deps imagededup PyWavelets scipy)\n")
-    fastdup_sim = None
+    fastdup_sim = fastdup_listed = None
     try:
         t1 = time.perf_counter()
-        fastdup_sim = fastdup_similarity(pixels)
+        fastdup_sim, fastdup_listed = fastdup_similarity(pixels)
         from importlib.metadata import version
 
         fastdup_name = f"fastdup {version('fastdup')} embeddings, cosine similarity ({time.perf_counter() - t1:.0f} s)"
@@ -307,13 +316,18 @@ def quality(args: argparse.Namespace) -> None:
             curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)),
             default,
         )
-    if fastdup_sim is not None:
+    if fastdup_sim is not None and fastdup_listed is not None:
         # as a distance 1 - similarity, so that curve's "found: distance <= t" holds; printed as similarity
         sims = [0.8, 0.85, 0.9, 0.93, 0.95, 0.96, 0.97, 0.98, 0.99]
         rows = curve(1.0 - fastdup_sim, ids, kinds, [1.0 - s + 1e-9 for s in sims])
         for r, s in zip(rows, sims):
             r["t"] = s
         table(fastdup_name + ", similarity >=", rows, 0.9)
+        table(
+            "fastdup's own output (similarity.csv, defaults: 2 nearest neighbours, >= 0.9)",
+            curve(np.where(fastdup_listed, 0, 1), ids, kinds, [0]),
+            0,
+        )
 
 
 def table(name: str, rows: list[dict], default: float) -> None:
