@@ -711,3 +711,33 @@ def test_colour_setting_is_checked_and_recorded():
     with pytest.raises(OptionError, match="--colour must be one of srgb, raw"):
         DecodeSettings(colour="p3")
     assert DecodeSettings().to_dict()["colour"] == "srgb"
+
+
+def test_a_signal_that_surfaces_as_a_decode_error_still_stops_the_command(monkeypatch):
+    """A SIGINT raised inside PIL's load, whose clean-up then fails (ValueError with the signal as its
+    context), must not be recorded as one more corrupt file while the conversion carries on."""
+    import signal as signal_mod
+
+    from wds_tools.signals import Interrupted
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (10, 200, 30)).save(buf, "JPEG")
+    data = buf.getvalue()
+    assert decode_image(data, 32).pixels.shape == (32, 32, 3)
+
+    def load_interrupted(self):
+        try:
+            raise Interrupted(signal_mod.SIGINT)
+        finally:
+            raise ValueError("a clean-up that failed on the way out")
+
+    monkeypatch.setattr(Image.Image, "load", load_interrupted)
+    with pytest.raises(Interrupted):
+        decode_image(data, 32)
+
+    def load_broken(self):
+        raise ValueError("broken chunk")
+
+    monkeypatch.setattr(Image.Image, "load", load_broken)
+    with pytest.raises(DecodeError, match="broken chunk"):  # a plain error is still a bad file
+        decode_image(data, 32)

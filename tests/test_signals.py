@@ -68,3 +68,54 @@ def test_exit_code_is_128_plus_the_signal():
     from wds_tools.signals import exit_code
 
     assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (130, 143)
+
+
+class _MaskingClose:
+    """A context manager whose exit fails when an exception is passing through it, as zipfile's
+    ZipFile does when a signal left one of its member handles open."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:
+            raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
+        return False
+
+
+def test_interruption_finds_the_signal_behind_a_clean_up_error():
+    from wds_tools.signals import Interrupted, interruption
+
+    try:
+        with _MaskingClose():
+            raise Interrupted(signal.SIGINT)
+    except ValueError as e:
+        found = interruption(e)
+    assert isinstance(found, Interrupted) and found.signum == signal.SIGINT
+    assert interruption(ValueError("a plain bug")) is None
+
+
+def test_a_command_whose_clean_up_fails_after_a_signal_ends_as_interrupted():
+    """The CI failure: SIGINT inside zipfile's member close during convert; ZipFile.__exit__ then raised
+    ValueError, which the CLI reported as a bug (exit 4, a traceback) instead of exit 130 and the resume line."""
+    import click
+    from click.testing import CliRunner
+
+    from wds_tools.clikit import Command
+    from wds_tools.signals import Interrupted
+
+    @click.command(cls=Command)
+    def boom() -> None:
+        with _MaskingClose():
+            raise Interrupted(signal.SIGINT)
+
+    with pytest.raises(Interrupted) as got:  # main() turns it into exit 130 and the resume line
+        CliRunner().invoke(boom, [], catch_exceptions=False)
+    assert got.value.signum == signal.SIGINT
+
+    @click.command(cls=Command)
+    def bug() -> None:
+        raise ValueError("a plain bug")
+
+    res = CliRunner().invoke(bug, [])
+    assert res.exit_code == 4 and "a plain bug" in res.output  # a bug with no signal stays a bug

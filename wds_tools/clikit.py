@@ -14,6 +14,7 @@ import click
 from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
 from .errors import OptionError, WdsToolsError
 from .exitcodes import ExitCode, for_error
+from .signals import Interrupted, interruption, received
 
 __all__ = [
     "apply_config",
@@ -112,11 +113,18 @@ class Command(click.Command):
             click.echo(message, err=True)
         try:
             return super().invoke(ctx)
-        except WdsToolsError as e:
-            fail(e)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception:
+        except Exception as e:
+            # an error raised while the command unwinds from SIGINT/SIGTERM (its clean-up cut short) is
+            # the signal's consequence: the command ends as interrupted (exit 130/143, the resume line)
+            signal = interruption(e)
+            if signal is None and received() is not None:
+                signal = Interrupted(received() or 0)
+            if signal is not None:
+                raise signal from None
+            if isinstance(e, WdsToolsError):
+                fail(e)
             click.echo(traceback.format_exc().rstrip(), err=True)
             click.echo(
                 f"error: an unexpected error in wds-tools {ctx.info_name} (a bug; please report it with the "

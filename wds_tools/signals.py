@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-__all__ = ["Interrupted", "install", "received", "exit_code", "SIGNALS"]
+__all__ = ["Interrupted", "install", "received", "exit_code", "interruption", "reraise_interruption", "SIGNALS"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals that interrupt a run cleanly."""
@@ -51,3 +51,29 @@ def received() -> int | None:
 def exit_code(signum: int) -> int:
     """The shell's exit status of a command ended by ``signum``: 128 + its number."""
     return 128 + int(signum)
+
+
+def interruption(exc: BaseException) -> Interrupted | None:
+    """The ``Interrupted`` that ``exc`` was raised while unwinding from, if any.
+
+    A clean-up that fails because a signal cut the work short (a zip member's handle left open when
+    the signal came inside its ``close``, so the archive's own ``close`` raises ValueError) raises a
+    new exception whose ``__context__`` chain holds the ``Interrupted``: that error is the signal's
+    consequence, and the command ends as interrupted, not as a bug."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, Interrupted):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def reraise_interruption(exc: BaseException) -> None:
+    """Raise the ``Interrupted`` behind ``exc`` (see ``interruption``), if any: an ``except Exception``
+    that turns errors into a result (a file that does not decode, a cache that does not read) calls it
+    first, so a signal that surfaced as such an error still stops the command."""
+    found = interruption(exc)
+    if found is not None:
+        raise found

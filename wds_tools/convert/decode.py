@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image, ImageCms, ImageOps
 
 from ..errors import DecodeError, OptionError
+from ..signals import reraise_interruption
 
 __all__ = [
     "RESIZE_MODES",
@@ -169,6 +170,7 @@ def _open_pillow(data: BinaryIO, settings: DecodeSettings) -> Image.Image:
         data.seek(0)
         raise _Unidentified() from None
     except Exception as e:  # SyntaxError, struct.error, ... from a damaged header
+        reraise_interruption(e)
         raise DecodeError(f"not an image: {e}") from None
     finally:
         Image.MAX_IMAGE_PIXELS = pillow_limit
@@ -178,7 +180,8 @@ def _orientation(im: Image.Image) -> int:
     try:
         value = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
         return int(value) if int(value) in range(1, 9) else 1
-    except Exception:  # a broken EXIF block must not lose an otherwise good image
+    except Exception as e:  # a broken EXIF block must not lose an otherwise good image
+        reraise_interruption(e)
         return 1
 
 
@@ -334,6 +337,7 @@ def decode_image(
     except DecodeError:
         raise
     except Exception as e:  # truncated data, broken chunks: OSError, SyntaxError, ValueError...
+        reraise_interruption(e)
         raise DecodeError(f"truncated or corrupt image data: {e}") from None
     return Decoded(_resize(im, size, resize, settings), w, h)
 
@@ -368,6 +372,7 @@ def decode_sizes(
             try:
                 cand.draft(cand.mode, (need[1], need[0]) if swap else need)
             except Exception as e:
+                reraise_interruption(e)
                 groups[("error", side)] = (e, [side])
                 continue
         key = (cand.mode, cand.size)  # PIL's (w, h) after the draft
@@ -389,6 +394,7 @@ def decode_sizes(
             out.update((side, e) for side in members)
             continue
         except Exception as e:  # as decode_image words it
+            reraise_interruption(e)
             err = DecodeError(f"truncated or corrupt image data: {e}")
             out.update((side, err) for side in members)
             continue

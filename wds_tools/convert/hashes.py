@@ -30,6 +30,7 @@ import numpy as np
 from ..format.fsutil import atomic_write_bytes
 from ..format.index import read_npz, write_npz
 from ..format.packed import pack_strings, unpack_strings
+from ..signals import reraise_interruption
 
 __all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs", "stats_file", "load_stats", "save_stats"]
 
@@ -53,7 +54,8 @@ def load_pairs(out: str | os.PathLike, version: str) -> dict[str, bytes]:
         if fps.ndim != 2 or fps.shape != (len(hashes), 16):
             return {}
         return {h.decode(): fps[i].tobytes() for i, h in enumerate(hashes)}
-    except Exception:  # a damaged cache is no cache
+    except Exception as e:  # a damaged cache is no cache
+        reraise_interruption(e)
         return {}
 
 
@@ -92,7 +94,8 @@ def load_stats(out: str | os.PathLike, version: str) -> dict[str, tuple[int, int
             return {}
         paths = unpack_strings(offsets, cols["path_data"])
         return {paths[i]: (int(size[i]), int(mtime[i]), fps[i].tobytes()) for i in range(n)}
-    except Exception:  # a damaged cache is no cache
+    except Exception as e:  # a damaged cache is no cache
+        reraise_interruption(e)
         return {}
 
 

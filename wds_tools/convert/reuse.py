@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from ..signals import reraise_interruption
 from .decode import recorded_decode
 from .write import Reuse
 
@@ -49,7 +50,8 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
             continue
         try:
             base = load_index(path)
-        except Exception:  # an unreadable neighbour is no base, and no reason to fail
+        except Exception as e:  # an unreadable neighbour is no base, and no reason to fail
+            reraise_interruption(e)
             continue
         if not base_incompatibilities(base.meta, wanted):
             return base

@@ -21,6 +21,7 @@ from ..format.index import SAMPLE_COLUMNS, read_npz, write_npz
 from ..format.packed import pack_strings, unpack_strings
 from ..format.tarwrite import partial_path
 from ..format.transport import join
+from ..signals import reraise_interruption
 from .storage import Store
 
 __all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill"]
@@ -151,7 +152,8 @@ def load_spill(store: Store, folder: str) -> dict[str, Spilled]:
         table, blob = join(folder, name), join(folder, name[:-4] + ".npys")
         try:
             cols = read_npz(table, data=store.read_bytes(table))
-        except Exception:  # unreadable: those samples are decoded again
+        except Exception as e:  # unreadable: those samples are decoded again
+            reraise_interruption(e)
             continue
         paths = unpack_strings(cols["path_offsets"], cols["path_data"])
         nbytes = int(cols["bytes"][0])
