@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from .signals import Interrupted, exit_code, install
+from .signals import exit_code, install, interruption
 
 __all__ = ["main"]
 
@@ -23,7 +23,12 @@ def main() -> None:
     install()
     try:
         from .cli import main as run
-    except Interrupted as e:  # nothing has been done yet
+    except BaseException as error:  # nothing has been done yet
+        # the signal itself, or an error it caused on its way out (a class being created when it came
+        # is wrapped in RuntimeError: Error calling __set_name__ ...)
+        e = interruption(error)
+        if e is None:
+            raise
         sys.stderr.write(
             f"\ninterrupted ({signal.Signals(e.signum).name}) while starting, before anything "
             "was written; run the same command again to resume.\n"

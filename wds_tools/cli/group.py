@@ -13,7 +13,7 @@ import click
 
 from ..clikit import apply_config
 from ..config import CONFIG_FILE
-from ..signals import SIGNALS, Interrupted, exit_code, install
+from ..signals import SIGNALS, exit_code, install, interruption
 from ..version import __version__
 
 __all__ = ["cli", "main", "emit", "interrupted"]
@@ -82,5 +82,8 @@ def main() -> None:
             # puts the default handlers back) with no message and exit -15; held back, it dies with
             # the process, whose exit status stands
             signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    except Interrupted as e:
+    except BaseException as error:  # the signal, or an error raised while unwinding from it
+        e = interruption(error)
+        if e is None:
+            raise
         interrupted(e.signum, "stopped before it finished; run the same command again to resume.")
