@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -11,7 +13,23 @@ from ..errors import WdsToolsError
 from ..exitcodes import ExitCode
 from .group import cli, emit
 
-__all__ = ["diff", "dups", "index_files", "stats", "verify"]
+__all__ = ["diff", "dups", "index_files", "stats", "verify", "path_and_out"]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def path_and_out(f: F) -> F:
+    """PATH (a shards folder, its index.json or a shard pattern) and ``--out``, which every command over
+    converted shards takes: without PATH, the newest version under OUT."""
+    f = click.option(
+        "--out",
+        type=click.Path(file_okay=False),
+        default="shards",
+        show_default=True,
+        help="Root folder of all versions; without PATH, the newest version under it is used.",
+    )(f)
+    return click.argument("path", required=False)(f)
 
 
 @cli.command(cls=Command)
@@ -45,14 +63,7 @@ def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
 
 
 @cli.command(cls=Command)
-@click.argument("path", required=False)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    default="shards",
-    show_default=True,
-    help="Root folder of all versions; without PATH, the newest version under it is used.",
-)
+@path_and_out
 @click.option(
     "--threshold",
     type=click.IntRange(0, 63),
@@ -135,14 +146,7 @@ def dups(
 
 
 @cli.command("index", cls=Command)
-@click.argument("path", required=False)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    default="shards",
-    show_default=True,
-    help="Root folder of all versions; without PATH, the newest version under it is used.",
-)
+@path_and_out
 @click.option(
     "--wids", "wids", is_flag=True, help="Write <split>.wids.json, the shard list wids.ShardListDataset takes."
 )
@@ -185,14 +189,7 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
 
 
 @cli.command(cls=Command)
-@click.argument("path", required=False)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    default="shards",
-    show_default=True,
-    help="Root folder of all versions; without PATH, the newest version under it is used.",
-)
+@path_and_out
 @click.option(
     "--world-size",
     type=click.IntRange(min=1),
@@ -334,14 +331,7 @@ def stats(
 
 
 @cli.command(cls=Command)
-@click.argument("path", required=False)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    default="shards",
-    show_default=True,
-    help="Root folder of all versions; without PATH, the newest version under it is used.",
-)
+@path_and_out
 @click.option(
     "--quick",
     is_flag=True,
