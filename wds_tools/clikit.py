@@ -14,7 +14,7 @@ import click
 from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
 from .errors import OptionError, WdsToolsError
 from .exitcodes import ExitCode, for_error
-from .signals import Interrupted, interruption, received
+from .signals import Interrupted, signal_behind
 
 __all__ = [
     "apply_config",
@@ -118,11 +118,9 @@ class Command(click.Command):
         except Exception as e:
             # an error raised while the command unwinds from SIGINT/SIGTERM (its clean-up cut short) is
             # the signal's consequence: the command ends as interrupted (exit 130/143, the resume line)
-            signal = interruption(e)
-            if signal is None and received() is not None:
-                signal = Interrupted(received() or 0)
-            if signal is not None:
-                raise signal from None
+            signum = signal_behind(e)
+            if signum is not None:
+                raise Interrupted(signum) from None
             if isinstance(e, WdsToolsError):
                 fail(e)
             click.echo(traceback.format_exc().rstrip(), err=True)

@@ -13,7 +13,16 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-__all__ = ["Interrupted", "install", "received", "exit_code", "interruption", "reraise_interruption", "SIGNALS"]
+__all__ = [
+    "Interrupted",
+    "install",
+    "received",
+    "exit_code",
+    "interruption",
+    "reraise_interruption",
+    "signal_behind",
+    "SIGNALS",
+]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals that interrupt a run cleanly."""
@@ -77,3 +86,11 @@ def reraise_interruption(exc: BaseException) -> None:
     found = interruption(exc)
     if found is not None:
         raise found
+
+
+def signal_behind(exc: BaseException) -> int | None:
+    """The signal a command's error is the consequence of, if any: the ``Interrupted`` in its chain
+    (``interruption``), else one already received (a worker that died of the group's SIGTERM broke the
+    pool before this process's own handler ran)."""
+    found = interruption(exc)
+    return found.signum if found is not None else received()

@@ -11,7 +11,7 @@ from ..convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from ..convert.runner import EXECUTORS
 from ..errors import OptionError, WdsToolsError
 from ..exitcodes import ExitCode
-from ..signals import Interrupted, received
+from ..signals import Interrupted, signal_behind
 from .group import cli, emit, interrupted
 
 __all__ = ["convert"]
@@ -332,11 +332,13 @@ def convert(
         interrupted(
             getattr(e, "signum", signal.SIGINT), "finished shards are kept; run the same command again to resume."
         )
-    except WdsToolsError as e:
-        signum = received()
-        if signum is not None:  # a worker that died of the group's SIGTERM broke the pool first
+    except Exception as e:  # the consequence of a signal (signals.signal_behind), a user's error, or a bug
+        signum = signal_behind(e)
+        if signum is not None:
             interrupted(signum, "finished shards are kept; run the same command again to resume.")
-        fail(e)
+        if isinstance(e, WdsToolsError):
+            fail(e)
+        raise
     emit(result, as_json)
     for r in getattr(result, "results", [result]):
         if r.max_errors_exceeded:
