@@ -17,6 +17,7 @@ from .exitcodes import ExitCode, for_error
 from .signals import Interrupted, signal_behind
 
 __all__ = [
+    "path_and_out",
     "apply_config",
     "Command",
     "DeprecatedAlias",
@@ -31,9 +32,9 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-CONFIG_ERROR = "wds_tools.config_error"  # ctx.meta key: a wds-tools.toml error, raised when a command runs
+CONFIG_ERROR = "wds_tools.config_error"
 """The ``ctx.meta`` key holding a wds-tools.toml error, raised when a command runs (so ``--help`` still works)."""
-RENAMED_KEYS_META = "wds_tools.renamed_keys"  # ctx.meta key: {command: deprecation warnings of wds-tools.toml keys}
+RENAMED_KEYS_META = "wds_tools.renamed_keys"
 """The ``ctx.meta`` key holding, per command, the deprecation warnings of its wds-tools.toml keys."""
 DEFAULTS_NOTE = (
     f"Defaults shown are built in; any option takes its default from {CONFIG_FILE} when one applies "
@@ -130,6 +131,19 @@ class Command(click.Command):
                 err=True,
             )
             ctx.exit(ExitCode.INTERNAL)
+
+
+def path_and_out(f: F) -> F:
+    """PATH (a shards folder, its index.json or a shard pattern) and ``--out``, which every command over
+    converted shards takes: without PATH, the newest version under OUT."""
+    f = click.option(
+        "--out",
+        type=click.Path(file_okay=False),
+        default="shards",
+        show_default=True,
+        help="Root folder of all versions; without PATH, the newest version under it is used.",
+    )(f)
+    return click.argument("path", required=False)(f)
 
 
 def quiet_option(f: F) -> F:

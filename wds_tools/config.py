@@ -24,11 +24,10 @@ __all__ = [
 
 CONFIG_FILE = "wds-tools.toml"
 """The config file the CLI reads from the current folder."""
-SHARED_KEYS = _TOP_LEVEL = frozenset({"source", "out"})  # shared by every command that takes them
+SHARED_KEYS = _TOP_LEVEL = frozenset({"source", "out"})
 """Top-level wds-tools.toml keys that feed every command taking that option."""
 _PATH_KEYS = {"source", "out"}
 _COMMANDS = {"convert", "diff", "dups", "index", "stats", "verify"}
-# (command, old key) -> new key: read with a deprecation warning for one release (issue 25)
 RENAMED_KEYS = {("verify", "threads"): "workers", ("stats", "workers"): "loader-workers"}
 """(command, old key) -> new key: old wds-tools.toml keys still read, with a warning, for one release."""
 

@@ -15,9 +15,9 @@ from typing import Protocol, TextIO
 
 __all__ = ["Progress", "progress", "LINE_SECONDS", "MIN_SECONDS"]
 
-LINE_SECONDS = 30.0  # off a terminal: a line at least this often while work goes on...
+LINE_SECONDS = 30.0
 """Off a terminal: a progress line at least this often (seconds) while work goes on."""
-MIN_SECONDS = 1.0  # ...and at each new tenth done, but not sooner than this after the last line
+MIN_SECONDS = 1.0
 """Off a terminal: a line at each new tenth done, but not sooner than this (seconds) after the last."""
 
 

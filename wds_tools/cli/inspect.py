@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
-from ..clikit import Command, DeprecatedAlias, fail, json_option, quiet_option
+from ..clikit import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
 from ..errors import WdsToolsError
 from ..exitcodes import ExitCode
 from .group import cli, emit
 
-__all__ = ["diff", "dups", "index_files", "stats", "verify", "path_and_out"]
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def path_and_out(f: F) -> F:
-    """PATH (a shards folder, its index.json or a shard pattern) and ``--out``, which every command over
-    converted shards takes: without PATH, the newest version under OUT."""
-    f = click.option(
-        "--out",
-        type=click.Path(file_okay=False),
-        default="shards",
-        show_default=True,
-        help="Root folder of all versions; without PATH, the newest version under it is used.",
-    )(f)
-    return click.argument("path", required=False)(f)
+__all__ = ["diff", "dups", "index_files", "stats", "verify"]
 
 
 @cli.command(cls=Command)

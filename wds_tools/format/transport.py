@@ -64,8 +64,6 @@ HTTP_TIMEOUT = 60  # seconds to connect or to wait for the next bytes
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-# URL schemes a reader cannot read by offset (no ranged reads there); every other scheme, local
-# paths and fsspec object stores, it can (the training loader's index reader; ``stats`` models it)
 NOT_RANGED = ("pipe", "http", "https")
 """Schemes whose objects cannot be read by byte range (the index reader cannot read them by offset)."""
 
