@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from phashref import doc_hash
 from PIL import Image
 
 from wds_tools.cli import cli
@@ -73,7 +75,7 @@ def write_corpus(root: Path, rows=ROWS) -> Path:
     return root / "manifest.csv"
 
 
-def convert_corpus(root: Path, version: str = "v1", rows=ROWS) -> Path:
+def convert_corpus(root: Path, version: str = "v1", rows=ROWS, size: int = S) -> Path:
     manifest = write_corpus(root, rows)
     r = CliRunner().invoke(
         cli,
@@ -84,7 +86,7 @@ def convert_corpus(root: Path, version: str = "v1", rows=ROWS) -> Path:
             "--version",
             version,
             "--size",
-            str(S),
+            str(size),
             "--out",
             str(root / "out"),
             "--workers",
@@ -93,12 +95,34 @@ def convert_corpus(root: Path, version: str = "v1", rows=ROWS) -> Path:
         ],
     )
     assert r.exit_code == 0, r.output
-    return root / "out" / version / str(S)
+    return root / "out" / version / str(size)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     return convert_corpus(tmp_path_factory.mktemp("dups"))
+
+
+@pytest.mark.parametrize("size", [S, 224])  # 2x2 blocks; 4x4, the default size's
+def test_the_stored_hashes_are_the_documented_recipe_of_the_stored_pixels(tmp_path, size):
+    """Each samples.npz ``phash`` row (read with numpy) is the reference recipe (tests/phashref.py, from
+    FORMAT.md) of the pixels of its .npy member (read with stock tarfile): the writer's batched hashing
+    hashes each sample's own pixels."""
+    out = convert_corpus(tmp_path, size=size)
+    with np.load(out / "samples.npz") as table:
+        stored = dict(zip(table["key"].tolist(), table["phash"].tolist()))
+    seen = 0
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".npy"):
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    pixels = np.load(io.BytesIO(data.read()))
+                    assert pixels.shape == (size, size, 3)
+                    assert stored[member.name[: -len(".npy")].encode()] == doc_hash(pixels), member.name
+                    seen += 1
+    assert seen == len(ROWS) == len(stored)
 
 
 def test_clusters_and_their_flags(folder):

@@ -26,7 +26,7 @@ def square(im: np.ndarray, side: int, box: tuple[int, int, int, int] | None = No
     return np.asarray(pil.resize((side, side), Image.Resampling.LANCZOS, box=box), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("side", [8, 50, 64, 100, 224])
+@pytest.mark.parametrize("side", [8, 50, 63, 64, 65, 100, 224, 225, 256, 384])
 def test_the_hash_is_the_documented_recipe(side):
     ims = photos()
     crops = (
@@ -124,3 +124,62 @@ def test_imagehash_agrees_where_the_recipes_agree():
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match=r"\[N, S, S, 3\]"):
         phash_batch(np.zeros((2, 8, 9, 3), np.uint8))
+
+
+def _pattern(side: int) -> np.ndarray:
+    """Pixels from an integer formula (no decoder, resampler or random generator involved): noise, whose
+    low frequencies any change of the recipe (the blocks, the windows, the weights) moves."""
+    y, x, c = np.meshgrid(np.arange(side), np.arange(side), np.arange(3), indexing="ij")
+    return ((x * 1103515245 + y * 12345 + c * 2654435761) // 128 % 256).astype(np.uint8)
+
+
+@pytest.mark.parametrize(
+    "side, want",
+    [
+        # f = 1 (an odd side): the grey image itself
+        (
+            65,
+            "7f2a1900bf57ff48 7b7f18ff57ffddff 4335085d00d1c051 6f2aa8ae358afdae 533f18aa77aaddaa 7b215f251b55da75 7f37aaaf37effeef",
+        ),
+        (
+            100,
+            "6e2b9e0b2a0baa23 693f884db75c9b6f 623a0205060802e0 6c2a1c0855005c0a 7b3ebb8a05109a2a 413a15df015c9a21 6b340acf07191a29",
+        ),  # f = 2
+        (
+            224,
+            "5af15b0fa2512000 5ff25f0ae709fd55 5bf21b0ea389fc55 5ff15f09e60ba955 5ff55f0ea6abf543 5ff05b0fa301a4ea 5ff51a4fa2591008",
+        ),  # f = 4
+        (
+            256,
+            "5c8f5a0fa55554aa 5e555a0da725aeea 5e555a0da3adaaee 5dd75b0f25a305aa 7ab65a0fa747ad50 5f531a0ff75544aa 5ff75a0fa301a0fe",
+        ),  # f = 8
+    ],
+)
+def test_the_recipe_is_pinned(side, want):
+    """Format version 3's hashes of a fixed image, written down when the recipe was fixed: a change to the
+    recipe made in both format.phash and the reference still fails here. (At 224 px the smallest |coefficient|
+    of these windows is 2.4e-7 of the largest, far above float64 rounding: the bits do not depend on it.)"""
+    px = _pattern(side)
+    assert [f"{h:016x}" for h in phash(px).tolist()] == want.split()
+    assert [f"{h:016x}" for h in doc_hash(px)] == want.split()
+
+
+def test_the_caller_s_arrays_are_left_alone():
+    """The hashes are computed through scratch buffers: neither the pixels given nor an earlier result change."""
+    ims = [square(im, 224) for im in photos()]
+    copies = [im.copy() for im in ims]
+    first = phash_batch(ims)
+    kept = first.copy()
+    second = phash_batch([np.ascontiguousarray(im[::-1]) for im in ims])
+    assert all(np.array_equal(a, b) for a, b in zip(ims, copies))
+    assert np.array_equal(first, kept) and not np.array_equal(first, second)
+
+
+def test_a_list_of_images_of_one_side_or_none():
+    ims = [square(im, 224) for im in photos()]
+    assert phash_batch(ims).tolist() == phash_batch(np.stack(ims)).tolist()
+    assert phash_batch([]).shape == (0, WINDOWS)
+    with pytest.raises(ValueError, match=r"one side.*uint8\[224, 224, 3\], uint8\[64, 64, 3\]"):
+        phash_batch([ims[0], square(photos()[1], 64)])
+    with pytest.raises(ValueError, match=r"float64"):
+        phash_batch([ims[0].astype(np.float64)])

@@ -69,7 +69,7 @@ def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: i
                     )
                     for r in part
                 ]
-                out[part] = phash_batch(np.stack(arrays))
+                out[part] = phash_batch(arrays)
         finally:
             f.close()
     return out

@@ -24,7 +24,7 @@ def phashes_of(members: list[tuple[int, bytearray]]) -> dict[int, list[int]]:
             by_side.setdefault(side, []).append((offset, data))
     out: dict[int, list[int]] = {}
     for side, same in by_side.items():
-        px = np.stack([np.frombuffer(d, np.uint8, offset=NPY_HEADER_BYTES).reshape(side, side, 3) for _, d in same])
+        px = [np.frombuffer(d, np.uint8, offset=NPY_HEADER_BYTES).reshape(side, side, 3) for _, d in same]
         out.update(zip([o for o, _ in same], phash_batch(px).tolist()))
     return out
 
