@@ -410,16 +410,16 @@ def convert_share(args: argparse.Namespace) -> None:
     from wds_tools.synth import photo_like
 
     spent = [0.0]
-    plain = write._phash
+    plain = write._phashes
 
-    def timed(pixels: np.ndarray) -> tuple[int, ...]:
+    def timed(pixels: list[np.ndarray]) -> list[tuple[int, ...]]:
         t0 = time.perf_counter()
         try:
             return plain(pixels)
         finally:
             spent[0] += time.perf_counter() - t0
 
-    write._phash = timed
+    write._phashes = timed
     print(f"hashing share of convert --size {args.size} --workers 1 ({args.hash_images} JPEGs per size, 3 runs):\n")
     print("| source | conversion | of which phash | share |")
     print("|---|---|---|---|")
@@ -445,7 +445,7 @@ def convert_share(args: argparse.Namespace) -> None:
                 f"| {w}x{h} JPEG | {total / n * 1e3:.2f} ms/image | {hashing / n * 1e3:.3f} ms/image | "
                 f"{hashing / total:.1%} |"
             )
-    write._phash = plain
+    write._phashes = plain
     print()
 
 
@@ -515,7 +515,18 @@ def main() -> None:
     p.add_argument("--no-quality", action="store_true")
     p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
     p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
+    p.add_argument(
+        "--block-factors",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        default=None,
+        help="try other grey blocks than format.phash.BLOCK_FACTORS, e.g. 2 (a comparison: not the format's hash)",
+    )
     args = p.parse_args()
+    if args.block_factors is not None:
+        import wds_tools.format.phash as recipe
+
+        recipe.BLOCK_FACTORS = args.block_factors
+        print(f"grey blocks: the first of {args.block_factors} that fits (not the format's recipe)\n")
     if args.hash_images:
         hash_cost(args)
         convert_share(args)

@@ -21,7 +21,7 @@ from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.npy import npy_header
 from ..format.packed import pack_strings
-from ..format.phash import WINDOWS, phash
+from ..format.phash import WINDOWS, phash_batch
 from ..format.sample import MEMBERS, column_prefix, label_i32
 from ..format.sample import sample_json as json_bytes
 from ..format.tarwrite import ShardWriter
@@ -239,8 +239,10 @@ def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
     return np.bincount(flat + _channel_offsets(side), minlength=768)
 
 
-def _phash(pixels: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(x) for x in phash(pixels))
+def _phashes(pixels: list[np.ndarray]) -> list[tuple[int, ...]]:
+    """``format.phash`` of each of a batch's stored images [S, S, 3], in one call (about half the time of
+    one call per image: the products are larger, numpy's per-call work is shared)."""
+    return [tuple(h) for h in phash_batch(pixels).tolist()]
 
 
 def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
@@ -250,6 +252,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
     npy_len = len(header) + task.side * task.side * 3
     out = Encoded()
     stored = _StoredPixels()
+    unhashed: list[tuple[int, np.ndarray]] = []  # (row, pixels) of the rows whose phash is still to compute
     try:
         for s in task.samples[start:stop]:
             if orphaned():
@@ -264,6 +267,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
             sides = ([] if got is not None else [task.side]) + list(s.also)
             pictures, fp, src_nbytes, mtime, reason = _decode(s, sides, task, out)
             row: SampleRow | None = None
+            pixels: np.ndarray | None = None  # to hash
             if isinstance(got, bytes):
                 r = s.reuse
                 assert r is not None  # got comes from it
@@ -280,8 +284,10 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     s.src_mtime_ns,
                     r.npy_xxh3,
                     s.source_path,
-                    known if known is not None else _phash(flat.reshape(task.side, task.side, 3)),
+                    known if known is not None else (),
                 )
+                if known is None:
+                    pixels = flat.reshape(task.side, task.side, 3)
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
             elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
@@ -305,8 +311,8 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     mtime,
                     _npy_checksum(header, flat),
                     s.source_path,
-                    _phash(dec.pixels),
                 )
+                pixels = dec.pixels
                 out.counts["decoded"] += 1
             if row is not None:
                 lo, hi = int(flat.min()), int(flat.max())
@@ -317,11 +323,15 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     s, row.width, row.height, row.fingerprint.hex(), task.dataset_version, task.classes_digest
                 )
                 out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
+                if pixels is not None:
+                    unhashed.append((len(out.rows), pixels))
                 out.rows.append(row)
             for side in s.also:
                 other = pictures.get(side)
                 if isinstance(other, Decoded) and fp is not None:
                     out.spilled.setdefault(side, []).append(_spill_row(s, side, other, fp, src_nbytes, mtime))
+        for (i, _), h in zip(unhashed, _phashes([px for _, px in unhashed])):
+            out.rows[i] = out.rows[i]._replace(phash=h)
     finally:
         stored.close()
     return out
