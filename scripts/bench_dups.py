@@ -491,6 +491,13 @@ def command_cost(args: argparse.Namespace) -> None:
         "shards": shards,
         "splits": {},
     }
+    if args.keep_index:
+        Path(args.keep_index).mkdir(parents=True, exist_ok=True)
+        write_index(args.keep_index, meta, cols, sidecars=False)
+        print(
+            f"index of {n:,} samples written to {args.keep_index} (time the command: wds-tools dups {args.keep_index})"
+        )
+        return
     with tempfile.TemporaryDirectory() as tmp:
         write_index(tmp, meta, cols, sidecars=False)
         t0 = time.perf_counter()
@@ -514,6 +521,11 @@ def main() -> None:
     p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")
     p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
+    p.add_argument(
+        "--keep-index",
+        metavar="DIR",
+        help="with --index-scale: write the index to DIR and stop, to time `wds-tools dups DIR` in its own process",
+    )
     p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
     p.add_argument(
         "--block-factors",
