@@ -20,7 +20,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	touch $@
 
 $(FULL_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[train,test,bench,lint,augment]'
+	$(PIP) -e '.[train,test,bench,lint,augment,plot]'
 	touch $@ $(DEMO_STAMP)
 
 setup: $(FULL_STAMP)

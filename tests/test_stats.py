@@ -1,12 +1,14 @@
 import json
 import os
 import re
+import sys
 import time
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import convert_images, upload
+from PIL import Image
 from shardkit import build_dataset, copy_tars, rewrite_tar
 
 from wds_tools.cli import cli
@@ -241,7 +243,7 @@ def runner():
     return CliRunner()
 
 
-def test_cli_text_and_plot_needs_extra(converted, runner):
+def test_cli_text(converted, runner):
     args = ["stats", str(converted), "--world-size", "4", "--loader-workers", "2"]
     res = runner.invoke(cli, [*args, "--reader", "stream"])
     assert res.exit_code == 0, res.output
@@ -250,8 +252,25 @@ def test_cli_text_and_plot_needs_extra(converted, runner):
     res = runner.invoke(cli, args)  # the loader's default reader here: the index reader, which deals samples
     assert res.exit_code == 0, res.output
     assert "the index reader" in res.output and "get no shard" not in res.output
-    res = runner.invoke(cli, ["stats", str(converted), "--plot", "x.png"])
+
+
+def test_plot_needs_the_extra(converted, runner, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where the plot extra is not installed
+    res = runner.invoke(cli, ["stats", str(converted), "--plot", str(tmp_path / "x.png")])
     assert res.exit_code == 1 and "pip install 'wds-tools[plot]'" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_draws_each_split(converted, runner, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    png = tmp_path / "stats.png"
+    res = runner.invoke(cli, ["stats", str(converted), "--plot", str(png), "--json"])
+    assert res.exit_code == 0, res.output
+    splits = len(json.loads(res.stdout)["splits"])
+    with Image.open(png) as im:  # 6 x 7 inches a split at 100 dpi
+        assert im.format == "PNG" and im.size == (600 * splits, 700)
+        assert len(im.convert("RGB").getcolors(1 << 16) or range(1 << 16)) > 20  # bars, a heatmap, text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.png"]  # no temporary file left
 
 
 def test_cli_out_from_config_and_scan_flag(converted, runner, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ group).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..errors import OptionError, unwritable_file_error
+from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
@@ -293,8 +295,10 @@ def plot_dups(
             colour = (200, 0, 0) if cl.cross_split or cl.label_conflict else (0, 0, 0)
             draw.text((x, y + thumb + 2), m["key"][:18], fill=colour)
             draw.text((x, y + thumb + 14), f"{m['split']} {m['label']}"[:18], fill=colour)
+    png = io.BytesIO()
+    sheet.save(png, "PNG")
     try:
-        sheet.save(dest, "PNG")
+        atomic_write_bytes(dest, png.getvalue())  # never a half-written file at dest
     except OSError as e:  # a read-only mount, a missing folder: one line, no traceback
         raise unwritable_file_error(str(dest), e, "the contact sheet") from None
     return len(shown)

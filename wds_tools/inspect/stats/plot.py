@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 from types import ModuleType
 
 import numpy as np
 
 from ...errors import ExtraNotInstalledError, ShardError, unwritable_file_error
+from ...format.fsutil import atomic_write_bytes
 from .report import StatsReport
 
 __all__ = ["plot_stats", "require_matplotlib"]
@@ -43,12 +45,15 @@ def plot_stats(report: StatsReport, path: str | os.PathLike) -> str:
             ax.set_yticks(range(len(report.classes)), report.classes)
         fig.colorbar(im, ax=ax, label="share of the shard")
     fig.tight_layout()
+    png = io.BytesIO()
     try:
-        fig.savefig(path, dpi=100)
-    except OSError as e:  # a read-only mount, a missing folder: one line, no traceback
-        raise unwritable_file_error(str(path), e, "the plot") from None
+        fig.savefig(png, dpi=100, format="png")
     finally:
         plt.close(fig)
+    try:
+        atomic_write_bytes(path, png.getvalue())  # never a half-written file at path
+    except OSError as e:  # a read-only mount, a missing folder: one line, no traceback
+        raise unwritable_file_error(str(path), e, "the plot") from None
     return str(path)
 
 
