@@ -35,13 +35,16 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
 	@$(BIN)/python scripts/demo_next_steps.py demo/shards/v1/224
 
-## make test: set up and run the whole test suite
+# pytest-xdist processes for make test and test-fast: one per core, at most 4 (TEST_WORKERS=0: in this process)
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
+## make test: set up and run the whole test suite (on TEST_WORKERS processes)
 test: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 ## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why), under a minute
 test-fast: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 ## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
 lint: $(FULL_STAMP)
