@@ -75,7 +75,7 @@ def write_corpus(root: Path, rows=ROWS) -> Path:
     return root / "manifest.csv"
 
 
-def convert_corpus(root: Path, version: str = "v1", rows=ROWS, size: int = S) -> Path:
+def convert_corpus(root: Path, version: str = "v1", rows=ROWS, size: int = S, one_worker: bool = True) -> Path:
     manifest = write_corpus(root, rows)
     r = CliRunner().invoke(
         cli,
@@ -89,8 +89,7 @@ def convert_corpus(root: Path, version: str = "v1", rows=ROWS, size: int = S) ->
             str(size),
             "--out",
             str(root / "out"),
-            "--workers",
-            "1",
+            *(["--workers", "1"] if one_worker else []),
             "--quiet",
         ],
     )
@@ -103,12 +102,12 @@ def folder(tmp_path_factory) -> Path:
     return convert_corpus(tmp_path_factory.mktemp("dups"))
 
 
-@pytest.mark.parametrize("size", [S, 224])  # 2x2 blocks; 4x4, the default size's
-def test_the_stored_hashes_are_the_documented_recipe_of_the_stored_pixels(tmp_path, size):
+@pytest.mark.parametrize("size, one_worker", [(S, True), (224, False)])  # 2x2 blocks; 224 px and all cores: defaults
+def test_the_stored_hashes_are_the_documented_recipe_of_the_stored_pixels(tmp_path, size, one_worker):
     """Each samples.npz ``phash`` row (read with numpy) is the reference recipe (tests/phashref.py, from
     FORMAT.md) of the pixels of its .npy member (read with stock tarfile): the writer's batched hashing
-    hashes each sample's own pixels."""
-    out = convert_corpus(tmp_path, size=size)
+    hashes each sample's own pixels, in this process or in the decode workers."""
+    out = convert_corpus(tmp_path, size=size, one_worker=one_worker)
     with np.load(out / "samples.npz") as table:
         stored = dict(zip(table["key"].tolist(), table["phash"].tolist()))
     seen = 0

@@ -156,8 +156,8 @@ def _pattern(side: int) -> np.ndarray:
     ],
 )
 def test_the_recipe_is_pinned(side, want):
-    """Format version 3's hashes of a fixed image, written down when the recipe was fixed: a change to the
-    recipe made in both format.phash and the reference still fails here. (At 224 px the smallest |coefficient|
+    """Format version 3's hashes of a fixed image, written down from the reference (tests/phashref.py) when the
+    recipe was fixed: a change to the recipe made in both format.phash and the reference still fails here. (At 224 px the smallest |coefficient|
     of these windows is 2.4e-7 of the largest, far above float64 rounding: the bits do not depend on it.)"""
     px = _pattern(side)
     assert [f"{h:016x}" for h in phash(px).tolist()] == want.split()

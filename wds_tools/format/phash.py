@@ -146,14 +146,15 @@ def phash(pixels: np.ndarray) -> np.ndarray:
 def phash_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """``phash`` of each image of a uint8 [N, S, S, 3] batch, or of a list of [S, S, 3] images of one side,
     as uint64 [N, 7]. A batch takes about half the time per image of one call per image."""
-    if len(images) == 0:
+    arrays = [np.asarray(px) for px in images]
+    if not arrays:
         return np.zeros((0, WINDOWS), np.uint64)
-    shapes = {(np.asarray(px).shape, np.asarray(px).dtype) for px in images}
+    shapes = {(px.shape, px.dtype) for px in arrays}
     if len(shapes) != 1 or any(len(sh) != 3 or sh[0] != sh[1] or sh[2] != 3 or dt != np.uint8 for sh, dt in shapes):
-        got = sorted(f"{dt}{list(sh)}" for sh, dt in shapes) or ["no images"]
+        got = sorted(f"{dt}{list(sh)}" for sh, dt in shapes)
         raise ValueError(f"phash needs uint8 pixels [N, S, S, 3] (images of one side), not {', '.join(got)}")
-    g = grey(images)
-    rows, cols_t = _kernels(np.asarray(images[0]).shape[0])
+    g = grey(arrays)
+    rows, cols_t = _kernels(arrays[0].shape[0])
     # every range's rows against every range's columns in two products (float64: the sums are exact to
     # about 1e-16 of the largest), then each window's pair of ranges
     n, t = g.shape[:2]
