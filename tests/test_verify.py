@@ -1262,8 +1262,8 @@ def test_a_wrong_classes_digest_in_the_index_is_named(split_set):
 
 def test_cli_verify_phash_rechecks_the_perceptual_hashes_only_when_asked(split_set):
     """`verify --phash`: a stored hash that is not its pixels' fails (exit 3); plain verify does not look.
-    On the intact set the batched recheck (verify/rehash.py) agrees with every hash the converter stored
-    one image at a time."""
+    On the intact set the recheck (verify/rehash.py, the members of a shard read) agrees with every hash the
+    converter stored (a batch of samples at a time)."""
     intact = CliRunner().invoke(cli, ["verify", str(split_set), "--phash", "-q"])
     assert intact.exit_code == 0, intact.output
     _edit_table(split_set, TABLE_EDITS["phash"][0])
@@ -1271,3 +1271,29 @@ def test_cli_verify_phash_rechecks_the_perceptual_hashes_only_when_asked(split_s
     asked = CliRunner().invoke(cli, ["verify", str(split_set), "--phash", "-q"])
     assert plain.exit_code == 0, plain.output
     assert asked.exit_code == 3 and "phash" in asked.output, asked.output
+
+
+def test_a_phash_recheck_that_cannot_run_says_so(split_set, tmp_path):
+    """--phash (and --no-leakage) asked where they cannot run end in a warning, not a silent OK: a quick
+    verify reads no pixels, a scan reads no index, a version 2 index has no phash column."""
+    import base64
+    from pathlib import Path
+
+    quick = verify(split_set, quick=True, phash=True)
+    assert quick.ok and any("--phash): a quick verify reads no pixels" in w for w in quick.warnings)
+    scan = verify(split_set, scan=True, phash=True, no_leakage=True)
+    assert [w for w in scan.warnings if "a scan does not read" in w] == [
+        "--phash needs the index, which a scan does not read: not checked",
+        "--no-leakage needs the index, which a scan does not read: not checked",
+    ]
+    two = tmp_path / "v2"
+    two.mkdir()
+    for p in (Path(__file__).parent / "golden" / "format-v2").iterdir():
+        data = p.read_bytes()
+        (two / p.name.removesuffix(".b64")).write_bytes(base64.decodebytes(data) if p.name.endswith(".b64") else data)
+    old = verify(two, phash=True)
+    assert old.ok and any("samples.npz has no usable phash column" in w for w in old.warnings), old.warnings
+    full = verify(split_set, phash=True)
+    assert full.ok and not any("--phash" in w for w in full.warnings)
+    r = CliRunner().invoke(cli, ["verify", str(two), "--phash", "--json"])
+    assert r.exit_code == 0 and any("no usable phash column" in w for w in json.loads(r.stdout)["warnings"])

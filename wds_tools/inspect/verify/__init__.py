@@ -97,6 +97,11 @@ def verify(
     threads = workers or 2 * usable_cpus()
     if scan or target.meta is None:
         report = verify_scan(target, quick, threads)
+        report.warnings += [
+            f"{option} needs the index, which a scan does not read: not checked"
+            for option, asked in (("--phash", phash), ("--no-leakage", no_leakage))
+            if asked
+        ]
     else:
         report = _verify_index(target, quick, threads, progress, stats, phash)
         if no_leakage and target.index_base is not None:
@@ -204,6 +209,13 @@ def _verify_index(
         report.warnings.append(
             "mean/std not recomputed from the pixels (stats=False / --no-stats): top-level "
             "mean/std only compared with splits.train"
+        )
+    if phash and quick:
+        report.warnings.append("perceptual hashes not rechecked (--phash): a quick verify reads no pixels")
+    elif phash and table is not None and "phash" not in usable:
+        report.warnings.append(
+            "perceptual hashes not rechecked (--phash): samples.npz has no usable phash column (format "
+            "version 1 or 2 has none; wds-tools dups computes them from the pixels)"
         )
     if facts.errors_file is not None and not exists(join(base, facts.errors_file)):
         report.problems.append(
