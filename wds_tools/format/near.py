@@ -107,15 +107,14 @@ def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None) -> tu
     a = _as_rows(a)
     if b is None:
         qi, sj = _probe(a, a, threshold)
-        i, j = np.minimum(qi, sj), np.maximum(qi, sj)
+        apart = qi != sj  # a sample with itself is no pair
+        i, j = np.minimum(qi, sj)[apart], np.maximum(qi, sj)[apart]
         other = a
     else:
         other = _as_rows(b)
         qi, sj = _probe(a, other, threshold)
         qj, si = _probe(other, a, threshold)
         i, j = np.concatenate([qi, si]), np.concatenate([sj, qj])
-    if b is None:
-        i, j = i[i != j], j[i != j]
     if not len(i):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     pairs = np.unique(np.stack([i, j], axis=1), axis=0)
