@@ -78,8 +78,14 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("opts", CONFIGS)
+DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+
+
+@pytest.mark.parametrize(
+    "opts, dtype",
+    [pytest.param(p.values[0], torch.float32, id=p.id) for p in CONFIGS]
+    + [pytest.param(CONFIGS[i].values[0], d.values[0], id=f"{CONFIGS[i].id}-{d.id}") for i in (1, 7) for d in DTYPES],
+)
 def test_device_batches_equal_each_plain_batch_moved_by_hand(folder, opts, dtype, monkeypatch):
     opts = dict(opts)
     if opts.pop("processes", False):  # copy-only workers as processes, as where CUDA is
