@@ -305,6 +305,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_augment.py": {
         "test_per_sample_and_batch_paths_match_the_reference": 0.9,  # in the fast run
     },
+    "test_buffers.py": {
+        "test_a_failed_batch_gives_its_slot_back": 0.8,  # in the fast run
+    },
     "test_cli.py": {
         "test_python_dash_m_entry_point": 1.0,  # in the fast run
     },
@@ -324,6 +327,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_docs_examples.py": {
         # measured alone after the docs site's merge (load 3.2): README.md:45's case 15.4 s (9.4 of it setup)
         "test_block_runs": 15.4,
+    },
+    "test_device.py": {
+        "test_device_batches_equal_each_plain_batch_moved_by_hand": 1.7,
     },
     "test_dups.py": {
         "test_find_pairs_is_exact": 1.2,

@@ -31,6 +31,8 @@ LOADER_KEYS = {
     "pin_memory",
     "persistent_workers",
     "prefetch_factor",
+    "device",
+    "dtype",
     "mean",
     "std",
     "reader",
