@@ -866,3 +866,37 @@ def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, t
     with pytest.raises(OutputExistsError, match=r"decode\.colour: existing 'raw', requested 'srgb'.*--colour raw"):
         _run(corpus, tmp_path / "out")
     assert _run(corpus, tmp_path / "out", decode=DecodeSettings(colour="raw")).already_complete
+
+
+def test_integer_labels_past_a_doubles_digits_survive_conversion_and_loading(tmp_path):
+    """Issue 32, point 8: 12345678901234567 and ...568 were one class and 9007199254740993 was ...992 in
+    ``classes``, every .json and the loader's labels; a metadata column of such an integer and 1.5 was
+    float, so its .json said 9007199254740992.0. Read back with stock json, tarfile and the loader."""
+    from training_adapter import make_loader
+
+    labels = ["cat", "12345678901234567", "12345678901234568", "9007199254740993", "99999999999999999999", "7"]
+    rows = make_images(tmp_path / "c", len(labels))
+    ids = ["9007199254740993", "1.5", "", "3", "12345678901234567", "-4"]
+    for r, lab, id_ in zip(rows, labels, ids):
+        r["label"], r["split"], r["id"] = lab, "train", id_
+    manifest = write_manifest(tmp_path / "c" / "m.csv", rows, ("key", "path", "label", "split", "id"))
+    _run(manifest, tmp_path / "out")
+    dest = tmp_path / "out" / "v1" / "32"
+    index = json.loads((dest / "index.json").read_text())
+    assert index["classes"] == sorted(labels)
+    assert index["metadata"] == [{"name": "id", "type": "string"}]  # kept as text, every digit
+    want = {r["key"]: r["label"] for r in rows}
+    got, meta = {}, {}
+    for shard in index["shards"]:
+        with tarfile.open(dest / shard["name"]) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    sample = json.loads(tf.extractfile(m).read())
+                    got[m.name[:-5]], meta[m.name[:-5]] = sample["label"], sample["meta"]["id"]
+                elif m.name.endswith(".cls"):
+                    assert index["classes"][int(tf.extractfile(m).read())] == want[m.name[:-4]]
+    assert got == want
+    assert meta == {r["key"]: r["id"] or None for r in rows}
+    loader = make_loader(dest, batch_size=2, train=False, split="train", num_workers=0, return_keys=True)
+    seen = {k: loader.classes[int(y)] for _, ys, keys in loader for y, k in zip(ys, keys)}
+    assert seen == want
