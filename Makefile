@@ -57,9 +57,10 @@ $(DOCS_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e '.[docs]'
 	touch $@
 
-## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails
+## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails; then every internal link of the built pages must lead to a file (so site/index.html works opened from disk)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/python scripts/check_site_links.py site
 
 ## make cli-reference: regenerate docs/reference/cli.md from every command's --help (after changing an option)
 cli-reference: $(DOCS_STAMP)
