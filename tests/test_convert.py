@@ -830,7 +830,7 @@ def test_a_heic_without_the_extra_fails_naming_it(tmp_path):
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.splitlines()[0])
     assert line["key"] == "h" and line["stage"] == "scan"
-    assert "HEIC/HEIF" in line["error"] and "pip install 'wds-tools[heif]'" in line["error"]
+    assert "HEIC/HEIF" in line["error"] and "pip install pillow-heif==1.8.1" in line["error"]
 
 
 def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageCms, ImageOps
 
-from ..errors import DecodeError, OptionError
+from ..errors import DecodeError, OptionError, install_hint
 from ..signals import reraise_interruption
 
 __all__ = [
@@ -103,7 +103,7 @@ def decoder_versions() -> dict[str, str]:
 
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"mif2"}
 _AVIF_BRANDS = {b"avif", b"avis"}
-HEIF_EXTRA = "pip install 'wds-tools[heif]' (pillow-heif)"
+HEIF_EXTRA = install_hint("heif")
 
 
 def _ftyp_brand(f: BinaryIO) -> bytes | None:
