@@ -853,6 +853,38 @@ def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
     assert again.already_complete and again.failed == 0 and [w["key"] for w in again.narrow_pixels] == ["dark16"]
 
 
+def test_an_image_folders_errors_carry_no_line_and_a_manifests_do(tmp_path):
+    """Issue 32: errors.jsonl gave an image folder's files a "line" (their position in the walk), which names
+    nothing a user can open; a folder's entries have their path alone, ordered by path (FORMAT.md, errors.jsonl)."""
+    from PIL import Image
+
+    from wds_tools.synth import jpeg_bytes, photo_like
+
+    photos = tmp_path / "photos"
+    (photos / "cat").mkdir(parents=True)
+    (photos / "dog").mkdir()
+    for i, name in enumerate(["cat/a.jpg", "cat/b.jpg", "dog/c.jpg", "dog/d.jpg"]):
+        (photos / name).write_bytes(jpeg_bytes(photo_like(40, 30, seed=i)))
+    (photos / "dog" / "broken.jpg").write_bytes(b"not a jpeg")
+    (photos / "cat" / "a-text.png").write_bytes(b"\x89PNG but no more")
+    ramp = (np.arange(48 * 48).reshape(48, 48) * 4095 // (48 * 48 - 1)).astype(np.uint16)  # a narrow range
+    Image.fromarray(ramp).save(photos / "cat" / "dark16.png")
+    res = _run(photos, tmp_path / "out", val_fraction=0.0, max_errors="2")
+    entries = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert [(e["path"], e["stage"]) for e in entries] == [
+        ("cat/a-text.png", "scan"),
+        ("cat/dark16.png", "pixels"),
+        ("dog/broken.jpg", "scan"),
+    ]
+    assert all("line" not in e for e in entries)
+    assert [set(w) for w in res.narrow_pixels] == [{"key", "path", "stage", "warning"}]  # --json alike
+    rows = make_images(tmp_path / "m", 3)
+    (tmp_path / "m" / rows[1]["path"]).write_bytes(b"not a jpeg")
+    res = _run(write_manifest(tmp_path / "m" / "m.csv", rows), tmp_path / "out2", max_errors="1")
+    (entry,) = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert entry["line"] == 3  # a manifest's row: its CSV line (the header is line 1)
+
+
 def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, tmp_path):
     """An index.json whose decode has no colour (every conversion before it) was made ignoring ICC
     profiles: a rerun with the default --colour srgb is refused naming --colour raw; with it, nothing to do."""
