@@ -37,14 +37,17 @@ demo: $(DEMO_STAMP)
 
 # pytest-xdist processes for make test and test-fast: one per core, at most 4 (TEST_WORKERS=0: in this process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# bytecode written even where the environment says not to (PYTHONDONTWRITEBYTECODE, as many containers set it):
+# otherwise every run rewrites the asserts of every test module again in every process, 4-5 s of CPU each
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 ## make test: set up and run the whole test suite (on TEST_WORKERS processes)
 test: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(PYTEST) -q -n $(TEST_WORKERS)
 
-## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why), under a minute
+## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why): 65-68 s of CPU over the cores (docs/guide/figures.md, The test suite)
 test-fast: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow"
 
 ## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
 lint: $(FULL_STAMP)

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# slow, all of it: the module's fixture builds a wheel and an sdist (0.9 s of CPU in the fast run, for three
+# checks of what they carry), and the fresh-venv test takes most of a minute
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("wds_tools", "training_adapter")
 
@@ -77,7 +81,7 @@ def _quick_start() -> list[tuple[str, str]]:
     return re.findall(r"^```(bash|python)\n(.*?)^```", section, flags=re.S | re.M)
 
 
-@pytest.mark.slow  # 51 s on the 2-core VM at load 6-8 (the Quick start's convert 22 s, its training 15 s)
+# 51 s on the 2-core VM at load 6-8 (the Quick start's convert 22 s, its training 15 s)
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(built, tmp_path):
     """wds-tools is not on PyPI: a wheel built from the checkout is how it reaches another environment
     (issue 32, point 11). The wheel goes into a fresh venv with --no-deps; its dependencies are this test

@@ -98,7 +98,12 @@ def test_a_url_without_fsspec_or_its_backend_names_the_package_to_install(monkey
         transport._filesystem("s3")
     monkeypatch.undo()
     transport._filesystem.cache_clear()
-    monkeypatch.setitem(sys.modules, "s3fs", None)  # fsspec there, its s3 backend not
+    import fsspec
+
+    def without_backend(protocol):  # fsspec there, its s3 backend not (as fsspec says it: ImportError)
+        raise ImportError("Install s3fs to access S3")
+
+    monkeypatch.setattr(fsspec, "filesystem", without_backend)
     with pytest.raises(OptionError, match=r"need their fsspec backend .*for s3:// pip install s3fs==2026\.9\.0"):
         transport._filesystem("s3")
     monkeypatch.undo()
