@@ -800,6 +800,13 @@ def test_a_float32_rgb_tiff_fails_as_an_unsupported_tiff_sample_format(byteorder
             call()
 
 
+def test_another_sample_layout_pillow_lacks_is_named_without_the_float_note():
+    raw = baseline_tiff(np.full((8, 10, 2), 7, np.uint8), 1)  # grey and a sample no ExtraSamples explains
+    with pytest.raises(DecodeError, match=r"2 samples per pixel of 8-bit unsigned integer \(SampleFormat 1, 1, ") as e:
+        decode_image(raw, 8)
+    assert "floating-point" not in str(e.value)
+
+
 def test_the_hand_written_tiff_is_one_pillow_reads_where_it_has_one_float_sample():
     arr = np.full((8, 10, 1), 0.5, np.float32)  # the same writer, one sample: Pillow's mode F, by the float rule
     assert Image.open(io.BytesIO(baseline_tiff(arr, 3))).mode == "F"

@@ -180,7 +180,7 @@ def _tiff_layout(f: BinaryIO) -> str | None:
             tags = {}
             for i in range(count):
                 tag, kind, n, value = struct.unpack(order + "HHI4s", entries[12 * i : 12 * i + 12])
-                if tag in (258, 262, 277, 339) and kind == 3:  # SHORTs: inline up to 2, else at an offset
+                if tag in (258, 262, 277, 338, 339) and kind == 3:  # SHORTs: inline up to 2, else at an offset
                     if n > 2:
                         f.seek(struct.unpack(order + "I", value)[0])
                         value = f.read(2 * n)
@@ -197,12 +197,14 @@ def _tiff_layout(f: BinaryIO) -> str | None:
     formats = tags.get(339, [1])
     kinds = sorted({_SAMPLE_FORMATS.get(v, f"SampleFormat {v}") for v in formats})
     width = f"{bits[0]}-bit" if len(set(bits)) == 1 else "/".join(map(str, bits)) + "-bit"
+    extra = f", ExtraSamples {', '.join(map(str, tags[338]))}" if 338 in tags else ""
+    floats = " (it reads floating-point TIFFs of one sample, grey, only)" if 3 in formats else ""
     return (
         f"unsupported TIFF sample format: {samples} sample{'s' if samples != 1 else ''} per pixel of {width} "
         f"{' and '.join(kinds)} (SampleFormat {', '.join(map(str, formats))}, BitsPerSample "
-        f"{', '.join(map(str, bits))}, PhotometricInterpretation {tags.get(262, ['?'])[0]}): Pillow, which "
-        "decodes TIFFs here, has no mode for it (it reads floating-point TIFFs of one sample, grey, only). "
-        "Save the image as 8- or 16-bit integer RGB, or as one-sample float grey, and convert it again"
+        f"{', '.join(map(str, bits))}, PhotometricInterpretation {tags.get(262, ['?'])[0]}{extra}): Pillow, "
+        f"which decodes TIFFs here, has no mode for this combination{floats}. Save the image as 8- or 16-bit "
+        "integer RGB (or grey), and convert it again"
     )
 
 
