@@ -49,3 +49,13 @@ def test_no_message_or_page_asks_for_the_unpublished_package():
     found = [f"{p.relative_to(ROOT)}:{n}" for p in places for n, line in enumerate(p.read_text().splitlines(), 1)
              if pattern.search(line)]  # fmt: skip
     assert not found, f"'wds-tools[...]' is not installable (not on PyPI): {found}"
+
+
+def test_the_wheel_the_docs_name_is_this_version():
+    """README and docs name the wheel `pip wheel` builds; a version bump must not leave them naming another."""
+    from wds_tools.version import __version__
+
+    places = [ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
+    named = {(p.name, v) for p in places for v in re.findall(r"wds_tools-([^-\s]+)-py3-none-any\.whl", p.read_text())}
+    assert {p for p, _ in named} >= {"README.md", "index.md", "SCALE.md"}
+    assert {v for _, v in named} == {__version__}, named

@@ -89,6 +89,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(built, tm
     wds_tools and training_adapter come from the wheel alone; then the README's Quick start runs from a
     folder outside the checkout, its shell blocks with the venv's wds-tools and python first on PATH."""
     wheel, _ = built
+    from wds_tools.version import __version__
+
+    assert wheel.name == f"wds_tools-{__version__}-py3-none-any.whl"  # the name README.md and docs give
     venv, ws = tmp_path / "venv", tmp_path / "ws"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"  # this environment's pip installs into it (ensurepip would take 5-10 s)
