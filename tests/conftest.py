@@ -438,8 +438,10 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_s3_folder_index_and_pattern": 1.2,  # in the fast run
     },
     "test_resume.py": {
+        "test_a_resumed_streamed_evaluation_counts_exactly_what_it_skips": 1.5,  # measured alone, load ~7
         "test_elastic_resume_covers_the_split_once": 1.0,
         "test_planner_resume": 1.7,
+        "test_planner_resume_in_evaluation": 1.0,  # measured alone, load ~7
         "test_resume_in_the_other_worker_paths": 1.4,
         "test_resume_is_exact_in_a_fresh_process": 67.0,
         "test_stream_rest_never_reopens_a_shard": 1.8,
@@ -470,6 +472,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_killed_multi_size_run_resumes_byte_identical": 3.2,
         "test_multi_size_incremental_equals_separate_incremental_runs": 1.3,
         "test_multi_size_run_equals_separate_runs": 2.5,
+    },
+    "test_statedict.py": {
+        "test_fuzzed_states_are_refused_by_name_or_continue_exactly": 2.2,  # measured with test_resume.py, load ~7
     },
     "test_stats.py": {
         "test_remote_damage_is_named_as_locally": 0.8,  # in the fast run
