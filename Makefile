@@ -45,7 +45,7 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: $(FULL_STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS)
 
-## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why): 65-71 s of CPU over the cores (docs/guide/figures.md, The test suite)
+## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why): 55 s of CPU over the cores (docs/guide/figures.md, The test suite)
 test-fast: $(FULL_STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow"
 

@@ -377,6 +377,8 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_config_train_loader_against_the_reference": 4.2,
         "test_drawn_configurations_against_the_reference": 16.6,
         "test_explicit_epochs_and_advance_without_set_epoch": 3.7,
+        # 2.9 s CPU in the fast run, all of it the module's fixtures, which no other fast test uses
+        "test_index_reader_refuses_a_shard_that_does_not_match_its_index": 2.9,
         "test_index_reader_skips_damaged_samples_one_rank": 1.1,
         "test_matrix_against_the_reference": 16.1,
         "test_on_error_skip_in_an_eval_pass": 4.8,  # s CPU in the fast run (31 s of wall at load 8-10)
@@ -399,6 +401,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_without_posix_locks_a_marker_is_used": 0.8,  # in the fast run
     },
     "test_manifest.py": {
+        "test_floats_round_trip": 0.53,  # s CPU in the fast run
         "test_integers_round_trip": 0.58,  # s CPU in the fast run
         "test_strings_keep_their_text_stripped": 3.3,
     },
@@ -477,6 +480,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_fuzzed_states_are_refused_by_name_or_continue_exactly": 2.2,  # measured with test_resume.py, load ~7
     },
     "test_stats.py": {
+        "test_plot_draws_each_split": 0.94,  # s CPU in the fast run (matplotlib's import, no other fast test's)
         "test_remote_damage_is_named_as_locally": 0.8,  # in the fast run
         "test_s3_and_http_give_the_local_report": 1.1,
     },
