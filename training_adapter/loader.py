@@ -35,6 +35,7 @@ from .shardlist import ShardList, resolve_urls, worker_info
 from .streaming import StreamingDataset
 from .tarread import DEFAULT_CHUNK
 from .threads import in_order
+from .transform import check_picklable
 
 __all__ = ["ShardLoader", "make_loader", "open_loader", "open_dataset", "to_device", "default_workers"]
 
@@ -567,6 +568,8 @@ def open_loader(
             num_workers = min(cores, max(1, len(shards) // world))
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
+    if options.transform is not None and num_workers:  # a transform runs in worker processes, never threads
+        check_picklable(options.transform, multiprocessing_context)
     ds.prepare(rank=rank, world=world, num_workers=max(1, num_workers))
     if dev is not None and (ds.shards.mean is None or ds.shards.std is None):
         raise OptionError(

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..clikit import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
-from ..errors import WdsToolsError
+from ..errors import WdsToolsError, install_hint
 from ..exitcodes import ExitCode
 from .group import cli, emit
 
@@ -214,8 +214,8 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     "plot_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Also draw samples per shard and a class-share heatmap into this PNG "
-    "(needs the plot extra: pip install 'wds-tools[plot]').",
+    help="Also draw samples per shard and a class-share heatmap into this PNG. Needs matplotlib: "
+    f"{install_hint('plot')}.",
 )
 @click.option(
     "--by",

@@ -24,7 +24,7 @@ from ..format.transport import join
 from ..progress import progress as show_progress
 from ..version import __version__
 from . import hashes
-from .assemble import write_errors
+from .assemble import errors_order, write_errors
 from .decode import DecodeSettings, decoder_versions
 from .dedup import known_hashes, near_pairs
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
@@ -464,7 +464,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
     if len(failures) > allowed and not opts.dry_run:
         names = []
         for t in todo:
-            names.append(write_errors(t.store, failures))
+            names.append(write_errors(t.store, failures, folder=src.kind == "image-folder"))
             if not [n for n in t.store.names(t.work) if n != "run.json" and not n.startswith("run.json.tmp")]:
                 t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
@@ -641,7 +641,8 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
 
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
-    result.narrow_pixels = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
+    narrow = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
+    result.narrow_pixels = errors_order(narrow, src.kind == "image-folder")
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
     meta = finish_size(
         t,

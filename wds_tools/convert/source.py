@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
@@ -174,43 +174,64 @@ def check_keys(rows: list[tuple[int, str]], where: str) -> None:
 _INTEGER_LABEL = re.compile(r"0|[1-9][0-9]*")  # ASCII only: str.isdigit also takes '²' and '٣'
 
 
-def _classes(labels: set[str]) -> list[str]:
+def _classes(labels: set[str], where: str, lines: dict[str, int] | None = None) -> list[str]:
     """Class names in label-index order: plain integers by value (gaps filled) when every label is one
-    (``0`` or ``[1-9][0-9]*``, so ``07`` and ``7`` never meet as one class), else sorted names."""
+    (``0`` or ``[1-9][0-9]*``, so ``07`` and ``7`` never meet as one class), else sorted names.
+    ``lines``: a label's first line, for the message."""
     if labels and all(_INTEGER_LABEL.fullmatch(s) for s in labels):
-        top = max(int(s) for s in labels)
-        if top > 100_000:
-            raise SourceError(f"integer label {top} is too large for a class index (at most 100000)")
-        return [str(i) for i in range(top + 1)]
+        top = max(labels, key=int)
+        if int(top) > MAX_CLASS_INDEX:
+            at = f" (line {lines[top]})" if lines and top in lines else ""
+            raise SourceError(
+                f"{where}: integer label {top}{at} is too large for a class index (at most {MAX_CLASS_INDEX}): "
+                "when every label is an integer, the labels are the class indexes. Write the labels as names "
+                "(e.g. with a letter in front) to have them sorted as names instead"
+            )
+        return [str(i) for i in range(int(top) + 1)]
     return sorted(labels)
 
 
+MAX_CLASS_INDEX = 100_000
 _INTEGER_TEXT = re.compile(r"(0|[1-9][0-9]*)(\.0+)?")  # 2, 2.0, 2.00: what pandas writes for an int column with gaps
+_EXACT = 2**53  # a double holds every integer up to here, not every one past it
 
 
 def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
     """Each row's label text by value: a JSON number or a text ``2``/``2.0`` whose value is a
     non-negative integer is that integer's digits (so ``2``, ``2.0`` and ``"2"`` are one class
-    ``"2"``); other text and numbers as written (JSON numbers as Python's json writes them); a JSON
-    boolean is ``true``/``false``, refused among numbers (it would silently be 1 or 0). Two texts
-    that name one non-integer number (``2.5``, ``"2.50"``) are refused, naming the rows."""
+    ``"2"``), taken from the digits as written, never through a double; other text and numbers as
+    written (JSON numbers as Python's json writes them); a JSON boolean is ``true``/``false``,
+    refused among numbers (it would silently be 1 or 0). A JSON number with a fraction or exponent
+    whose value is a whole number of 2**53 or more is refused: json has read it as a double, which
+    may have lost its digits. Two texts that name one number (``2.5``, ``"2.50"``, compared as
+    exact decimals) are refused, naming the rows."""
     out: list[str] = []
     booleans: list[int] = []
-    numbers: dict[float, dict[str, list[int]]] = {}
+    inexact: list[int] = []
+    numbers: dict[Decimal, dict[str, list[int]]] = {}
     for line, value in values:
         if isinstance(value, bool):
             booleans.append(line)
             out.append("true" if value else "false")
             continue
         text = cell_text(value) or ""
+        if isinstance(value, float) and value.is_integer() and abs(value) >= _EXACT:
+            inexact.append(line)
         if isinstance(value, (int, float)) or _INTEGER_TEXT.fullmatch(text):
-            number = float(text)
-            if number.is_integer() and number >= 0 and math.isfinite(number):
+            number = Decimal(text)  # exact: the digits as written (a JSON float: Python's repr of it)
+            if number.is_finite() and number >= 0 and number == number.to_integral_value():
                 text = str(int(number))
             numbers.setdefault(number, {}).setdefault(text, []).append(line)
         elif isinstance(value, str) and _FLOAT_TEXT.fullmatch(text):
-            numbers.setdefault(float(text), {}).setdefault(text, []).append(line)
+            numbers.setdefault(Decimal(text), {}).setdefault(text, []).append(line)
         out.append(text)
+    if inexact:
+        raise SourceError(
+            f"{path}: the label at line(s) {', '.join(map(str, inexact[:5]))} is a JSON number with a fraction or "
+            f"exponent whose value is a whole number of 2**53 or more: JSON readers take such a number as a "
+            f"double, which does not hold every integer that large, so its digits may already be lost. Write "
+            f"the label as a JSON integer (no '.0', no exponent) or as a string"
+        )
     if booleans and numbers:
         first_number = min(ln for texts in numbers.values() for lines in texts.values() for ln in lines)
         raise SourceError(
@@ -223,8 +244,9 @@ def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
             listed = "; ".join(
                 f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}" for t, lines in sorted(texts.items())
             )
+            shown = str(int(number)) if number == number.to_integral_value() else str(number.normalize())
             raise SourceError(
-                f"{path}: labels {listed} name one value, {number!r}, written differently; "
+                f"{path}: labels {listed} name one value, {shown}, written differently; "
                 "write every label of one class the same way"
             )
     return out
@@ -333,7 +355,7 @@ def _read_manifest(
         table.kind,
         str(path),
         rows,
-        _classes({r.label for r in rows}),
+        _classes({r.label for r in rows}, str(path), {r.label: r.line for r in reversed(rows)}),
         tuple(meta_columns),
         columns,
         stratify,
@@ -500,7 +522,7 @@ def _read_folder(
         "image-folder",
         str(root),
         rows,
-        _classes({r.label for r in rows}),
+        _classes({r.label for r in rows}, str(root)),
         stratify=stratify,
         split_base=split_base.version if split_base is not None else None,
         skipped=tuple(skipped),
