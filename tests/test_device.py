@@ -106,6 +106,31 @@ def test_device_batches_equal_each_plain_batch_moved_by_hand(folder, opts, dtype
                 assert a == b
 
 
+@pytest.mark.parametrize(
+    "opts",
+    [
+        pytest.param(dict(num_workers=0, augment={"affine_p": 1.0}), id="cpu-augment-w0"),
+        pytest.param(dict(num_workers=2, augment={"affine_p": 1.0}), id="cpu-augment-w2-processes"),
+        pytest.param(dict(num_workers=0, device_augment=True), id="device-augment-w0"),
+        pytest.param(dict(num_workers=2, device_augment=True, processes=True), id="device-augment-w2-processes"),
+    ],
+)
+def test_device_batches_under_the_callers_autocast_equal_the_oracle(folder, opts, monkeypatch):
+    """A training loop wrapped whole in torch.autocast: the loader's next() (the feed's preparation,
+    augment_batch, and the workers forked in it) runs under it, and must still give the oracle's pixels."""
+    opts = dict(opts)
+    if opts.pop("processes", False):
+        monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)
+    plain = [tuple(x.clone() for x in b) for b in make_loader(folder, batch_size=B, train=True, seed=4, **opts)]
+    loader = make_loader(folder, batch_size=B, device="cpu", train=True, seed=4, **opts)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = list(loader)
+        still = torch.is_autocast_enabled("cpu")
+    assert still and len(got) == len(plain) > 2
+    for p, m in zip(plain, got):
+        assert m[0].dtype == torch.float32 and torch.equal(m[0], expected(p, loader, torch.float32))
+
+
 def test_device_batches_share_no_memory_with_the_loader_and_never_change(folder):
     """Every batch kept to the end: the values seen when it was yielded, none in the ring's slots."""
     loader = make_loader(folder, batch_size=B, train=True, num_workers=2, device="cpu")

@@ -31,7 +31,7 @@ import torch
 
 from wds_tools.errors import OptionError
 
-from .augment import AugmentConfig, augment_batch, normalize
+from .augment import AugmentConfig, augment_batch, no_autocast, normalize
 from .buffers import Fence
 
 __all__ = ["DeviceFeed", "Streams", "CudaStreams", "to_device", "cuda_register", "cuda_fence", "as_device", "as_dtype"]
@@ -203,7 +203,7 @@ class DeviceFeed:
         params = batch[2] if self.params else None
         rest = batch[k:]
         nb = s.asynchronous
-        with s.side():
+        with s.side(), no_autocast(dev):  # the caller's next() may run under its torch.autocast
             x = s.pinned(images).to(dev, non_blocking=nb)
             y = s.pinned(labels).to(dev, non_blocking=nb, copy=True)
             p = None if params is None else s.pinned(params).to(dev, non_blocking=nb, copy=True)
