@@ -10,6 +10,8 @@ its copy completed. The tests marked ``cuda`` run on a GPU machine only (``scrip
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import weakref
 from pathlib import Path
 
@@ -223,7 +225,7 @@ def test_an_abandoned_feed_waits_for_the_copies_still_running():
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persistent, monkeypatch):
-    """pin_memory as where CUDA is (fake events that check the slot is untouched until they complete):
+    """pin_memory=True as where CUDA is (fake events that check the slot is untouched until they complete):
     every batch is its slot, page-locked once, no batch copied, no slot written under a pending fence;
     a batch the caller keeps never changes."""
     from test_loader import stored
@@ -236,7 +238,8 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         return fences(slot)
 
     monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
-    monkeypatch.setattr("training_adapter.loader.cuda_register", fences.register)
+    monkeypatch.setattr("training_adapter.loader._cuda_present", lambda: True)  # as where CUDA is
+    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
     monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
     loader = make_loader(
         folder,
@@ -247,8 +250,9 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         persistent_workers=persistent,
         return_keys=True,
         prefetch_factor=1,
+        pin_memory=True,
     )
-    loader.pin_memory = True  # as make_loader sets it where CUDA is
+    assert loader.pin_memory
     kept = None
     for epoch in range(3):
         for n, (images, labels, keys) in enumerate(loader):
@@ -314,6 +318,226 @@ def test_a_config_sets_device_and_dtype(folder, tmp_path):
     )
     images, labels = next(iter(load_config(cfg).dataset.train_loader()))
     assert images.dtype == torch.float16 and images.is_floating_point() and labels.dtype == torch.int64
+
+
+# --- page-locking and devices on a fake CUDA (what the loader calls of torch.cuda, recorded) ---------------
+class FakeCuda:
+    """torch.cuda as the page-locking code sees it: ``count`` devices, those with a context, the current
+    one, ``cudaHostRegister``/``cudaHostUnregister`` (refusing the calls numbered in ``refuse``),
+    ``synchronize``, streams and events; each call recorded in ``calls`` with the device then current."""
+
+    def __init__(self, count: int = 4, current: int = 0, contexts=(0,), refuse=()) -> None:
+        self.count, self.current, self.contexts, self.refuse = count, current, set(contexts), set(refuse)
+        self.calls: list[tuple] = []
+        self.registers = 0
+        self.unregister_rc = 0
+        self.events: list[FakeCuda.Event] = []
+
+    def install(self, monkeypatch) -> FakeCuda:
+        for name, value in {
+            "is_available": lambda: True,
+            "device_count": lambda: self.count,
+            "current_device": lambda: self.current,
+            "device": self.device,
+            "cudart": lambda: self,
+            "synchronize": lambda d=None: self.calls.append(("synchronize", d)),
+            "current_stream": lambda d=None: ("stream", self.current if d is None else d),
+            "Event": lambda: self.Event(self),
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+        monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", lambda d: d in self.contexts, raising=False)
+        monkeypatch.setattr("training_adapter.device._clear_cuda_error", lambda: self.calls.append(("clear",)))
+        return self
+
+    @contextlib.contextmanager
+    def device(self, d):
+        before, self.current = self.current, torch.device(d).index
+        self.contexts.add(self.current)  # a call in a device's context makes one
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def cudaHostRegister(self, ptr, size, flags):
+        self.registers += 1
+        self.calls.append(("register", ptr, self.current))
+        return 712 if self.registers in self.refuse else 0
+
+    def cudaHostUnregister(self, ptr):
+        self.calls.append(("unregister", ptr, self.current))
+        return self.unregister_rc
+
+    def cudaError(self, rc):
+        return rc
+
+    def cudaGetErrorString(self, rc):
+        return "part or all of the requested memory range is already mapped"
+
+    class Event:
+        def __init__(self, owner) -> None:
+            self.owner, self.done, self.stream = owner, False, None
+            owner.events.append(self)
+
+        def record(self, stream) -> None:
+            self.stream = stream
+
+        def query(self) -> bool:
+            return self.done
+
+        def synchronize(self) -> None:
+            self.done = True
+
+
+def test_a_slot_is_page_locked_in_the_given_devices_context_and_a_refusal_is_cleared(monkeypatch):
+    from training_adapter.device import cuda_error, cuda_register
+
+    fake = FakeCuda(refuse={2}).install(monkeypatch)
+    taken, refused = torch.UntypedStorage._new_shared(4096), torch.UntypedStorage._new_shared(4096)
+    assert cuda_register(taken, torch.device("cuda", 3)) == 0
+    assert fake.calls == [("register", taken.data_ptr(), 3)] and fake.current == 0  # in cuda:3's context, not 0's
+    assert cuda_register(refused, torch.device("cuda", 3)) == 712
+    assert fake.calls[-1] == ("clear",)  # CUDA's last error taken, so no later kernel launch raises it
+    assert cuda_error(712) == "cudaError 712: part or all of the requested memory range is already mapped"
+    fake.calls.clear()
+    del refused
+    gc.collect()
+    assert fake.calls == []  # never page-locked: nothing to undo
+    del taken
+    gc.collect()
+    assert fake.calls[-1][0] == "unregister"
+
+
+def test_a_slot_is_unregistered_once_every_device_with_a_context_is_done(monkeypatch, caplog):
+    """A copy out of a slot the caller let go of may still be queued on any device when the slot's memory
+    goes: each device with a context is synchronised before cudaHostUnregister; a failure is said and cleared."""
+    from training_adapter.device import cuda_register
+
+    fake = FakeCuda(count=4, contexts={0, 2}).install(monkeypatch)
+    storage = torch.UntypedStorage._new_shared(4096)
+    ptr = storage.data_ptr()
+    assert cuda_register(storage, torch.device("cuda", 1)) == 0
+    fake.calls.clear()
+    fake.unregister_rc = 1
+    del storage
+    gc.collect()
+    assert fake.calls == [
+        ("synchronize", 0),
+        ("synchronize", 1),
+        ("synchronize", 2),
+        ("unregister", ptr, 1),
+        ("clear",),
+    ]
+    assert "cudaHostUnregister of a loader's batch slot failed (cudaError 1: " in caplog.text
+
+
+def test_the_fence_is_recorded_on_every_device_with_a_context(monkeypatch):
+    from training_adapter.device import cuda_fence
+
+    fake = FakeCuda(count=3, contexts={0, 2}).install(monkeypatch)
+    fence = cuda_fence(5)
+    assert [e.stream for e in fake.events] == [("stream", 0), ("stream", 2)]  # a copy on cuda:2 is waited for too
+    assert not fence.query()
+    fake.events[0].done = True
+    assert not fence.query()
+    fake.events[1].done = True
+    assert fence.query()
+
+
+def test_cuda_is_the_current_device_when_the_loader_is_made(folder, monkeypatch):
+    fake = FakeCuda(count=4, current=2).install(monkeypatch)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=0, device="cuda")
+    fake.current = 0  # a set_device after make_loader moves nothing
+    assert loader.device == torch.device("cuda", 2)
+    assert make_loader(folder, batch_size=B, train=True, num_workers=0, device="cuda:1").device == torch.device(
+        "cuda", 1
+    )
+    with pytest.raises(OptionError, match=r"device='cuda:7': this machine has 4 CUDA device\(s\), cuda:0 to cuda:3"):
+        make_loader(folder, batch_size=B, train=True, device="cuda:7")
+
+
+def test_the_ring_is_page_locked_on_the_loaders_device_and_only_what_the_driver_took_is_lent(
+    folder, monkeypatch, caplog
+):
+    """device='cuda:3' with cuda:0 current: every slot registered in cuda:3's context (no context made on
+    cuda:0); the driver refuses one slot: it is said, not counted, and its batches are copied out."""
+    fake = FakeCuda(count=4, current=0, contexts=(), refuse={2}).install(monkeypatch)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, device="cuda:3")
+    ring = loader._ring()
+    ring._pinned_copies = False  # the CPU has no page-locked allocator: plain copies stand in
+    registers = [c for c in fake.calls if c[0] == "register"]
+    assert len(registers) == len(ring) and {c[2] for c in registers} == {3} and fake.contexts == {3}
+    assert ring.registered == len(ring) - 1
+    assert (
+        f"cudaHostRegister refused 1 of the loader's {len(ring)} batch slots (cudaError 712: part or all" in caplog.text
+    )
+    refused = ring.storages.index(next(s for s in ring.storages if s.data_ptr() == registers[1][1]))
+    shape = (B, S, S, 3)
+    refs = []
+    for value in range(len(ring)):  # a batch in each slot, as workers write them
+        got = ring.acquire(shape, gen=0, params=False)
+        assert got is not None
+        got[1].fill_(value)
+        ring.publish(got[0])
+        refs.append((got[0], value))
+    for ref, value in refs:  # every slot but the refused one is lent; that one is copied out
+        images = ring.take(ref)[0]
+        base = ring.buffers[ref.slot].data_ptr()
+        lent = base <= images.data_ptr() < base + ring.slot_bytes
+        assert lent == (ref.slot != refused) and (images == value).all()
+        del images
+        ring.reclaim()
+    assert ring.copies == 1
+    del loader, ring
+    gc.collect()  # the slots unregistered while the fake is in place
+
+
+def test_pin_memory_is_off_unless_asked_without_device(folder, monkeypatch):
+    """Where CUDA is, the default (None) leaves batches pageable as before issue 30: a slot is then written
+    again as soon as no tensor refers to it, and nothing the caller's copies do can read a rewritten slot."""
+    from test_buffers import Fences
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fences = Fences(None, delay=1)  # type: ignore[arg-type]
+
+    def fence(slot):
+        fences.ring = loader.ring
+        return fences(slot)
+
+    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
+    monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
+    for pin, locked in ((None, False), (False, False), (True, True)):
+        loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=pin)
+        n = sum(1 for _ in loader)
+        ring = loader.ring
+        assert ring is not None and n == len(loader)
+        assert loader.pin_memory is locked and (ring.registered == len(ring)) is locked
+        assert (fences.made >= n - 1) is locked
+        fences.made = 0
+
+
+def test_rocm_copies_batches_into_page_locked_memory_instead_of_registering(folder, monkeypatch):
+    fake = FakeCuda().install(monkeypatch)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=True, seed=5)
+    want = [b[0].clone() for b in make_loader(folder, batch_size=B, train=True, num_workers=0, seed=5)]
+    loader._ring()._pinned_copies = False  # the CPU has no page-locked allocator: plain copies stand in
+    got = [b[0].clone() for b in loader]
+    ring = loader.ring
+    assert ring is not None and not [c for c in fake.calls if c[0] == "register"] and ring.registered == 0
+    assert ring.copies == len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_a_ring_larger_than_the_shared_memory_free_is_refused(folder, monkeypatch):
+    monkeypatch.setattr("training_adapter.loader.shared_memory_free", lambda: 2**20)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, prefetch_factor=4)
+    monkeypatch.setattr(loader, "_slot_bytes", 2**20)  # 1 MB batches
+    with pytest.raises(
+        OptionError,
+        match=r"the loader's batch ring needs 13 MB of shared memory \(13 batches of 1.0 MB: prefetch_factor=4 x "
+        r"num_workers=2, and 5 this process may hold\), but /dev/shm has 1 MB free: lower prefetch_factor, "
+        r"num_workers or batch_size",
+    ):
+        next(iter(loader))
 
 
 # --- on a GPU machine -----------------------------------------------------------------------------------

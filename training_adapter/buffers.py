@@ -190,11 +190,13 @@ class BatchRing:
         self._held: dict[int, Fence | None] = {}  # slot -> None: lent; a Fence: let go, its copy may run
         self._fence: Callable[[int], Fence | None] | None = None
         self._pinned_copies = False  # copies out of a slot in page-locked memory (torch's own, which tracks copies)
+        self._pinning = False  # batches are to be page-locked: one from a slot that is not is copied out
+        self._locked_slots: list[bool] = [False] * len(self.storages)  # page-locked for the accelerator
         self._ended: set[int] = set()  # generations whose batches no one receives any more
         self._ends = 0  # generations ended so far (the next place in ``ended``)
         self._stale = False  # whether slots of ended generations may still be claimed
         self._np: np.ndarray | None = None
-        self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already)
+        self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already, or it is not page-locked)
         self.registered = 0  # slots page-locked for the accelerator
 
     def __len__(self) -> int:
@@ -216,19 +218,22 @@ class BatchRing:
     # --- in the main process: pinning ------------------------------------------------------------
     def pin(
         self,
-        register: Callable[[torch.UntypedStorage], None],
+        register: Callable[[torch.UntypedStorage], bool] | None,
         fence: Callable[[int], Fence | None] | None,
         *,
         pinned_copies: bool = True,
     ) -> None:
-        """Page-lock every slot once (``register``: ``cudaHostRegister`` of its shared memory) and, with
-        ``fence``, wait for ``fence(slot)`` (an event recorded on the current stream) before a slot the
-        caller let go of is written again; ``pinned_copies``: copy a batch out into page-locked memory."""
-        if not self.registered:
-            for s in self.storages:
-                register(s)
-            self.registered = len(self.storages)
-        self._fence, self._pinned_copies = fence, pinned_copies
+        """Batches in page-locked memory: page-lock each slot once (``register``: ``cudaHostRegister`` of
+        its shared memory, True where it could; None: none can be) and lend those as they are; a batch
+        in a slot that is not page-locked is copied out (into page-locked memory: ``pinned_copies``) and
+        its slot freed at once. With ``fence``, a slot the caller let go of is written again only once
+        ``fence(slot)`` (events recorded on the current streams) has completed."""
+        if register is not None:
+            for i, s in enumerate(self.storages):
+                if not self._locked_slots[i]:
+                    self._locked_slots[i] = bool(register(s))
+        self.registered = sum(self._locked_slots)
+        self._fence, self._pinned_copies, self._pinning = fence, pinned_copies, True
 
     # --- in a worker -------------------------------------------------------------------------------
     def acquire(
@@ -314,7 +319,9 @@ class BatchRing:
         lo, po, _ = slot_layout(nbytes, n, ref.params)
         base = torch.from_numpy(self._arrays[i])  # its storage holds the array: the reference count tells
         lent = sum(1 for f in self._held.values() if f is None)
-        if lent >= self.lend:  # the caller keeps batches: copy this one out, free the slot now
+        # the caller keeps batches, or they are to be page-locked and this slot is not: copy this one out,
+        # free the slot now
+        if lent >= self.lend or (self._pinning and not self._locked_slots[i]):
             used = slot_layout(nbytes, n, ref.params)[2]
             out = torch.empty(used, dtype=torch.uint8, device="cpu", pin_memory=self._pinned_copies)
             out.copy_(base[:used])
