@@ -5,7 +5,10 @@ each batch must equal ``to_device`` of the plain loader's batch (and under ``dev
 ``augment_batch`` of it), sample by sample, with and without worker processes, persistent or not.
 ``FakeStreams`` checks the feed's stream discipline: the consumer waits for each batch's event before
 it gets it, every tensor handed across is handed over, and a CPU batch is held until the event after
-its copy completed. The tests marked ``cuda`` run on a GPU machine only (``scripts/gpu_check.sh``).
+its copy completed. ``FakeCuda`` records what the page-locking code calls of torch.cuda (devices,
+contexts, cudaHostRegister, events) on a machine without CUDA. The tests marked ``cuda`` run on a
+GPU machine only (``scripts/gpu_check.sh``): among them, the feed's copies held back by a long
+kernel on its side stream while the slots turn over, against the oracle.
 """
 
 from __future__ import annotations
@@ -542,24 +545,28 @@ def test_a_ring_larger_than_the_shared_memory_free_is_refused(folder, monkeypatc
 
 # --- on a GPU machine -----------------------------------------------------------------------------------
 @cuda
+@pytest.mark.parametrize("side_stream", [False, True])
 @pytest.mark.parametrize("persistent", [False, True])
-def test_cuda_pinned_ring_copies_nothing_and_slots_wait_for_the_copies(folder, persistent):
-    """Each batch is its page-locked slot; copied with non_blocking=True behind a long kernel (so the
-    copy is still queued when the CPU batch is let go of) while the slots turn over, every copy
-    equals the plain batch."""
-    opts = dict(batch_size=B, train=True, num_workers=2, persistent_workers=persistent, seed=1)
+def test_cuda_pinned_ring_copies_nothing_and_slots_wait_for_the_copies(folder, persistent, side_stream):
+    """pin_memory=True: each batch is its page-locked slot; copied with non_blocking=True behind a long
+    kernel (so the copy is still queued when the CPU batch is let go of) while the slots turn over, on
+    the current stream or (the documented rule) on another one the current stream then waits for,
+    every copy equals the plain batch."""
+    opts = dict(batch_size=B, train=True, num_workers=2, persistent_workers=persistent, seed=1, prefetch_factor=1)
     want = [
         b[0].clone()
         for b in make_loader(folder, num_workers=0, **{k: v for k, v in opts.items() if k != "num_workers"})
     ]
     loader = make_loader(folder, pin_memory=True, **opts)
-    busy = torch.randn(2048, 2048, device="cuda")
+    other = torch.cuda.Stream()
     copies = []
     for images, _labels in loader:
         assert images.is_pinned()
-        for _ in range(20):
-            busy = busy @ busy / busy.norm()  # the copy below queues behind these
-        copies.append(images.to("cuda", non_blocking=True))
+        with torch.cuda.stream(other) if side_stream else contextlib.nullcontext():
+            torch.cuda._sleep(20_000_000)  # the copy below queues behind this
+            copies.append(images.to("cuda", non_blocking=True))
+        if side_stream:
+            torch.cuda.current_stream().wait_stream(other)  # before the next batch, as the guide says
         del images
     torch.cuda.synchronize()
     ring = loader.ring
@@ -620,3 +627,109 @@ def test_cuda_resume_through_the_device_path(folder):
     rest.load_state_dict(state)
     got = [b[0] for b in rest]
     assert len(got) == len(whole) - 3 and all(torch.equal(a, b) for a, b in zip(got, whole[3:]))
+
+
+@contextlib.contextmanager
+def _slow_side(real, self):
+    """The feed's side stream with a long kernel queued first: its copies run well after the host issued them."""
+    with real(self):
+        torch.cuda._sleep(30_000_000)
+        yield
+
+
+def _slowed(monkeypatch) -> None:
+    from training_adapter.device import CudaStreams
+
+    real = CudaStreams.side
+    monkeypatch.setattr(CudaStreams, "side", lambda self: _slow_side(real, self))
+
+
+@cuda
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("device_augment", [False, True])
+def test_cuda_a_slow_side_stream_never_lets_a_slot_be_written_under_its_copy(
+    folder, device_augment, persistent, monkeypatch
+):
+    """The copies out of the ring's slots held back by a long kernel on the side stream, 2 workers with a
+    slot each ahead (prefetch_factor=1), two epochs: a slot freed before its copy ran would be rewritten by a
+    worker and the copy read the next batch. Every batch equals the oracle."""
+    _slowed(monkeypatch)
+    opts = dict(train=True, num_workers=2, prefetch_factor=1, persistent_workers=persistent)
+    opts.update(device_augment=device_augment, seed=6)
+    plain, moved, loader = plain_and_device(folder, device="cuda", epochs=2, **opts)
+    assert len(plain) == len(moved) == 2 * len(loader) and loader.ring is not None
+    assert loader.ring.registered == len(loader.ring) and loader.ring.copies == 0
+    for p, m in zip(plain, moved):
+        assert torch.equal(m[0], expected(p, loader, torch.float32, "cuda")) and torch.equal(m[1].cpu(), p[1])
+
+
+@cuda
+def test_cuda_an_epoch_broken_off_with_copies_in_flight_then_the_next(folder, monkeypatch):
+    _slowed(monkeypatch)
+    opts = dict(batch_size=B, train=True, num_workers=2, prefetch_factor=1, seed=7)
+    plain = make_loader(folder, **opts)
+    want = []
+    for e in range(2):
+        plain.set_epoch(e)
+        want.append([tuple(x.clone() for x in b) for b in plain])
+    loader = make_loader(folder, device="cuda", **opts)
+    loader.set_epoch(0)
+    first = []
+    for i, batch in enumerate(loader):  # two batches taken, two more being copied: broken off
+        first.append(batch)
+        if i == 1:
+            break
+    loader.set_epoch(1)
+    second = list(loader)
+    assert len(second) == len(want[1])
+    for got, exp in ((first, want[0][:2]), (second, want[1])):
+        for m, p in zip(got, exp):
+            assert torch.equal(m[0], expected(p, loader, torch.float32, "cuda")) and torch.equal(m[1].cpu(), p[1])
+
+
+@cuda
+def test_cuda_a_loop_under_autocast_gets_the_oracles_batches(folder):
+    opts = dict(batch_size=B, train=True, num_workers=2, device_augment=True, seed=8)
+    plain = [tuple(x.clone() for x in b) for b in make_loader(folder, **opts)]
+    loader = make_loader(folder, device="cuda", dtype=torch.bfloat16, **opts)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = list(loader)
+    assert len(got) == len(plain)
+    for p, m in zip(plain, got):
+        assert m[0].dtype == torch.bfloat16 and torch.equal(m[0], expected(p, loader, torch.bfloat16, "cuda"))
+
+
+@cuda
+def test_cuda_a_refused_registration_leaves_no_error_for_the_next_kernel():
+    """cudaHostRegister of memory registered already is refused; CUDA's last error it leaves must not
+    come out of the next, unrelated kernel launch."""
+    from training_adapter.device import cuda_register
+
+    storage = torch.UntypedStorage._new_shared(1 << 20)
+    here = torch.device("cuda", torch.cuda.current_device())
+    assert cuda_register(storage, here) == 0
+    assert cuda_register(storage, here) != 0  # cudaErrorHostMemoryAlreadyRegistered
+    x = torch.ones(4, device="cuda") * 2
+    torch.cuda.synchronize()
+    assert x.sum().item() == 8
+    del storage  # unregistered once, by the first registration's finalizer
+    torch.cuda.synchronize()
+
+
+@cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_a_loader_on_the_second_device_makes_no_context_on_the_first(folder):
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from training_adapter import make_loader\n"
+        f"loader = make_loader({str(folder)!r}, batch_size=4, train=True, num_workers=2, device='cuda:1')\n"
+        "images, labels = next(iter(loader))\n"
+        "assert images.device == torch.device('cuda', 1)\n"
+        "print(torch._C._cuda_hasPrimaryContext(0))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "False"
