@@ -14,7 +14,6 @@ kernel on its side stream while the slots turn over, against the oracle.
 from __future__ import annotations
 
 import contextlib
-import gc
 import weakref
 from pathlib import Path
 
@@ -235,9 +234,10 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
 
     ref = stored(folder, "train")
     fences = Fences(None, delay=3)  # type: ignore[arg-type]
+    made: list[weakref.ref] = []
 
     def fence(slot):
-        fences.ring = loader.ring
+        fences.ring = made[-1]().ring
         return fences(slot)
 
     monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
@@ -255,7 +255,8 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         prefetch_factor=1,
         pin_memory=True,
     )
-    assert loader.pin_memory
+    made.append(weakref.ref(loader))  # not the loader itself: its ring holds this fence, and a cycle would keep its
+    assert loader.pin_memory  # persistent workers until the interpreter's exit (12 s more)
     kept = None
     for epoch in range(3):
         for n, (images, labels, keys) in enumerate(loader):
@@ -402,11 +403,9 @@ def test_a_slot_is_page_locked_in_the_given_devices_context_and_a_refusal_is_cle
     assert fake.calls[-1] == ("clear",)  # CUDA's last error taken, so no later kernel launch raises it
     assert cuda_error(712) == "cudaError 712: part or all of the requested memory range is already mapped"
     fake.calls.clear()
-    del refused
-    gc.collect()
+    del refused  # freed at once (no cycle holds a storage): its finalizer, if any, runs now
     assert fake.calls == []  # never page-locked: nothing to undo
     del taken
-    gc.collect()
     assert fake.calls[-1][0] == "unregister"
 
 
@@ -422,7 +421,6 @@ def test_a_slot_is_unregistered_once_every_device_with_a_context_is_done(monkeyp
     fake.calls.clear()
     fake.unregister_rc = 1
     del storage
-    gc.collect()
     assert fake.calls == [
         ("synchronize", 0),
         ("synchronize", 1),
@@ -490,8 +488,8 @@ def test_the_ring_is_page_locked_on_the_loaders_device_and_only_what_the_driver_
         del images
         ring.reclaim()
     assert ring.copies == 1
-    del loader, ring
-    gc.collect()  # the slots unregistered while the fake is in place
+    del loader, ring, refs, got  # the slots unregistered while the fake is in place
+    assert len([c for c in fake.calls if c[0] == "unregister"]) == len(registers) - 1
 
 
 def test_pin_memory_is_off_unless_asked_without_device(folder, monkeypatch):
@@ -501,15 +499,17 @@ def test_pin_memory_is_off_unless_asked_without_device(folder, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     fences = Fences(None, delay=1)  # type: ignore[arg-type]
+    made: list[weakref.ref] = []
 
     def fence(slot):
-        fences.ring = loader.ring
+        fences.ring = made[-1]().ring
         return fences(slot)
 
     monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
     monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
     for pin, locked in ((None, False), (False, False), (True, True)):
         loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=pin)
+        made.append(weakref.ref(loader))
         n = sum(1 for _ in loader)
         ring = loader.ring
         assert ring is not None and n == len(loader)
