@@ -148,9 +148,10 @@ class BatchRing:
 
     Each claim carries its iteration's generation: the batches of an iteration that ended (an
     abandoned epoch: non-persistent workers shut down, or persistent ones reset) that no one will
-    receive are freed (``end``, ``reclaim``). A worker that finds no slot free for ``WAIT``
-    seconds (batches of an abandoned iteration still held) hands its batch over in fresh shared
-    memory instead, and says so in ``waited``; while it waits it looks every ``ALIVE_EVERY``
+    receive are freed (``end``, ``reclaim``), and a worker of one claims no slot any more (it may
+    still be making a batch as its DataLoader shuts it down). A worker that finds no slot free for
+    ``WAIT`` seconds (batches of an abandoned iteration still held) hands its batch over in fresh
+    shared memory instead, and says so in ``waited``; while it waits it looks every ``ALIVE_EVERY``
     seconds whether the main process is still there. The lock is waited for ``LOCK_WAIT`` seconds
     at most: a worker killed while holding it would otherwise stop every other one for good.
     """
@@ -158,7 +159,7 @@ class BatchRing:
     WAIT = 2.0
     ALIVE_EVERY = 1.0
     LOCK_WAIT = 30.0
-    ENDED = 32
+    ENDED = 1024  # ended generations the workers know of: a worker of an older one could claim again
     LEND = 3  # slots lent: the batch a caller holds while it asks for the next, and two more
     SPARE = 2  # slots let go of, waiting on their fence
 
@@ -177,7 +178,7 @@ class BatchRing:
         self.gen = ctx.Value("q", 0, lock=False)  # the generation persistent workers read per iteration
         self.waited = ctx.Value("q", 0, lock=False)  # batches handed over outside the ring (no slot free)
         # the generations that ended (the last ENDED of them, and every one below ``below``): a worker of
-        # one waiting for a slot gives up, its batch is for no one
+        # one claims no slot, its batch is for no one
         self.ended = torch.full((self.ENDED,), -1, dtype=torch.int64, device="cpu").share_memory_()
         self.below = ctx.Value("q", 0, lock=False)
         self._parent = os.getpid()
@@ -194,7 +195,7 @@ class BatchRing:
         self._locked_slots: list[bool] = [False] * len(self.storages)  # page-locked for the accelerator
         self._ended: set[int] = set()  # generations whose batches no one receives any more
         self._ends = 0  # generations ended so far (the next place in ``ended``)
-        self._stale = False  # whether slots of ended generations may still be claimed
+        self._stale = False  # whether slots of ended generations may still be being written
         self._np: np.ndarray | None = None
         self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already, or it is not page-locked)
         self.registered = 0  # slots page-locked for the accelerator
@@ -239,9 +240,10 @@ class BatchRing:
     def acquire(
         self, shape: tuple[int, ...], chw: bool = False, *, gen: int = 0, params: bool = False
     ) -> tuple[Slot, torch.Tensor] | None:
-        """A free slot, claimed, and its memory as ``shape``; None when a batch is too large or no slot
-        came free within ``WAIT`` seconds. ``shape`` is [B, H, W, 3] (handed over as [B, 3, H, W]
-        channels-last), or with ``chw`` [B, 3, H, W]; ``params``: room for the params after the labels."""
+        """A free slot, claimed, and its memory as ``shape``; None when a batch is too large, its iteration
+        ``gen`` ended, or no slot came free within ``WAIT`` seconds. ``shape`` is [B, H, W, 3] (handed over as
+        [B, 3, H, W] channels-last), or with ``chw`` [B, 3, H, W]; ``params``: room for the params after the
+        labels."""
         nbytes = math.prod(shape)
         if slot_layout(nbytes, shape[0], params)[2] > self.slot_bytes:
             return None
@@ -253,6 +255,11 @@ class BatchRing:
         checked = start
         while True:
             with self._locked():
+                # its iteration ended: no one takes this batch. Looked at under the lock, before a claim: the main
+                # process frees an ended iteration's slots under it once, and a claim after that would be taken
+                # for good
+                if gen < self.below.value or gen in self.ended.numpy():
+                    return None
                 free = np.flatnonzero(st[:, 0] == FREE)
                 if len(free):
                     i = int(free[0])
@@ -261,8 +268,6 @@ class BatchRing:
                     break
             time.sleep(0.0005)
             now = time.monotonic()
-            if gen < self.below.value or gen in self.ended.numpy():  # its iteration ended: no one takes this batch
-                return None
             if now - checked > self.ALIVE_EVERY:
                 checked = now
                 if self._main_gone():
@@ -395,7 +400,7 @@ class BatchRing:
                 else:
                     claimed_left = True
         self._stale = claimed_left
-        if not claimed_left:
+        if not claimed_left:  # none left, and none to come: a worker of an ended generation claims no slot
             self._ended.clear()
 
     def free_slots(self) -> int:

@@ -363,9 +363,11 @@ class ShardLoader(Resumable):
         waited = int(ring.waited.value)
         it = None
         try:
+            if persistent:  # the workers are reset: no one receives the batches of earlier iterations, and one still
+                ring.end(below=gen)  # being made as they are claims no slot (the reset waits for it)
             it = iter(self.loader)
-            if persistent:  # the workers were reset: no one receives the batches of earlier iterations
-                ring.end(below=gen)
+            if persistent:
+                ring.end()  # what they wrote for earlier iterations before the reset
             while True:
                 ring.reclaim()  # before waiting: a worker may need the slot the caller let go of
                 try:
