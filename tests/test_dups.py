@@ -432,9 +432,9 @@ def test_a_stats_plot_that_cannot_be_written_is_one_line(folder, tmp_path):
 @pytest.mark.slow
 def test_one_jpeg_under_thousands_of_keys_is_one_cluster_in_little_memory(tmp_path, monkeypatch):
     """One JPEG under 3,000 keys (the issue: 1,000 took 22 s and 1.47 GB, 2,000 149 s and 5.6 GB, 5,000 a
-    MemoryError): dups, stats, verify --no-leakage and convert --dedup (its search: the decodes around it
-    are as without --dedup) each find the one cluster with a peak of Python and numpy allocations under
-    100 MB (the pairs of 3,000 copies alone would be 4.5 million)."""
+    MemoryError): dups, stats, verify --no-leakage and convert --dedup (its search; it decodes the one file
+    once) each find the one cluster with a peak of Python and numpy allocations under 100 MB (the pairs of
+    3,000 copies alone would be 4.5 million)."""
     import tracemalloc
 
     import wds_tools.convert.dedup as dedup
@@ -467,6 +467,9 @@ def test_one_jpeg_under_thousands_of_keys_is_one_cluster_in_little_memory(tmp_pa
     checked, used = peak(lambda: verify(folder, quick=True, no_leakage=True))
     assert [p.kind for p in checked.problems] == ["leakage"] and used < 100 * 2**20
     assert f"and {n - 8} more" in checked.problems[0].message
+    decoded = []
+    decode = dedup.decode_image
+    monkeypatch.setattr(dedup, "decode_image", lambda *a, **k: decoded.append(1) or decode(*a, **k))
     searched = []
     real = dedup.near_clusters
     monkeypatch.setattr(
@@ -477,11 +480,12 @@ def test_one_jpeg_under_thousands_of_keys_is_one_cluster_in_little_memory(tmp_pa
     )
     assert f"--dedup: 1 cluster of near-duplicates (within 5 bits) joined {n:,} samples' groups" in done.to_text()
     assert len(done.splits) == 1 and len(searched) == 1 and searched[0][1] < 100 * 2**20
+    assert len(decoded) == 1  # the 3,000 rows name one file: its hash is computed once
 
 
 def test_a_long_search_shows_its_progress_unless_quiet(folder, monkeypatch):
     """dups shows the search's progress on stderr once it runs PROGRESS_AFTER seconds (0 here); --quiet shows
-    none; --json keeps stdout one JSON document."""
+    none; --json keeps stdout one JSON document. stats and verify --no-leakage, which search too, alike."""
     from wds_tools.format import near
 
     monkeypatch.setattr(near, "PROGRESS_AFTER", 0.0)
@@ -490,6 +494,11 @@ def test_a_long_search_shows_its_progress_unless_quiet(folder, monkeypatch):
     assert "near-duplicate search: 696/696 step (100%)" in r.stderr, r.stderr  # 3 bands x 232 band values
     r = CliRunner().invoke(cli, ["dups", str(folder), "--quiet"])
     assert r.exit_code == 0 and r.stderr == ""
+    for command in (["stats", str(folder)], ["verify", str(folder), "--quick", "--no-leakage"]):
+        r = CliRunner().invoke(cli, command)
+        assert "near-duplicate search: 66/66 step (100%)" in r.stderr, (command, r.stderr)  # 3 bands x 22
+        r = CliRunner().invoke(cli, [*command, "--quiet"])
+        assert "near-duplicate search" not in r.stderr, (command, r.stderr)
 
 
 # --- pictures too flat to hash (synth.flat_picture): solid frames, centre-lit skin patches, two-colour gradients

@@ -309,6 +309,7 @@ def stats(
             by=by,
             group=group,
             allow_mixed=allow_mixed,
+            progress=not quiet,
         )
         if plot_path:
             plot_stats(report, plot_path)

@@ -3,7 +3,7 @@
 Every row's source is decoded at the conversion's (largest) size as the writer will decode it, and
 hashed (``format.phash``); ``format.near.near_clusters`` gives the clusters within the threshold
 (equal hashes collapsed first: N copies of one image cost O(N log N)) and the rows too flat to hash,
-which join nothing and are listed. The source's split drawing (``source._with_splits``) then joins
+which join nothing and are listed. Rows naming one path share one read and decode. The source's split drawing (``source._with_splits``) then joins
 the units (group or key) of each cluster's rows, so a cluster of near-duplicates, with every group it
 touches, lands in one split. A row whose source cannot be read or decoded has no hash here; the
 conversion reports it as it would without --dedup.
@@ -75,7 +75,15 @@ def near_rows(
 
     def clusters(paths: Sequence[str]) -> NearRows:
         hashes, where = [], []
+        seen: dict[str, np.ndarray | None] = {}  # a path several rows name is read and decoded once
         for pos, path in enumerate(paths):
+            if path in seen:
+                earlier = seen[path]
+                if earlier is not None:
+                    hashes.append(earlier)
+                    where.append(pos)
+                continue
+            seen[path] = None
             if known and not is_remote(path):
                 try:
                     st = os.stat(path)
@@ -85,6 +93,7 @@ def near_rows(
                 if h is not None:
                     hashes.append(h)
                     where.append(pos)
+                    seen[path] = h
                     continue
             try:
                 f, _, _ = open_source(path)
@@ -92,6 +101,7 @@ def near_rows(
                     data = f.read()
                 hashes.append(phash(decode_image(data, side, resize, settings).pixels))
                 where.append(pos)
+                seen[path] = hashes[-1]
             except (OSError, DecodeError):
                 continue
         if not hashes:

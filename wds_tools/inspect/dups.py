@@ -346,11 +346,12 @@ STATS_LIMIT = 200_000  # samples up to which ``stats`` counts near-duplicates (a
 
 
 def duplicate_counts(
-    folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
+    folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT, progress: bool = False
 ) -> dict | None:
     """Near-duplicate cluster counts of a converted folder (``stats``); None when its samples.npz has no
     ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
-    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more)."""
+    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more).
+    ``progress``: show the search's progress on stderr when it runs long."""
     folder_, meta = index_of(folder)
     if meta.get("format_version", 0) < 3:
         return None
@@ -360,7 +361,7 @@ def duplicate_counts(
             "threshold": threshold,
             "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups",
         }
-    c = find_dups(folder_, threshold=threshold)
+    c = find_dups(folder_, threshold=threshold, progress=progress)
     return {
         "threshold": threshold,
         **c.counts(),
