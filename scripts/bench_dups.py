@@ -58,6 +58,7 @@ import io
 import itertools
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -228,7 +229,6 @@ def fastdup_similarity(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     RuntimeError where its run fails."""
     import csv
     import os
-    import tempfile
 
     os.environ.setdefault("SENTRY_OPT_OUT", "1")  # no telemetry
     os.environ.setdefault("FASTDUP_PRODUCTION", "1")  # no version check on PyPI
@@ -334,7 +334,9 @@ def quality(args: argparse.Namespace) -> None:
     for name, dist, default in methods:
         table(
             name,
-            curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)),
+            curve(
+                dist, ids, kinds, [*range(13), 14, 16, 18, 20] if args.all else range(max(0, default - 4), default + 5)
+            ),
             default,
         )
     if fastdup_sim is not None and fastdup_listed is not None:
@@ -419,12 +421,49 @@ def hash_cost(args: argparse.Namespace) -> None:
     print()
 
 
+def hash_against(args: argparse.Namespace) -> None:
+    """CPU time of ``phash_batch`` (batches of 16, as the writer hashes) and of a lone ``phash`` per stored
+    224 px image, against the ``format/phash.py`` of another checkout (``--against DIR``, e.g. a git
+    worktree of main), interleaved, 7 rounds, medians and the ratio. Run with OPENBLAS_NUM_THREADS=1:
+    process time then counts one thread."""
+    import importlib.util
+
+    from wds_tools.format.phash import phash
+    from wds_tools.synth import photo_like
+
+    spec = importlib.util.spec_from_file_location("other_phash", Path(args.against) / "wds_tools/format/phash.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--against {args.against}: no wds_tools/format/phash.py there")
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    ims = [decode_image(jpeg_bytes(photo_like(600, 450, 70 + k), 92), args.size).pixels for k in range(16)]
+    times: dict[str, list[float]] = {}
+    for _ in range(7):
+        for name, batch, one in (("other", other.phash_batch, other.phash), ("this", phash_batch, phash)):
+            t0 = time.process_time()
+            for _ in range(20):
+                batch(ims)
+            times.setdefault(f"{name} batch", []).append((time.process_time() - t0) / (20 * len(ims)) * 1e3)
+            t0 = time.process_time()
+            for _ in range(2):
+                for im in ims:
+                    one(im)
+            times.setdefault(f"{name} one", []).append((time.process_time() - t0) / (2 * len(ims)) * 1e3)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(f"phash CPU ms per image at {args.size} px, this checkout against {args.against} (medians of 7):\n")
+    print("| call | other | this | this / other |")
+    print("|---|---|---|---|")
+    for call in ("batch", "one"):
+        a, b = med[f"other {call}"], med[f"this {call}"]
+        print(f"| {'phash_batch of 16' if call == 'batch' else 'phash, one image'} | {a:.4f} | {b:.4f} | {b / a:.3f} |")
+    print()
+
+
 def convert_share(args: argparse.Namespace) -> None:
     """The share of a conversion's time spent hashing: ``convert`` (one worker: in this process) of
     ``--hash-images`` photo-like JPEGs per source size at ``--size``, the writer's hashing call wrapped
     by a timer; 3 runs into fresh folders, the median share."""
     import csv
-    import tempfile
 
     import wds_tools.convert.write as write
     from wds_tools.convert import convert
@@ -514,7 +553,6 @@ def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> Non
 def command_cost(args: argparse.Namespace) -> None:
     """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
     hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
-    import tempfile
 
     from wds_tools.inspect.dups import find_dups
 
@@ -529,6 +567,24 @@ def command_cost(args: argparse.Namespace) -> None:
         print(
             f"index of {n:,} samples written to {args.keep_index} (time the command: wds-tools dups {args.keep_index})"
         )
+        return
+    if args.against:  # each in its own process, this checkout's code and the other's, alternating
+        import os
+
+        with tempfile.TemporaryDirectory() as tmp:
+            write_hash_index(tmp, hashes)
+            print(f"find_dups on an index of {n:,} samples, own process, this checkout against {args.against}:\n")
+            print("| round | code | wall s | CPU s | peak RSS MiB | clusters | load |")
+            print("|---|---|---|---|---|---|---|")
+            for r in range(args.rounds):
+                for name, path in (("other", args.against), ("this", str(Path(__file__).resolve().parents[1]))):
+                    load = os.getloadavg()[0]
+                    t = timed_dups(tmp, DEFAULT_THRESHOLD, args.timeout, pythonpath=path)
+                    print(
+                        f"| {r + 1} | {name} | {t.get('wall', float('nan')):.1f} | {t.get('cpu', float('nan')):.1f} | "
+                        f"{t.get('rss_mib', float('nan')):.0f} | {t.get('clusters') or t.get('error')} | {load:.1f} |"
+                    )
+        print()
         return
     with tempfile.TemporaryDirectory() as tmp:
         write_hash_index(tmp, hashes)
@@ -559,15 +615,23 @@ print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time() -
 """
 
 
-def timed_dups(folder: str, threshold: int, timeout: float) -> dict:
+def timed_dups(folder: str, threshold: int, timeout: float, pythonpath: str | None = None) -> dict:
     """``find_dups`` of ``folder`` in a fresh Python process (its own peak RSS): wall and CPU seconds,
-    clusters, the largest's size, peak RSS; or how it ended (an error, the ``timeout``)."""
+    clusters, the largest's size, peak RSS; or how it ended (an error, the ``timeout``). ``pythonpath``:
+    the checkout whose ``wds_tools`` that process imports (default: the one it finds)."""
     import json
+    import os
     import subprocess
 
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _TIMED, folder, str(threshold)], capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-c", _TIMED, folder, str(threshold)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=tempfile.gettempdir() if pythonpath else None,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"stopped after {timeout:.0f} s"}
@@ -580,7 +644,6 @@ def copies_cost(args: argparse.Namespace) -> None:
     """One JPEG under N keys: ``find_dups`` of an index whose N samples hold the hashes of one stored image
     (a lesion photo as ``convert`` stores it at ``--size``), plus 1,000 other photos' hashes, each N of
     ``--copies`` in its own process; the time and memory should follow the distinct hashes, not N."""
-    import tempfile
 
     from wds_tools.format.phash import phash_batch as hash_images
 
@@ -682,14 +745,15 @@ def flat_set(args: argparse.Namespace) -> None:
 
 
 def threshold_cost(args: argparse.Namespace) -> None:
-    """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (1% planted copies, as
-    ``cost``) at each of ``--thresholds``: seconds, CPU seconds, peak RSS of this process so far;
-    a threshold above MAX_THRESHOLD is refused at once."""
+    """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (a chain of 1% planted
+    copies, each 2 bits from a window of the next: one cluster) at each of ``--thresholds``: seconds, CPU
+    seconds, peak RSS of this process so far, clusters (those beyond one: chance pairs of random hashes);
+    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once."""
     rng = np.random.default_rng(1)
     n = args.threshold_scale
     hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
     src = rng.choice(n, n // 100, replace=False)
-    hashes[np.roll(src, 1), 0] = hashes[src, 1] ^ np.uint64(5)  # 1% copies of a window, 2 bits apart
+    hashes[np.roll(src, 1), 0] = hashes[src, 1] ^ np.uint64(5)  # a chain of copies of a window, 2 bits apart
     print(f"search cost by threshold, {n:,} samples of random hashes + 1% planted copies:\n")
     print("| threshold | wall s | CPU s | peak RSS MiB (process so far) | clusters |")
     print("|---|---|---|---|---|")
@@ -712,7 +776,7 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=12, help="most windows taken from one photo")
     p.add_argument("--seed", type=int, default=0, help="seed of the copies' random parameters")
     p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
-    p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
+    p.add_argument("--all", action="store_true", help="print thresholds 0..12, then 14..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")
     p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
     p.add_argument(
@@ -729,6 +793,13 @@ def main() -> None:
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds before a --copies run is stopped")
     p.add_argument(
+        "--against",
+        metavar="DIR",
+        help="another checkout (e.g. a git worktree of main) to compare with: phash's CPU time, and with "
+        "--index-scale find_dups in its own process, alternating",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="rounds of each code for --index-scale with --against")
+    p.add_argument(
         "--contrast",
         type=lambda text: [float(x) for x in text.split(",")],
         default=[],
@@ -742,8 +813,14 @@ def main() -> None:
     p.add_argument(
         "--thresholds",
         type=lambda text: [int(x) for x in text.split(",")],
-        default=[DEFAULT_THRESHOLD, 8, MAX_THRESHOLD, MAX_THRESHOLD + 1],
+        default=[DEFAULT_THRESHOLD, MAX_THRESHOLD, MAX_THRESHOLD + 1, 20],
         help="thresholds for --threshold-scale",
+    )
+    p.add_argument(
+        "--max-threshold",
+        type=int,
+        default=None,
+        help="serve thresholds up to this in --threshold-scale (a comparison: dups refuses above MAX_THRESHOLD)",
     )
     p.add_argument(
         "--block-factors",
@@ -752,11 +829,18 @@ def main() -> None:
         help="try other grey blocks than format.phash.BLOCK_FACTORS, e.g. 2 (a comparison: not the format's hash)",
     )
     args = p.parse_args()
+    if args.max_threshold is not None:
+        import wds_tools.format.near as search
+
+        search.MAX_THRESHOLD = args.max_threshold
+        print(f"thresholds served up to {args.max_threshold} (not what dups allows: {MAX_THRESHOLD})\n")
     if args.block_factors is not None:
         import wds_tools.format.phash as recipe
 
         recipe.BLOCK_FACTORS = args.block_factors
         print(f"grey blocks: the first of {args.block_factors} that fits (not the format's recipe)\n")
+    if args.against and not args.index_scale:
+        hash_against(args)
     if args.hash_images:
         hash_cost(args)
         convert_share(args)

@@ -69,8 +69,8 @@ def test_copies_across_two_sets():
 
 @pytest.mark.parametrize("threshold", [-1, MAX_THRESHOLD + 1, 20, 63, 64])
 def test_thresholds_the_search_cannot_serve_are_refused_at_once(threshold):
-    """Above MAX_THRESHOLD the probes grow past 7,547 band values per hash (--threshold 20 ran 18 minutes and
-    grew past 3 GB; 63 took 89 s on 20 samples): refused before any work, naming the limit."""
+    """Above MAX_THRESHOLD the probes grow to 1,562 band values per hash and band and more (--threshold 20
+    ran 18 minutes and grew past 3 GB; 63 took 89 s on 20 samples): refused before any work, naming the limit."""
     h = _copies(2, 18)
     for call in (lambda: near_clusters(h, threshold), lambda: find_pairs(h, threshold)):
         t0 = time.perf_counter()

@@ -12,7 +12,7 @@ at least one band (pigeonhole). Every hash of every sample is filed, per band, b
 each whole-image hash, in its eight variants, probes the buckets within that radius of its band
 values, and only the hashes found there are compared in full. The probes are sorted by band value
 first, so the buckets are read in memory order. The probes per band grow as the number of band
-values within the radius (22 for t <= 5, 232 up to 8, 1,562 up to 11, 7,547 up to 14, and so on):
+values within the radius (1 for t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on):
 ``MAX_THRESHOLD`` is the largest threshold served. ``near_clusters`` joins the pairs into clusters
 (union-find); used by ``inspect.dups`` and by ``convert --dedup``.
 """
@@ -44,10 +44,11 @@ __all__ = [
 # radius-1 probes (6 and more need radius 2: ten times the probes); README, "Near-duplicates"
 DEFAULT_THRESHOLD = 5
 """The distance (``phash.distance``, bits) at or below which two images are near-duplicates."""
-MAX_THRESHOLD = 11
-"""The largest threshold the search serves (radius-3 probes: 1,562 band values per band and hash
-variant, about 70 times the default's 22). Above it the probes grow to 7,547 and more while
-unrelated photos come within the threshold by chance (docs/guide/figures.md): refused."""
+MAX_THRESHOLD = 8
+"""The largest threshold the search serves: radius-2 probes, 232 band values per band and hash variant
+(the default's 22 times 10.5). Above it they grow to 1,562 (9 to 11; 20,000 samples: 47 s against
+7.7 s at 8) and more, while unrelated photos come that near: precision on scripts/bench_dups.py's set
+0.998 at 8, 0.9925 at 9, 0.959 at 10, 0.920 at 11 (docs/guide/figures.md). Refused above."""
 PROGRESS_AFTER = 2.0
 """Seconds of searching after which ``near_clusters(progress=True)`` starts showing its progress."""
 
@@ -62,7 +63,7 @@ def check_threshold(threshold: int) -> None:
     if threshold < 0 or threshold > MAX_THRESHOLD:
         raise OptionError(
             f"--threshold must be 0..{MAX_THRESHOLD} bits, not {threshold}: above {MAX_THRESHOLD} the search "
-            f"probes thousands of buckets per hash and unrelated photos come that near by chance "
+            f"probes seven times as many buckets per hash or more, and unrelated photos come that near "
             f"(default {DEFAULT_THRESHOLD})"
         )
 

@@ -189,11 +189,17 @@ def _orthonormal(f: int) -> np.ndarray:
     return np.outer(a, a) / (1000 * f * f)
 
 
+@functools.lru_cache(maxsize=16)
+def _firm_floor(f: int) -> np.ndarray:
+    """[BLOCK, BLOCK]: ``FIRM_LEVEL`` in ``_coefficients``' units; infinite for the mean, which is no bit."""
+    floor = FIRM_LEVEL / _orthonormal(f)
+    floor[0, 0] = np.inf
+    return floor
+
+
 def _firm(c: np.ndarray, f: int) -> np.ndarray:
     """The number of firm coefficients of each whole image, from ``_coefficients``: int [N]."""
-    d = np.abs(c[:, 0, :, 0, :]) * _orthonormal(f)
-    d[:, 0, 0] = 0  # the mean is no bit
-    return (d >= FIRM_LEVEL).sum(axis=(1, 2))
+    return np.count_nonzero(np.abs(c[:, 0, :, 0, :]) >= _firm_floor(f), axis=(1, 2))
 
 
 def whole_dct(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
