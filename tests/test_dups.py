@@ -308,6 +308,7 @@ def _components(n: int, pairs: set) -> list[list[int]]:
     return out
 
 
+@pytest.mark.slow  # 8.5 s (load 7)
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 2**32), st.integers(0, 8), st.integers(2, 60), st.booleans(), st.sampled_from([1, 6]))
 def test_near_clusters_are_the_components_of_every_pair(seed, t, n, across, k):
