@@ -107,7 +107,7 @@ def test_without_dedup_copies_are_drawn_apart(tmp_path):
     split = splits_of(tmp_path / "out" / "v1" / str(S))
     assert any(len({split[f"p{c}c{m}"] for m in range(3)}) > 1 for c in range(12))
     # v1's splits are kept by default: --dedup cannot join what v1 holds in two splits without moving it
-    with pytest.raises(SourceError, match=r"--dedup would move a group that v1 holds: .* pass --resplit"):
+    with pytest.raises(SourceError, match=r"--dedup would move a sample that v1 holds: .* pass --resplit"):
         run(manifest, tmp_path / "out", "v2", False, val_fraction=0.5)
     run(manifest, tmp_path / "out", "v2", False, val_fraction=0.5, resplit=True)
     split = splits_of(tmp_path / "out" / "v2" / str(S))

@@ -455,9 +455,10 @@ def _moves_a_base_unit(
         f"{', '.join(name(u) for u in sorted(units)[:4])}{', ...' if len(units) > 4 else ''} in {split}"
         for split, units in sorted(where.items())
     )
-    more = f" ({len(moved) - 1} more such clusters)" if len(moved) > 1 else ""
+    more = f" ({len(moved) - 1} more such {'cluster' if len(moved) == 2 else 'clusters'})" if len(moved) > 1 else ""
     return SourceError(
-        f"{src.path}: --dedup would move a group that {base} holds: the near-duplicate "
+        f"{src.path}: --dedup would move {'a group' if src.columns.group is not None else 'a sample'} that "
+        f"{base} holds: the near-duplicate "
         f"{'cluster' if len(linking) == 1 else 'clusters'} of {keys} (within {src.dedup} bits) "
         f"{'joins' if len(linking) == 1 else 'join'} units that {base} holds in different splits ({held}), and "
         f"{base}'s splits are kept (build.split_base){more}. Remove or refile the copy, give these rows one "
