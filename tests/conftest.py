@@ -525,9 +525,31 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
 }
 
 
+# The longest tests of the full suite (seconds of wall in one run of ``make test`` on the 2-core VM at load 8-10,
+# pytest --durations), run first: pytest-xdist hands tests out in collection order, and one of these started
+# last would hold the whole suite's end behind it while the other workers sit idle.
+LONG_FIRST: dict[tuple[str, str], float] = {
+    ("test_newcomer.py", "test_fresh_venv_install_and_quick_start"): 317,
+    ("test_loader_oracle.py", "test_ranks_against_the_reference"): 203,
+    ("test_packaging.py", "test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start"): 85,
+    ("test_resume.py", "test_resume_is_exact_in_a_fresh_process"): 84,
+    ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
+    ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
+    ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
+    ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests SLOW_TESTS lists as ``slow``."""
+    """Mark the tests SLOW_TESTS lists as ``slow``; put the LONG_FIRST ones first, longest first (a stable
+    sort: every other test keeps its place)."""
     for item in items:
         name = getattr(item, "originalname", None) or item.name.split("[")[0]
         if name in SLOW_TESTS.get(item.path.name, {}):
             item.add_marker(pytest.mark.slow)
+
+    def first(item) -> float:
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        return -LONG_FIRST.get((item.path.name, name), 0.0)
+
+    items.sort(key=first)

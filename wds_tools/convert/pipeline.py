@@ -26,7 +26,7 @@ from ..version import __version__
 from . import hashes
 from .assemble import errors_order, write_errors
 from .decode import DecodeSettings, decoder_versions
-from .dedup import known_hashes, near_pairs
+from .dedup import known_hashes, near_rows
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
 from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
@@ -45,7 +45,7 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import write_shards
-from .source import Source, SourceRow, read_source
+from .source import Source, SourceRow, dedup_notes, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store
@@ -222,7 +222,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             "decoder_versions": decoder_versions(),
         }
         known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
-        near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
+        near = near_rows(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
     src = read_source(
         source,
         val_fraction=opts.val_fraction,
@@ -261,12 +261,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 skipped=list(src.skipped),
             )
             if src.dedup is not None:  # nothing silent: what --dedup changed
-                n, rows = src.dedup_joined
-                result.notes.append(
-                    f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
-                    f"{rows} samples' groups or keys, each cluster drawn into one split "
-                    "(wds-tools dups lists them)"
-                )
+                result.notes += dedup_notes(src)
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was interrupted")
             targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))

@@ -380,12 +380,20 @@ class StatsReport:
         out = []
         if d["cross_split"]:
             out.append(
-                f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
-                f"bits), e.g. {' '.join(d['cross_split_keys'][0])}: wds-tools dups lists them"
+                f"{_clusters(d['cross_split'])} {'crosses' if d['cross_split'] == 1 else 'cross'} splits "
+                f"(leakage; within {d['threshold']} bits), e.g. {' '.join(d['cross_split_keys'][0])}: "
+                "wds-tools dups lists them"
             )
         if d["label_conflict"]:
             out.append(
-                f"{d['label_conflict']} near-duplicate clusters carry different labels: wds-tools dups lists them"
+                f"{_clusters(d['label_conflict'])} {'carries' if d['label_conflict'] == 1 else 'carry'} different "
+                "labels: wds-tools dups lists them"
+            )
+        if d.get("flat"):
+            out.append(
+                f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or nearly flat "
+                f"pictures), compared with none for near-duplicates, e.g. {' '.join(d['flat_keys'][:5])}: "
+                "wds-tools dups lists them"
             )
         return out
 
@@ -418,7 +426,7 @@ class StatsReport:
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
             **extra,  # only when asked for (--by) or the set has a group column
             **(
-                {"duplicates": {k: v for k, v in self.duplicates.items() if k != "cross_split_keys"}}
+                {"duplicates": {k: v for k, v in self.duplicates.items() if k not in ("cross_split_keys", "flat_keys")}}
                 if self.duplicates is not None
                 else {}
             ),  # format version 3 on
@@ -432,10 +440,16 @@ class StatsReport:
         d = self.duplicates
         if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
             text += (
-                f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
-                f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels"
+                f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']:,} "
+                f"{'cluster' if d['clusters'] == 1 else 'clusters'}, {d['cross_split']:,} "
+                f"{'crosses' if d['cross_split'] == 1 else 'cross'} splits, {d['label_conflict']:,} "
+                f"{'carries' if d['label_conflict'] == 1 else 'carry'} different labels"
             )
         return text
+
+
+def _clusters(n: int) -> str:
+    return f"{n:,} near-duplicate {'cluster' if n == 1 else 'clusters'}"
 
 
 # ------------------------------------------------------------------ per-sample metadata (--by, --group)
