@@ -34,7 +34,8 @@ def test_fewer_shards_than_workers_gives_the_bytes_of_one_worker(tmp_path, worke
 def test_batch_size():
     assert batch_size(60, 2, 224 * 224 * 3) == 8  # a quarter of each worker's share of what remains
     assert batch_size(5, 2, 224 * 224 * 3) == 1  # ...down to single samples at the end
-    assert batch_size(370_000, 16, 224 * 224 * 3) == 16  # at most 16 samples
+    assert batch_size(370_000, 16, 224 * 224 * 3) == 32  # at most 32 samples
+    assert batch_size(370_000, 16, 384 * 384 * 3) == 18  # at most 8 MiB of pixels (18 x 442 kB)
     assert batch_size(10_000, 4, 2048 * 2048 * 3) == 1  # at most 8 MiB of pixels
     assert batch_size(3, 8, 100) == 1
 
@@ -62,4 +63,4 @@ def test_pieces_cover_every_sample_once_in_plan_order():
     keys = [s.key for t, lo, hi in pieces for s in t.samples[lo:hi]]
     assert keys == [s.key for t in tasks for s in t.samples]
     sizes = [hi - lo for _, lo, hi in pieces]
-    assert sizes[0] == 8 and sizes[-1] == 1 and max(sizes) <= 16
+    assert sizes[0] == 8 and sizes[-1] == 1 and max(sizes) <= 32

@@ -44,9 +44,9 @@ def test_disk_full_is_one_line_and_a_rerun_resumes(corpus, tmp_path, monkeypatch
     opened = []
     real_init, real_write = ShardWriter.__init__, ShardWriter._write
 
-    def init(self, path):
+    def init(self, path, **kw):
         opened.append(path)
-        real_init(self, path)
+        real_init(self, path, **kw)
 
     def write(self, data):
         if len(opened) >= 3 and self.offset > 2000:

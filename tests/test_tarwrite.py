@@ -53,7 +53,7 @@ def test_a_block_that_ends_without_close_finishes_the_shard(tmp_path):
     path = str(tmp_path / "s.tar")
     with ShardWriter(path) as w:
         w.add("a.cls", b"1")
-    assert w._f.closed and os.listdir(tmp_path) == ["s.tar"]  # no .partial left, no handle open
+    assert w.closed and os.listdir(tmp_path) == ["s.tar"]  # no .partial left, no handle open
     with tarfile.open(path) as tf:
         assert [(m.name, tf.extractfile(m).read()) for m in tf] == [("a.cls", b"1")]
     with ShardWriter(path) as w:  # close() inside the block: __exit__ leaves the finished shard alone

@@ -44,7 +44,7 @@ from .result import (
 from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
-from .schedule import write_shards
+from .schedule import shared_bytes, write_shards
 from .source import Source, SourceRow, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -324,7 +324,7 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
         t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
     # the runner before anything is written: a missing extra (Ray) leaves nothing behind
-    runner = make_runner(opts.executor, opts.workers, opts.ray_address)
+    runner = make_runner(opts.executor, opts.workers, opts.ray_address, shared_bytes(opts.workers or 1))
     try:
         if not opts.dry_run:
             for t in todo:
