@@ -447,6 +447,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     },
     "test_schedule.py": {
         "test_fewer_shards_than_workers_gives_the_bytes_of_one_worker": 1.5,  # in the fast run
+        "test_multi_size_and_spawned_pools_write_one_process_bytes": 3.5,
     },
     "test_spill.py": {
         "test_killed_multi_size_run_resumes_byte_identical": 3.2,

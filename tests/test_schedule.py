@@ -1,4 +1,5 @@
-"""Decoding in batches across the workers, appended in plan order: the same bytes as one process."""
+"""Decoding in batches across the workers, placed in plan order and written by the workers: the same bytes
+as one process."""
 
 from pathlib import Path
 
@@ -64,3 +65,108 @@ def test_pieces_cover_every_sample_once_in_plan_order():
     assert keys == [s.key for t in tasks for s in t.samples]
     sizes = [hi - lo for _, lo, hi in pieces]
     assert sizes[0] == 8 and sizes[-1] == 1 and max(sizes) <= 32
+
+
+# ------------------------------------------------------------------ every worker count and byte path: one process's bytes
+
+CONFIGS = {
+    "workers-2": (2, None),
+    "workers-3": (3, None),
+    "default-workers": (None, None),  # what a user gets: the usable cores
+    "no-shared-memory": (2, "no_shared"),  # a spawned pool's path: fragments come back by pipe, written here
+    "slots-too-small": (2, "small_slots"),  # some batches fit a slot, others come back by pipe
+    "two-slots": (2, "two_slots"),  # every slot reused as soon as its bytes are written
+    "spawned-pool": (2, "spawn"),
+}
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """A corpus with a scan failure and a decode failure, and its one-process conversions: one size, two
+    sizes, and a version 2 (added, relabeled and changed rows) on the one-size version 1."""
+    root = tmp_path_factory.mktemp("matrix")
+    rows = make_images(root / "c", 56)
+    rows, more = rows[:50], rows[50:]
+    rows[3]["path"] = "img/missing.jpg"
+    (root / "c" / rows[20]["path"]).write_bytes(b"\xff\xd8\xff\xe0 not a JPEG after its first bytes")
+    v1 = write_manifest(root / "c" / "v1.csv", rows)
+    v2_rows = rows[4:] + more
+    v2_rows[10] = {**v2_rows[10], "label": "b" if v2_rows[10]["label"] != "b" else "a"}  # relabeled
+    (root / "c" / "img" / "changed.jpg").write_bytes((root / "c" / rows[30]["path"]).read_bytes())
+    v2_rows[30 - 4] = {**v2_rows[30 - 4], "path": "img/changed.jpg"}
+    v2 = write_manifest(root / "c" / "v2.csv", v2_rows)
+    run = {"single": (v1, "v1", 32), "multi": (v1, "v1", "48,32"), "incremental": (v2, "v2", 32)}
+    counts = {}
+    for mode, (manifest, version, size) in run.items():
+        ref = root / "ref" / mode
+        if mode == "incremental":
+            for out in (ref, root / "bases"):
+                convert(v1, version="v1", size=32, out=out, **_COMMON, workers=1)
+        res = convert(manifest, version=version, size=size, out=ref, **_COMMON, workers=1)
+        counts[mode] = [(r.failed, r.samples_written) for r in getattr(res, "results", [res])]
+    assert counts["single"] == [(2, 48)]  # a scan and a decode failure
+    return root, run, counts
+
+
+_COMMON = dict(shard_size=7, max_errors=2, progress=False)
+
+
+def _configure(how, monkeypatch):
+    from wds_tools.convert import fragment, pipeline, runner, schedule, write
+
+    if how == "no_shared":
+        monkeypatch.setattr(pipeline, "shared_bytes", lambda workers: 0)
+    elif how == "small_slots":
+        for mod in (fragment, write, schedule):
+            monkeypatch.setattr(
+                mod, "SLOT_BYTES", 6 * 1024
+            )  # one 32 px sample fits (4,608 bytes of pixels), two do not
+    elif how == "two_slots":
+        monkeypatch.setattr(schedule, "window", lambda workers: 1)
+    elif how == "spawn":
+        monkeypatch.setattr(runner, "_start_method", lambda: "spawn")
+
+
+def _folders(out, version, size):
+    sides = [int(s) for s in str(size).split(",")]
+    return {side: _files(out / version / str(side)) for side in sides}
+
+
+def _check(matrix, tmp_path, monkeypatch, config, mode):
+    import shutil
+
+    root, run, counts = matrix
+    manifest, version, size = run[mode]
+    workers, how = CONFIGS[config]
+    _configure(how, monkeypatch)
+    out = tmp_path / "out"
+    if mode == "incremental":
+        shutil.copytree(root / "bases" / "v1", out / "v1")  # the base, as a one-process run wrote it
+    res = convert(manifest, version=version, size=size, out=out, workers=workers, **_COMMON)
+    results = getattr(res, "results", [res])
+    assert [(r.failed, r.samples_written) for r in results] == counts[mode]
+    if mode == "incremental":
+        assert res.reused > 0 and res.decoded > 0  # copied from the base and decoded: both paths ran
+    if mode == "multi":
+        assert results[1].decodes == 0  # the 32 px pixels came from the 48 px run's spill
+    assert _folders(out, version, size) == _folders(root / "ref" / mode, version, size)
+    assert not [p.name for p in (out / version).rglob("*") if ".partial-" in p.name]
+
+
+FORKED = [c for c in CONFIGS if c != "spawned-pool"]
+
+
+@pytest.mark.parametrize("mode", ["single", "incremental"])
+@pytest.mark.parametrize("config", FORKED)
+def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_path, monkeypatch, config, mode):
+    """Every shard, samples.npz, index.json and sidecar equals the one-process run's, byte for byte:
+    with the default workers, with 2 and 3, and down each path a fragment can take."""
+    _check(matrix, tmp_path, monkeypatch, config, mode)
+
+
+@pytest.mark.parametrize(
+    "config, mode", [(c, "multi") for c in FORKED] + [("spawned-pool", m) for m in ("single", "multi", "incremental")]
+)
+def test_multi_size_and_spawned_pools_write_one_process_bytes(matrix, tmp_path, monkeypatch, config, mode):
+    """The same for two sizes at once (the spill's bytes ride in the fragments), and for a spawned pool."""
+    _check(matrix, tmp_path, monkeypatch, config, mode)
