@@ -277,11 +277,11 @@ class LocalRunner:
         exhausted = False
         while True:
             while not exhausted and issued - next_seq < window:
-                args = next(todo, None)
-                if args is None:
+                call = next(todo, None)
+                if call is None:
                     exhausted = True
                     break
-                running[issued] = self.pool.submit(fn, *args)
+                running[issued] = self.pool.submit(fn, *call)
                 issued += 1
             if next_seq == issued:
                 break

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from . import fragment, write
 from .fragment import SLOT_BYTES
 from .runner import BatchRunner, PoolRunner, Runner
+from .shard import SealJob, ShardAssembler, seal_shard
 from .write import Encoded, ShardTask
 
 __all__ = ["batch_size", "write_shards", "shared_bytes"]
@@ -94,7 +95,7 @@ def write_shards(
         return
     # one process: each call gets only its slice of the shard, as a worker would
     calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
-    shard: write.ShardAssembler | None = None
+    shard: ShardAssembler | None = None
     try:
         for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls, lambda n: None)):
             if lo == 0:
@@ -114,10 +115,10 @@ def write_shards(
 class _Shard:
     """A shard being written by the pool: its assembler, and its byte ranges still being written."""
 
-    def __init__(self, assembler: write.ShardAssembler) -> None:
+    def __init__(self, assembler: ShardAssembler) -> None:
         self.assembler = assembler
         self.writing = 0  # write_slot calls not finished
-        self.job: write.SealJob | None = None  # set once every batch is placed and the tar's end written
+        self.job: SealJob | None = None  # set once every batch is placed and the tar's end written
 
 
 class _Pooled:
@@ -215,7 +216,7 @@ class _Pooled:
     def _seal_if_written(self, shard: _Shard) -> None:
         if shard.job is not None and not shard.writing:
             self.unsealed.remove(shard)
-            self.seals[self._call(write.seal_shard, shard.job)] = shard
+            self.seals[self._call(seal_shard, shard.job)] = shard
 
     def run(self) -> None:
         """Write every piece's shard; on any exception stop the workers first, then remove what is unfinished."""
