@@ -151,6 +151,7 @@ class _Pooled:
         self.open: _Shard | None = None  # the shard whose batches are being placed
         self.unsealed: list[_Shard] = []  # placed whole, bytes still being written
         self.issued = self.placed = 0
+        self.bare = {id(t): replace(t, samples=()) for t, _, _ in pieces}  # each shard task without its samples
 
     def _call(self, fn: Callable, *args: object) -> Future:
         future = self.runner.submit(fn, *args)
@@ -169,9 +170,14 @@ class _Pooled:
                 self.slot_of[self.issued] = slot
             t, lo, hi = self.pieces[self.issued]
             writes, self.unwritten = self.unwritten, []
-            # each call gets only its slice of the shard: a whole shard's sample list per batch costs pickling
-            piece = replace(t, samples=t.samples[lo:hi])
-            fut = self._call(write.encode_after_writes, [(w.slot, w.ranges) for w in writes], piece, 0, hi - lo, slot)
+            # each call gets only its samples, as tuples: a whole shard's sample list per batch costs pickling
+            fut = self._call(
+                write.encode_after_writes,
+                [(w.slot, w.ranges) for w in writes],
+                self.bare[id(t)],
+                write.pack_samples(t.samples[lo:hi]),
+                slot,
+            )
             self.batches[fut] = self.issued
             if writes:
                 self.writes[fut] = writes

@@ -10,9 +10,10 @@ shard in one process (``--workers 1``; one Ray task per shard).
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
@@ -354,13 +355,24 @@ def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None
     return out
 
 
+_sample_values = operator.attrgetter(*(f.name for f in fields(SampleTask)))
+
+
+def pack_samples(samples: Sequence[SampleTask]) -> tuple[tuple, ...]:
+    """Samples as tuples of their fields: a pool call pickles and unpickles those about six times faster
+    than the dataclasses (``encode_after_writes`` makes them again)."""
+    return tuple(map(_sample_values, samples))
+
+
 def encode_after_writes(
-    writes: Sequence[tuple[int, Ranges]], task: ShardTask, start: int, stop: int, slot: int | None
+    writes: Sequence[tuple[int, Ranges]], task: ShardTask, packed: Sequence[tuple], slot: int | None
 ) -> Encoded:
     """``write_slots(writes)`` (batches placed since the last call, whose slots the converter wants
-    back), then ``encode_batch``: one call to a pool worker for both."""
+    back), then ``encode_batch`` of the samples ``packed`` (``pack_samples``) of ``task`` (whose own
+    samples are left out): one call to a pool worker for both."""
     write_slots(writes)
-    return encode_batch(task, start, stop, slot)
+    samples = tuple(SampleTask(*values) for values in packed)
+    return encode_batch(replace(task, samples=samples), 0, len(samples), slot)
 
 
 def _bytes_of(pixels: np.ndarray) -> memoryview:
