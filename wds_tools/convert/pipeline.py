@@ -116,8 +116,8 @@ def convert(
             (``[224, 384]`` or ``"224,384"``): each source is then read and decoded once for all of
             them, and every folder equals a conversion at that size alone.
         out: The root folder of the versions (local or a URL).
-        workers: Decode processes, this one included (None: the usable CPUs); with ``executor="ray"``
-            the cluster CPUs used (None: all of them).
+        workers: Decode processes (None: the usable CPUs; 1: everything in this process); with
+            ``executor="ray"`` the cluster CPUs used (None: all of them).
         shard_size: Samples per shard (``2000``) or a byte target (``"256MB"``, ``"1GiB"``);
             None: about 256 MB per shard.
         resize: ``"center-crop"``, ``"squash"`` or ``"pad"``: how a non-square image becomes square.
