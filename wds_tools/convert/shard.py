@@ -91,8 +91,8 @@ class ShardAssembler:
         return out
 
     def _record(self, enc: Encoded, base: int) -> None:
-        for row in enc.rows:
-            self.rows.append(row._replace(placed=tuple((base + off, n) for off, n in row.placed)))
+        for row in enc.rows:  # placed is the last field
+            self.rows.append(SampleRow(*row[:-1], tuple((base + off, n) for off, n in row.placed)))
         self.hist += enc.hist
         self.failed += enc.failed
         self.narrow += enc.narrow
@@ -160,9 +160,10 @@ def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
     """A shard's sample columns, kept in its work folder until the index is assembled. They hold
     ``src_mtime_ns`` too: the index leaves it out, the quick-check cache takes it (hashes.py)."""
     names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3", "phash"]
+    fields = dict(zip(SampleRow._fields, zip(*rows))) if rows else dict.fromkeys(SampleRow._fields, ())
     cols: dict[str, np.ndarray] = {}
     for name in names:
-        values = [getattr(r, name) for r in rows]
+        values = fields[name]
         if name == "key":
             cols[name] = np.array([v.encode() for v in values], dtype="S") if values else np.zeros(0, "S1")
         elif name == "fingerprint":
@@ -171,10 +172,11 @@ def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
             cols[name] = np.array(values, dtype="<u8").reshape(len(values), WINDOWS)
         else:
             cols[name] = np.array(values, dtype=SAMPLE_COLUMNS.get(name, "<i8"))
+    placed = np.array(fields["placed"], dtype="<u8").reshape(len(rows), len(MEMBERS), 2)  # (offset, length)
     for j, ext in enumerate(MEMBERS):
         prefix = column_prefix(ext)
-        cols[f"{prefix}_offset"] = np.array([r.placed[j][0] for r in rows], dtype="<u8")
-        cols[f"{prefix}_length"] = np.array([r.placed[j][1] for r in rows], dtype="<u8")
+        cols[f"{prefix}_offset"] = np.ascontiguousarray(placed[:, j, 0])
+        cols[f"{prefix}_length"] = np.ascontiguousarray(placed[:, j, 1])
     cols["shard"] = np.zeros(len(rows), dtype="<u4")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r.source_path for r in rows])
+    cols["path_offsets"], cols["path_data"] = pack_strings(list(fields["source_path"]))
     return cols
