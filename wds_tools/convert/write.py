@@ -252,8 +252,10 @@ def _span(hist: np.ndarray) -> tuple[int, int]:
 
 
 def _phashes(pixels: list[np.ndarray]) -> list[tuple[int, ...]]:
-    """``format.phash`` of each of a batch's stored images [S, S, 3], in one call (about half the time of
-    one call per image: the products are larger, numpy's per-call work is shared)."""
+    """``format.phash`` of each of stored images [S, S, 3], in one call. ``encode_batch`` hashes each image
+    alone, right after its decode: in a conversion that costs 0.6 of hashing the batch at its end, whose
+    pixels have left the cache by then (a batch's call costs half of one per image on pixels that stay
+    in the cache)."""
     return [tuple(h) for h in phash_batch(pixels).tolist()]
 
 
@@ -267,7 +269,6 @@ def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None
     stored = _StoredPixels()
     members: list[Member] = []
     spills: dict[int, list[memoryview]] = {}  # side -> the pixels of its spilled rows
-    unhashed: list[tuple[int, np.ndarray]] = []  # (row, pixels) of the rows whose phash is still to compute
     try:
         for s in task.samples[start:stop]:
             if orphaned():
@@ -300,8 +301,6 @@ def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None
                     s.source_path,
                     known if known is not None else (),
                 )
-                if known is None:
-                    unhashed.append((len(out.rows), pixels))
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
             elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
@@ -325,10 +324,11 @@ def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None
                     _npy_checksum(header, pixels.reshape(-1)),
                     s.source_path,
                 )
-                unhashed.append((len(out.rows), pixels))
                 out.counts["decoded"] += 1
             if row is not None:
                 assert pixels is not None  # set with row
+                if not row.phash:  # hashed while the pixels are in the cache (bench_convert.py --overhead)
+                    row = row._replace(phash=_phashes([pixels])[0])
                 hist = _histogram(pixels)
                 lo, hi = _span(hist)
                 if hi - lo < NARROW_SPAN:
@@ -347,8 +347,6 @@ def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None
                     spill_row, spill_pixels = _spill_row(s, side, other, fp, src_nbytes, mtime)
                     out.spilled.setdefault(side, []).append(spill_row)
                     spills.setdefault(side, []).append(spill_pixels)
-        for (i, _), h in zip(unhashed, _phashes([px for _, px in unhashed])):
-            out.rows[i] = out.rows[i]._replace(phash=h)
     finally:
         stored.close()
     _lay_out(out, members, spills, slot)
