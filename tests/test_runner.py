@@ -333,3 +333,39 @@ def _session(pid):
     except OSError:
         return None
     return None if fields[0] in "ZX" else int(fields[3])
+
+
+def _blocked_signals():
+    import signal
+
+    return signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_signal_during_the_pools_forks_waits_for_them_and_workers_take_theirs():
+    """SIGINT and SIGTERM are held while the pool forks (a handler that raises must not run inside the
+    interpreter's at-fork callbacks, where its exception would be printed and lost) and delivered right
+    after; the workers hold neither."""
+    import signal
+
+    from wds_tools.convert.runner import _signals_held
+
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        with _signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):  # the handler would run at once if the signal were not held
+                sum(range(100))
+            assert got == []
+            assert signal.SIGTERM in _blocked_signals()
+        assert got == [signal.SIGTERM]  # delivered on release
+        assert signal.SIGTERM not in _blocked_signals() and signal.SIGINT not in _blocked_signals()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    runner = LocalRunner(2)
+    try:
+        held = [runner.submit(_blocked_signals).result() for _ in range(4)]
+    finally:
+        runner.close()
+    assert all(signal.SIGTERM not in h and signal.SIGINT not in h for h in held)

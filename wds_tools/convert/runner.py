@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import queue as queue_mod
@@ -108,6 +109,8 @@ def _init_worker(q: Queue, parent: int, shared: mmap.mmap | None = None) -> None
     # a forked worker inherits the CLI's SIGTERM handler (wds_tools.signals); a worker must die of
     # SIGTERM (the pool's own terminate() sends it), not unwind the parent's clean-up in its copy
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # held while its parent forked it (_signals_held)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     # A worker must not outlive a parent killed with -9: an idle one blocks reading its task queue,
     # and it would hold the caller's stdout/stderr open (a script reading them to EOF would hang),
     # and keep the resource tracker (spawn) alive, which waits for every holder of its pipe.
@@ -157,6 +160,26 @@ def _exit_when_orphaned() -> None:
     while not orphaned():
         time.sleep(0.2)
     os._exit(1)
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the pool forks its workers, and deliver one that came meanwhile
+    when they are released. Their handler (wds_tools.signals) raises, and a fork runs the
+    interpreter's at-fork callbacks (logging's, for one) in this process: an exception raised there
+    is printed as "Exception ignored" and lost, and the command would go on (a torture trial's
+    SIGTERM at 0.76 s did so). The workers are forked with them held and release them first thing."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _noop() -> None:
@@ -223,8 +246,9 @@ class LocalRunner:
             )
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
-            for _ in range(workers):
-                self.pool.submit(_noop)
+            with _signals_held():
+                for _ in range(workers):
+                    self.pool.submit(_noop)
 
     @property
     def window(self) -> int:

@@ -117,7 +117,7 @@ class _Shard:
 
     def __init__(self, assembler: ShardAssembler) -> None:
         self.assembler = assembler
-        self.writing = 0  # write_slot calls not finished
+        self.writing = 0  # placed batches whose bytes are not written yet
         self.job: SealJob | None = None  # set once every batch is placed and the tar's end written
 
 
@@ -144,7 +144,7 @@ class _Pooled:
         self.finished: queue.SimpleQueue[Future] = queue.SimpleQueue()  # futures, as they finish
         self.batches: dict[Future, int] = {}  # running batch -> its piece
         self.ready: dict[int, Encoded] = {}  # piece -> its result, waiting for the pieces before it
-        self.slot_of: dict[int, int] = {}  # piece -> the slot it was given, until its bytes are written
+        self.slot_of: dict[int, int] = {}  # piece -> the slot it was given, until it is placed
         self.unwritten: list[_Write] = []  # placed, not yet handed to a worker
         self.writes: dict[Future, list[_Write]] = {}  # a call -> the writes it does
         self.seals: dict[Future, _Shard] = {}
