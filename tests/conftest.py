@@ -449,6 +449,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_fewer_shards_than_workers_gives_the_bytes_of_one_worker": 1.5,  # in the fast run
         "test_multi_size_and_spawned_pools_write_one_process_bytes": 3.5,
     },
+    "test_space.py": {
+        "test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes": 2.1,
+    },
     "test_spill.py": {
         "test_killed_multi_size_run_resumes_byte_identical": 3.2,
         "test_multi_size_incremental_equals_separate_incremental_runs": 1.3,

@@ -207,9 +207,9 @@ class _Pooled:
                 self.on_samples(hi - lo)
             self.placed += 1
             if hi == len(t.samples):
-                self.open = None
-                shard.job = shard.assembler.end()
+                shard.job = shard.assembler.end()  # may fail (a full disk): the shard is still open then
                 self.unsealed.append(shard)
+                self.open = None
                 self._seal_if_written(shard)
 
     def _written(self, writes: list[_Write]) -> None:

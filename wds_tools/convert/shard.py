@@ -55,7 +55,13 @@ class ShardAssembler:
         self.store = Store(task.dest)
         self.tar = Staged(self.store, self.store.join(task.name))
         self.writer = ShardWriter(self.tar.path, digest=False)
-        self.spills = {side: SpillWriter(folder, task.name) for side, folder in task.spill}
+        self.spills: dict[int, SpillWriter] = {}
+        try:
+            for side, folder in task.spill:
+                self.spills[side] = SpillWriter(folder, task.name)
+        except BaseException:  # a full disk may refuse the next file: remove those made
+            self.abort()
+            raise
         self.rows: list[SampleRow] = []
         self.failed: list[dict] = []
         self.narrow: list[dict] = []
