@@ -108,23 +108,8 @@ def matrix(tmp_path_factory):
     return root, run, counts
 
 
-_COMMON = dict(shard_size=7, max_errors=2, progress=False)
-
-
-def _configure(how, monkeypatch):
-    from wds_tools.convert import fragment, pipeline, runner, schedule, write
-
-    if how == "no_shared":
-        monkeypatch.setattr(pipeline, "shared_bytes", lambda workers: 0)
-    elif how == "small_slots":
-        for mod in (fragment, write, schedule):
-            monkeypatch.setattr(
-                mod, "SLOT_BYTES", 6 * 1024
-            )  # one 32 px sample fits (4,608 bytes of pixels), two do not
-    elif how == "two_slots":
-        monkeypatch.setattr(schedule, "window", lambda workers: 1)
-    elif how == "spawn":
-        monkeypatch.setattr(runner, "_start_method", lambda: "spawn")
+_OPTIONS = dict(shard_size=7, max_errors=2)
+_COMMON = dict(**_OPTIONS, progress=False)
 
 
 def _folders(out, version, size):
@@ -132,23 +117,31 @@ def _folders(out, version, size):
     return {side: _files(out / version / str(side)) for side in sides}
 
 
-def _check(matrix, tmp_path, monkeypatch, config, mode):
+def _check(matrix, tmp_path, config, mode):
+    """Convert in a fresh process (pooled.py: its pool forks, as the command's does, with the shared
+    memory; under pytest-xdist this process has threads and would spawn one) and compare."""
     import shutil
+
+    import pooled
 
     root, run, counts = matrix
     manifest, version, size = run[mode]
     workers, how = CONFIGS[config]
-    _configure(how, monkeypatch)
     out = tmp_path / "out"
     if mode == "incremental":
         shutil.copytree(root / "bases" / "v1", out / "v1")  # the base, as a one-process run wrote it
-    res = convert(manifest, version=version, size=size, out=out, workers=workers, **_COMMON)
-    results = getattr(res, "results", [res])
-    assert [(r.failed, r.samples_written) for r in results] == counts[mode]
+    got = pooled.run(
+        dict(
+            manifest=str(manifest), out=str(out), version=version, size=size, workers=workers, how=how, options=_OPTIONS
+        )
+    )
+    assert got["method"] == ("spawn" if how == "spawn" else "fork")
+    results = got["results"]
+    assert [(r["failed"], r["samples_written"]) for r in results] == counts[mode]
     if mode == "incremental":
-        assert res.reused > 0 and res.decoded > 0  # copied from the base and decoded: both paths ran
+        assert results[0]["reused"] > 0 and results[0]["decoded"] > 0  # copied from the base and decoded
     if mode == "multi":
-        assert results[1].decodes == 0  # the 32 px pixels came from the 48 px run's spill
+        assert results[1]["decodes"] == 0  # the 32 px pixels came from the 48 px run's spill
     assert _folders(out, version, size) == _folders(root / "ref" / mode, version, size)
     assert not [p.name for p in (out / version).rglob("*") if ".partial-" in p.name]
 
@@ -158,15 +151,15 @@ FORKED = [c for c in CONFIGS if c != "spawned-pool"]
 
 @pytest.mark.parametrize("mode", ["single", "incremental"])
 @pytest.mark.parametrize("config", FORKED)
-def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_path, monkeypatch, config, mode):
+def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_path, config, mode):
     """Every shard, samples.npz, index.json and sidecar equals the one-process run's, byte for byte:
     with the default workers, with 2 and 3, and down each path a fragment can take."""
-    _check(matrix, tmp_path, monkeypatch, config, mode)
+    _check(matrix, tmp_path, config, mode)
 
 
 @pytest.mark.parametrize(
     "config, mode", [(c, "multi") for c in FORKED] + [("spawned-pool", m) for m in ("single", "multi", "incremental")]
 )
-def test_multi_size_and_spawned_pools_write_one_process_bytes(matrix, tmp_path, monkeypatch, config, mode):
+def test_multi_size_and_spawned_pools_write_one_process_bytes(matrix, tmp_path, config, mode):
     """The same for two sizes at once (the spill's bytes ride in the fragments), and for a spawned pool."""
-    _check(matrix, tmp_path, monkeypatch, config, mode)
+    _check(matrix, tmp_path, config, mode)

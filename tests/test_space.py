@@ -104,46 +104,22 @@ def test_a_real_full_disk(corpus, tmp_path, small_tmpfs):
     assert _files(dest) == _files(Path(_run(corpus, tmp_path / "ref").out_dir))
 
 
-def _enospc():
-    return OSError(errno.ENOSPC, "No space left on device")
-
-
 @pytest.mark.parametrize("where", ["tar end", "worker write", "seal", "next shard's files"])
-def test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes(corpus, tmp_path, monkeypatch, where):
+def test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes(corpus, tmp_path, where):
     """A full disk wherever the pool's writing meets it (the converter ending a shard, a worker writing a
     batch, a worker sealing a shard, the next shard's files), with two sizes (spill files too): one
-    line, no partial file left anywhere, and a rerun resumes to the one-process bytes."""
-    from wds_tools.convert import fragment, shard, spill, write
+    line, no partial file left anywhere, and a rerun resumes to the one-process bytes. Each run is a
+    fresh process whose pool forks (tests/pooled.py), so the workers carry the failure."""
+    import pooled
 
-    def on_third(fn):
-        def failing(*a, **kw):
-            if any("train-000002" in str(x) for x in a):
-                raise _enospc()
-            return fn(*a, **kw)
-
-        return failing
-
-    if where == "tar end":
-        real_end = ShardWriter.end
-        monkeypatch.setattr(ShardWriter, "end", lambda self: real_end(self) if "000002" not in self.path else _raise())
-    elif where == "worker write":  # alone, or riding on the next batch's call
-        monkeypatch.setattr(fragment, "write_slots", on_third(fragment.write_slots))
-        monkeypatch.setattr(write, "write_slots", fragment.write_slots)
-    elif where == "seal":
-        monkeypatch.setattr(shard, "seal", on_third(shard.seal))
-    else:
-        monkeypatch.setattr(spill.SpillWriter, "__init__", on_third(spill.SpillWriter.__init__))
-    common = dict(version="v1", size="48,32", shard_size=4, progress=False)
-    with pytest.raises(DiskFullError, match="No space left on device writing"):
-        convert(corpus, out=tmp_path / "out", workers=2, **common)
+    spec = dict(manifest=str(corpus), out=str(tmp_path / "out"), version="v1", size="48,32", workers=2)
+    spec["options"] = dict(shard_size=4)
+    got = pooled.run({**spec, "fail": where})
+    assert got["method"] == "fork" and got["error"] == "DiskFullError", got
+    assert got["message"].startswith("No space left on device writing") and "\n" not in got["message"]
     _no_partials(tmp_path / "out")
-    monkeypatch.undo()
-    res = convert(corpus, out=tmp_path / "out", workers=2, **common)
-    ref = convert(corpus, out=tmp_path / "ref", workers=1, **common)
-    for r, want in zip(res.results, ref.results):
-        assert _files(Path(r.out_dir)) == _files(Path(want.out_dir))
+    res = pooled.run(spec)["results"]
+    ref = convert(corpus, out=tmp_path / "ref", workers=1, version="v1", size="48,32", shard_size=4, progress=False)
+    for r, want in zip(res, ref.results):
+        assert _files(Path(r["out_dir"])) == _files(Path(want.out_dir))
     _no_partials(tmp_path / "out")
-
-
-def _raise():
-    raise _enospc()

@@ -109,8 +109,6 @@ def _init_worker(q: Queue, parent: int, shared: mmap.mmap | None = None) -> None
     # a forked worker inherits the CLI's SIGTERM handler (wds_tools.signals); a worker must die of
     # SIGTERM (the pool's own terminate() sends it), not unwind the parent's clean-up in its copy
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):  # held while its parent forked it (_signals_held)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     # A worker must not outlive a parent killed with -9: an idle one blocks reading its task queue,
     # and it would hold the caller's stdout/stderr open (a script reading them to EOF would hang),
     # and keep the resource tracker (spawn) alive, which waits for every holder of its pipe.
@@ -162,24 +160,33 @@ def _exit_when_orphaned() -> None:
     os._exit(1)
 
 
-_HELD = {signal.SIGINT, signal.SIGTERM}
+_DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM while the pool forks its workers, and deliver one that came meanwhile
-    when they are released. Their handler (wds_tools.signals) raises, and a fork runs the
-    interpreter's at-fork callbacks (logging's, for one) in this process: an exception raised there
-    is printed as "Exception ignored" and lost, and the command would go on (a torture trial's
-    SIGTERM at 0.76 s did so). The workers are forked with them held and release them first thing."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
+def _signals_deferred() -> Iterator[None]:
+    """Defer SIGINT and SIGTERM while the pool forks its workers: one that comes meanwhile is noted,
+    and raised again, to the handler in place before, once the forks are done. That handler
+    (wds_tools.signals) raises, and a fork runs the interpreter's at-fork callbacks (logging's, for
+    one) in this process: an exception raised there is printed as "Exception ignored" and lost, and
+    the command would go on (a torture trial's SIGTERM at 0.76 s did so). Masking the signals would
+    not do: numpy's native threads, which do not mask them, would take them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; it also runs them
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    came: list[int] = []
+    before = {sig: signal.getsignal(sig) for sig in _DEFERRED}
+    for sig, handler in before.items():
+        if handler is not None:  # None: set outside Python, left alone
+            signal.signal(sig, lambda signum, frame: came.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def _noop() -> None:
@@ -246,9 +253,13 @@ class LocalRunner:
             )
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
-            with _signals_held():
-                for _ in range(workers):
-                    self.pool.submit(_noop)
+            try:
+                with _signals_deferred():
+                    for _ in range(workers):
+                        self.pool.submit(_noop)
+            except BaseException:  # a signal deferred during the forks is raised here: stop the pool
+                self.close(cancel=True)
+                raise
 
     @property
     def window(self) -> int:

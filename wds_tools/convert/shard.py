@@ -22,7 +22,7 @@ from ..format.tarwrite import ShardWriter, seal
 from ..format.transport import join
 from .spill import SpillWriter, Staged, sync_into_place
 from .storage import Store
-from .write import Encoded, SampleRow, ShardTask
+from .tasks import Encoded, SampleRow, ShardTask
 
 __all__ = ["ShardAssembler", "SealJob", "seal_shard"]
 
