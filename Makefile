@@ -37,14 +37,17 @@ demo: $(DEMO_STAMP)
 
 # pytest-xdist processes for make test and test-fast: one per core, at most 4 (TEST_WORKERS=0: in this process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# bytecode written even where the environment says not to (PYTHONDONTWRITEBYTECODE, as many containers set it):
+# otherwise every run rewrites the asserts of every test module again in every process, 4-5 s of CPU each
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 ## make test: set up and run the whole test suite (on TEST_WORKERS processes)
 test: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(PYTEST) -q -n $(TEST_WORKERS)
 
-## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why), under a minute
+## make test-fast: the tests not marked slow (tests/conftest.py says which are, and why): 55 s of CPU over the cores (docs/guide/figures.md, The test suite)
 test-fast: $(FULL_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow"
 
 ## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
 lint: $(FULL_STAMP)
@@ -57,9 +60,10 @@ $(DOCS_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e '.[docs]'
 	touch $@
 
-## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails
+## make docs: the documentation site (mkdocs.yml, docs/) built into site/; --strict: a broken link or API name fails; then every internal link of the built pages must lead to a file (so site/index.html works opened from disk)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	$(BIN)/python scripts/check_site_links.py site
 
 ## make cli-reference: regenerate docs/reference/cli.md from every command's --help (after changing an option)
 cli-reference: $(DOCS_STAMP)

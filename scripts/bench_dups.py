@@ -58,6 +58,7 @@ import io
 import itertools
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,9 +68,9 @@ from PIL import Image, ImageEnhance, ImageFilter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
-from wds_tools.format.near import DEFAULT_THRESHOLD, find_pairs  # noqa: E402
-from wds_tools.format.phash import WINDOWS, phash_batch, popcount, variants_array  # noqa: E402
-from wds_tools.synth import jpeg_bytes, lesion_photo  # noqa: E402
+from wds_tools.format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, find_pairs, near_clusters  # noqa: E402
+from wds_tools.format.phash import WINDOWS, is_flat, phash_batch, popcount, variants_array  # noqa: E402
+from wds_tools.synth import FLAT_KINDS, flat_picture, jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
 DARK, MOSTLY_DARK = 26, 0.75  # a window with more than 75% of its pixels below grey 26 (10%) is left out
@@ -144,10 +145,22 @@ def copy_of(im: Image.Image, kind: str, rng: np.random.Generator) -> Image.Image
     raise ValueError(kind)
 
 
-def build_set(synth: int, size: int, windows: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(stored pixels [N, S, S, 3], original id [N], kind [N]: "original" or the copy's kind)."""
+def squeeze(im: Image.Image, contrast: float) -> Image.Image:
+    """``im`` with its colours pulled towards their mean by ``contrast`` (1: unchanged), rounded."""
+    a = np.asarray(im.convert("RGB")).astype(np.float64)
+    m = a.mean(axis=(0, 1), keepdims=True)
+    return Image.fromarray(np.clip(np.round(m + contrast * (a - m)), 0, 255).astype(np.uint8))
+
+
+def build_set(
+    synth: int, size: int, windows: int = 12, seed: int = 0, contrast: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(stored pixels [N, S, S, 3], original id [N], kind [N]: "original" or the copy's kind); with
+    ``contrast`` < 1, every original squeezed towards its mean colour first (``squeeze``)."""
     rng = np.random.default_rng(seed)
     originals = photo_windows(most=windows)[0] + [lesion_photo(320, 320, 1, 1000 + i) for i in range(synth)]
+    if contrast != 1.0:
+        originals = [squeeze(im, contrast) for im in originals]
     pixels, ids, kinds = [], [], []
     for i, im in enumerate(originals):
         for kind in ("original", *KINDS):
@@ -159,19 +172,27 @@ def build_set(synth: int, size: int, windows: int = 12, seed: int = 0) -> tuple[
     return np.stack(pixels), np.array(ids), kinds
 
 
-def pair_distances(hashes: np.ndarray, flips: bool) -> np.ndarray:
+def pair_distances(hashes: np.ndarray, flips: bool, flat_rule: bool = True) -> np.ndarray:
     """[N, N] distances: plain Hamming distances of [N] hashes; with ``flips``, of [N, K] hashes per
     sample (K = 1: whole-image only), FORMAT.md's distance: the least over the 8 variants of either's
-    first hash against any of the other's K."""
+    first hash against any of the other's K, and 64 (never near) for a sample too flat to hash unless
+    ``flat_rule`` is off (the distance of its bits as they are, the flat flag cleared)."""
     if not flips:
         return popcount(hashes[:, None] ^ hashes[None, :])
+    flat = is_flat(hashes.reshape(len(hashes), -1))
+    hashes = hashes.copy()
+    hashes.reshape(len(hashes), -1)[:, 0] &= np.uint64((1 << 63) - 1)
     hashes = hashes.reshape(len(hashes), -1)
     var = variants_array(hashes[:, 0])  # [N, 8]
     d = np.full((len(hashes), len(hashes)), 64, np.int64)
     for v in range(8):
         for k in range(hashes.shape[1]):
             d = np.minimum(d, popcount(var[:, v][:, None] ^ hashes[None, :, k]))
-    return np.minimum(d, d.T)
+    d = np.minimum(d, d.T)
+    if flat_rule:
+        d[flat, :] = 64
+        d[:, flat] = 64
+    return d
 
 
 def imagededup_hashes(pixels: np.ndarray) -> dict[str, np.ndarray]:
@@ -208,7 +229,6 @@ def fastdup_similarity(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     RuntimeError where its run fails."""
     import csv
     import os
-    import tempfile
 
     os.environ.setdefault("SENTRY_OPT_OUT", "1")  # no telemetry
     os.environ.setdefault("FASTDUP_PRODUCTION", "1")  # no version check on PyPI
@@ -283,6 +303,7 @@ def quality(args: argparse.Namespace) -> None:
         f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n"
     )
     hashes = phash_batch(pixels)
+    print(f"too flat to hash (docs/FORMAT.md): {int(is_flat(hashes).sum())} of {len(hashes)} images\n")
     methods = [
         ("wds-tools phash (whole image + 6 windows, 8 flips/turns)", pair_distances(hashes, True), DEFAULT_THRESHOLD),
         ("whole-image hash only (8 flips/turns)", pair_distances(hashes[:, :1], True), 3),
@@ -313,7 +334,9 @@ def quality(args: argparse.Namespace) -> None:
     for name, dist, default in methods:
         table(
             name,
-            curve(dist, ids, kinds, range(0, 21, 2) if args.all else range(max(0, default - 4), default + 5)),
+            curve(
+                dist, ids, kinds, [*range(13), 14, 16, 18, 20] if args.all else range(max(0, default - 4), default + 5)
+            ),
             default,
         )
     if fastdup_sim is not None and fastdup_listed is not None:
@@ -398,12 +421,49 @@ def hash_cost(args: argparse.Namespace) -> None:
     print()
 
 
+def hash_against(args: argparse.Namespace) -> None:
+    """CPU time of ``phash_batch`` (batches of 16, as the writer hashes) and of a lone ``phash`` per stored
+    224 px image, against the ``format/phash.py`` of another checkout (``--against DIR``, e.g. a git
+    worktree of main), interleaved, 7 rounds, medians and the ratio. Run with OPENBLAS_NUM_THREADS=1:
+    process time then counts one thread."""
+    import importlib.util
+
+    from wds_tools.format.phash import phash
+    from wds_tools.synth import photo_like
+
+    spec = importlib.util.spec_from_file_location("other_phash", Path(args.against) / "wds_tools/format/phash.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--against {args.against}: no wds_tools/format/phash.py there")
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    ims = [decode_image(jpeg_bytes(photo_like(600, 450, 70 + k), 92), args.size).pixels for k in range(16)]
+    times: dict[str, list[float]] = {}
+    for _ in range(7):
+        for name, batch, one in (("other", other.phash_batch, other.phash), ("this", phash_batch, phash)):
+            t0 = time.process_time()
+            for _ in range(20):
+                batch(ims)
+            times.setdefault(f"{name} batch", []).append((time.process_time() - t0) / (20 * len(ims)) * 1e3)
+            t0 = time.process_time()
+            for _ in range(2):
+                for im in ims:
+                    one(im)
+            times.setdefault(f"{name} one", []).append((time.process_time() - t0) / (2 * len(ims)) * 1e3)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(f"phash CPU ms per image at {args.size} px, this checkout against {args.against} (medians of 7):\n")
+    print("| call | other | this | this / other |")
+    print("|---|---|---|---|")
+    for call in ("batch", "one"):
+        a, b = med[f"other {call}"], med[f"this {call}"]
+        print(f"| {'phash_batch of 16' if call == 'batch' else 'phash, one image'} | {a:.4f} | {b:.4f} | {b / a:.3f} |")
+    print()
+
+
 def convert_share(args: argparse.Namespace) -> None:
     """The share of a conversion's time spent hashing: ``convert`` (one worker: in this process) of
     ``--hash-images`` photo-like JPEGs per source size at ``--size``, the writer's hashing call wrapped
     by a timer; 3 runs into fresh folders, the median share."""
     import csv
-    import tempfile
 
     import wds_tools.convert.write as write
     from wds_tools.convert import convert
@@ -449,21 +509,16 @@ def convert_share(args: argparse.Namespace) -> None:
     print()
 
 
-def command_cost(args: argparse.Namespace) -> None:
-    """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
-    hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
-    import tempfile
-
+def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> None:
+    """An index of ``len(hashes)`` samples holding these hashes (samples.npz ``phash``), random labels,
+    two splits (every tenth of 2,000 shards in val), no tars: what ``find_dups`` reads."""
     from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
     from wds_tools.format.packed import pack_strings
-    from wds_tools.inspect.dups import find_dups
 
-    n, n_shards = args.index_scale, 2000
-    rng = np.random.default_rng(2)
-    hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
+    n = len(hashes)
+    n_shards = min(2000, n)
+    rng = np.random.default_rng(seed)
     per = -(-n // n_shards)
-    src = np.arange(0, n - per - 1, 100)
-    hashes[src + per + 1, 0] = hashes[src, 1] ^ np.uint64(3)  # 1% copies of a centre window, 2 bits apart, next shard
     cols = {name: np.zeros(n, dtype) for name, dtype in SAMPLE_COLUMNS.items() if name not in ("key", "path_data")}
     cols["key"] = np.array([f"s{i:08d}".encode() for i in range(n)], dtype="S")
     cols["label"] = rng.integers(0, 7, n).astype("<i4")
@@ -491,15 +546,48 @@ def command_cost(args: argparse.Namespace) -> None:
         "shards": shards,
         "splits": {},
     }
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    write_index(str(dest), meta, cols, sidecars=False)
+
+
+def command_cost(args: argparse.Namespace) -> None:
+    """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
+    hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
+
+    from wds_tools.inspect.dups import find_dups
+
+    n = args.index_scale
+    rng = np.random.default_rng(2)
+    hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
+    per = -(-n // min(2000, n))
+    src = np.arange(0, n - per - 1, 100)
+    hashes[src + per + 1, 0] = hashes[src, 1] ^ np.uint64(3)  # 1% copies of a centre window, 2 bits apart, next shard
     if args.keep_index:
-        Path(args.keep_index).mkdir(parents=True, exist_ok=True)
-        write_index(args.keep_index, meta, cols, sidecars=False)
+        write_hash_index(args.keep_index, hashes)
         print(
             f"index of {n:,} samples written to {args.keep_index} (time the command: wds-tools dups {args.keep_index})"
         )
         return
+    if args.against:  # each in its own process, this checkout's code and the other's, alternating
+        import os
+
+        with tempfile.TemporaryDirectory() as tmp:
+            write_hash_index(tmp, hashes)
+            print(f"find_dups on an index of {n:,} samples, own process, this checkout against {args.against}:\n")
+            print("| round | code | wall s | CPU s | peak RSS MiB | clusters | load |")
+            print("|---|---|---|---|---|---|---|")
+            for r in range(args.rounds):
+                for name, path in (("other", args.against), ("this", str(Path(__file__).resolve().parents[1]))):
+                    load = os.getloadavg()[0]
+                    t = timed_dups(tmp, DEFAULT_THRESHOLD, args.timeout, pythonpath=path)
+                    print(
+                        f"| {r + 1} | {name} | {t.get('wall', float('nan')):.1f} | {t.get('cpu', float('nan')):.1f} | "
+                        f"{t.get('rss_mib', float('nan')):.0f} | {t.get('clusters') or t.get('error')} | {load:.1f} |"
+                    )
+        print()
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        write_index(tmp, meta, cols, sidecars=False)
+        write_hash_index(tmp, hashes)
         t0 = time.perf_counter()
         res = find_dups(tmp)
         wall = time.perf_counter() - t0
@@ -511,6 +599,176 @@ def command_cost(args: argparse.Namespace) -> None:
     )
 
 
+_TIMED = """
+import json, resource, sys, time
+from wds_tools.inspect.dups import find_dups
+t0, c0 = time.perf_counter(), time.process_time()
+try:
+    res = find_dups(sys.argv[1], threshold=int(sys.argv[2]))
+    found = res.counts()["clusters"], max((len(c.members) for c in res.clusters), default=0)
+    error = None
+except Exception as e:  # a MemoryError, a refusal: the figure is what happened
+    found, error = (None, None), f"{type(e).__name__}: {str(e)[:200]}"
+print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "clusters": found[0],
+                  "largest": found[1], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "error": error}))
+"""
+
+
+def timed_dups(folder: str, threshold: int, timeout: float, pythonpath: str | None = None) -> dict:
+    """``find_dups`` of ``folder`` in a fresh Python process (its own peak RSS): wall and CPU seconds,
+    clusters, the largest's size, peak RSS; or how it ended (an error, the ``timeout``). ``pythonpath``:
+    the checkout whose ``wds_tools`` that process imports (default: the one it finds)."""
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED, folder, str(threshold)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=tempfile.gettempdir() if pythonpath else None,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped after {timeout:.0f} s"}
+    if done.returncode:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def copies_cost(args: argparse.Namespace) -> None:
+    """One JPEG under N keys: ``find_dups`` of an index whose N samples hold the hashes of one stored image
+    (a lesion photo as ``convert`` stores it at ``--size``), plus 1,000 other photos' hashes, each N of
+    ``--copies`` in its own process; the time and memory should follow the distinct hashes, not N."""
+
+    from wds_tools.format.phash import phash_batch as hash_images
+
+    one = hash_images([decode_image(jpeg_bytes(lesion_photo(320, 320, 1, 7)), args.size).pixels])[0]
+    rng = np.random.default_rng(3)
+    others = rng.integers(0, 2**63, (1000, WINDOWS), dtype=np.uint64)
+    print(f"one JPEG under N keys (+1,000 random others), find_dups at threshold {DEFAULT_THRESHOLD}, own process:\n")
+    print("| copies | wall s | CPU s | peak RSS MiB | clusters | largest |")
+    print("|---|---|---|---|---|---|")
+    for n in args.copies:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_hash_index(tmp, np.concatenate([np.tile(one, (n, 1)), others]))
+            r = timed_dups(tmp, DEFAULT_THRESHOLD, args.timeout)
+        if r.get("error"):
+            print(
+                f"| {n:,} | {r.get('wall', float('nan')):.1f} | - | {r.get('rss_mib', float('nan')):.0f} | {r['error']} | |"
+            )
+        else:
+            print(
+                f"| {n:,} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['rss_mib']:.0f} | {r['clusters']:,} | {r['largest']:,} |"
+            )
+    print()
+
+
+def coefficient_noise(args: argparse.Namespace) -> None:
+    """How far a copy moves the whole image's 63 low DCT coefficients (``phash.whole_dct``, grey levels):
+    |copy - original| over the quality set's originals (stored at ``--size``) and copies made by one
+    recompression at JPEG quality 60, 75 and 90, a rescale by 0.5 and by 2 and a blur (radius 1), each
+    stored as ``convert`` stores it: median, 90th and 99th percentile. A coefficient below these is at
+    the mercy of a copy: FIRM_LEVEL (docs/FORMAT.md, Too flat to hash). (A brightness change scales
+    every coefficient alike: it moves large ones most and flips no sign, so it is left out.)"""
+    from wds_tools.format.phash import FIRM_LEVEL, whole_dct
+
+    originals = photo_windows(most=args.windows)[0] + [lesion_photo(320, 320, 1, 1000 + i) for i in range(args.synth)]
+    copies = {
+        "JPEG q60": lambda im: Image.open(io.BytesIO(jpeg_bytes(im, 60))).convert("RGB"),
+        "JPEG q75": lambda im: Image.open(io.BytesIO(jpeg_bytes(im, 75))).convert("RGB"),
+        "JPEG q90": lambda im: Image.open(io.BytesIO(jpeg_bytes(im, 90))).convert("RGB"),
+        "rescale 0.5": lambda im: im.resize((im.width // 2, im.height // 2), Image.Resampling.BICUBIC),
+        "rescale 2": lambda im: im.resize((im.width * 2, im.height * 2), Image.Resampling.BICUBIC),
+        "blur 1": lambda im: im.filter(ImageFilter.GaussianBlur(1.0)),
+    }
+
+    def stored(im: Image.Image) -> np.ndarray:
+        return decode_image(jpeg_bytes(im.convert("RGB"), 92), args.size).pixels
+
+    base = whole_dct([stored(im) for im in originals]).reshape(len(originals), -1)[:, 1:]
+    print(
+        f"how far a copy moves the whole image's 63 low DCT coefficients (grey levels; {len(originals)} originals "
+        f"at {args.size} px; firm: >= {FIRM_LEVEL}):\n"
+    )
+    print("| copy | median | 90th percentile | 99th percentile |")
+    print("|---|---|---|---|")
+    for name, make in copies.items():
+        moved = whole_dct([stored(make(im)) for im in originals]).reshape(len(originals), -1)[:, 1:]
+        q = np.percentile(np.abs(moved - base), [50, 90, 99])
+        print(f"| {name} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} |")
+    print()
+
+
+def contrast_sweep(args: argparse.Namespace) -> None:
+    """The quality set with every original squeezed to a fraction of its contrast (``--contrast``): how
+    many images are too flat to hash, and recall and false pairs at the default threshold with the flat
+    rule and without it (a flat image's bits compared as they are)."""
+    print(f"low contrast: the quality set squeezed, threshold {DEFAULT_THRESHOLD}:\n")
+    print("| contrast | too flat | recall | false pairs | recall, no flat rule | false pairs, no flat rule |")
+    print("|---|---|---|---|---|---|")
+    for c in args.contrast:
+        pixels, ids, kinds = build_set(args.synth, args.size, args.windows, args.seed, contrast=c)
+        hashes = phash_batch(pixels)
+        cells = []
+        for rule in (True, False):
+            row = curve(pair_distances(hashes, True, flat_rule=rule), ids, kinds, [DEFAULT_THRESHOLD])[0]
+            cells += [f"{row['recall']:.3f}", f"{row['fp']:,}"]
+        print(f"| {c} | {int(is_flat(hashes).sum()):,} of {len(hashes):,} | " + " | ".join(cells) + " |")
+    print()
+
+
+def flat_set(args: argparse.Namespace) -> None:
+    """``--flat N`` pictures of each ``synth.flat_picture`` kind, all different (JPEG q90, stored at
+    ``--size``): the pairs and clusters ``find_pairs`` made among them before the flat rule (the flag
+    cleared) and with it, at the default threshold and at 8."""
+    print(f"pictures with little or no detail ({args.flat:,} of each kind, all different) at {args.size} px:\n")
+    print("| kind | too flat | threshold | pairs, no flat rule | clusters (samples), no flat rule | pairs | clusters |")
+    print("|---|---|---|---|---|---|---|")
+    for kind in FLAT_KINDS:
+        pixels = [decode_image(jpeg_bytes(flat_picture(kind, k), 90), args.size).pixels for k in range(args.flat)]
+        hashes = phash_batch(pixels)
+        bare = hashes.copy()
+        bare[:, 0] &= np.uint64((1 << 63) - 1)
+        for t in (DEFAULT_THRESHOLD, 8):
+            cells = []
+            for h in (bare, hashes):
+                i, j, _ = find_pairs(h, t)
+                found = near_clusters(h, t)
+                cells += [f"{len(i):,}", f"{len(found.clusters):,} ({sum(len(c) for c in found.clusters):,})"]
+            print(f"| {kind} | {int(is_flat(hashes).sum()):,} | {t} | " + " | ".join(cells) + " |")
+    print()
+
+
+def threshold_cost(args: argparse.Namespace) -> None:
+    """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (a chain of 1% planted
+    copies, each 2 bits from a window of the next: one cluster) at each of ``--thresholds``: seconds, CPU
+    seconds, peak RSS of this process so far, clusters (those beyond one: chance pairs of random hashes);
+    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once."""
+    rng = np.random.default_rng(1)
+    n = args.threshold_scale
+    hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
+    src = rng.choice(n, n // 100, replace=False)
+    hashes[np.roll(src, 1), 0] = hashes[src, 1] ^ np.uint64(5)  # a chain of copies of a window, 2 bits apart
+    print(f"search cost by threshold, {n:,} samples of random hashes + 1% planted copies:\n")
+    print("| threshold | wall s | CPU s | peak RSS MiB (process so far) | clusters |")
+    print("|---|---|---|---|---|")
+    for t in args.thresholds:
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            found = near_clusters(hashes, t, progress=True)
+            what = f"{len(found.clusters):,}"
+        except Exception as e:  # the refusal above MAX_THRESHOLD
+            what = f"{type(e).__name__}: {e}"
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"| {t} | {time.perf_counter() - t0:.2f} | {time.process_time() - c0:.2f} | {rss:.0f} | {what} |")
+    print()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--synth", type=int, default=150, help="lesion photos among the originals")
@@ -518,7 +776,7 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=12, help="most windows taken from one photo")
     p.add_argument("--seed", type=int, default=0, help="seed of the copies' random parameters")
     p.add_argument("--scale", type=int, default=1_000_000, help="hashes for the cost run (0: skip)")
-    p.add_argument("--all", action="store_true", help="print thresholds 0..20 in steps of 2")
+    p.add_argument("--all", action="store_true", help="print thresholds 0..12, then 14..20 in steps of 2")
     p.add_argument("--no-quality", action="store_true")
     p.add_argument("--index-scale", type=int, default=0, help="samples of an index to run find_dups on (0: skip)")
     p.add_argument(
@@ -528,17 +786,61 @@ def main() -> None:
     )
     p.add_argument("--hash-images", type=int, default=12, help="photos per source size for the hash cost (0: skip)")
     p.add_argument(
+        "--copies",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[],
+        help="one JPEG under N keys: time find_dups for each N, e.g. 5000,50000 (each in its own process)",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds before a --copies run is stopped")
+    p.add_argument(
+        "--against",
+        metavar="DIR",
+        help="another checkout (e.g. a git worktree of main) to compare with: phash's CPU time, and with "
+        "--index-scale find_dups in its own process, alternating",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="rounds of each code for --index-scale with --against")
+    p.add_argument(
+        "--contrast",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[],
+        help="the quality set squeezed to these fractions of its contrast, e.g. 0.1,0.05,0.025,0.0125",
+    )
+    p.add_argument("--flat", type=int, default=0, help="pictures of each flat kind (synth.flat_picture) to search")
+    p.add_argument(
+        "--coefficient-noise", action="store_true", help="how far copies move the low DCT coefficients (FIRM_LEVEL)"
+    )
+    p.add_argument("--threshold-scale", type=int, default=0, help="samples for the cost by threshold (0: skip)")
+    p.add_argument(
+        "--thresholds",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[DEFAULT_THRESHOLD, MAX_THRESHOLD, MAX_THRESHOLD + 1, 20],
+        help="thresholds for --threshold-scale",
+    )
+    p.add_argument(
+        "--max-threshold",
+        type=int,
+        default=None,
+        help="serve thresholds up to this in --threshold-scale (a comparison: dups refuses above MAX_THRESHOLD)",
+    )
+    p.add_argument(
         "--block-factors",
         type=lambda text: tuple(int(x) for x in text.split(",")),
         default=None,
         help="try other grey blocks than format.phash.BLOCK_FACTORS, e.g. 2 (a comparison: not the format's hash)",
     )
     args = p.parse_args()
+    if args.max_threshold is not None:
+        import wds_tools.format.near as search
+
+        search.MAX_THRESHOLD = args.max_threshold
+        print(f"thresholds served up to {args.max_threshold} (not what dups allows: {MAX_THRESHOLD})\n")
     if args.block_factors is not None:
         import wds_tools.format.phash as recipe
 
         recipe.BLOCK_FACTORS = args.block_factors
         print(f"grey blocks: the first of {args.block_factors} that fits (not the format's recipe)\n")
+    if args.against and not args.index_scale:
+        hash_against(args)
     if args.hash_images:
         hash_cost(args)
         convert_share(args)
@@ -548,6 +850,16 @@ def main() -> None:
         cost(args)
     if args.index_scale:
         command_cost(args)
+    if args.copies:
+        copies_cost(args)
+    if args.coefficient_noise:
+        coefficient_noise(args)
+    if args.contrast:
+        contrast_sweep(args)
+    if args.flat:
+        flat_set(args)
+    if args.threshold_scale:
+        threshold_cost(args)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,14 @@ ratios (with ``--workers 0``, per second of the process's CPU time, which other 
 machine disturbs less than wall time); and this tree's ``transform=``
 with a user's torchvision-style crop + flip in plain torch (``UserCropFlip``, ``augment=False``)
 against the built-in path with the same workers.
+
+``--main-cpu`` times what the training process itself spends per batch (``time.process_time()`` of
+the process that iterates the loader, every thread of it counted: the DataLoader's queues, a pin
+thread), batch 256 at 224 px by default, train with every option at its default but
+``persistent_workers`` and ``pin_memory`` (each combination), the caller dropping each batch; with
+``--against TREE`` that tree's loader in the same interleaved rounds:
+
+    .venv/bin/python scripts/bench_loader.py --main-cpu --batch 256 --against <checkout before> --rounds 7
 """
 
 from __future__ import annotations
@@ -432,6 +440,94 @@ for line in sys.stdin:
 """
 
 
+# Run in a process whose sys.path starts with the tree timed: one loader (train defaults, persistent and
+# pin as asked); per line read, one epoch whose batches are dropped as they come: the main process's CPU
+# seconds per batch (process_time: every thread of this process) and the wall rate.
+SERVE_CPU = r"""
+import sys, time, torch, warnings
+tree, shards, B, W, persistent, pin = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1", sys.argv[6] == "1"
+sys.path.insert(0, tree)
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+torch.set_num_threads(1)
+from training_adapter import make_loader
+
+loader = make_loader(shards, train=True, batch_size=B, num_workers=W, persistent_workers=persistent, pin_memory=pin)
+for b in loader:
+    pass
+print("ready", flush=True)
+for line in sys.stdin:
+    n, cpu0, t0 = 0, time.process_time(), time.perf_counter()
+    for b in loader:
+        n += 1
+        del b
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    ring = getattr(loader, "ring", None)
+    print(cpu / n * 1e3, n * B / wall, getattr(ring, "copies", -1), flush=True)
+"""
+
+
+def main_cpu(trees: list[tuple[str, Path]], shards: Path, B: int, W: int, rounds: int) -> None:
+    """The training process's CPU per batch, each tree and (persistent_workers, pin_memory), interleaved rounds."""
+    configs = [(p, pin) for p in (True, False) for pin in ((False, True) if torch.cuda.is_available() else (False,))]
+    procs = {}
+    for who, root in trees:
+        for persistent, pin in configs:
+            p = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    SERVE_CPU,
+                    str(root),
+                    str(shards),
+                    str(B),
+                    str(W),
+                    str(int(persistent)),
+                    str(int(pin)),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=str(root),
+            )
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit(f"{who} persistent={persistent} pin={pin}: the loader did not start")
+            procs[(who, persistent, pin)] = p
+    got: dict[tuple, list[tuple[float, float, int]]] = {k: [] for k in procs}
+    for r in range(rounds):  # every other round in the reverse order
+        for k, p in list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]:
+            assert p.stdin is not None and p.stdout is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            ms, rate, copies = p.stdout.readline().split()
+            got[k].append((float(ms), float(rate), int(copies)))
+    for p in procs.values():
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait()
+    print(
+        f"main-process CPU per batch of {B} (process_time, every thread), train defaults, num_workers {W}, "
+        f"{rounds} interleaved rounds, median (min-max); samples/s wall; batches copied out of the ring"
+    )
+    print("| tree | persistent_workers | pin_memory | ms CPU / batch | samples/s | ring copies |")
+    print("|---|---|---|---|---|---|")
+    med = {}
+    for (who, persistent, pin), v in got.items():
+        ms = [x[0] for x in v]
+        med[(who, persistent, pin)] = statistics.median(ms)
+        print(
+            f"| {who} | {persistent} | {pin} | {statistics.median(ms):.2f} ({min(ms):.2f}-{max(ms):.2f}) | "
+            f"{statistics.median(x[1] for x in v):,.0f} | {v[-1][2] if v[-1][2] >= 0 else '-'} |"
+        )
+    if len(trees) == 2:
+        (a, _), (b, _) = trees
+        for persistent, pin in configs:
+            print(
+                f"- persistent_workers={persistent}, pin_memory={pin}: {b} / {a} = "
+                f"{med[(b, persistent, pin)] / med[(a, persistent, pin)]:.2f}"
+            )
+
+
 def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
     """This tree's loader against ``tree``'s: interleaved rounds of one epoch each, medians, ratios."""
     here = Path(__file__).resolve().parents[1]
@@ -496,8 +592,14 @@ def main() -> None:
     )
     ap.add_argument("--work", default="/tmp/wds-bench")
     ap.add_argument("--against", type=Path, help="time this tree's loader against the one in this checkout")
-    ap.add_argument("--workers", type=int, help="--against: num_workers (default: every core)")
+    ap.add_argument("--workers", type=int, help="--against, --main-cpu: num_workers (default: every core)")
+    ap.add_argument("--main-cpu", action="store_true", help="the training process's CPU per batch (see above)")
     args = ap.parse_args()
+    if args.main_cpu:
+        shards = build(Path(args.work) / f"n{args.samples}", args.samples)
+        here = Path(__file__).resolve().parents[1]
+        trees = ([("before", args.against.resolve())] if args.against else []) + [("after", here)]
+        return main_cpu(trees, shards, args.batch, usable_cpus() if args.workers is None else args.workers, args.rounds)
     if args.against:
         shards = build(Path(args.work) / f"n{args.samples}", args.samples)
         return against(

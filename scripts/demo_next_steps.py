@@ -37,7 +37,7 @@ Next steps
   Train on them (python in the activated .venv):
 --- train.py
 {snippet}---
-  The docs:    make docs builds the site (guide pages and API reference) from docs/
+  The docs:    make docs builds the site (guide pages and API reference) from docs/: open site/index.html
 """
 
 

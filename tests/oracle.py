@@ -69,6 +69,7 @@ class Expect:
     normalize: bool = False
     mean: tuple | None = None
     std: tuple | None = None
+    on_device: bool = False  # make_loader(device=...): device_augment's augment_batch applied by the loader
 
     def params(self, key: str, epoch: int, src_size: int) -> np.ndarray:
         """The sample's parameter row, from augment's documented rule restated in augref (not from augment)."""
@@ -76,8 +77,14 @@ class Expect:
 
     @property
     def augmented(self) -> bool:
-        """Whether the loader changes the stored pixels (train mode, augmenting on the CPU)."""
-        return self.train and not self.device_augment
+        """Whether the loader changes the stored pixels (train mode, augmenting on the CPU or, with
+        ``device=``, on the device)."""
+        return self.train and (not self.device_augment or self.on_device)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the augmentation runs the sampling path (``augment_batch``): the affine, or on the device."""
+        return self.augment.affine_p > 0 or (self.device_augment and self.on_device)
 
     def image(self, s: Stored, key: str, epoch: int) -> np.ndarray:
         """float64 [3, O, O] in 0..255: the stored pixels, augmented on their own with (seed, epoch, key)
@@ -85,9 +92,7 @@ class Expect:
         if not self.augmented:
             return s.pixels.transpose(2, 0, 1).astype(np.float64)
         S = s.pixels.shape[0]
-        ref = augment_reference(
-            s.pixels, self.params(key, epoch, S), out=self.augment.size or S, sampled=self.augment.affine_p > 0
-        )
+        ref = augment_reference(s.pixels, self.params(key, epoch, S), out=self.augment.size or S, sampled=self.sampled)
         return ref.transpose(2, 0, 1)
 
     def tolerance(self, key: str, epoch: int, src_size: int) -> float:
@@ -102,7 +107,7 @@ class Expect:
         """
         if not self.augmented:
             return 0.0
-        if self.augment.affine_p > 0:
+        if self.sampled:  # on the device, not rounded to uint8: within the rounding all the same
             return 0.5 + 1e-3
         p = self.params(key, epoch, src_size)
         b, c, s = p[-3:]

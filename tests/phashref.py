@@ -20,8 +20,19 @@ def _area_rows(a: np.ndarray, n: int = 32) -> np.ndarray:
     return np.stack([(integral((i + 1) * s / n) - integral(i * s / n)) / (s / n) for i in range(n)])
 
 
+def doc_firm(pixels: np.ndarray) -> int:
+    """FORMAT.md's count of firm coefficients: of the whole image's 63 AC coefficients (u, v < 8) of the
+    orthonormal DCT of its 32x32 grey image in grey levels, those of magnitude 1 or more."""
+    return doc_details(pixels)[1]
+
+
 def doc_hash(pixels: np.ndarray) -> list[int]:
     """The seven hashes of stored pixels [S, S, 3], as FORMAT.md words them, written without format.phash."""
+    return doc_details(pixels)[0]
+
+
+def doc_details(pixels: np.ndarray) -> tuple[list[int], int]:
+    """(the seven hashes, the whole image's firm coefficients) of stored pixels [S, S, 3]."""
     s = pixels.shape[0]
     r, g, b = (pixels[..., c].astype(np.int64) for c in range(3))
     grey = (299 * r + 587 * g + 114 * b).astype(np.float64)
@@ -33,7 +44,7 @@ def doc_hash(pixels: np.ndarray) -> list[int]:
     w, v = s - 2 * d, s - 2 * e
     # whole, centre, top, bottom, left, right, smaller centre
     boxes = [(0, 0, s), (d, d, w), (0, d, w), (2 * d, d, w), (d, 0, w), (d, 2 * d, w), (e, e, v)]
-    out = []
+    out, firm = [], 0
     for top, left, side in boxes:
         window = grey[top : top + side, left : left + side]
         small = _area_rows(_area_rows(window).T).T
@@ -43,5 +54,9 @@ def doc_hash(pixels: np.ndarray) -> list[int]:
             for v in range(8):
                 bit = 0 if (u, v) == (0, 0) else int(coeffs[u, v] > 0)
                 h |= bit << (63 - (8 * u + v))
+        if not out:  # the whole image: its firm coefficients (grey levels: the luma above is times 1000)
+            ac = np.abs(coeffs / 1000).reshape(-1)[1:]
+            firm = int((ac >= 1.0).sum())
+            h |= int(firm < 16) << 63  # too flat to hash
         out.append(h)
-    return out
+    return out, firm

@@ -511,3 +511,32 @@ def test_crop_fallback_hand_worked() -> None:
     cfg = AugmentConfig(crop_ratio=(1.5, 2.0), crop_scale=(0.9, 1.0))
     for k in ("a", "b", "c"):
         assert sample_params(cfg, seed=0, epoch=0, key=k, src_size=100)[0:4].tolist() == [16, 0, 67, 100]
+
+
+def test_constant_tensors_are_made_once_per_device(monkeypatch):
+    """After the first call, augment_batch and normalize build no tensor from a Python list: on CUDA each
+    such build is a synchronous copy, the host waiting for the stream's earlier work (the previous step)."""
+    from training_adapter.augment import batch_params, normalize
+
+    cfg = AugmentConfig(saturation=0.2, affine_p=1.0)
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    p = torch.as_tensor(batch_params(cfg, seed=0, epoch=0, keys=["a", "b"], src_size=8), dtype=torch.float32)
+    first = augment_batch(x, p, config=cfg, mean=[0.5, 0.4, 0.3], std=[0.2, 0.2, 0.25])
+    made = []
+    for name in ("tensor", "as_tensor"):
+        monkeypatch.setattr(torch, name, _counting(getattr(torch, name), made))
+    again = augment_batch(x, p, config=cfg, mean=[0.5, 0.4, 0.3], std=[0.2, 0.2, 0.25])
+    normalize(x.float(), [0.5, 0.4, 0.3], [0.2, 0.2, 0.25])
+    monkeypatch.undo()
+    assert made == [] and torch.equal(first, again)
+
+
+def _counting(real, made: list):
+    """``real`` (torch.tensor, torch.as_tensor), noting each Python list or tuple it is given."""
+
+    def call(*a, **k):
+        if isinstance(a[0], list | tuple):
+            made.append(a[0])
+        return real(*a, **k)
+
+    return call

@@ -126,3 +126,16 @@ def test_metadata_reaches_both_loaders(root):
     (root / "m.yaml").write_text("dataset:\n  train_urls: shards/v1/16\n  batch_size: 2\n  metadata: [age]\n")
     with pytest.raises(OptionError, match="'age' is not a column of this index"):
         load_config(root / "m.yaml").dataset.train_loader()
+
+
+def test_a_yaml_config_without_pyyaml_names_the_package_to_install(tmp_path, monkeypatch):
+    import sys
+
+    from wds_tools.errors import ExtraNotInstalledError
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
+    (tmp_path / "t.yaml").write_text("dataset: {train_urls: x}\n")
+    with pytest.raises(
+        ExtraNotInstalledError, match=r"needs pyyaml: pip install pyyaml==6\.0\.3 \(part of the 'train'"
+    ):
+        load_config(tmp_path / "t.yaml")

@@ -830,7 +830,7 @@ def test_a_heic_without_the_extra_fails_naming_it(tmp_path):
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.splitlines()[0])
     assert line["key"] == "h" and line["stage"] == "scan"
-    assert "HEIC/HEIF" in line["error"] and "pip install 'wds-tools[heif]'" in line["error"]
+    assert "HEIC/HEIF" in line["error"] and "pip install pillow-heif==1.8.1" in line["error"]
 
 
 def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
@@ -853,6 +853,38 @@ def test_a_16_bit_png_squeezed_near_black_is_warned_with_its_key(tmp_path):
     assert again.already_complete and again.failed == 0 and [w["key"] for w in again.narrow_pixels] == ["dark16"]
 
 
+def test_an_image_folders_errors_carry_no_line_and_a_manifests_do(tmp_path):
+    """Issue 32: errors.jsonl gave an image folder's files a "line" (their position in the walk), which names
+    nothing a user can open; a folder's entries have their path alone, ordered by path (FORMAT.md, errors.jsonl)."""
+    from PIL import Image
+
+    from wds_tools.synth import jpeg_bytes, photo_like
+
+    photos = tmp_path / "photos"
+    (photos / "cat").mkdir(parents=True)
+    (photos / "dog").mkdir()
+    for i, name in enumerate(["cat/a.jpg", "cat/b.jpg", "dog/c.jpg", "dog/d.jpg"]):
+        (photos / name).write_bytes(jpeg_bytes(photo_like(40, 30, seed=i)))
+    (photos / "dog" / "broken.jpg").write_bytes(b"not a jpeg")
+    (photos / "cat" / "a-text.png").write_bytes(b"\x89PNG but no more")
+    ramp = (np.arange(48 * 48).reshape(48, 48) * 4095 // (48 * 48 - 1)).astype(np.uint16)  # a narrow range
+    Image.fromarray(ramp).save(photos / "cat" / "dark16.png")
+    res = _run(photos, tmp_path / "out", val_fraction=0.0, max_errors="2")
+    entries = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert [(e["path"], e["stage"]) for e in entries] == [
+        ("cat/a-text.png", "scan"),
+        ("cat/dark16.png", "pixels"),
+        ("dog/broken.jpg", "scan"),
+    ]
+    assert all("line" not in e for e in entries)
+    assert [set(w) for w in res.narrow_pixels] == [{"key", "path", "stage", "warning"}]  # --json alike
+    rows = make_images(tmp_path / "m", 3)
+    (tmp_path / "m" / rows[1]["path"]).write_bytes(b"not a jpeg")
+    res = _run(write_manifest(tmp_path / "m" / "m.csv", rows), tmp_path / "out2", max_errors="1")
+    (entry,) = [json.loads(line) for line in Path(res.errors_file).read_text().splitlines()]
+    assert entry["line"] == 3  # a manifest's row: its CSV line (the header is line 1)
+
+
 def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, tmp_path):
     """An index.json whose decode has no colour (every conversion before it) was made ignoring ICC
     profiles: a rerun with the default --colour srgb is refused naming --colour raw; with it, nothing to do."""
@@ -866,3 +898,37 @@ def test_a_folder_converted_before_the_colour_rule_reads_as_colour_raw(corpus, t
     with pytest.raises(OutputExistsError, match=r"decode\.colour: existing 'raw', requested 'srgb'.*--colour raw"):
         _run(corpus, tmp_path / "out")
     assert _run(corpus, tmp_path / "out", decode=DecodeSettings(colour="raw")).already_complete
+
+
+def test_integer_labels_past_a_doubles_digits_survive_conversion_and_loading(tmp_path):
+    """Issue 32, point 8: 12345678901234567 and ...568 were one class and 9007199254740993 was ...992 in
+    ``classes``, every .json and the loader's labels; a metadata column of such an integer and 1.5 was
+    float, so its .json said 9007199254740992.0. Read back with stock json, tarfile and the loader."""
+    from training_adapter import make_loader
+
+    labels = ["cat", "12345678901234567", "12345678901234568", "9007199254740993", "99999999999999999999", "7"]
+    rows = make_images(tmp_path / "c", len(labels))
+    ids = ["9007199254740993", "1.5", "", "3", "12345678901234567", "-4"]
+    for r, lab, id_ in zip(rows, labels, ids):
+        r["label"], r["split"], r["id"] = lab, "train", id_
+    manifest = write_manifest(tmp_path / "c" / "m.csv", rows, ("key", "path", "label", "split", "id"))
+    _run(manifest, tmp_path / "out")
+    dest = tmp_path / "out" / "v1" / "32"
+    index = json.loads((dest / "index.json").read_text())
+    assert index["classes"] == sorted(labels)
+    assert index["metadata"] == [{"name": "id", "type": "string"}]  # kept as text, every digit
+    want = {r["key"]: r["label"] for r in rows}
+    got, meta = {}, {}
+    for shard in index["shards"]:
+        with tarfile.open(dest / shard["name"]) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    sample = json.loads(tf.extractfile(m).read())
+                    got[m.name[:-5]], meta[m.name[:-5]] = sample["label"], sample["meta"]["id"]
+                elif m.name.endswith(".cls"):
+                    assert index["classes"][int(tf.extractfile(m).read())] == want[m.name[:-4]]
+    assert got == want
+    assert meta == {r["key"]: r["id"] or None for r in rows}
+    loader = make_loader(dest, batch_size=2, train=False, split="train", num_workers=0, return_keys=True)
+    seen = {k: loader.classes[int(y)] for _, ys, keys in loader for y, k in zip(ys, keys)}
+    assert seen == want

@@ -741,3 +741,103 @@ def test_a_signal_that_surfaces_as_a_decode_error_still_stops_the_command(monkey
     monkeypatch.setattr(Image.Image, "load", load_broken)
     with pytest.raises(DecodeError, match="broken chunk"):  # a plain error is still a bad file
         decode_image(data, 32)
+
+
+# --- TIFFs that Pillow cannot decode are named by their layout (issue 32, point 9) ---
+
+
+def baseline_tiff(arr: np.ndarray, sample_format: int, byteorder: str = "<") -> bytes:
+    """An uncompressed one-strip TIFF of ``arr`` ([H, W, C], samples interleaved), written by hand from
+    the TIFF 6.0 tags, with SampleFormat ``sample_format`` (3: IEEE floating point)."""
+    h, w, c = arr.shape
+    data = arr.astype(arr.dtype.newbyteorder(byteorder)).tobytes()
+    bits = arr.dtype.itemsize * 8
+    ifd_end = 8 + 2 + 11 * 12 + 4
+    bps_at, sf_at = ifd_end, ifd_end + 2 * c  # three or more SHORTs: after the IFD, then the pixels
+    data_at = ifd_end + (4 * c if c > 2 else 0)
+    tags = [
+        (256, 3, 1, w),
+        (257, 3, 1, h),
+        (258, 3, c, bps_at if c > 2 else None),
+        (259, 3, 1, 1),  # no compression
+        (262, 3, 1, 2 if c == 3 else 1),  # RGB or min-is-black
+        (273, 4, 1, data_at),
+        (277, 3, 1, c),
+        (278, 3, 1, h),
+        (279, 4, 1, len(data)),
+        (284, 3, 1, 1),  # chunky
+        (339, 3, c, sf_at if c > 2 else None),
+    ]
+    out = (b"II*\x00" if byteorder == "<" else b"MM\x00*") + struct.pack(byteorder + "I", 8)
+    out += struct.pack(byteorder + "H", len(tags))
+    for tag, kind, count, value in tags:
+        if value is None:  # one or two SHORTs, inline
+            inline = [bits] * count if tag == 258 else [sample_format] * count
+            out += struct.pack(byteorder + "HHI", tag, kind, count) + struct.pack(
+                byteorder + "HH", *(inline + [0] * (2 - count))
+            )
+        elif kind == 3 and count == 1:
+            out += struct.pack(byteorder + "HHIHH", tag, kind, count, value, 0)
+        else:
+            out += struct.pack(byteorder + "HHII", tag, kind, count, value)
+    out += struct.pack(byteorder + "I", 0)
+    if c > 2:
+        out += struct.pack(byteorder + "H" * c, *[bits] * c) + struct.pack(byteorder + "H" * c, *[sample_format] * c)
+    return out + data
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+def test_a_float32_rgb_tiff_fails_as_an_unsupported_tiff_sample_format(byteorder):
+    raw = baseline_tiff(np.full((8, 10, 3), 0.5, np.float32), 3, byteorder)
+    with pytest.raises(Image.UnidentifiedImageError):  # the reason: Pillow reads no float TIFF of 3 samples
+        Image.open(io.BytesIO(raw))
+    message = (
+        r"unsupported TIFF sample format: 3 samples per pixel of 32-bit floating point \(SampleFormat 3, 3, 3, "
+        r"BitsPerSample 32, 32, 32, PhotometricInterpretation 2\)"
+    )
+    for call in (lambda: probe_image(raw), lambda: decode_image(raw, 8)):
+        with pytest.raises(DecodeError, match=message):
+            call()
+
+
+def test_another_sample_layout_pillow_lacks_is_named_without_the_float_note():
+    raw = baseline_tiff(np.full((8, 10, 2), 7, np.uint8), 1)  # grey and a sample no ExtraSamples explains
+    with pytest.raises(DecodeError, match=r"2 samples per pixel of 8-bit unsigned integer \(SampleFormat 1, 1, ") as e:
+        decode_image(raw, 8)
+    assert "floating-point" not in str(e.value)
+
+
+def test_the_hand_written_tiff_is_one_pillow_reads_where_it_has_one_float_sample():
+    arr = np.full((8, 10, 1), 0.5, np.float32)  # the same writer, one sample: Pillow's mode F, by the float rule
+    assert Image.open(io.BytesIO(baseline_tiff(arr, 3))).mode == "F"
+    assert_colour(decode_image(baseline_tiff(arr, 3), 8, "squash").pixels, (128, 128, 128))
+
+
+def test_a_float32_rgb_tiff_in_a_folder_is_listed_in_errors_jsonl_with_its_path(tmp_path):
+    import json
+
+    from wds_tools.convert import convert
+
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    (tmp_path / "photos" / "cat" / "hdr.tif").write_bytes(baseline_tiff(np.full((8, 10, 3), 0.5, np.float32), 3))
+    Image.new("RGB", (10, 8), RED).save(tmp_path / "photos" / "cat" / "ok.png")
+    res = convert(
+        tmp_path / "photos",
+        version="v1",
+        size=8,
+        out=tmp_path / "o",
+        workers=1,
+        progress=False,
+        max_errors="1",
+        val_fraction=0.0,
+    )
+    (entry,) = [json.loads(line) for line in open(res.errors_file)]
+    assert entry["path"] == "cat/hdr.tif" and entry["stage"] == "scan"
+    assert entry["error"].startswith("unsupported TIFF sample format: 3 samples per pixel of 32-bit floating point")
+
+
+@pytest.mark.filterwarnings("ignore:Corrupt EXIF data")  # Pillow's, on the cut IFD
+def test_a_damaged_tiff_header_is_not_called_an_unknown_format():
+    raw = baseline_tiff(np.full((8, 10, 3), 0.5, np.float32), 3)[:40]  # the IFD cut short
+    with pytest.raises(DecodeError, match=r"a TIFF file that Pillow cannot read \(its first IFD"):
+        decode_image(raw, 8)

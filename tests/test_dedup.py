@@ -106,7 +106,10 @@ def test_without_dedup_copies_are_drawn_apart(tmp_path):
     convert(manifest, version="v1", size=S, out=tmp_path / "out", workers=1, progress=False, val_fraction=0.5)
     split = splits_of(tmp_path / "out" / "v1" / str(S))
     assert any(len({split[f"p{c}c{m}"] for m in range(3)}) > 1 for c in range(12))
-    run(manifest, tmp_path / "out", "v2", False, val_fraction=0.5)
+    # v1's splits are kept by default: --dedup cannot join what v1 holds in two splits without moving it
+    with pytest.raises(SourceError, match=r"--dedup would move a sample that v1 holds: .* pass --resplit"):
+        run(manifest, tmp_path / "out", "v2", False, val_fraction=0.5)
+    run(manifest, tmp_path / "out", "v2", False, val_fraction=0.5, resplit=True)
     split = splits_of(tmp_path / "out" / "v2" / str(S))
     assert all(len({split[f"p{c}c{m}"] for m in range(3)}) == 1 for c in range(12))
 
@@ -143,8 +146,8 @@ def test_a_split_column_that_splits_a_cluster_is_refused(tmp_path):
 def test_the_summary_says_what_dedup_joined(tmp_path):
     rows = [("p0", 0, 0, None), ("p0m", 0, 1, None), ("p0t", 0, 2, None), ("p1", 1, 0, None), ("p2", 2, 0, None)]
     r = run(write(tmp_path, rows), tmp_path / "out", "v1", False)
-    assert any("--dedup: 1 clusters of near-duplicates (within 5 bits) joined 3 samples" in n for n in r.notes)
-    assert "--dedup: 1 clusters" in r.to_text()
+    assert any("--dedup: 1 cluster of near-duplicates (within 5 bits) joined 3 samples' groups" in n for n in r.notes)
+    assert "--dedup: 1 cluster of" in r.to_text() and "too flat" not in r.to_text()
 
 
 def test_an_incremental_dedup_decodes_only_new_or_changed_sources(tmp_path, monkeypatch):
@@ -163,3 +166,98 @@ def test_an_incremental_dedup_decodes_only_new_or_changed_sources(tmp_path, monk
     assert len(decoded) == 1
     split = splits_of(out / "v2" / str(S))
     assert split["p0m"] == split["p0"] == splits_of(out / "v1" / str(S))["p0"]
+
+
+def test_a_copy_that_would_move_a_group_of_the_base_is_refused(tmp_path):
+    """The issue: v2 adds one sample, a copy of a val image filed under a train group; the whole val group of
+    v1 moved to train with no warning (and v2 had no val split), while the summary said "groups that v1 holds
+    keep its split". v1's splits are kept, so the link is refused, naming the copy, both groups and their
+    splits; nothing of v2 is written. --resplit draws every split again and puts the cluster in one."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    v1 = [("a0", 0, 0, "A"), ("a1", 2, 0, "A"), ("b0", 1, 0, "B"), ("c0", 3, 0, "C"), ("d0", 4, 0, "D")]
+    split = {"A": "train", "B": "val", "C": "train", "D": "val"}
+    root = tmp_path / "a"
+    manifest = write(root, v1)
+    rows = list(csv.reader(open(manifest)))  # v1's manifest gets a split column: A and C in train, B and D in val
+    with open(root / "v1.csv", "w", newline="") as f:
+        csv.writer(f).writerows([[*rows[0], "split"]] + [[*r, split[r[3]]] for r in rows[1:]])
+    out = tmp_path / "out"
+    run(root / "v1.csv", out, "v1", True)
+    assert splits_of(out / "v1" / str(S)) == {"a0": "train", "a1": "train", "b0": "val", "c0": "train", "d0": "val"}
+    v2 = write(tmp_path / "b", [*v1, ("n1", 1, 1, "A")])  # a mirror image of b0, filed under lesion A (train)
+    with pytest.raises(
+        SourceError,
+        match=r"--dedup would move a group that v1 holds: the near-duplicate cluster of b0, n1 \(within 5 bits\) "
+        r"joins units that v1 holds in different splits \(group 'A' in train; group 'B' in val\), and v1's splits "
+        r"are kept \(build.split_base\)\. Remove or refile the copy, .* or pass --resplit",
+    ):
+        run(v2, out, "v2", True)
+    assert not (out / "v2").exists()
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(v2),
+            "--version",
+            "v2",
+            "--size",
+            str(S),
+            "--out",
+            str(out),
+            "--group",
+            "lesion",
+            "--dedup",
+        ],
+    )
+    assert r.exit_code == 1 and "--dedup would move a group that v1 holds" in r.output and "Traceback" not in r.output
+    run(v2, out, "v2", True, resplit=True)
+    second = splits_of(out / "v2" / str(S))
+    assert second["a0"] == second["a1"] == second["b0"] == second["n1"]
+
+
+def test_a_copy_under_a_new_group_follows_its_cluster_and_a_copy_within_one_split_is_accepted(tmp_path):
+    """No refusal where nothing moves: a copy of a val image under a new lesion goes to val; a copy of a
+    train image filed under another train lesion joins the two in train."""
+    v1 = [(f"p{c}", c, 0, f"L{c}") for c in range(8)]
+    out = tmp_path / "out"
+    run(write(tmp_path / "a", v1), out, "v1", True, val_fraction=0.5)
+    first = splits_of(out / "v1" / str(S))
+    val = next(k for k in sorted(first) if first[k] == "val")
+    train = [k for k in sorted(first) if first[k] == "train"]
+    assert len(train) >= 2
+    seed = {f"p{c}": c for c in range(8)}
+    lesion_of_train = f"L{seed[train[1]]}"
+    v2 = [*v1, ("n1", seed[val], 1, "NEW"), ("n2", seed[train[0]], 2, lesion_of_train)]
+    run(write(tmp_path / "b", v2), out, "v2", True, val_fraction=0.5)
+    second = splits_of(out / "v2" / str(S))
+    assert {k: second[k] for k in first} == first
+    assert second["n1"] == "val" and second["n2"] == "train"
+
+
+def test_flat_pictures_are_joined_with_none_and_named(tmp_path):
+    """Solid frames of different colours and two-colour gradients (their hashes mostly rounding noise)
+    clustered and were drawn into one split together; now they join nothing, and the summary names them."""
+    from wds_tools.synth import flat_picture
+
+    rows = [("p0", 0, 0, None), ("p0m", 0, 1, None), ("p1", 1, 0, None)]
+    manifest = write(tmp_path, rows)
+    with open(manifest, "a", newline="") as f:
+        w = csv.writer(f)
+        for k in range(16):
+            buf = io.BytesIO()
+            flat_picture("solid" if k < 8 else "ramp", k, side=96).save(buf, "PNG")
+            (tmp_path / "img" / f"flat{k:02d}.png").write_bytes(buf.getvalue())
+            w.writerow([f"flat{k:02d}", f"img/flat{k:02d}.png", "ab"[k % 2], ""])
+    r = run(manifest, tmp_path / "out", "v1", False, val_fraction=0.5)
+    notes = "\n".join(r.notes)
+    assert "--dedup: 1 cluster of near-duplicates (within 5 bits) joined 2 samples' groups or keys" in notes
+    assert (
+        "--dedup: 16 samples too flat to hash (flat or nearly flat pictures, docs/FORMAT.md) joined with none: "
+        in notes
+    )
+    assert "flat00, flat01, flat02, flat03, flat04, flat05, flat06, flat07, flat08, flat09 and 6 more" in notes
+    assert "flat00" in r.to_text() and r.to_dict()["notes"] == r.notes

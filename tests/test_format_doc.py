@@ -859,7 +859,9 @@ def column_type(texts: list[str | None]) -> str:
         return bool(INT_TEXT.fullmatch(t)) and -(2**63) <= int(t) < 2**63
 
     def is_float(t):
-        return is_int(t) if INT_TEXT.fullmatch(t) else bool(FLOAT_TEXT.fullmatch(t)) and math.isfinite(float(t))
+        if INT_TEXT.fullmatch(t):
+            return is_int(t) and float(int(t)) == int(t)  # an integer a double holds exactly
+        return bool(FLOAT_TEXT.fullmatch(t)) and math.isfinite(float(t))
 
     if present and all(map(is_int, present)):
         return "int"

@@ -235,9 +235,11 @@ def test_resampled_yields_exact_batches(folder):
     assert len(ld) == 20 and sum(1 for _ in ld) == 20
 
 
-def test_worker_batches_through_the_ring_are_never_overwritten(folder):
-    """Batches from worker processes pass through reused shared slots: held batches stay intact
-    (the streaming reader: the index reader's eval workers are threads, see test_threads.py)."""
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_batches_through_the_ring_are_never_overwritten(folder, persistent):
+    """Batches from worker processes pass through the loader's ring, persistent workers or not: held
+    batches stay intact, epoch after epoch (the streaming reader: the index reader's eval workers are
+    threads where CUDA is absent, see test_threads.py)."""
     ref = stored(folder, "train")
     loader = make_loader(
         folder,
@@ -248,16 +250,45 @@ def test_worker_batches_through_the_ring_are_never_overwritten(folder):
         split="train",
         prefetch_factor=1,
         reader="stream",
+        persistent_workers=persistent,
     )
-    held = list(loader)  # every batch kept while the workers go on filling (and reusing) their slots
-    assert len(held) > 2 * (1 + 2)  # more batches than slots per worker: slots were reused
-    seen = {}
-    for images, _labels, keys in held:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, S, S)
-        for im, k in zip(images, keys):
-            seen[k] = im
-    assert seen.keys() == ref.keys()
-    assert all(np.array_equal(seen[k].permute(1, 2, 0).numpy(), ref[k]) for k in ref)
+    held = [list(loader) for _ in range(2)]  # every batch kept while the workers go on filling the slots
+    ring = loader.ring
+    assert ring is not None and len(held[0]) > len(ring)  # more batches than slots: slots were reused
+    assert ring.copies >= 2 * len(held[0]) - ring.lend  # beyond the lent ones, the batches kept were copied out
+    for epoch in held:
+        seen = {}
+        for images, labels, keys in epoch:
+            assert images.dtype == torch.uint8 and images.shape[1:] == (3, S, S) and labels.dtype == torch.int64
+            for im, k in zip(images, keys):
+                seen[k] = im
+        assert seen.keys() == ref.keys()
+        assert all(np.array_equal(seen[k].permute(1, 2, 0).numpy(), ref[k]) for k in ref)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_one_ring_for_the_loaders_lifetime_and_abandoned_epochs_leave_no_slot_taken(folder, persistent):
+    """The ring is made once; an epoch abandoned after two batches (its iterator dropped or kept) leaves
+    no slot taken once the next epochs have run, and those epochs are whole."""
+    loader = make_loader(
+        folder, batch_size=2, train=False, split="train", num_workers=2, reader="stream", persistent_workers=persistent
+    )
+    whole = sum(len(b[1]) for b in loader)
+    assert whole == len(stored(folder, "train"))
+    ring = loader.ring
+    assert ring is not None
+    kept = iter(loader)  # abandoned, and kept: its workers may still hold batches for it
+    next(kept), next(kept)
+    dropped = iter(loader)
+    next(dropped), next(dropped)
+    del dropped
+    for _ in range(2):
+        assert sum(len(b[1]) for b in loader) == whole
+    assert loader.ring is ring
+    del kept
+    sum(len(b[1]) for b in loader)
+    ring.reclaim()  # the last batch, let go of after the iteration ended
+    assert ring.free_slots() == len(ring) and not ring._held
 
 
 def test_abandoned_epoch_does_not_block_the_next(folder):
@@ -379,9 +410,9 @@ def test_on_error_skip_skips_a_malformed_pax_record(folder, tmp_path, caplog):
 
 
 def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
-    """num_workers left to its default: all cores, but no more than the rank's shards (the demo's one
-    val shard on a many-core machine used to be an error)."""
-    monkeypatch.setattr("training_adapter.loader.usable_cpus", lambda: 16)
+    """num_workers left to its default: half the cores, but no more than the rank's shards (the demo's
+    one val shard on a many-core machine used to be an error)."""
+    monkeypatch.setattr("training_adapter.loader.usable_cpus", lambda: 32)
     one = make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, reader="stream", allow_partial=True)
     assert one.num_workers == 1 and sum(len(b[1]) for b in one) == 3
     assert make_loader(folder, batch_size=2, train=True, reader="stream").num_workers == 9  # 9 train shards
@@ -397,6 +428,20 @@ def test_default_workers_never_outnumber_the_shards(folder, monkeypatch):
     # the index reader: no more workers than batches
     assert make_loader(str(folder / "val-000000.tar"), batch_size=2, train=False, allow_partial=True).num_workers == 2
     assert make_loader(folder, batch_size=2, train=True).num_workers == 16
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun's 4 ranks on this machine share its 32 cores
+    assert make_loader(folder, batch_size=2, train=True).num_workers == 4
+
+
+@pytest.mark.parametrize(
+    "cpus, ranks, workers",
+    [(16, 1, 8), (15, 1, 7), (2, 1, 1), (1, 1, 1), (64, 8, 4), (16, 8, 1), (16, 32, 1)],
+)
+def test_default_workers_leave_the_trainer_half_of_its_cores(cpus, ranks, workers):
+    """16 cores, one GPU: 8 workers, the count that fed ResNet-18 at 10,181 images/s on the H200
+    against 8,936 with 15 (GPU.md); at least one worker."""
+    from training_adapter.loader import default_workers
+
+    assert default_workers(cpus, ranks) == workers
 
 
 def test_fuzzed_members_end_in_a_shard_error_or_their_own_samples(tmp_path):

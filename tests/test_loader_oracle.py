@@ -78,7 +78,8 @@ def expectation(folder: Path, opts: dict) -> Expect:
         augment=aug,
         seed=opts.get("seed", 0),
         device_augment=opts.get("device_augment", False),
-        normalize=opts.get("normalize", False),
+        normalize=opts.get("normalize", False) or "device" in opts,  # device=: normalised there
+        on_device="device" in opts,
         mean=tuple(meta["mean"]),
         std=tuple(meta["std"]),
     )
@@ -90,9 +91,8 @@ def run_epochs(loader, opts: dict, epochs: list[int | None]) -> list[tuple[int, 
     for e in epochs:
         if e is not None:
             loader.set_epoch(e)
-        batches = [
-            record(b, keys=opts.get("return_keys", False), params=opts.get("device_augment", False)) for b in loader
-        ]
+        params = opts.get("device_augment", False) and "device" not in opts  # device=: used up there
+        batches = [record(b, keys=opts.get("return_keys", False), params=params) for b in loader]
         out.append((loader.epoch, Epoch(batches)))
     return out
 
@@ -177,6 +177,13 @@ MATRIX = [
         dict(num_workers=3, device_augment=True, return_keys=True, persistent_workers=True),
         id="w3-device-augment-threads",
     ),
+    # make_loader(device="cpu"): the device path, normalised (and augmented by augment_batch) in the main process
+    pytest.param(dict(num_workers=2, device="cpu", epochs=(1,)), id="w2-device"),
+    pytest.param(
+        dict(num_workers=2, device="cpu", device_augment=True, return_keys=True, epochs=(2,)),
+        id="w2-device-augment-on-device",
+    ),
+    pytest.param(dict(train=False, num_workers=0, device="cpu"), id="eval-w0-device"),
     # every sample's pixels and label checked against the index, or nothing but the NPY header
     pytest.param(dict(num_workers=2, check_samples=True), id="w2-check-samples"),
     pytest.param(dict(train=False, num_workers=0, check_samples=True, return_keys=True), id="eval-w0-check-samples"),

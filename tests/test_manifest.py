@@ -207,6 +207,9 @@ def test_jsonl_columns_are_the_keys_in_first_seen_order(tmp_path):
         (["1e999"], "string"),
         (["9223372036854775807"], "int"),
         (["9223372036854775808"], "string"),
+        (["9007199254740993", "1.5"], "string"),  # a double would hold it as ...992 (issue 32, point 8)
+        (["9007199254740992", "18014398509481988", "1.5"], "float"),  # doubles hold these exactly
+        (["9007199254740993.0", "1.5"], "float"),  # written as a float: the nearest double, as documented
         (["١٢"], "string"),
         ([None, None], "string"),
         (["male", "45"], "string"),

@@ -151,8 +151,8 @@ def _pattern(side: int) -> np.ndarray:
         ),  # f = 4
         (
             256,
-            "5c8f5a0fa55554aa 5e555a0da725aeea 5e555a0da3adaaee 5dd75b0f25a305aa 7ab65a0fa747ad50 5f531a0ff75544aa 5ff75a0fa301a0fe",
-        ),  # f = 8
+            "dc8f5a0fa55554aa 5e555a0da725aeea 5e555a0da3adaaee 5dd75b0f25a305aa 7ab65a0fa747ad50 5f531a0ff75544aa 5ff75a0fa301a0fe",
+        ),  # f = 8; too flat to hash (12 firm coefficients: pixel noise averages out): the top bit set
     ],
 )
 def test_the_recipe_is_pinned(side, want):
@@ -183,3 +183,49 @@ def test_a_list_of_images_of_one_side_or_none():
         phash_batch([ims[0], square(photos()[1], 64)])
     with pytest.raises(ValueError, match=r"float64"):
         phash_batch([ims[0].astype(np.float64)])
+
+
+def _squeezed(im: np.ndarray, contrast: float) -> np.ndarray:
+    """The photo's colours pulled towards their mean by ``contrast`` (1: unchanged), rounded."""
+    a = im.astype(np.float64)
+    m = a.mean(axis=(0, 1), keepdims=True)
+    return np.clip(np.round(m + contrast * (a - m)), 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("side", [8, 64, 100, 224, 256])
+def test_the_flat_rule_is_the_documented_one(side):
+    """The firm coefficients (whole image, |orthonormal DCT| >= 1 grey level) and the flat bit of the
+    whole-image hash (fewer than 16 firm) agree with the reference, from solid frames to full-contrast
+    photos; a solid frame is flat, a photo is not, and one squeezed to 1/200 of its contrast (its colours
+    within about a grey level) is."""
+    from phashref import doc_details
+
+    from wds_tools.format.phash import FIRM_BITS, firm_bits, is_flat
+
+    ims = [square(im, side) for im in photos()]
+    cases = [np.full((side, side, 3), c, np.uint8) for c in (0, 37, 128, 255)]
+    cases += [_squeezed(im, f) for im in ims for f in (1.0, 0.05, 0.02, 0.005)]
+    got, firm = phash_batch(cases), firm_bits(cases)
+    for i, px in enumerate(cases):
+        want, want_firm = doc_details(px)
+        assert firm[i] == want_firm, (i, firm[i], want_firm)
+        assert int(got[i, 0]) >> 63 == want[0] >> 63 == (want_firm < FIRM_BITS)
+        if want_firm >= FIRM_BITS:  # a flat image's other bits may be rounding noise: FORMAT.md
+            assert got[i].tolist() == want
+    assert is_flat(got[:4]).all() and firm[:4].tolist() == [0, 0, 0, 0]
+    assert not is_flat(got[4::4]).any()  # the photos themselves
+    assert is_flat(got[7::4]).all()  # at 1/200 of their contrast
+
+
+def test_the_flat_bit_is_the_same_for_every_flip_and_turn():
+    """Flips and turns change signs and swap coefficients, never their magnitude: a picture and its mirror
+    are both flat or both not (a 1-D gradient is flat: three quarters of its coefficients are exactly 0)."""
+    from wds_tools.format.phash import is_flat
+
+    ramp = np.broadcast_to(np.linspace(0, 255, 224).round().astype(np.uint8)[None, :, None], (224, 224, 3))
+    for px in (square(photos()[0], 224), np.ascontiguousarray(ramp)):
+        turned = [px, px[:, ::-1], px[::-1], px.transpose(1, 0, 2), np.rot90(px)]
+        flags = is_flat(phash_batch([np.ascontiguousarray(t) for t in turned]))
+        assert len(set(flags.tolist())) == 1
+    assert is_flat(phash_batch([np.ascontiguousarray(ramp)]))[0]
+    assert is_flat(np.array([1 << 63, 5], np.uint64)).tolist() == [True, False]  # [N] whole-image hashes

@@ -31,6 +31,16 @@ from wds_tools.synth import jpeg_bytes, photo_like
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "READERS.md"
 ROOT_LINE = 'root = "shards/v1/224"'
+# A recipe that leaks a file (json.load(open(...)) did, issue 32) fails its test: a ResourceWarning is an error,
+# and one raised in a finaliser, which Python only prints, reaches pytest as PytestUnraisableExceptionWarning.
+# Except webdataset 1.0.2's own: it leaves each shard's file to the garbage collector (webdataset issue #311),
+# whatever the recipe does; READERS.md says so.
+WDS_SHARD_LEAK = r"unclosed file <_io\.BufferedReader name='[^']*\.tar'>"
+pytestmark = [
+    pytest.mark.filterwarnings("error::ResourceWarning"),
+    pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings(f"ignore:{WDS_SHARD_LEAK}:ResourceWarning"),
+]
 SH_ROOT_LINE = "root=shards/v1/224"
 S = 16
 CLASSES = [f"c{i:02d}" for i in range(12)]  # label 10 and 11: two ASCII digits in .cls
@@ -197,7 +207,8 @@ def test_every_recipe_in_the_doc_is_run_here():
 def test_webdataset(folder):
     wds = need("webdataset")
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the recipe warns about nothing
+        warnings.simplefilter("error")  # the recipe warns about nothing (but for webdataset's own leak)
+        warnings.filterwarnings("ignore", WDS_SHARD_LEAK, ResourceWarning)
         check(run_recipe("webdataset", folder)["samples"], truth(folder, "train"))
     with pytest.warns(UserWarning, match="shardshuffle"):  # why the recipe names shardshuffle
         wds.WebDataset(str(folder / "train-000000.tar"))

@@ -4,6 +4,7 @@ and http (http.server on 127.0.0.1)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -88,6 +89,24 @@ def test_joined_patterns_and_lists(folder, samples, tmp_path):
     assert len(resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", allow_partial=True)) == 2
     with pytest.raises(OptionError, match="the pattern spans several folders; give one shards folder at a time"):
         resolve(f"{tmp_path}/{{other,other2}}/val-000000.tar", one_folder=True)
+
+
+def test_a_folder_above_the_size_folders_names_the_sizes_it_holds(folder, tmp_path, monkeypatch):
+    """make_loader("shards/v1") said "convert first" of a version folder holding converted sizes (issue 32)."""
+    for size in ("96", "224", "16"):  # copies of one conversion, as OUT/v1/<size>
+        shutil.copytree(folder, tmp_path / "out" / "v1" / size)
+    (tmp_path / "out" / "v2" / "224").mkdir(parents=True)  # a folder without an index names nothing
+    monkeypatch.chdir(tmp_path)
+    for need_index, scan in ((False, False), (True, False), (True, True)):
+        with pytest.raises(
+            IndexFormatError, match=r"out/v1 holds the sizes 224, 96, 16 \(a folder each\): use out/v1/224, for one"
+        ):
+            resolve("out/v1", need_index=need_index, scan=scan)
+    os.utime(tmp_path / "out" / "v1" / "16" / "index.json", ns=(2**62, 2**62))  # the most recently converted
+    with pytest.raises(IndexFormatError, match=r"out holds the versions v1 \(224, 96, 16\): use e\.g\. out/v1/16 \("):
+        resolve("out")
+    with pytest.raises(IndexFormatError, match=r"no index at out/v2/index\.json; convert first"):
+        resolve("out/v2")
 
 
 def test_errors_are_named(folder, tmp_path):

@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import convert_images
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import Epoch, Expect, check_epoch, read_stored
 from shardkit import build_dataset
+from test_eval_coverage import tar_keys
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from training_adapter import AugmentConfig, make_loader
@@ -248,9 +251,12 @@ def test_state_is_small_json_and_refuses_another_run(folder):
     it = iter(ld)
     next(it)
     state = ld.state_dict()
-    assert json.loads(json.dumps(state)) == state and len(json.dumps(state)) < 400
+    assert json.loads(json.dumps(state)) == state and len(json.dumps(state)) < 600
     assert state["epoch"] == 0 and state["position"] == B
-    for other, match in [(dict(seed=1), "seed=0.*pass the seed"), (dict(subset=0.5), "samples=120")]:
+    for other, match in [
+        (dict(seed=1), "seed=0, this loader has seed=1.*make the loader with seed=0"),
+        (dict(subset=0.5), "samples=120"),
+    ]:
         with pytest.raises(OptionError, match=match):
             make_loader(folder, train=True, batch_size=B, num_workers=0, **other).load_state_dict(state)
     with pytest.raises(OptionError, match="stream reader"):
@@ -308,6 +314,135 @@ def test_streaming_resumes_at_the_next_unread_shard(folder, workers, caplog):
     assert again.state_dict()["epoch"] == 1
 
 
+def test_the_state_after_a_resumed_epoch_is_the_next_epoch_whole(folder):
+    """A resumed epoch run to its end: the state names the next epoch from its start (it said
+    end=0, an empty next epoch, before issue 32)."""
+    opts = dict(train=True, batch_size=B, num_workers=0, return_keys=True)
+    ld = make_loader(folder, **opts)
+    epochs = [[k for b in ld for k in b[-1]] for _ in range(2)]
+    ld = make_loader(folder, **opts)
+    it = iter(ld)
+    head = [k for _ in range(3) for k in next(it)[-1]]
+    state = ld.state_dict()
+    del it
+    again = make_loader(folder, **opts)
+    again.load_state_dict(state)
+    assert head + [k for b in again for k in b[-1]] == epochs[0]
+    after = again.state_dict()
+    assert (after["epoch"], after["position"], after["end"]) == (1, 0, None)
+    third = make_loader(folder, **opts)
+    third.load_state_dict(after)
+    assert [k for b in third for k in b[-1]] == epochs[1]
+
+
+# --- evaluation across ranks (issue 32, point 2) ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def val31(tmp_path_factory) -> Path:
+    """31 val samples converted from real JPEGs, 8 shards of up to 4: on 2 ranks 16 and 15 samples
+    (batches of 5: 4 and 3 batches, the issue's case)."""
+    return convert_images(tmp_path_factory.mktemp("val31"), 31, size=16, shard_size=4, val_every=1)
+
+
+def _ranked(monkeypatch, rank: int, world: int) -> None:
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+
+
+def _eval_stop(root: Path, monkeypatch, world: int, k: int, opts: dict) -> tuple[list[str], list[dict]]:
+    """Every rank's keys of its first ``k`` batches (or all it has), and each rank's state then."""
+    head, states = [], []
+    for r in range(world):
+        _ranked(monkeypatch, r, world)
+        ld = make_loader(root, **opts)
+        it = iter(ld)
+        for _ in range(k):
+            batch = next(it, None)
+            if batch is None:
+                break
+            head += batch[-1]
+        states.append(json.loads(json.dumps(ld.state_dict())))
+        del it
+    return head, states
+
+
+def _eval_resume(root: Path, monkeypatch, world: int, state: dict, opts: dict) -> list[list[str]]:
+    """Each rank's keys of the rest of the epoch ``state`` names, on ``world`` ranks."""
+    out = []
+    for r in range(world):
+        _ranked(monkeypatch, r, world)
+        ld = make_loader(root, **opts)
+        ld.load_state_dict(state)
+        out.append([k for b in ld for k in b[-1]])
+    return out
+
+
+@pytest.mark.parametrize(
+    "batch,old,new,workers",
+    [(5, 2, 2, 0), (1, 2, 2, 0), (2, 2, 2, 2), (5, 2, 3, 0), (3, 3, 2, 0), (4, 1, 4, 0), (2, 4, 1, 0)],
+)
+def test_a_resumed_evaluation_covers_every_sample_once_across_ranks(val31, monkeypatch, batch, old, new, workers):
+    """Index reader, evaluation: stopped after k batches on every rank (or all a rank has), for every
+    k, rank 0's state resumed on ``new`` ranks: the union over ranks, by key, is the split's keys read
+    with stock tarfile, each exactly once, as in an uninterrupted evaluation."""
+    want = tar_keys(val31, "val")
+    opts = dict(train=False, batch_size=batch, num_workers=workers, return_keys=True)
+    whole, _ = _eval_stop(val31, monkeypatch, old, 10**6, opts)
+    assert sorted(whole) == want, "the uninterrupted evaluation: every sample once"
+    first = -(-31 // old)  # rank 0's rows, the most of any rank
+    most = -(-first // batch)
+    for k in range(most + 1):
+        head, states = _eval_stop(val31, monkeypatch, old, k, opts)
+        few = -(-(31 // old) // batch)  # the last rank's batches, the fewest
+        assert all(s == states[0] for s in states[: old if k <= few else 1]), "rank 0's state is every rank's"
+        state = states[0]
+        assert state["epoch"] == (k == most), f"after {k} of rank 0's {most} batches"
+        if k == most:  # the epoch is done: the state names the next one
+            assert sorted(head) == want
+            continue
+        rest = _eval_resume(val31, monkeypatch, new, state, opts)
+        keys = head + [key for r in rest for key in r]
+        assert sorted(keys) == want, (k, sorted(set(want) - set(keys)), [x for x in keys if keys.count(x) > 1])
+    if (batch, old, new) == (5, 2, 2):  # the issue's case: after 3 batches, rank 0's last one is still to come
+        _, states = _eval_stop(val31, monkeypatch, 2, 3, opts)
+        assert (states[0]["epoch"], states[0]["position"], states[0]["end"]) == (0, 30, 31)
+        assert [len(r) for r in _eval_resume(val31, monkeypatch, 2, states[0], opts)] == [1, 0]
+
+
+def _shard_of(root: Path, split: str) -> dict[str, str]:
+    """Each sample key's shard, read with stock tarfile."""
+    import tarfile
+
+    out = {}
+    for path in sorted(root.glob(f"{split}-*.tar")):
+        with tarfile.open(path) as tf:
+            out.update({m.name.split(".", 1)[0]: path.name for m in tf.getmembers()})
+    return out
+
+
+@pytest.mark.parametrize("old,new,workers", [(2, 2, 1), (2, 3, 1), (3, 2, 1), (1, 2, 1), (2, 2, 2)])
+def test_a_resumed_streamed_evaluation_counts_exactly_what_it_skips(val31, monkeypatch, caplog, old, new, workers):
+    """Streaming reader, evaluation: what the resumed epoch lacks is exactly the samples of the shards
+    begun before the stop that no batch yielded, and the warning says how many; nothing comes twice,
+    every shard not begun is read whole (no batch cut to equal ranks, the training rule)."""
+    want = tar_keys(val31, "val")
+    shard = _shard_of(val31, "val")
+    opts = dict(train=False, batch_size=3, num_workers=workers, reader="stream", return_keys=True)
+    stops = range(1, 4) if workers == 1 else [2]
+    for k in stops:
+        head, states = _eval_stop(val31, monkeypatch, old, k, opts)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="training_adapter"):
+            rest = _eval_resume(val31, monkeypatch, new, states[0], opts)
+        keys = head + [key for r in rest for key in r]
+        assert len(keys) == len(set(keys)), "no sample twice"
+        missing = set(want) - set(keys)
+        said = re.findall(r": (\d+) samples of the shards begun before the stop", caplog.text)
+        assert said == ([str(len(missing))] * new if missing else []), (k, len(missing), caplog.text)
+        begun = {shard[key] for key in head}
+        assert {shard[key] for key in missing} <= begun, "only samples of shards begun before the stop"
+        assert {key for key in want if shard[key] not in begun} <= set(keys), "the shards not begun, whole"
+
+
 # --- the planner --------------------------------------------------------------------------------------------
 def _rank_batches(
     order: list[int], world: int, rank: int, batch_size: int, drop_last: bool, max_batches: int | None = None
@@ -353,6 +488,49 @@ def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
     assert rest.left_out(new, batch, drop_last) < new * (batch if drop_last else 1) + new
 
 
+def _cover_batches(order: list[int], world: int, rank: int, batch_size: int, drop_last: bool, cap=None):
+    """The documented evaluation deal, restated: rank r takes every world-th row from r, all of them."""
+    mine = order[rank::world]
+    n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
+    n = n if cap is None else min(n, cap)
+    return [mine[j * batch_size : (j + 1) * batch_size] for j in range(n)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 200),
+    batch=st.integers(1, 9),
+    world=st.integers(1, 4),
+    new=st.integers(1, 4),
+    drop_last=st.booleans(),
+    cap=st.one_of(st.none(), st.integers(1, 30)),
+    stop=st.floats(0, 1),
+)
+def test_planner_resume_in_evaluation(n, batch, world, new, drop_last, cap, stop):
+    """cover: ranks differ by a row; after k batches on every rank (or all it has) the rows read are the
+    prefix [0, position); the rest dealt to the same ranks is exactly each rank's remaining batches, to
+    other ranks every row of it once (drop_last: the short batches counted by left_out)."""
+    order = list(np.random.default_rng(n).permutation(n))
+    span = epoch_span(n, world=world, batch_size=batch, drop_last=drop_last, max_batches=cap, cover=True)
+    full = [_cover_batches(order, world, r, batch, drop_last, cap) for r in range(world)]
+    most = len(full[0])
+    assert span.batches(world, batch, drop_last, True) >= most and all(len(f) <= most for f in full)
+    planned = [i for f in full for b in f for i in b]
+    assert set(planned) <= set(order[: span.end]) and len(planned) == len(set(planned))
+    assert drop_last or cap is not None or sorted(planned) == sorted(order), "every row once"
+    k = int(stop * most)
+    pos = span.position(k, world, batch, True)
+    done = [i for f in full for b in f[:k] for i in b]
+    assert set(done) <= set(order[:pos]) and set(planned) & set(order[:pos]) == set(done), "a prefix"
+    rest = Span(pos, span.end)
+    for r in range(world):  # the same ranks: exactly the batches each had left
+        assert _cover_batches(order[pos : span.end], world, r, batch, drop_last) == full[r][k:]
+    after = [i for r in range(new) for b in _cover_batches(order[pos : span.end], new, r, batch, drop_last) for i in b]
+    assert len(set(done + after)) == len(done) + len(after), "no row twice"
+    assert span.end - pos - len(after) == rest.left_out(new, batch, drop_last, True)
+    assert drop_last or len(after) == span.end - pos, "without drop_last every remaining row"
+
+
 class _Tagged(IterableDataset):
     def __init__(self, planned: list[int]) -> None:
         self.planned = planned
@@ -380,18 +558,28 @@ def test_yielded_per_worker_is_the_dataloaders_order(planned):
     new_workers=st.integers(1, 3),
     batch=st.integers(1, 6),
     buffer=st.sampled_from([0, 5, 30]),
+    cover=st.booleans(),
 )
-def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_workers, batch, buffer):
-    n_shards = data.draw(st.integers(world * workers, 12))
+def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_workers, batch, buffer, cover):
+    """Training: no shard begun is read again, ranks equal. Evaluation (``cover``, no buffer, every
+    worker its shards whole): every sample is yielded before the stop, skipped (counted), or in the
+    rest's batches, exactly once."""
+    if cover:
+        buffer = 0
+    n_shards = data.draw(st.integers(1 if cover else world * workers, 12))
     counts = data.draw(st.lists(st.integers(0, 15), min_size=n_shards, max_size=n_shards))
     shards = [[list(range(n_shards))[r::world][w::workers] for w in range(workers)] for r in range(world)]
-    planned = [[sum(counts[i] for i in s) // batch for s in r] for r in shards]
-    quota = min(sum(p) for p in planned)
-    for p in planned:  # equal totals
-        while sum(p) > quota:
-            p[p.index(max(p))] -= 1
+    if cover:
+        planned = [[-(-sum(counts[i] for i in s) // batch) for s in r] for r in shards]
+        quota = max(sum(p) for p in planned)
+    else:
+        planned = [[sum(counts[i] for i in s) // batch for s in r] for r in shards]
+        quota = min(sum(p) for p in planned)
+        for p in planned:  # equal totals
+            while sum(p) > quota:
+                p[p.index(max(p))] -= 1
     k = data.draw(st.integers(0, quota))
-    rest, skipped = stream_rest(
+    out = stream_rest(
         StreamPlan(shards, planned),
         counts,
         k,
@@ -399,8 +587,18 @@ def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_worker
         buffer=buffer,
         world=new,
         num_workers=new_workers,
-        drop_last=True,
+        drop_last=not cover,
+        cover=cover,
     )
+    if cover:
+        got = [yielded_per_worker(k, p) for p in planned]
+        yielded = sum(
+            min(g * batch, sum(counts[i] for i in s)) for r in range(world) for g, s in zip(got[r], shards[r])
+        )
+        rest_samples = sum(counts[i] for r in out.plan.shards for w in r for i in w)
+        assert yielded + out.skipped + rest_samples == sum(counts) and out.left_out == 0
+        for r, ranks in enumerate(out.plan.shards):  # every worker reads its shards whole
+            assert out.plan.batches[r] == [-(-sum(counts[i] for i in w) // batch) for w in ranks]
     got = [yielded_per_worker(k, p) for p in planned]
     n = buffer if buffer > 1 else 0
     opened = set()
@@ -412,11 +610,12 @@ def test_stream_rest_never_reopens_a_shard(data, world, workers, new, new_worker
                     if before < pulled:
                         opened.add(i)
                     before += counts[i]
+    rest, skipped = out.plan, out.skipped
     left = [i for r in rest.shards for w in r for i in w]
     assert len(left) == len(set(left)) and not set(left) & opened
     assert skipped >= 0
     assert len(rest.shards) == new and all(len(r) == new_workers for r in rest.shards)
-    if new > 1:
+    if new > 1 and not cover:
         assert len({sum(b) for b in rest.batches}) == 1
 
 

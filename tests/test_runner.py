@@ -45,7 +45,7 @@ def test_ray_executor_without_ray_names_the_extra(corpus, tmp_path, monkeypatch)
     import sys
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
-    with pytest.raises(ExtraNotInstalledError, match=r"pip install 'wds-tools\[ray\]'"):
+    with pytest.raises(ExtraNotInstalledError, match=r"pip install ray==2\.60\.0 \(the 'ray' extra"):
         convert(corpus, version="v1", size=32, out=tmp_path, executor="ray", progress=False)
     assert not (tmp_path / "v1").exists()  # nothing written
 

@@ -278,3 +278,18 @@ def test_crafted_indexes_end_in_a_named_error_or_a_plan_quickly(
     except (IndexFormatError, OptionError):
         pass
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_a_version_folder_names_its_sizes_instead_of_convert_first(folder, tmp_path, monkeypatch):
+    """Issue 32: make_loader("shards/v1"), the size folder left out, said "convert first"."""
+    import shutil
+
+    from training_adapter import make_loader
+
+    for size in ("224", "96"):
+        shutil.copytree(folder, tmp_path / "shards" / "v1" / size)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        IndexFormatError, match=r"shards/v1 holds the sizes 224, 96 \(a folder each\): use shards/v1/224"
+    ):
+        make_loader("shards/v1", batch_size=2, train=True)

@@ -145,10 +145,10 @@ def test_empty_image_folder(tmp_path):
 def test_labels_are_class_indexes_only_when_every_one_is_a_plain_ascii_integer():
     from wds_tools.convert.source import _classes
 
-    assert _classes({"3", "0", "10"}) == [str(i) for i in range(11)]
-    assert _classes({"07", "7"}) == ["07", "7"]  # a leading zero: names, so 07 and 7 stay two classes
+    assert _classes({"3", "0", "10"}, "m.csv") == [str(i) for i in range(11)]
+    assert _classes({"07", "7"}, "m.csv") == ["07", "7"]  # a leading zero: names, so 07 and 7 stay two classes
     for odd in ("\u00b2", "\u0663", "-1", "+1", " 1", "1.0"):  # str.isdigit takes the first two
-        assert _classes({odd, "3"}) == sorted({odd, "3"}), odd
+        assert _classes({odd, "3"}, "m.csv") == sorted({odd, "3"}), odd
 
 
 def test_hash_columns_are_read_and_checked(tmp_path):
@@ -398,6 +398,58 @@ def test_leading_zero_labels_stay_names(tmp_path):
     for r, lab in zip(rows, ["07", "7"]):
         r["label"] = lab
     assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]
+
+
+# --- integer labels never go through a double (issue 32, point 8) ---
+
+BIG = ["cat", "12345678901234567", "12345678901234568", "9007199254740993", "99999999999999999999", "7"]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl-text", "jsonl-number"])
+def test_integer_labels_past_a_doubles_digits_are_kept_exactly(tmp_path, kind):
+    rows = make_images(tmp_path, len(BIG))
+    if kind == "csv":
+        path = write_manifest(tmp_path / "m.csv", [{**r, "label": lab} for r, lab in zip(rows, BIG)])
+    else:  # JSON lines: the labels as strings, or as JSON integers (Python's json reads those exactly)
+        cells = BIG if kind == "jsonl-text" else [lab if lab == "cat" else int(lab) for lab in BIG]
+        path = tmp_path / "m.jsonl"
+        path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, cells)))
+    src = read_source(path)
+    assert [r.label for r in src.rows] == BIG  # 12345678901234567 and ...568 are two classes, ...993 not ...992
+    assert src.classes == sorted(BIG)
+    assert len(set(src.label_index()[r.label] for r in src.rows)) == len(BIG)
+
+
+def test_integer_labels_written_with_a_zero_fraction_keep_their_digits(tmp_path):
+    rows = make_images(tmp_path, 3)
+    labels = ["9007199254740993.0", "9007199254740992.00", "dog"]
+    src = read_source(write_manifest(tmp_path / "m.csv", [{**r, "label": lab} for r, lab in zip(rows, labels)]))
+    assert [r.label for r in src.rows] == ["9007199254740993", "9007199254740992", "dog"]
+
+
+def test_an_integer_label_too_large_for_a_class_index_is_quoted_exactly(tmp_path):
+    rows = make_images(tmp_path, 2)
+    for r, lab in zip(rows, ["99999999999999999999", "3"]):
+        r["label"] = lab
+    with pytest.raises(SourceError, match=r"m\.csv: integer label 99999999999999999999 \(line 2\) is too large"):
+        read_source(write_manifest(tmp_path / "m.csv", rows))
+
+
+def test_a_json_float_label_past_2_53_is_refused_naming_its_line(tmp_path):
+    # json reads 12345678901234567.0 as the double 12345678901234568.0: its digits are lost before we see it
+    rows = make_images(tmp_path, 2)
+    path = tmp_path / "m.jsonl"
+    second = json.dumps({k: v for k, v in rows[1].items() if k != "label"})[:-1] + ', "label": 12345678901234567.0}'
+    path.write_text(json.dumps({**rows[0], "label": "cat"}) + "\n" + second + "\n")
+    with pytest.raises(SourceError, match=r"m\.jsonl: the label at line\(s\) 2 is a JSON number with a fraction"):
+        read_source(path)
+
+
+def test_two_decimal_labels_one_double_holds_are_two_values_not_one_spelt_twice(tmp_path):
+    rows = make_images(tmp_path, 2)
+    for r, lab in zip(rows, ["0.1", "0.10000000000000000001"]):  # one double, two decimal values
+        r["label"] = lab
+    assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["0.1", "0.10000000000000000001"]
 
 
 # --- every file of an image folder accounted for (issue 22, row 2) ---

@@ -123,7 +123,7 @@ def test_json_schema_is_stable(converted, runner):
     res = runner.invoke(cli, ["stats", str(converted), "--json", "--loader-workers", "2"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
-    assert d["schema"] == SCHEMA == "wds-tools-stats/2"
+    assert d["schema"] == SCHEMA == "wds-tools-stats/3"
     assert set(d) == {
         "schema",
         "source",
@@ -142,6 +142,7 @@ def test_json_schema_is_stable(converted, runner):
         "world_size",
         "workers",
         "reader",
+        "metadata",
         "splits",
         "warnings",
         "seconds",
@@ -154,6 +155,7 @@ def test_json_schema_is_stable(converted, runner):
         "cross_split",
         "label_conflict",
         "cross_group",
+        "flat",  # samples too flat to hash (issue 32)
     }
     assert set(d["bytes"]) == {"shards", "index", "total"}
     sp = d["splits"]["train"]
@@ -190,6 +192,7 @@ def test_json_schema_is_stable(converted, runner):
         "warnings",
         "reader",
         "left_out",
+        "mode",
     }
     assert set(sp["per_shard"][0]) == {"name", "samples", "bytes", "drift_pp", "drift_class"}
 
@@ -257,7 +260,7 @@ def test_cli_text(converted, runner):
 def test_plot_needs_the_extra(converted, runner, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where the plot extra is not installed
     res = runner.invoke(cli, ["stats", str(converted), "--plot", str(tmp_path / "x.png")])
-    assert res.exit_code == 1 and "pip install 'wds-tools[plot]'" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 1 and "pip install matplotlib==3.11.2" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "x.png").exists()
 
 
@@ -386,3 +389,65 @@ def test_row_11_counts_the_index_cannot_back_are_refused(converted, tmp_path):
         r"rows of it",
     ):
         compute_stats(folder)
+
+
+# ------------------------------------------------------------------ issue 32, point 12
+
+
+def test_stats_lists_the_metadata_columns_as_index_json_has_them(tmp_path, runner):
+    """The training guide sends a user to `wds-tools stats` for the column names make_loader(metadata=) takes."""
+    from conftest import write_ham
+
+    from wds_tools.convert import convert
+
+    manifest = write_ham(tmp_path / "ham", [2, 1, 3, 2])
+    columns = dict(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")
+    convert(manifest, version="v1", size=16, out=tmp_path / "out", workers=1, progress=False, **columns)
+    folder = tmp_path / "out" / "v1" / "16"
+    listed = json.loads((folder / "index.json").read_text())["metadata"]  # stock json, not ours
+    assert [c["name"] for c in listed] == ["lesion_id", "dx_type", "age", "sex", "localization"]
+    res = runner.invoke(cli, ["stats", str(folder), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["metadata"] == listed
+    res = runner.invoke(cli, ["stats", str(folder)])
+    assert res.exit_code == 0, res.output
+    shown = ", ".join(f"{c['name']} ({c['type']})" for c in listed)
+    assert f"  metadata columns (make_loader(metadata=...), --by): {shown}" in res.output
+
+
+def test_stats_says_when_there_are_no_metadata_columns_and_when_a_scan_cannot_know(converted, runner):
+    res = runner.invoke(cli, ["stats", str(converted)])
+    assert "  metadata columns: none (the source had no columns beyond key, path, label and split)" in res.output
+    assert json.loads(runner.invoke(cli, ["stats", str(converted), "--json"]).stdout)["metadata"] == []
+    scan = runner.invoke(cli, ["stats", str(converted), "--scan", "--json"])
+    assert json.loads(scan.stdout)["metadata"] is None
+    assert (
+        "metadata columns: not read (--scan reads the tars; index.json lists them)"
+        in runner.invoke(cli, ["stats", str(converted), "--scan"]).output
+    )
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_per_rank_counts_are_the_loaders_in_training_and_in_evaluation(converted, runner, world):
+    """stats said "samples per rank: N (training; each rank the same)" for the val split too; evaluation
+    reads every sample once across the ranks, so the first samples % ranks ranks read one more. The
+    reference: the loader's own count of what each rank yields (training_adapter, not the stats module)."""
+    from training_adapter import make_loader
+
+    d = json.loads(runner.invoke(cli, ["stats", str(converted), "--world-size", str(world), "--json"]).stdout)
+    for split, train in (("train", True), ("val", False)):
+        loader = make_loader(converted, batch_size=1, train=train, split=split, num_workers=0)
+        want = [loader.dataset.num_samples(rank=r, world=world, num_workers=1) for r in range(world)]
+        dist = d["splits"][split]["distribution"]
+        assert dist["rank_samples"] == want, split
+        assert dist["mode"] == ("train" if train else "eval")
+        assert dist["left_out"] == (d["splits"][split]["samples"] - sum(want))
+    val = d["splits"]["val"]
+    assert sum(val["distribution"]["rank_samples"]) == val["samples"]  # every sample once
+    text = runner.invoke(cli, ["stats", str(converted), "--world-size", str(world)]).output
+    val_text = text.split("\nval:", 1)[1]
+    assert "each rank the same" not in val_text
+    n, r = val["samples"], world
+    low, high = n // r, n // r + (1 if n % r else 0)
+    counts = f"{low:,}" if low == high else f"{low:,} to {high:,}"
+    assert f"samples per rank: {counts} (evaluation: every sample once across the ranks" in val_text

@@ -76,3 +76,14 @@ def test_distribute_properties(counts, r, w):
     if d.even_shards_below is not None:
         assert d.even_shards_below % (r * w) == 0 and 0 < d.even_shards_below <= len(counts)
     assert (len(counts) < r * w) == any("get no shard" in x or "gets no shard" in x for x in d.warnings)
+
+
+def test_the_index_reader_in_evaluation_reads_every_sample_once():
+    # 8 + 8 + 8 + 6 = 30 samples over 4 ranks: 8, 8, 7, 7 (rank r reads rows r, r + 4, ...), none left out
+    d = distribute([8, 8, 8, 6], world_size=4, workers=3, reader="index", evaluation=True)
+    assert (d.mode, d.rank_samples, d.left_out, d.idle_workers, d.warnings) == ("eval", [8, 8, 7, 7], 0, 0, [])
+    few = distribute([1, 1], world_size=3, workers=1, reader="index", evaluation=True)
+    assert few.rank_samples == [1, 1, 0] and few.warnings == [
+        "2 samples for 3 ranks: 1 rank gets no sample in evaluation (each sample is read once, by one rank)"
+    ]
+    assert distribute([8, 8, 8, 6], world_size=4, workers=3, reader="index").mode == "train"

@@ -153,6 +153,37 @@ def test_non_config_augment_is_refused_pointing_to_transform(folder):
         make_loader(folder, batch_size=8, train=True, transform=three_generators, device_augment=True)
 
 
+@pytest.mark.parametrize("context", ["spawn", "forkserver", "context-object"])
+@pytest.mark.parametrize("reader", ["index", "stream"])
+def test_a_lambda_transform_under_spawn_is_refused_before_workers_start(folder, context, reader):
+    """Issue 32, point 9: workers started by spawn or forkserver receive the transform pickled; a lambda
+    gave a raw PicklingError from the DataLoader at the first batch. Now make_loader refuses it, naming transform."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn") if context == "context-object" else context
+    method = "spawn" if context == "context-object" else context
+    with pytest.raises(OptionError, match=rf"transform=<function .*<lambda>.* cannot be pickled.*{method!r}"):
+        make_loader(
+            folder,
+            batch_size=8,
+            train=True,
+            transform=lambda x: x,
+            num_workers=2,
+            reader=reader,
+            multiprocessing_context=ctx,
+            resampled=reader == "stream",
+        )
+
+
+def test_a_lambda_transform_is_fine_without_worker_processes_or_under_fork(folder):
+    for kw in (
+        dict(num_workers=0, multiprocessing_context="spawn"),
+        dict(num_workers=1, multiprocessing_context="fork"),
+    ):
+        batch = next(iter(make_loader(folder, batch_size=8, train=False, transform=lambda x: x.flip(-1), **kw)))
+        assert batch[0].shape == (8, 3, S, S)
+
+
 def test_transform_errors_name_the_sample(folder):
     def ragged(x: torch.Tensor) -> torch.Tensor:
         return x[:, : int(torch.randint(4, 12, ()))]

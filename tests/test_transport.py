@@ -85,3 +85,26 @@ def test_missing_files_and_listing(folder, places):
             assert tars is None  # a web server cannot list a folder
         else:
             assert tars == sorted(p.name for p in folder.glob("*.tar")), where
+
+
+def test_a_url_without_fsspec_or_its_backend_names_the_package_to_install(monkeypatch):
+    import sys
+
+    from wds_tools.errors import ExtraNotInstalledError, OptionError
+
+    transport._filesystem.cache_clear()
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # as if the s3 extra were not installed
+    with pytest.raises(ExtraNotInstalledError, match=r"s3:// paths need fsspec: pip install s3fs==2026\.9\.0"):
+        transport._filesystem("s3")
+    monkeypatch.undo()
+    transport._filesystem.cache_clear()
+    import fsspec
+
+    def without_backend(protocol):  # fsspec there, its s3 backend not (as fsspec says it: ImportError)
+        raise ImportError("Install s3fs to access S3")
+
+    monkeypatch.setattr(fsspec, "filesystem", without_backend)
+    with pytest.raises(OptionError, match=r"need their fsspec backend .*for s3:// pip install s3fs==2026\.9\.0"):
+        transport._filesystem("s3")
+    monkeypatch.undo()
+    transport._filesystem.cache_clear()

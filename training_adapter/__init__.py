@@ -5,9 +5,9 @@ from samples.npz, each epoch's plan) -> ``gather`` (read each sample by offset) 
 (the index reader's batches; ``threads``: reader threads where they only copy), or ``tarread``
 (without: tar -> samples) -> ``streaming`` (the streaming reader's batches) -> ``collate`` (one
 batch, ``augment``: random transforms, ``buffers``: its memory) -> ``loader`` (``make_loader``,
-its ``options``; the workers; ``resume``: where it is in an epoch). ``mapstyle`` reads one sample
-at a time by position; ``config`` reads a trainer config. Submodules import torch on first use,
-so ``import training_adapter`` stays light.
+its ``options``; the workers; ``resume``: where it is in an epoch, ``statedict``: that state
+checked on load). ``mapstyle`` reads one sample at a time by position; ``config`` reads a trainer
+config. Submodules import torch on first use, so ``import training_adapter`` stays light.
 """
 
 from __future__ import annotations

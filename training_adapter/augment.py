@@ -289,10 +289,25 @@ def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
         dst.copy_(F.interpolate(chw, size=tuple(dst.shape[2:]), mode="bilinear", antialias=True, align_corners=False))
 
 
+_CONSTS: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _const(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant tensor on ``device``, made once per process: one made from a Python list on
+    a CUDA device is a synchronous copy, which makes the host wait for everything queued on the
+    stream (the whole previous training step) before it can queue more."""
+    key = (tuple(float(v) for v in values), dtype, device)
+    t = _CONSTS.get(key)
+    if t is None:
+        if len(_CONSTS) > 256:  # many different mean/std values: start again rather than grow
+            _CONSTS.clear()
+        t = _CONSTS[key] = torch.tensor(key[0], dtype=dtype).to(device)
+    return t
+
+
 def _gray_mean(x: torch.Tensor) -> torch.Tensor:
     """Mean luma of each image of [B, 3, H, W] (``_luma_mean`` on the CPU path)."""
-    w = torch.tensor(_GRAY, dtype=torch.float32, device=x.device)
-    return x.float().mean((2, 3)) @ w
+    return x.float().mean((2, 3)) @ _const(_GRAY, torch.float32, x.device)
 
 
 def _luma_mean(img_hwc: torch.Tensor) -> float:
@@ -354,7 +369,7 @@ def _jitter_float(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     b, c, s = p[:, _P["brightness"]], p[:, _P["contrast"]], p[:, _P["saturation"]]
     K = c * b
     D = (1 - c) * b * _gray_mean(x)
-    w = torch.tensor(_GRAY, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    w = _const(_GRAY, x.dtype, x.device).view(1, 3, 1, 1)
     gray = (x * w).sum(1, keepdim=True)
     return x * (K * s).view(-1, 1, 1, 1) + (gray * (K * (1 - s)).view(-1, 1, 1, 1) + D.view(-1, 1, 1, 1))
 
@@ -377,8 +392,8 @@ def _theta(p: torch.Tensor, src_size: int) -> torch.Tensor:
     one, zero = torch.ones(B, dtype=dt, device=p.device), torch.zeros(B, dtype=dt, device=p.device)
     # quarter turns: torch.rot90(k=1, dims=(H, W)) samples input (x, y) = (-y, x) of the output
     k = p[:, _P["rot90"]].round().long() % 4
-    cos_k = torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=dt, device=p.device)[k]
-    sin_k = torch.tensor([0.0, 1.0, 0.0, -1.0], dtype=dt, device=p.device)[k]
+    cos_k = _const((1.0, 0.0, -1.0, 0.0), dt, p.device)[k]
+    sin_k = _const((0.0, 1.0, 0.0, -1.0), dt, p.device)[k]
     rot = mat(cos_k, -sin_k, zero, sin_k, cos_k, zero)
     fx = torch.where(p[:, _P["hflip"]] > 0, -one, one)
     fy = torch.where(p[:, _P["vflip"]] > 0, -one, one)
@@ -438,7 +453,9 @@ def augment_batch(
         params = batch_params(cfg, seed=seed, epoch=epoch, keys=list(keys_or_params), src_size=S)
     else:
         params = keys_or_params
-    p = torch.as_tensor(params, dtype=torch.float32).to(images.device, non_blocking=True)
+    p = torch.as_tensor(params, dtype=torch.float32)
+    if p.device != images.device:  # from page-locked memory: a copy from pageable memory waits for the stream
+        p = (p.pin_memory() if images.is_cuda and not p.is_pinned() else p).to(images.device, non_blocking=True)
     if p.shape != (B, len(PARAM_NAMES)):
         raise OptionError(f"augment_batch: expected params [{B}, {len(PARAM_NAMES)}], got {list(p.shape)}")
     out = cfg.size or S
@@ -453,6 +470,6 @@ def augment_batch(
 
 def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], *, scale: float = 255.0) -> torch.Tensor:
     """(x / scale - mean) / std per channel, for float [B, 3, H, W]; mean/std in 0-1 units."""
-    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1) * scale
-    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1) * scale
+    m = _const(mean, x.dtype, x.device).view(1, 3, 1, 1) * scale
+    s = _const(std, x.dtype, x.device).view(1, 3, 1, 1) * scale
     return (x - m) / s

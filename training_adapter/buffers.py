@@ -1,24 +1,36 @@
 """Buffers: the memory batches are made in, reused only once nothing the caller holds refers to it.
 
-``BufferPool`` holds the batches made in this process (``num_workers=0``, or copies out of the
-ring); ``BatchRing`` the preallocated shared-memory slots through which worker processes hand
-batches to the main process without a copy. Both tell from a numpy array's reference count
-whether a tensor made from it is still alive, so a batch the caller keeps is never overwritten.
+``BufferPool`` holds the batches made in this process (``num_workers=0``, reader threads);
+``BatchRing`` the shared-memory slots through which worker processes hand batches to the main
+process without a copy, one ring for the loader's lifetime. Both tell from a numpy array's
+reference count whether a tensor made from it is still alive, so a batch the caller keeps is
+never overwritten; the ring also waits, where the main process pins its slots for an
+accelerator, for a ``Fence`` (a CUDA event) that says a copy out of a slot has completed.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from wds_tools.errors import ShardError
 
-__all__ = ["BufferPool", "BatchRing", "Slot", "shared"]
+__all__ = ["BufferPool", "BatchRing", "Fence", "Slot", "shared", "slot_layout"]
+
+log = logging.getLogger("training_adapter")
+
+FREE, CLAIMED, PUBLISHED = 0, 1, 2
+"""A slot's status in ``BatchRing.state[:, 0]``: free, being written by a worker, written and sent."""
+PARAMS = 14  # columns of a params row (augment.PARAM_NAMES), stored after the labels with device_augment
+ALIGN = 64
 
 
 def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
@@ -31,6 +43,31 @@ def shared(shape: tuple[int, ...]) -> torch.Tensor:
     """A fresh uint8 tensor of ``shape`` in shared memory (worker processes hand batches over in it)."""
     storage = torch.UntypedStorage._new_shared(math.prod(shape))
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)  # type: ignore[call-overload]
+
+
+def _up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def slot_layout(image_bytes: int, n: int, params: bool) -> tuple[int, int, int]:
+    """Where a batch of ``n`` samples lies in a slot: (labels offset, params offset, bytes used).
+    The images first, then the int64 labels, then (``params``) the float32 [n, 14] params, each
+    64-byte aligned, so the main process takes all three as views of the slot."""
+    labels = _up(image_bytes)
+    prm = _up(labels + 8 * n)
+    return labels, prm, prm + (4 * PARAMS * n if params else 0)
+
+
+class Fence(Protocol):
+    """Work the main process waits for before a slot is written again (``torch.cuda.Event``)."""
+
+    def query(self) -> bool:
+        """Whether the work recorded before it has completed."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait until it has."""
+        ...
 
 
 class BufferPool:
@@ -63,81 +100,273 @@ class BufferPool:
 
 
 class Slot:
-    """Stands in a worker's batch for images left in a ``BatchRing`` slot."""
+    """Stands in a worker's batch for what it left in a ``BatchRing`` slot: images, labels, params."""
 
-    __slots__ = ("worker", "slot", "shape", "chw")
+    __slots__ = ("slot", "shape", "chw", "gen", "params")
 
-    def __init__(self, worker: int, slot: int, shape: tuple[int, ...], chw: bool = False) -> None:
-        self.worker, self.slot, self.shape = worker, slot, shape  # shape: [B, H, W, 3], or [B, 3, H, W] if chw
-        self.chw = chw
+    def __init__(
+        self, slot: int, shape: tuple[int, ...], chw: bool = False, gen: int = 0, params: bool = False
+    ) -> None:
+        self.slot, self.shape = slot, shape  # shape: [B, H, W, 3], or [B, 3, H, W] if chw
+        self.chw, self.gen, self.params = chw, gen, params
 
 
 class BatchRing:
-    """Preallocated shared memory through which workers hand uint8 batches to the main process.
+    """Shared-memory slots through which worker processes hand batches to the main process.
 
-    A fresh shared-memory tensor per batch costs page faults on every batch (8 ms for 64 images
-    at 224 px here, more than reading them); a worker fills one of its slots in place instead.
-    The main process lends the slot itself to the caller (no copy) and frees it once nothing the
-    caller holds refers to it any more, which the reference count of the slot's numpy array tells
-    (as in ``BufferPool``). Each slot is its own shared-memory block, so a batch the caller keeps
-    keeps only its slot alive, not the epoch's ring. At most ``LEND`` slots per worker are lent;
-    beyond that a batch is copied out and its slot freed at once, so a caller that keeps many
-    batches never starves a worker. A worker that finds none of its slots free (at an epoch's end
-    the DataLoader may queue more batches on the last workers) waits for the main process to take
-    one, for as long as the main process lives.
+    One ring for the loader's lifetime, shared by all its workers (persistent or not): ``slots``
+    is ``prefetch_factor`` x workers (the batches the DataLoader can have asked for and not yet
+    handed over) plus what the main process may hold (``lend`` lent, ``spare`` waiting on a fence).
+    A worker claims a free slot under a lock, writes the batch's images, labels and params into
+    it and sends only the ``Slot`` (``publish``); the main process lends the slot itself to the
+    caller (``take``: views, no copy) and frees it once no tensor refers to it any more (the
+    reference count of the slot's numpy array) and, where it pins the slots for an accelerator,
+    once the ``Fence`` recorded then has completed: a non-blocking copy the caller issued from the
+    slot may still be reading it. When the caller holds ``lend`` slots already, a batch is copied
+    out and its slot freed at once, so a caller that keeps many batches never starves a worker.
+
+    Each claim carries its iteration's generation: the batches of an iteration that ended (an
+    abandoned epoch: non-persistent workers shut down, or persistent ones reset) that no one will
+    receive are freed (``end``, ``reclaim``). A worker that finds no slot free for ``WAIT``
+    seconds (batches of an abandoned iteration still held) hands its batch over in fresh shared
+    memory instead, and says so in ``waited``.
     """
 
-    LEND = 2
+    WAIT = 2.0
+    ENDED = 32
+    LEND = 3  # slots lent: the batch a caller holds while it asks for the next, and two more
+    SPARE = 2  # slots let go of, waiting on their fence
 
-    def __init__(self, workers: int, prefetch: int, slot_bytes: int) -> None:
-        self.slots, self.slot_bytes = prefetch + 2 + self.LEND, slot_bytes
-        self.buffers = [shared((slot_bytes,)) for _ in range(workers * self.slots)]
-        self.busy = torch.zeros(workers * self.slots, dtype=torch.int32).share_memory_()
+    def __init__(
+        self, slots: int, slot_bytes: int, *, lend: int = LEND, spare: int = SPARE, context: Any = None
+    ) -> None:
+        import multiprocessing as mp
+
+        ctx = context if context is not None and hasattr(context, "Lock") else mp.get_context(context)
+        self.slot_bytes, self.lend, self.spare = slot_bytes, lend, spare
+        self.storages = [torch.UntypedStorage._new_shared(slot_bytes) for _ in range(slots)]
+        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(s) for s in self.storages]
+        # [slot] -> (status, generation, pid of the worker that claimed it)
+        self.state = torch.zeros((slots, 3), dtype=torch.int64).share_memory_()
+        self.lock = ctx.Lock()
+        self.gen = ctx.Value("q", 0, lock=False)  # the generation persistent workers read per iteration
+        self.waited = ctx.Value("q", 0, lock=False)  # batches handed over outside the ring (no slot free)
+        # the generations that ended (the last ENDED of them, and every one below ``below``): a worker of
+        # one waiting for a slot gives up, its batch is for no one
+        self.ended = torch.full((self.ENDED,), -1, dtype=torch.int64).share_memory_()
+        self.below = ctx.Value("q", 0, lock=False)
         self._parent = os.getpid()
-        self._arrays: list[np.ndarray] | None = None  # main process: one numpy view per slot
-        self._lent: dict[int, int] = {}  # slot -> worker, for slots the caller may still hold
+        self._main_only()
 
-    def acquire(self, worker: int, shape: tuple[int, ...], chw: bool = False) -> tuple[Slot, torch.Tensor] | None:
-        """A free slot of ``worker`` and its memory as ``shape`` (waiting for one); None when a batch is too large.
-        ``shape`` is [B, H, W, 3] (handed over as [B, 3, H, W] channels-last), or with ``chw`` [B, 3, H, W]."""
+    def _main_only(self) -> None:
+        self._arrays: list[np.ndarray] | None = None  # one numpy view per slot (main process)
+        self._held: dict[int, Fence | None] = {}  # slot -> None: lent; a Fence: let go, its copy may run
+        self._fence: Callable[[int], Fence | None] | None = None
+        self._pinned_copies = False  # copies out of a slot in page-locked memory (torch's own, which tracks copies)
+        self._ended: set[int] = set()  # generations whose batches no one receives any more
+        self._ends = 0  # generations ended so far (the next place in ``ended``)
+        self._stale = False  # whether slots of ended generations may still be claimed
+        self._np: np.ndarray | None = None
+        self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already)
+        self.registered = 0  # slots page-locked for the accelerator
+
+    def __len__(self) -> int:
+        return len(self.buffers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = "slot_bytes lend spare storages buffers state lock gen waited ended below _parent".split()
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._main_only()
+
+    def _states(self) -> np.ndarray:
+        if self._np is None:
+            self._np = self.state.numpy()
+        return self._np
+
+    # --- in the main process: pinning ------------------------------------------------------------
+    def pin(
+        self,
+        register: Callable[[torch.UntypedStorage], None],
+        fence: Callable[[int], Fence | None] | None,
+        *,
+        pinned_copies: bool = True,
+    ) -> None:
+        """Page-lock every slot once (``register``: ``cudaHostRegister`` of its shared memory) and, with
+        ``fence``, wait for ``fence(slot)`` (an event recorded on the current stream) before a slot the
+        caller let go of is written again; ``pinned_copies``: copy a batch out into page-locked memory."""
+        if not self.registered:
+            for s in self.storages:
+                register(s)
+            self.registered = len(self.storages)
+        self._fence, self._pinned_copies = fence, pinned_copies
+
+    # --- in a worker -------------------------------------------------------------------------------
+    def acquire(
+        self, shape: tuple[int, ...], chw: bool = False, *, gen: int = 0, params: bool = False
+    ) -> tuple[Slot, torch.Tensor] | None:
+        """A free slot, claimed, and its memory as ``shape``; None when a batch is too large or no slot
+        came free within ``WAIT`` seconds. ``shape`` is [B, H, W, 3] (handed over as [B, 3, H, W]
+        channels-last), or with ``chw`` [B, 3, H, W]; ``params``: room for the params after the labels."""
         nbytes = math.prod(shape)
-        if nbytes > self.slot_bytes:
+        if slot_layout(nbytes, shape[0], params)[2] > self.slot_bytes:
             return None
-        first = worker * self.slots
-        waited = 0
-        while not len(free := (self.busy[first : first + self.slots] == 0).nonzero()):
+        st = self._states()
+        start = time.monotonic()
+        pid = os.getpid()
+        checked = start
+        while True:
+            with self.lock:
+                free = np.flatnonzero(st[:, 0] == FREE)
+                if len(free):
+                    i = int(free[0])
+                    st[i, 1], st[i, 2] = gen, pid
+                    st[i, 0] = CLAIMED
+                    break
             time.sleep(0.0005)
-            waited += 1
-            if waited % 2000 == 0 and os.getppid() != self._parent:  # about once a second
-                raise ShardError(f"worker {worker}: the main process is gone")
-        s = int(free[0])
-        return Slot(worker, s, shape, chw), self.buffers[first + s][:nbytes].view(shape)
+            now = time.monotonic()
+            if gen < self.below.value or gen in self.ended.numpy():  # its iteration ended: no one takes this batch
+                return None
+            if now - checked > 1:
+                checked = now
+                if os.getppid() != self._parent:
+                    raise ShardError("a loader worker's main process is gone")
+            if now - start > self.WAIT:
+                self.waited.value += 1
+                return None
+        return Slot(i, shape, chw, gen, params), self.buffers[i][:nbytes].view(shape)
+
+    def extras(self, ref: Slot) -> tuple[np.ndarray, np.ndarray | None]:
+        """The slot's labels (int64 [B]) and params (float32 [B, 14], or None) as numpy views to fill."""
+        n = ref.shape[0]
+        lo, po, _ = slot_layout(math.prod(ref.shape), n, ref.params)
+        raw = self.buffers[ref.slot].numpy()
+        labels = raw[lo : lo + 8 * n].view(np.int64)
+        return labels, raw[po : po + 4 * PARAMS * n].view(np.float32).reshape(n, PARAMS) if ref.params else None
 
     def publish(self, ref: Slot) -> None:
-        """Mark the slot written: busy until the main process is done with it."""
-        self.busy[ref.worker * self.slots + ref.slot] = 1
+        """Mark the slot written: it stays taken until the main process is done with it."""
+        self._states()[ref.slot, 0] = PUBLISHED
 
-    def take(self, ref: Slot, pin: bool, pool: BufferPool) -> torch.Tensor:
-        """The slot's images as [B, 3, H, W] (channels-last memory): the slot itself, lent, or a copy."""
-        self._reclaim()
-        i = ref.worker * self.slots + ref.slot
-        nbytes = math.prod(ref.shape)
-        if not pin and sum(1 for w in self._lent.values() if w == ref.worker) < self.LEND:
-            if self._arrays is None:
-                self._arrays = [b.numpy() for b in self.buffers]
-            self._lent[i] = ref.worker
-            lent = torch.from_numpy(self._arrays[i])[:nbytes].view(ref.shape)
-            return lent if ref.chw else lent.permute(0, 3, 1, 2)
-        out = torch.empty(ref.shape, dtype=torch.uint8, pin_memory=True) if pin else pool.get(ref.shape)
-        out.copy_(self.buffers[i][:nbytes].view(ref.shape))
-        self.busy[i] = 0
-        return out if ref.chw else out.permute(0, 3, 1, 2)
+    def release(self, ref: Slot) -> None:
+        """Give back a slot claimed for a batch that failed."""
+        self._states()[ref.slot, 0] = FREE
 
-    def _reclaim(self) -> None:
-        """Free the lent slots no tensor refers to any more."""
+    # --- in the main process: taking and freeing -------------------------------------------------
+    def take(self, ref: Slot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The slot's images as [B, 3, H, W] (channels-last memory), labels and params (or None): views
+        of the slot itself, lent, or copies when the caller holds ``lend`` slots already."""
+        self.reclaim()
+        if self._arrays is None:
+            self._arrays = [b.numpy() for b in self.buffers]
+        i, shape, n = ref.slot, ref.shape, ref.shape[0]
+        nbytes = math.prod(shape)
+        lo, po, _ = slot_layout(nbytes, n, ref.params)
+        base = torch.from_numpy(self._arrays[i])  # its storage holds the array: the reference count tells
+        lent = sum(1 for f in self._held.values() if f is None)
+        if lent >= self.lend:  # the caller keeps batches: copy this one out, free the slot now
+            used = slot_layout(nbytes, n, ref.params)[2]
+            out = torch.empty(used, dtype=torch.uint8, pin_memory=self._pinned_copies)
+            out.copy_(base[:used])
+            base = out
+            self.copies += 1
+            self._free(i)
+        else:
+            self._held[i] = None
+        images = base[:nbytes].view(shape)
+        labels = base[lo : lo + 8 * n].view(torch.int64)
+        params = base[po : po + 4 * PARAMS * n].view(torch.float32).view(n, PARAMS) if ref.params else None
+        return (images if ref.chw else images.permute(0, 3, 1, 2)), labels, params
+
+    def _free(self, i: int) -> None:
+        self._held.pop(i, None)
+        self._states()[i, 0] = FREE
+
+    def reclaim(self) -> None:
+        """Free the slots no tensor refers to any more (once their fence, if any, has completed), at
+        most ``spare`` waiting on one (the oldest waited for); and the batches of ended iterations."""
         arrays = self._arrays
-        if arrays is None:  # nothing lent yet
-            return
-        for i in [i for i in self._lent if _unreferenced(arrays, i)]:
-            del self._lent[i]
-            self.busy[i] = 0
+        if arrays is not None and self._held:
+            for i, fence in list(self._held.items()):
+                if fence is None:
+                    if not _unreferenced(arrays, i):
+                        continue
+                    fence = self._fence(i) if self._fence is not None else None
+                    if fence is None:
+                        self._free(i)
+                        continue
+                    self._held[i] = fence
+                if fence.query():
+                    self._free(i)
+            waiting = [i for i, f in self._held.items() if f is not None]
+            for i in waiting[: max(0, len(waiting) - self.spare)]:
+                fence = self._held[i]
+                if fence is not None:
+                    fence.synchronize()
+                self._free(i)
+        if self._stale:
+            self._reclaim_stale()
+
+    def begin(self) -> int:
+        """A new iteration's generation (persistent workers read it from ``gen`` as they start an epoch)."""
+        self.gen.value += 1
+        return int(self.gen.value)
+
+    def end(self, gen: int | None = None, *, below: int | None = None) -> None:
+        """No one receives the batches of iteration ``gen`` (or of every one ``below``) any more: free
+        those written and not taken; those still being written, once written (or their worker gone).
+        Without arguments: look again for those of the generations ended so far."""
+        if gen is not None:
+            self._ended.add(gen)
+            self.ended[self._ends % self.ENDED] = gen
+            self._ends += 1
+        if below is not None:
+            self.below.value = max(int(self.below.value), below)
+        self._stale = True
+        self._reclaim_stale()
+
+    def _reclaim_stale(self) -> None:
+        st = self._states()
+        claimed_left = False
+        with self.lock:
+            for i in range(len(st)):
+                status, gen, pid = (int(v) for v in st[i])
+                if status == FREE or i in self._held or not (gen < self.below.value or gen in self._ended):
+                    continue
+                if status == PUBLISHED or not _alive(pid):
+                    st[i, 0] = FREE
+                else:
+                    claimed_left = True
+        self._stale = claimed_left
+        if not claimed_left:
+            self._ended.clear()
+
+    def free_slots(self) -> int:
+        """Slots free now (for tests and diagnostics)."""
+        return int((self._states()[:, 0] == FREE).sum())
+
+    def warn_if_waited(self, seen: int) -> int:
+        """Log once when workers handed batches over outside the ring since ``seen``; the count now."""
+        now = int(self.waited.value)
+        if now > seen:
+            log.warning(
+                "%d batches were handed over in fresh shared memory: a worker found none of the loader's %d "
+                "batch slots free for %.0f s (are batches of an earlier iteration of this loader still held, "
+                "or that iterator not closed?)",
+                now - seen,
+                len(self),
+                self.WAIT,
+            )
+        return now
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -30,7 +30,8 @@ from .transform import apply_transform
 __all__ = ["Batch", "BatchDataset", "Stored"]
 
 # (images uint8 [B, 3, H, W] channels-last, labels int64 [B][, params float32 [B, 14]][, keys]); from a
-# worker that writes into a ``BatchRing``, the images are its ``Slot`` and the rest numpy arrays
+# worker that writes into a ``BatchRing``, the images are its ``Slot`` (which holds the labels and
+# params too: None in their places) and the metadata numpy arrays
 Batch: TypeAlias = tuple[Any, ...]
 """A batch: ``(images, labels[, params][, metadata][, keys])``, as ``BatchDataset`` yields it."""
 
@@ -69,7 +70,11 @@ class BatchDataset(IterableDataset):
         self.options = options
         self.rank_world: tuple[int, int] | None = None  # taken in the main process by ShardLoader
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
-        self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes
+        self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes, for its lifetime
+        # the ring generation of this iteration's workers (None: persistent workers read ring.gen per epoch)
+        self.ring_gen: int | None = None
+        self._gen = 0  # the generation this worker's claims carry
+        self._claimed: Any = None  # the slot this worker is filling (given back if the batch fails)
         self._pool = BufferPool()  # batches made in this process (num_workers=0, or the ring's copies)
         # a resumed epoch's plan (resume.Span or resume.StreamPlan), set by ShardLoader.load_state_dict's
         # next iteration; it applies to the epoch in _resumes only (shared: persistent workers see it end)
@@ -136,6 +141,8 @@ class BatchDataset(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         if get_worker_info() is not None and _cv2 is not None:
             _cv2.setNumThreads(0)  # one worker process per core already; no OpenCV threads after fork
+        if self.ring is not None:
+            self._gen = self.ring_gen if self.ring_gen is not None else int(self.ring.gen.value)
         where = worker_info()
         if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
             where = where._replace(rank=self.rank_world[0], world=self.rank_world[1])
@@ -164,10 +171,26 @@ class BatchDataset(IterableDataset):
         augmentation, the transform nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3]
         stored pixels; ``meta`` the ``metadata`` columns' values (float64 arrays or lists)."""
         o = self.options
-        if o.transform is not None:
-            first = self._built_in(keys, labels, epoch, stored, S, final=False)
-            return self._transformed(o.transform, first, keys or [], epoch, meta)
-        return self._built_in(keys, labels, epoch, stored, S, meta=meta)
+        try:
+            if o.transform is not None:
+                first = self._built_in(keys, labels, epoch, stored, S, final=False)
+                return self._transformed(o.transform, first, keys or [], epoch, meta)
+            return self._built_in(keys, labels, epoch, stored, S, meta=meta)
+        except BaseException:
+            if self._claimed is not None and self.ring is not None:  # a failed batch gives its slot back
+                self.ring.release(self._claimed)
+            raise
+        finally:
+            self._claimed = None
+
+    def _acquire(self, shape: tuple[int, ...], chw: bool = False, params: bool = False) -> tuple[Any, torch.Tensor]:
+        """(the ring slot, its memory as ``shape``) in a worker with a ring, else (None, fresh memory)."""
+        ring = self.ring if get_worker_info() is not None else None
+        got = ring.acquire(shape, chw, gen=self._gen, params=params) if ring is not None else None
+        if got is None:
+            return None, self._alloc(shape)
+        self._claimed = got[0]
+        return got
 
     def _transformed(
         self, fn: Callable[[Any], Any], batch: Batch, keys: list[str], epoch: int, meta: dict[str, Any] | None
@@ -184,9 +207,7 @@ class BatchDataset(IterableDataset):
             _, H, W = outs[0].shape
             chw = not outs[0].permute(1, 2, 0).is_contiguous()
             shape = (len(outs), 3, H, W) if chw else (len(outs), H, W, 3)
-            ring = self.ring if info is not None and not o.normalize else None
-            got = ring.acquire(info.id, shape, chw) if ring is not None and info is not None else None
-            ref, buf = got if got is not None else (None, self._alloc(shape))
+            ref, buf = self._acquire(shape, chw) if info is not None and not o.normalize else (None, self._alloc(shape))
             images: Any = buf if chw else buf.permute(0, 3, 1, 2)
             for i, y in enumerate(outs):
                 images[i].copy_(y)
@@ -208,8 +229,8 @@ class BatchDataset(IterableDataset):
         """The batch tuple; images left in a ring slot (``ref``) travel as the slot, the rest as arrays."""
         o = self.options
         ring = self.ring
-        params_out: Any = None if not o.on_device or params is None else torch.from_numpy(params.astype(np.float32))
         label_out: Any = label_t
+        params_out: Any = None
         meta_out: Any = None
         if o.metadata:
             meta_out = {
@@ -217,14 +238,20 @@ class BatchDataset(IterableDataset):
                 for k, v in (meta or {}).items()
             }
         if ref is not None and ring is not None:
+            # the labels and params go into the slot beside the images, and the main process takes
+            # all three as views of it (ShardLoader._through_ring); the metadata travel as arrays: a
+            # tensor sent from a worker would travel through a shared-memory file and a socket per
+            # batch, a few ms in all, more than the batch's copy
+            labels_at, params_at = ring.extras(ref)
+            labels_at[:] = label_t.numpy()
+            if params_at is not None and params is not None:
+                params_at[:] = params
             ring.publish(ref)
-            # the main process puts the slot's images in its place (ShardLoader._through_ring) and
-            # makes tensors of the arrays: a tensor sent from a worker would travel through a
-            # shared-memory file and a socket per batch, a few ms in all, more than the batch's copy
-            images, label_out = ref, label_t.numpy()
-            params_out = None if params_out is None else params_out.numpy()
+            images, label_out = ref, None
             if meta_out is not None:
                 meta_out = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in meta_out.items()}
+        elif o.on_device and params is not None:
+            params_out = torch.from_numpy(params.astype(np.float32))
         out: Batch = (images, label_out)
         if o.on_device:
             out += (params_out,)
@@ -258,13 +285,11 @@ class BatchDataset(IterableDataset):
         O = (cfg.size or S) if cfg is not None and fast_cpu else S
         ref = None
         info = get_worker_info()
-        ring = self.ring if info is not None and not o.normalize and not cpu_affine and final else None
         # [B, O, O, 3] in memory, seen as [B, 3, O, O] channels-last: augmented on the CPU, or the
         # stored [S, S, 3] arrays copied as they are
         shape = (n, O, O, 3)
-        got = ring.acquire(info.id, shape) if ring is not None and info is not None else None
-        if got is not None:
-            ref, buf = got
+        if info is not None and not o.normalize and not cpu_affine and final:
+            ref, buf = self._acquire(shape, params=params is not None and o.on_device)
         else:
             buf = self._alloc(shape) if final else self._stage.get(shape)
         if cfg is not None and params is not None and fast_cpu:

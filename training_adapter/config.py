@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from wds_tools.errors import ExtraNotInstalledError, OptionError
+from wds_tools.errors import ExtraNotInstalledError, OptionError, install_hint
 
 from .augment import AugmentConfig
 from .loader import ShardLoader, make_loader
@@ -31,6 +31,8 @@ LOADER_KEYS = {
     "pin_memory",
     "persistent_workers",
     "prefetch_factor",
+    "device",
+    "dtype",
     "mean",
     "std",
     "reader",
@@ -101,7 +103,9 @@ def _read(p: Path) -> dict:
         try:
             import yaml
         except ImportError:
-            raise ExtraNotInstalledError("reading a YAML config needs pyyaml: pip install 'wds-tools[train]'") from None
+            raise ExtraNotInstalledError(
+                f"reading a YAML config needs pyyaml: {install_hint('train', 'pyyaml')}"
+            ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

@@ -194,6 +194,7 @@ class IndexedDataset(BatchDataset):
                 world=world,
                 num_workers=num_workers,
                 drop_last=o.drops_last,
+                cover=o.covers,
             )[worker]
         return deal(
             order,
@@ -217,6 +218,7 @@ class IndexedDataset(BatchDataset):
             drop_last=o.drops_last,
             max_batches=None if o.resampled else o.epoch_batches,
             draws=draws,
+            cover=o.covers,
         )
 
     def index_batch(self, rows: np.ndarray, rank: int, world: int, epoch: int) -> Batch | None:

@@ -2,13 +2,16 @@
 
 ``make_loader`` resolves the shards, takes its keywords as ``LoaderOptions``, picks the reader
 (by offset where an index lists the shards, else streaming the tars) and runs its batches in a
-``ShardLoader``: in this process (``num_workers=0``), in reader threads where they only copy
-(``threads``), or in DataLoader worker processes handing batches over through a shared-memory
-ring (``buffers``). Normalising to float is left to ``to_device`` on the accelerator by default.
+``ShardLoader``: in this process (``num_workers=0``), in reader threads where they only copy and
+no accelerator trains in this process (``threads``), or in DataLoader worker processes handing
+batches over through the loader's shared-memory ring (``buffers``), page-locked where CUDA is.
+With ``device`` the batches are moved, normalised (and augmented under ``device_augment``) there
+ahead of the training step (``device``); else normalising is left to ``to_device``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -20,9 +23,10 @@ from torch.utils.data import DataLoader
 from wds_tools.errors import OptionError
 from wds_tools.format.cpus import usable_cpus
 
-from .augment import AugmentConfig, normalize
-from .buffers import BatchRing, Slot
+from .augment import AugmentConfig
+from .buffers import BatchRing, Slot, slot_layout
 from .collate import Batch, BatchDataset
+from .device import DeviceFeed, as_device, as_dtype, cuda_fence, cuda_register, streams_for, to_device
 from .indexed import IndexedDataset
 from .indexread import ClassWeights, Subset, readable_by_offset
 from .options import LoaderOptions
@@ -31,8 +35,40 @@ from .shardlist import ShardList, resolve_urls, worker_info
 from .streaming import StreamingDataset
 from .tarread import DEFAULT_CHUNK
 from .threads import in_order
+from .transform import check_picklable
 
-__all__ = ["ShardLoader", "make_loader", "open_loader", "open_dataset", "to_device"]
+__all__ = ["ShardLoader", "make_loader", "open_loader", "open_dataset", "to_device", "default_workers"]
+
+log = logging.getLogger("training_adapter")
+
+AHEAD = 2
+"""Batches ``device=`` copies and prepares ahead of the one the training step gets."""
+
+
+def default_workers(cpus: int, local_ranks: int = 1) -> int:
+    """``num_workers`` left to its default: half of this rank's cores (``cpus`` shared by
+    ``local_ranks`` ranks on the machine), at least 1, leaving the rest to the training process.
+
+    Chosen from the curve measured on one H200 with 16 cores (``docs/guide/figures.md``, GPU):
+    ResNet-18 trained at 8,936 images/s with 15 workers (every core but one) and 10,181 with 8;
+    the best counts were 6 to 8. To be measured again there (``scripts/bench_gpu.py``) now that the
+    workers' batches are neither copied nor mapped in the training process."""
+    return max(1, cpus // max(1, local_ranks) // 2)
+
+
+def _local_ranks() -> int:
+    """The ranks torchrun starts on this machine (``LOCAL_WORLD_SIZE``), 1 without it."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _threads_allowed() -> bool:
+    """Whether the index reader may run its copy-only workers as threads of this process: not where
+    CUDA is, since this process then launches the training step's kernels (GPU.md: device_augment, read
+    by threads beside the trainer, fed ResNet-18 at 0.56 of the ceiling, less than CPU augmentation)."""
+    return not torch.cuda.is_available()
 
 
 def _as_is(batch: Any) -> Any:
@@ -83,28 +119,47 @@ class ShardLoader(Resumable):
         dataset: BatchDataset,
         *,
         num_workers: int,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
+        device: torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.dataset = dataset
         self.num_workers = num_workers
+        self.device, self.dtype = device, dtype
+        self._prefetch = prefetch_factor or 2
+        self._context = multiprocessing_context
+        o = dataset.options
+        self._threads = isinstance(dataset, IndexedDataset) and dataset.copies_only and _threads_allowed()
+        processes = bool(num_workers) and not self._threads
+        # the ring's slot: the largest batch a worker makes (CPU augmentation may resize), its labels and params;
+        # 0 where the size is known only once read (no index), or the images are float (normalize)
+        size, cfg = dataset.shards.size, o.augmentation
+        out = max(size, cfg.size) if size and cfg is not None and cfg.size and not o.on_device else size
+        self._slot_bytes = (
+            slot_layout(o.batch_size * out * out * 3, o.batch_size, o.on_device)[2]
+            if processes and out and not o.normalize
+            else 0
+        )
+        cuda = torch.cuda.is_available()
+        # pin_memory None: where it is free (the workers' ring, page-locked once), with CUDA present
+        self.pin_memory = cuda and (pin_memory if pin_memory is not None else bool(self._slot_bytes)) and device is None
         kw: dict[str, Any] = {}
         if num_workers:
             kw = dict(
                 persistent_workers=persistent_workers,
-                prefetch_factor=prefetch_factor or 2,
+                prefetch_factor=self._prefetch,
                 multiprocessing_context=multiprocessing_context,
             )
-        # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker)
-        self._loader_kw = dict(batch_size=None, num_workers=num_workers, pin_memory=pin_memory, collate_fn=_as_is, **kw)
+        # collate_fn: batches pass as they are (the default would make tensors of the ring's arrays in the worker);
+        # the DataLoader pins (a copy per batch, in its thread) only batches that do not come through the ring
+        pin_dl = self.pin_memory and not self._slot_bytes
+        self._loader_kw = dict(batch_size=None, num_workers=num_workers, pin_memory=pin_dl, collate_fn=_as_is, **kw)
         self.loader = DataLoader(dataset, **self._loader_kw)
-        self.pin_memory = pin_memory and torch.cuda.is_available()
-        self._prefetch = prefetch_factor or 2
-        # persistent workers keep the dataset they started with, so a ring could not be renewed
-        # per epoch; they use one shared-memory tensor per batch instead
-        self._use_ring = bool(num_workers) and not persistent_workers
+        self.ring: BatchRing | None = None  # made at the first iteration, kept for the loader's lifetime
+        self._streams: Any = None
         self._iterated = False
         self._epoch_set = False
         self._readers: list[IndexedDataset] | None = None  # the reader threads' datasets (_in_threads)
@@ -155,17 +210,39 @@ class ShardLoader(Resumable):
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
         self._begin()  # the rest of an epoch after load_state_dict, else the whole epoch
+        batches = self._batches()
+        if self.device is not None:  # counted as the caller gets them, not as the feed reads ahead
+            batches = self._feed()(batches)
+        batches = self._counted(batches)
         fn = self.dataset.options.batch_transform
-        return self._batches() if fn is None else _batch_transformed(self._batches(), fn)
+        return batches if fn is None else _batch_transformed(batches, fn)
 
     def _batches(self) -> Iterator[Batch]:
         if not self.num_workers:
-            return self._counted(self._in_process())
-        if isinstance(self.dataset, IndexedDataset) and self.dataset.copies_only:
-            return self._counted(self._in_threads(self.dataset))
-        if not self._use_ring:
-            return self._counted(iter(self.loader))
-        return self._counted(self._through_ring())
+            return self._in_process()
+        if self._threads:
+            assert isinstance(self.dataset, IndexedDataset)
+            return self._in_threads(self.dataset)
+        if not self._slot_bytes:  # the DataLoader's own hand-over: a shared-memory tensor per batch
+            return iter(self.loader)
+        return self._through_ring()
+
+    def _feed(self) -> DeviceFeed:
+        """The ``device`` feed: the loader's mean/std and, under ``device_augment``, its augmentation."""
+        ds, o = self.dataset, self.dataset.options
+        assert self.device is not None and ds.shards.mean is not None and ds.shards.std is not None  # open_loader
+        if self._streams is None:
+            self._streams = streams_for(self.device)
+        return DeviceFeed(
+            self.device,
+            dtype=self.dtype,
+            mean=ds.shards.mean,
+            std=ds.shards.std,
+            params=o.on_device,
+            augment=o.augmentation if o.on_device else None,
+            ahead=AHEAD,
+            streams=self._streams,
+        )
 
     def _in_threads(self, ds: IndexedDataset) -> Iterator[Batch]:
         """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``
@@ -207,23 +284,60 @@ class ShardLoader(Resumable):
                 batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
             yield batch
 
+    def _ring(self) -> BatchRing:
+        """The loader's ring, made (and page-locked, where CUDA moves the batches) at its first iteration:
+        ``prefetch_factor`` x workers slots, and those this process may hold."""
+        if self.ring is None:
+            lend = BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
+            ring = BatchRing(
+                self._prefetch * self.num_workers + lend + BatchRing.SPARE,
+                self._slot_bytes,
+                lend=lend,
+                context=self._context,
+            )
+            cuda = torch.cuda.is_available()
+            if self.pin_memory:  # the caller copies out of the slots: wait for its copies before reuse
+                ring.pin(cuda_register, cuda_fence, pinned_copies=cuda)
+            elif self.device is not None and self.device.type == "cuda":  # the feed waits for its own copies
+                ring.pin(cuda_register, None, pinned_copies=cuda)
+            self.ring = self.dataset.ring = ring
+        return self.ring
+
     def _through_ring(self) -> Iterator[Batch]:
+        """The workers' batches taken from the ring: the slot's images, labels and params lent, no copy."""
         ds = self.dataset
-        size = ds.shards.size
-        cfg = ds.options.augmentation
-        out = (cfg.size if cfg is not None and cfg.size else None) or size
-        if out is None:  # no index: the sample size is known only once read; per-batch shm instead
-            yield from self.loader
-            return
-        # a new ring every epoch: workers of an abandoned iterator can never write into this one
-        ring = ds.ring = BatchRing(self.num_workers, self._prefetch, ds.options.batch_size * out * out * 3)
+        ring = self._ring()
+        persistent = bool(self.loader.persistent_workers)
+        gen = ring.begin()
+        ds.ring_gen = None if persistent else gen  # non-persistent workers take it with the dataset
+        k = 3 if ds.options.on_device else 2
+        waited = int(ring.waited.value)
+        it = None
         try:
-            for batch in self.loader:
+            it = iter(self.loader)
+            if persistent:  # the workers were reset: no one receives the batches of earlier iterations
+                ring.end(below=gen)
+            while True:
+                ring.reclaim()  # before waiting: a worker may need the slot the caller let go of
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
                 if isinstance(batch[0], Slot):
-                    batch = (ring.take(batch[0], self.pin_memory, ds._pool), *(_tensors(x) for x in batch[1:]))
+                    images, labels, params = ring.take(batch[0])
+                    batch = (images, labels, params)[:k] + tuple(_tensors(x) for x in batch[k:])
+                else:  # larger than a slot (a transform's), or no slot came free: fresh shared memory
+                    waited = ring.warn_if_waited(waited)
+                    batch = tuple(_tensors(x) for x in batch)
+                    if self.pin_memory:
+                        batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
                 yield batch
         finally:
-            ds.ring = None
+            ring.reclaim()  # the batches let go of, before this iteration's workers are shut down
+            if not persistent:
+                ring.end(gen)  # a worker waiting for a slot gives up: its batch is for no one
+                del it  # its workers shut down; what they sent and no one took is freed
+                ring.end()
 
 
 def _tensors(x: Any) -> Any:
@@ -265,9 +379,11 @@ def make_loader(
     drop_last: bool | None = None,
     on_error: str = "raise",
     return_keys: bool = False,
-    pin_memory: bool = False,
+    pin_memory: bool | None = None,
     persistent_workers: bool = False,
     prefetch_factor: int | None = None,
+    device: torch.device | str | int | None = None,
+    dtype: torch.dtype | str = torch.float32,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     split: str | None = None,
@@ -288,7 +404,9 @@ def make_loader(
     Each batch is ``(images, labels)``: uint8 ``[B, 3, S, S]`` (channels-last memory) and int64
     ``[B]``; with ``device_augment`` a third item, the float32 params for ``augment_batch``; with
     ``metadata`` the next, a dict of the named columns; with ``return_keys`` a last item, the sample
-    keys. Call ``set_epoch(epoch)`` before each epoch (without it the epoch advances by one per
+    keys. With ``device`` the images and labels are on that device, the images normalised (and
+    augmented under ``device_augment``, which then adds no params) as ``dtype``, channels-last.
+    Call ``set_epoch(epoch)`` before each epoch (without it the epoch advances by one per
     iteration); ``state_dict()``/``load_state_dict()`` resume mid-epoch.
 
     Args:
@@ -298,15 +416,16 @@ def make_loader(
         batch_size: Samples per batch.
         train: Training (shuffle, augment, drop a short last batch) or evaluation (every sample
             once across the ranks, pixels as stored).
-        num_workers: DataLoader workers per rank (reader threads where they only copy); None:
-            every usable core, but no more than this rank's shards (streaming) or batches; 0:
-            read in this process.
+        num_workers: DataLoader worker processes per rank (reader threads where they only copy and
+            CUDA is absent); None: half of this rank's cores (``default_workers``), but no more than
+            its shards (streaming) or batches; 0: read in this process.
         seed: Seeds the shard order, shuffles and augmentation, with the epoch.
         augment: The built-in augmentation's settings (an ``AugmentConfig`` or a mapping of its
             fields), None or True for the defaults, False for none; training only.
         device_augment: Leave the augmentation to ``augment_batch`` on the accelerator: batches
             carry un-augmented images and each sample's params.
-        normalize: Return normalised float32 images (with the index's mean/std) instead of uint8.
+        normalize: Return normalised float32 images (with the index's mean/std) instead of uint8,
+            normalised in the workers (``device`` normalises on the device instead).
         shuffle_buffer: The streaming reader's sample shuffle buffer per worker (training only);
             None: 1000 samples (150 KB each at 224 px); 0: none.
         shuffle_shards: Shuffle the shard order (and, with the index reader, the samples) per epoch
@@ -318,9 +437,19 @@ def make_loader(
         on_error: ``"raise"`` a ``ShardError`` on a damaged shard or sample, or ``"skip"`` it
             (logged; the epoch is shorter, ranks stay equal).
         return_keys: Add each batch's sample keys as its last item.
-        pin_memory: Pin batches in page-locked memory (where CUDA is available).
+        pin_memory: Batches in page-locked memory (where CUDA is available), so that a copy with
+            ``non_blocking=True`` is asynchronous: worker processes' batches are their shared-memory
+            slots, page-locked once (no copy), others are copied; None: where it is free (worker
+            processes, CUDA present). A slot is written again only once the work queued on the current
+            CUDA stream when you let go of its batch has completed: copy a batch on the current stream
+            (``to_device``), or make it wait for the stream you copied on.
         persistent_workers: Keep worker processes alive between epochs.
         prefetch_factor: Batches each worker (or reader thread) prepares ahead; None: 2.
+        device: Yield batches on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"``), ready to train on:
+            copied (and prepared) there on a side stream two batches ahead of the training step; None:
+            uint8 batches on the CPU, for ``to_device``.
+        dtype: With ``device``: the images' dtype, ``torch.float32``, ``torch.bfloat16`` or
+            ``torch.float16`` (or their names), normalised in float32 first.
         mean: Per-channel means in 0-1 units, replacing the index's (``loader.mean``).
         std: Per-channel standard deviations in 0-1 units, replacing the index's.
         split: The split to read from a folder or index; None: ``train`` or ``val`` by ``train``.
@@ -356,7 +485,8 @@ def make_loader(
     Raises:
         OptionError: An option is out of range or malformed, an index-reader option without an
             index, shards of different datasets or part of a split without ``allow_mixed`` or
-            ``allow_partial``, or an epoch that ``drop_last`` would leave empty.
+            ``allow_partial``, an epoch that ``drop_last`` would leave empty, a ``device`` that is
+            not there, or ``device`` with ``normalize=True`` or without mean/std.
         IndexFormatError: An index cannot be read, or the folder is an unfinished conversion.
         ShardError: A shard's size differs from its index's (with ``on_error="raise"``).
     """
@@ -399,6 +529,8 @@ def make_loader(
         persistent_workers=persistent_workers,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        device=device,
+        dtype=dtype,
     )
 
 
@@ -407,24 +539,43 @@ def open_loader(
     options: LoaderOptions,
     *,
     num_workers: int | None = None,
-    pin_memory: bool = False,
+    pin_memory: bool | None = None,
     persistent_workers: bool = False,
     prefetch_factor: int | None = None,
     multiprocessing_context: Any = None,
+    device: torch.device | str | int | None = None,
+    dtype: torch.dtype | str = torch.float32,
 ) -> ShardLoader:
     """The ``ShardLoader`` of resolved ``shards`` read with ``options`` (``make_loader`` without the keywords)."""
+    dev = None if device is None else as_device(device)
+    images_dtype = as_dtype(dtype)
+    if dev is not None and options.normalize:
+        raise OptionError(
+            "normalize=True normalises in the workers (float32 batches, 4x the bytes); device= normalises "
+            "on the device: drop normalize"
+        )
+    if pin_memory is not None and not isinstance(pin_memory, bool):
+        raise OptionError(f"pin_memory={pin_memory!r}: expected True, False or None (where it is free)")
     rank, world = _world()
     ds = open_dataset(shards, options)
-    if num_workers is None:  # every core, but no more workers than this rank has shards (streaming) or batches
+    if num_workers is None:  # half the cores, but no more workers than this rank has shards (streaming) or batches
+        cores = default_workers(usable_cpus(), _local_ranks())
         if isinstance(ds, IndexedDataset):
-            num_workers = min(usable_cpus(), max(1, ds.num_batches(rank=rank, world=world, num_workers=1) or 0))
+            num_workers = min(cores, max(1, ds.num_batches(rank=rank, world=world, num_workers=1) or 0))
         elif options.resampled:
-            num_workers = usable_cpus()
+            num_workers = cores
         else:
-            num_workers = min(usable_cpus(), max(1, len(shards) // world))
+            num_workers = min(cores, max(1, len(shards) // world))
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise OptionError(f"num_workers={num_workers!r}: expected an integer >= 0")
+    if options.transform is not None and num_workers:  # a transform runs in worker processes, never threads
+        check_picklable(options.transform, multiprocessing_context)
     ds.prepare(rank=rank, world=world, num_workers=max(1, num_workers))
+    if dev is not None and (ds.shards.mean is None or ds.shards.std is None):
+        raise OptionError(
+            "device= normalises the images there and needs mean and std: point urls at the shards "
+            "folder or its index.json, or pass mean= and std="
+        )
     return ShardLoader(
         ds,
         num_workers=num_workers,
@@ -432,38 +583,6 @@ def open_loader(
         persistent_workers=persistent_workers,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        device=dev,
+        dtype=images_dtype,
     )
-
-
-def to_device(
-    images: torch.Tensor,
-    device: torch.device | str | int,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    *,
-    non_blocking: bool = True,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """Move a uint8 batch to ``device`` and return it as float there, normalised when mean/std are given.
-
-    Args:
-        images: A uint8 batch ``[B, 3, H, W]`` as the loader yields it.
-        device: Where to move it (``"cuda"``, ``torch.device("cuda", 1)``, a device index).
-        mean: Per-channel means in 0-1 units (``loader.mean``); None with ``std``: no normalisation.
-        std: Per-channel standard deviations in 0-1 units (``loader.std``).
-        non_blocking: Copy asynchronously (from pinned memory).
-        dtype: The floating dtype returned: float32, or bfloat16/float16 for AMP (normalised in
-            float32 first, then cast).
-
-    Returns:
-        The batch on ``device`` as ``dtype``: values 0-255, or normalised with ``mean``/``std``.
-
-    Raises:
-        OptionError: ``dtype`` is not a floating dtype.
-    """
-    if not dtype.is_floating_point:
-        raise OptionError(f"to_device: dtype={dtype}: expected a floating dtype (torch.float32, bfloat16, float16)")
-    x = images.to(device, non_blocking=non_blocking).float()
-    if mean is not None and std is not None:
-        x = normalize(x, mean, std)
-    return x if dtype == torch.float32 else x.to(dtype)

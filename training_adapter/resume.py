@@ -2,13 +2,15 @@
 
 Index reader. An epoch is one sequence of rows (``indexread.epoch_order``, pure in seed and epoch)
 that ``indexread.deal`` cuts for R ranks: rank r reads positions r, r+R, r+2R, ... in batches of B.
-Ranks advance in lockstep (every rank yields the same number of batches), so after k batches on
-every rank the positions read are exactly the prefix ``[0, R * min(k * B, per))`` of the sequence,
-the same number on every rank: rank 0's state is every rank's. An epoch is a ``Span`` of the
-sequence, ``[start, end)``; a resumed epoch deals the rest, ``[position, end)``, by the same rule
-to the ranks and workers there are now. Same ranks: exactly the batches the uninterrupted run would
-have yielded. Other ranks (elastic): each remaining sample at most once; the deal leaves out the
-last ``(end - position) % R`` rows and ``drop_last`` a short batch, as in any epoch, and
+After k batches on every rank (or all that a rank has) the positions read are a prefix of the
+sequence, the same on every rank: rank 0's state is every rank's. In training ranks advance in
+lockstep and the prefix is ``[0, R * min(k * B, per))``; in evaluation (``cover``: every row once,
+the first ``len % R`` ranks one more) it is ``[0, min(len, R * k * B))``, and the epoch ends with
+rank 0's last batch, the most of any rank. An epoch is a ``Span`` of the sequence, ``[start, end)``;
+a resumed epoch deals the rest, ``[position, end)``, by the same rule to the ranks and workers there
+are now. Same ranks: exactly the batches the uninterrupted run would have yielded. Other ranks
+(elastic): each remaining sample once in evaluation; in training at most once, the deal leaving out
+the last ``(end - position) % R`` rows and ``drop_last`` a short batch, as in any epoch, and
 ``Span.left_out`` counts them.
 
 Streaming reader. Worker w of rank r reads its shards in order through the shuffle buffer (n
@@ -16,8 +18,11 @@ samples); its b-th batch is made when sample ``n + b * B`` is pulled. From the b
 has yielded (the DataLoader takes them round-robin) and the index's sample counts, ``stream_rest``
 finds each worker's first unopened shard and resumes there: the samples of opened shards not yet
 yielded (the buffer's, the rest of the shard being read) are skipped and counted, nothing is
-replayed, so no sample comes twice in the epoch. Pure functions; ``loader.ShardLoader`` holds the
-state.
+replayed, so no sample comes twice in the epoch; in evaluation every shard left is read whole, so
+the skipped ones are exactly what the resumed epoch lacks.
+
+What a state holds and what loading refuses: ``statedict``. Pure functions; ``loader.ShardLoader``
+holds the state.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -34,65 +40,93 @@ from wds_tools.errors import OptionError
 from wds_tools.format.ranks import deal
 
 from .shardlist import worker_info
+from .statedict import (
+    STATE_VERSION,
+    check_plan,
+    check_settings,
+    check_span,
+    check_state,
+    field_error,
+    same,
+    settings_of,
+    state_base,
+    weights_description,
+)
 
 __all__ = [
     "STATE_VERSION",
     "Span",
     "epoch_span",
     "StreamPlan",
+    "StreamRest",
     "yielded_per_worker",
     "stream_rest",
-    "check_state",
     "resampled_rest",
     "Resumable",
 ]
 
 log = logging.getLogger("training_adapter")
 
-STATE_VERSION = 1
-"""The version of the ``state_dict`` layout; a state of another version is refused."""
-_KIND = "wds_tools.loader_state"
-
 
 @dataclass(frozen=True)
 class Span:
     """An epoch of the index reader: positions ``[start, end)`` of its row sequence (``draws`` rows
-    drawn when resampled, else None)."""
+    drawn when resampled, else None). ``cover`` (evaluation): every row once across the ranks, the
+    first ``len % world`` ranks one more (``indexread.rank_rows``), so rank 0 has the most."""
 
     start: int
     end: int
     draws: int | None = None
 
-    def per_rank(self, world: int) -> int:
-        """Rows of the span each rank reads before cutting into batches (``indexread.deal``'s rule)."""
+    def rank_rows(self, world: int, rank: int = 0, cover: bool = False) -> int:
+        """Rows of the span ``rank`` reads before cutting into batches (``indexread.deal``'s rule)."""
         n = self.end - self.start
-        return n // world if world > 1 else n
+        if world == 1:
+            return n
+        return len(range(rank, n, world)) if cover else n // world
 
-    def batches(self, world: int, batch_size: int, drop_last: bool) -> int:
-        """Batches per rank of the span."""
-        per = self.per_rank(world)
+    def batches(self, world: int, batch_size: int, drop_last: bool, cover: bool = False) -> int:
+        """Batches of rank 0 of the span: every rank's in training, the most of any rank with ``cover``."""
+        per = self.rank_rows(world, 0, cover)
         return per // batch_size if drop_last else -(-per // batch_size)
 
-    def position(self, k: int, world: int, batch_size: int) -> int:
-        """The first position not read once every rank has yielded ``k`` batches of the span."""
-        return self.start + world * min(k * batch_size, self.per_rank(world))
+    def position(self, k: int, world: int, batch_size: int, cover: bool = False) -> int:
+        """The first position not read once every rank has yielded ``k`` batches of the span (or all it
+        has): rank r reads positions ``start + r + i * world``, so the rows read are a prefix."""
+        if cover:
+            return self.start + min(self.end - self.start, world * k * batch_size)
+        return self.start + world * min(k * batch_size, self.rank_rows(world))
 
-    def left_out(self, world: int, batch_size: int, drop_last: bool) -> int:
-        """Rows of the span no rank reads: the deal's remainder and, with ``drop_last``, short batches."""
-        read = min(self.per_rank(world), self.batches(world, batch_size, drop_last) * batch_size)
-        return self.end - self.start - world * read
+    def left_out(self, world: int, batch_size: int, drop_last: bool, cover: bool = False) -> int:
+        """Rows of the span no rank reads: in training the deal's remainder and, with ``drop_last``,
+        short batches; with ``cover``, only ``drop_last``'s short batches."""
+        if not cover:
+            read = min(self.rank_rows(world), self.batches(world, batch_size, drop_last) * batch_size)
+            return self.end - self.start - world * read
+        if not drop_last:
+            return 0
+        return sum(self.rank_rows(world, r, True) % batch_size for r in range(world))
 
 
 def epoch_span(
-    n_order: int, *, world: int, batch_size: int, drop_last: bool, max_batches: int | None, draws: int | None = None
+    n_order: int,
+    *,
+    world: int,
+    batch_size: int,
+    drop_last: bool,
+    max_batches: int | None,
+    draws: int | None = None,
+    cover: bool = False,
 ) -> Span:
     """The span a whole epoch of ``n_order`` rows reads with ``world`` ranks (``epoch_batches``:
-    ``max_batches``): ``[0, R * rows per rank read)``."""
+    ``max_batches``): ``[0, R * rows per rank read)``; with ``cover``, up to rank 0's last row read."""
     whole = Span(0, n_order, draws)
-    nb = whole.batches(world, batch_size, drop_last)
+    nb = whole.batches(world, batch_size, drop_last, cover)
     if max_batches is not None:
         nb = min(nb, max_batches)
-    return Span(0, world * min(whole.per_rank(world), nb * batch_size), draws)
+    if cover:
+        return Span(0, min(n_order, world * nb * batch_size), draws)
+    return Span(0, world * min(whole.rank_rows(world), nb * batch_size), draws)
 
 
 @dataclass(frozen=True)
@@ -130,12 +164,12 @@ def yielded_per_worker(k: int, planned: Sequence[int]) -> list[int]:
     return got
 
 
-def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool) -> list[list[int]]:
-    """Each worker's batches: one rank, all its samples; several, full batches cut to the smallest
-    rank's total (the rule of ``shardlist.plan_epoch``)."""
+def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool, cover: bool) -> list[list[int]]:
+    """Each worker's batches: one rank, or ``cover`` (evaluation), all its samples; several ranks in
+    training, full batches cut to the smallest rank's total (the rule of ``shardlist.plan_epoch``)."""
     B = batch_size
-    if len(per_worker_samples) == 1:
-        return [[c // B if drop_last else -(-c // B) for c in per_worker_samples[0]]]
+    if len(per_worker_samples) == 1 or cover:
+        return [[c // B if drop_last else -(-c // B) for c in ranks] for ranks in per_worker_samples]
     full = [[c // B for c in ranks] for ranks in per_worker_samples]
     quota = min(sum(f) for f in full)
     for mine in full:
@@ -143,6 +177,18 @@ def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool
             w = max(range(len(mine)), key=lambda i: (mine[i], i))
             mine[w] -= 1
     return full
+
+
+@dataclass(frozen=True)
+class StreamRest:
+    """The rest of a streamed epoch (``stream_rest``): its plan; ``skipped``, the samples of shards
+    begun before the stop that no batch yielded (read into the shuffle buffer, or not yet read),
+    which the rest does not read; ``left_out``, the samples of the rest's shards that its batches
+    leave out by the batch rule (equal full batches per rank in training, ``drop_last``)."""
+
+    plan: StreamPlan
+    skipped: int
+    left_out: int
 
 
 def stream_rest(
@@ -155,10 +201,11 @@ def stream_rest(
     world: int,
     num_workers: int,
     drop_last: bool,
-) -> tuple[StreamPlan, int]:
-    """The rest of a streamed epoch after every rank yielded ``k`` batches of ``old``, planned for
-    ``world`` ranks of ``num_workers`` workers; and the samples skipped (read into the buffer or in a
-    shard begun, not yielded). ``buffer``: the shuffle buffer (0 or 1: none)."""
+    cover: bool = False,
+) -> StreamRest:
+    """The rest of a streamed epoch after every rank yielded ``k`` batches of ``old`` (or all it has),
+    planned for ``world`` ranks of ``num_workers`` workers. ``buffer``: the shuffle buffer (0 or 1:
+    none); ``cover``: evaluation, every worker reads all of its shards."""
     B, n = batch_size, buffer if buffer > 1 else 0
     rest: list[list[list[int]]] = []
     skipped = 0
@@ -187,25 +234,9 @@ def stream_rest(
         pooled = [i for r in range(len(rest)) for w in range(len(rest[r])) for i in rest[r][w]]
         dealt = deal(pooled, world, num_workers)
     samples = [[sum(counts[i] for i in w) for w in r] for r in dealt]
-    return StreamPlan(dealt, _quota(samples, B, drop_last)), skipped
-
-
-def check_state(state: Any, *, reader: str) -> Mapping[str, Any]:
-    """``state`` if it is a loader state of this version for ``reader``, else an ``OptionError`` saying why."""
-    if not isinstance(state, Mapping) or state.get("kind") != _KIND:
-        what = "a dict without kind=" + repr(_KIND) if isinstance(state, Mapping) else type(state).__name__
-        raise OptionError(f"load_state_dict: expected the dict loader.state_dict() returned, got {what}")
-    if state.get("version") != STATE_VERSION:
-        raise OptionError(
-            f"load_state_dict: state version {state.get('version')!r}; this loader reads version "
-            f"{STATE_VERSION} (saved by another wds-tools version: restart the epoch instead)"
-        )
-    if state.get("reader") != reader:
-        raise OptionError(
-            f"load_state_dict: the state was saved by the {state.get('reader')} reader, this loader "
-            f"uses the {reader} reader (pass reader={state.get('reader')!r} to make_loader)"
-        )
-    return state
+    batches = _quota(samples, B, drop_last, cover)
+    left_out = sum(c - min(c, b * B) for cs, bs in zip(samples, batches) for c, b in zip(cs, bs))
+    return StreamRest(StreamPlan(dealt, batches), skipped, left_out)
 
 
 def resampled_rest(old: StreamPlan, k: int, *, world: int, num_workers: int) -> StreamPlan:
@@ -219,49 +250,67 @@ def resampled_rest(old: StreamPlan, k: int, *, world: int, num_workers: int) -> 
     )
 
 
-def state_base(reader: str, **fields: Any) -> dict[str, Any]:
-    """A state dict's common fields, then ``fields``."""
-    return {"kind": _KIND, "version": STATE_VERSION, "reader": reader, **fields}
-
-
-def same(state: Mapping[str, Any], name: str, have: Any, fix: str) -> None:
-    """Refuse a state whose ``name`` is not ``have`` (another dataset, subset or seed), saying ``fix``."""
-    if state.get(name) != have:
-        raise OptionError(
-            f"load_state_dict: the state was saved with {name}={state.get(name)!r}, this loader has {have!r}: {fix}"
-        )
-
-
 class Resumable:
     """``state_dict`` / ``load_state_dict`` for ``loader.ShardLoader`` (torchdata ``StatefulDataLoader``'s names).
 
     The state is a small dict of JSON-able values (save it with the model's checkpoint, e.g. through
-    ``torch.save``); it is the same on every rank, so rank 0's is enough. ``load_state_dict`` before
-    iterating makes the next iteration the rest of the saved epoch (``set_epoch`` to another epoch
-    drops it); see the module docstring for what is exact and what is skipped.
+    ``torch.save``). It is the same on every rank once every rank has yielded the same number of
+    batches (or all it has): save rank 0's at such a point (a training step; in evaluation, a barrier).
+    ``load_state_dict`` before iterating makes the next iteration the rest of the saved epoch
+    (``set_epoch`` to another epoch drops it); see the module docstring for what is exact and what is
+    skipped.
 
-    Fields: ``kind``, ``version``, ``reader`` (index or stream), ``epoch`` (the epoch to continue),
-    ``seed``; index: ``position`` and ``end`` (the rest of the epoch's row sequence; ``end`` None:
-    the whole epoch), ``draws`` (resampled: the sequence's length), ``samples`` and ``rows_xxh3``
-    (the selection, checked on load), ``batch_size``, ``world``, ``left_out`` (rows of this resumed
-    epoch no new rank reads); stream: ``batches`` (every rank's, so far), ``world``, ``workers``,
-    ``plan`` (a resumed epoch's shards and batches per rank and worker, else None), ``skipped``
-    (samples of begun shards not yielded, this epoch), ``shards``, ``batch_size``, ``buffer``.
+    Fields (``statedict`` checks each on load): ``kind``, ``version``, ``reader`` (index or stream);
+    the settings that decide which sample comes when, as given to ``make_loader``: ``seed``,
+    ``batch_size``, ``train``, ``shuffle_shards``, ``shuffle_buffer``, ``drop_last``, ``resampled``,
+    ``epoch_batches`` (compared on load); the dataset: ``shards`` and ``shards_xxh3`` (xxh3-64 of each
+    shard's index entry, name, samples, bytes and sha256; without one index listing them all, of
+    their names and sample counts); ``epoch`` (the epoch to continue), ``world`` (its ranks). Index:
+    ``class_weights`` and ``shares_xxh3`` (the class shares they give), ``samples`` and ``rows_xxh3``
+    (the selection: its keys and labels in index order), ``position`` and ``end`` (the rest of the
+    epoch's row sequence; ``end`` None: the whole epoch), ``draws`` (resampled: the sequence's
+    length), ``left_out`` (rows of this resumed epoch no new rank reads). Stream: ``workers``,
+    ``batches`` (every rank's, so far), ``plan`` (a resumed epoch's shards and batches per rank and
+    worker, else None), ``skipped`` (samples of begun shards not yielded, this epoch).
     """
 
     dataset: Any
     num_workers: int
-    _loaded: Mapping[str, Any] | None = None  # a state waiting for the next iteration
+    _loaded: dict[str, Any] | None = None  # a state waiting for the next iteration
     _run: tuple[int, Any, int] | None = None  # (epoch, its plan: Span / StreamPlan, skipped before) now iterated
     _yielded = 0  # batches the iteration now running has yielded
-    _digest: int | None = None
 
-    def _rows_digest(self) -> int:
-        """xxh3-64 of the selected rows' keys: a state of another dataset or subset is refused."""
-        if self._digest is None:
-            ds = self.dataset
-            self._digest = xxhash.xxh3_64_intdigest(np.ascontiguousarray(ds.index.key[ds.rows]).tobytes())
-        return self._digest
+    @cached_property
+    def _rows_xxh3(self) -> int:
+        """xxh3-64 of the selected rows' keys and labels, in index order: another split, subset or dataset differs."""
+        ds = self.dataset
+        rows = slice(None) if len(ds.rows) == len(ds.index) else ds.rows  # rows are sorted and distinct: all
+        h = xxhash.xxh3_64()
+        h.update(np.ascontiguousarray(ds.index.key[rows]).data)
+        h.update(np.ascontiguousarray(ds.index.label[rows], dtype="<i8").data)
+        return h.intdigest()
+
+    @cached_property
+    def _shards_xxh3(self) -> int:
+        """xxh3-64 of the shards' index entries (name, samples, bytes, sha256), in the order read; without
+        one index listing them all, of their names and sample counts."""
+        shards = self.dataset.shards
+        listed = {e["name"]: e for e in shards.meta["shards"]} if shards.meta and shards.names else None
+        h = xxhash.xxh3_64()
+        for i, url in enumerate(shards.urls):
+            if listed is not None and shards.names is not None:
+                e = listed[shards.names[i]]
+                line = f"{e['name']}\t{e.get('samples')}\t{e.get('bytes')}\t{e.get('sha256')}\n"
+            else:
+                line = f"{url.rsplit('/', 1)[-1]}\t{shards.counts[i] if shards.counts else None}\n"
+            h.update(line.encode())
+        return h.intdigest()
+
+    @cached_property
+    def _shares_xxh3(self) -> int | None:
+        """xxh3-64 of the class shares ``class_weights`` give (None: none); equal shares, equal orders."""
+        shares = self.dataset.shares
+        return None if shares is None else xxhash.xxh3_64_intdigest(np.ascontiguousarray(shares, "<f8").tobytes())
 
     def _where(self) -> tuple[int, int, int]:
         rank, world = self.dataset.rank_world or _rank_world()
@@ -273,75 +322,129 @@ class Resumable:
             return dict(self._loaded)
         ds, o = self.dataset, self.dataset.options
         _, world, workers = self._where()
-        indexed = ds.index is not None
         if self._run is None:  # nothing yielded yet: the next epoch from its start
             epoch, plan, k, skipped = ds.epoch, None, 0, 0
         else:
             epoch, plan, skipped = self._run
             k = self._yielded
-        if indexed:
+        common = dict(**settings_of(o), shards=len(ds.shards), shards_xxh3=self._shards_xxh3)
+        if ds.index is not None:
             span: Span = plan or ds.epoch_span(world)
-            if k >= span.batches(world, o.batch_size, o.drops_last):
-                epoch, k, span = epoch + (self._run is not None), 0, Span(0, 0)
-            fields = dict(
-                epoch=epoch,
-                position=span.position(k, world, o.batch_size) if k else span.start,
-                end=span.end if (k or plan) else None,
-                draws=span.draws if (k or plan) else None,
-            )
+            if k >= span.batches(world, o.batch_size, o.drops_last, o.covers):  # done: the next epoch
+                epoch, k, span, plan = epoch + (self._run is not None), 0, Span(0, 0), None
+            begun = bool(k) or plan is not None
             return state_base(
                 "index",
-                **fields,
-                seed=o.seed,
-                samples=len(ds.rows),
-                rows_xxh3=self._rows_digest(),
-                batch_size=o.batch_size,
+                **common,
+                epoch=epoch,
                 world=world,
-                left_out=skipped if fields["end"] is not None else 0,
+                class_weights=weights_description(o.class_weights),
+                shares_xxh3=self._shares_xxh3,
+                samples=len(ds.rows),
+                rows_xxh3=self._rows_xxh3,
+                position=span.position(k, world, o.batch_size, o.covers) if k else span.start,
+                end=span.end if begun else None,
+                draws=span.draws if begun else None,
+                left_out=skipped if begun else 0,
             )
         stream: StreamPlan | None = plan
         if stream is None and self._run is not None:
-            stream = self._stream_plan(epoch, world, workers)
-        if stream is not None and k >= sum(stream.batches[0]):
-            epoch, k, stream, skipped = epoch + 1, 0, None, 0
+            stream = ds.epoch_plan(world=world, num_workers=workers, epoch=epoch)
+        if stream is not None and k >= max(sum(b) for b in stream.batches):  # every rank done: the next epoch
+            epoch, k, stream, plan = epoch + 1, 0, None, None
         return state_base(
             "stream",
+            **common,
             epoch=epoch,
-            batches=k,
             world=world,
             workers=workers,
-            plan=stream.to_dict() if plan is not None and stream is not None else None,
+            batches=k,
+            plan=plan.to_dict() if plan is not None else None,
             skipped=skipped if stream is not None else 0,
-            seed=o.seed,
-            shards=len(ds.shards),
-            batch_size=o.batch_size,
-            buffer=o.buffer,
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Make the next iteration continue the epoch ``state`` (from ``state_dict``) was saved in."""
+        """Make the next iteration continue the epoch ``state`` (from ``state_dict``) was saved in;
+        an ``OptionError`` naming the field or setting where it cannot continue exactly (``statedict``)."""
         ds, o = self.dataset, self.dataset.options
         reader = "index" if ds.index is not None else "stream"
-        check_state(state, reader=reader)
-        same(state, "seed", o.seed, "pass the seed the interrupted run used")
+        checked = check_state(state, reader=reader)
+        check_settings(checked, o, reader=reader)
+        fix = "resume with the dataset and split the interrupted run read (a re-conversion is another dataset)"
+        same(checked, "shards", len(ds.shards), fix)
+        same(checked, "shards_xxh3", self._shards_xxh3, fix, show=_hex)
         if reader == "index":
-            fix = "resume with the dataset, split and subset the interrupted run read"
-            same(state, "samples", len(ds.rows), fix)
-            same(state, "rows_xxh3", self._rows_digest(), fix)
+            if checked["shares_xxh3"] != self._shares_xxh3:
+                ours = weights_description(o.class_weights)
+                raise OptionError(
+                    f"load_state_dict: the state was saved with class_weights={checked['class_weights']!r} "
+                    f"(class shares shares_xxh3={_hex(checked['shares_xxh3'])}), this loader has "
+                    f"class_weights={ours!r} (shares_xxh3={_hex(self._shares_xxh3)}): the rest of the epoch "
+                    f"would not be the interrupted run's; make the loader with the class_weights the "
+                    f"interrupted run used"
+                )
+            fix = "resume with the split and subset the interrupted run read"
+            same(checked, "samples", len(ds.rows), fix)
+            same(checked, "rows_xxh3", self._rows_xxh3, fix, show=_hex)
+            check_span(
+                checked,
+                rows=len(ds.rows),
+                batch_size=o.batch_size,
+                epoch_batches=o.epoch_batches,
+                resampled=o.resampled,
+            )
         else:
-            same(state, "shards", len(ds.shards), "resume with the shards the interrupted run read")
-            if (state.get("batches") or state.get("plan")) and ds.shards.counts is None:
+            self._check_stream(checked)
+        ds.set_epoch(checked["epoch"])
+        self._epoch_set = True
+        self._loaded = checked
+        self._after_load()
+
+    def _check_stream(self, state: dict[str, Any]) -> None:
+        """Refuse a streamed ``state`` whose ``batches``, ``plan``, ``world``/``workers`` or ``skipped``
+        no run over these shards could have saved; a checked plan replaces the state's."""
+        ds, o = self.dataset, self.dataset.options
+        k, plan, counts = state["batches"], state["plan"], ds.shards.counts
+        if counts is None:
+            if k or plan is not None:
                 raise OptionError(
                     "load_state_dict: resuming the streaming reader mid-epoch needs the samples per "
                     "shard: point urls at the shards folder or its index.json"
                 )
-        epoch = state.get("epoch")
-        if not isinstance(epoch, int) or epoch < 0:
-            raise OptionError(f"load_state_dict: epoch={epoch!r}: expected an integer >= 0")
-        ds.set_epoch(epoch)
-        self._epoch_set = True
-        self._loaded = dict(state)
-        self._after_load()
+            return
+        if state["skipped"] > sum(counts):
+            raise field_error("skipped", state["skipped"], f"expected at most {sum(counts)}, the shards' samples")
+        world, workers = state["world"], state["workers"]
+        if plan is not None:
+            shards, batches = check_plan(
+                plan, world=world, workers=workers, counts=counts, batch_size=o.batch_size, resampled=o.resampled
+            )
+            state["plan"] = {"shards": shards, "batches": batches}
+            old = StreamPlan(shards, batches)
+        elif k:
+            if not (o.resampled or o.covers) and len(ds.shards) < world * workers:
+                raise field_error(
+                    "world",
+                    world,
+                    f"with workers={workers}: {world * workers} readers, but in training each needs one of "
+                    f"the {len(ds.shards)} shards",
+                )
+            old = ds.epoch_plan(world=world, num_workers=workers, epoch=state["epoch"])
+        else:
+            return
+        most = max(sum(b) for b in old.batches)
+        if k >= most:
+            raise field_error(
+                "batches",
+                k,
+                (
+                    f"expected from 0 to {most - 1}: the epoch has {most} batches on its longest rank "
+                    f"(of world={world}, workers={workers})"
+                    if most
+                    else "the plan holds no batch"
+                )
+                + "; a state at an epoch's end names the next epoch, with batches=0 and plan=None",
+            )
 
     def _after_load(self) -> None:
         """Hook: ``ShardLoader`` renews persistent workers, which hold the dataset they started with."""
@@ -359,11 +462,6 @@ class Resumable:
         self.dataset.set_epoch(epoch)
         self._epoch_set = True
 
-    def _stream_plan(self, epoch: int, world: int, workers: int) -> StreamPlan:
-        """Every rank's plan of a whole streamed ``epoch``."""
-        plans = [self.dataset.plans(rank=r, world=world, num_workers=workers, epoch=epoch) for r in range(world)]
-        return StreamPlan([[p.shards for p in ps] for ps in plans], [[p.batches or 0 for p in ps] for ps in plans])
-
     def _begin(self) -> None:
         """At an iteration's start (rank and world known): plan the rest of a loaded epoch, or the whole one."""
         ds, o = self.dataset, self.dataset.options
@@ -374,30 +472,31 @@ class Resumable:
         plan: Any = None
         skipped = 0
         here = state is not None and state["epoch"] == epoch
-        if here and state is not None and state["reader"] == "index" and state.get("end") is not None:
-            plan = Span(int(state["position"]), int(state["end"]), state.get("draws"))
-            lost = skipped = plan.left_out(world, o.batch_size, o.drops_last)
-            if lost:
+        if here and state is not None and state["reader"] == "index" and state["end"] is not None:
+            plan = Span(state["position"], state["end"], state["draws"])
+            skipped = plan.left_out(world, o.batch_size, o.drops_last, o.covers)
+            if skipped:
                 log.warning(
-                    "resuming epoch %d on %d ranks: %d of its %d remaining samples do not fill a batch on "
-                    "every rank and are left out, as in any epoch",
+                    "resuming epoch %d on %d ranks: %d of its %d remaining samples are left out, as in any epoch (%s)",
                     epoch,
                     world,
-                    lost,
+                    skipped,
                     plan.end - plan.start,
+                    "drop_last drops a short batch"
+                    if o.covers
+                    else "every rank reads the same number; drop_last drops a short batch",
                 )
-        elif here and state is not None and state["reader"] == "stream" and (state.get("batches") or state.get("plan")):
-            old_world, old_workers = int(state["world"]), int(state["workers"])
+        elif here and state is not None and state["reader"] == "stream" and (state["batches"] or state["plan"]):
             old = (
                 StreamPlan.from_dict(state["plan"])
-                if state.get("plan")
-                else self._stream_plan(epoch, old_world, old_workers)
+                if state["plan"]
+                else ds.epoch_plan(world=state["world"], num_workers=state["workers"], epoch=epoch)
             )
-            k = int(state["batches"])
+            k = state["batches"]
             if o.resampled:
-                plan, now = resampled_rest(old, k, world=world, num_workers=workers), 0
+                plan, now, left = resampled_rest(old, k, world=world, num_workers=workers), 0, 0
             else:
-                plan, now = stream_rest(
+                rest = stream_rest(
                     old,
                     ds.shards.counts,
                     k,
@@ -406,14 +505,22 @@ class Resumable:
                     world=world,
                     num_workers=workers,
                     drop_last=o.drops_last,
+                    cover=o.covers,
                 )
-            skipped = int(state.get("skipped") or 0) + now
-            log.warning(
-                "resuming epoch %d of the streaming reader at the next unread shard of each worker: %d "
-                "samples already read into the shuffle buffer or begun shards are skipped (none replayed)",
-                epoch,
-                now,
-            )
+                plan, now, left = rest.plan, rest.skipped, rest.left_out
+            skipped = state["skipped"] + now
+            if now or left:
+                log.warning(
+                    "resuming epoch %d of the streaming reader at each worker's next unopened shard: %d "
+                    "samples of the shards begun before the stop (all ranks), not yielded, are skipped "
+                    "(none is read twice)%s",
+                    epoch,
+                    now,
+                    f"; {left} samples of the shards left do not fill a batch "
+                    f"({'drop_last' if o.covers else 'every rank the same number of full batches'}), as in any epoch"
+                    if left
+                    else "",
+                )
         if plan is not None:
             ds.resume, ds._resumes.value = plan, epoch
         self._run = (epoch, plan, skipped)
@@ -423,6 +530,10 @@ class Resumable:
         for batch in batches:
             self._yielded += 1
             yield batch
+
+
+def _hex(v: Any) -> str:
+    return f"{v:#018x}" if isinstance(v, int) else repr(v)
 
 
 def _rank_world() -> tuple[int, int]:

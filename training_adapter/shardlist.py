@@ -30,6 +30,7 @@ __all__ = [
     "resolve_urls",
     "shard_order",
     "plan_epoch",
+    "plan_grid",
     "worker_info",
     "cut_to",
 ]
@@ -192,6 +193,44 @@ def plan_epoch(
     disjoint and hold none of the rank's own shards, so topping up never repeats a sample within a
     rank; it repeats, on another rank, only samples that replace skipped ones.
     """
+    grid = plan_grid(
+        n_shards,
+        counts,
+        batch_size=batch_size,
+        seed=seed,
+        epoch=epoch,
+        world=world,
+        num_workers=num_workers,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        resampled=resampled,
+        epoch_batches=epoch_batches,
+        cover=cover,
+    )
+    plans = grid[rank]
+    if resampled or ((world == 1 or cover) and epoch_batches is None):
+        return plans
+    others = [grid[(rank + d) % world] for d in range(1, world)]
+    return [WorkerPlan(p.shards, p.batches, [i for o in others for i in o[w].shards]) for w, p in enumerate(plans)]
+
+
+def plan_grid(
+    n_shards: int,
+    counts: Sequence[int] | None,
+    *,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    world: int,
+    num_workers: int,
+    shuffle: bool,
+    drop_last: bool,
+    resampled: bool = False,
+    epoch_batches: int | None = None,
+    cover: bool = False,
+) -> list[list[WorkerPlan]]:
+    """Every rank's plans, [rank][worker], by ``plan_epoch``'s rules, without spares: one deal for all
+    ranks, so planning R ranks costs O(shards + R x workers), not R times that."""
     slots = world * num_workers
     if resampled:
         if epoch_batches is None:
@@ -202,7 +241,7 @@ def plan_epoch(
                 )
             epoch_batches = sum(counts) // (world * batch_size)
         q, r = divmod(epoch_batches, num_workers)
-        return [WorkerPlan([], q + (w < r)) for w in range(num_workers)]
+        return [[WorkerPlan([], q + (w < r)) for w in range(num_workers)] for _ in range(world)]
     if n_shards < slots and not cover:
         fixes = [f"use num_workers <= {n_shards // world}"] if n_shards >= world else []
         fixes += [
@@ -216,23 +255,22 @@ def plan_epoch(
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)
     dealt = deal(order, world, num_workers)  # [rank][worker] -> shards
-    plans = dealt[rank]
     if (world == 1 or cover) and epoch_batches is None:
         if counts is None:
-            return [WorkerPlan(p, None) for p in plans]
-        per = [sum(counts[i] for i in p) for p in plans]
-        n = [c // batch_size if drop_last else -(-c // batch_size) for c in per]
-        return [WorkerPlan(p, b) for p, b in zip(plans, n)]
+            return [[WorkerPlan(p, None) for p in plans] for plans in dealt]
+        B = batch_size
+        per = [[sum(counts[i] for i in p) for p in plans] for plans in dealt]
+        return [
+            [WorkerPlan(p, c // B if drop_last else -(-c // B)) for p, c in zip(plans, cs)]
+            for plans, cs in zip(dealt, per)
+        ]
     if counts is None:
         raise OptionError(
             f"{world} ranks need the samples per shard to give every rank the same number of batches; "
             f"point urls at the shards folder or its index.json (not a bare pattern), or pass epoch_batches"
         )
-
-    def full_batches(r: int) -> list[int]:
-        return [sum(counts[i] for i in shards) // batch_size for shards in dealt[r]]
-
-    quota = min(sum(full_batches(r)) for r in range(world))
+    full = [[sum(counts[i] for i in shards) // batch_size for shards in plans] for plans in dealt]
+    quota = min(sum(f) for f in full)
     if epoch_batches is not None:
         if epoch_batches > quota:
             raise OptionError(
@@ -240,6 +278,4 @@ def plan_epoch(
                 f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True"
             )
         quota = epoch_batches
-    mine_full = cut_to(full_batches(rank), quota)
-    others = [dealt[(rank + d) % world] for d in range(1, world)]
-    return [WorkerPlan(p, b, [i for o in others for i in o[w]]) for w, (p, b) in enumerate(zip(plans, mine_full))]
+    return [[WorkerPlan(p, b) for p, b in zip(plans, cut_to(f, quota))] for plans, f in zip(dealt, full)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from wds_tools.errors import OptionError, ShardError
 from .collate import Batch, BatchDataset
 from .options import LoaderOptions
 from .resume import StreamPlan
-from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch
+from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch, plan_grid
 from .tarread import Identity, SampleStream, Views, first_identity
 
 __all__ = ["StreamingDataset"]
@@ -40,7 +41,6 @@ class StreamingDataset(BatchDataset):
 
     def plans(self, *, rank: int, world: int, num_workers: int, epoch: int | None = None) -> list[WorkerPlan]:
         """Every worker's plan of ``rank`` in ``epoch`` (default: the current one)."""
-        o = self.options
         e = self.epoch if epoch is None else epoch
         rest = self.resumed(e)
         if isinstance(rest, StreamPlan):  # the rest of an interrupted epoch (resume.py)
@@ -51,13 +51,19 @@ class StreamingDataset(BatchDataset):
                     f"{num_workers} workers"
                 )
             return [WorkerPlan(s, b) for s, b in zip(rest.shards[rank], rest.batches[rank])]
-        return plan_epoch(
-            len(self.shards),
-            self.shards.counts,
+        return plan_epoch(len(self.shards), self.shards.counts, rank=rank, **self._plan_options(e, world, num_workers))
+
+    def epoch_plan(self, *, world: int, num_workers: int, epoch: int) -> StreamPlan:
+        """Every rank's plan of the whole ``epoch`` (a resumed one's rest aside), for ``resume``."""
+        grid = plan_grid(len(self.shards), self.shards.counts, **self._plan_options(epoch, world, num_workers))
+        return StreamPlan([[p.shards for p in ps] for ps in grid], [[p.batches or 0 for p in ps] for ps in grid])
+
+    def _plan_options(self, epoch: int, world: int, num_workers: int) -> dict[str, Any]:
+        o = self.options
+        return dict(
             batch_size=o.batch_size,
             seed=o.seed,
-            epoch=e,
-            rank=rank,
+            epoch=epoch,
             world=world,
             num_workers=num_workers,
             shuffle=o.shuffles_shards,

@@ -16,6 +16,7 @@ numpy's costs ~0.1 ms), so the caller's own random streams are left as they were
 from __future__ import annotations
 
 import hashlib
+import pickle
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ import torch
 
 from wds_tools.errors import OptionError
 
-__all__ = ["transform_seed", "seed_all", "restored", "apply_transform"]
+__all__ = ["transform_seed", "seed_all", "restored", "apply_transform", "start_method", "check_picklable"]
 
 
 def transform_seed(seed: int, epoch: int, key: str) -> int:
@@ -83,3 +84,33 @@ def _checked(y: Any, key: str, first: torch.Tensor | None, first_key: str) -> to
             f"CenterCrop)"
         )
     return y
+
+
+def start_method(context: Any) -> str:
+    """How DataLoader workers start under ``multiprocessing_context``: its name, a context's method, or
+    (None) Python's default, read without fixing it (``get_start_method()`` would)."""
+    if context is None:
+        import multiprocessing
+
+        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if isinstance(context, str):
+        return context
+    return str(context.get_start_method())
+
+
+def check_picklable(fn: Callable[..., Any], context: Any) -> None:
+    """Refuse a ``transform`` that worker processes started by spawn or forkserver could not receive:
+    they get it pickled (a lambda or a nested function is not), and the DataLoader would fail at the
+    first batch with a bare PicklingError. Forked workers inherit it as it is."""
+    method = start_method(context)
+    if method == "fork":
+        return
+    try:
+        pickle.dumps(fn)
+    except Exception as e:  # PicklingError, AttributeError, TypeError: whatever pickle raises for it
+        raise OptionError(
+            f"transform={fn!r} cannot be pickled ({type(e).__name__}: {e}), and DataLoader workers started by "
+            f"{method!r} (multiprocessing_context) receive it pickled: define it with def at the top level of "
+            f"a module (not a lambda or a function inside another), or pass a picklable object such as a "
+            f"torchvision.transforms.v2.Compose; or use num_workers=0 or multiprocessing_context='fork'"
+        ) from None

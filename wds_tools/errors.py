@@ -16,6 +16,8 @@ __all__ = [
     "IndexFormatError",
     "ShardError",
     "ExtraNotInstalledError",
+    "EXTRAS",
+    "install_hint",
     "TooManyErrorsError",
     "OutputBusyError",
     "DiskFullError",
@@ -80,6 +82,29 @@ def _shard_error(message: str, url: str | None, offset: int | None) -> ShardErro
 
 class ExtraNotInstalledError(WdsToolsError):
     """A feature needs an optional extra that is not installed; the message names the extra."""
+
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "heif": ("pillow-heif==1.8.1",),
+    "s3": ("s3fs==2026.9.0",),
+    "ray": ("ray==2.60.0",),
+    "plot": ("matplotlib==3.11.2",),
+    "augment": ("albumentations==2.0.8",),
+    "train": ("torch==2.13.0", "pyyaml==6.0.3", "opencv-python-headless==5.0.0.93"),
+}
+"""The packages of each optional extra that a message names, pinned as constraints.txt pins them (the
+versions the tests ran with; tests/test_errors.py checks both files)."""
+
+
+def install_hint(extra: str, *packages: str) -> str:
+    """How to install an extra (or some of its ``packages``, by name), in words that work wherever
+    wds-tools came from: a checkout, a wheel built from one, or none (there is no published package)."""
+    pinned = [p for p in EXTRAS[extra] if not packages or p.split("==")[0] in packages]
+    part = "part of " if packages else ""
+    return (
+        f"pip install {' '.join(pinned)} ({part}the {extra!r} extra: from a checkout, "
+        f"pip install -e '.[{extra}]' -c constraints.txt)"
+    )
 
 
 class TooManyErrorsError(WdsToolsError):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["photo_like", "lesion_photo", "jpeg_bytes", "write_corpus"]
+__all__ = ["photo_like", "lesion_photo", "flat_picture", "FLAT_KINDS", "jpeg_bytes", "write_corpus"]
 
 # Per class index: (RGB of the lesion, irregularity of its border 0..1, radius as a fraction of the short side)
 _LESIONS = (((196, 120, 108), 0.05, 0.18), ((46, 24, 20), 0.45, 0.30), ((122, 72, 42), 0.10, 0.24))
@@ -44,6 +44,29 @@ def lesion_photo(width: int, height: int, label: int, seed: int) -> Image.Image:
     colour = tuple(int(np.clip(c + rng.integers(-20, 21), 0, 255)) for c in rgb)
     ImageDraw.Draw(im).polygon(points, fill=colour)
     return im
+
+
+FLAT_KINDS = ("solid", "skin", "ramp")
+"""The kinds of ``flat_picture``."""
+
+
+def flat_picture(kind: str, k: int, side: int = 224) -> Image.Image:
+    """Picture ``k`` of a kind with little or no detail, all different, that a perceptual hash must not call
+    duplicates: ``"solid"``, a frame of one colour; ``"skin"``, a skin-coloured patch lit from its centre (a
+    radial shading of 2 to 30 levels, no texture); ``"ramp"``, two colours blended left to right (odd ``k``)
+    or top to bottom."""
+    rng = np.random.default_rng([k, FLAT_KINDS.index(kind) + 1])
+    if kind == "solid":
+        return Image.new("RGB", (side, side), tuple(int(x) for x in rng.integers(0, 256, 3)))
+    if kind == "skin":
+        base = np.array([215, 160, 135]) + rng.integers(-25, 26, 3)
+        y, x = np.mgrid[0:side, 0:side] / (side - 1) - 0.5
+        arr = base - rng.uniform(2, 30) * (x**2 + y**2)[..., None]
+        return Image.fromarray(np.clip(np.round(arr), 0, 255).astype(np.uint8))
+    a, b = rng.integers(0, 256, (2, 3))
+    t = np.linspace(0, 1, side)[:, None, None]
+    arr = np.broadcast_to(a + (b - a) * t, (side, side, 3))
+    return Image.fromarray(np.round(arr.transpose(1, 0, 2) if k % 2 else arr).astype(np.uint8))
 
 
 def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:

@@ -144,7 +144,9 @@ _SIZES = _Sizes()
     is_flag=True,
     help="Keep near-duplicate images (wds-tools dups, default threshold) in one split: each cluster is "
     "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
-    "version's assignments are kept and new copies follow them. Decodes every source once more.",
+    "version's assignments are kept and new copies follow them; a cluster that would join groups the "
+    "earlier version holds in different splits is refused, naming them (--resplit draws all again). "
+    "Pictures too flat to hash join nothing and are listed. Decodes every source once more.",
 )
 @click.option(
     "--stratify",

@@ -7,8 +7,9 @@ import sys
 import click
 
 from ..clikit import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
-from ..errors import WdsToolsError
+from ..errors import WdsToolsError, install_hint
 from ..exitcodes import ExitCode
+from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
 from .group import cli, emit
 
 __all__ = ["diff", "dups", "index_files", "stats", "verify"]
@@ -48,12 +49,15 @@ def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
 @path_and_out
 @click.option(
     "--threshold",
-    type=click.IntRange(0, 63),
+    type=click.IntRange(min=0),
     default=None,
     help="Largest Hamming distance (bits of the 64-bit perceptual hashes: one image's whole-image hash, "
     "under its flips and quarter turns, against the other's whole-image or window hashes) between "
-    "near-duplicates. Default: 5, the largest with precision >= 0.99 on scripts/bench_dups.py's set "
-    "that keeps the search to one-bit probes (README).",
+    f"near-duplicates, 0 to {MAX_THRESHOLD}. Default: {DEFAULT_THRESHOLD}, the largest with precision >= 0.99 "
+    "on scripts/bench_dups.py's set that keeps the search to one-bit probes (docs/guide/figures.md). "
+    f"Above {MAX_THRESHOLD} it is refused: the search would probe seven times as many buckets per hash or "
+    "more, and unrelated photos come that near (precision 0.92 at 11). A long search shows its progress "
+    "on stderr.",
 )
 @click.option(
     "--across",
@@ -97,10 +101,13 @@ def dups(
     OUT/<version>/<size>/. Every sample's whole-image perceptual hash (samples.npz phash,
     docs/FORMAT.md), under its eight flips and quarter turns, is compared with every other's hashes
     of the whole image and of six windows (for slightly cropped copies); pairs within --threshold
-    bits are joined into clusters. A cluster is CROSS-SPLIT when its samples sit in more than one
-    split (leakage), LABEL-CONFLICT when they carry different labels, CROSS-GROUP when they have
-    different values of the group column (e.g. one lesion filed under two lesion ids). Indexes of
-    format versions 1 and 2 have no hash column: it is computed from the stored pixels.
+    bits are joined into clusters (copies with equal hashes are collapsed first). A cluster is
+    CROSS-SPLIT when its samples sit in more than one split (leakage), LABEL-CONFLICT when they
+    carry different labels, CROSS-GROUP when they have different values of the group column (e.g.
+    one lesion filed under two lesion ids). A flat or nearly flat picture (fewer than 16 of its
+    hash's bits from firm DCT coefficients, docs/FORMAT.md) is too flat to hash: it is listed, and
+    in no cluster. Indexes of format versions 1 and 2 have no hash column: it is computed from the
+    stored pixels.
 
     \b
     Examples:
@@ -109,7 +116,7 @@ def dups(
       wds-tools dups clinic/v1/224 --across ham10000/v1/224 --json
     """
     from ..format.resolve import newest_dataset
-    from ..inspect.dups import DEFAULT_THRESHOLD, find_dups, plot_dups
+    from ..inspect.dups import find_dups, plot_dups
 
     try:
         result = find_dups(
@@ -117,6 +124,7 @@ def dups(
             threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
             across=across,
             group=group,
+            progress=not quiet,
         )
         if plot_path:
             plot_dups(result, plot_path)
@@ -214,8 +222,8 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     "plot_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Also draw samples per shard and a class-share heatmap into this PNG "
-    "(needs the plot extra: pip install 'wds-tools[plot]').",
+    help="Also draw samples per shard and a class-share heatmap into this PNG. Needs matplotlib: "
+    f"{install_hint('plot')}.",
 )
 @click.option(
     "--by",
@@ -302,6 +310,7 @@ def stats(
             by=by,
             group=group,
             allow_mixed=allow_mixed,
+            progress=not quiet,
         )
         if plot_path:
             plot_stats(report, plot_path)

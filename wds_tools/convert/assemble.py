@@ -28,18 +28,27 @@ from .source import Source
 from .storage import Store
 from .write import ShardTask
 
-__all__ = ["write_errors", "assemble_index", "source_stats"]
+__all__ = ["write_errors", "errors_order", "assemble_index", "source_stats"]
 
 _NO_PIXELS = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # mean/std an index records for a split without pixels
 
 
-def write_errors(store: Store, failures: list[dict]) -> str | None:
-    """Write errors.jsonl, one failure a line in manifest order (remove it when none); its path or None."""
+def errors_order(entries: list[dict], folder: bool) -> list[dict]:
+    """errors.jsonl's entries as written: a manifest's in (line, key) order; an image folder's without
+    ``line`` (a file's position in the walk, which names nothing a user can open), in (path, key) order."""
+    if not folder:
+        return sorted(entries, key=lambda e: (e["line"], e["key"]))
+    return sorted(({k: v for k, v in e.items() if k != "line"} for e in entries), key=lambda e: (e["path"], e["key"]))
+
+
+def write_errors(store: Store, failures: list[dict], *, folder: bool = False) -> str | None:
+    """Write errors.jsonl, one failure a line in source order (``errors_order``; ``folder``: the source is
+    an image folder); remove it when there are none. Its path or None."""
     path = store.join(ERRORS_FILE)
     if not failures:
         store.remove(path)
         return None
-    failures = sorted(failures, key=lambda e: (e["line"], e["key"]))
+    failures = errors_order(failures, folder)
     data = "".join(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n" for e in failures)
     store.write_bytes(path, data.encode())
     return path

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageCms, ImageOps
 
-from ..errors import DecodeError, OptionError
+from ..errors import DecodeError, OptionError, install_hint
 from ..signals import reraise_interruption
 
 __all__ = [
@@ -103,7 +103,7 @@ def decoder_versions() -> dict[str, str]:
 
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"mif2"}
 _AVIF_BRANDS = {b"avif", b"avis"}
-HEIF_EXTRA = "pip install 'wds-tools[heif]' (pillow-heif)"
+HEIF_EXTRA = install_hint("heif")
 
 
 def _ftyp_brand(f: BinaryIO) -> bytes | None:
@@ -147,7 +147,65 @@ def _open(data: bytes | BinaryIO, settings: DecodeSettings) -> Image.Image:
                 "an AVIF image, and this Pillow has no AVIF codec: install Pillow 11.3 or newer "
                 "from its wheels (pip install -U pillow)"
             ) from None
+        tiff = _tiff_layout(data)
+        if tiff is not None:
+            raise DecodeError(tiff) from None
         raise DecodeError("not an image: the format is not recognised") from None
+
+
+_SAMPLE_FORMATS = {
+    1: "unsigned integer",
+    2: "signed integer",
+    3: "floating point",
+    4: "undefined",
+    5: "complex integer",
+    6: "complex floating point",
+}
+
+
+def _tiff_layout(f: BinaryIO) -> str | None:
+    """Why Pillow could not open a file that starts as a TIFF, from its first IFD's sample tags; None
+    when the file is no TIFF. ``f`` is left at 0."""
+    try:
+        head = f.read(8)
+        order = {b"II": "<", b"MM": ">"}.get(head[:2])
+        if order is None or len(head) < 8 or struct.unpack(order + "H", head[2:4])[0] != 42:
+            return None
+        try:
+            f.seek(struct.unpack(order + "I", head[4:8])[0])
+            (count,) = struct.unpack(order + "H", f.read(2))
+            entries = f.read(12 * count)
+            if len(entries) < 12 * count:
+                raise ValueError("cut short")
+            tags = {}
+            for i in range(count):
+                tag, kind, n, value = struct.unpack(order + "HHI4s", entries[12 * i : 12 * i + 12])
+                if tag in (258, 262, 277, 338, 339) and kind == 3:  # SHORTs: inline up to 2, else at an offset
+                    if n > 2:
+                        f.seek(struct.unpack(order + "I", value)[0])
+                        value = f.read(2 * n)
+                    tags[tag] = list(struct.unpack(f"{order}{n}H", value[: 2 * n]))
+        except (struct.error, ValueError, OSError):
+            return (
+                "a TIFF file that Pillow cannot read (its first IFD is damaged or cut short); re-save it as "
+                "PNG or an 8-bit TIFF"
+            )
+    finally:
+        f.seek(0)
+    samples = tags.get(277, [1])[0]
+    bits = tags.get(258, [1])
+    formats = tags.get(339, [1])
+    kinds = sorted({_SAMPLE_FORMATS.get(v, f"SampleFormat {v}") for v in formats})
+    width = f"{bits[0]}-bit" if len(set(bits)) == 1 else "/".join(map(str, bits)) + "-bit"
+    extra = f", ExtraSamples {', '.join(map(str, tags[338]))}" if 338 in tags else ""
+    floats = " (it reads floating-point TIFFs of one sample, grey, only)" if 3 in formats else ""
+    return (
+        f"unsupported TIFF sample format: {samples} sample{'s' if samples != 1 else ''} per pixel of {width} "
+        f"{' and '.join(kinds)} (SampleFormat {', '.join(map(str, formats))}, BitsPerSample "
+        f"{', '.join(map(str, bits))}, PhotometricInterpretation {tags.get(262, ['?'])[0]}{extra}): Pillow, "
+        f"which decodes TIFFs here, has no mode for this combination{floats}. Save the image as 8- or 16-bit "
+        "integer RGB (or grey), and convert it again"
+    )
 
 
 class _Unidentified(Exception):

@@ -1,10 +1,12 @@
-"""``convert --dedup``: near-duplicate pairs among a source's rows, found before splits are drawn.
+"""``convert --dedup``: near-duplicate clusters among a source's rows, found before splits are drawn.
 
 Every row's source is decoded at the conversion's (largest) size as the writer will decode it, and
-hashed (``format.phash``); ``format.near.find_pairs`` gives the pairs within the threshold. The
-source's split drawing (``source._with_splits``) then joins each pair's units (group or key), so a
-cluster of near-duplicates, with every group it touches, lands in one split. A row whose source
-cannot be read or decoded has no hash here; the conversion reports it as it would without --dedup.
+hashed (``format.phash``); ``format.near.near_clusters`` gives the clusters within the threshold
+(equal hashes collapsed first: N copies of one image cost O(N log N)) and the rows too flat to hash,
+which join nothing and are listed. Rows naming one path share one read and decode. The source's split drawing (``source._with_splits``) then joins
+the units (group or key) of each cluster's rows, so a cluster of near-duplicates, with every group it
+touches, lands in one split. A row whose source cannot be read or decoded has no hash here; the
+conversion reports it as it would without --dedup.
 A local source that an earlier version recorded with the same path, size and mtime (its stat cache,
 as the quick check of an incremental conversion takes it) takes the hash that version stored for
 its fingerprint, when that version's pixels were made the same way: it is not decoded again.
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DecodeError, IndexFormatError
 from ..format.index import load_index
-from ..format.near import find_pairs
+from ..format.near import near_clusters
 from ..format.phash import phash
 from ..format.transport import is_remote
 from .decode import DecodeSettings, decode_image
@@ -28,10 +31,20 @@ from .hashes import load_stats
 from .reuse import base_incompatibilities
 from .scan import open_source
 
-__all__ = ["NearPairs", "near_pairs", "known_hashes"]
+__all__ = ["NearRows", "NearFinder", "near_rows", "known_hashes"]
 
-NearPairs = Callable[[Sequence[str]], list[tuple[int, int]]]
-"""A function of source paths giving the pairs of positions that are near-duplicates."""
+
+@dataclass(frozen=True)
+class NearRows:
+    """The near-duplicate clusters among a source's rows (row positions, each cluster sorted), and the
+    rows too flat to hash (``format.phash.is_flat``), which are in none."""
+
+    clusters: list[list[int]] = field(default_factory=list)
+    flat: list[int] = field(default_factory=list)
+
+
+NearFinder = Callable[[Sequence[str]], NearRows]
+"""A function of the rows' source paths giving their near-duplicate clusters (``NearRows``)."""
 
 
 def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str, np.ndarray]:
@@ -53,15 +66,24 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
     return out_
 
 
-def near_pairs(
+def near_rows(
     side: int, resize: str, settings: DecodeSettings, threshold: int, known: dict[str, np.ndarray] | None = None
-) -> NearPairs:
-    """A function from the rows' source paths to the (i, j) positions of near-duplicate pairs; ``known``
-    (``known_hashes``) spares the decode of sources unchanged since an earlier version."""
+) -> NearFinder:
+    """A function from the rows' source paths to their near-duplicate clusters and the rows too flat to
+    hash (``NearRows``); ``known`` (``known_hashes``) spares the decode of sources unchanged since an
+    earlier version."""
 
-    def pairs(paths: Sequence[str]) -> list[tuple[int, int]]:
+    def clusters(paths: Sequence[str]) -> NearRows:
         hashes, where = [], []
+        seen: dict[str, np.ndarray | None] = {}  # a path several rows name is read and decoded once
         for pos, path in enumerate(paths):
+            if path in seen:
+                earlier = seen[path]
+                if earlier is not None:
+                    hashes.append(earlier)
+                    where.append(pos)
+                continue
+            seen[path] = None
             if known and not is_remote(path):
                 try:
                     st = os.stat(path)
@@ -71,6 +93,7 @@ def near_pairs(
                 if h is not None:
                     hashes.append(h)
                     where.append(pos)
+                    seen[path] = h
                     continue
             try:
                 f, _, _ = open_source(path)
@@ -78,11 +101,14 @@ def near_pairs(
                     data = f.read()
                 hashes.append(phash(decode_image(data, side, resize, settings).pixels))
                 where.append(pos)
+                seen[path] = hashes[-1]
             except (OSError, DecodeError):
                 continue
         if not hashes:
-            return []
-        i, j, _ = find_pairs(np.stack(hashes).astype(np.uint64), threshold)
-        return [(where[a], where[b]) for a, b in zip(i.tolist(), j.tolist())]
+            return NearRows()
+        found = near_clusters(np.stack(hashes).astype(np.uint64), threshold)
+        return NearRows(
+            [[where[x] for x in c.tolist()] for c in found.clusters], [where[x] for x in found.flat.tolist()]
+        )
 
-    return pairs
+    return clusters

@@ -37,6 +37,7 @@ class ErrorGate:
 
     def __init__(self, t: Target, src: Source, scan_failures: list[dict]) -> None:
         self.t, self.total, self.scan = t, len(src.rows), list(scan_failures)
+        self.folder = src.kind == "image-folder"
 
     def failures(self) -> list[dict]:
         """The scan's failures, then those of each finished shard in plan order."""
@@ -54,7 +55,7 @@ class ErrorGate:
         if len(failures) <= allowed:
             return
         store, t = self.t.store, self.t
-        errors = write_errors(store, failures)
+        errors = write_errors(store, failures, folder=self.folder)
         done = sum(1 for task in t.tasks if task.name in t.metas)
         decode = len(failures) - len(self.scan)
         first = min(failures, key=lambda e: (e["line"], e["key"]))
@@ -74,7 +75,7 @@ def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, versi
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
     store = t.store
-    t.result.errors_file = write_errors(store, failures)  # before the index, which names it
+    t.result.errors_file = write_errors(store, failures, folder=src.kind == "image-folder")  # before the index
     meta = assemble_index(
         store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None, provenance
     )

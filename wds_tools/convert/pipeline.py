@@ -24,9 +24,9 @@ from ..format.transport import join
 from ..progress import progress as show_progress
 from ..version import __version__
 from . import hashes
-from .assemble import write_errors
+from .assemble import errors_order, write_errors
 from .decode import DecodeSettings, decoder_versions
-from .dedup import known_hashes, near_pairs
+from .dedup import known_hashes, near_rows
 from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
 from .groups import find_split_base
 from .lock import FolderLock, lock_folders, release_all
@@ -45,7 +45,7 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import shared_bytes, write_shards
-from .source import Source, SourceRow, read_source
+from .source import Source, SourceRow, dedup_notes, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store
@@ -222,7 +222,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
             "decoder_versions": decoder_versions(),
         }
         known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
-        near = near_pairs(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
+        near = near_rows(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
     src = read_source(
         source,
         val_fraction=opts.val_fraction,
@@ -261,12 +261,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 skipped=list(src.skipped),
             )
             if src.dedup is not None:  # nothing silent: what --dedup changed
-                n, rows = src.dedup_joined
-                result.notes.append(
-                    f"--dedup: {n} clusters of near-duplicates (within {src.dedup} bits) joined "
-                    f"{rows} samples' groups or keys, each cluster drawn into one split "
-                    "(wds-tools dups lists them)"
-                )
+                result.notes += dedup_notes(src)
             if lock is not None and lock.taken_over is not None and state != "fresh":
                 result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was interrupted")
             targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))
@@ -464,7 +459,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
     if len(failures) > allowed and not opts.dry_run:
         names = []
         for t in todo:
-            names.append(write_errors(t.store, failures))
+            names.append(write_errors(t.store, failures, folder=src.kind == "image-folder"))
             if not [n for n in t.store.names(t.work) if n != "run.json" and not n.startswith("run.json.tmp")]:
                 t.store.rmtree(t.work)  # nothing to resume: the folder may be used for a corrected manifest
         raise TooManyErrorsError(
@@ -641,7 +636,8 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
 
     # 4. index: written last, from the per-shard columns; then the clean-up (finish.py)
     failures = gate.failures()
-    result.narrow_pixels = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
+    narrow = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
+    result.narrow_pixels = errors_order(narrow, src.kind == "image-folder")
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
     meta = finish_size(
         t,

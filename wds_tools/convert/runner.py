@@ -398,10 +398,10 @@ class RayRunner:
         try:
             import ray
         except ImportError:
-            from ..errors import ExtraNotInstalledError
+            from ..errors import ExtraNotInstalledError, install_hint
 
             raise ExtraNotInstalledError(
-                "--executor ray needs Ray, an optional extra: pip install 'wds-tools[ray]'"
+                f"--executor ray needs Ray, an optional extra: {install_hint('ray')}"
             ) from None
         import logging
 

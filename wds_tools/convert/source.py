@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
 from ..format.transport import is_remote, join
-from .dedup import NearPairs
+from .dedup import NearFinder, NearRows
 from .groups import SplitBase
 from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, split_groups
@@ -29,6 +29,7 @@ __all__ = [
     "read_source",
     "sanitize_keys",
     "check_keys",
+    "dedup_notes",
 ]
 
 # .jfif/.jpe are JPEGs; .heic/.heif need pillow-heif (the 'heif' extra: without it each fails naming it),
@@ -89,6 +90,7 @@ class Source:
     skipped: tuple[dict, ...] = ()  # an image folder's files not converted: {"path", "reason"}, in walk order
     dedup: int | None = None  # --dedup: the threshold near-duplicate clusters were joined within
     dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
+    dedup_flat: tuple[str, ...] = ()  # --dedup: the keys of the rows too flat to hash (joined with none)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -174,43 +176,64 @@ def check_keys(rows: list[tuple[int, str]], where: str) -> None:
 _INTEGER_LABEL = re.compile(r"0|[1-9][0-9]*")  # ASCII only: str.isdigit also takes '²' and '٣'
 
 
-def _classes(labels: set[str]) -> list[str]:
+def _classes(labels: set[str], where: str, lines: dict[str, int] | None = None) -> list[str]:
     """Class names in label-index order: plain integers by value (gaps filled) when every label is one
-    (``0`` or ``[1-9][0-9]*``, so ``07`` and ``7`` never meet as one class), else sorted names."""
+    (``0`` or ``[1-9][0-9]*``, so ``07`` and ``7`` never meet as one class), else sorted names.
+    ``lines``: a label's first line, for the message."""
     if labels and all(_INTEGER_LABEL.fullmatch(s) for s in labels):
-        top = max(int(s) for s in labels)
-        if top > 100_000:
-            raise SourceError(f"integer label {top} is too large for a class index (at most 100000)")
-        return [str(i) for i in range(top + 1)]
+        top = max(labels, key=int)
+        if int(top) > MAX_CLASS_INDEX:
+            at = f" (line {lines[top]})" if lines and top in lines else ""
+            raise SourceError(
+                f"{where}: integer label {top}{at} is too large for a class index (at most {MAX_CLASS_INDEX}): "
+                "when every label is an integer, the labels are the class indexes. Write the labels as names "
+                "(e.g. with a letter in front) to have them sorted as names instead"
+            )
+        return [str(i) for i in range(int(top) + 1)]
     return sorted(labels)
 
 
+MAX_CLASS_INDEX = 100_000
 _INTEGER_TEXT = re.compile(r"(0|[1-9][0-9]*)(\.0+)?")  # 2, 2.0, 2.00: what pandas writes for an int column with gaps
+_EXACT = 2**53  # a double holds every integer up to here, not every one past it
 
 
 def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
     """Each row's label text by value: a JSON number or a text ``2``/``2.0`` whose value is a
     non-negative integer is that integer's digits (so ``2``, ``2.0`` and ``"2"`` are one class
-    ``"2"``); other text and numbers as written (JSON numbers as Python's json writes them); a JSON
-    boolean is ``true``/``false``, refused among numbers (it would silently be 1 or 0). Two texts
-    that name one non-integer number (``2.5``, ``"2.50"``) are refused, naming the rows."""
+    ``"2"``), taken from the digits as written, never through a double; other text and numbers as
+    written (JSON numbers as Python's json writes them); a JSON boolean is ``true``/``false``,
+    refused among numbers (it would silently be 1 or 0). A JSON number with a fraction or exponent
+    whose value is a whole number of 2**53 or more is refused: json has read it as a double, which
+    may have lost its digits. Two texts that name one number (``2.5``, ``"2.50"``, compared as
+    exact decimals) are refused, naming the rows."""
     out: list[str] = []
     booleans: list[int] = []
-    numbers: dict[float, dict[str, list[int]]] = {}
+    inexact: list[int] = []
+    numbers: dict[Decimal, dict[str, list[int]]] = {}
     for line, value in values:
         if isinstance(value, bool):
             booleans.append(line)
             out.append("true" if value else "false")
             continue
         text = cell_text(value) or ""
+        if isinstance(value, float) and value.is_integer() and abs(value) >= _EXACT:
+            inexact.append(line)
         if isinstance(value, (int, float)) or _INTEGER_TEXT.fullmatch(text):
-            number = float(text)
-            if number.is_integer() and number >= 0 and math.isfinite(number):
+            number = Decimal(text)  # exact: the digits as written (a JSON float: Python's repr of it)
+            if number.is_finite() and number >= 0 and number == number.to_integral_value():
                 text = str(int(number))
             numbers.setdefault(number, {}).setdefault(text, []).append(line)
         elif isinstance(value, str) and _FLOAT_TEXT.fullmatch(text):
-            numbers.setdefault(float(text), {}).setdefault(text, []).append(line)
+            numbers.setdefault(Decimal(text), {}).setdefault(text, []).append(line)
         out.append(text)
+    if inexact:
+        raise SourceError(
+            f"{path}: the label at line(s) {', '.join(map(str, inexact[:5]))} is a JSON number with a fraction or "
+            f"exponent whose value is a whole number of 2**53 or more: JSON readers take such a number as a "
+            f"double, which does not hold every integer that large, so its digits may already be lost. Write "
+            f"the label as a JSON integer (no '.0', no exponent) or as a string"
+        )
     if booleans and numbers:
         first_number = min(ln for texts in numbers.values() for lines in texts.values() for ln in lines)
         raise SourceError(
@@ -223,8 +246,9 @@ def _label_texts(values: list[tuple[int, object]], path: str) -> list[str]:
             listed = "; ".join(
                 f"{t!r} at line(s) {', '.join(map(str, lines[:5]))}" for t, lines in sorted(texts.items())
             )
+            shown = str(int(number)) if number == number.to_integral_value() else str(number.normalize())
             raise SourceError(
-                f"{path}: labels {listed} name one value, {number!r}, written differently; "
+                f"{path}: labels {listed} name one value, {shown}, written differently; "
                 "write every label of one class the same way"
             )
     return out
@@ -283,7 +307,7 @@ def _read_manifest(
     columns: Columns,
     stratify: bool,
     split_base: SplitBase | None,
-    near: NearPairs | None = None,
+    near: NearFinder | None = None,
     dedup: int | None = None,
 ) -> Source:
     table = read_table(path)
@@ -333,7 +357,7 @@ def _read_manifest(
         table.kind,
         str(path),
         rows,
-        _classes({r.label for r in rows}),
+        _classes({r.label for r in rows}, str(path), {r.label: r.line for r in reversed(rows)}),
         tuple(meta_columns),
         columns,
         stratify,
@@ -344,8 +368,8 @@ def _read_manifest(
     )
 
 
-def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]:
-    """Each unit -> its representative (the least unit) once the rows of each pair share a unit."""
+def _joined(units: list[Unit], clusters: list[list[int]]) -> dict[Unit, Unit]:
+    """Each unit -> its representative (the least unit) once the rows of each cluster share a unit."""
     parent: dict[Unit, Unit] = {u: u for u in units}
 
     def root(u: Unit) -> Unit:
@@ -354,7 +378,7 @@ def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]
             u = parent[u]
         return u
 
-    for a, b in pairs:
+    for a, b in ((c[0], x) for c in clusters for x in c[1:]):
         ra, rb = root(units[a]), root(units[b])
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
@@ -362,7 +386,7 @@ def _joined(units: list[Unit], pairs: list[tuple[int, int]]) -> dict[Unit, Unit]
 
 
 def _with_splits(
-    src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None, near: NearPairs | None = None
+    src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None, near: NearFinder | None = None
 ) -> Source:
     """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
     column, stratification or ``near`` (--dedup), its unit's split (plan.split_groups), a base's units
@@ -384,11 +408,17 @@ def _with_splits(
     for r in rows:
         value = r.meta[gi] if gi is not None and r.meta is not None else None  # a group is a metadata column
         units.append(("g", value_text(value)) if value is not None else ("k", r.key))
-    rep = _joined(units, near([r.path for r in rows])) if near is not None else {u: u for u in units}
+    found = near([r.path for r in rows]) if near is not None else NearRows()
+    rep = _joined(units, found.clusters) if near is not None else {u: u for u in units}
     members = Counter(rep.values())  # joined unit -> how many of the rows' own units it holds
     joined = {u for u, n in members.items() if n > 1}
+    own = units
     units = [rep[u] for u in units]
-    src = replace(src, dedup_joined=(len(joined), sum(u in joined for u in units)))
+    src = replace(
+        src,
+        dedup_joined=(len(joined), sum(u in joined for u in units)),
+        dedup_flat=tuple(rows[x].key for x in found.flat),
+    )
     for r, unit in zip(rows, units):
         unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
         if r.split:
@@ -412,13 +442,68 @@ def _with_splits(
         )
     fixed = {u: next(iter(where)) for u, where in explicit.items()}
     if split_base is not None:
-        held: dict[Unit, Counter] = {}  # a joined unit takes the split most of its base units had
+        held: dict[Unit, dict[str, list[Unit]]] = {}  # joined unit -> split -> the base's units in it there
         for u, s in split_base.splits.items():
             if u in rep:
-                held.setdefault(rep[u], Counter())[s] += 1
-        fixed = {**{u: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for u, c in held.items()}, **fixed}
+                held.setdefault(rep[u], {}).setdefault(s, []).append(u)
+        moved = {u: where for u, where in held.items() if len(where) > 1 and u not in fixed}
+        if moved:  # joining them would move a unit the base holds; keeping them apart would split a cluster
+            raise _moves_a_base_unit(src, split_base.version, moved, found.clusters, own, rep)
+        fixed = {**{u: next(iter(where)) for u, where in held.items()}, **fixed}
     chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
+
+
+def _moves_a_base_unit(
+    src: Source,
+    base: str,
+    moved: dict[Unit, dict[str, list[Unit]]],
+    clusters: list[list[int]],
+    own: list[Unit],
+    rep: dict[Unit, Unit],
+) -> SourceError:
+    """The refusal of a --dedup link between units the split base holds in different splits: it names
+    the first such joined unit's near-duplicate clusters (their keys), the base's units in each split,
+    and what to do."""
+
+    def name(u: Unit) -> str:
+        kind, text = u
+        return f"group {text!r}" if kind == "g" and src.columns.group is not None else f"sample {text!r}"
+
+    unit, where = next(iter(sorted(moved.items())))
+    linking = [c for c in clusters if rep[own[c[0]]] == unit]
+    keys = "; ".join(", ".join(src.rows[x].key for x in c[:6]) + (", ..." if len(c) > 6 else "") for c in linking[:3])
+    held = "; ".join(
+        f"{', '.join(name(u) for u in sorted(units)[:4])}{', ...' if len(units) > 4 else ''} in {split}"
+        for split, units in sorted(where.items())
+    )
+    more = f" ({len(moved) - 1} more such {'cluster' if len(moved) == 2 else 'clusters'})" if len(moved) > 1 else ""
+    return SourceError(
+        f"{src.path}: --dedup would move {'a group' if src.columns.group is not None else 'a sample'} that "
+        f"{base} holds: the near-duplicate "
+        f"{'cluster' if len(linking) == 1 else 'clusters'} of {keys} (within {src.dedup} bits) "
+        f"{'joins' if len(linking) == 1 else 'join'} units that {base} holds in different splits ({held}), and "
+        f"{base}'s splits are kept (build.split_base){more}. Remove or refile the copy, give these rows one "
+        f"split in a split column, or pass --resplit to draw every split again"
+    )
+
+
+def dedup_notes(src: Source) -> list[str]:
+    """What --dedup did, for the summary and --json: the clusters joined, and the rows too flat to hash."""
+    n, rows = src.dedup_joined
+    out = [
+        f"--dedup: {n:,} {'cluster' if n == 1 else 'clusters'} of near-duplicates (within {src.dedup} bits) "
+        f"joined {rows:,} {'sample' if rows == 1 else 'samples'}' groups or keys, each cluster drawn into one "
+        "split (wds-tools dups lists them)"
+    ]
+    if src.dedup_flat:
+        flat = src.dedup_flat
+        keys = ", ".join(flat[:10]) + (f" and {len(flat) - 10:,} more" if len(flat) > 10 else "")
+        out.append(
+            f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or nearly "
+            f"flat pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
+        )
+    return out
 
 
 def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -477,7 +562,7 @@ def _read_folder(
     seed: int,
     stratify: bool,
     split_base: SplitBase | None,
-    near: NearPairs | None = None,
+    near: NearFinder | None = None,
     dedup: int | None = None,
 ) -> Source:
     files, skipped = _folder_files(root)
@@ -500,7 +585,7 @@ def _read_folder(
         "image-folder",
         str(root),
         rows,
-        _classes({r.label for r in rows}),
+        _classes({r.label for r in rows}, str(root)),
         stratify=stratify,
         split_base=split_base.version if split_base is not None else None,
         skipped=tuple(skipped),
@@ -519,7 +604,7 @@ def read_source(
     columns: Columns | None = None,
     stratify: bool = False,
     split_base: SplitBase | None = None,
-    near: NearPairs | None = None,
+    near: NearFinder | None = None,
     dedup: int | None = None,
 ) -> Source:
     """Read a manifest (.csv/.tsv/.jsonl) or an image folder.

@@ -86,9 +86,10 @@ def is_int_text(text: str) -> bool:
 
 
 def is_float_text(text: str) -> bool:
-    """A cell a float column holds: such an integer, or a finite decimal number without a leading zero."""
+    """A cell a float column holds: such an integer that a double holds exactly (not 2**53 + 1: an
+    integer keeps every digit or the column is text), or a finite decimal number without a leading zero."""
     if _INT.fullmatch(text):
-        return is_int_text(text)
+        return is_int_text(text) and float(int(text)) == int(text)
     return bool(_FLOAT.fullmatch(text)) and math.isfinite(float(text))
 
 

@@ -9,7 +9,10 @@ lowest 8x8 frequencies, set when the coefficient is positive (the DC bit is alwa
 signs are kept, a flip or a quarter turn of the image maps the whole
 image's hash to another by a bit permutation and a mask (``variants``). Two samples are near when the
 whole-image hash of one, under one of the eight flips and turns, is near any of the other's seven
-(``distance``): a copy cropped by a few percent matches a window of its original.
+(``distance``): a copy cropped by a few percent matches a window of its original. A sample whose
+whole image has fewer than ``FIRM_BITS`` of those 63 coefficients at ``FIRM_LEVEL`` or more (a flat or
+nearly flat picture: its bits are rounding noise) is *too flat to hash*: the whole-image hash's top
+bit (``FLAT_BIT``, else always 0) says so, and such a sample is never anyone's near-duplicate.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ __all__ = [
     "WINDOWS",
     "GREY_WEIGHTS",
     "BLOCK_FACTORS",
+    "FIRM_LEVEL",
+    "FIRM_BITS",
+    "FLAT_BIT",
+    "is_flat",
+    "firm_bits",
+    "whole_dct",
     "block_factor",
     "window_boxes",
     "grey",
@@ -52,6 +61,16 @@ BLOCK_FACTORS = (8, 4, 2)
 S / f >= HASH_SIDE (else f = 1): 16 to 64 times less work after the first pass, for hashes as good."""
 GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
 """ITU-R BT.601 luma weights of R, G, B, times 1000."""
+# a recompression (JPEG q 60-90), a rescale or a blur of a photo moves these coefficients by 0.09-0.41
+# (medians; 0.23-1.20 at the 90th percentile; docs/guide/figures.md): a smaller one's sign is the copy's
+FIRM_LEVEL = 1.0
+"""A coefficient of the whole image's orthonormal 2-D DCT (of its 32x32 grey image in grey levels,
+0..255) whose magnitude is at least this is *firm*: its sign bit survives a recompression."""
+FIRM_BITS = 16
+"""A sample with fewer firm coefficients among the 63 its whole-image hash keeps is too flat to hash: one
+more than the 15 a picture symmetric about its centre can have (its odd frequencies are exactly 0)."""
+FLAT_BIT = np.uint64(1 << 63)
+"""Set in a too-flat sample's whole-image hash (``phash[:, 0]``): the DC bit, otherwise always 0."""
 
 
 def block_factor(side: int) -> int:
@@ -143,23 +162,77 @@ def phash(pixels: np.ndarray) -> np.ndarray:
     return phash_batch([pixels])[0]
 
 
-def phash_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
-    """``phash`` of each image of a uint8 [N, S, S, 3] batch, or of a list of [S, S, 3] images of one side,
-    as uint64 [N, 7]. A batch takes about half the time per image of one call per image."""
+def _coefficients(images: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    """[N, 5, BLOCK, 5, BLOCK] DCT coefficients of every row range against every column range (``_kernels``),
+    on the grey block sums (luma times 1000 times f * f), and f."""
     arrays = [np.asarray(px) for px in images]
-    if not arrays:
-        return np.zeros((0, WINDOWS), np.uint64)
     shapes = {(px.shape, px.dtype) for px in arrays}
     if len(shapes) != 1 or any(len(sh) != 3 or sh[0] != sh[1] or sh[2] != 3 or dt != np.uint8 for sh, dt in shapes):
         got = sorted(f"{dt}{list(sh)}" for sh, dt in shapes)
         raise ValueError(f"phash needs uint8 pixels [N, S, S, 3] (images of one side), not {', '.join(got)}")
     g = grey(arrays)
-    rows, cols_t = _kernels(arrays[0].shape[0])
+    side = arrays[0].shape[0]
+    rows, cols_t = _kernels(side)
     # every range's rows against every range's columns in two products (float64: the sums are exact to
     # about 1e-16 of the largest), then each window's pair of ranges
     n, t = g.shape[:2]
     c = (rows @ (g.reshape(n * t, t) @ cols_t).reshape(n, t, 5 * BLOCK)).reshape(n, 5, BLOCK, 5, BLOCK)
-    return _bits(c[:, _ROWS, :, _COLS, :].transpose(1, 0, 2, 3))  # [N, window, u, v]
+    return c, block_factor(side)
+
+
+@functools.lru_cache(maxsize=16)
+def _orthonormal(f: int) -> np.ndarray:
+    """[BLOCK, BLOCK]: what turns ``_coefficients``' units (grey times 1000 f^2, unnormalised DCT) into the
+    orthonormal DCT of the grey image in grey levels: a(u) a(v) / (1000 f^2), a(0) = sqrt(1/32), a(k) = sqrt(2/32)."""
+    a = np.full(BLOCK, np.sqrt(2 / HASH_SIDE))
+    a[0] = np.sqrt(1 / HASH_SIDE)
+    return np.outer(a, a) / (1000 * f * f)
+
+
+@functools.lru_cache(maxsize=16)
+def _firm_floor(f: int) -> np.ndarray:
+    """[BLOCK, BLOCK]: ``FIRM_LEVEL`` in ``_coefficients``' units; infinite for the mean, which is no bit."""
+    floor = FIRM_LEVEL / _orthonormal(f)
+    floor[0, 0] = np.inf
+    return floor
+
+
+def _firm(c: np.ndarray, f: int) -> np.ndarray:
+    """The number of firm coefficients of each whole image, from ``_coefficients``: int [N]."""
+    return np.count_nonzero(np.abs(c[:, 0, :, 0, :]) >= _firm_floor(f), axis=(1, 2))
+
+
+def whole_dct(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """The whole image's lowest BLOCK x BLOCK coefficients of the orthonormal 2-D DCT-II of its 32x32 grey
+    image in grey levels (0..255), as FORMAT.md's firm rule reads them: float64 [N, 8, 8]."""
+    if not len(images):
+        return np.zeros((0, BLOCK, BLOCK))
+    c, f = _coefficients(images)
+    return c[:, 0, :, 0, :] * _orthonormal(f)
+
+
+def firm_bits(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """How many of the 63 bits of each image's whole-image hash come from a firm coefficient (``FIRM_LEVEL``): int [N]."""
+    if not len(images):
+        return np.zeros(0, np.int64)
+    return _firm(*_coefficients(images))
+
+
+def phash_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """``phash`` of each image of a uint8 [N, S, S, 3] batch, or of a list of [S, S, 3] images of one side,
+    as uint64 [N, 7]. A batch takes about half the time per image of one call per image."""
+    if not len(images):
+        return np.zeros((0, WINDOWS), np.uint64)
+    c, f = _coefficients(images)
+    out = _bits(c[:, _ROWS, :, _COLS, :].transpose(1, 0, 2, 3))  # [N, window, u, v]
+    out[_firm(c, f) < FIRM_BITS, 0] |= FLAT_BIT
+    return out
+
+
+def is_flat(h: np.ndarray) -> np.ndarray:
+    """Whether each sample is too flat to hash, from its hashes (uint64 [N, K], or [N] whole-image hashes): bool [N]."""
+    h = np.asarray(h, dtype=np.uint64)
+    return (h if h.ndim == 1 else h[:, 0]) >= FLAT_BIT
 
 
 def _bit_index() -> np.ndarray:

@@ -185,6 +185,9 @@ def _folder(text: str, folder: str, rules: _Rules) -> Shards:
         return _listed(text, folder, meta, rules.split, rules.strict)
     _refuse_unfinished(text, folder)
     where = join(folder, INDEX_FILE)
+    below = _datasets_below(text, folder)
+    if below is not None:  # OUT/V or OUT given for OUT/V/S: no index here, but converted datasets under it
+        raise IndexFormatError(f"no index at {where}; {below}")
     if not rules.scan:
         raise IndexFormatError(rules.no_index(where))
     names = list_tars(folder)
@@ -195,6 +198,35 @@ def _folder(text: str, folder: str, rules: _Rules) -> Shards:
     if not names:
         raise IndexFormatError(f"{folder}: neither {INDEX_FILE} nor any *.tar shard")
     return Shards(text, [join(folder, n) for n in names], folder)
+
+
+def _datasets_below(text: str, folder: str) -> str | None:
+    """What a local folder without index.json holds one or two levels down, as the layout OUT/V/S puts
+    converted datasets: its size folders (``text`` is OUT/V) or its versions (``text`` is OUT); None
+    when it holds neither."""
+    local = local_path(folder)
+    if local is None:
+        return None
+    shown = text.rstrip("/")
+    sizes = _sizes(Path(local))
+    if sizes:
+        return f"{shown} holds the sizes {', '.join(sizes)} (a folder each): use {shown}/{sizes[0]}, for one"
+    versions = {v.name: _sizes(v) for v in sorted(Path(local).iterdir()) if v.is_dir()}
+    versions = {v: s for v, s in versions.items() if s}
+    if not versions:
+        return None
+    listed = "; ".join(f"{v} ({', '.join(s)})" for v, s in versions.items())
+    newest = indexes_newest_first(local)[0]
+    return (
+        f"{shown} holds the versions {listed}: use e.g. {shown}/{newest.parent.name}/{newest.name} "
+        f"(OUT/<version>/<size>, the most recently converted)"
+    )
+
+
+def _sizes(folder: Path) -> list[str]:
+    """The size folders of a version folder that hold an index.json, largest first."""
+    names = [p.parent.name for p in folder.glob(f"*/{INDEX_FILE}")]
+    return sorted(names, key=lambda n: (not n.isdigit(), -int(n) if n.isdigit() else 0, n))
 
 
 def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = True) -> Shards:

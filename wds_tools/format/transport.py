@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from ..errors import ExtraNotInstalledError, OptionError
+from ..errors import ExtraNotInstalledError, OptionError, install_hint
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -130,12 +130,12 @@ def _filesystem(protocol: str) -> AbstractFileSystem:
     try:
         import fsspec
     except ImportError:
-        raise ExtraNotInstalledError(f"{protocol}:// paths need fsspec: pip install 'wds-tools[s3]'") from None
+        raise ExtraNotInstalledError(f"{protocol}:// paths need fsspec: {install_hint('s3')}") from None
     try:
         return fsspec.filesystem(protocol)
     except (ImportError, ValueError) as e:
         raise OptionError(
-            f"{protocol}:// paths need their fsspec backend ({e}); for s3:// pip install 'wds-tools[s3]'"
+            f"{protocol}:// paths need their fsspec backend ({e}); for s3:// {install_hint('s3')}"
         ) from None
 
 

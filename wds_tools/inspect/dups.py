@@ -1,10 +1,10 @@
 """Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash.
 
-``format.near.find_pairs`` finds every pair of hashes within a Hamming distance (least over the
-eight flips and quarter turns) without an all-pairs scan; ``find_dups`` joins the pairs
-into clusters (union-find) and says, per cluster, its keys, splits, labels, group values, its
-largest distance, and whether it crosses splits (leakage), labels (a conflict) or groups (a missed
-group).
+``format.near.near_clusters`` joins the samples within a Hamming distance (least over the eight flips
+and quarter turns) into clusters without an all-pairs scan, equal hashes collapsed first; ``find_dups``
+says, per cluster, its keys, splits, labels, group values, its largest distance, and whether it
+crosses splits (leakage), labels (a conflict) or groups (a missed group); and lists the samples too
+flat to hash (``format.phash.is_flat``), which are in no cluster.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from ..errors import OptionError, unwritable_file_error
 from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
-from ..format.near import DEFAULT_THRESHOLD, clusters_of, find_pairs
-from ..format.phash import WINDOWS, phash_batch
+from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
+from ..format.phash import FIRM_BITS, WINDOWS, phash_batch
 from ..format.transport import join, open_ranged
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "MAX_THRESHOLD",
     "find_pairs",
     "clusters_of",
     "Cluster",
@@ -129,25 +130,37 @@ class Cluster:
         }
 
 
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, plural unless n is 1: "1 cluster", "12 clusters"."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
+FLAT_LISTED = 10
+"""Samples too flat to hash that the text output names (``--json`` lists all)."""
+
+
 @dataclass
 class DupsResult:
-    """``find_dups``' answer: the clusters, worst first, and their counts by flag."""
+    """``find_dups``' answer: the clusters, worst first, their counts by flag, and the samples too flat
+    to hash (in no cluster)."""
 
     paths: list[str]
     threshold: int
     samples: int
     clusters: list[Cluster] = field(default_factory=list)
     group: str | None = None
+    flat: list[dict] = field(default_factory=list)  # {"key", "split", "label", "group", "dataset"} per sample
     places: dict[tuple[int, str], tuple[str, int, int]] = field(default_factory=dict, repr=False)  # for --plot
 
     def counts(self) -> dict[str, int]:
-        """Clusters, samples in them, and clusters per flag."""
+        """Clusters, samples in them, clusters per flag, and samples too flat to hash."""
         return {
             "clusters": len(self.clusters),
             "samples_in_clusters": sum(len(c.members) for c in self.clusters),
             "cross_split": sum(c.cross_split for c in self.clusters),
             "label_conflict": sum(c.label_conflict for c in self.clusters),
             "cross_group": sum(c.cross_group for c in self.clusters),
+            "flat": len(self.flat),
         }
 
     def to_dict(self) -> dict:
@@ -159,17 +172,39 @@ class DupsResult:
             "group": self.group,
             **self.counts(),
             "cluster_list": [c.to_dict() for c in self.clusters],
+            "flat_list": self.flat,
         }
 
+    def flat_text(self) -> str:
+        """The line that names the samples too flat to hash ("" when there is none)."""
+        if not self.flat:
+            return ""
+        shown = ", ".join(
+            (f"{m['dataset']}:" if len(self.paths) > 1 else "") + m["key"] for m in self.flat[:FLAT_LISTED]
+        )
+        more = f" and {len(self.flat) - FLAT_LISTED:,} more (--json lists all)" if len(self.flat) > FLAT_LISTED else ""
+        return (
+            f"{count(len(self.flat), 'sample')} too flat to hash (a flat or nearly flat picture: fewer than "
+            f"{FIRM_BITS} firm bits, docs/FORMAT.md), compared with none: {shown}{more}"
+        )
+
     def to_text(self, limit: int = 20) -> str:
-        """A summary line, then up to ``limit`` clusters, worst first."""
+        """A summary line, the samples too flat to hash, then up to ``limit`` clusters, worst first."""
         c = self.counts()
         lines = [
-            f"{' vs '.join(self.paths)}: {self.samples:,} samples, {c['clusters']:,} near-duplicate clusters "
-            f"within {self.threshold} bits ({c['samples_in_clusters']:,} samples): {c['cross_split']:,} "
-            f"cross splits (leakage), {c['label_conflict']:,} carry different labels"
-            + (f", {c['cross_group']:,} cross the group column {self.group}" if self.group else "")
+            f"{' vs '.join(self.paths)}: {count(self.samples, 'sample')}, "
+            f"{count(c['clusters'], 'near-duplicate cluster')} within {self.threshold} bits "
+            f"({count(c['samples_in_clusters'], 'sample')}): {c['cross_split']:,} "
+            f"{'crosses' if c['cross_split'] == 1 else 'cross'} splits (leakage), {c['label_conflict']:,} "
+            f"{'carries' if c['label_conflict'] == 1 else 'carry'} different labels"
+            + (
+                f", {c['cross_group']:,} {'crosses' if c['cross_group'] == 1 else 'cross'} the group column {self.group}"
+                if self.group
+                else ""
+            )
         ]
+        if self.flat:
+            lines.append(f"  {self.flat_text()}")
         for k, cl in enumerate(self.clusters[:limit]):
             flags = [
                 name
@@ -189,15 +224,17 @@ class DupsResult:
                 grp = f" {self.group}={m['group']}" if self.group else ""
                 lines.append(f"    {where}{m['key']}  split={m['split']} label={m['label']}{grp}")
         if len(self.clusters) > limit:
-            lines.append(f"  ... and {len(self.clusters) - limit:,} more clusters (--json lists all)")
+            lines.append(
+                f"  ... and {count(len(self.clusters) - limit, 'more cluster', 'more clusters')} (--json lists all)"
+            )
         return "\n".join(lines)
 
 
 def _iter_members(datasets: list[_Dataset], index: list[int]) -> Iterator[tuple[int, int]]:
-    offsets = np.cumsum([0] + [len(d.keys) for d in datasets])
+    """(dataset, row) of each position into the datasets' samples laid end to end."""
+    n0 = len(datasets[0].keys)
     for x in index:
-        d = int(np.searchsorted(offsets, x, side="right") - 1)
-        yield d, x - int(offsets[d])
+        yield (0, x) if x < n0 else (1, x - n0)
 
 
 def find_dups(
@@ -206,12 +243,18 @@ def find_dups(
     threshold: int = DEFAULT_THRESHOLD,
     across: str | os.PathLike | None = None,
     group: str | None = None,
+    progress: bool = False,
 ) -> DupsResult:
     """Near-duplicate clusters of a converted folder, or (``across``) those spanning it and another.
 
     ``group``: the metadata column whose values a cluster should not cross (default: the conversion's
     ``--group``, if any). With ``across``, only clusters holding samples of both datasets are listed.
+    ``threshold``: 0 to ``MAX_THRESHOLD`` bits (else ``OptionError``). Samples too flat to hash are
+    listed in ``flat``. ``progress``: show the search's progress on stderr when it runs long.
     """
+    from ..format.near import check_threshold
+
+    check_threshold(threshold)  # before reading anything
     datasets = [_load(path, group)]
     if across is not None:
         datasets.append(_load(across, group))
@@ -220,43 +263,38 @@ def find_dups(
         if group is not None
         else (None if datasets[0].groups is None else (index_of(path)[1].get("build") or {}).get("group"))
     )
-    hashes = np.concatenate([d.hashes for d in datasets])
-    if across is None:
-        i, j, dist = find_pairs(hashes, threshold)
-    else:
-        n0 = len(datasets[0].keys)
-        i, j, dist = find_pairs(datasets[0].hashes, threshold, datasets[1].hashes)
-        j = j + n0
-    res = DupsResult([d.root for d in datasets], threshold, len(hashes), group=gname)
-    worst: dict[int, int] = {}
-    comps = clusters_of(len(hashes), i, j)
-    comp_of = {x: c for c, members in enumerate(comps) for x in members}
-    for a, d in zip(i.tolist(), dist.tolist()):
-        c = comp_of[a]
-        worst[c] = max(worst.get(c, 0), int(d))
+    found = near_clusters(
+        datasets[0].hashes, threshold, datasets[1].hashes if across is not None else None, progress=progress
+    )
+    res = DupsResult([d.root for d in datasets], threshold, sum(len(d.keys) for d in datasets), group=gname)
     places = res.places
-    for c, members in enumerate(comps):
+
+    def member(dset: int, r: int) -> dict:
+        ds = datasets[dset]
+        return {
+            "key": ds.keys[r],
+            "split": ds.splits[r],
+            "label": ds.labels[r],
+            "group": ds.groups[r] if ds.groups is not None else None,
+            "dataset": dset,
+        }
+
+    res.flat = sorted(
+        (member(dset, r) for dset, r in _iter_members(datasets, found.flat.tolist())),
+        key=lambda m: (m["dataset"], m["key"]),
+    )
+    for members, worst in zip(found.clusters, found.max_distance):
         rows = []
-        for dset, r in _iter_members(datasets, members):
+        for dset, r in _iter_members(datasets, members.tolist()):
+            rows.append(member(dset, r))
             ds = datasets[dset]
-            rows.append(
-                {
-                    "key": ds.keys[r],
-                    "split": ds.splits[r],
-                    "label": ds.labels[r],
-                    "group": ds.groups[r] if ds.groups is not None else None,
-                    "dataset": dset,
-                }
-            )
             places[(dset, ds.keys[r])] = (ds.npy[0][r], int(ds.npy[1][r]), int(ds.npy[2][r]))
         rows.sort(key=lambda m: (m["dataset"], m["key"]))
-        if across is not None and len({m["dataset"] for m in rows}) < 2:
-            continue
         groups = {m["group"] for m in rows if m["group"] is not None}
         res.clusters.append(
             Cluster(
                 rows,
-                worst.get(c, 0),
+                worst,
                 cross_split=len({m["split"] for m in rows}) > 1,
                 label_conflict=len({m["label"] for m in rows}) > 1,
                 cross_group=gname is not None
@@ -308,11 +346,12 @@ STATS_LIMIT = 200_000  # samples up to which ``stats`` counts near-duplicates (a
 
 
 def duplicate_counts(
-    folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT
+    folder: str, *, threshold: int = DEFAULT_THRESHOLD, limit: int | None = STATS_LIMIT, progress: bool = False
 ) -> dict | None:
     """Near-duplicate cluster counts of a converted folder (``stats``); None when its samples.npz has no
     ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
-    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more)."""
+    "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more).
+    ``progress``: show the search's progress on stderr when it runs long."""
     folder_, meta = index_of(folder)
     if meta.get("format_version", 0) < 3:
         return None
@@ -322,9 +361,10 @@ def duplicate_counts(
             "threshold": threshold,
             "skipped": f"{n:,} samples, more than stats counts near-duplicates for ({limit:,}): run wds-tools dups",
         }
-    c = find_dups(folder_, threshold=threshold)
+    c = find_dups(folder_, threshold=threshold, progress=progress)
     return {
         "threshold": threshold,
         **c.counts(),
         "cross_split_keys": [[m["key"] for m in cl.members] for cl in c.clusters if cl.cross_split][:10],
+        "flat_keys": [m["key"] for m in c.flat[:FLAT_LISTED]],
     }

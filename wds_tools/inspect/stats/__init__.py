@@ -33,6 +33,7 @@ def compute_stats(
     by: str | None = None,
     group: str | None = None,
     allow_mixed: bool = False,
+    progress: bool = False,
 ) -> StatsReport:
     """Statistics of converted shards: balance, class drift, the rank/worker split of an epoch, mean/std, size.
 
@@ -55,6 +56,7 @@ def compute_stats(
             index's ``build.group`` (needs the index).
         allow_mixed: Read shards of different datasets as one set (with ``scan`` only: one index
             cannot describe them); refused by default.
+        progress: Show the near-duplicate search's progress on stderr when it runs long.
 
     Returns:
         A ``StatsReport``; its ``to_dict()`` is the ``--json`` schema.
@@ -83,7 +85,7 @@ def compute_stats(
     else:
         report = from_index(target, world_size, workers, by, group, reader)
         if target.index_base is not None and not target.selected:  # near-duplicates (issue 24): format 3 on
-            report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT)
+            report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT, progress=progress)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
     report.notes = [
         f"the spec {g.describe(where=False)}: shard and sample figures are of the named "

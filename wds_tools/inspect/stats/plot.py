@@ -9,7 +9,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ...errors import ExtraNotInstalledError, ShardError, unwritable_file_error
+from ...errors import ExtraNotInstalledError, ShardError, install_hint, unwritable_file_error
 from ...format.fsutil import atomic_write_bytes
 from .report import StatsReport
 
@@ -63,6 +63,6 @@ def require_matplotlib() -> ModuleType:
         import matplotlib
     except ImportError:
         raise ExtraNotInstalledError(
-            "--plot needs matplotlib, which is not installed; install the plot extra: pip install 'wds-tools[plot]'"
+            f"--plot needs matplotlib, which is not installed; install the plot extra: {install_hint('plot')}"
         ) from None
     return matplotlib

@@ -71,6 +71,15 @@ def _distribution_lines(dist: dict) -> list[str]:
     """The per-epoch lines of one split's distribution (``report.Distribution.to_dict``)."""
     rn = dist["rank_samples"]
     head = f"  per epoch with {dist['world_size']} rank(s) × {dist['workers']} worker(s), {dist['reader']} reader:"
+    if dist["reader"] == "index" and dist["mode"] == "eval":
+        low, high = min(rn), max(rn)
+        counts = _num(low) if low == high else f"{_num(low)} to {_num(high)}"
+        more = sum(x == high for x in rn) if low != high else 0
+        return [
+            head,
+            f"    samples per rank: {counts} (evaluation: every sample once across the ranks"
+            + (f"; the first {more} rank(s) read one more)" if more else ")"),
+        ]
     if dist["reader"] == "index":
         lines = [head, f"    samples per rank: {_num(min(rn))} (training; each rank the same)"]
         if dist["left_out"]:
@@ -119,6 +128,7 @@ def render_text(d: dict, notes: list[str]) -> str:
             f"   (R G B, 0-1, over {d['stats_split']})"
         )
     lines.append(f"  training loader modelled: {READER_TEXT[d['reader']]}")
+    lines.append(_metadata_line(d.get("metadata")))
     lines += [f"  warning: {n}" for n in notes]
     for name, sp in d["splits"].items():
         dist = sp["distribution"]
@@ -160,6 +170,16 @@ def render_text(d: dict, notes: list[str]) -> str:
             lines.append(f"  warning: {w}")
     lines += render_metadata(d.get("by"), d.get("groups"), classes, TEXT_CLASSES)
     return "\n".join(lines)
+
+
+def _metadata_line(metadata: list[dict] | None) -> str:
+    """The index's metadata columns, by name and type: what make_loader(metadata=), subset and --by take."""
+    if metadata is None:
+        return "  metadata columns: not read (--scan reads the tars; index.json lists them)"
+    if not metadata:
+        return "  metadata columns: none (the source had no columns beyond key, path, label and split)"
+    shown = ", ".join(f"{printable(c['name'])} ({c['type']})" for c in metadata)
+    return f"  metadata columns (make_loader(metadata=...), --by): {shown}"
 
 
 def display_width(text: str) -> int:

@@ -32,7 +32,9 @@ __all__ = [
     "group_report",
 ]
 
-SCHEMA = "wds-tools-stats/2"  # 2: "reader", "left_out"; the index reader's null shard counts (issue 25)
+# 2: "reader", "left_out"; the index reader's null shard counts (issue 25). 3 (issue 32): "metadata" (the index's
+# columns), each distribution's "mode" (a split other than train modelled in evaluation: every sample once)
+SCHEMA = "wds-tools-stats/3"
 """The ``--json`` schema name and version of ``stats``."""
 TOP_DRIFT = 5  # shards named as deviating most, per split
 
@@ -51,7 +53,8 @@ class Distribution:
     ``stream``: shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank
     goes to its worker j % W (``split_by_worker``): ``format.ranks.deal``. ``worker_*`` are
     [rank][worker]. ``index``: the epoch's samples are permuted and rank r gets every R-th one, the
-    same count per rank in training (``left_out``: the last samples % R); its batches go round-robin
+    same count per rank in training (``left_out``: the last samples % R), every sample once in
+    evaluation (``mode`` ``"eval"``: the first samples % R ranks one more); its batches go round-robin
     to its workers, whatever the shard count, so ``*_shards`` and ``worker_samples`` (which depends
     on the batch size) are None and so are the shard counts that divide evenly.
     """
@@ -70,6 +73,7 @@ class Distribution:
     warnings: list[str] = field(default_factory=list)
     reader: str = "stream"
     left_out: int = 0  # samples per epoch no rank reads in training (index reader: samples % R)
+    mode: str = "train"  # "train" (make_loader(train=True)) or "eval" (train=False)
 
     def to_dict(self) -> dict:
         """The distribution as plain JSON types."""
@@ -91,14 +95,21 @@ _DISTRIBUTION_KEYS = (
     "warnings",
     "reader",
     "left_out",
+    "mode",
 )
 
 
 def distribute(
-    shard_sample_counts: Sequence[int] | np.ndarray, world_size: int = 1, workers: int = 1, reader: str = "stream"
+    shard_sample_counts: Sequence[int] | np.ndarray,
+    world_size: int = 1,
+    workers: int = 1,
+    reader: str = "stream",
+    *,
+    evaluation: bool = False,
 ) -> Distribution:
     """Count what each rank and worker gets of an epoch: the streaming reader deals shards to ranks
-    (i % R) and then to each rank's workers (j % W); the index reader deals samples (``Distribution``)."""
+    (i % R) and then to each rank's workers (j % W); the index reader deals samples (``Distribution``),
+    in training or, with ``evaluation``, every sample once."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise OptionError(f"world_size {world_size!r}: expected an integer >= 1 (the number of ranks)")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -107,7 +118,7 @@ def distribute(
         raise OptionError(f"reader {reader!r}: expected one of {', '.join(READERS)} (make_loader's reader=)")
     counts = np.asarray(shard_sample_counts, dtype=np.int64).reshape(-1)
     if reader == "index":
-        return _deal_samples(counts, world_size, workers)
+        return _deal_samples(counts, world_size, workers, evaluation)
     n, r, w = len(counts), world_size, workers
     slot = np.empty(n, dtype=np.int64)  # reader (rank, worker) of each shard, as rank * w + worker
     for rank_no, row in enumerate(deal(range(n), r, w)):
@@ -149,17 +160,36 @@ def distribute(
         below,
         above,
         warnings,
+        mode="eval" if evaluation else "train",
     )
 
 
-def _deal_samples(counts: np.ndarray, r: int, w: int) -> Distribution:
-    """The index reader's epoch in training (``training_adapter.indexread.rank_rows``): every rank
-    ``samples // R`` samples, the last ``samples % R`` of the permutation left out; each rank's
-    batches dealt round-robin to its workers."""
+def _deal_samples(counts: np.ndarray, r: int, w: int, evaluation: bool = False) -> Distribution:
+    """The index reader's epoch (``training_adapter.indexread.rank_rows``): in training every rank
+    ``samples // R`` samples, the last ``samples % R`` of the permutation left out; in evaluation every
+    sample once, the first ``samples % R`` ranks one more; each rank's batches dealt round-robin to its
+    workers."""
     n, total = len(counts), int(counts.sum())
     per = total // r
     warnings = []
     idle = 0
+    if evaluation:
+        ranks = [per + (1 if i < total % r else 0) for i in range(r)]
+        empty = sum(x == 0 for x in ranks)
+        if total and empty:
+            idle = empty * w
+            warnings.append(
+                f"{_n(total, 'sample')} for {_n(r, 'rank')}: {_n(empty, 'rank')} get{'s' if empty == 1 else ''} "
+                "no sample in evaluation (each sample is read once, by one rank)"
+            )
+        elif min(ranks) < w:
+            idle = sum(w - x for x in ranks if x < w)
+            warnings.append(
+                f"{_n(min(ranks), 'sample')} on the smallest rank for {_n(w, 'worker')}: some workers get no batch"
+            )
+        return Distribution(
+            r, w, n, total, None, ranks, None, None, idle, None, None, warnings, "index", 0, mode="eval"
+        )
     if total and per == 0:
         idle = r * w
         warnings.append(
@@ -319,6 +349,7 @@ class StatsReport:
     notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
     duplicates: dict | None = None  # inspect.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
     reader: str = "stream"  # the training loader's reader modelled: "index" or "stream" (READERS)
+    metadata: list[dict] | None = None  # the index's metadata columns [{name, type}]; None: --scan (not read)
 
     @property
     def samples(self) -> int:
@@ -349,12 +380,20 @@ class StatsReport:
         out = []
         if d["cross_split"]:
             out.append(
-                f"{d['cross_split']} near-duplicate clusters cross splits (leakage; within {d['threshold']} "
-                f"bits), e.g. {' '.join(d['cross_split_keys'][0])}: wds-tools dups lists them"
+                f"{_clusters(d['cross_split'])} {'crosses' if d['cross_split'] == 1 else 'cross'} splits "
+                f"(leakage; within {d['threshold']} bits), e.g. {' '.join(d['cross_split_keys'][0])}: "
+                "wds-tools dups lists them"
             )
         if d["label_conflict"]:
             out.append(
-                f"{d['label_conflict']} near-duplicate clusters carry different labels: wds-tools dups lists them"
+                f"{_clusters(d['label_conflict'])} {'carries' if d['label_conflict'] == 1 else 'carry'} different "
+                "labels: wds-tools dups lists them"
+            )
+        if d.get("flat"):
+            out.append(
+                f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or nearly flat "
+                f"pictures), compared with none for near-duplicates, e.g. {' '.join(d['flat_keys'][:5])}: "
+                "wds-tools dups lists them"
             )
         return out
 
@@ -383,10 +422,11 @@ class StatsReport:
             "world_size": self.world_size,
             "workers": self.workers,
             "reader": self.reader,
+            "metadata": self.metadata,
             "splits": {name: sp.to_dict(self.classes) for name, sp in self.splits.items()},
             **extra,  # only when asked for (--by) or the set has a group column
             **(
-                {"duplicates": {k: v for k, v in self.duplicates.items() if k != "cross_split_keys"}}
+                {"duplicates": {k: v for k, v in self.duplicates.items() if k not in ("cross_split_keys", "flat_keys")}}
                 if self.duplicates is not None
                 else {}
             ),  # format version 3 on
@@ -400,10 +440,16 @@ class StatsReport:
         d = self.duplicates
         if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
             text += (
-                f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']} clusters, "
-                f"{d['cross_split']} cross splits, {d['label_conflict']} carry different labels"
+                f"\nnear-duplicates (within {d['threshold']} bits): {d['clusters']:,} "
+                f"{'cluster' if d['clusters'] == 1 else 'clusters'}, {d['cross_split']:,} "
+                f"{'crosses' if d['cross_split'] == 1 else 'cross'} splits, {d['label_conflict']:,} "
+                f"{'carries' if d['label_conflict'] == 1 else 'carry'} different labels"
             )
         return text
+
+
+def _clusters(n: int) -> str:
+    return f"{n:,} near-duplicate {'cluster' if n == 1 else 'clusters'}"
 
 
 # ------------------------------------------------------------------ per-sample metadata (--by, --group)

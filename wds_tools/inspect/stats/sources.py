@@ -89,7 +89,7 @@ def from_index(
             counts[pos_a],
             sp_meta.get("mean"),
             sp_meta.get("std"),
-            distribute(samples, world_size, workers, reader),
+            distribute(samples, world_size, workers, reader, evaluation=name != "train"),
         )
     index_bytes = meta.get("samples_file", {}).get("bytes", 0)
     try:
@@ -113,6 +113,7 @@ def from_index(
         world_size,
         workers,
         reader=reader,
+        metadata=[c.to_dict() for c in metadata_columns(meta)],
     )
     if wanted:
         values = read_metadata(cols, meta, wanted, where)
@@ -290,7 +291,7 @@ def from_scan(target: Shards, world_size: int, workers: int, reader: str = "stre
             counts,
             mean,
             std,
-            distribute(samples, world_size, workers, reader),
+            distribute(samples, world_size, workers, reader, evaluation=name != "train"),
         )
     stats_split = "train" if "train" in hists else "all"
     total = hists["train"] if "train" in hists else sum(hists.values(), np.zeros(768, np.int64))

@@ -74,7 +74,8 @@ def verify(
         progress: Show progress on stderr (``wds_tools.progress``: a bar on a terminal, plain
             lines elsewhere).
         no_leakage: Report as a problem each near-duplicate cluster (``inspect.dups``, default
-            threshold) with samples in more than one split.
+            threshold) with samples in more than one split; samples too flat to hash, which no
+            cluster holds, in a warning.
         threads: The deprecated old name of ``workers`` (a DeprecationWarning).
         phash: Also recompute each sample's perceptual hashes (samples.npz ``phash``) from its pixels
             and report those that differ (full mode; about doubles a full verify's time).
@@ -105,7 +106,9 @@ def verify(
     else:
         report = _verify_index(target, quick, threads, progress, stats, phash)
         if no_leakage and target.index_base is not None:
-            report.problems += _leakage(target.index_base)
+            problems, notes = _leakage(target.index_base, progress)
+            report.problems += problems
+            report.warnings += notes
     report.warnings[:0] = [
         f"the spec {g.describe(where=False)}: only the named shards were checked" for g in target.gaps
     ]
@@ -113,9 +116,11 @@ def verify(
     return report
 
 
-def _leakage(folder: str) -> list[Problem]:
-    """One problem per near-duplicate cluster that crosses splits."""
-    found = find_dups(folder)
+def _leakage(folder: str, progress: bool = False) -> tuple[list[Problem], list[str]]:
+    """One problem per near-duplicate cluster that crosses splits; a warning naming the samples too flat
+    to hash (checked against none)."""
+    found = find_dups(folder, progress=progress)
+    notes = [f"--no-leakage: {found.flat_text()}"] if found.flat else []
     return [
         Problem(
             INDEX,
@@ -128,7 +133,7 @@ def _leakage(folder: str) -> list[Problem]:
         )
         for c in found.clusters
         if c.cross_split
-    ]
+    ], notes
 
 
 # ------------------------------------------------------------------ against the index

@@ -1,0 +1,102 @@
+"""format/near.py: the search's cost follows the distinct hashes (one image under many keys is one
+cluster, not N^2 pairs), thresholds it cannot serve are refused at once, and a long search shows its
+progress. (Exactness against an all-pairs scan: tests/test_dups.py.)"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from wds_tools.errors import OptionError
+from wds_tools.format import near
+from wds_tools.format.near import MAX_THRESHOLD, find_pairs, near_clusters
+
+
+def _copies(n: int, others: int = 200, seed: int = 0) -> np.ndarray:
+    """n samples with one image's seven hashes, then ``others`` random samples."""
+    rng = np.random.default_rng(seed)
+    one = rng.integers(0, 2**63, (1, 7), dtype=np.uint64)
+    return np.concatenate([np.repeat(one, n, axis=0), rng.integers(0, 2**63, (others, 7), dtype=np.uint64)])
+
+
+def _peak(h: np.ndarray) -> tuple[near.NearClusters, int]:
+    """near_clusters at the default threshold, and the peak of Python and numpy allocations it made."""
+    tracemalloc.start()
+    try:
+        return near_clusters(h, 5), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_many_copies_of_one_image_are_one_cluster_in_little_memory():
+    """50,000 samples with equal hashes (one JPEG under 50,000 keys): one cluster of all 50,000, found with
+    a peak of allocations within 16 MB of that for 50 copies (the bucket tables, about 50 MB, are the same
+    for both). Before the copies were collapsed the search made every pair of them (1.25e9 pairs: 5,000
+    copies already ended in a MemoryError)."""
+    res, peak = _peak(_copies(50_000))
+    assert [c.tolist() for c in res.clusters] == [list(range(50_000))]
+    assert res.max_distance == [0] and res.distinct == 201 and not len(res.flat)
+    few, base = _peak(_copies(50))
+    assert [c.tolist() for c in few.clusters] == [list(range(50))]
+    assert peak - base < 16 * 2**20, f"{peak / 2**20:.0f} MiB against {base / 2**20:.0f} MiB"
+
+
+def test_copies_cost_the_same_as_one():
+    """The search's own work follows the distinct hashes: 20,000 copies take about the time of 20 (both well
+    under a second; the bound is loose for a loaded machine)."""
+    few, many = _copies(20), _copies(20_000)
+    near_clusters(few, 5)  # warm the caches
+    t0 = time.process_time()
+    near_clusters(few, 5)
+    t_few = time.process_time() - t0
+    t0 = time.process_time()
+    res = near_clusters(many, 5)
+    t_many = time.process_time() - t0
+    assert len(res.clusters) == 1 and len(res.clusters[0]) == 20_000
+    assert t_many < 5 * t_few + 0.5, (t_few, t_many)
+
+
+def test_copies_across_two_sets():
+    """Across: copies on both sides are one cluster; copies on one side only are no cluster."""
+    a, b = _copies(300, 50, seed=1), _copies(200, 50, seed=2)
+    b[:100] = a[0]  # a hundred of b's samples are the image a has 300 copies of
+    res = near_clusters(a, 5, b)
+    assert [c.tolist() for c in res.clusters] == [list(range(300)) + list(range(350, 450))]
+
+
+@pytest.mark.parametrize("threshold", [-1, MAX_THRESHOLD + 1, 20, 63, 64])
+def test_thresholds_the_search_cannot_serve_are_refused_at_once(threshold):
+    """Above MAX_THRESHOLD the probes grow to 1,562 band values per hash and band and more (--threshold 20
+    ran 18 minutes and grew past 3 GB; 63 took 89 s on 20 samples): refused before any work, naming the limit."""
+    h = _copies(2, 18)
+    for call in (lambda: near_clusters(h, threshold), lambda: find_pairs(h, threshold)):
+        t0 = time.perf_counter()
+        with pytest.raises(OptionError, match=rf"--threshold must be 0\.\.{MAX_THRESHOLD} bits, not {threshold}"):
+            call()
+        assert time.perf_counter() - t0 < 0.5
+
+
+def test_the_largest_threshold_served_is_fast_on_a_small_set():
+    h = _copies(2, 18)
+    t0 = time.process_time()
+    res = near_clusters(h, MAX_THRESHOLD)
+    assert time.process_time() - t0 < 10
+    assert [c.tolist() for c in res.clusters] == [[0, 1]]
+
+
+def test_a_long_search_shows_progress(monkeypatch, capsys):
+    """Past PROGRESS_AFTER seconds the search shows its steps on stderr (plain lines off a terminal); a short
+    search, or one asked for none, shows nothing."""
+    h = _copies(2, 200)
+    near_clusters(h, 5, progress=True)
+    assert capsys.readouterr().err == ""  # well under PROGRESS_AFTER
+    monkeypatch.setattr(near, "PROGRESS_AFTER", 0.0)
+    near_clusters(h, 5)
+    assert capsys.readouterr().err == ""  # not asked
+    near_clusters(h, 5, progress=True)
+    err = capsys.readouterr().err
+    steps = 3 * (1 + 21)  # three bands, each probed at the band values within 1 bit
+    assert f"near-duplicate search: {steps}/{steps} step (100%)" in err, err

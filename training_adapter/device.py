@@ -1,0 +1,304 @@
+"""Device: batches moved to the accelerator ahead of the training step, ready to train on.
+
+``DeviceFeed`` takes the loader's CPU batches and yields them on a device: images normalised (and
+augmented with ``augment_batch`` under ``device_augment``) in the dtype asked, channels-last,
+labels there too. On CUDA each batch's copy and preparation are issued on a side stream one or two
+batches ahead of the one handed over, so they overlap the training step: the training stream waits
+for that batch's ``ready`` event, every tensor handed across is ``record_stream``-ed on it (the
+caching allocator then does not reuse its memory before the training stream is done with it), and
+each CPU batch is held until the event recorded after its copy has completed (its memory, a
+``buffers.BatchRing`` slot, is written again only after). ``Streams`` is all that differs between
+devices: on CUDA, the side stream and its events (``CudaStreams``); elsewhere the work is done when
+issued, so the same code runs, and is tested, on the CPU. ``to_device`` moves one batch by hand, in
+the current stream.
+
+``cuda_register`` and ``cuda_fence`` are what ``BatchRing.pin`` needs on CUDA: ``cudaHostRegister``
+of a slot's shared memory (as ``torch.cuda._pin_memory_utils`` and FFCV's pre-allocated pinned
+buffers do), undone when the storage is freed, and an event on the current stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import weakref
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from wds_tools.errors import OptionError
+
+from .augment import AugmentConfig, augment_batch, normalize
+from .buffers import Fence
+
+__all__ = ["DeviceFeed", "Streams", "CudaStreams", "to_device", "cuda_register", "cuda_fence", "as_device", "as_dtype"]
+
+log = logging.getLogger("training_adapter")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The image dtypes ``make_loader(device=...)`` yields, by name."""
+
+
+def as_device(device: Any) -> torch.device:
+    """``device`` as a ``torch.device``; an ``OptionError`` naming it when it is malformed or absent."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise OptionError(f"device={device!r}: not a device ({e}); expected e.g. 'cuda', 'cuda:1' or 'cpu'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise OptionError(
+            f"device={device!r}: CUDA is not available here (torch {torch.__version__}); use device='cpu'"
+        )
+    return dev
+
+
+def as_dtype(dtype: Any) -> torch.dtype:
+    """The images' dtype: a floating ``torch.dtype`` or one of ``DTYPES``' names."""
+    got = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
+    if not isinstance(got, torch.dtype) or got not in DTYPES.values():
+        raise OptionError(f"dtype={dtype!r}: expected torch.float32, torch.bfloat16 or torch.float16 (or their names)")
+    return got
+
+
+class _Done:
+    """A fence for work done when issued."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+class Streams:
+    """Where the feed's work runs: here, at once (the CPU and any device without streams)."""
+
+    asynchronous = False
+
+    def side(self) -> contextlib.AbstractContextManager[Any]:
+        """The context the copy and preparation are issued in."""
+        return contextlib.nullcontext()
+
+    def record(self) -> Fence:
+        """An event after the work issued so far in ``side``."""
+        return _Done()
+
+    def wait(self, event: Fence) -> None:
+        """Make the consumer's (current) stream wait for ``event``."""
+
+    def hand_over(self, t: torch.Tensor) -> None:
+        """Tell the allocator ``t``, made in ``side``, is used on the consumer's stream."""
+
+    def pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in page-locked memory, if the copy from it is to be asynchronous."""
+        return t
+
+
+class CudaStreams(Streams):
+    """A CUDA device's side stream and events."""
+
+    asynchronous = True
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+
+    @contextlib.contextmanager
+    def side(self) -> Iterator[None]:
+        """The side stream, on the feed's device."""
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            yield
+
+    def record(self) -> Fence:
+        """An event recorded on the side stream."""
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    def wait(self, event: Fence) -> None:
+        """The current stream waits for ``event`` (not the host)."""
+        torch.cuda.current_stream(self.device).wait_event(event)  # type: ignore[arg-type]
+
+    def hand_over(self, t: torch.Tensor) -> None:
+        """``record_stream`` on the current stream: its memory is not reused before that stream is done with it."""
+        t.record_stream(torch.cuda.current_stream(self.device))
+
+    def pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` itself when page-locked (a ring slot), else a page-locked copy."""
+        # a copy from pageable memory would wait for the side stream's earlier work; torch's own
+        # page-locked copy is tracked by its caching host allocator
+        return t if t.is_pinned() else t.pin_memory()
+
+
+def streams_for(device: torch.device) -> Streams:
+    """CUDA's streams for a CUDA device, else work done when issued."""
+    return CudaStreams(device) if device.type == "cuda" else Streams()
+
+
+class DeviceFeed:
+    """The loader's batches on ``device``, ``ahead`` batches copied and prepared ahead (see the module docstring).
+
+    A batch ``(images, labels[, params][, metadata][, keys])`` comes out as ``(images, labels[,
+    metadata][, keys])``: images uint8 ``[B, 3, H, W]`` normalised with ``mean``/``std`` (or, with
+    ``params`` and ``augment``, through ``augment_batch``) as ``dtype``, channels-last; images a
+    ``transform`` made floating are moved and cast as they are. Labels and the metadata's numbers
+    go to the device too; nothing handed over shares memory with the loader's.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        dtype: torch.dtype,
+        mean: Sequence[float],
+        std: Sequence[float],
+        params: bool = False,
+        augment: AugmentConfig | None = None,
+        ahead: int = 2,
+        streams: Streams | None = None,
+    ) -> None:
+        self.device, self.dtype, self.mean, self.std = device, dtype, list(mean), list(std)
+        self.params, self.augment, self.ahead = params, augment, max(1, ahead)
+        self.streams = streams if streams is not None else streams_for(device)
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        src = iter(batches)
+        ready: deque[tuple[Any, Fence]] = deque()  # issued: (the batch on the device, its ready event)
+        held: deque[tuple[Any, Fence]] = deque()  # (a CPU batch, the event after its copy): held until done
+        s = self.streams
+        ended = False
+        try:
+            while True:
+                while not ended and len(ready) <= self.ahead:  # this batch and ``ahead`` more issued
+                    try:
+                        batch = next(src)
+                    except StopIteration:
+                        ended = True
+                        break
+                    out, copied, done = self._issue(batch)
+                    held.append((batch, copied))
+                    ready.append((out, done))
+                if not ready:
+                    return
+                out, done = ready.popleft()
+                s.wait(done)
+                for t in _tensors(out):
+                    s.hand_over(t)
+                while held and held[0][1].query():
+                    held.popleft()
+                yield out
+        finally:
+            for _, copied in held:  # a slot must not be written while a copy out of it may still run
+                copied.synchronize()
+
+    def _issue(self, batch: Any) -> tuple[Any, Fence, Fence]:
+        """Issue ``batch``'s copy and preparation in the side stream: (the batch on the device, the
+        event after the copies, the event after the preparation)."""
+        s, dev = self.streams, self.device
+        k = 3 if self.params else 2
+        images, labels = batch[0], batch[1]
+        params = batch[2] if self.params else None
+        rest = batch[k:]
+        nb = s.asynchronous
+        with s.side():
+            x = s.pinned(images).to(dev, non_blocking=nb)
+            y = s.pinned(labels).to(dev, non_blocking=nb, copy=True)
+            p = None if params is None else s.pinned(params).to(dev, non_blocking=nb, copy=True)
+            moved = tuple(_moved(v, s, dev) for v in rest)
+            copied = s.record()
+            x = self.prepare(x, p)
+            if x.data_ptr() == images.data_ptr():  # the same memory (a float batch on the CPU): copy
+                x = x.clone(memory_format=torch.channels_last if x.dim() == 4 else torch.preserve_format)
+            done = s.record()
+        return (x, y, *moved), copied, done
+
+    def prepare(self, x: torch.Tensor, params: torch.Tensor | None) -> torch.Tensor:
+        """A batch on the device, ready to train on: augmented (params) and normalised, as ``dtype``, channels-last."""
+        if params is not None and self.augment is not None:
+            x = augment_batch(x, params, config=self.augment, mean=self.mean, std=self.std)
+        elif x.dtype == torch.uint8:
+            x = normalize(x.float(), self.mean, self.std)
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
+def _moved(v: Any, s: Streams, dev: torch.device) -> Any:
+    """A batch's metadata dict (its tensors moved) or keys (as they are)."""
+    if isinstance(v, dict):
+        return {
+            k: s.pinned(t).to(dev, non_blocking=s.asynchronous, copy=True) if isinstance(t, torch.Tensor) else t
+            for k, t in v.items()
+        }
+    return v
+
+
+def _tensors(out: tuple) -> Iterator[torch.Tensor]:
+    for v in out:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, dict):
+            yield from (t for t in v.values() if isinstance(t, torch.Tensor))
+
+
+def to_device(
+    images: torch.Tensor,
+    device: torch.device | str | int,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    *,
+    non_blocking: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Move a uint8 batch to ``device`` and return it as float there, normalised when mean/std are given.
+
+    Args:
+        images: A uint8 batch ``[B, 3, H, W]`` as the loader yields it.
+        device: Where to move it (``"cuda"``, ``torch.device("cuda", 1)``, a device index).
+        mean: Per-channel means in 0-1 units (``loader.mean``); None with ``std``: no normalisation.
+        std: Per-channel standard deviations in 0-1 units (``loader.std``).
+        non_blocking: Copy asynchronously (from pinned memory).
+        dtype: The floating dtype returned: float32, or bfloat16/float16 for AMP (normalised in
+            float32 first, then cast).
+
+    Returns:
+        The batch on ``device`` as ``dtype``: values 0-255, or normalised with ``mean``/``std``.
+
+    Raises:
+        OptionError: ``dtype`` is not a floating dtype.
+    """
+    if not dtype.is_floating_point:
+        raise OptionError(f"to_device: dtype={dtype}: expected a floating dtype (torch.float32, bfloat16, float16)")
+    x = images.to(device, non_blocking=non_blocking).float()
+    if mean is not None and std is not None:
+        x = normalize(x, mean, std)
+    return x if dtype == torch.float32 else x.to(dtype)
+
+
+# --- what BatchRing.pin needs on CUDA --------------------------------------------------------------
+def cuda_register(storage: torch.UntypedStorage) -> None:
+    """Page-lock ``storage`` (shared memory) with ``cudaHostRegister``, undone when it is freed; a
+    warning (copies from it then synchronous) where the driver refuses."""
+    ptr, size = storage.data_ptr(), storage.nbytes()
+    rc = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 1))  # 1: cudaHostRegisterPortable, as torch's own
+    if rc != 0:
+        log.warning(
+            "cudaHostRegister of a %d-byte batch slot failed (cudaError %d): its copies are not asynchronous", size, rc
+        )
+        return
+    weakref.finalize(storage, _unregister, ptr, os.getpid()).atexit = False  # not after the CUDA context is gone
+
+
+def _unregister(ptr: int, pid: int) -> None:
+    if os.getpid() == pid:  # not in a forked worker, which inherits the finalizer but not the registration
+        torch.cuda.cudart().cudaHostUnregister(ptr)
+
+
+def cuda_fence(slot: int) -> Fence:
+    """An event recorded on the current stream: work queued so far (a copy from a slot) is done when it is."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
