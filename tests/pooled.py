@@ -3,7 +3,9 @@
 A process with threads (a pytest-xdist worker runs its tests beside execnet's) gets a spawned pool,
 without the shared memory forked workers use (runner._start_method); a fresh process with one
 thread forks its pool, as the command does. ``run(spec)`` starts ``python tests/pooled.py SPEC`` and
-returns what it printed: the start method and each size's counts, or the error's class and message.
+returns what it printed: the start method, each size's counts and the byte paths its batches took, or
+the error's class and message. ``spec["runs"]``: several conversions one after the other in that
+process (each with its own pool), one such answer each.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(spec: dict) -> dict:
-    """Convert ``spec["manifest"]`` in a fresh process (see ``main`` for the keys)."""
+    """Convert ``spec["manifest"]`` (or each of ``spec["runs"]``) in a fresh process (see ``main`` for the keys)."""
     p = subprocess.run(
         [sys.executable, __file__, json.dumps(spec)],
         capture_output=True,
@@ -39,7 +41,9 @@ def _configure(how: str | None) -> None:
         pipeline.shared_bytes = lambda workers: 0
     elif how == "small_slots":
         for mod in (fragment, write, schedule):
-            mod.SLOT_BYTES = 6 * 1024  # one 32 px sample fits (4,608 bytes of pixels), two do not
+            # a 32 px sample takes 7,168 bytes of tar (4 headers, .cls, .i32, .json, .npy), with its 48 px
+            # pixels and the 32 px spill 13,824: two fit at 32 px, one at 48,32, larger batches do not
+            mod.SLOT_BYTES = 16 * 1024
     elif how == "two_slots":
         schedule.window = lambda workers: 1
     elif how == "spawn":
@@ -80,15 +84,28 @@ def _fail(where: str | None) -> None:
         spill.SpillWriter.__init__ = on_third(spill.SpillWriter.__init__)
 
 
-def main() -> None:
-    """SPEC: manifest, out, version, size, workers (None: the default), options (convert's other
-    keywords), how (a byte path: no_shared, small_slots, two_slots, spawn) and fail (a place for ENOSPC)."""
-    spec = json.loads(sys.argv[1])
-    _configure(spec.get("how"))
-    _fail(spec.get("fail"))
+def _count_paths() -> dict[str, int]:
+    """Batches placed from a slot of shared memory ("slot") and batches whose bytes came back with their
+    result or were made here ("pipe"), counted as the converter's process takes them."""
+    from wds_tools.convert.shard import ShardAssembler
+
+    paths = {"slot": 0, "pipe": 0}
+    for name, path in (("place", "slot"), ("append", "pipe")):
+        real = getattr(ShardAssembler, name)
+
+        def counted(self, *a, _real=real, _path=path, **kw):
+            paths[_path] += 1
+            return _real(self, *a, **kw)
+
+        setattr(ShardAssembler, name, counted)
+    return paths
+
+
+def _convert(spec: dict, paths: dict[str, int]) -> dict:
     from wds_tools.convert import convert, runner
     from wds_tools.errors import WdsToolsError
 
+    paths.update(slot=0, pipe=0)
     method = runner._start_method()
     try:
         res = convert(
@@ -101,11 +118,24 @@ def main() -> None:
             **spec.get("options", {}),
         )
     except WdsToolsError as e:
-        print(json.dumps({"method": method, "error": type(e).__name__, "message": str(e)}))
-        return
+        return {"method": method, "error": type(e).__name__, "message": str(e)}
     keys = ("failed", "samples_written", "reused", "decoded", "decodes", "out_dir")
     results = [{k: getattr(r, k) for k in keys} for r in getattr(res, "results", [res])]
-    print(json.dumps({"method": method, "results": results}))
+    return {"method": method, "results": results, "paths": dict(paths)}
+
+
+def main() -> None:
+    """SPEC: manifest, out, version, size, workers (None: the default), options (convert's other
+    keywords), how (a byte path: no_shared, small_slots, two_slots, spawn) and fail (a place for ENOSPC);
+    or how, fail and runs, a list of (manifest, out, version, size, workers, options), converted in turn."""
+    spec = json.loads(sys.argv[1])
+    _configure(spec.get("how"))
+    _fail(spec.get("fail"))
+    paths = _count_paths()
+    if "runs" in spec:
+        print(json.dumps({"runs": [_convert(one, paths) for one in spec["runs"]]}))
+    else:
+        print(json.dumps(_convert(spec, paths)))
 
 
 if __name__ == "__main__":

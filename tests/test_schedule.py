@@ -1,6 +1,7 @@
 """Decoding in batches across the workers, placed in plan order and written by the workers: the same bytes
 as one process."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,7 @@ CONFIGS = {
     "two-slots": (2, "two_slots"),  # every slot reused as soon as its bytes are written
     "spawned-pool": (2, "spawn"),
 }
+MODES = ("single", "incremental", "multi")
 
 
 @pytest.fixture(scope="module")
@@ -85,26 +87,26 @@ def matrix(tmp_path_factory):
     """A corpus with a scan failure and a decode failure, and its one-process conversions: one size, two
     sizes, and a version 2 (added, relabeled and changed rows) on the one-size version 1."""
     root = tmp_path_factory.mktemp("matrix")
-    rows = make_images(root / "c", 56)
-    rows, more = rows[:50], rows[50:]
+    rows = make_images(root / "c", 36)
+    rows, more = rows[:30], rows[30:]
     rows[3]["path"] = "img/missing.jpg"
     (root / "c" / rows[20]["path"]).write_bytes(b"\xff\xd8\xff\xe0 not a JPEG after its first bytes")
     v1 = write_manifest(root / "c" / "v1.csv", rows)
     v2_rows = rows[4:] + more
     v2_rows[10] = {**v2_rows[10], "label": "b" if v2_rows[10]["label"] != "b" else "a"}  # relabeled
-    (root / "c" / "img" / "changed.jpg").write_bytes((root / "c" / rows[30]["path"]).read_bytes())
-    v2_rows[30 - 4] = {**v2_rows[30 - 4], "path": "img/changed.jpg"}
+    (root / "c" / "img" / "changed.jpg").write_bytes((root / "c" / rows[25]["path"]).read_bytes())
+    v2_rows[25 - 4] = {**v2_rows[25 - 4], "path": "img/changed.jpg"}
     v2 = write_manifest(root / "c" / "v2.csv", v2_rows)
     run = {"single": (v1, "v1", 32), "multi": (v1, "v1", "48,32"), "incremental": (v2, "v2", 32)}
     counts = {}
     for mode, (manifest, version, size) in run.items():
         ref = root / "ref" / mode
-        if mode == "incremental":
+        if mode == "incremental":  # on version 1 at 32 px, the single mode's conversion
             for out in (ref, root / "bases"):
-                convert(v1, version="v1", size=32, out=out, **_COMMON, workers=1)
+                shutil.copytree(root / "ref" / "single" / "v1", out / "v1")
         res = convert(manifest, version=version, size=size, out=ref, **_COMMON, workers=1)
         counts[mode] = [(r.failed, r.samples_written) for r in getattr(res, "results", [res])]
-    assert counts["single"] == [(2, 48)]  # a scan and a decode failure
+    assert counts["single"] == [(2, 28)]  # a scan and a decode failure
     return root, run, counts
 
 
@@ -117,49 +119,42 @@ def _folders(out, version, size):
     return {side: _files(out / version / str(side)) for side in sides}
 
 
-def _check(matrix, tmp_path, config, mode):
-    """Convert in a fresh process (pooled.py: its pool forks, as the command's does, with the shared
-    memory; under pytest-xdist this process has threads and would spawn one) and compare."""
-    import shutil
-
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_path, config):
+    """Every shard, samples.npz, index.json and sidecar equals the one-process run's, byte for byte, for
+    one size, two sizes at once (the spill's bytes ride in the fragments) and an incremental version:
+    with the default workers, with 2 and 3, down each path a fragment can take, and with a spawned pool.
+    The three conversions run one after the other in a fresh process (pooled.py: its pool forks, as the
+    command's does, with the shared memory; under pytest-xdist this process has threads and would spawn
+    one), each with its own pool."""
     import pooled
 
     root, run, counts = matrix
-    manifest, version, size = run[mode]
     workers, how = CONFIGS[config]
-    out = tmp_path / "out"
-    if mode == "incremental":
-        shutil.copytree(root / "bases" / "v1", out / "v1")  # the base, as a one-process run wrote it
-    got = pooled.run(
-        dict(
-            manifest=str(manifest), out=str(out), version=version, size=size, workers=workers, how=how, options=_OPTIONS
-        )
-    )
-    assert got["method"] == ("spawn" if how == "spawn" else "fork")
-    results = got["results"]
-    assert [(r["failed"], r["samples_written"]) for r in results] == counts[mode]
-    if mode == "incremental":
-        assert results[0]["reused"] > 0 and results[0]["decoded"] > 0  # copied from the base and decoded
-    if mode == "multi":
-        assert results[1]["decodes"] == 0  # the 32 px pixels came from the 48 px run's spill
-    assert _folders(out, version, size) == _folders(root / "ref" / mode, version, size)
-    assert not [p.name for p in (out / version).rglob("*") if ".partial-" in p.name]
-
-
-FORKED = [c for c in CONFIGS if c != "spawned-pool"]
-
-
-@pytest.mark.parametrize("mode", ["single", "incremental"])
-@pytest.mark.parametrize("config", FORKED)
-def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_path, config, mode):
-    """Every shard, samples.npz, index.json and sidecar equals the one-process run's, byte for byte:
-    with the default workers, with 2 and 3, and down each path a fragment can take."""
-    _check(matrix, tmp_path, config, mode)
-
-
-@pytest.mark.parametrize(
-    "config, mode", [(c, "multi") for c in FORKED] + [("spawned-pool", m) for m in ("single", "multi", "incremental")]
-)
-def test_multi_size_and_spawned_pools_write_one_process_bytes(matrix, tmp_path, config, mode):
-    """The same for two sizes at once (the spill's bytes ride in the fragments), and for a spawned pool."""
-    _check(matrix, tmp_path, config, mode)
+    runs = []
+    for mode in MODES:
+        manifest, version, size = run[mode]
+        out = tmp_path / mode
+        if mode == "incremental":
+            shutil.copytree(root / "bases" / "v1", out / "v1")  # the base, as a one-process run wrote it
+        runs.append(dict(manifest=str(manifest), out=str(out), version=version, size=size, workers=workers))
+        runs[-1]["options"] = _OPTIONS
+    got = pooled.run(dict(how=how, runs=runs))["runs"]
+    for mode, one in zip(MODES, got):
+        _, version, size = run[mode]
+        assert one["method"] == ("spawn" if how == "spawn" else "fork"), (mode, one)
+        results, paths = one["results"], one["paths"]
+        assert [(r["failed"], r["samples_written"]) for r in results] == counts[mode], mode
+        if mode == "incremental":
+            assert results[0]["reused"] > 0 and results[0]["decoded"] > 0  # copied from the base and decoded
+        if mode == "multi":
+            assert results[1]["decodes"] == 0  # the 32 px pixels came from the 48 px run's spill
+        # the byte path each batch took: a slot of shared memory, or back with its result
+        if how in ("no_shared", "spawn"):
+            assert paths["slot"] == 0 and paths["pipe"] > 0, (mode, paths)
+        elif how == "small_slots":
+            assert paths["slot"] > 0 and paths["pipe"] > 0, (mode, paths)
+        elif workers is not None:
+            assert paths["slot"] > 0 and paths["pipe"] == 0, (mode, paths)
+        assert _folders(tmp_path / mode, version, size) == _folders(root / "ref" / mode, version, size), mode
+        assert not [p.name for p in (tmp_path / mode / version).rglob("*") if ".partial-" in p.name], mode

@@ -104,22 +104,34 @@ def test_a_real_full_disk(corpus, tmp_path, small_tmpfs):
     assert _files(dest) == _files(Path(_run(corpus, tmp_path / "ref").out_dir))
 
 
+@pytest.fixture(scope="module")
+def pool_case(tmp_path_factory):
+    """20 JPEGs at two sizes, 4 samples a shard (4 or more train shards: the failures meet train-000002 on
+    its way), and the one-process conversion's files of each size."""
+    from conftest import make_images, write_manifest
+
+    root = tmp_path_factory.mktemp("pool")
+    manifest = write_manifest(root / "c" / "manifest.csv", make_images(root / "c", 20))
+    ref = convert(manifest, out=root / "ref", workers=1, version="v1", size="48,32", shard_size=4, progress=False)
+    assert all(len(list(Path(r.out_dir).glob("train-*.tar"))) >= 4 for r in ref.results)
+    return manifest, [_files(Path(r.out_dir)) for r in ref.results]
+
+
 @pytest.mark.parametrize("where", ["tar end", "worker write", "seal", "next shard's files"])
-def test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes(corpus, tmp_path, where):
+def test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes(pool_case, tmp_path, where):
     """A full disk wherever the pool's writing meets it (the converter ending a shard, a worker writing a
     batch, a worker sealing a shard, the next shard's files), with two sizes (spill files too): one
     line, no partial file left anywhere, and a rerun resumes to the one-process bytes. Each run is a
     fresh process whose pool forks (tests/pooled.py), so the workers carry the failure."""
     import pooled
 
-    spec = dict(manifest=str(corpus), out=str(tmp_path / "out"), version="v1", size="48,32", workers=2)
+    manifest, want = pool_case
+    spec = dict(manifest=str(manifest), out=str(tmp_path / "out"), version="v1", size="48,32", workers=2)
     spec["options"] = dict(shard_size=4)
     got = pooled.run({**spec, "fail": where})
     assert got["method"] == "fork" and got["error"] == "DiskFullError", got
     assert got["message"].startswith("No space left on device writing") and "\n" not in got["message"]
     _no_partials(tmp_path / "out")
     res = pooled.run(spec)["results"]
-    ref = convert(corpus, out=tmp_path / "ref", workers=1, version="v1", size="48,32", shard_size=4, progress=False)
-    for r, want in zip(res, ref.results):
-        assert _files(Path(r["out_dir"])) == _files(Path(want.out_dir))
+    assert [_files(Path(r["out_dir"])) for r in res] == want
     _no_partials(tmp_path / "out")
