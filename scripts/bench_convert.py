@@ -261,17 +261,7 @@ def subset_manifest(data: Path, count: int) -> Path:
 
 def bench_few(manifest: Path, size: int, cores: int, repeats: int) -> dict[int, dict[str, float]]:
     """The few photos at the default shard size, workers 1 and ``cores``, alternating; medians."""
-    runs: dict[int, list[dict]] = {1: [], cores: []}
-    for r in range(repeats):
-        for w in (1, cores) if r % 2 == 0 else (cores, 1):
-            m = run_convert(manifest, size, w, None)
-            runs[w].append(m)
-            print(
-                f"  repeat {r + 1}/{repeats} workers={w}: {m['seconds']:.2f} s, call {m['call']:.1f} img/s, "
-                f"{m['shards']} shards, other processes {m['others']:.2f} cores",
-                flush=True,
-            )
-    return {w: {k: statistics.median(m[k] for m in ms) for k in ms[0]} for w, ms in runs.items()}
+    return bench_scaling(manifest, size, sorted({1, cores}), repeats)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
