@@ -3,8 +3,8 @@
 A process with threads (a pytest-xdist worker runs its tests beside execnet's) gets a spawned pool,
 without the shared memory forked workers use (runner._start_method); a fresh process with one
 thread forks its pool, as the command does. ``run(spec)`` starts ``python tests/pooled.py SPEC`` and
-returns what it printed: the start method, each size's counts and the byte paths its batches took, or
-the error's class and message. ``spec["runs"]``: several conversions one after the other in that
+returns what it printed: the start method, each size's counts, the byte paths its batches took and
+what its progress bars were told, or the error's class and message. ``spec["runs"]``: several conversions one after the other in that
 process (each with its own pool), one such answer each.
 """
 
@@ -101,11 +101,41 @@ def _count_paths() -> dict[str, int]:
     return paths
 
 
-def _convert(spec: dict, paths: dict[str, int]) -> dict:
+def _watch_progress() -> list[dict]:
+    """What the progress bar was told, per size: its total (the pending shards' samples), the samples it
+    was advanced by, and whether a shard was done before the bar had counted it and the shards done before."""
+    from wds_tools.convert import pipeline
+
+    seen: list[dict] = []
+    real = pipeline.write_shards
+
+    def watched(tasks, runner, on_done, on_samples):
+        bar = {"total": sum(len(t.samples) for t in tasks), "counted": 0, "past_total": False, "done_early": False}
+        finished = [0]
+        seen.append(bar)
+
+        def samples(n):
+            bar["counted"] += n
+            bar["past_total"] |= bar["counted"] > bar["total"]
+            on_samples(n)
+
+        def done(task, meta):
+            finished[0] += len(task.samples)
+            bar["done_early"] |= bar["counted"] < finished[0]
+            on_done(task, meta)
+
+        return real(tasks, runner, done, samples)
+
+    pipeline.write_shards = watched
+    return seen
+
+
+def _convert(spec: dict, paths: dict[str, int], bars: list[dict]) -> dict:
     from wds_tools.convert import convert, runner
     from wds_tools.errors import WdsToolsError
 
     paths.update(slot=0, pipe=0)
+    bars.clear()
     method = runner._start_method()
     try:
         res = convert(
@@ -121,7 +151,7 @@ def _convert(spec: dict, paths: dict[str, int]) -> dict:
         return {"method": method, "error": type(e).__name__, "message": str(e)}
     keys = ("failed", "samples_written", "reused", "decoded", "decodes", "out_dir")
     results = [{k: getattr(r, k) for k in keys} for r in getattr(res, "results", [res])]
-    return {"method": method, "results": results, "paths": dict(paths)}
+    return {"method": method, "results": results, "paths": dict(paths), "progress": list(bars)}
 
 
 def main() -> None:
@@ -131,11 +161,11 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     _configure(spec.get("how"))
     _fail(spec.get("fail"))
-    paths = _count_paths()
+    paths, bars = _count_paths(), _watch_progress()
     if "runs" in spec:
-        print(json.dumps({"runs": [_convert(one, paths) for one in spec["runs"]]}))
+        print(json.dumps({"runs": [_convert(one, paths, bars) for one in spec["runs"]]}))
     else:
-        print(json.dumps(_convert(spec, paths)))
+        print(json.dumps(_convert(spec, paths, bars)))
 
 
 if __name__ == "__main__":

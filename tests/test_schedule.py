@@ -156,5 +156,9 @@ def test_every_worker_count_and_byte_path_writes_one_process_bytes(matrix, tmp_p
             assert paths["slot"] > 0 and paths["pipe"] > 0, (mode, paths)
         elif workers is not None:
             assert paths["slot"] > 0 and paths["pipe"] == 0, (mode, paths)
+        # the progress bar (one per size) reaches its total, never passes it, and counts a shard before it is done
+        assert len(one["progress"]) == len(results), (mode, one["progress"])
+        for bar in one["progress"]:
+            assert bar["counted"] == bar["total"] > 0 and not bar["past_total"] and not bar["done_early"], (mode, bar)
         assert _folders(tmp_path / mode, version, size) == _folders(root / "ref" / mode, version, size), mode
         assert not [p.name for p in (tmp_path / mode / version).rglob("*") if ".partial-" in p.name], mode
