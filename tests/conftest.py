@@ -141,6 +141,31 @@ def write_isic(root: Path, patients: list[int], *, seed: int = 1) -> Path:
     return path
 
 
+def once_per_run(tmp_path_factory, name: str, make):
+    """``make(folder)``'s result, computed once per test run: under pytest-xdist the first worker to ask makes it
+    (in a folder of the run's shared base temp) and pickles it; the others wait for that pickle and read it.
+
+    For a module fixture whose tests land on several workers (a LONG_FIRST test starts on one worker, the rest of
+    its module runs on the other) and that costs seconds of CPU per copy. The value must be picklable.
+    """
+    import fcntl
+    import pickle
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # every worker's base temp is a folder of this one
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here while the first makes it
+        done = shared / f"{name}.pickle"
+        if not done.exists():
+            folder = shared / f"{name}-made"
+            folder.mkdir()
+            data = pickle.dumps(make(folder))
+            (shared / f"{name}.pickle.tmp").write_bytes(data)
+            os.replace(shared / f"{name}.pickle.tmp", done)
+        return pickle.loads(done.read_bytes())
+
+
 @pytest.fixture
 def interrupt_writes(monkeypatch):
     """interrupt_writes(n): in-process conversions write n shards, then get a KeyboardInterrupt

@@ -103,7 +103,18 @@ def train_and_evaluate(folder: Path, *, random_labels: bool, epochs: int = 8, **
     return correct / total, total
 
 
-def test_a_small_cnn_learns_digits_through_the_loader(digits, capsys):
+@pytest.fixture
+def one_torch_thread():
+    """The three trainings on one intra-op thread: on the 2-core VM, beside the other pytest-xdist worker, torch's
+    default (a thread per core) spent 43 s of CPU (40 s wall) on what one thread does in 18 s (load 2.4-5); the
+    loader, the model and every check are the same."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_small_cnn_learns_digits_through_the_loader(digits, capsys, one_torch_thread):
     """The loader's defaults (num_workers 0 here, so the one worker's ~1,400 samples refill the
     default 1,000-sample shuffle buffer), and a small shuffle buffer that refills on every sample."""
     real, n = train_and_evaluate(digits, random_labels=False, num_workers=0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import convert_images
+from conftest import convert_images, once_per_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import Epoch, Expect, check_epoch, read_stored
@@ -131,8 +131,25 @@ STREAM = dict(num_workers=1, reader="stream", shuffle_buffer=0)
 def runs(folder, tmp_path_factory) -> dict:
     """Every run of the tests below, in five spawns (each costs a torch import per rank): per world
     1 and 2, the uninterrupted runs and runs stopped after a random batch, then their resumptions;
-    the elastic runs stopped on 2 (3) ranks and resumed on 3 (2), beside 3 (2) ranks' own epochs."""
-    tmp = tmp_path_factory.mktemp("runs")
+    the elastic runs stopped on 2 (3) ranks and resumed on 3 (2), beside 3 (2) ranks' own epochs.
+
+    Made once per test run (conftest.once_per_run: 28 s of CPU on each pytest-xdist worker otherwise), with the
+    digest of the shards it read: each worker's ``folder`` must be those bytes."""
+    made = once_per_run(tmp_path_factory, "test_resume-runs", lambda tmp: _make_runs(folder, tmp))
+    assert made.pop("shards") == _shards_digest(folder), "the runs were made from other shards than this folder's"
+    return made
+
+
+def _shards_digest(folder: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for tar in sorted(folder.glob("*.tar")):
+        h.update(tar.name.encode() + tar.read_bytes())
+    return h.hexdigest()
+
+
+def _make_runs(folder: Path, tmp: Path) -> dict:
     rng = random.Random(23)
     stops = {w: [rng.randrange(1, (SHARDS * PER_SHARD // w) // B) for _ in CONFIGS] for w in (1, 2)}
 
@@ -182,6 +199,7 @@ def runs(folder, tmp_path_factory) -> dict:
         tmp,
     )
     out["stops"] = stops
+    out["shards"] = _shards_digest(folder)
     return out
 
 
