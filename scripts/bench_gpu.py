@@ -11,8 +11,11 @@ GPU) and the training process's CPU per batch (``time.process_time()``: every th
   step in the training stream;
 - make_loader defaults + to_device: what a user gets without ``device=``;
 - make_loader(device=...): copied and normalised on a side stream, two batches ahead;
+- both with ``persistent_workers=True`` (8,000 images make 31 batches of 256 per epoch: the defaults start
+  their workers again each epoch);
 - device_augment + augment_batch in the training stream, and device_augment with ``device=``;
-- torchvision ImageFolder + RandomResizedCrop + RandomHorizontalFlip + DataLoader on the same JPEGs.
+- torchvision ImageFolder + RandomResizedCrop + RandomHorizontalFlip + DataLoader on the same JPEGs
+  (channels-last on the device, as every other feed).
 
 Then the loaders alone (no model: samples/s and the training process's CPU per batch) with
 ``pin_memory`` off and on, and with ``device=``. Every figure is printed, and appended to
@@ -174,8 +177,9 @@ def train_rate(
     seconds: float,
     warmup: int = 5,
     every: int = 5,
-) -> tuple[float, float]:
-    """(images/s, ms of this process's CPU per step) of SGD steps on ``feed``'s batches."""
+) -> tuple[float, float, bool]:
+    """(images/s, ms of this process's CPU per step, whether the first batch was channels-last) of SGD
+    steps on ``feed``'s batches."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
 
@@ -186,7 +190,11 @@ def train_rate(
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
+    x, y = next(feed)
+    channels_last = x.is_contiguous(memory_format=torch.channels_last)
+    step(x, y)
+    del x, y
+    for _ in range(warmup - 1):
         step(*next(feed))
     sync(dev)
     t0, cpu0, n = time.perf_counter(), time.process_time(), 0
@@ -198,7 +206,7 @@ def train_rate(
             if time.perf_counter() - t0 >= seconds:
                 break
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return n * B / wall, cpu / n * 1e3
+    return n * B / wall, cpu / n * 1e3, channels_last
 
 
 def epochs(loader: Any) -> Iterator[Any]:
@@ -219,8 +227,9 @@ def feeds(shards: Path, jpegs: Path, dev: torch.device, B: int, dtype: torch.dty
     cfg = AugmentConfig()
 
     def moved(batches: Iterator[Any]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for b in batches:
-            yield to_device(b[0], dev, mean, std, dtype=dtype), b[1].to(dev, non_blocking=True)
+        for b in batches:  # channels-last as the model (ImageFolder's batches are contiguous NCHW)
+            x = to_device(b[0], dev, mean, std, dtype=dtype).contiguous(memory_format=torch.channels_last)
+            yield x, b[1].to(dev, non_blocking=True)
 
     def ceiling() -> Iterator[Any]:
         x, y = next(moved(iter(probe)))
@@ -247,6 +256,13 @@ def feeds(shards: Path, jpegs: Path, dev: torch.device, B: int, dtype: torch.dty
 
     def device_path() -> Iterator[Any]:
         return epochs(make_loader(shards, batch_size=B, train=True, device=dev, dtype=dtype))
+
+    def defaults_persistent() -> Iterator[Any]:
+        return moved(epochs(make_loader(shards, batch_size=B, train=True, persistent_workers=True)))
+
+    def device_persistent() -> Iterator[Any]:
+        loader = make_loader(shards, batch_size=B, train=True, device=dev, dtype=dtype, persistent_workers=True)
+        return epochs(loader)
 
     def device_augment_manual() -> Iterator[Any]:
         for images, labels, params in epochs(make_loader(shards, batch_size=B, train=True, device_augment=True)):
@@ -282,6 +298,8 @@ def feeds(shards: Path, jpegs: Path, dev: torch.device, B: int, dtype: torch.dty
         "make_loader(device=...)": device_path,
         "make_loader(device_augment=True) + augment_batch": device_augment_manual,
         "make_loader(device_augment=True, device=...)": device_augment_feed,
+        "make_loader(persistent_workers=True) + to_device": defaults_persistent,
+        "make_loader(device=..., persistent_workers=True)": device_persistent,
     }
     try:
         import torchvision  # noqa: F401
@@ -332,7 +350,7 @@ def run(args: argparse.Namespace, shards: Path) -> None:
         ceiling = None
         for feed in chosen:
             try:
-                rate, cpu = train_rate(model, table[feed](), dev, B, args.seconds, warmup=args.warmup)
+                rate, cpu, channels_last = train_rate(model, table[feed](), dev, B, args.seconds, warmup=args.warmup)
             except Exception as e:  # one feed failing (a missing extra, out of memory) does not end the run
                 report.line(f"| {feed} | failed: {type(e).__name__}: {e} | | |", model=name, feed=feed, error=str(e))
                 continue
@@ -345,6 +363,7 @@ def run(args: argparse.Namespace, shards: Path) -> None:
                 images_per_s=rate,
                 ratio=rate / ceiling,
                 cpu_ms=cpu,
+                channels_last=channels_last,
             )
         report.line("")
         del model
@@ -359,6 +378,9 @@ def run(args: argparse.Namespace, shards: Path) -> None:
             shards, batch_size=B, train=True, persistent_workers=True
         ),
         "make_loader(device=...)": lambda: make_loader(shards, batch_size=B, train=True, device=dev, dtype=dtype),
+        "make_loader(device=..., persistent_workers=True)": lambda: make_loader(
+            shards, batch_size=B, train=True, device=dev, dtype=dtype, persistent_workers=True
+        ),
         "make_loader(device_augment=True, device=...)": lambda: make_loader(
             shards, batch_size=B, train=True, device_augment=True, device=dev, dtype=dtype
         ),

@@ -29,7 +29,7 @@ the command that finished there. Trials:
 Prints a table of trials and outcomes; exits 1 if any trial failed.
 
     .venv/bin/python scripts/torture.py                      # 600 images, 12 shards, >= 20 kills, 10 pairs
-    .venv/bin/python scripts/torture.py --images 120 --kills 4 --pairs 2 --quick
+    .venv/bin/python scripts/torture.py --images 120 --kills 4 --pairs 2 --signals 2 --incremental 1
 """
 
 from __future__ import annotations

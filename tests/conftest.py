@@ -312,6 +312,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     },
     "test_buffers.py": {
         "test_a_failed_batch_gives_its_slot_back": 0.8,  # in the fast run
+        "test_a_worker_waiting_for_a_slot_finds_its_main_process_under_every_start_method": 4.3,  # spawn's torch import
     },
     "test_cli.py": {
         "test_python_dash_m_entry_point": 1.0,  # in the fast run
@@ -473,9 +474,15 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_ray_executor_is_byte_identical_to_local": 15.3,
         "test_ray_executor_multi_size_is_byte_identical_to_local": 11.1,
         "test_signal_to_the_main_pid_alone_ends_convert_with_the_resume_line": 1.8,
+        "test_a_signal_during_the_pools_forks_waits_for_them_and_workers_take_theirs": 1.4,  # load 5-7
     },
     "test_schedule.py": {
         "test_fewer_shards_than_workers_gives_the_bytes_of_one_worker": 1.5,  # in the fast run
+        # three conversions in a fresh process per case: 3.3 s CPU (spawned pool), 0.9-1.4 s the others; load 5-7
+        "test_every_worker_count_and_byte_path_writes_one_process_bytes": 7.2,
+    },
+    "test_space.py": {
+        "test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes": 4.1,  # 0.8-1.2 s CPU; load 5-7
     },
     "test_spill.py": {
         "test_a_size_already_converted_is_kept_and_the_other_made": 0.63,  # s CPU in the fast run
@@ -525,9 +532,31 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
 }
 
 
+# The longest tests of the full suite (seconds of wall in one run of ``make test`` on the 2-core VM at load 8-10,
+# pytest --durations), run first: pytest-xdist hands tests out in collection order, and one of these started
+# last would hold the whole suite's end behind it while the other workers sit idle.
+LONG_FIRST: dict[tuple[str, str], float] = {
+    ("test_newcomer.py", "test_fresh_venv_install_and_quick_start"): 317,
+    ("test_loader_oracle.py", "test_ranks_against_the_reference"): 203,
+    ("test_packaging.py", "test_the_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start"): 85,
+    ("test_resume.py", "test_resume_is_exact_in_a_fresh_process"): 84,
+    ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
+    ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
+    ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
+    ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests SLOW_TESTS lists as ``slow``."""
+    """Mark the tests SLOW_TESTS lists as ``slow``; put the LONG_FIRST ones first, longest first (a stable
+    sort: every other test keeps its place)."""
     for item in items:
         name = getattr(item, "originalname", None) or item.name.split("[")[0]
         if name in SLOW_TESTS.get(item.path.name, {}):
             item.add_marker(pytest.mark.slow)
+
+    def first(item) -> float:
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        return -LONG_FIRST.get((item.path.name, name), 0.0)
+
+    items.sort(key=first)

@@ -540,3 +540,40 @@ def _counting(real, made: list):
         return real(*a, **k)
 
     return call
+
+
+def test_augment_batch_and_normalize_ignore_an_enclosing_autocast():
+    """Under a training loop's torch.autocast (bfloat16 here, on the CPU) the crop's placement and the
+    luma are still computed in float32: the result equals the one without autocast (it was off by up to
+    79 grey levels), and the caller's autocast is as it was afterwards."""
+    from training_adapter.augment import normalize
+
+    cfg = AugmentConfig(affine_p=1.0, saturation=0.3)
+    x = torch.randint(0, 256, (8, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    keys = [f"k{i}" for i in range(8)]
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+    want = augment_batch(x, keys, config=cfg, seed=1, epoch=2)
+    want_norm = augment_batch(x, keys, config=cfg, seed=1, epoch=2, mean=mean, std=std)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = augment_batch(x, keys, config=cfg, seed=1, epoch=2)
+        got_norm = augment_batch(x, keys, config=cfg, seed=1, epoch=2, mean=mean, std=std)
+        plain = normalize(x.float(), mean, std)
+        still = torch.is_autocast_enabled("cpu")
+    assert still and got.dtype == got_norm.dtype == plain.dtype == torch.float32
+    assert torch.equal(got, want) and torch.equal(got_norm, want_norm)
+    assert torch.equal(plain, normalize(x.float(), mean, std))
+
+
+def test_constants_kept_are_never_let_go_of(monkeypatch):
+    """Past the number kept (many different mean/std values), new constants are made per call; those
+    kept stay the same tensors (one let go of could have its memory handed to another stream's tensor
+    while a kernel queued earlier still reads it)."""
+    import training_adapter.augment as aug
+
+    monkeypatch.setattr(aug, "_CONSTS", {})
+    cpu = torch.device("cpu")
+    kept = [aug._const([float(i)], torch.float32, cpu) for i in range(3)]
+    extra = [aug._const([10.0 + i], torch.float32, cpu) for i in range(300)]
+    assert all(aug._const([float(i)], torch.float32, cpu) is t for i, t in enumerate(kept))
+    assert len(aug._CONSTS) <= 300 and extra[-1].item() == 309.0
+    assert aug._const([309.0], torch.float32, cpu) is not extra[-1]  # past the limit: made per call

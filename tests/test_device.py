@@ -5,11 +5,15 @@ each batch must equal ``to_device`` of the plain loader's batch (and under ``dev
 ``augment_batch`` of it), sample by sample, with and without worker processes, persistent or not.
 ``FakeStreams`` checks the feed's stream discipline: the consumer waits for each batch's event before
 it gets it, every tensor handed across is handed over, and a CPU batch is held until the event after
-its copy completed. The tests marked ``cuda`` run on a GPU machine only (``scripts/gpu_check.sh``).
+its copy completed. ``FakeCuda`` records what the page-locking code calls of torch.cuda (devices,
+contexts, cudaHostRegister, events) on a machine without CUDA. The tests marked ``cuda`` run on a
+GPU machine only (``scripts/gpu_check.sh``): among them, the feed's copies held back by a long
+kernel on its side stream while the slots turn over, against the oracle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from pathlib import Path
 
@@ -106,6 +110,31 @@ def test_device_batches_equal_each_plain_batch_moved_by_hand(folder, opts, dtype
                 assert a == b
 
 
+@pytest.mark.parametrize(
+    "opts",
+    [
+        pytest.param(dict(num_workers=0, augment={"affine_p": 1.0}), id="cpu-augment-w0"),
+        pytest.param(dict(num_workers=2, augment={"affine_p": 1.0}), id="cpu-augment-w2-processes"),
+        pytest.param(dict(num_workers=0, device_augment=True), id="device-augment-w0"),
+        pytest.param(dict(num_workers=2, device_augment=True, processes=True), id="device-augment-w2-processes"),
+    ],
+)
+def test_device_batches_under_the_callers_autocast_equal_the_oracle(folder, opts, monkeypatch):
+    """A training loop wrapped whole in torch.autocast: the loader's next() (the feed's preparation,
+    augment_batch, and the workers forked in it) runs under it, and must still give the oracle's pixels."""
+    opts = dict(opts)
+    if opts.pop("processes", False):
+        monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)
+    plain = [tuple(x.clone() for x in b) for b in make_loader(folder, batch_size=B, train=True, seed=4, **opts)]
+    loader = make_loader(folder, batch_size=B, device="cpu", train=True, seed=4, **opts)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = list(loader)
+        still = torch.is_autocast_enabled("cpu")
+    assert still and len(got) == len(plain) > 2
+    for p, m in zip(plain, got):
+        assert m[0].dtype == torch.float32 and torch.equal(m[0], expected(p, loader, torch.float32))
+
+
 def test_device_batches_share_no_memory_with_the_loader_and_never_change(folder):
     """Every batch kept to the end: the values seen when it was yielded, none in the ring's slots."""
     loader = make_loader(folder, batch_size=B, train=True, num_workers=2, device="cpu")
@@ -198,20 +227,22 @@ def test_an_abandoned_feed_waits_for_the_copies_still_running():
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persistent, monkeypatch):
-    """pin_memory as where CUDA is (fake events that check the slot is untouched until they complete):
+    """pin_memory=True as where CUDA is (fake events that check the slot is untouched until they complete):
     every batch is its slot, page-locked once, no batch copied, no slot written under a pending fence;
     a batch the caller keeps never changes."""
     from test_loader import stored
 
     ref = stored(folder, "train")
     fences = Fences(None, delay=3)  # type: ignore[arg-type]
+    made: list[weakref.ref] = []
 
     def fence(slot):
-        fences.ring = loader.ring
+        fences.ring = made[-1]().ring
         return fences(slot)
 
     monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
-    monkeypatch.setattr("training_adapter.loader.cuda_register", fences.register)
+    monkeypatch.setattr("training_adapter.loader._cuda_present", lambda: True)  # as where CUDA is
+    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
     monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
     loader = make_loader(
         folder,
@@ -222,8 +253,10 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         persistent_workers=persistent,
         return_keys=True,
         prefetch_factor=1,
+        pin_memory=True,
     )
-    loader.pin_memory = True  # as make_loader sets it where CUDA is
+    made.append(weakref.ref(loader))  # not the loader itself: its ring holds this fence, and a cycle would keep its
+    assert loader.pin_memory  # persistent workers until the interpreter's exit (12 s more)
     kept = None
     for epoch in range(3):
         for n, (images, labels, keys) in enumerate(loader):
@@ -244,9 +277,10 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         assert np.array_equal(im.permute(1, 2, 0).numpy(), ref[k])
 
 
-def test_resume_through_the_device_path(folder):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_resume_through_the_device_path(folder, device):
     """state_dict after 3 device batches, then a new loader: exactly the rest of the uninterrupted epoch."""
-    opts = dict(batch_size=B, train=True, num_workers=2, device="cpu", device_augment=True, seed=3)
+    opts = dict(batch_size=B, train=True, num_workers=2, device=device, device_augment=True, seed=3)
     whole = [b[0] for b in make_loader(folder, **opts)]
     first = make_loader(folder, **opts)
     it = iter(first)
@@ -291,26 +325,249 @@ def test_a_config_sets_device_and_dtype(folder, tmp_path):
     assert images.dtype == torch.float16 and images.is_floating_point() and labels.dtype == torch.int64
 
 
+# --- page-locking and devices on a fake CUDA (what the loader calls of torch.cuda, recorded) ---------------
+class FakeCuda:
+    """torch.cuda as the page-locking code sees it: ``count`` devices, those with a context, the current
+    one, ``cudaHostRegister``/``cudaHostUnregister`` (refusing the calls numbered in ``refuse``),
+    ``synchronize``, streams and events; each call recorded in ``calls`` with the device then current."""
+
+    def __init__(self, count: int = 4, current: int = 0, contexts=(0,), refuse=()) -> None:
+        self.count, self.current, self.contexts, self.refuse = count, current, set(contexts), set(refuse)
+        self.calls: list[tuple] = []
+        self.registers = 0
+        self.unregister_rc = 0
+        self.events: list[FakeCuda.Event] = []
+
+    def install(self, monkeypatch) -> FakeCuda:
+        for name, value in {
+            "is_available": lambda: True,
+            "device_count": lambda: self.count,
+            "current_device": lambda: self.current,
+            "device": self.device,
+            "cudart": lambda: self,
+            "synchronize": lambda d=None: self.calls.append(("synchronize", d)),
+            "current_stream": lambda d=None: ("stream", self.current if d is None else d),
+            "Event": lambda: self.Event(self),
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+        monkeypatch.setattr(torch._C, "_cuda_hasPrimaryContext", lambda d: d in self.contexts, raising=False)
+        monkeypatch.setattr("training_adapter.device._clear_cuda_error", lambda: self.calls.append(("clear",)))
+        return self
+
+    @contextlib.contextmanager
+    def device(self, d):
+        before, self.current = self.current, torch.device(d).index
+        self.contexts.add(self.current)  # a call in a device's context makes one
+        try:
+            yield
+        finally:
+            self.current = before
+
+    def cudaHostRegister(self, ptr, size, flags):
+        self.registers += 1
+        self.calls.append(("register", ptr, self.current))
+        return 712 if self.registers in self.refuse else 0
+
+    def cudaHostUnregister(self, ptr):
+        self.calls.append(("unregister", ptr, self.current))
+        return self.unregister_rc
+
+    def cudaError(self, rc):
+        return rc
+
+    def cudaGetErrorString(self, rc):
+        return "part or all of the requested memory range is already mapped"
+
+    class Event:
+        def __init__(self, owner) -> None:
+            self.owner, self.done, self.stream = owner, False, None
+            owner.events.append(self)
+
+        def record(self, stream) -> None:
+            self.stream = stream
+
+        def query(self) -> bool:
+            return self.done
+
+        def synchronize(self) -> None:
+            self.done = True
+
+
+def test_a_slot_is_page_locked_in_the_given_devices_context_and_a_refusal_is_cleared(monkeypatch):
+    from training_adapter.device import cuda_error, cuda_register
+
+    fake = FakeCuda(refuse={2}).install(monkeypatch)
+    taken, refused = torch.UntypedStorage._new_shared(4096), torch.UntypedStorage._new_shared(4096)
+    assert cuda_register(taken, torch.device("cuda", 3)) == 0
+    assert fake.calls == [("register", taken.data_ptr(), 3)] and fake.current == 0  # in cuda:3's context, not 0's
+    assert cuda_register(refused, torch.device("cuda", 3)) == 712
+    assert fake.calls[-1] == ("clear",)  # CUDA's last error taken, so no later kernel launch raises it
+    assert cuda_error(712) == "cudaError 712: part or all of the requested memory range is already mapped"
+    fake.calls.clear()
+    del refused  # freed at once (no cycle holds a storage): its finalizer, if any, runs now
+    assert fake.calls == []  # never page-locked: nothing to undo
+    del taken
+    assert fake.calls[-1][0] == "unregister"
+
+
+def test_a_slot_is_unregistered_once_every_device_with_a_context_is_done(monkeypatch, caplog):
+    """A copy out of a slot the caller let go of may still be queued on any device when the slot's memory
+    goes: each device with a context is synchronised before cudaHostUnregister; a failure is said and cleared."""
+    from training_adapter.device import cuda_register
+
+    fake = FakeCuda(count=4, contexts={0, 2}).install(monkeypatch)
+    storage = torch.UntypedStorage._new_shared(4096)
+    ptr = storage.data_ptr()
+    assert cuda_register(storage, torch.device("cuda", 1)) == 0
+    fake.calls.clear()
+    fake.unregister_rc = 1
+    del storage
+    assert fake.calls == [
+        ("synchronize", 0),
+        ("synchronize", 1),
+        ("synchronize", 2),
+        ("unregister", ptr, 1),
+        ("clear",),
+    ]
+    assert "cudaHostUnregister of a loader's batch slot failed (cudaError 1: " in caplog.text
+
+
+def test_the_fence_is_recorded_on_every_device_with_a_context(monkeypatch):
+    from training_adapter.device import cuda_fence
+
+    fake = FakeCuda(count=3, contexts={0, 2}).install(monkeypatch)
+    fence = cuda_fence(5)
+    assert [e.stream for e in fake.events] == [("stream", 0), ("stream", 2)]  # a copy on cuda:2 is waited for too
+    assert not fence.query()
+    fake.events[0].done = True
+    assert not fence.query()
+    fake.events[1].done = True
+    assert fence.query()
+
+
+def test_cuda_is_the_current_device_when_the_loader_is_made(folder, monkeypatch):
+    fake = FakeCuda(count=4, current=2).install(monkeypatch)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=0, device="cuda")
+    fake.current = 0  # a set_device after make_loader moves nothing
+    assert loader.device == torch.device("cuda", 2)
+    assert make_loader(folder, batch_size=B, train=True, num_workers=0, device="cuda:1").device == torch.device(
+        "cuda", 1
+    )
+    with pytest.raises(OptionError, match=r"device='cuda:7': this machine has 4 CUDA device\(s\), cuda:0 to cuda:3"):
+        make_loader(folder, batch_size=B, train=True, device="cuda:7")
+
+
+def test_the_ring_is_page_locked_on_the_loaders_device_and_only_what_the_driver_took_is_lent(
+    folder, monkeypatch, caplog
+):
+    """device='cuda:3' with cuda:0 current: every slot registered in cuda:3's context (no context made on
+    cuda:0); the driver refuses one slot: it is said, not counted, and its batches are copied out."""
+    fake = FakeCuda(count=4, current=0, contexts=(), refuse={2}).install(monkeypatch)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, device="cuda:3")
+    ring = loader._ring()
+    ring._pinned_copies = False  # the CPU has no page-locked allocator: plain copies stand in
+    registers = [c for c in fake.calls if c[0] == "register"]
+    assert len(registers) == len(ring) and {c[2] for c in registers} == {3} and fake.contexts == {3}
+    assert ring.registered == len(ring) - 1
+    assert (
+        f"cudaHostRegister refused 1 of the loader's {len(ring)} batch slots (cudaError 712: part or all" in caplog.text
+    )
+    refused = ring.storages.index(next(s for s in ring.storages if s.data_ptr() == registers[1][1]))
+    shape = (B, S, S, 3)
+    refs = []
+    for value in range(len(ring)):  # a batch in each slot, as workers write them
+        got = ring.acquire(shape, gen=0, params=False)
+        assert got is not None
+        got[1].fill_(value)
+        ring.publish(got[0])
+        refs.append((got[0], value))
+    for ref, value in refs:  # every slot but the refused one is lent; that one is copied out
+        images = ring.take(ref)[0]
+        base = ring.buffers[ref.slot].data_ptr()
+        lent = base <= images.data_ptr() < base + ring.slot_bytes
+        assert lent == (ref.slot != refused) and (images == value).all()
+        del images
+        ring.reclaim()
+    assert ring.copies == 1
+    del loader, ring, refs, got  # the slots unregistered while the fake is in place
+    assert len([c for c in fake.calls if c[0] == "unregister"]) == len(registers) - 1
+
+
+def test_pin_memory_is_off_unless_asked_without_device(folder, monkeypatch):
+    """Where CUDA is, the default (None) leaves batches pageable as before issue 30: a slot is then written
+    again as soon as no tensor refers to it, and nothing the caller's copies do can read a rewritten slot."""
+    from test_buffers import Fences
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fences = Fences(None, delay=1)  # type: ignore[arg-type]
+    made: list[weakref.ref] = []
+
+    def fence(slot):
+        fences.ring = made[-1]().ring
+        return fences(slot)
+
+    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
+    monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
+    for pin, locked in ((None, False), (False, False), (True, True)):
+        loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=pin)
+        made.append(weakref.ref(loader))
+        n = sum(1 for _ in loader)
+        ring = loader.ring
+        assert ring is not None and n == len(loader)
+        assert loader.pin_memory is locked and (ring.registered == len(ring)) is locked
+        assert (fences.made >= n - 1) is locked
+        fences.made = 0
+
+
+def test_rocm_copies_batches_into_page_locked_memory_instead_of_registering(folder, monkeypatch):
+    fake = FakeCuda().install(monkeypatch)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=True, seed=5)
+    want = [b[0].clone() for b in make_loader(folder, batch_size=B, train=True, num_workers=0, seed=5)]
+    loader._ring()._pinned_copies = False  # the CPU has no page-locked allocator: plain copies stand in
+    got = [b[0].clone() for b in loader]
+    ring = loader.ring
+    assert ring is not None and not [c for c in fake.calls if c[0] == "register"] and ring.registered == 0
+    assert ring.copies == len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_a_ring_larger_than_the_shared_memory_free_is_refused(folder, monkeypatch):
+    monkeypatch.setattr("training_adapter.loader.shared_memory_free", lambda: 2**20)
+    loader = make_loader(folder, batch_size=B, train=True, num_workers=2, prefetch_factor=4)
+    monkeypatch.setattr(loader, "_slot_bytes", 2**20)  # 1 MB batches
+    with pytest.raises(
+        OptionError,
+        match=r"the loader's batch ring needs 13 MB of shared memory \(13 batches of 1.0 MB: prefetch_factor=4 x "
+        r"num_workers=2, and 5 this process may hold\), but /dev/shm has 1 MB free: lower prefetch_factor, "
+        r"num_workers or batch_size",
+    ):
+        next(iter(loader))
+
+
 # --- on a GPU machine -----------------------------------------------------------------------------------
 @cuda
+@pytest.mark.parametrize("side_stream", [False, True])
 @pytest.mark.parametrize("persistent", [False, True])
-def test_cuda_pinned_ring_copies_nothing_and_slots_wait_for_the_copies(folder, persistent):
-    """Each batch is its page-locked slot; copied with non_blocking=True behind a long kernel (so the
-    copy is still queued when the CPU batch is let go of) while the slots turn over, every copy
-    equals the plain batch."""
-    opts = dict(batch_size=B, train=True, num_workers=2, persistent_workers=persistent, seed=1)
+def test_cuda_pinned_ring_copies_nothing_and_slots_wait_for_the_copies(folder, persistent, side_stream):
+    """pin_memory=True: each batch is its page-locked slot; copied with non_blocking=True behind a long
+    kernel (so the copy is still queued when the CPU batch is let go of) while the slots turn over, on
+    the current stream or (the documented rule) on another one the current stream then waits for,
+    every copy equals the plain batch."""
+    opts = dict(batch_size=B, train=True, num_workers=2, persistent_workers=persistent, seed=1, prefetch_factor=1)
     want = [
         b[0].clone()
         for b in make_loader(folder, num_workers=0, **{k: v for k, v in opts.items() if k != "num_workers"})
     ]
     loader = make_loader(folder, pin_memory=True, **opts)
-    busy = torch.randn(2048, 2048, device="cuda")
+    other = torch.cuda.Stream()
     copies = []
     for images, _labels in loader:
         assert images.is_pinned()
-        for _ in range(20):
-            busy = busy @ busy / busy.norm()  # the copy below queues behind these
-        copies.append(images.to("cuda", non_blocking=True))
+        with torch.cuda.stream(other) if side_stream else contextlib.nullcontext():
+            torch.cuda._sleep(20_000_000)  # the copy below queues behind this
+            copies.append(images.to("cuda", non_blocking=True))
+        if side_stream:
+            torch.cuda.current_stream().wait_stream(other)  # before the next batch, as the guide says
         del images
     torch.cuda.synchronize()
     ring = loader.ring
@@ -357,17 +614,107 @@ def test_cuda_augment_batch_equals_the_cpu_result():
     assert (gpu.cpu() - cpu).abs().max() <= 1e-4
 
 
+@contextlib.contextmanager
+def _slow_side(real, self):
+    """The feed's side stream with a long kernel queued first: its copies run well after the host issued them."""
+    with real(self):
+        torch.cuda._sleep(30_000_000)
+        yield
+
+
+def _slowed(monkeypatch) -> None:
+    from training_adapter.device import CudaStreams
+
+    real = CudaStreams.side
+    monkeypatch.setattr(CudaStreams, "side", lambda self: _slow_side(real, self))
+
+
 @cuda
-def test_cuda_resume_through_the_device_path(folder):
-    opts = dict(batch_size=B, train=True, num_workers=2, device="cuda", device_augment=True, seed=3)
-    whole = [b[0] for b in make_loader(folder, **opts)]
-    first = make_loader(folder, **opts)
-    it = iter(first)
-    for _ in range(3):
-        next(it)
-    state = first.state_dict()
-    it.close()
-    rest = make_loader(folder, **opts)
-    rest.load_state_dict(state)
-    got = [b[0] for b in rest]
-    assert len(got) == len(whole) - 3 and all(torch.equal(a, b) for a, b in zip(got, whole[3:]))
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("device_augment", [False, True])
+def test_cuda_a_slow_side_stream_never_lets_a_slot_be_written_under_its_copy(
+    folder, device_augment, persistent, monkeypatch
+):
+    """The copies out of the ring's slots held back by a long kernel on the side stream, 2 workers with a
+    slot each ahead (prefetch_factor=1), two epochs: a slot freed before its copy ran would be rewritten by a
+    worker and the copy read the next batch. Every batch equals the oracle."""
+    _slowed(monkeypatch)
+    opts = dict(train=True, num_workers=2, prefetch_factor=1, persistent_workers=persistent)
+    opts.update(device_augment=device_augment, seed=6)
+    plain, moved, loader = plain_and_device(folder, device="cuda", epochs=2, **opts)
+    assert len(plain) == len(moved) == 2 * len(loader) and loader.ring is not None
+    assert loader.ring.registered == len(loader.ring) and loader.ring.copies == 0
+    for p, m in zip(plain, moved):
+        assert torch.equal(m[0], expected(p, loader, torch.float32, "cuda")) and torch.equal(m[1].cpu(), p[1])
+
+
+@cuda
+def test_cuda_an_epoch_broken_off_with_copies_in_flight_then_the_next(folder, monkeypatch):
+    _slowed(monkeypatch)
+    opts = dict(batch_size=B, train=True, num_workers=2, prefetch_factor=1, seed=7)
+    plain = make_loader(folder, **opts)
+    want = []
+    for e in range(2):
+        plain.set_epoch(e)
+        want.append([tuple(x.clone() for x in b) for b in plain])
+    loader = make_loader(folder, device="cuda", **opts)
+    loader.set_epoch(0)
+    first = []
+    for i, batch in enumerate(loader):  # two batches taken, two more being copied: broken off
+        first.append(batch)
+        if i == 1:
+            break
+    loader.set_epoch(1)
+    second = list(loader)
+    assert len(second) == len(want[1])
+    for got, exp in ((first, want[0][:2]), (second, want[1])):
+        for m, p in zip(got, exp):
+            assert torch.equal(m[0], expected(p, loader, torch.float32, "cuda")) and torch.equal(m[1].cpu(), p[1])
+
+
+@cuda
+def test_cuda_a_loop_under_autocast_gets_the_oracles_batches(folder):
+    opts = dict(batch_size=B, train=True, num_workers=2, device_augment=True, seed=8)
+    plain = [tuple(x.clone() for x in b) for b in make_loader(folder, **opts)]
+    loader = make_loader(folder, device="cuda", dtype=torch.bfloat16, **opts)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = list(loader)
+    assert len(got) == len(plain)
+    for p, m in zip(plain, got):
+        assert m[0].dtype == torch.bfloat16 and torch.equal(m[0], expected(p, loader, torch.bfloat16, "cuda"))
+
+
+@cuda
+def test_cuda_a_refused_registration_leaves_no_error_for_the_next_kernel():
+    """cudaHostRegister of memory registered already is refused; CUDA's last error it leaves must not
+    come out of the next, unrelated kernel launch."""
+    from training_adapter.device import cuda_register
+
+    storage = torch.UntypedStorage._new_shared(1 << 20)
+    here = torch.device("cuda", torch.cuda.current_device())
+    assert cuda_register(storage, here) == 0
+    assert cuda_register(storage, here) != 0  # cudaErrorHostMemoryAlreadyRegistered
+    x = torch.ones(4, device="cuda") * 2
+    torch.cuda.synchronize()
+    assert x.sum().item() == 8
+    del storage  # unregistered once, by the first registration's finalizer
+    torch.cuda.synchronize()
+
+
+@cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_a_loader_on_the_second_device_makes_no_context_on_the_first(folder):
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from training_adapter import make_loader\n"
+        f"loader = make_loader({str(folder)!r}, batch_size=4, train=True, num_workers=2, device='cuda:1')\n"
+        "images, labels = next(iter(loader))\n"
+        "assert images.device == torch.device('cuda', 1)\n"
+        "print(torch._C._cuda_hasPrimaryContext(0))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "False"

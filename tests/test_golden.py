@@ -146,9 +146,11 @@ def fixed_provenance(monkeypatch):
     monkeypatch.setattr(pipeline, "decoder_versions", lambda: dict(FIXED_VERSIONS))
 
 
-def convert_corpus(root: Path, version: str = "v1", *extra: str, corpus: int = FORMAT_VERSION) -> Path:
+def convert_corpus(
+    root: Path, version: str = "v1", *extra: str, corpus: int = FORMAT_VERSION, workers: str | None = "1"
+) -> Path:
     """Convert root's manifest (of format version ``corpus``'s corpus) as a user would, from root, with
-    a relative --source."""
+    a relative --source (``workers`` None: no --workers, the default)."""
     c = CORPORA[corpus]
     cwd = os.getcwd()
     os.chdir(root)
@@ -168,8 +170,7 @@ def convert_corpus(root: Path, version: str = "v1", *extra: str, corpus: int = F
                 "--shard-size",
                 "2",
                 "--sanitize-keys",
-                "--workers",
-                "1",
+                *(["--workers", workers] if workers is not None else []),
                 "--quiet",
                 *c.options,
                 *extra,
@@ -245,6 +246,15 @@ def test_the_writer_reproduces_the_golden_bytes(tmp_path, fixed_provenance):
             "changed. Readers of existing shards depend on them; if the change is meant, raise FORMAT_VERSION, "
             "document it in docs/FORMAT.md and write new golden files"
         )
+
+
+@pytest.mark.parametrize("workers", ["2", "3", None], ids=["workers-2", "workers-3", "default-workers"])
+def test_every_worker_count_reproduces_the_golden_bytes(tmp_path, fixed_provenance, workers):
+    """A pool (the default --workers is the usable cores) writes the golden bytes too: each batch placed
+    in plan order, written by a worker, each shard sealed by one."""
+    write_corpus(tmp_path / "a")
+    made = folder_files(convert_corpus(tmp_path / "a", workers=workers))
+    assert made == golden_files()
 
 
 def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path, fixed_provenance):

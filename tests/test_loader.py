@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -288,6 +289,48 @@ def test_one_ring_for_the_loaders_lifetime_and_abandoned_epochs_leave_no_slot_ta
     del kept
     sum(len(b[1]) for b in loader)
     ring.reclaim()  # the last batch, let go of after the iteration ended
+    assert ring.free_slots() == len(ring) and not ring._held
+
+
+class SlowWhile:
+    """A transform that takes ``delay`` seconds per sample while the file ``flag`` exists, else none."""
+
+    def __init__(self, flag: Path, delay: float) -> None:
+        self.flag, self.delay = flag, delay
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.flag.exists():
+            time.sleep(self.delay)
+        return x
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_batch_still_being_made_when_its_iteration_is_dropped_takes_no_slot_for_good(folder, tmp_path, persistent):
+    """The workers are in the middle of their next batches (a slow transform: the slot is claimed after it)
+    when the iteration is dropped: they finish them as the DataLoader shuts them down (or resets them),
+    and every slot is free once the next epoch has run (before: the late claims, published after the
+    ring freed the dropped iteration's slots, stayed taken for good, non-persistent workers)."""
+    flag = tmp_path / "slow"
+    loader = make_loader(
+        folder,
+        batch_size=2,
+        train=False,
+        split="train",
+        num_workers=2,
+        reader="stream",
+        persistent_workers=persistent,
+        transform=SlowWhile(flag, 0.1),
+    )
+    whole = sum(len(b[1]) for b in loader)
+    ring = loader.ring
+    assert ring is not None
+    flag.touch()
+    dropped = iter(loader)
+    next(dropped), next(dropped)  # the workers go on with the next batches, 0.2 s each
+    del dropped  # while they are in the transform, before they claim a slot
+    flag.unlink()
+    assert sum(len(b[1]) for b in loader) == whole
+    ring.reclaim()
     assert ring.free_slots() == len(ring) and not ring._held
 
 

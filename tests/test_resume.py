@@ -444,18 +444,9 @@ def test_a_resumed_streamed_evaluation_counts_exactly_what_it_skips(val31, monke
 
 
 # --- the planner --------------------------------------------------------------------------------------------
-def _rank_batches(
-    order: list[int], world: int, rank: int, batch_size: int, drop_last: bool, max_batches: int | None = None
-) -> list[list[int]]:
-    """The documented deal, restated: rank r takes every world-th row (equal counts), batches in order."""
-    mine = order[rank::world][: len(order) // world] if world > 1 else order
-    n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
-    n = n if max_batches is None else min(n, max_batches)
-    return [mine[j * batch_size : (j + 1) * batch_size] for j in range(n)]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
+# the planner's inputs, for training and evaluation alike
+PLANNED_SETTINGS = settings(max_examples=300, deadline=None)
+PLANNED_INPUTS = given(
     n=st.integers(1, 200),
     batch=st.integers(1, 9),
     world=st.integers(1, 4),
@@ -464,6 +455,30 @@ def _rank_batches(
     cap=st.one_of(st.none(), st.integers(1, 30)),
     stop=st.floats(0, 1),
 )
+
+
+def _rank_batches(
+    order: list[int],
+    world: int,
+    rank: int,
+    batch_size: int,
+    drop_last: bool,
+    max_batches: int | None = None,
+    *,
+    cover: bool = False,
+) -> list[list[int]]:
+    """The documented deal, restated: rank r takes every world-th row from r, batches in order; in training
+    equal counts (the rows past a multiple of world left out), in evaluation (``cover``) all of them."""
+    mine = order[rank::world]
+    if not cover and world > 1:
+        mine = mine[: len(order) // world]
+    n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
+    n = n if max_batches is None else min(n, max_batches)
+    return [mine[j * batch_size : (j + 1) * batch_size] for j in range(n)]
+
+
+@PLANNED_SETTINGS
+@PLANNED_INPUTS
 def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
     order = list(np.random.default_rng(n).permutation(n))
     span = epoch_span(n, world=world, batch_size=batch, drop_last=drop_last, max_batches=cap)
@@ -488,31 +503,15 @@ def test_planner_resume(n, batch, world, new, drop_last, cap, stop):
     assert rest.left_out(new, batch, drop_last) < new * (batch if drop_last else 1) + new
 
 
-def _cover_batches(order: list[int], world: int, rank: int, batch_size: int, drop_last: bool, cap=None):
-    """The documented evaluation deal, restated: rank r takes every world-th row from r, all of them."""
-    mine = order[rank::world]
-    n = len(mine) // batch_size if drop_last else -(-len(mine) // batch_size)
-    n = n if cap is None else min(n, cap)
-    return [mine[j * batch_size : (j + 1) * batch_size] for j in range(n)]
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    n=st.integers(1, 200),
-    batch=st.integers(1, 9),
-    world=st.integers(1, 4),
-    new=st.integers(1, 4),
-    drop_last=st.booleans(),
-    cap=st.one_of(st.none(), st.integers(1, 30)),
-    stop=st.floats(0, 1),
-)
+@PLANNED_SETTINGS
+@PLANNED_INPUTS
 def test_planner_resume_in_evaluation(n, batch, world, new, drop_last, cap, stop):
     """cover: ranks differ by a row; after k batches on every rank (or all it has) the rows read are the
     prefix [0, position); the rest dealt to the same ranks is exactly each rank's remaining batches, to
     other ranks every row of it once (drop_last: the short batches counted by left_out)."""
     order = list(np.random.default_rng(n).permutation(n))
     span = epoch_span(n, world=world, batch_size=batch, drop_last=drop_last, max_batches=cap, cover=True)
-    full = [_cover_batches(order, world, r, batch, drop_last, cap) for r in range(world)]
+    full = [_rank_batches(order, world, r, batch, drop_last, cap, cover=True) for r in range(world)]
     most = len(full[0])
     assert span.batches(world, batch, drop_last, True) >= most and all(len(f) <= most for f in full)
     planned = [i for f in full for b in f for i in b]
@@ -524,8 +523,13 @@ def test_planner_resume_in_evaluation(n, batch, world, new, drop_last, cap, stop
     assert set(done) <= set(order[:pos]) and set(planned) & set(order[:pos]) == set(done), "a prefix"
     rest = Span(pos, span.end)
     for r in range(world):  # the same ranks: exactly the batches each had left
-        assert _cover_batches(order[pos : span.end], world, r, batch, drop_last) == full[r][k:]
-    after = [i for r in range(new) for b in _cover_batches(order[pos : span.end], new, r, batch, drop_last) for i in b]
+        assert _rank_batches(order[pos : span.end], world, r, batch, drop_last, cover=True) == full[r][k:]
+    after = [
+        i
+        for r in range(new)
+        for b in _rank_batches(order[pos : span.end], new, r, batch, drop_last, cover=True)
+        for i in b
+    ]
     assert len(set(done + after)) == len(done) + len(after), "no row twice"
     assert span.end - pos - len(after) == rest.left_out(new, batch, drop_last, True)
     assert drop_last or len(after) == span.end - pos, "without drop_last every remaining row"

@@ -44,9 +44,9 @@ def test_disk_full_is_one_line_and_a_rerun_resumes(corpus, tmp_path, monkeypatch
     opened = []
     real_init, real_write = ShardWriter.__init__, ShardWriter._write
 
-    def init(self, path):
+    def init(self, path, **kw):
         opened.append(path)
-        real_init(self, path)
+        real_init(self, path, **kw)
 
     def write(self, data):
         if len(opened) >= 3 and self.offset > 2000:
@@ -102,3 +102,36 @@ def test_a_real_full_disk(corpus, tmp_path, small_tmpfs):
     res = _run(corpus, small_tmpfs)
     assert res.shards_resumed >= len(kept) and verify(dest).ok
     assert _files(dest) == _files(Path(_run(corpus, tmp_path / "ref").out_dir))
+
+
+@pytest.fixture(scope="module")
+def pool_case(tmp_path_factory):
+    """20 JPEGs at two sizes, 4 samples a shard (4 or more train shards: the failures meet train-000002 on
+    its way), and the one-process conversion's files of each size."""
+    from conftest import make_images, write_manifest
+
+    root = tmp_path_factory.mktemp("pool")
+    manifest = write_manifest(root / "c" / "manifest.csv", make_images(root / "c", 20))
+    ref = convert(manifest, out=root / "ref", workers=1, version="v1", size="48,32", shard_size=4, progress=False)
+    assert all(len(list(Path(r.out_dir).glob("train-*.tar"))) >= 4 for r in ref.results)
+    return manifest, [_files(Path(r.out_dir)) for r in ref.results]
+
+
+@pytest.mark.parametrize("where", ["tar end", "worker write", "seal", "next shard's files"])
+def test_disk_full_in_the_pool_leaves_no_partial_file_and_resumes(pool_case, tmp_path, where):
+    """A full disk wherever the pool's writing meets it (the converter ending a shard, a worker writing a
+    batch, a worker sealing a shard, the next shard's files), with two sizes (spill files too): one
+    line, no partial file left anywhere, and a rerun resumes to the one-process bytes. Each run is a
+    fresh process whose pool forks (tests/pooled.py), so the workers carry the failure."""
+    import pooled
+
+    manifest, want = pool_case
+    spec = dict(manifest=str(manifest), out=str(tmp_path / "out"), version="v1", size="48,32", workers=2)
+    spec["options"] = dict(shard_size=4)
+    got = pooled.run({**spec, "fail": where})
+    assert got["method"] == "fork" and got["error"] == "DiskFullError", got
+    assert got["message"].startswith("No space left on device writing") and "\n" not in got["message"]
+    _no_partials(tmp_path / "out")
+    res = pooled.run(spec)["results"]
+    assert [_files(Path(r["out_dir"])) for r in res] == want
+    _no_partials(tmp_path / "out")

@@ -5,9 +5,11 @@ import tarfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wds_tools.format.npy import npy_header
-from wds_tools.format.tarwrite import ShardWriter, partial_path
+from wds_tools.format.tarwrite import SIZE_MAX, ShardWriter, member_header, partial_path
 
 
 def test_writer_offsets_ustar_and_atomic_rename(tmp_path):
@@ -53,10 +55,133 @@ def test_a_block_that_ends_without_close_finishes_the_shard(tmp_path):
     path = str(tmp_path / "s.tar")
     with ShardWriter(path) as w:
         w.add("a.cls", b"1")
-    assert w._f.closed and os.listdir(tmp_path) == ["s.tar"]  # no .partial left, no handle open
+    assert w.closed and os.listdir(tmp_path) == ["s.tar"]  # no .partial left, no handle open
     with tarfile.open(path) as tf:
         assert [(m.name, tf.extractfile(m).read()) for m in tf] == [("a.cls", b"1")]
     with ShardWriter(path) as w:  # close() inside the block: __exit__ leaves the finished shard alone
         w.add("b.cls", b"2")
         w.close()
     assert os.listdir(tmp_path) == ["s.tar"]
+
+
+# ------------------------------------------------------------------ the header template against stock tarfile
+
+KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"  # format.names' key characters
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
+    """The reference: a member header as stock ``tarfile`` writes it for the converter's members."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="ascii", errors="strict")
+
+
+SIZES = [0, 1, 4, 127, 511, 512, 513, 1023, 1024, 1025, 128 + 224 * 224 * 3, 128 + 8192 * 8192 * 3, 2**32, SIZE_MAX]
+NAMES = [
+    "a.cls",  # a key of 1 character
+    "A" * 95 + ".json",  # a key of 95 characters: the 100-byte name field full, no NUL after it
+    "z" * 95 + ".npy",
+    "_-09Zz.i32",  # the alphabet's edges
+    "-" + "_" * 94 + ".cls",
+    KEY_ALPHABET[:95] + ".i32",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("size", SIZES)
+def test_member_header_is_tarfiles_bytes(name, size):
+    assert len(name) <= 100
+    assert member_header(name, size) == member_header(name.encode(), size) == _tarfile_header(name, size)
+
+
+@given(
+    key=st.text(alphabet=KEY_ALPHABET, min_size=1, max_size=95),
+    ext=st.sampled_from(["cls", "i32", "json", "npy"]),
+    size=st.integers(min_value=0, max_value=SIZE_MAX),
+)
+@settings(max_examples=300, deadline=None)
+def test_member_header_matches_tarfile_for_any_key_and_size(key, ext, size):
+    name = f"{key}.{ext}"[:100]
+    assert member_header(name, size) == _tarfile_header(name, size)
+
+
+def test_member_header_refuses_what_ustar_cannot_hold():
+    # ustar's size field holds 11 octal digits: tarfile refuses a larger member too (no PAX/GNU records here)
+    with pytest.raises(ValueError, match="overflow"):
+        _tarfile_header("a.npy", SIZE_MAX + 1)
+    with pytest.raises(ValueError, match=r"'a.npy' of 8589934592 bytes: a ustar member holds 0 to 8589934591 bytes"):
+        member_header("a.npy", SIZE_MAX + 1)
+    with pytest.raises(ValueError, match="0 to 8589934591 bytes"):
+        member_header("a.npy", -1)
+    with pytest.raises(ValueError, match="1 to 100 ASCII bytes"):
+        member_header("k" * 96 + ".json", 1)  # 101 bytes: tarfile would move part of it to the prefix field
+    with pytest.raises(ValueError, match="1 to 100 ASCII bytes"):
+        member_header(b"", 1)
+    with pytest.raises(ValueError, match="1 to 100 ASCII bytes"):
+        member_header(b"a\0.cls", 1)
+    with pytest.raises(ValueError):  # UnicodeEncodeError: not ASCII
+        member_header("é.cls", 1)
+
+
+def test_shard_writer_writes_what_tarfile_writes(tmp_path):
+    """A whole archive, end blocks and record padding included, against stock tarfile's."""
+    members = [
+        ("a.cls", b"7"),
+        ("a.i32", b"\x07\x00\x00\x00"),
+        ("a.json", b"{}" * 300),
+        ("b" * 95 + ".npy", bytes(1025)),
+    ]
+    ours = str(tmp_path / "ours.tar")
+    with ShardWriter(ours) as w:
+        for name, data in members:
+            w.add(name, data)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o644, 0, 0
+            info.uname = info.gname = ""
+            tf.addfile(info, io.BytesIO(data))
+    assert open(ours, "rb").read() == buf.getvalue()
+
+
+def test_reserve_end_and_seal(tmp_path):
+    """Members left to another writer (``reserve`` + ``write_at``), then ``end`` and ``seal`` in any order of
+    writes: the bytes and sha256 of a shard written in one go."""
+    from wds_tools.format.tarwrite import seal, write_at
+
+    one = ShardWriter(str(tmp_path / "one.tar"))
+    a, b = one.add("a.cls", b"1"), one.add("b.cls", b"22")
+    nbytes, sha = one.close()
+    frag_a = (tmp_path / "one.tar").read_bytes()[: a[0] + 512]
+    frag_b = (tmp_path / "one.tar").read_bytes()[a[0] + 512 : b[0] + 512]
+    two = ShardWriter(str(tmp_path / "two.tar"), digest=False)
+    at_a, at_b = two.reserve(len(frag_a)), two.reserve(len(frag_b))
+    assert two.end() == nbytes  # the end blocks go first: the reserved ranges are written after
+    fd = os.open(two.tmp, os.O_WRONLY)
+    write_at(fd, frag_b, at_b)
+    write_at(fd, frag_a, at_a)
+    os.close(fd)
+    assert seal(two.tmp, two.path, nbytes) == sha
+    assert (tmp_path / "two.tar").read_bytes() == (tmp_path / "one.tar").read_bytes()
+    assert not os.path.exists(two.tmp)
+    with pytest.raises(ValueError, match="not whole 512-byte blocks"):
+        ShardWriter(str(tmp_path / "x.tar"), digest=False).reserve(100)
+    with pytest.raises(ValueError, match="cannot leave bytes to others"):
+        ShardWriter(str(tmp_path / "y.tar")).reserve(512)
+
+
+def test_seal_refuses_a_file_of_another_length(tmp_path):
+    from wds_tools.format.tarwrite import seal
+
+    w = ShardWriter(str(tmp_path / "s.tar"), digest=False)
+    w.add("a.cls", b"1")
+    n = w.end()
+    with pytest.raises(OSError, match=rf"is {n} bytes, {n + 512} were written"):
+        seal(w.tmp, w.path, n + 512)
+    assert not os.path.exists(w.path)  # not renamed into place

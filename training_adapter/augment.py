@@ -20,6 +20,7 @@ Two ways to apply them:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -290,18 +291,23 @@ def _resize_into(chw: torch.Tensor, out_hwc: torch.Tensor) -> None:
 
 
 _CONSTS: dict[tuple[Any, ...], torch.Tensor] = {}
+CONSTS_KEPT = 256
+"""The constants kept per process (a handful per device and dtype: mean, std, luma weights, quarter turns)."""
 
 
 def _const(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A small constant tensor on ``device``, made once per process: one made from a Python list on
     a CUDA device is a synchronous copy, which makes the host wait for everything queued on the
-    stream (the whole previous training step) before it can queue more."""
+    stream (the whole previous training step) before it can queue more. A constant kept is never
+    let go of (kernels queued on another stream may still read it: freed, the caching allocator
+    could hand its memory to that stream's next tensor); past ``CONSTS_KEPT`` (many different
+    mean/std values) new ones are made per call instead of kept."""
     key = (tuple(float(v) for v in values), dtype, device)
     t = _CONSTS.get(key)
     if t is None:
-        if len(_CONSTS) > 256:  # many different mean/std values: start again rather than grow
-            _CONSTS.clear()
-        t = _CONSTS[key] = torch.tensor(key[0], dtype=dtype).to(device)
+        t = torch.tensor(key[0], dtype=dtype, device="cpu").to(device)
+        if len(_CONSTS) < CONSTS_KEPT:
+            _CONSTS[key] = t
     return t
 
 
@@ -424,7 +430,8 @@ def augment_batch(
     """Apply each sample's transform to a uint8 [B, 3, S, S] batch in one pass on its device.
 
     The same transforms as the loader's CPU path (within interpolation error), in one
-    ``affine_grid`` + ``grid_sample`` pass and the colour jitter.
+    ``affine_grid`` + ``grid_sample`` pass and the colour jitter, in float32 with autocast off
+    (the same pixels inside a caller's ``torch.autocast``).
 
     Args:
         images: A uint8 batch ``[B, 3, S, S]``, on any device.
@@ -453,23 +460,35 @@ def augment_batch(
         params = batch_params(cfg, seed=seed, epoch=epoch, keys=list(keys_or_params), src_size=S)
     else:
         params = keys_or_params
-    p = torch.as_tensor(params, dtype=torch.float32)
-    if p.device != images.device:  # from page-locked memory: a copy from pageable memory waits for the stream
-        p = (p.pin_memory() if images.is_cuda and not p.is_pinned() else p).to(images.device, non_blocking=True)
-    if p.shape != (B, len(PARAM_NAMES)):
-        raise OptionError(f"augment_batch: expected params [{B}, {len(PARAM_NAMES)}], got {list(p.shape)}")
-    out = cfg.size or S
-    x = images.float()
-    grid = F.affine_grid(_theta(p, S), [B, 3, out, out], align_corners=False)
-    x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    x = _jitter_float(x, p).clamp_(0, 255)
-    if mean is not None and std is not None:
-        x = normalize(x, mean, std, scale=255.0)
-    return x
+    with no_autocast(images.device):  # float32 throughout, whatever autocast the caller runs under
+        p = torch.as_tensor(params, dtype=torch.float32)
+        if p.device != images.device:  # from page-locked memory: a copy from pageable memory waits for the stream
+            p = (p.pin_memory() if images.is_cuda and not p.is_pinned() else p).to(images.device, non_blocking=True)
+        if p.shape != (B, len(PARAM_NAMES)):
+            raise OptionError(f"augment_batch: expected params [{B}, {len(PARAM_NAMES)}], got {list(p.shape)}")
+        out = cfg.size or S
+        x = images.float()
+        grid = F.affine_grid(_theta(p, S), [B, 3, out, out], align_corners=False)
+        x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        x = _jitter_float(x, p).clamp_(0, 255)
+        if mean is not None and std is not None:
+            x = normalize(x, mean, std, scale=255.0)
+        return x
 
 
 def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], *, scale: float = 255.0) -> torch.Tensor:
     """(x / scale - mean) / std per channel, for float [B, 3, H, W]; mean/std in 0-1 units."""
-    m = _const(mean, x.dtype, x.device).view(1, 3, 1, 1) * scale
-    s = _const(std, x.dtype, x.device).view(1, 3, 1, 1) * scale
-    return (x - m) / s
+    with no_autocast(x.device):
+        m = _const(mean, x.dtype, x.device).view(1, 3, 1, 1) * scale
+        s = _const(std, x.dtype, x.device).view(1, 3, 1, 1) * scale
+        return (x - m) / s
+
+
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Autocast off for ``device`` while the pixels are computed: under a caller's ``torch.autocast``
+    the matrix products that place each sample's crop and its luma would run in bfloat16/float16
+    (pixels off by tens of grey levels); the caller's autocast is as it was afterwards."""
+    try:
+        return torch.autocast(device.type, enabled=False)
+    except RuntimeError:  # a device type autocast does not know: nothing to turn off
+        return contextlib.nullcontext()

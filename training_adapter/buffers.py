@@ -10,12 +10,13 @@ accelerator, for a ``Fence`` (a CUDA event) that says a copy out of a slot has c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,16 +34,35 @@ PARAMS = 14  # columns of a params row (augment.PARAM_NAMES), stored after the l
 ALIGN = 64
 
 
-def _unreferenced(arrays: list[np.ndarray], i: int) -> bool:
-    """True when ``arrays[i]`` is referenced by that list alone: no tensor made from it is alive
-    (``torch.from_numpy`` keeps a reference to the array for as long as its memory is in use)."""
-    return sys.getrefcount(arrays[i]) == 2  # the list and getrefcount's own argument
+def alone_count() -> int:
+    """``sys.getrefcount`` of an array that one list alone refers to, as this interpreter counts it
+    (2 on CPython 3.11-3.13: the list and the call's argument; an interpreter that borrows the
+    argument's reference, or counts otherwise, says another number)."""
+    probe = [np.empty(0, np.uint8)]
+    return sys.getrefcount(probe[0])
+
+
+def _unreferenced(arrays: list[np.ndarray], i: int, alone: int) -> bool:
+    """True when ``arrays[i]`` is referenced by that list alone (``alone``: ``alone_count()``
+    measured when the list was made): no tensor made from it is alive (``torch.from_numpy`` keeps
+    a reference to the array for as long as its memory is in use)."""
+    return sys.getrefcount(arrays[i]) <= alone
 
 
 def shared(shape: tuple[int, ...]) -> torch.Tensor:
     """A fresh uint8 tensor of ``shape`` in shared memory (worker processes hand batches over in it)."""
     storage = torch.UntypedStorage._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)  # type: ignore[call-overload]
+    return torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage, 0, shape)  # type: ignore[call-overload]
+
+
+def shared_memory_free(path: str = "/dev/shm") -> int | None:
+    """Bytes free for shared memory (``path``, where POSIX shared memory lives on Linux); None where
+    there is no such folder (macOS, Windows)."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _up(n: int) -> int:
@@ -83,12 +103,13 @@ class BufferPool:
     def __init__(self, limit: int = 4) -> None:
         self.limit = limit
         self._bufs: list[np.ndarray] = []
+        self._alone = alone_count()
 
     def get(self, shape: tuple[int, ...]) -> torch.Tensor:
         """A uint8 tensor of ``shape``: a free buffer of its size reused, else a new one."""
         nbytes = math.prod(shape)
         for i in range(len(self._bufs)):
-            if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i):
+            if self._bufs[i].size == nbytes and _unreferenced(self._bufs, i, self._alone):
                 return torch.from_numpy(self._bufs[i]).view(shape)
         arr = np.empty(nbytes, np.uint8)
         if len(self._bufs) < self.limit:
@@ -127,13 +148,18 @@ class BatchRing:
 
     Each claim carries its iteration's generation: the batches of an iteration that ended (an
     abandoned epoch: non-persistent workers shut down, or persistent ones reset) that no one will
-    receive are freed (``end``, ``reclaim``). A worker that finds no slot free for ``WAIT``
-    seconds (batches of an abandoned iteration still held) hands its batch over in fresh shared
-    memory instead, and says so in ``waited``.
+    receive are freed (``end``, ``reclaim``), and a worker of one claims no slot any more (it may
+    still be making a batch as its DataLoader shuts it down). A worker that finds no slot free for
+    ``WAIT`` seconds (batches of an abandoned iteration still held) hands its batch over in fresh
+    shared memory instead, and says so in ``waited``; while it waits it looks every ``ALIVE_EVERY``
+    seconds whether the main process is still there. The lock is waited for ``LOCK_WAIT`` seconds
+    at most: a worker killed while holding it would otherwise stop every other one for good.
     """
 
     WAIT = 2.0
-    ENDED = 32
+    ALIVE_EVERY = 1.0
+    LOCK_WAIT = 30.0
+    ENDED = 1024  # ended generations the workers know of: a worker of an older one could claim again
     LEND = 3  # slots lent: the batch a caller holds while it asks for the next, and two more
     SPARE = 2  # slots let go of, waiting on their fence
 
@@ -145,29 +171,33 @@ class BatchRing:
         ctx = context if context is not None and hasattr(context, "Lock") else mp.get_context(context)
         self.slot_bytes, self.lend, self.spare = slot_bytes, lend, spare
         self.storages = [torch.UntypedStorage._new_shared(slot_bytes) for _ in range(slots)]
-        self.buffers = [torch.empty(0, dtype=torch.uint8).set_(s) for s in self.storages]
+        self.buffers = [torch.empty(0, dtype=torch.uint8, device="cpu").set_(s) for s in self.storages]
         # [slot] -> (status, generation, pid of the worker that claimed it)
-        self.state = torch.zeros((slots, 3), dtype=torch.int64).share_memory_()
+        self.state = torch.zeros((slots, 3), dtype=torch.int64, device="cpu").share_memory_()
         self.lock = ctx.Lock()
         self.gen = ctx.Value("q", 0, lock=False)  # the generation persistent workers read per iteration
         self.waited = ctx.Value("q", 0, lock=False)  # batches handed over outside the ring (no slot free)
         # the generations that ended (the last ENDED of them, and every one below ``below``): a worker of
-        # one waiting for a slot gives up, its batch is for no one
-        self.ended = torch.full((self.ENDED,), -1, dtype=torch.int64).share_memory_()
+        # one claims no slot, its batch is for no one
+        self.ended = torch.full((self.ENDED,), -1, dtype=torch.int64, device="cpu").share_memory_()
         self.below = ctx.Value("q", 0, lock=False)
         self._parent = os.getpid()
         self._main_only()
 
     def _main_only(self) -> None:
         self._arrays: list[np.ndarray] | None = None  # one numpy view per slot (main process)
+        self._alone = alone_count()  # the reference count of a slot's array that no tensor refers to
+        self._watch: tuple[int, int] | None = None  # (this process, its parent then): a worker's first claim
         self._held: dict[int, Fence | None] = {}  # slot -> None: lent; a Fence: let go, its copy may run
         self._fence: Callable[[int], Fence | None] | None = None
         self._pinned_copies = False  # copies out of a slot in page-locked memory (torch's own, which tracks copies)
+        self._pinning = False  # batches are to be page-locked: one from a slot that is not is copied out
+        self._locked_slots: list[bool] = [False] * len(self.storages)  # page-locked for the accelerator
         self._ended: set[int] = set()  # generations whose batches no one receives any more
         self._ends = 0  # generations ended so far (the next place in ``ended``)
-        self._stale = False  # whether slots of ended generations may still be claimed
+        self._stale = False  # whether slots of ended generations may still be being written
         self._np: np.ndarray | None = None
-        self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already)
+        self.copies = 0  # batches copied out of their slot (the caller held ``lend`` already, or it is not page-locked)
         self.registered = 0  # slots page-locked for the accelerator
 
     def __len__(self) -> int:
@@ -189,36 +219,47 @@ class BatchRing:
     # --- in the main process: pinning ------------------------------------------------------------
     def pin(
         self,
-        register: Callable[[torch.UntypedStorage], None],
+        register: Callable[[torch.UntypedStorage], bool] | None,
         fence: Callable[[int], Fence | None] | None,
         *,
         pinned_copies: bool = True,
     ) -> None:
-        """Page-lock every slot once (``register``: ``cudaHostRegister`` of its shared memory) and, with
-        ``fence``, wait for ``fence(slot)`` (an event recorded on the current stream) before a slot the
-        caller let go of is written again; ``pinned_copies``: copy a batch out into page-locked memory."""
-        if not self.registered:
-            for s in self.storages:
-                register(s)
-            self.registered = len(self.storages)
-        self._fence, self._pinned_copies = fence, pinned_copies
+        """Batches in page-locked memory: page-lock each slot once (``register``: ``cudaHostRegister`` of
+        its shared memory, True where it could; None: none can be) and lend those as they are; a batch
+        in a slot that is not page-locked is copied out (into page-locked memory: ``pinned_copies``) and
+        its slot freed at once. With ``fence``, a slot the caller let go of is written again only once
+        ``fence(slot)`` (events recorded on the current streams) has completed."""
+        if register is not None:
+            for i, s in enumerate(self.storages):
+                if not self._locked_slots[i]:
+                    self._locked_slots[i] = bool(register(s))
+        self.registered = sum(self._locked_slots)
+        self._fence, self._pinned_copies, self._pinning = fence, pinned_copies, True
 
     # --- in a worker -------------------------------------------------------------------------------
     def acquire(
         self, shape: tuple[int, ...], chw: bool = False, *, gen: int = 0, params: bool = False
     ) -> tuple[Slot, torch.Tensor] | None:
-        """A free slot, claimed, and its memory as ``shape``; None when a batch is too large or no slot
-        came free within ``WAIT`` seconds. ``shape`` is [B, H, W, 3] (handed over as [B, 3, H, W]
-        channels-last), or with ``chw`` [B, 3, H, W]; ``params``: room for the params after the labels."""
+        """A free slot, claimed, and its memory as ``shape``; None when a batch is too large, its iteration
+        ``gen`` ended, or no slot came free within ``WAIT`` seconds. ``shape`` is [B, H, W, 3] (handed over as
+        [B, 3, H, W] channels-last), or with ``chw`` [B, 3, H, W]; ``params``: room for the params after the
+        labels."""
         nbytes = math.prod(shape)
         if slot_layout(nbytes, shape[0], params)[2] > self.slot_bytes:
             return None
         st = self._states()
         start = time.monotonic()
         pid = os.getpid()
+        if self._watch is None or self._watch[0] != pid:  # this process's parent as it starts claiming
+            self._watch = (pid, os.getppid())
         checked = start
         while True:
-            with self.lock:
+            with self._locked():
+                # its iteration ended: no one takes this batch. Looked at under the lock, before a claim: the main
+                # process frees an ended iteration's slots under it once, and a claim after that would be taken
+                # for good
+                if gen < self.below.value or gen in self.ended.numpy():
+                    return None
                 free = np.flatnonzero(st[:, 0] == FREE)
                 if len(free):
                     i = int(free[0])
@@ -227,16 +268,33 @@ class BatchRing:
                     break
             time.sleep(0.0005)
             now = time.monotonic()
-            if gen < self.below.value or gen in self.ended.numpy():  # its iteration ended: no one takes this batch
-                return None
-            if now - checked > 1:
+            if now - checked > self.ALIVE_EVERY:
                 checked = now
-                if os.getppid() != self._parent:
-                    raise ShardError("a loader worker's main process is gone")
+                if self._main_gone():
+                    raise ShardError(f"a loader worker's main process (pid {self._parent}) is gone: this worker stops")
             if now - start > self.WAIT:
                 self.waited.value += 1
                 return None
         return Slot(i, shape, chw, gen, params), self.buffers[i][:nbytes].view(shape)
+
+    def _main_gone(self) -> bool:
+        """Whether the main process has exited: its pid is gone, or this worker's parent is not the one
+        it had at its first claim (the main process under fork and spawn; under forkserver, Python
+        3.14's default on Linux, the fork server, which exits with the main process)."""
+        return not _alive(self._parent) or (self._watch is not None and os.getppid() != self._watch[1])
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The ring's lock, waited for ``LOCK_WAIT`` seconds at most."""
+        if not self.lock.acquire(timeout=self.LOCK_WAIT):
+            raise ShardError(
+                f"the loader's batch ring stayed locked for {self.LOCK_WAIT:.0f} s: a worker process was "
+                f"probably killed while holding its lock (out of memory? see dmesg); make the loader anew"
+            )
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def extras(self, ref: Slot) -> tuple[np.ndarray, np.ndarray | None]:
         """The slot's labels (int64 [B]) and params (float32 [B, 14], or None) as numpy views to fill."""
@@ -266,9 +324,11 @@ class BatchRing:
         lo, po, _ = slot_layout(nbytes, n, ref.params)
         base = torch.from_numpy(self._arrays[i])  # its storage holds the array: the reference count tells
         lent = sum(1 for f in self._held.values() if f is None)
-        if lent >= self.lend:  # the caller keeps batches: copy this one out, free the slot now
+        # the caller keeps batches, or they are to be page-locked and this slot is not: copy this one out,
+        # free the slot now
+        if lent >= self.lend or (self._pinning and not self._locked_slots[i]):
             used = slot_layout(nbytes, n, ref.params)[2]
-            out = torch.empty(used, dtype=torch.uint8, pin_memory=self._pinned_copies)
+            out = torch.empty(used, dtype=torch.uint8, device="cpu", pin_memory=self._pinned_copies)
             out.copy_(base[:used])
             base = out
             self.copies += 1
@@ -291,7 +351,7 @@ class BatchRing:
         if arrays is not None and self._held:
             for i, fence in list(self._held.items()):
                 if fence is None:
-                    if not _unreferenced(arrays, i):
+                    if not _unreferenced(arrays, i, self._alone):
                         continue
                     fence = self._fence(i) if self._fence is not None else None
                     if fence is None:
@@ -330,7 +390,7 @@ class BatchRing:
     def _reclaim_stale(self) -> None:
         st = self._states()
         claimed_left = False
-        with self.lock:
+        with self._locked():
             for i in range(len(st)):
                 status, gen, pid = (int(v) for v in st[i])
                 if status == FREE or i in self._held or not (gen < self.below.value or gen in self._ended):
@@ -340,7 +400,7 @@ class BatchRing:
                 else:
                     claimed_left = True
         self._stale = claimed_left
-        if not claimed_left:
+        if not claimed_left:  # none left, and none to come: a worker of an ended generation claims no slot
             self._ended.clear()
 
     def free_slots(self) -> int:

@@ -20,7 +20,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from wds_tools.errors import OptionError
 
-from .augment import _cv2, augment_batch, augment_into, batch_params, normalize
+from .augment import _cv2, augment_batch, augment_into, batch_params, no_autocast, normalize
 from .buffers import BatchRing, BufferPool, shared
 from .indexread import SampleIndex
 from .options import LoaderOptions
@@ -170,18 +170,30 @@ class BatchDataset(IterableDataset):
         """One batch of ``labels`` (a list or an int64 array) and ``keys`` (None when neither the
         augmentation, the transform nor ``return_keys`` needs them); ``stored`` gives their [S, S, 3]
         stored pixels; ``meta`` the ``metadata`` columns' values (float64 arrays or lists)."""
-        o = self.options
         try:
-            if o.transform is not None:
-                first = self._built_in(keys, labels, epoch, stored, S, final=False)
-                return self._transformed(o.transform, first, keys or [], epoch, meta)
-            return self._built_in(keys, labels, epoch, stored, S, meta=meta)
+            with no_autocast(torch.device("cpu")):  # in the caller's next() (or a worker forked from it) under autocast
+                return self._collate(keys, labels, epoch, stored, S, meta)
         except BaseException:
             if self._claimed is not None and self.ring is not None:  # a failed batch gives its slot back
                 self.ring.release(self._claimed)
             raise
         finally:
             self._claimed = None
+
+    def _collate(
+        self,
+        keys: list[str] | None,
+        labels: Sequence[int] | np.ndarray,
+        epoch: int,
+        stored: Stored,
+        S: int,
+        meta: dict[str, Any] | None,
+    ) -> Batch:
+        o = self.options
+        if o.transform is not None:
+            first = self._built_in(keys, labels, epoch, stored, S, final=False)
+            return self._transformed(o.transform, first, keys or [], epoch, meta)
+        return self._built_in(keys, labels, epoch, stored, S, meta=meta)
 
     def _acquire(self, shape: tuple[int, ...], chw: bool = False, params: bool = False) -> tuple[Any, torch.Tensor]:
         """(the ring slot, its memory as ``shape``) in a worker with a ring, else (None, fresh memory)."""

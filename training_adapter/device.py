@@ -13,8 +13,9 @@ issued, so the same code runs, and is tested, on the CPU. ``to_device`` moves on
 the current stream.
 
 ``cuda_register`` and ``cuda_fence`` are what ``BatchRing.pin`` needs on CUDA: ``cudaHostRegister``
-of a slot's shared memory (as ``torch.cuda._pin_memory_utils`` and FFCV's pre-allocated pinned
-buffers do), undone when the storage is freed, and an event on the current stream.
+of a slot's shared memory on the feed's device (as ``torch.cuda._pin_memory_utils`` and FFCV's
+pre-allocated pinned buffers do), undone when the storage is freed once every device with a CUDA
+context has finished its queued work, and events on the current stream of each such device.
 """
 
 from __future__ import annotations
@@ -31,10 +32,21 @@ import torch
 
 from wds_tools.errors import OptionError
 
-from .augment import AugmentConfig, augment_batch, normalize
+from .augment import AugmentConfig, augment_batch, no_autocast, normalize
 from .buffers import Fence
 
-__all__ = ["DeviceFeed", "Streams", "CudaStreams", "to_device", "cuda_register", "cuda_fence", "as_device", "as_dtype"]
+__all__ = [
+    "DeviceFeed",
+    "Streams",
+    "CudaStreams",
+    "to_device",
+    "cuda_register",
+    "cuda_error",
+    "cuda_fence",
+    "cuda_devices_in_use",
+    "as_device",
+    "as_dtype",
+]
 
 log = logging.getLogger("training_adapter")
 
@@ -48,11 +60,19 @@ def as_device(device: Any) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise OptionError(f"device={device!r}: not a device ({e}); expected e.g. 'cuda', 'cuda:1' or 'cpu'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    if dev.type != "cuda":
+        return dev
+    if not torch.cuda.is_available():
         raise OptionError(
             f"device={device!r}: CUDA is not available here (torch {torch.__version__}); use device='cpu'"
         )
-    return dev
+    count = torch.cuda.device_count()
+    # 'cuda' is the current device now, when the loader is made, for its whole life (resolved later, a
+    # set_device in between would move its copies and its page-locking to another device)
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if not 0 <= index < count:
+        raise OptionError(f"device={device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return torch.device("cuda", index)
 
 
 def as_dtype(dtype: Any) -> torch.dtype:
@@ -203,7 +223,7 @@ class DeviceFeed:
         params = batch[2] if self.params else None
         rest = batch[k:]
         nb = s.asynchronous
-        with s.side():
+        with s.side(), no_autocast(dev):  # the caller's next() may run under its torch.autocast
             x = s.pinned(images).to(dev, non_blocking=nb)
             y = s.pinned(labels).to(dev, non_blocking=nb, copy=True)
             p = None if params is None else s.pinned(params).to(dev, non_blocking=nb, copy=True)
@@ -279,26 +299,79 @@ def to_device(
 
 
 # --- what BatchRing.pin needs on CUDA --------------------------------------------------------------
-def cuda_register(storage: torch.UntypedStorage) -> None:
-    """Page-lock ``storage`` (shared memory) with ``cudaHostRegister``, undone when it is freed; a
-    warning (copies from it then synchronous) where the driver refuses."""
+def cuda_register(storage: torch.UntypedStorage, device: torch.device | None = None) -> int:
+    """Page-lock ``storage`` (shared memory) with ``cudaHostRegister`` in ``device``'s context (None:
+    the current device's), undone when it is freed: 0, or the CUDA error where the driver refuses
+    (CUDA's last error then cleared, so that no later kernel launch raises it)."""
     ptr, size = storage.data_ptr(), storage.nbytes()
-    rc = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 1))  # 1: cudaHostRegisterPortable, as torch's own
-    if rc != 0:
-        log.warning(
-            "cudaHostRegister of a %d-byte batch slot failed (cudaError %d): its copies are not asynchronous", size, rc
-        )
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        rc = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 1))  # 1: cudaHostRegisterPortable, as torch's own
+        if rc != 0:
+            _clear_cuda_error()
+            return rc
+    # not at exit: after the CUDA context is gone
+    weakref.finalize(storage, _unregister, ptr, os.getpid(), device).atexit = False
+    return 0
+
+
+def cuda_error(rc: int) -> str:
+    """A CUDA error code with CUDA's name for it."""
+    try:
+        cudart = torch.cuda.cudart()
+        return f"cudaError {rc}: {cudart.cudaGetErrorString(cudart.cudaError(rc))}"
+    except Exception:  # a binding without the enum's value: the number alone
+        return f"cudaError {rc}"
+
+
+def _clear_cuda_error() -> None:
+    """Take the error a refused ``cudart`` call leaves as CUDA's last error of this thread: PyTorch's
+    bindings of ``cudaHostRegister``/``cudaHostUnregister`` return it without clearing it, and
+    PyTorch reads the last error after its next kernel launch, which would then raise it. A launch
+    here (on the current device) reads it and raises it, caught."""
+    try:
+        torch.ones(1, device="cuda")
+    except RuntimeError:
+        pass
+
+
+def cuda_devices_in_use() -> list[int]:
+    """The CUDA devices with a context in this process (those work can be queued on)."""
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    return [d for d in range(torch.cuda.device_count()) if has_context is None or has_context(d)]
+
+
+def _unregister(ptr: int, pid: int, device: torch.device | None) -> None:
+    if os.getpid() != pid:  # not in a forked worker, which inherits the finalizer but not the registration
         return
-    weakref.finalize(storage, _unregister, ptr, os.getpid()).atexit = False  # not after the CUDA context is gone
+    for d in cuda_devices_in_use():  # a non-blocking copy out of the slot may still be queued on any of them
+        torch.cuda.synchronize(d)
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        rc = int(torch.cuda.cudart().cudaHostUnregister(ptr))
+        if rc != 0:
+            _clear_cuda_error()
+            log.warning("cudaHostUnregister of a loader's batch slot failed (%s)", cuda_error(rc))
 
 
-def _unregister(ptr: int, pid: int) -> None:
-    if os.getpid() == pid:  # not in a forked worker, which inherits the finalizer but not the registration
-        torch.cuda.cudart().cudaHostUnregister(ptr)
+class _Events:
+    """Events recorded on several devices' streams: done when each is."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    def query(self) -> bool:
+        return all(e.query() for e in self.events)
+
+    def synchronize(self) -> None:
+        for e in self.events:
+            e.synchronize()
 
 
 def cuda_fence(slot: int) -> Fence:
-    """An event recorded on the current stream: work queued so far (a copy from a slot) is done when it is."""
-    event = torch.cuda.Event()
-    event.record()
-    return event
+    """Events recorded on the current stream of every device with a CUDA context: a copy out of a slot
+    queued on any of those streams before the caller let go of its batch is done when they are."""
+    events = []
+    for d in cuda_devices_in_use():
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(d))
+        events.append(event)
+    return _Events(events)

@@ -4,9 +4,10 @@
 (by offset where an index lists the shards, else streaming the tars) and runs its batches in a
 ``ShardLoader``: in this process (``num_workers=0``), in reader threads where they only copy and
 no accelerator trains in this process (``threads``), or in DataLoader worker processes handing
-batches over through the loader's shared-memory ring (``buffers``), page-locked where CUDA is.
-With ``device`` the batches are moved, normalised (and augmented under ``device_augment``) there
-ahead of the training step (``device``); else normalising is left to ``to_device``.
+batches over through the loader's shared-memory ring (``buffers``), page-locked for the CUDA
+device ``device`` names (or where ``pin_memory=True`` asks). With ``device`` the batches are moved,
+normalised (and augmented under ``device_augment``) there ahead of the training step
+(``device``); else normalising is left to ``to_device``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,18 @@ from wds_tools.errors import OptionError
 from wds_tools.format.cpus import usable_cpus
 
 from .augment import AugmentConfig
-from .buffers import BatchRing, Slot, slot_layout
+from .buffers import BatchRing, Slot, shared_memory_free, slot_layout
 from .collate import Batch, BatchDataset
-from .device import DeviceFeed, as_device, as_dtype, cuda_fence, cuda_register, streams_for, to_device
+from .device import (
+    DeviceFeed,
+    as_device,
+    as_dtype,
+    cuda_error,
+    cuda_fence,
+    cuda_register,
+    streams_for,
+    to_device,
+)
 from .indexed import IndexedDataset
 from .indexread import ClassWeights, Subset, readable_by_offset
 from .options import LoaderOptions
@@ -62,6 +72,11 @@ def _local_ranks() -> int:
         return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         return 1
+
+
+def _cuda_present() -> bool:
+    """Whether CUDA is available to this process (batches can be page-locked)."""
+    return torch.cuda.is_available()
 
 
 def _threads_allowed() -> bool:
@@ -143,9 +158,11 @@ class ShardLoader(Resumable):
             if processes and out and not o.normalize
             else 0
         )
-        cuda = torch.cuda.is_available()
-        # pin_memory None: where it is free (the workers' ring, page-locked once), with CUDA present
-        self.pin_memory = cuda and (pin_memory if pin_memory is not None else bool(self._slot_bytes)) and device is None
+        # without device: page-locked batches only where pin_memory=True asks (the caller's copies out of them are
+        # then its own to order: see make_loader); with a CUDA device the feed copies, on its own stream, out of
+        # the ring's slots page-locked once, unless pin_memory=False
+        self.pin_memory = _cuda_present() and device is None and bool(pin_memory)
+        self._pins = self.pin_memory or (device is not None and device.type == "cuda" and pin_memory is not False)
         kw: dict[str, Any] = {}
         if num_workers:
             kw = dict(
@@ -289,19 +306,51 @@ class ShardLoader(Resumable):
         ``prefetch_factor`` x workers slots, and those this process may hold."""
         if self.ring is None:
             lend = BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
-            ring = BatchRing(
-                self._prefetch * self.num_workers + lend + BatchRing.SPARE,
-                self._slot_bytes,
-                lend=lend,
-                context=self._context,
-            )
-            cuda = torch.cuda.is_available()
-            if self.pin_memory:  # the caller copies out of the slots: wait for its copies before reuse
-                ring.pin(cuda_register, cuda_fence, pinned_copies=cuda)
-            elif self.device is not None and self.device.type == "cuda":  # the feed waits for its own copies
-                ring.pin(cuda_register, None, pinned_copies=cuda)
+            slots = self._prefetch * self.num_workers + lend + BatchRing.SPARE
+            self._check_shared_memory(slots, lend + BatchRing.SPARE)
+            ring = BatchRing(slots, self._slot_bytes, lend=lend, context=self._context)
+            if self._pins:
+                self._pin(ring)
             self.ring = self.dataset.ring = ring
         return self.ring
+
+    def _check_shared_memory(self, slots: int, held: int) -> None:
+        """Refuse a ring larger than the shared memory free (a worker writing past it dies of SIGBUS)."""
+        need, free = slots * self._slot_bytes, shared_memory_free()
+        if free is None or need <= free:
+            return
+        mb = 1 / 2**20
+        raise OptionError(
+            f"the loader's batch ring needs {need * mb:,.0f} MB of shared memory ({slots} batches of "
+            f"{self._slot_bytes * mb:,.1f} MB: prefetch_factor={self._prefetch} x num_workers={self.num_workers}, "
+            f"and {held} this process may hold), but /dev/shm has {free * mb:,.0f} MB free: lower prefetch_factor, "
+            f"num_workers or batch_size, or give /dev/shm more room (docker run --shm-size=...)"
+        )
+
+    def _pin(self, ring: BatchRing) -> None:
+        """Page-lock the ring's slots once, in the context of the device the batches go to (``device``,
+        else the current one); where the driver refuses one (or on ROCm, where shared memory is not
+        registered), that slot's batches are copied into page-locked memory as they come."""
+        refused: list[int] = []
+
+        def register(storage: torch.UntypedStorage) -> bool:
+            rc = cuda_register(storage, self.device)
+            if rc:
+                refused.append(rc)
+            return rc == 0
+
+        # the caller copies out of the slots (pin_memory): wait for the work queued on the current streams before
+        # reuse; the feed waits for its own copies
+        fence = cuda_fence if self.device is None else None
+        ring.pin(None if torch.version.hip else register, fence, pinned_copies=torch.cuda.is_available())
+        if refused:
+            log.warning(
+                "cudaHostRegister refused %d of the loader's %d batch slots (%s): their batches are copied "
+                "into page-locked memory as they come",
+                len(refused),
+                len(ring),
+                cuda_error(refused[0]),
+            )
 
     def _through_ring(self) -> Iterator[Batch]:
         """The workers' batches taken from the ring: the slot's images, labels and params lent, no copy."""
@@ -314,9 +363,11 @@ class ShardLoader(Resumable):
         waited = int(ring.waited.value)
         it = None
         try:
+            if persistent:  # the workers are reset: no one receives the batches of earlier iterations, and one still
+                ring.end(below=gen)  # being made as they are claims no slot (the reset waits for it)
             it = iter(self.loader)
-            if persistent:  # the workers were reset: no one receives the batches of earlier iterations
-                ring.end(below=gen)
+            if persistent:
+                ring.end()  # what they wrote for earlier iterations before the reset
             while True:
                 ring.reclaim()  # before waiting: a worker may need the slot the caller let go of
                 try:
@@ -437,17 +488,22 @@ def make_loader(
         on_error: ``"raise"`` a ``ShardError`` on a damaged shard or sample, or ``"skip"`` it
             (logged; the epoch is shorter, ranks stay equal).
         return_keys: Add each batch's sample keys as its last item.
-        pin_memory: Batches in page-locked memory (where CUDA is available), so that a copy with
-            ``non_blocking=True`` is asynchronous: worker processes' batches are their shared-memory
-            slots, page-locked once (no copy), others are copied; None: where it is free (worker
-            processes, CUDA present). A slot is written again only once the work queued on the current
-            CUDA stream when you let go of its batch has completed: copy a batch on the current stream
-            (``to_device``), or make it wait for the stream you copied on.
+        pin_memory: Without ``device``: True puts batches in page-locked memory (where CUDA is
+            available), so that a copy with ``non_blocking=True`` is asynchronous: worker processes'
+            batches are their shared-memory slots, page-locked once (no copy), others are copied. A
+            slot is written again once the work queued, when you let go of its batch, on the current
+            stream of every device with a CUDA context has completed: copy a batch on the current
+            stream (``to_device``), or make the current stream wait for the stream you copied on
+            (``torch.cuda.current_stream().wait_stream(s)``) before asking for the next batch. None
+            (the default) or False: pageable batches (copies from them are synchronous). With a CUDA
+            ``device``: None or True page-locks the ring's slots once for the loader's own copies;
+            False leaves them pageable (each batch is then copied into page-locked memory first).
         persistent_workers: Keep worker processes alive between epochs.
         prefetch_factor: Batches each worker (or reader thread) prepares ahead; None: 2.
         device: Yield batches on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"``), ready to train on:
-            copied (and prepared) there on a side stream two batches ahead of the training step; None:
-            uint8 batches on the CPU, for ``to_device``.
+            copied (and prepared) there on a side stream two batches ahead of the training step;
+            ``"cuda"`` is the current device when ``make_loader`` is called (``loader.device`` names
+            it); None: uint8 batches on the CPU, for ``to_device``.
         dtype: With ``device``: the images' dtype, ``torch.float32``, ``torch.bfloat16`` or
             ``torch.float16`` (or their names), normalised in float32 first.
         mean: Per-channel means in 0-1 units, replacing the index's (``loader.mean``).
@@ -486,7 +542,8 @@ def make_loader(
         OptionError: An option is out of range or malformed, an index-reader option without an
             index, shards of different datasets or part of a split without ``allow_mixed`` or
             ``allow_partial``, an epoch that ``drop_last`` would leave empty, a ``device`` that is
-            not there, or ``device`` with ``normalize=True`` or without mean/std.
+            not there, or ``device`` with ``normalize=True`` or without mean/std; at the first
+            iteration, worker processes' batch ring larger than the shared memory free (/dev/shm).
         IndexFormatError: An index cannot be read, or the folder is an unfinished conversion.
         ShardError: A shard's size differs from its index's (with ``on_error="raise"``).
     """
@@ -555,7 +612,7 @@ def open_loader(
             "on the device: drop normalize"
         )
     if pin_memory is not None and not isinstance(pin_memory, bool):
-        raise OptionError(f"pin_memory={pin_memory!r}: expected True, False or None (where it is free)")
+        raise OptionError(f"pin_memory={pin_memory!r}: expected True, False or None (the default)")
     rank, world = _world()
     ds = open_dataset(shards, options)
     if num_workers is None:  # half the cores, but no more workers than this rank has shards (streaming) or batches

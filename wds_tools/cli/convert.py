@@ -67,8 +67,8 @@ _SIZES = _Sizes()
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Decoding processes, this one included (batches of samples are spread over "
-    "them whatever the number of shards). Default: all cores.",
+    help="Decoding processes (batches of samples are spread over them whatever the number of shards; "
+    "with 1, everything runs in this process). Default: all cores.",
 )
 @click.option(
     "--shard-size", default=None, help="Samples per shard (2000) or a target size (256MB). Default: ~256 MB per shard."

@@ -161,11 +161,15 @@ def source_stats(store: Store, work: str, tasks: list[ShardTask], src: Source) -
     the shards' work columns: what ``hashes.save_stats`` keeps for the next version's quick check."""
     path_of = {r.key: r.path for r in src.rows}
     out: dict[str, tuple[int, int, bytes]] = {}
+    cwd = os.getcwd()  # os.path.abspath asks for it once per path
     for t in tasks:
         part = join(work, t.name + ".npz")
         cols = read_npz(part, data=store.read_bytes(part), names=["key", "src_size", "src_mtime_ns", "fingerprint"])
+        fingerprints = cols["fingerprint"].tobytes()  # 16 bytes a row
+        sizes, mtimes = cols["src_size"].tolist(), cols["src_mtime_ns"].tolist()
         for i, k in enumerate(cols["key"].tolist()):
-            path, mtime = path_of.get(k.decode()), int(cols["src_mtime_ns"][i])
+            path, mtime = path_of.get(k.decode()), mtimes[i]
             if path is not None and mtime and "://" not in path:  # URLs have no mtime here
-                out[os.path.abspath(path)] = (int(cols["src_size"][i]), mtime, cols["fingerprint"][i].tobytes())
+                absolute = os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd, path))
+                out[absolute] = (sizes[i], mtime, fingerprints[16 * i : 16 * i + 16])
     return out

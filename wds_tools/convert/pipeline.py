@@ -44,7 +44,7 @@ from .result import (
 from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
-from .schedule import write_shards
+from .schedule import shared_bytes, write_shards
 from .source import Source, SourceRow, dedup_notes, read_source
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
@@ -116,8 +116,8 @@ def convert(
             (``[224, 384]`` or ``"224,384"``): each source is then read and decoded once for all of
             them, and every folder equals a conversion at that size alone.
         out: The root folder of the versions (local or a URL).
-        workers: Decode processes, this one included (None: the usable CPUs); with ``executor="ray"``
-            the cluster CPUs used (None: all of them).
+        workers: Decode processes (None: the usable CPUs; 1: everything in this process); with
+            ``executor="ray"`` the cluster CPUs used (None: all of them).
         shard_size: Samples per shard (``2000``) or a byte target (``"256MB"``, ``"1GiB"``);
             None: about 256 MB per shard.
         resize: ``"center-crop"``, ``"squash"`` or ``"pad"``: how a non-square image becomes square.
@@ -319,7 +319,7 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
         t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
     # the runner before anything is written: a missing extra (Ray) leaves nothing behind
-    runner = make_runner(opts.executor, opts.workers, opts.ray_address)
+    runner = make_runner(opts.executor, opts.workers, opts.ray_address, shared_bytes(opts.workers or 1))
     try:
         if not opts.dry_run:
             for t in todo:

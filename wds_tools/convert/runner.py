@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import queue as queue_mod
 import signal
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from multiprocessing.queues import Queue
 from typing import Any, Protocol, runtime_checkable
@@ -18,11 +19,13 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "Runner",
     "BatchRunner",
+    "PoolRunner",
     "LocalRunner",
     "RayRunner",
     "make_runner",
     "report_progress",
     "orphaned",
+    "shared_memory",
     "EXECUTORS",
 ]
 
@@ -64,8 +67,20 @@ class BatchRunner(Runner, Protocol):
         """Yield fn(*args) for each args, in order."""
 
 
+@runtime_checkable
+class PoolRunner(BatchRunner, Protocol):
+    """A runner whose calls can be started one by one and that may share memory with its workers
+    (the converter's writing, schedule.py)."""
+
+    shared: mmap.mmap | None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Start fn(*args) on a worker."""
+
+
 _progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
+_shared: mmap.mmap | None = None
 
 
 def report_progress(n: int) -> None:
@@ -79,10 +94,17 @@ def orphaned() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def _init_worker(q: Queue, parent: int) -> None:
-    global _progress, _parent_pid
+def shared_memory() -> mmap.mmap | None:
+    """In a pool worker: the memory it shares with the process that made the pool (``LocalRunner.shared``);
+    None in any other process, or where the pool was spawned."""
+    return _shared
+
+
+def _init_worker(q: Queue, parent: int, shared: mmap.mmap | None = None) -> None:
+    global _progress, _parent_pid, _shared
     _progress = q.put
     _parent_pid = parent
+    _shared = shared
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     # a forked worker inherits the CLI's SIGTERM handler (wds_tools.signals); a worker must die of
     # SIGTERM (the pool's own terminate() sends it), not unwind the parent's clean-up in its copy
@@ -138,6 +160,35 @@ def _exit_when_orphaned() -> None:
     os._exit(1)
 
 
+_DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Defer SIGINT and SIGTERM while the pool forks its workers: one that comes meanwhile is noted,
+    and raised again, to the handler in place before, once the forks are done. That handler
+    (wds_tools.signals) raises, and a fork runs the interpreter's at-fork callbacks (logging's, for
+    one) in this process: an exception raised there is printed as "Exception ignored" and lost, and
+    the command would go on (a torture trial's SIGTERM at 0.76 s did so). Masking the signals would
+    not do: numpy's native threads, which do not mask them, would take them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; it also runs them
+        return
+    came: list[int] = []
+    before = {sig: signal.getsignal(sig) for sig in _DEFERRED}
+    for sig, handler in before.items():
+        if handler is not None:  # None: set outside Python, left alone
+            signal.signal(sig, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
 def _noop() -> None:
     """Submitted once per worker so the pool starts every process up front."""
 
@@ -154,39 +205,72 @@ def _start_method() -> str:
     return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
-def make_runner(executor: str, workers: int | None, ray_address: str | None = None) -> Runner:
-    """A Runner for ``executor`` ("local" or "ray")."""
+def make_runner(executor: str, workers: int | None, ray_address: str | None = None, shared_bytes: int = 0) -> Runner:
+    """A Runner for ``executor`` ("local" or "ray"); ``shared_bytes``: see ``LocalRunner``."""
     if executor == "ray":
         return RayRunner(workers, ray_address)
-    return LocalRunner(workers or 1)
+    return LocalRunner(workers or 1, shared_bytes)
+
+
+def _map_shared(nbytes: int) -> mmap.mmap | None:
+    """Anonymous shared memory, inherited by the processes forked after it; None where the system refuses it.
+
+    Only the pages touched take memory (a slot holds what its batch needs), and the kernel frees it
+    with the last process that maps it, whichever way they end."""
+    if nbytes <= 0:
+        return None
+    try:
+        return mmap.mmap(-1, nbytes)
+    except (OSError, ValueError, OverflowError):
+        return None
 
 
 class LocalRunner:
-    """Calls functions in-process (workers=1), or on ``workers - 1`` processes plus this one.
+    """Calls functions in this process (``workers`` = 1), or on a pool of ``workers`` processes.
 
-    The calling process is one of the workers: while the result it needs next is still being
-    computed, it computes the next waiting call itself. So all ``workers`` cores decode from the
-    first item on, also while the pool's processes are still starting (a spawn costs ~0.3 s of
-    imports, which a short run would otherwise wait for).
+    With a pool this process only hands out work and takes the results (the converter writes them):
+    a decode here would hold the next result for as long as it takes. A forked pool shares
+    ``shared_bytes`` of memory with this process (``shared``; workers see it as ``shared_memory()``),
+    where workers leave what is too large to send back through a pipe cheaply.
     """
 
-    # work functions' report_progress() calls reach on_progress; results come back in order, so the
-    # converter schedules small batches of samples (a BatchRunner, see schedule.py)
-
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, shared_bytes: int = 0) -> None:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
         self.queue: Queue | None = None
+        self.shared: mmap.mmap | None = None
         if workers > 1:
-            ctx = get_context(_start_method())
+            method = _start_method()
+            ctx = get_context(method)
             self.queue = ctx.Queue()
+            if method == "fork":  # a spawned worker would have to map it by name; it gets results by pipe
+                self.shared = _map_shared(shared_bytes)
             self.pool = ProcessPoolExecutor(
-                workers - 1, mp_context=ctx, initializer=_init_worker, initargs=(self.queue, os.getpid())
+                workers,
+                mp_context=ctx,
+                initializer=_init_worker,
+                initargs=(self.queue, os.getpid(), self.shared),
             )
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
-            for _ in range(workers - 1):
-                self.pool.submit(_noop)
+            try:
+                with _signals_deferred():
+                    for _ in range(workers):
+                        self.pool.submit(_noop)
+            except BaseException:  # a signal deferred during the forks is raised here: stop the pool
+                self.close(cancel=True)
+                raise
+
+    @property
+    def window(self) -> int:
+        """Calls started and not yet taken at most: results wait in memory only that far ahead."""
+        return 4 * self.workers + 2
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Start fn(*args) on the pool."""
+        if self.pool is None:
+            raise RuntimeError("submit() needs a pool: workers > 1")
+        return self.pool.submit(fn, *args)
 
     def map(
         self,
@@ -208,7 +292,7 @@ class LocalRunner:
     ) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order.
 
-        At most ``window`` calls (default 4 x workers + 2) are started and not yet yielded, so
+        At most ``window`` calls (default ``self.window``) are started and not yet yielded, so
         results that finish early wait in memory only that far ahead of the one needed next.
         """
         global _progress
@@ -222,51 +306,28 @@ class LocalRunner:
                     _progress = None
                 yield result
             return
-        window = max(2, window or 4 * self.workers + 2)
-        helpers = self.workers - 1
-        waiting: deque[tuple[int, tuple]] = deque()  # (seq, args): not started yet
-        running: dict[Future, int] = {}
-        done: dict[int, object] = {}
-        next_seq = 0  # the next result to yield
-        issued = 0  # calls taken from args_iter so far
+        window = max(2, window or self.window)
+        running: dict[int, Future] = {}  # seq -> its call, started and not yet yielded
+        next_seq = issued = 0
         exhausted = False
-
-        def take() -> None:
-            nonlocal issued, exhausted
-            while not exhausted and issued - next_seq < window and len(waiting) < window:
-                args = next(todo, None)
-                if args is None:
-                    exhausted = True
-                    return
-                waiting.append((issued, args))
-                issued += 1
-
         while True:
-            while next_seq in done:
-                result = done.pop(next_seq)
-                next_seq += 1
-                yield result
-            take()
-            if exhausted and not waiting and not running and next_seq == issued:
+            while not exhausted and issued - next_seq < window:
+                call = next(todo, None)
+                if call is None:
+                    exhausted = True
+                    break
+                running[issued] = self.pool.submit(fn, *call)
+                issued += 1
+            if next_seq == issued:
                 break
-            while waiting and len(running) < 2 * helpers:  # keep every helper busy, one call queued
-                seq, args = waiting.popleft()
-                running[self.pool.submit(fn, *args)] = seq
-            ready: list[Future] | set[Future] = [f for f in running if f.done()]
-            if not ready and waiting and next_seq not in done:
-                seq, args = waiting.popleft()  # nothing to hand on yet: work instead of waiting
-                _progress = on_progress
-                try:
-                    done[seq] = fn(*args)
-                finally:
-                    _progress = None
+            fut = running[next_seq]
+            while not fut.done():
+                wait([fut], timeout=0.2)
                 self._drain(on_progress)
-                continue
-            if not ready:
-                ready, _ = wait(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
             self._drain(on_progress)
-            for fut in ready:
-                done[running.pop(fut)] = fut.result()
+            del running[next_seq]
+            next_seq += 1
+            yield fut.result()
         self._drain(on_progress)
 
     def _drain(self, on_progress: Callable[[int], None]) -> None:
@@ -281,12 +342,17 @@ class LocalRunner:
     def close(self, cancel: bool = False) -> None:
         """Shut the pool down: after its calls finish, or at once with ``cancel``."""
         pool, self.pool = self.pool, None
-        if pool is None:
-            return
-        if not cancel:
-            pool.shutdown(wait=True)
-            return
-        _stop(pool)
+        if pool is not None:
+            if not cancel:
+                pool.shutdown(wait=True)
+            else:
+                _stop(pool)
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            try:
+                shared.close()
+            except BufferError:  # a view of it is still held (an exception's frame): the last reference frees it
+                pass
 
 
 def _stop(pool: ProcessPoolExecutor, timeout: float = 5.0) -> None:

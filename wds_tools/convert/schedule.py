@@ -1,33 +1,60 @@
 """Main side of writing: run a conversion's pending shards on the runner.
 
-With the local pool every shard is cut into small batches of samples, the batches of all shards
-are decoded across every worker in plan order, whatever the number of shards, and this process
-appends them to their shard in plan order, one shard at a time: each tar is written whole, in
-order, byte-identical to a one-process run. At most ``4 x workers + 2`` batches (of at most 8 MiB
-of pixels each) are started and not yet appended, so decoded pixels never pile up. On Ray each shard is one task (``write_shard``).
+With the local pool every shard is cut into small batches of samples, and the batches of all shards
+are encoded across the workers in plan order, whatever the number of shards. A worker lays its batch
+out as a tar fragment (fragment.py) in a slot of the memory the pool shares with this process and
+sends back only its rows and counts. This process places the fragments in plan order, one shard at
+a time (each batch's offset follows the batch before it, so each tar is byte-identical to a
+one-process run), and hands each placed fragment to a worker to write at its offset: this process
+moves no pixel. A shard whose bytes are all written is hashed (read back), synced and renamed by a
+worker (``seal_shard``: a shard's SHA-256 is one sequential pass, so shards are hashed in parallel,
+not batches); this process then writes its columns and meta. At most ``2 x workers + 2`` batches
+(of at most 8 MiB of pixels each) are handed out and not yet placed, and as many placed ones wait
+to be written, one slot each. Without shared memory (a spawned pool) a fragment comes back with
+its result and this process writes it. On Ray each shard is one task (``write_shard``); with one
+worker everything happens in this process.
 """
 
 from __future__ import annotations
 
 import math
+import queue
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
+from typing import NamedTuple
 
-from . import write
-from .runner import BatchRunner, Runner
-from .write import ShardTask
+from . import fragment, write
+from .fragment import SLOT_BYTES
+from .runner import BatchRunner, PoolRunner, Runner
+from .shard import SealJob, ShardAssembler, seal_shard
+from .write import Encoded, ShardTask
 
-__all__ = ["batch_size", "write_shards"]
+__all__ = ["batch_size", "write_shards", "shared_bytes"]
 
-_MAX_BATCH = 16  # samples: small enough that the last batches spread over the workers
+_MAX_BATCH = 32  # samples: small enough that the last batches spread over the workers, large enough that a
+# batch's call costs this process little (a call to a pool worker costs it ~0.2-0.6 ms of CPU on the 2-core VM)
 _BATCH_BYTES = 8 << 20  # pixels per batch at most (large --size): bounds memory per batch
 
 
 def batch_size(remaining: int, workers: int, sample_bytes: int) -> int:
     """Samples in the next batch: a quarter of each worker's share of what remains (guided
     scheduling: large batches first, single samples at the end, so no worker waits long for the
-    last ones), at most 16 samples and 8 MiB of pixels."""
+    last ones), at most 32 samples and 8 MiB of pixels."""
     return max(1, min(_MAX_BATCH, _BATCH_BYTES // max(1, sample_bytes), math.ceil(remaining / (4 * workers))))
+
+
+def window(workers: int) -> int:
+    """Batches handed to a pool of ``workers`` and not yet placed, at most: one running and one waiting
+    per worker, and two more."""
+    return 2 * workers + 2
+
+
+def shared_bytes(workers: int) -> int:
+    """The memory a pool of ``workers`` shares with this process for fragments: two slots per batch of
+    the window, one for a batch being encoded, one for a placed batch being written (only the pages a
+    batch fills are ever used)."""
+    return 2 * window(workers) * SLOT_BYTES if workers > 1 else 0
 
 
 def _pieces(tasks: list[ShardTask], workers: int, sample_bytes: int) -> list[tuple[ShardTask, int, int]]:
@@ -63,9 +90,12 @@ def write_shards(
         return
     per_sample = sum(side * side * 3 for side in {tasks[0].side, *(side for side, _ in tasks[0].spill)})
     pieces = _pieces(tasks, runner.workers, per_sample)
-    # each call gets only its slice of the shard: a whole shard's sample list per batch costs pickling
+    if isinstance(runner, PoolRunner) and runner.workers > 1:
+        _Pooled(pieces, runner, on_done, on_samples).run()
+        return
+    # one process: each call gets only its slice of the shard, as a worker would
     calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
-    shard: write.ShardAssembler | None = None
+    shard: ShardAssembler | None = None
     try:
         for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls, lambda n: None)):
             if lo == 0:
@@ -80,3 +110,155 @@ def write_shards(
         if shard is not None:
             shard.abort()
         raise
+
+
+class _Shard:
+    """A shard being written by the pool: its assembler, and its byte ranges still being written."""
+
+    def __init__(self, assembler: ShardAssembler) -> None:
+        self.assembler = assembler
+        self.writing = 0  # placed batches whose bytes are not written yet
+        self.job: SealJob | None = None  # set once every batch is placed and the tar's end written
+
+
+class _Pooled:
+    """The pool's writing loop: batches out to the workers; their fragments placed in plan order and
+    written by workers where the bytes sit in shared memory (else here); each shard whose bytes are
+    all written sealed by a worker, then completed here.
+
+    A placed fragment's write rides on the next batch handed out (``encode_after_writes``: one call
+    to a worker for both; a call costs this process about as much as a sample's bytes do), or goes
+    alone when no batch is handed out meanwhile."""
+
+    def __init__(
+        self,
+        pieces: list[tuple[ShardTask, int, int]],
+        runner: PoolRunner,
+        on_done: Callable[[ShardTask, dict], None],
+        on_samples: Callable[[int], None],
+    ) -> None:
+        self.pieces, self.runner, self.on_done, self.on_samples = pieces, runner, on_done, on_samples
+        self.window = window(runner.workers)
+        shared = runner.shared
+        self.free = list(range(len(shared) // SLOT_BYTES))[::-1] if shared is not None else []
+        self.finished: queue.SimpleQueue[Future] = queue.SimpleQueue()  # futures, as they finish
+        self.batches: dict[Future, int] = {}  # running batch -> its piece
+        self.ready: dict[int, Encoded] = {}  # piece -> its result, waiting for the pieces before it
+        self.slot_of: dict[int, int] = {}  # piece -> the slot it was given, until it is placed
+        self.unwritten: list[_Write] = []  # placed, not yet handed to a worker
+        self.writes: dict[Future, list[_Write]] = {}  # a call -> the writes it does
+        self.seals: dict[Future, _Shard] = {}
+        self.open: _Shard | None = None  # the shard whose batches are being placed
+        self.unsealed: list[_Shard] = []  # placed whole, bytes still being written
+        self.issued = self.placed = 0
+        self.bare = {id(t): replace(t, samples=()) for t, _, _ in pieces}  # each shard task without its samples
+
+    def _call(self, fn: Callable, *args: object) -> Future:
+        future = self.runner.submit(fn, *args)
+        future.add_done_callback(self.finished.put)
+        return future
+
+    def _issue(self) -> None:
+        """Start batches while the window allows (and a slot is free, where there is shared memory),
+        each with the writes placed since; the writes left go alone."""
+        shared = self.runner.shared is not None
+        while self.issued < len(self.pieces) and self.issued - self.placed < self.window:
+            if shared and not self.free:
+                break  # every slot holds bytes not yet written
+            slot = self.free.pop() if shared else None
+            if slot is not None:
+                self.slot_of[self.issued] = slot
+            t, lo, hi = self.pieces[self.issued]
+            writes, self.unwritten = self.unwritten, []
+            # each call gets only its samples, as tuples: a whole shard's sample list per batch costs pickling
+            fut = self._call(
+                write.encode_after_writes,
+                [(w.slot, w.ranges) for w in writes],
+                self.bare[id(t)],
+                write.pack_samples(t.samples[lo:hi]),
+                slot,
+            )
+            self.batches[fut] = self.issued
+            if writes:
+                self.writes[fut] = writes
+            self.issued += 1
+        if self.unwritten:
+            writes, self.unwritten = self.unwritten, []
+            self.writes[self._call(fragment.write_slots, [(w.slot, w.ranges) for w in writes])] = writes
+
+    def _place_ready(self) -> None:
+        """Place the results that are next in plan order; their bytes are written by a worker."""
+        while self.placed in self.ready:
+            enc = self.ready.pop(self.placed)
+            t, lo, hi = self.pieces[self.placed]
+            if lo == 0:
+                self.open = _Shard(write.open_shard(t))
+            shard = self.open
+            assert shard is not None  # a shard's batches come in order, its first opens it
+            slot = self.slot_of.pop(self.placed, None)
+            if enc.slot is not None:
+                assert slot == enc.slot  # a worker uses the slot it was given or none
+                shard.writing += 1
+                self.unwritten.append(_Write(shard, enc.slot, shard.assembler.place(enc), hi - lo))
+            else:  # the bytes came back with the result (too large for a slot, or no shared memory)
+                shard.assembler.append(enc)
+                if slot is not None:
+                    self.free.append(slot)
+                self.on_samples(hi - lo)
+            self.placed += 1
+            if hi == len(t.samples):
+                shard.job = shard.assembler.end()  # may fail (a full disk): the shard is still open then
+                self.unsealed.append(shard)
+                self.open = None
+                self._seal_if_written(shard)
+
+    def _written(self, writes: list[_Write]) -> None:
+        for w in writes:
+            self.free.append(w.slot)
+            w.shard.writing -= 1
+            self.on_samples(w.samples)
+            self._seal_if_written(w.shard)
+
+    def _seal_if_written(self, shard: _Shard) -> None:
+        if shard.job is not None and not shard.writing:
+            self.unsealed.remove(shard)
+            self.seals[self._call(seal_shard, shard.job)] = shard
+
+    def run(self) -> None:
+        """Write every piece's shard; on any exception stop the workers first, then remove what is unfinished."""
+        try:
+            while True:
+                self._place_ready()
+                self._issue()
+                if self.placed == len(self.pieces) and not (self.writes or self.seals or self.unsealed):
+                    return
+                try:
+                    fut = self.finished.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                result = fut.result()  # raises what the call raised
+                if fut in self.writes:
+                    self._written(self.writes.pop(fut))
+                if fut in self.batches:
+                    self.ready[self.batches.pop(fut)] = result
+                elif fut in self.seals:
+                    shard = self.seals.pop(fut)
+                    assert shard.job is not None  # sealed after its end
+                    self.on_done(shard.assembler.task, shard.assembler.complete(shard.job, result))
+        except BaseException:
+            # workers may still write into a shard's files (a seal renames them): stop the pool, then clean up
+            self.runner.close(cancel=True)
+            for shard in {
+                id(s): s for s in [self.open, *self.unsealed, *self.seals.values()] if s is not None
+            }.values():
+                shard.assembler.abort()
+            raise
+
+
+class _Write(NamedTuple):
+    """A placed fragment's bytes, to be written by a worker."""
+
+    shard: _Shard
+    slot: int
+    ranges: fragment.Ranges
+    samples: int

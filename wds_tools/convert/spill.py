@@ -19,19 +19,20 @@ import numpy as np
 
 from ..format.index import SAMPLE_COLUMNS, read_npz, write_npz
 from ..format.packed import pack_strings, unpack_strings
-from ..format.tarwrite import partial_path
+from ..format.tarwrite import partial_path, write_at
 from ..format.transport import join
 from ..signals import reraise_interruption
 from .storage import Store
 
-__all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill"]
+__all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill", "sync_into_place"]
 
 SPILL_DIR = "spill"
 """The folder, in a size's work folder, of the other sizes' pixels a multi-size conversion spills."""
 
 
 class SpillRow(NamedTuple):
-    """A sample's pixels at another size of the run, as ``encode_batch`` hands them to ``SpillWriter``."""
+    """A sample's pixels at another size of the run, as ``encode_batch`` hands them to ``SpillWriter``
+    (the .npy itself travels in the batch's fragment)."""
 
     key: str
     source_path: str
@@ -41,7 +42,7 @@ class SpillRow(NamedTuple):
     src_nbytes: int  # the source file's size and mtime when it was decoded
     src_mtime_ns: int
     npy_xxh3: int
-    npy: bytes  # header and pixels
+    npy_length: int  # header and pixels
 
 
 class Spilled(NamedTuple):
@@ -79,6 +80,17 @@ class Staged:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
+def sync_into_place(tmp: str, staged: Staged) -> None:
+    """fsync the finished file ``tmp``, rename it to ``staged.path`` and upload it when staged."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, staged.path)
+    staged.done()
+
+
 class SpillWriter:
     """The pixels a shard's samples gave another size of the run: one file of .npy members, and its table."""
 
@@ -88,28 +100,46 @@ class SpillWriter:
         self.file = Staged(self.store, join(folder, name + ".npys"))
         self.table = join(folder, name + ".npz")
         self.tmp = partial_path(self.file.path)
-        self.f = open(self.tmp, "wb")
-        self.rows: list[tuple[SpillRow, int, int]] = []  # (row without its .npy, offset, length)
+        self.fd: int | None = os.open(
+            self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666
+        )
+        self.rows: list[tuple[SpillRow, int]] = []  # (row, offset)
         self.offset = 0
 
-    def append(self, rows: list[SpillRow]) -> None:
-        """Write the rows' .npy members to the spill file."""
+    def reserve(self, rows: list[SpillRow]) -> int:
+        """Place the rows' .npy members after those before them, to be written by another process at
+        the offset returned (``write_at`` on the file ``tmp``)."""
+        start = self.offset
         for row in rows:
-            self.f.write(row.npy)
-            self.rows.append((row._replace(npy=b""), self.offset, len(row.npy)))
-            self.offset += len(row.npy)
+            self.rows.append((row, self.offset))
+            self.offset += row.npy_length
+        return start
 
-    def finish(self) -> None:
-        """Rename the spill file into place (upload it) and write its table; nothing when it is empty."""
-        if not self.rows:  # nothing of this shard was needed: keep what an interrupted run spilled for it
+    def append(self, rows: list[SpillRow], data: bytes | memoryview) -> None:
+        """Write the rows' .npy members, ``data``: theirs one after the other."""
+        if len(data) != sum(r.npy_length for r in rows):
+            raise ValueError(f"{len(data)} bytes for the spill of {len(rows)} samples")
+        if self.fd is None:
+            raise ValueError(f"{self.tmp} is closed")
+        write_at(self.fd, data, self.reserve(rows))
+
+    def end(self) -> tuple[str, Staged] | None:
+        """Close the spill file, unsynced, under its temporary name: (that name, where it goes), for
+        ``sync_into_place``; None when it is empty (removed: what an interrupted run spilled for this
+        shard is kept)."""
+        if not self.rows:
             self.abort()
+            return None
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+        return self.tmp, self.file
+
+    def write_table(self) -> None:
+        """Write the table of the spill file, once the file is in place; nothing when it was empty."""
+        rows = [r for r, _ in self.rows]
+        if not rows:
             return
-        self.f.flush()
-        os.fsync(self.f.fileno())  # as a shard is: renamed only once its bytes are on disk
-        self.f.close()
-        os.replace(self.tmp, self.file.path)
-        self.file.done()
-        rows = [r for r, _, _ in self.rows]
         cols: dict[str, np.ndarray] = {
             "key": np.array([r.key.encode() for r in rows] or [b""], dtype="S")[: len(rows)],
             "fingerprint": np.frombuffer(b"".join(r.fingerprint for r in rows), dtype="u1").reshape(-1, 16),
@@ -119,8 +149,8 @@ class SpillWriter:
             "height": [r.height for r in rows],
             "src_size": [r.src_nbytes for r in rows],
             "src_mtime_ns": [r.src_mtime_ns for r in rows],
-            "npy_offset": [off for _, off, _ in self.rows],
-            "npy_length": [n for _, _, n in self.rows],
+            "npy_offset": [off for _, off in self.rows],
+            "npy_length": [r.npy_length for r in rows],
             "npy_xxh3": [r.npy_xxh3 for r in rows],
         }
         for name, column in values.items():  # in this order: the table's bytes
@@ -129,12 +159,20 @@ class SpillWriter:
         cols["bytes"] = np.array([self.offset], dtype="<u8")
         self.store.write_bytes(self.table, write_npz(cols))
 
+    def finish(self) -> None:
+        """Put the spill file in place (upload it) and write its table, in this process."""
+        job = self.end()
+        if job is not None:
+            sync_into_place(*job)
+            self.write_table()
+
     def abort(self) -> None:
         """Close and remove the unfinished spill file."""
-        if not self.f.closed:
+        fd, self.fd = self.fd, None
+        if fd is not None:
             try:
-                self.f.close()
-            except OSError:  # disk full: flushing on close fails again; the file goes anyway
+                os.close(fd)
+            except OSError:
                 pass
         try:
             os.unlink(self.tmp)

@@ -1,36 +1,37 @@
 """Writing shards: samples become tar members in batches; a shard's batches are appended in plan order.
 
-``encode_batch`` (worker side) turns a slice of a shard's samples into member bytes and index
-fields, by copying checked pixels from a base or by decoding the source (all sizes of a
-multi-size run from one decode where the pixels allow). ``ShardAssembler`` appends batches in
-plan order to the shard's tar, then writes its sample columns and its meta, the resume marker.
-``write_shard`` does both for a whole shard in one process (one Ray task per shard).
+``encode_batch`` (worker side) turns a slice of a shard's samples into a tar fragment (fragment.py:
+whole members, laid out where the converter's process can append them with one write) and index
+fields, by copying checked pixels from a base or by decoding the source (all sizes of a multi-size
+run from one decode where the pixels allow). shard.py puts the fragments of a shard in its tar in
+plan order (``open_shard``), then seals and completes it. ``write_shard`` does it all for a whole
+shard in one process (``--workers 1``; one Ray task per shard).
 """
 
 from __future__ import annotations
 
-import functools
+import operator
 import os
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from collections.abc import Sequence
+from dataclasses import fields, replace
+from typing import Protocol
 
 import numpy as np
 import xxhash
+from PIL import Image
 
-from ..format.fsutil import dumps_canonical
-from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.npy import npy_header
-from ..format.packed import pack_strings
-from ..format.phash import WINDOWS, phash_batch
-from ..format.sample import MEMBERS, column_prefix, label_i32
+from ..format.phash import phash_batch
+from ..format.sample import label_i32
 from ..format.sample import sample_json as json_bytes
-from ..format.tarwrite import ShardWriter
-from ..format.transport import join, open_ranged
-from .decode import Decoded, DecodeError, DecodeSettings, decode_image, decode_sizes
-from .runner import orphaned
+from ..format.transport import open_ranged
+from .decode import Decoded, DecodeError, decode_image, decode_sizes
+from .fragment import SLOT_BYTES, Member, Ranges, members_bytes, put_block, put_members, write_slots
+from .runner import orphaned, shared_memory
 from .scan import content_hasher, hash_mismatch, open_source, os_reason
-from .spill import SpillRow, SpillWriter, Staged
-from .storage import Store
+from .shard import ShardAssembler
+from .spill import SpillRow
+from .tasks import Encoded, Reuse, SampleRow, SampleTask, ShardTask
 
 __all__ = [
     "Reuse",
@@ -39,100 +40,13 @@ __all__ = [
     "SampleRow",
     "Encoded",
     "encode_batch",
-    "ShardAssembler",
+    "encode_after_writes",
     "open_shard",
     "write_shard",
     "sample_json",
     "NARROW_SPAN",
     "narrow_warning",
 ]
-
-
-@dataclass(frozen=True)
-class Reuse:
-    """Where a sample's pixels already sit (a base version's shard, or a spill file), and how to
-    check them."""
-
-    shard_path: str
-    shard_bytes: int
-    npy_offset: int
-    npy_length: int
-    npy_xxh3: int
-    width: int
-    height: int
-    fingerprint: bytes
-    relabeled: bool
-    spilled: bool = False  # decoded in this run for another size's shards: counts as decoded
-    phash: tuple[int, ...] | None = None  # the stored pixels' perceptual hashes when the base records them (version 3)
-
-
-@dataclass(frozen=True)
-class SampleTask:
-    """One sample of a shard's plan: its source, label, and where its pixels may already sit."""
-
-    key: str
-    path: str
-    source_path: str
-    label: int
-    label_name: str
-    line: int
-    original_key: str | None
-    reuse: Reuse | None = None
-    src_nbytes: int = 0  # the source's size, from the scan; used when the pixels are copied, not read
-    src_mtime_ns: int = 0
-    content_hash: str | None = None  # the manifest's "algo:hex": checked whenever the file is read
-    also: tuple[int, ...] = ()  # other sides of a multi-size run to decode from the same read
-    meta: tuple | None = None  # (column, value) pairs of the manifest's metadata, for the .json's "meta"
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """One shard of the plan: where it goes, how its pixels are made, and its samples in order."""
-
-    dest: str
-    work: str
-    name: str
-    split: str
-    digest: str
-    side: int  # pixels
-    resize: str
-    settings: DecodeSettings
-    samples: tuple[SampleTask, ...]
-    spill: tuple[tuple[int, str], ...] = ()  # (side, folder) for the sides in the samples' ``also``
-    dataset_version: str = ""  # each .json names its dataset: --version and the class list's digest
-    classes_digest: str = ""
-
-
-class SampleRow(NamedTuple):
-    """A written sample's index fields (named as its samples.npz columns), and its members' places."""
-
-    key: str
-    label: int
-    fingerprint: bytes
-    width: int
-    height: int
-    src_size: int  # the source file's bytes
-    src_mtime_ns: int
-    npy_xxh3: int
-    source_path: str
-    phash: tuple[int, ...] = ()  # format.phash of the stored pixels (WINDOWS hashes)
-    placed: tuple[tuple[int, int], ...] = ()  # (offset, length) of each of MEMBERS in the tar
-
-
-@dataclass
-class Encoded:
-    """A batch of a shard's samples, ready to append: member bytes and index fields."""
-
-    members: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)  # key, data of each of MEMBERS
-    rows: list[SampleRow] = field(default_factory=list)  # placed once appended
-    hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
-    failed: list[dict] = field(default_factory=list)
-    narrow: list[dict] = field(default_factory=list)  # samples written whose pixels span under 16 levels
-    failed_stat: dict[str, list[int]] = field(default_factory=dict)  # key -> the source's [size, mtime_ns]
-    problems: list[dict] = field(default_factory=list)
-    counts: dict = field(default_factory=lambda: {"decoded": 0, "reused": 0, "relabeled": 0})
-    decodes: int = 0  # libjpeg/Pillow decodes done (a multi-size sample may need one per draft scale)
-    spilled: dict[int, list[SpillRow]] = field(default_factory=dict)  # side -> rows, see _spill_row
 
 
 def sample_json(
@@ -213,11 +127,6 @@ def _npy_checksum(header: bytes, flat: np.ndarray) -> int:
     return h.intdigest()
 
 
-@functools.lru_cache(maxsize=4)
-def _channel_offsets(side: int) -> np.ndarray:
-    return np.tile(np.array([0, 256, 512], dtype=np.uint16), side * side)
-
-
 NARROW_SPAN = 16
 """Stored pixels spanning fewer levels than this (a sixteenth of 0..255) are reported in errors.jsonl."""
 
@@ -234,25 +143,36 @@ def narrow_warning(key: str, path: str, line: int, lo: int, hi: int) -> dict:
     }
 
 
-def _histogram(flat: np.ndarray, side: int) -> np.ndarray:
-    """Counts of each value per channel: [R 0..255, G 0..255, B 0..255]."""
-    return np.bincount(flat + _channel_offsets(side), minlength=768)
+def _histogram(pixels: np.ndarray) -> np.ndarray:
+    """Counts of each value per channel of uint8 [S, S, 3] pixels: [R 0..255, G 0..255, B 0..255]
+    (Pillow counts them per band, in one pass in C: about half the time of ``np.bincount``)."""
+    return np.array(Image.fromarray(pixels).histogram(), dtype=np.int64)
+
+
+def _span(hist: np.ndarray) -> tuple[int, int]:
+    """The lowest and highest value of any channel, read off a sample's histogram."""
+    seen = hist.reshape(3, 256) > 0
+    return int(seen.argmax(axis=1).min()), 255 - int(seen[:, ::-1].argmax(axis=1).min())
 
 
 def _phashes(pixels: list[np.ndarray]) -> list[tuple[int, ...]]:
-    """``format.phash`` of each of a batch's stored images [S, S, 3], in one call (about half the time of
-    one call per image: the products are larger, numpy's per-call work is shared)."""
+    """``format.phash`` of each of stored images [S, S, 3], in one call. ``encode_batch`` hashes each image
+    alone, right after its decode: in a conversion that costs 0.6 of hashing the batch at its end, whose
+    pixels have left the cache by then (a batch's call costs half of one per image on pixels that stay
+    in the cache)."""
     return [tuple(h) for h in phash_batch(pixels).tolist()]
 
 
-def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
+def encode_batch(task: ShardTask, start: int, stop: int, slot: int | None = None) -> Encoded:
     """Samples ``start:stop`` of ``task``: copy checked pixels from where ``reuse`` says, else decode
-    the source (and the ``also`` sides from the same bytes, for their spill)."""
+    the source (and the ``also`` sides from the same bytes, for their spill). The fragment goes to
+    slot ``slot`` of the pool's shared memory when it fits there, else into ``Encoded.data``."""
     header = npy_header((task.side, task.side, 3))
     npy_len = len(header) + task.side * task.side * 3
     out = Encoded()
     stored = _StoredPixels()
-    unhashed: list[tuple[int, np.ndarray]] = []  # (row, pixels) of the rows whose phash is still to compute
+    members: list[Member] = []
+    spills: dict[int, list[memoryview]] = {}  # side -> the pixels of its spilled rows
     try:
         for s in task.samples[start:stop]:
             if orphaned():
@@ -267,12 +187,11 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
             sides = ([] if got is not None else [task.side]) + list(s.also)
             pictures, fp, src_nbytes, mtime, reason = _decode(s, sides, task, out)
             row: SampleRow | None = None
-            pixels: np.ndarray | None = None  # to hash
+            pixels: np.ndarray | None = None  # [S, S, 3], stored as given
             if isinstance(got, bytes):
                 r = s.reuse
                 assert r is not None  # got comes from it
-                npy = got
-                flat = np.frombuffer(npy, dtype=np.uint8, offset=len(header))
+                pixels = np.frombuffer(got, dtype=np.uint8, offset=len(header)).reshape(task.side, task.side, 3)
                 known = r.phash
                 row = SampleRow(
                     s.key,
@@ -286,8 +205,6 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     s.source_path,
                     known if known is not None else (),
                 )
-                if known is None:
-                    pixels = flat.reshape(task.side, task.side, 3)
                 kind = "decoded" if r.spilled else "relabeled" if r.relabeled else "reused"
                 out.counts[kind] += 1
             elif reason is not None or isinstance(pictures.get(task.side), DecodeError):
@@ -299,8 +216,7 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
             else:
                 dec = pictures[task.side]
                 assert isinstance(dec, Decoded) and fp is not None  # no reason, no error: decoded
-                flat = dec.pixels.reshape(-1)
-                npy = header + flat.tobytes()
+                pixels = np.ascontiguousarray(dec.pixels)
                 row = SampleRow(
                     s.key,
                     s.label,
@@ -309,32 +225,90 @@ def encode_batch(task: ShardTask, start: int, stop: int) -> Encoded:
                     dec.height,
                     src_nbytes,
                     mtime,
-                    _npy_checksum(header, flat),
+                    _npy_checksum(header, pixels.reshape(-1)),
                     s.source_path,
                 )
-                pixels = dec.pixels
                 out.counts["decoded"] += 1
             if row is not None:
-                lo, hi = int(flat.min()), int(flat.max())
+                assert pixels is not None  # set with row
+                if not row.phash:  # hashed while the pixels are in the cache (bench_convert.py --overhead)
+                    row = row._replace(phash=_phashes([pixels])[0])
+                hist = _histogram(pixels)
+                lo, hi = _span(hist)
                 if hi - lo < NARROW_SPAN:
                     out.narrow.append(narrow_warning(s.key, s.source_path, s.line, lo, hi))
-                out.hist += _histogram(flat, task.side)
+                out.hist += hist
                 js = sample_json(
                     s, row.width, row.height, row.fingerprint.hex(), task.dataset_version, task.classes_digest
                 )
-                out.members.append((s.key, (str(s.label).encode(), label_i32(s.label), js, npy)))
-                if pixels is not None:
-                    unhashed.append((len(out.rows), pixels))
+                members.append(
+                    Member(s.key.encode(), str(s.label).encode(), label_i32(s.label), js, header, _bytes_of(pixels))
+                )
                 out.rows.append(row)
             for side in s.also:
                 other = pictures.get(side)
                 if isinstance(other, Decoded) and fp is not None:
-                    out.spilled.setdefault(side, []).append(_spill_row(s, side, other, fp, src_nbytes, mtime))
-        for (i, _), h in zip(unhashed, _phashes([px for _, px in unhashed])):
-            out.rows[i] = out.rows[i]._replace(phash=h)
+                    spill_row, spill_pixels = _spill_row(s, side, other, fp, src_nbytes, mtime)
+                    out.spilled.setdefault(side, []).append(spill_row)
+                    spills.setdefault(side, []).append(spill_pixels)
     finally:
         stored.close()
+    _lay_out(out, members, spills, slot)
     return out
+
+
+_sample_values = operator.attrgetter(*(f.name for f in fields(SampleTask)))
+
+
+def pack_samples(samples: Sequence[SampleTask]) -> tuple[tuple, ...]:
+    """Samples as tuples of their fields: a pool call pickles and unpickles those about six times faster
+    than the dataclasses (``encode_after_writes`` makes them again)."""
+    return tuple(map(_sample_values, samples))
+
+
+def encode_after_writes(
+    writes: Sequence[tuple[int, Ranges]], task: ShardTask, packed: Sequence[tuple], slot: int | None
+) -> Encoded:
+    """``write_slots(writes)`` (batches placed since the last call, whose slots the converter wants
+    back), then ``encode_batch`` of the samples ``packed`` (``pack_samples``) of ``task`` (whose own
+    samples are left out): one call to a pool worker for both."""
+    write_slots(writes)
+    samples = tuple(SampleTask(*values) for values in packed)
+    return encode_batch(replace(task, samples=samples), 0, len(samples), slot)
+
+
+def _bytes_of(pixels: np.ndarray) -> memoryview:
+    """The bytes of C-order uint8 pixels, without a copy."""
+    return pixels.reshape(-1).data
+
+
+def _lay_out(out: Encoded, members: list[Member], spills: dict[int, list[memoryview]], slot: int | None) -> None:
+    """Lay out the batch's members, then its spill blocks, in the slot when they fit, else in ``out.data``;
+    set the rows' places (from the fragment's start) and the lengths."""
+    nbytes = sum(members_bytes(m) for m in members)
+    blocks = {side: sum(len(npy_header((side, side, 3))) + len(px) for px in spills[side]) for side in sorted(spills)}
+    total = nbytes + sum(blocks.values())
+    shared = shared_memory() if slot is not None else None
+    if shared is not None and slot is not None and total <= SLOT_BYTES:
+        whole = memoryview(shared)
+        buf = whole[slot * SLOT_BYTES : slot * SLOT_BYTES + total]
+        out.slot = slot
+    else:
+        out.data = bytearray(total)
+        whole = buf = memoryview(out.data)
+    try:
+        pos = 0
+        for i, m in enumerate(members):
+            pos, placed = put_members(buf, pos, m)
+            out.rows[i] = out.rows[i]._replace(placed=placed)
+        for side, pixels in ((side, spills[side]) for side in blocks):
+            head = npy_header((side, side, 3))
+            for px in pixels:
+                pos = put_block(buf, pos, (head, px))
+    finally:
+        buf.release()
+        whole.release()
+    out.nbytes, out.spill_nbytes = nbytes, blocks
 
 
 def _decode(
@@ -370,10 +344,13 @@ def _decode(
     return pictures, xxhash.xxh3_128_digest(data), src_nbytes, mtime, None
 
 
-def _spill_row(s: SampleTask, side: int, dec: Decoded, fp: bytes, src_nbytes: int, mtime: int) -> SpillRow:
+def _spill_row(
+    s: SampleTask, side: int, dec: Decoded, fp: bytes, src_nbytes: int, mtime: int
+) -> tuple[SpillRow, memoryview]:
+    """A sample's row in the spill of another side, and its pixels there."""
     header = npy_header((side, side, 3))
-    flat = dec.pixels.reshape(-1)
-    return SpillRow(
+    flat = np.ascontiguousarray(dec.pixels).reshape(-1)
+    row = SpillRow(
         s.key,
         s.source_path,
         fp,
@@ -382,86 +359,9 @@ def _spill_row(s: SampleTask, side: int, dec: Decoded, fp: bytes, src_nbytes: in
         src_nbytes,
         mtime,
         _npy_checksum(header, flat),
-        header + flat.tobytes(),
+        len(header) + len(flat),
     )
-
-
-class ShardAssembler:
-    """Append a shard's encoded batches in plan order; ``finish`` writes the tar, its columns and meta."""
-
-    def __init__(self, task: ShardTask) -> None:
-        self.task = task
-        self.store = Store(task.dest)
-        self.tar = Staged(self.store, self.store.join(task.name))
-        self.writer = ShardWriter(self.tar.path)
-        self.spills = {side: SpillWriter(folder, task.name) for side, folder in task.spill}
-        self.rows: list[SampleRow] = []
-        self.failed: list[dict] = []
-        self.narrow: list[dict] = []
-        self.failed_stat: dict[str, list[int]] = {}
-        self.problems: list[dict] = []
-        self.counts = {"decoded": 0, "reused": 0, "relabeled": 0}
-        self.hist = np.zeros(768, dtype=np.int64)
-        self.decodes = 0
-
-    def append(self, enc: Encoded) -> None:
-        """Add a batch's members to the tar, after those of the batches before it."""
-        w = self.writer
-        for (key, data), row in zip(enc.members, enc.rows):
-            placed = tuple(w.add(f"{key}.{ext}", d) for ext, d in zip(MEMBERS, data))
-            self.rows.append(row._replace(placed=placed))
-        self.hist += enc.hist
-        self.failed += enc.failed
-        self.narrow += enc.narrow
-        self.failed_stat.update(enc.failed_stat)
-        self.problems += enc.problems
-        for k, v in enc.counts.items():
-            self.counts[k] += v
-        self.decodes += enc.decodes
-        for side, rows in enc.spilled.items():
-            self.spills[side].append(rows)
-
-    def finish(self) -> dict:
-        """Close the tar (rename or upload), write spills, columns, then the meta; return the meta."""
-        task, store = self.task, self.store
-        try:
-            nbytes, sha = self.writer.close()
-            self.tar.done()
-            for spill in self.spills.values():
-                spill.finish()
-        finally:
-            self.cleanup()
-        store.write_bytes(join(task.work, task.name + ".npz"), write_npz(_rows_to_columns(self.rows)))
-        meta = {
-            "name": task.name,
-            "split": task.split,
-            "digest": task.digest,
-            "bytes": nbytes,
-            "sha256": sha,
-            "samples": len(self.rows),
-            "failed": self.failed,
-            "narrow": self.narrow,
-            "failed_stat": self.failed_stat,
-            "histogram": self.hist.tolist(),
-            "counts": self.counts,
-            "reuse_problems": self.problems,
-            "decodes": self.decodes,
-        }
-        store.write_bytes(join(task.work, task.name + ".json"), (dumps_canonical(meta) + "\n").encode())
-        return meta
-
-    def abort(self) -> None:
-        """Remove the unfinished tar and spill files."""
-        self.writer.abort()
-        for spill in self.spills.values():
-            spill.abort()
-        self.cleanup()
-
-    def cleanup(self) -> None:
-        """Remove staging folders."""
-        self.tar.cleanup()
-        for spill in self.spills.values():
-            spill.file.cleanup()
+    return row, flat.data
 
 
 def open_shard(task: ShardTask) -> ShardAssembler:
@@ -479,27 +379,3 @@ def write_shard(task: ShardTask, batch: int = 16) -> dict:
     except BaseException:
         shard.abort()
         raise
-
-
-def _rows_to_columns(rows: list[SampleRow]) -> dict[str, np.ndarray]:
-    """A shard's sample columns, kept in its work folder until the index is assembled. They hold
-    ``src_mtime_ns`` too: the index leaves it out, the quick-check cache takes it (hashes.py)."""
-    names = ["key", "label", "fingerprint", "width", "height", "src_size", "src_mtime_ns", "npy_xxh3", "phash"]
-    cols: dict[str, np.ndarray] = {}
-    for name in names:
-        values = [getattr(r, name) for r in rows]
-        if name == "key":
-            cols[name] = np.array([v.encode() for v in values], dtype="S") if values else np.zeros(0, "S1")
-        elif name == "fingerprint":
-            cols[name] = np.frombuffer(b"".join(values), dtype="u1").reshape(len(values), 16)
-        elif name == "phash":
-            cols[name] = np.array(values, dtype="<u8").reshape(len(values), WINDOWS)
-        else:
-            cols[name] = np.array(values, dtype=SAMPLE_COLUMNS.get(name, "<i8"))
-    for j, ext in enumerate(MEMBERS):
-        prefix = column_prefix(ext)
-        cols[f"{prefix}_offset"] = np.array([r.placed[j][0] for r in rows], dtype="<u8")
-        cols[f"{prefix}_length"] = np.array([r.placed[j][1] for r in rows], dtype="<u8")
-    cols["shard"] = np.zeros(len(rows), dtype="<u4")
-    cols["path_offsets"], cols["path_data"] = pack_strings([r.source_path for r in rows])
-    return cols

@@ -52,15 +52,14 @@ def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str
     rows = np.flatnonzero(columns["shard"] == shard)
     rows = rows[np.argsort(columns["cls_offset"][rows], kind="stable")]
     lines = [f"{DALI_VERSION} {len(rows)}"]
-    keys = columns["key"]
-    for r in rows:
-        key = keys[r].decode()
-        lines.append(
-            " ".join(
-                f"{m} {int(columns[f'{c}_offset'][r])} {int(columns[f'{c}_length'][r])} {key}.{m}"
-                for m, c in zip(members, map(column_prefix, members))
-            )
-        )
+    # the columns of this shard's rows as Python values, once (indexing numpy row by row costs ~10x)
+    keys = [k.decode() for k in columns["key"][rows].tolist()]
+    places = [
+        (m, columns[f"{c}_offset"][rows].tolist(), columns[f"{c}_length"][rows].tolist())
+        for m, c in zip(members, map(column_prefix, members))
+    ]
+    for i, key in enumerate(keys):
+        lines.append(" ".join(f"{m} {offsets[i]} {lengths[i]} {key}.{m}" for m, offsets, lengths in places))
     return "\n".join(lines) + "\n"
 
 
