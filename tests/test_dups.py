@@ -722,7 +722,7 @@ def _doc_distance(a: np.ndarray, b: np.ndarray) -> int:
 def test_low_detail_pictures_are_flagged_as_the_reference_computes(low_detail_folder):
     """The pairs were pairs: by the reference (tests/phashref.py, from FORMAT.md), both pictures of each have 16
     firm coefficients or more (main's rule hashed them) and lie within 5 bits of each other. Now each stored
-    flag is the reference's (fewer than 16 firm coefficients, or fewer than 5 firm singular values of the
+    flag is the reference's (fewer than 16 firm coefficients, or fewer than 5 counted singular values of the
     7x7 block u, v >= 1), at least one picture of every pair is flagged, and no photo is."""
     from phashref import doc_details
 
