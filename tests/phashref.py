@@ -29,7 +29,7 @@ def doc_firm(pixels: np.ndarray) -> int:
 
 def doc_rank(pixels: np.ndarray) -> int:
     """FORMAT.md's count of firm singular values: of the whole image's 7x7 block of those coefficients with
-    u, v >= 1 (grey levels), the singular values of at least 1.5 and of at least 1/96 of the largest."""
+    u, v >= 1 (grey levels), the singular values of at least 1 and of at least 1/96 of the largest."""
     return doc_details(pixels)[2]
 
 
@@ -66,7 +66,7 @@ def doc_details(pixels: np.ndarray) -> tuple[list[int], int, int]:
             ac = np.abs(coeffs / 1000).reshape(-1)[1:]
             firm = int((ac >= 1.0).sum())
             sv = svdvals(coeffs[1:, 1:] / 1000)  # largest first
-            rank = int(((sv >= 1.5) & (sv >= sv[0] / 96)).sum())
+            rank = int(((sv >= 1.0) & (sv >= sv[0] / 96)).sum())
             h |= int(firm < 16 or rank < 5) << 63  # too flat to hash
         out.append(h)
     return out, firm, rank

@@ -148,7 +148,7 @@ def _pattern(side: int) -> np.ndarray:
         (
             224,
             "daf15b0fa2512000 5ff25f0ae709fd55 5bf21b0ea389fc55 5ff15f09e60ba955 5ff55f0ea6abf543 5ff05b0fa301a4ea 5ff51a4fa2591008",
-        ),  # f = 4; too flat to hash (18 firm coefficients, but 4 counted singular values: the 5th is 0.95 grey levels, under 1.5): the top bit set
+        ),  # f = 4; too flat to hash (18 firm coefficients, but 4 counted singular values: the 5th is 0.95 grey levels, under 1): the top bit set
         (
             256,
             "dc8f5a0fa55554aa 5e555a0da725aeea 5e555a0da3adaaee 5dd75b0f25a305aa 7ab65a0fa747ad50 5f531a0ff75544aa 5ff75a0fa301a0fe",
@@ -195,7 +195,7 @@ def _squeezed(im: np.ndarray, contrast: float) -> np.ndarray:
 @pytest.mark.parametrize("side", [8, 64, 100, 224, 256])
 def test_the_flat_rule_is_the_documented_one(side):
     """The firm coefficients (whole image, |orthonormal DCT| >= 1 grey level), the counted singular values of
-    the 7x7 block u, v >= 1 (at least 1.5 grey levels and 1/96 of the largest) and the flat bit of the
+    the 7x7 block u, v >= 1 (at least 1 grey level and 1/96 of the largest) and the flat bit of the
     whole-image hash (fewer than 16 firm coefficients or fewer than 5 counted singular values) agree with the
     reference, from solid frames to full-contrast photos; a solid frame is flat, a photo is not, and one
     squeezed to 1/200 of its contrast (its colours within about a grey level) is."""
