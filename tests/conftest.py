@@ -372,6 +372,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_dups.py": {
         "test_a_stats_plot_that_cannot_be_written_is_one_line": 1.12,  # s CPU in the fast run
         "test_find_pairs_is_exact": 1.2,
+        "test_low_detail_pictures_are_flagged_as_the_reference_computes": 3.7,  # 256 reference hashes
         "test_the_benchmark_duplicate_set_at_small_scale": 0.51,  # s CPU in the fast run
     },
     "test_eval_coverage.py": {

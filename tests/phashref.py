@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.fft import dctn
+from scipy.linalg import svdvals
 
 
 def _area_rows(a: np.ndarray, n: int = 32) -> np.ndarray:
@@ -26,13 +27,20 @@ def doc_firm(pixels: np.ndarray) -> int:
     return doc_details(pixels)[1]
 
 
+def doc_rank(pixels: np.ndarray) -> int:
+    """FORMAT.md's count of firm singular values: of the whole image's 7x7 block of those coefficients with
+    u, v >= 1 (grey levels), the singular values of at least 1 and of at least 1/96 of the largest."""
+    return doc_details(pixels)[2]
+
+
 def doc_hash(pixels: np.ndarray) -> list[int]:
     """The seven hashes of stored pixels [S, S, 3], as FORMAT.md words them, written without format.phash."""
     return doc_details(pixels)[0]
 
 
-def doc_details(pixels: np.ndarray) -> tuple[list[int], int]:
-    """(the seven hashes, the whole image's firm coefficients) of stored pixels [S, S, 3]."""
+def doc_details(pixels: np.ndarray) -> tuple[list[int], int, int]:
+    """(the seven hashes, the whole image's firm coefficients, its firm singular values) of stored pixels
+    [S, S, 3]."""
     s = pixels.shape[0]
     r, g, b = (pixels[..., c].astype(np.int64) for c in range(3))
     grey = (299 * r + 587 * g + 114 * b).astype(np.float64)
@@ -44,7 +52,7 @@ def doc_details(pixels: np.ndarray) -> tuple[list[int], int]:
     w, v = s - 2 * d, s - 2 * e
     # whole, centre, top, bottom, left, right, smaller centre
     boxes = [(0, 0, s), (d, d, w), (0, d, w), (2 * d, d, w), (d, 0, w), (d, 2 * d, w), (e, e, v)]
-    out, firm = [], 0
+    out, firm, rank = [], 0, 0
     for top, left, side in boxes:
         window = grey[top : top + side, left : left + side]
         small = _area_rows(_area_rows(window).T).T
@@ -57,6 +65,8 @@ def doc_details(pixels: np.ndarray) -> tuple[list[int], int]:
         if not out:  # the whole image: its firm coefficients (grey levels: the luma above is times 1000)
             ac = np.abs(coeffs / 1000).reshape(-1)[1:]
             firm = int((ac >= 1.0).sum())
-            h |= int(firm < 16) << 63  # too flat to hash
+            sv = svdvals(coeffs[1:, 1:] / 1000)  # largest first
+            rank = int(((sv >= 1.0) & (sv >= sv[0] / 96)).sum())
+            h |= int(firm < 16 or rank < 5) << 63  # too flat to hash
         out.append(h)
-    return out, firm
+    return out, firm, rank

@@ -29,7 +29,7 @@ S = 64
 
 
 def _photo(seed: int) -> Image.Image:
-    return lesion_photo(160, 120, seed % 3, 500 + seed)
+    return lesion_photo(480, 360, seed % 3, 500 + seed)  # 7x5 colour cells: detail enough to hash (FORMAT.md)
 
 
 def _copy(im: Image.Image, how: str) -> Image.Image:
@@ -573,7 +573,7 @@ def test_flat_pictures_are_flagged_as_the_reference_computes(flat_folder):
                 if member.name.endswith(".npy"):
                     data = tar.extractfile(member)
                     assert data is not None
-                    hashes, firm[member.name[:-4]] = doc_details(np.load(io.BytesIO(data.read())))
+                    hashes, firm[member.name[:-4]], _ = doc_details(np.load(io.BytesIO(data.read())))
                     assert stored[member.name[:-4]][0] >> 63 == hashes[0] >> 63
     assert sorted(k for k, n in firm.items() if n < 16) == sorted(_flat_keys())
     assert min(firm[k] for k, *_ in FLAT_PHOTOS) >= 48
@@ -622,3 +622,133 @@ def test_stats_counts_the_flat_samples(flat_folder):
     assert any("48 samples too flat to hash" in w and "e.g. ramp00 ramp01" in w for w in report.warnings), (
         report.warnings
     )
+
+
+# --- random pictures with little detail (synth.low_detail_picture): smooth, high-contrast, all different
+# Pairs that main's rule (fewer than 16 firm coefficients) left hashable and found within 5 bits of each other
+# (the pictures at 192 px, JPEG q90, stored at 64 px; found by searching 1,500 of each kind, 4,000 noise
+# pictures); scripts/bench_lowdetail.py counts thousands of such pairs per 5,000 pictures
+LOW_DETAIL_PAIRS = {
+    "grid": [(608, 843), (873, 956), (139, 905), (357, 562)],
+    "blobs": [(87, 449), (126, 888), (144, 333), (295, 892)],
+    "noise": [(541, 3715), (724, 2453), (789, 2370), (1495, 3970)],
+    "vignette": [(350, 797), (559, 1335), (602, 751), (74, 699)],
+}
+
+
+def _low_detail_keys() -> list[str]:
+    return [f"{kind}{k}" for kind, pairs in LOW_DETAIL_PAIRS.items() for pair in pairs for k in pair]
+
+
+@pytest.fixture(scope="module")
+def low_detail_folder(tmp_path_factory) -> Path:
+    """FLAT_PHOTOS and the 32 pictures of LOW_DETAIL_PAIRS as JPEGs, converted at 64 px; the two of a pair
+    in different splits and with different labels (a cluster of them would be leakage and a label conflict)."""
+    from wds_tools.synth import low_detail_picture
+
+    root = tmp_path_factory.mktemp("lowdetail")
+    (root / "img").mkdir()
+    with open(root / "manifest.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "path", "label", "split", "lesion"])
+        for key, seed, how, split, label, lesion in FLAT_PHOTOS:
+            im = _photo(seed) if how is None else _copy(_photo(seed), how)
+            (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(im, 92))
+            w.writerow([key, f"img/{key}.jpg", label, split, lesion])
+        for kind, pairs in LOW_DETAIL_PAIRS.items():
+            for pair in pairs:
+                for side, k in enumerate(pair):
+                    key = f"{kind}{k}"
+                    (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(low_detail_picture(kind, k, (192, 192)), 90))
+                    w.writerow([key, f"img/{key}.jpg", ["benign", "malignant"][side], ["train", "val"][side], key])
+    out = root / "out"
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            str(root / "manifest.csv"),
+            "--version",
+            "v1",
+            "--size",
+            str(S),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    return out / "v1" / str(S)
+
+
+def test_low_detail_pictures_are_seeded_and_named():
+    """Picture k of a kind is the same every time and differs from k + 1; an unknown kind is refused by name."""
+    from wds_tools.synth import LOW_DETAIL_KINDS, low_detail_picture
+
+    for kind in LOW_DETAIL_KINDS:
+        a, b = (np.asarray(low_detail_picture(kind, k, (48, 40))) for k in (3, 4))
+        assert a.shape == (40, 48, 3) and np.array_equal(a, np.asarray(low_detail_picture(kind, 3, (48, 40))))
+        assert not np.array_equal(a, b)
+    with pytest.raises(ValueError, match=r"unknown kind 'ramp' \(one of grid, blobs, noise, vignette\)"):
+        low_detail_picture("ramp", 0)
+
+
+def _stored_pixels(folder: Path) -> dict[str, np.ndarray]:
+    """Each sample's stored pixels, read with stock tarfile and numpy."""
+    out = {}
+    for shard in sorted(folder.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".npy"):
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    out[member.name[:-4]] = np.load(io.BytesIO(data.read()))
+    return out
+
+
+def _doc_distance(a: np.ndarray, b: np.ndarray) -> int:
+    """FORMAT.md's distance from the reference alone: the whole-image hash of each picture's eight flips and
+    quarter turns (numpy on the pixels, the flag bit cleared) against the other's seven hashes."""
+    out = 64
+    for x, y in ((a, b), (b, a)):
+        theirs = doc_hash(y)
+        for t in (x, x[:, ::-1], x[::-1], x[::-1, ::-1]):
+            for v in (t, t.transpose(1, 0, 2)):
+                mine = doc_hash(np.ascontiguousarray(v))[0] & ((1 << 63) - 1)
+                out = min(out, *(bin(mine ^ h).count("1") for h in theirs))
+    return out
+
+
+def test_low_detail_pictures_are_flagged_as_the_reference_computes(low_detail_folder):
+    """The pairs were pairs: by the reference (tests/phashref.py, from FORMAT.md), both pictures of each have 16
+    firm coefficients or more (main's rule hashed them) and lie within 5 bits of each other. Now each stored
+    flag is the reference's (fewer than 16 firm coefficients, or fewer than 5 counted singular values of the
+    7x7 block u, v >= 1), at least one picture of every pair is flagged, and no photo is."""
+    from phashref import doc_details
+
+    with np.load(low_detail_folder / "samples.npz") as table:
+        stored = dict(zip(table["key"].astype("U").tolist(), table["phash"].tolist()))
+    pixels = _stored_pixels(low_detail_folder)
+    flat = {}
+    for key, px in pixels.items():
+        hashes, firm, rank = doc_details(px)
+        flat[key] = firm < 16 or rank < 5
+        assert stored[key][0] >> 63 == hashes[0] >> 63 == flat[key], (key, firm, rank)
+        if key in _low_detail_keys():
+            assert firm >= 16, key  # main's rule hashed it
+    for kind, pairs in LOW_DETAIL_PAIRS.items():
+        for a, b in pairs:
+            assert _doc_distance(pixels[f"{kind}{a}"], pixels[f"{kind}{b}"]) <= DEFAULT_THRESHOLD, (kind, a, b)
+            assert flat[f"{kind}{a}"] or flat[f"{kind}{b}"], (kind, a, b)
+    assert not any(flat[k] for k, *_ in FLAT_PHOTOS)
+
+
+@pytest.mark.parametrize("threshold", [DEFAULT_THRESHOLD, 8])
+def test_low_detail_pictures_make_no_false_pair(low_detail_folder, threshold):
+    """The issue: random low-detail pictures (colour grids interpolated, soft blobs, upsampled noise,
+    vignetted gradients) paired with unrelated ones. Now the only cluster is the photos' own, and every
+    picture too flat to hash is listed."""
+    res = find_dups(low_detail_folder, threshold=threshold)
+    assert [sorted(m["key"] for m in c.members) for c in res.clusters] == [["c0", "c1", "c2"]]
+    listed = {m["key"] for m in res.flat}
+    assert listed <= set(_low_detail_keys()) and len(listed) >= len(LOW_DETAIL_PAIRS) * 4

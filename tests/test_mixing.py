@@ -31,14 +31,16 @@ MIXED = r"these shards belong to 2 different datasets, which cannot be read as o
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory) -> dict[str, Path]:
-    """v1: 30 JPEGs in classes a, b, c (every 6th in val), 16 px, 4 per shard (7 train + 2 val shards);
+    """v1: 30 JPEGs (640x480) in classes a, b, c (every 6th in val), 16 px, 4 per shard (7 train + 2 val shards);
     v2: the same rows and 3 more of a new class ``A``, which sorts first, so every class index shifts;
     v1 again at 24 px; and a copy of v1 elsewhere (a mirror)."""
     root = tmp_path_factory.mktemp("mixing")
-    rows = make_images(root / "c", 30)
+    # 640x480: 10x7 colour cells, detail enough to hash at 16 px (a 96x72 one is a 2x2 grid interpolated:
+    # too flat to hash, docs/FORMAT.md, and stats would warn about it)
+    rows = make_images(root / "c", 30, size=(640, 480))
     for i, r in enumerate(rows):
         r["split"] = "val" if i % 6 == 0 else "train"
-    added = make_images(root / "c" / "new", 3, classes=("A",), seed=9)
+    added = make_images(root / "c" / "new", 3, classes=("A",), size=(640, 480), seed=9)
     for r in added:
         r.update(key="n" + r["key"], path="new/" + r["path"], split="train")
     m1 = write_manifest(root / "c" / "v1.csv", rows)

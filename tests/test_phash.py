@@ -147,8 +147,8 @@ def _pattern(side: int) -> np.ndarray:
         ),  # f = 2
         (
             224,
-            "5af15b0fa2512000 5ff25f0ae709fd55 5bf21b0ea389fc55 5ff15f09e60ba955 5ff55f0ea6abf543 5ff05b0fa301a4ea 5ff51a4fa2591008",
-        ),  # f = 4
+            "daf15b0fa2512000 5ff25f0ae709fd55 5bf21b0ea389fc55 5ff15f09e60ba955 5ff55f0ea6abf543 5ff05b0fa301a4ea 5ff51a4fa2591008",
+        ),  # f = 4; too flat to hash (18 firm coefficients, but 4 counted singular values: the 5th is 0.95 grey levels, under 1): the top bit set
         (
             256,
             "dc8f5a0fa55554aa 5e555a0da725aeea 5e555a0da3adaaee 5dd75b0f25a305aa 7ab65a0fa747ad50 5f531a0ff75544aa 5ff75a0fa301a0fe",
@@ -194,25 +194,27 @@ def _squeezed(im: np.ndarray, contrast: float) -> np.ndarray:
 
 @pytest.mark.parametrize("side", [8, 64, 100, 224, 256])
 def test_the_flat_rule_is_the_documented_one(side):
-    """The firm coefficients (whole image, |orthonormal DCT| >= 1 grey level) and the flat bit of the
-    whole-image hash (fewer than 16 firm) agree with the reference, from solid frames to full-contrast
-    photos; a solid frame is flat, a photo is not, and one squeezed to 1/200 of its contrast (its colours
-    within about a grey level) is."""
+    """The firm coefficients (whole image, |orthonormal DCT| >= 1 grey level), the counted singular values of
+    the 7x7 block u, v >= 1 (at least 1 grey level and 1/96 of the largest) and the flat bit of the
+    whole-image hash (fewer than 16 firm coefficients or fewer than 5 counted singular values) agree with the
+    reference, from solid frames to full-contrast photos; a solid frame is flat, a photo is not, and one
+    squeezed to 1/200 of its contrast (its colours within about a grey level) is."""
     from phashref import doc_details
 
-    from wds_tools.format.phash import FIRM_BITS, firm_bits, is_flat
+    from wds_tools.format.phash import DETAIL_RANK, FIRM_BITS, detail_rank, firm_bits, is_flat
 
     ims = [square(im, side) for im in photos()]
     cases = [np.full((side, side, 3), c, np.uint8) for c in (0, 37, 128, 255)]
     cases += [_squeezed(im, f) for im in ims for f in (1.0, 0.05, 0.02, 0.005)]
-    got, firm = phash_batch(cases), firm_bits(cases)
+    got, firm, rank = phash_batch(cases), firm_bits(cases), detail_rank(cases)
     for i, px in enumerate(cases):
-        want, want_firm = doc_details(px)
-        assert firm[i] == want_firm, (i, firm[i], want_firm)
-        assert int(got[i, 0]) >> 63 == want[0] >> 63 == (want_firm < FIRM_BITS)
-        if want_firm >= FIRM_BITS:  # a flat image's other bits may be rounding noise: FORMAT.md
+        want, want_firm, want_rank = doc_details(px)
+        assert (firm[i], rank[i]) == (want_firm, want_rank), (i, firm[i], want_firm, rank[i], want_rank)
+        flat = want_firm < FIRM_BITS or want_rank < DETAIL_RANK
+        assert int(got[i, 0]) >> 63 == want[0] >> 63 == flat
+        if not flat:  # a flat image's other bits may be rounding noise: FORMAT.md
             assert got[i].tolist() == want
-    assert is_flat(got[:4]).all() and firm[:4].tolist() == [0, 0, 0, 0]
+    assert is_flat(got[:4]).all() and firm[:4].tolist() == rank[:4].tolist() == [0, 0, 0, 0]
     assert not is_flat(got[4::4]).any()  # the photos themselves
     assert is_flat(got[7::4]).all()  # at 1/200 of their contrast
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["photo_like", "lesion_photo", "flat_picture", "FLAT_KINDS", "jpeg_bytes", "write_corpus"]
+__all__ = [
+    "photo_like",
+    "lesion_photo",
+    "flat_picture",
+    "FLAT_KINDS",
+    "low_detail_picture",
+    "LOW_DETAIL_KINDS",
+    "jpeg_bytes",
+    "write_corpus",
+]
 
 # Per class index: (RGB of the lesion, irregularity of its border 0..1, radius as a fraction of the short side)
 _LESIONS = (((196, 120, 108), 0.05, 0.18), ((46, 24, 20), 0.45, 0.30), ((122, 72, 42), 0.10, 0.24))
@@ -67,6 +76,42 @@ def flat_picture(kind: str, k: int, side: int = 224) -> Image.Image:
     t = np.linspace(0, 1, side)[:, None, None]
     arr = np.broadcast_to(a + (b - a) * t, (side, side, 3))
     return Image.fromarray(np.round(arr.transpose(1, 0, 2) if k % 2 else arr).astype(np.uint8))
+
+
+LOW_DETAIL_KINDS = ("grid", "blobs", "noise", "vignette")
+"""The kinds of ``low_detail_picture``."""
+
+
+def low_detail_picture(kind: str, k: int, size: tuple[int, int] | None = None) -> Image.Image:
+    """Picture ``k`` of a random family with detail at a few points only, all different, that a perceptual
+    hash must not call duplicates (docs/FORMAT.md, Too flat to hash): ``"grid"``, a 2x2 or 3x3 grid of random
+    colours interpolated bilinearly or bicubically; ``"blobs"``, two to five Gaussian blobs of random colour,
+    place and width (8-35% of the short side) on a random colour; ``"noise"``, random colours on a 4x4 to 8x8
+    grid interpolated bicubically; ``"vignette"``, a linear gradient between two random colours at a random
+    angle, darkened towards the corners (by 20-70% there). ``size``: (width, height), by default random in 224..480."""
+    if kind not in LOW_DETAIL_KINDS:
+        raise ValueError(f"low_detail_picture: unknown kind {kind!r} (one of {', '.join(LOW_DETAIL_KINDS)})")
+    rng = np.random.default_rng([k, LOW_DETAIL_KINDS.index(kind) + 11])
+    w, h = size or (int(rng.integers(224, 481)), int(rng.integers(224, 481)))
+    if kind in ("grid", "noise"):
+        n = int(rng.integers(2, 4)) if kind == "grid" else int(rng.integers(4, 9))
+        how = Image.Resampling.BICUBIC if kind == "noise" or rng.integers(2) else Image.Resampling.BILINEAR
+        return Image.fromarray(rng.integers(0, 256, (n, n, 3), dtype=np.uint8)).resize((w, h), how)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    if kind == "blobs":
+        arr = np.broadcast_to(rng.uniform(0, 255, 3), (h, w, 3))
+        for _ in range(int(rng.integers(2, 6))):
+            cx, cy, s = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(0.08, 0.35) * min(w, h)
+            a = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * s * s))[..., None]
+            arr = arr * (1 - a) + rng.uniform(0, 255, 3) * a
+    else:  # vignette
+        angle = rng.uniform(0, 2 * np.pi)
+        p = x * np.cos(angle) + y * np.sin(angle)
+        t = ((p - p.min()) / (p.max() - p.min()))[..., None]
+        a, b = rng.uniform(0, 255, (2, 3))
+        r2 = ((x - w / 2) / (w / 2)) ** 2 + ((y - h / 2) / (h / 2)) ** 2
+        arr = (a + (b - a) * t) * (1 - rng.uniform(0.2, 0.7) * r2 / 2)[..., None]
+    return Image.fromarray(np.clip(np.round(arr), 0, 255).astype(np.uint8))
 
 
 def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:

@@ -104,9 +104,10 @@ def dups(
     bits are joined into clusters (copies with equal hashes are collapsed first). A cluster is
     CROSS-SPLIT when its samples sit in more than one split (leakage), LABEL-CONFLICT when they
     carry different labels, CROSS-GROUP when they have different values of the group column (e.g.
-    one lesion filed under two lesion ids). A flat or nearly flat picture (fewer than 16 of its
-    hash's bits from firm DCT coefficients, docs/FORMAT.md) is too flat to hash: it is listed, and
-    in no cluster. Indexes of format versions 1 and 2 have no hash column: it is computed from the
+    one lesion filed under two lesion ids). A flat picture (fewer than 16 of its hash's bits from
+    firm DCT coefficients) or a smooth one (its detail the sum of four patterns or fewer: a colour
+    grid interpolated, soft blobs, a blurred photo; docs/FORMAT.md) is too flat to hash: it is
+    listed, and in no cluster. Indexes of format versions 1 and 2 have no hash column: it is computed from the
     stored pixels.
 
     \b

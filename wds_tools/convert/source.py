@@ -500,8 +500,8 @@ def dedup_notes(src: Source) -> list[str]:
         flat = src.dedup_flat
         keys = ", ".join(flat[:10]) + (f" and {len(flat) - 10:,} more" if len(flat) > 10 else "")
         out.append(
-            f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or nearly "
-            f"flat pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
+            f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or smooth "
+            f"pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
         )
     return out
 

@@ -11,8 +11,11 @@ image's hash to another by a bit permutation and a mask (``variants``). Two samp
 whole-image hash of one, under one of the eight flips and turns, is near any of the other's seven
 (``distance``): a copy cropped by a few percent matches a window of its original. A sample whose
 whole image has fewer than ``FIRM_BITS`` of those 63 coefficients at ``FIRM_LEVEL`` or more (a flat or
-nearly flat picture: its bits are rounding noise) is *too flat to hash*: the whole-image hash's top
-bit (``FLAT_BIT``, else always 0) says so, and such a sample is never anyone's near-duplicate.
+nearly flat picture: its bits are rounding noise), or whose 7x7 block of two-dimensional frequencies has
+fewer than ``DETAIL_RANK`` singular values at ``DETAIL_SHARE`` of the largest and at ``DETAIL_LEVEL`` (a
+smooth picture, the sum of a few patterns: its bits are a function of a few numbers, and unrelated such
+pictures share them), is *too flat to hash*: the whole-image hash's top bit (``FLAT_BIT``, else always
+0) says so, and such a sample is never anyone's near-duplicate.
 """
 
 from __future__ import annotations
@@ -30,9 +33,13 @@ __all__ = [
     "BLOCK_FACTORS",
     "FIRM_LEVEL",
     "FIRM_BITS",
+    "DETAIL_RANK",
+    "DETAIL_SHARE",
+    "DETAIL_LEVEL",
     "FLAT_BIT",
     "is_flat",
     "firm_bits",
+    "detail_rank",
     "whole_dct",
     "block_factor",
     "window_boxes",
@@ -69,6 +76,23 @@ FIRM_LEVEL = 1.0
 FIRM_BITS = 16
 """A sample with fewer firm coefficients among the 63 its whole-image hash keeps is too flat to hash: one
 more than the 15 a picture symmetric about its centre can have (its odd frequencies are exactly 0)."""
+# random low-detail pictures (2x2/3x3 colour grids interpolated, soft blobs, noise upsampled from 4x4-8x8,
+# vignetted gradients, heavily blurred photos) pair with unrelated ones at any threshold while their
+# 2-D block is a sum of four separable patterns or fewer; the quality set's photos have five or more,
+# but for one hazy sky with a tree (scripts/bench_lowdetail.py --sweep, docs/guide/figures.md)
+DETAIL_RANK = 5
+"""A sample whose whole image's 7x7 block of DCT coefficients with u, v >= 1 (``whole_dct``) has fewer singular
+values of at least ``DETAIL_SHARE`` times the largest and ``DETAIL_LEVEL`` is too flat to hash: its
+two-dimensional detail is, within those, the sum of four or fewer separable patterns."""
+DETAIL_SHARE = 1 / 96
+"""The share of the block's largest singular value that a singular value must reach to count (``DETAIL_RANK``):
+1/128 to 1/96 keep the same photos of the quality set and 1/80 loses one more copy; 1/96 pairs fewest smooth
+pictures of those (scripts/bench_lowdetail.py --sweep)."""
+# 1.5 (about what a JPEG recompression moves the block by: its largest singular value, 1.61 grey levels at the
+# median) pairs 2 fewer blobs of 5,000 at 5 bits, but flags twice as many photos squeezed to 1/10 of their
+# contrast (76 of 1,456 against 34: recall 0.908 against 0.924); the level of a firm coefficient is kept
+DETAIL_LEVEL = 1.0
+"""The least singular value, in grey levels, that counts (``DETAIL_RANK``): ``FIRM_LEVEL``'s."""
 FLAT_BIT = np.uint64(1 << 63)
 """Set in a too-flat sample's whole-image hash (``phash[:, 0]``): the DC bit, otherwise always 0."""
 
@@ -199,7 +223,36 @@ def _firm_floor(f: int) -> np.ndarray:
 
 def _firm(c: np.ndarray, f: int) -> np.ndarray:
     """The number of firm coefficients of each whole image, from ``_coefficients``: int [N]."""
-    return np.count_nonzero(np.abs(c[:, 0, :, 0, :]) >= _firm_floor(f), axis=(1, 2))
+    return np.count_nonzero((np.abs(c[:, 0, :, 0, :]) >= _firm_floor(f)).reshape(len(c), BLOCK * BLOCK), axis=1)
+
+
+@functools.lru_cache(maxsize=16)
+def _detail_floor(f: int) -> float:
+    """``DETAIL_LEVEL`` squared in the units of ``_coefficients``' block u, v >= 1, whose orthonormal factor is
+    one number."""
+    return float((DETAIL_LEVEL / _orthonormal(f)[1, 1]) ** 2)
+
+
+def _squares(c: np.ndarray) -> np.ndarray:
+    """The squared singular values of each whole image's 7x7 block u, v >= 1, smallest first, in the square of
+    ``_coefficients``' units: float64 [N, 7]. They are the eigenvalues of the block's Gram matrix, from one
+    LAPACK call on the stacked blocks (two thirds of the time of ``svd(..., compute_uv=False)`` at 16 blocks)."""
+    block = c[:, 0, 1:, 0, 1:]
+    return np.linalg.eigvalsh(np.matmul(block.transpose(0, 2, 1), block))
+
+
+def _rank(c: np.ndarray, f: int) -> np.ndarray:
+    """The counted singular values of each whole image's block (``DETAIL_RANK``), from ``_coefficients``: int [N]."""
+    q = _squares(c)
+    return np.count_nonzero(q >= np.maximum(_detail_floor(f), DETAIL_SHARE**2 * q[:, -1:]), axis=1)
+
+
+def _flat(c: np.ndarray, f: int) -> np.ndarray:
+    """Whether each image is too flat to hash (docs/FORMAT.md), from ``_coefficients``: bool [N]. The block has
+    ``DETAIL_RANK`` counted singular values when its ``DETAIL_RANK``-th largest counts."""
+    q = _squares(c)
+    few = q[:, BLOCK - 1 - DETAIL_RANK] < np.maximum(_detail_floor(f), DETAIL_SHARE**2 * q[:, -1])
+    return few | (_firm(c, f) < FIRM_BITS)
 
 
 def whole_dct(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
@@ -218,6 +271,14 @@ def firm_bits(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     return _firm(*_coefficients(images))
 
 
+def detail_rank(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """How many singular values of each image's 7x7 block of whole-image coefficients with u, v >= 1 are at least
+    ``DETAIL_SHARE`` of the largest and ``DETAIL_LEVEL`` grey levels (``DETAIL_RANK``): int [N]."""
+    if not len(images):
+        return np.zeros(0, np.int64)
+    return _rank(*_coefficients(images))
+
+
 def phash_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """``phash`` of each image of a uint8 [N, S, S, 3] batch, or of a list of [S, S, 3] images of one side,
     as uint64 [N, 7]. A batch takes about half the time per image of one call per image."""
@@ -225,7 +286,7 @@ def phash_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         return np.zeros((0, WINDOWS), np.uint64)
     c, f = _coefficients(images)
     out = _bits(c[:, _ROWS, :, _COLS, :].transpose(1, 0, 2, 3))  # [N, window, u, v]
-    out[_firm(c, f) < FIRM_BITS, 0] |= FLAT_BIT
+    out[_flat(c, f), 0] |= FLAT_BIT
     return out
 
 

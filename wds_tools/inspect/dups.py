@@ -22,7 +22,7 @@ from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
-from ..format.phash import FIRM_BITS, WINDOWS, phash_batch
+from ..format.phash import WINDOWS, phash_batch
 from ..format.transport import join, open_ranged
 
 __all__ = [
@@ -184,8 +184,8 @@ class DupsResult:
         )
         more = f" and {len(self.flat) - FLAT_LISTED:,} more (--json lists all)" if len(self.flat) > FLAT_LISTED else ""
         return (
-            f"{count(len(self.flat), 'sample')} too flat to hash (a flat or nearly flat picture: fewer than "
-            f"{FIRM_BITS} firm bits, docs/FORMAT.md), compared with none: {shown}{more}"
+            f"{count(len(self.flat), 'sample')} too flat to hash (a flat picture, or a smooth one with too little "
+            f"detail: docs/FORMAT.md), compared with none: {shown}{more}"
         )
 
     def to_text(self, limit: int = 20) -> str:

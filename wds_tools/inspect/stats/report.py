@@ -391,7 +391,7 @@ class StatsReport:
             )
         if d.get("flat"):
             out.append(
-                f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or nearly flat "
+                f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or smooth "
                 f"pictures), compared with none for near-duplicates, e.g. {' '.join(d['flat_keys'][:5])}: "
                 "wds-tools dups lists them"
             )
