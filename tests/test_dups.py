@@ -518,14 +518,9 @@ def _flat_keys() -> list[str]:
     return [f"{kind}{k:02d}" for kind, n in FLAT_COUNTS.items() for k in range(n)]
 
 
-@pytest.fixture(scope="module")
-def flat_folder(tmp_path_factory) -> Path:
-    """FLAT_PHOTOS and 48 pictures too flat to hash (synth.flat_picture), all different, as JPEGs, converted
-    at 224 px; the flat
-    ones alternate train/val and benign/malignant (so any cluster of them would cross splits and labels)."""
-    from wds_tools.synth import flat_picture
-
-    root = tmp_path_factory.mktemp("flat")
+def _convert_with_photos(root: Path, extra: list[tuple[str, Image.Image, str, str]], size: int) -> Path:
+    """FLAT_PHOTOS and ``extra`` (key, picture, label, split; each its own lesion) as JPEGs under ``root``,
+    converted at ``size`` px: the folder of the converted version."""
     (root / "img").mkdir()
     with open(root / "manifest.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -534,28 +529,32 @@ def flat_folder(tmp_path_factory) -> Path:
             im = _photo(seed) if how is None else _copy(_photo(seed), how)
             (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(im, 92))
             w.writerow([key, f"img/{key}.jpg", label, split, lesion])
-        for kind, n in FLAT_COUNTS.items():
-            for k in range(n):
-                key = f"{kind}{k:02d}"
-                (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(flat_picture(kind, k), 90))
-                w.writerow([key, f"img/{key}.jpg", ["benign", "malignant"][k % 2], ["train", "val"][k % 2], key])
+        for key, im, label, split in extra:
+            (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(im, 90))
+            w.writerow([key, f"img/{key}.jpg", label, split, key])
+    out = root / "out"
     r = CliRunner().invoke(
         cli,
-        [
-            "convert",
-            "--source",
-            str(root / "manifest.csv"),
-            "--version",
-            "v1",
-            "--size",
-            "224",
-            "--out",
-            str(root / "out"),
-            "--quiet",
-        ],
+        ["convert", "--source", str(root / "manifest.csv"), "--version", "v1", "--size", str(size)]
+        + ["--out", str(out), "--quiet"],
     )
     assert r.exit_code == 0, r.output
-    return root / "out" / "v1" / "224"
+    return out / "v1" / str(size)
+
+
+@pytest.fixture(scope="module")
+def flat_folder(tmp_path_factory) -> Path:
+    """FLAT_PHOTOS and 48 pictures too flat to hash (synth.flat_picture), all different, as JPEGs, converted
+    at 224 px; the flat ones alternate train/val and benign/malignant (so any cluster of them would cross
+    splits and labels)."""
+    from wds_tools.synth import flat_picture
+
+    extra = [
+        (f"{kind}{k:02d}", flat_picture(kind, k), ["benign", "malignant"][k % 2], ["train", "val"][k % 2])
+        for kind, n in FLAT_COUNTS.items()
+        for k in range(n)
+    ]
+    return _convert_with_photos(tmp_path_factory.mktemp("flat"), extra, 224)
 
 
 def test_flat_pictures_are_flagged_as_the_reference_computes(flat_folder):
@@ -646,39 +645,13 @@ def low_detail_folder(tmp_path_factory) -> Path:
     in different splits and with different labels (a cluster of them would be leakage and a label conflict)."""
     from wds_tools.synth import low_detail_picture
 
-    root = tmp_path_factory.mktemp("lowdetail")
-    (root / "img").mkdir()
-    with open(root / "manifest.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["key", "path", "label", "split", "lesion"])
-        for key, seed, how, split, label, lesion in FLAT_PHOTOS:
-            im = _photo(seed) if how is None else _copy(_photo(seed), how)
-            (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(im, 92))
-            w.writerow([key, f"img/{key}.jpg", label, split, lesion])
-        for kind, pairs in LOW_DETAIL_PAIRS.items():
-            for pair in pairs:
-                for side, k in enumerate(pair):
-                    key = f"{kind}{k}"
-                    (root / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(low_detail_picture(kind, k, (192, 192)), 90))
-                    w.writerow([key, f"img/{key}.jpg", ["benign", "malignant"][side], ["train", "val"][side], key])
-    out = root / "out"
-    r = CliRunner().invoke(
-        cli,
-        [
-            "convert",
-            "--source",
-            str(root / "manifest.csv"),
-            "--version",
-            "v1",
-            "--size",
-            str(S),
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-    )
-    assert r.exit_code == 0, r.output
-    return out / "v1" / str(S)
+    extra = [
+        (f"{kind}{k}", low_detail_picture(kind, k, (192, 192)), ["benign", "malignant"][side], ["train", "val"][side])
+        for kind, pairs in LOW_DETAIL_PAIRS.items()
+        for pair in pairs
+        for side, k in enumerate(pair)
+    ]
+    return _convert_with_photos(tmp_path_factory.mktemp("lowdetail"), extra, S)
 
 
 def test_low_detail_pictures_are_seeded_and_named():
