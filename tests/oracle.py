@@ -10,6 +10,7 @@ epoch's coverage rules.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import tarfile
@@ -73,7 +74,7 @@ class Expect:
 
     def params(self, key: str, epoch: int, src_size: int) -> np.ndarray:
         """The sample's parameter row, from augment's documented rule restated in augref (not from augment)."""
-        return params_row(self.augment, self.seed, epoch, key, src_size)
+        return _params_row(self.augment, self.seed, epoch, key, src_size)
 
     @property
     def augmented(self) -> bool:
@@ -92,8 +93,8 @@ class Expect:
         if not self.augmented:
             return s.pixels.transpose(2, 0, 1).astype(np.float64)
         S = s.pixels.shape[0]
-        ref = augment_reference(s.pixels, self.params(key, epoch, S), out=self.augment.size or S, sampled=self.sampled)
-        return ref.transpose(2, 0, 1)
+        p = self.params(key, epoch, S)
+        return _reference(s.pixels.tobytes(), s.pixels.shape, p.tobytes(), self.augment.size or S, self.sampled)
 
     def tolerance(self, key: str, epoch: int, src_size: int) -> float:
         """The largest |loader - reference| allowed for one sample, in 0..255 units.
@@ -130,6 +131,27 @@ class Expect:
             f"{key}: pixels are not its own stored pixels (augmented with its own params): "
             f"max |diff| {d.max():.2f} > {tol:.2f} or mean {d.mean():.2f}"
         )
+
+
+# The reference's results, kept (per process): pure functions of their arguments, and the tests compare many
+# loaders' epochs with the same (seed, epoch) images (the defaults' epochs 0 and 1 above all), which the reference
+# otherwise recomputes for every stored sample at each check_epoch (most of the loader oracle tests' CPU time).
+# Returned read-only, so that no caller changes a kept value.
+@functools.lru_cache(maxsize=1 << 15)
+def _params_row(augment: AugmentConfig, seed: int, epoch: int, key: str, S: int) -> np.ndarray:
+    p = params_row(augment, seed, epoch, key, S)
+    p.setflags(write=False)
+    return p
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _reference(pixels: bytes, shape: tuple, p: bytes, out: int, sampled: bool) -> np.ndarray:
+    """augment_reference of one stored sample (its uint8 bytes and shape) with one parameter row (float64
+    bytes): float64 [3, out, out]."""
+    src = np.frombuffer(pixels, np.uint8).reshape(shape)
+    ref = augment_reference(src, np.frombuffer(p, np.float64), out=out, sampled=sampled).transpose(2, 0, 1)
+    ref.setflags(write=False)
+    return ref
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import convert_images
+from conftest import convert_images, once_per_run
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from oracle import Epoch, Expect, check_epoch, digest, read_stored, record
@@ -390,7 +390,7 @@ def test_batches_kept_by_the_caller_never_change(folder, stored, opts):
 
 
 # --- several ranks under gloo ------------------------------------------------------------------
-def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], out: str) -> None:
+def _rank_main(rank: int, world: int, init: str, runs: list[tuple[str, dict]], out: str) -> None:
     import multiprocessing
 
     import torch.distributed as dist
@@ -399,7 +399,7 @@ def _rank_main(rank: int, world: int, init: str, folder: str, runs: list[dict], 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         result = []
-        for j, opts in enumerate(runs):
+        for j, (folder, opts) in enumerate(runs):
             ld = make_loader(folder, train=True, batch_size=B, **opts)
             epochs = run_epochs(ld, opts, [None, None])
             for n, (_, ep) in enumerate(epochs):  # the images beside the JSON, in yield order
@@ -431,11 +431,13 @@ RANK_RUNS: list[dict] = [
 ]
 
 
-def _spawn_ranks(world: int, folder: Path, runs: list[dict], tmp: Path) -> list[list[dict]]:
-    """Each rank's result per run: len() and its epochs, each epoch's images read back from its .npy."""
+def _spawn_ranks(world: int, runs: list[tuple[Path, dict]], tmp: Path) -> list[list[dict]]:
+    """Each rank's result per (folder, options) run: len() and its epochs, each epoch's images read back
+    from its .npy. The ranks are started once and make every run in turn."""
     import torch.multiprocessing as tmp_mp
 
-    tmp_mp.spawn(_rank_main, args=(world, f"file://{tmp}/init", str(folder), runs, str(tmp)), nprocs=world, join=True)
+    runs_ = [(str(f), opts) for f, opts in runs]
+    tmp_mp.spawn(_rank_main, args=(world, f"file://{tmp}/init", runs_, str(tmp)), nprocs=world, join=True)
     results = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
     for r, per_run in enumerate(results):
         for j, res in enumerate(per_run):
@@ -464,12 +466,68 @@ def _epochs_of(rank_result: dict) -> list[tuple[int, Epoch]]:
 # three ranks (a split that does not divide evenly) on the defaults and one run per reader and way of drawing;
 # two ranks on every run (each run costs its ranks' processes and workers: the suite's longest test otherwise)
 RANK_RUNS_OF = {2: RANK_RUNS, 3: [RANK_RUNS[i] for i in (0, 3, 6, 7)]}
+# two ranks over the cut shards (damaged), each reader with and without workers
+TOP_UP_RUNS = [
+    dict(num_workers=w, on_error="skip", return_keys=True, reader=r) for w in (0, 2) for r in ("stream", "auto")
+]
+# two ranks over the flipped samples (flipped), the index reader checking every sample
+SKIP_RUNS = [
+    dict(num_workers=w, on_error="skip", check_samples=True, return_keys=True, drop_last=False) for w in (0, 2)
+]
+# every two-rank run of the three tests below, made by one spawn of two ranks: (which folder, options)
+TWO_RANK_RUNS = (
+    [("folder", o) for o in RANK_RUNS] + [("damaged", o) for o in TOP_UP_RUNS] + [("flipped", o) for o in SKIP_RUNS]
+)
+
+
+def _runs_of(results: list[list[dict]], which: str) -> list[list[dict]]:
+    """Each rank's results of the TWO_RANK_RUNS over ``which`` folder, in their order."""
+    picked = [j for j, (name, _) in enumerate(TWO_RANK_RUNS) if name == which]
+    return [[per_run[j] for j in picked] for per_run in results]
+
+
+def _folders_digest(folders: dict[str, Path]) -> str:
+    """Every file of the folders (index.json but the path of the manifest it was converted from)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, folder in sorted(folders.items()):
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                data = p.read_bytes()
+                if p.name == "index.json":  # the only byte another worker's conversion writes otherwise
+                    index = json.loads(data)
+                    index["build"].pop("source_path")
+                    data = json.dumps(index, sort_keys=True).encode()
+                h.update(f"{name}/{p.relative_to(folder)}".encode() + data)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(folder, damaged, flipped, tmp_path_factory) -> list[list[dict]]:
+    """Each of 2 ranks' result per TWO_RANK_RUNS run, from one spawn of the 2 ranks per test run.
+
+    Its tests land on both pytest-xdist workers (LONG_FIRST), and each spawned rank costs 2.5 s of CPU before
+    it reads a sample: made once (conftest.once_per_run), with the digest of the folders it read, which must
+    be this worker's ``folder``, ``damaged`` and ``flipped`` byte for byte."""
+    folders = {"folder": folder, "damaged": damaged, "flipped": flipped[0]}
+
+    def make(tmp: Path) -> dict:
+        runs = [(folders[name], opts) for name, opts in TWO_RANK_RUNS]
+        return {"folders": _folders_digest(folders), "results": _spawn_ranks(2, runs, tmp)}
+
+    made = once_per_run(tmp_path_factory, "test_loader_oracle-two-ranks", make)
+    assert made["folders"] == _folders_digest(folders), "the ranks read other folders than this worker's"
+    return made["results"]
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_ranks_against_the_reference(folder, stored, tmp_path, world):
+def test_ranks_against_the_reference(folder, stored, tmp_path, world, request):
     runs = RANK_RUNS_OF[world]
-    results = _spawn_ranks(world, folder, runs, tmp_path)
+    if world == 2:
+        results = _runs_of(request.getfixturevalue("two_ranks"), "folder")
+    else:
+        results = _spawn_ranks(world, [(folder, opts) for opts in runs], tmp_path)
     for j, opts in enumerate(runs):
         expect = expectation(folder, opts)
         per_epoch: dict[int, list[list[str]]] = {}
@@ -489,14 +547,11 @@ def test_ranks_against_the_reference(folder, stored, tmp_path, world):
                 assert len(flat) == len(set(flat)), f"{opts}: ranks share samples"
 
 
-def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
+def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, two_ranks):
     """Two ranks, a damaged shard skipped: every rank still yields len() batches, no key twice in a rank."""
-    runs = [
-        dict(num_workers=w, on_error="skip", return_keys=True, reader=r) for w in (0, 2) for r in ("stream", "auto")
-    ]
-    results = _spawn_ranks(2, damaged, runs, tmp_path)
+    results = _runs_of(two_ranks, "damaged")
     readable = read_stored(sorted(damaged.glob("train-*.tar")))
-    for j in range(len(runs)):
+    for j in range(len(TOP_UP_RUNS)):
         lens = set()
         for r in range(2):
             for epoch, ep in _epochs_of(results[r][j]):
@@ -507,14 +562,13 @@ def test_ranks_top_up_skipped_damage_without_repeats(damaged, stored, tmp_path):
         assert len(lens) == 1
 
 
-def test_ranks_skip_damaged_samples_without_repeats(flipped, stored, tmp_path):
+def test_ranks_skip_damaged_samples_without_repeats(flipped, stored, two_ranks):
     """Two ranks, the index reader, flipped samples skipped: every rank yields len() batches (a
     damaged sample's batch is one shorter), and no sample appears twice, on one rank or across
     ranks: the rule that keeps batch counts equal repeats nothing."""
     bad, hurt = flipped
-    runs = [dict(num_workers=w, on_error="skip", check_samples=True, return_keys=True, drop_last=False) for w in (0, 2)]
-    results = _spawn_ranks(2, bad, runs, tmp_path)
-    for j in range(len(runs)):
+    results = _runs_of(two_ranks, "flipped")
+    for j in range(len(SKIP_RUNS)):
         per_epoch: dict[int, list[str]] = {}
         for r in range(2):
             for epoch, ep in _epochs_of(results[r][j]):
