@@ -4,6 +4,7 @@ structure is known by construction (copies made with PIL: recompressed, flipped,
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import shutil
@@ -713,3 +714,57 @@ def test_low_detail_pictures_make_no_false_pair(low_detail_folder, threshold):
     assert [sorted(m["key"] for m in c.members) for c in res.clusters] == [["c0", "c1", "c2"]]
     listed = {m["key"] for m in res.flat}
     assert listed <= set(_low_detail_keys()) and len(listed) >= len(LOW_DETAIL_PAIRS) * 4
+
+
+def test_a_base_flagged_by_older_rules_is_hashed_again(tmp_path):
+    """An incremental conversion copies a base's hashes only when its index.json says they were flagged by both
+    rules (``phash_flat_rules`` 2, FORMAT.md); a base written before that (the key absent, smooth pictures left
+    unflagged) has its copied samples hashed again from their pixels: v2's stored hashes are the reference's
+    (tests/phashref.py) of v2's stored pixels, flags included, and `dups` clusters none of the smooth pictures."""
+    from wds_tools.convert.dedup import known_hashes
+    from wds_tools.format.index import dumps_canonical
+    from wds_tools.synth import low_detail_picture
+
+    extra = [
+        (f"{kind}{k}", low_detail_picture(kind, k, (192, 192)), ["benign", "malignant"][side], ["train", "val"][side])
+        for kind in ("grid", "blobs")
+        for pair in LOW_DETAIL_PAIRS[kind][:2]
+        for side, k in enumerate(pair)
+    ]
+    v1 = _convert_with_photos(tmp_path, extra, S)
+    wanted = {
+        k: json.loads((v1 / "index.json").read_text())[k] for k in ("size", "resize", "decode", "decoder_versions")
+    }
+    assert len(known_hashes(tmp_path / "out", "v1", wanted)) == len(FLAT_PHOTOS) + len(extra)  # convert --dedup's
+    # v1 as an older converter wrote it: no flags from the second rule, and no phash_flat_rules
+    with np.load(v1 / "samples.npz") as table:
+        columns = {name: table[name] for name in table.files}
+    smooth = [k for k, h in zip(columns["key"].astype("U").tolist(), columns["phash"][:, 0].tolist()) if h >> 63]
+    assert sorted(smooth) == sorted(key for key, *_ in extra)  # the pictures of the pairs, flagged today
+    columns["phash"][:, 0] &= (1 << 63) - 1
+    buf = io.BytesIO()
+    np.savez(buf, **columns)
+    (v1 / "samples.npz").write_bytes(buf.getvalue())
+    meta = json.loads((v1 / "index.json").read_text())
+    assert meta.pop("phash_flat_rules") == 2
+    meta["samples_file"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    (v1 / "index.json").write_text(dumps_canonical(meta) + "\n")
+    assert {m["key"] for c in find_dups(v1).clusters for m in c.members} & set(smooth)  # the tampering took
+    assert known_hashes(tmp_path / "out", "v1", wanted) == {}  # --dedup hashes such a base's files again
+
+    r = CliRunner().invoke(
+        cli,
+        ["convert", "--source", str(tmp_path / "manifest.csv"), "--version", "v2", "--size", str(S)]
+        + ["--out", str(tmp_path / "out"), "--quiet", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    v2 = tmp_path / "out" / "v2" / str(S)
+    assert json.loads((v2 / "index.json").read_text())["build"]["base"] == "v1"  # copied, not decoded again
+    with np.load(v2 / "samples.npz") as table:
+        stored = dict(zip(table["key"].astype("U").tolist(), table["phash"].tolist()))
+    pixels = _stored_pixels(v2)
+    assert pixels.keys() == stored.keys()
+    for key, image in pixels.items():
+        assert stored[key] == doc_hash(image), key
+    clustered = {m["key"] for c in find_dups(v2).clusters for m in c.members}
+    assert clustered and not clustered & set(smooth)  # FLAT_PHOTOS' own copies still cluster; no smooth picture

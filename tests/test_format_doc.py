@@ -611,6 +611,7 @@ def rebuild(
             "sha256": hashlib.sha256(files["samples.npz"]).hexdigest(),
         },
         "errors_file": "errors.jsonl",
+        "phash_flat_rules": 2,  # FORMAT.md: both rules of The perceptual hash
     }
     if metadata:
         meta["metadata"] = metadata

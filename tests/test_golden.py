@@ -278,6 +278,7 @@ def test_a_plain_manifest_differs_from_version_1_only_as_format_md_says(tmp_path
             m.pop(k, None)
     # the colour rule (an embedded ICC profile converted to sRGB) is recorded; version 1 ignored profiles
     assert new_meta["decode"].pop("colour") == "srgb" and "colour" not in old_meta["decode"]
+    assert new_meta.pop("phash_flat_rules") == 2 and "phash_flat_rules" not in old_meta  # the phash column's flags
     assert new_meta == old_meta
     samples = {}
     for folder in (old, made_dir):

@@ -20,7 +20,7 @@ from ..format.index import (
 )
 from ..format.meta import encode_columns
 from ..format.names import url_pattern
-from ..format.phash import WINDOWS
+from ..format.phash import FLAT_RULES, WINDOWS
 from ..format.sample import MEMBERS, classes_digest
 from ..format.transport import join
 from .reuse import Base
@@ -150,6 +150,7 @@ def assemble_index(
         "splits": dict(sorted(splits.items())),
         "shards": shard_entries,
         "errors_file": ERRORS_FILE if has_errors else None,
+        "phash_flat_rules": FLAT_RULES,  # which rules flagged the phash column's too-flat samples
     }
     if src.metadata:
         meta["metadata"] = [c.to_dict() for c in src.metadata]

@@ -28,7 +28,7 @@ from ..format.phash import phash
 from ..format.transport import is_remote
 from .decode import DecodeSettings, decode_image
 from .hashes import load_stats
-from .reuse import base_incompatibilities
+from .reuse import base_incompatibilities, flagged_alike
 from .scan import open_source
 
 __all__ = ["NearRows", "NearFinder", "near_rows", "known_hashes"]
@@ -50,13 +50,14 @@ NearFinder = Callable[[Sequence[str]], NearRows]
 def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str, np.ndarray]:
     """{absolute source path: stored phash (uint64 [7])} of an earlier version whose pixels ``wanted`` (size, resize,
     decode, decoder_versions) would equal; keyed by path with the stat cache's size and mtime checked
-    by ``near_pairs``. {} when the version has no such folder, no hash column or no stat cache."""
+    by ``near_pairs``. {} when the version has no such folder, no hash column, hashes flagged by other rules
+    (``reuse.flagged_alike``) or no stat cache."""
     folder = Path(out) / version / str(wanted["size"])
     try:
         index = load_index(folder)
     except (IndexFormatError, OSError):
         return {}
-    if base_incompatibilities(index.meta, wanted) or "phash" not in index.samples.columns:
+    if base_incompatibilities(index.meta, wanted) or not flagged_alike(index.meta, index.samples.columns):
         return {}
     by_fp = {fp.tobytes(): h for fp, h in zip(index.samples["fingerprint"], index.samples["phash"])}
     out_: dict[str, np.ndarray] = {}

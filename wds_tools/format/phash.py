@@ -37,6 +37,7 @@ __all__ = [
     "DETAIL_SHARE",
     "DETAIL_LEVEL",
     "FLAT_BIT",
+    "FLAT_RULES",
     "is_flat",
     "firm_bits",
     "detail_rank",
@@ -95,6 +96,9 @@ DETAIL_LEVEL = 1.0
 """The least singular value, in grey levels, that counts (``DETAIL_RANK``): ``FIRM_LEVEL``'s."""
 FLAT_BIT = np.uint64(1 << 63)
 """Set in a too-flat sample's whole-image hash (``phash[:, 0]``): the DC bit, otherwise always 0."""
+FLAT_RULES = 2
+"""How many of docs/FORMAT.md's too-flat rules set ``FLAT_BIT`` (1: ``FIRM_BITS``; 2: and ``DETAIL_RANK``); index.json
+records it as ``phash_flat_rules``, and a base's hashes whose flags came from other rules are computed again."""
 
 
 def block_factor(side: int) -> int:
