@@ -514,6 +514,7 @@ def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> Non
     two splits (every tenth of 2,000 shards in val), no tars: what ``find_dups`` reads."""
     from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
     from wds_tools.format.packed import pack_strings
+    from wds_tools.format.phash import FLAT_RULES
 
     n = len(hashes)
     n_shards = min(2000, n)
@@ -545,6 +546,7 @@ def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> Non
         "samples": n,
         "shards": shards,
         "splits": {},
+        "phash_flat_rules": FLAT_RULES,  # the hashes as given (no pixels to hash them again from)
     }
     Path(dest).mkdir(parents=True, exist_ok=True)
     write_index(str(dest), meta, cols, sidecars=False)

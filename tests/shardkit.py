@@ -15,7 +15,7 @@ from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, write_index
 from wds_tools.format.names import url_pattern
 from wds_tools.format.npy import npy_header
 from wds_tools.format.packed import pack_strings
-from wds_tools.format.phash import phash
+from wds_tools.format.phash import FLAT_RULES, phash
 from wds_tools.format.sample import MEMBERS, classes_digest, column_prefix, label_i32
 from wds_tools.format.tarwrite import ShardWriter
 
@@ -123,6 +123,7 @@ def build_dataset(
         "splits": split_meta,
         "shards": shards,
         "errors_file": None,
+        "phash_flat_rules": FLAT_RULES,  # as the converter writes it
     }
     write_index(dest, meta, cols)
     return dest

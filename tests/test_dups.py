@@ -720,7 +720,8 @@ def test_a_base_flagged_by_older_rules_is_hashed_again(tmp_path):
     """An incremental conversion copies a base's hashes only when its index.json says they were flagged by both
     rules (``phash_flat_rules`` 2, FORMAT.md); a base written before that (the key absent, smooth pictures left
     unflagged) has its copied samples hashed again from their pixels: v2's stored hashes are the reference's
-    (tests/phashref.py) of v2's stored pixels, flags included, and `dups` clusters none of the smooth pictures."""
+    (tests/phashref.py) of v2's stored pixels, flags included, and `dups` clusters none of the smooth pictures,
+    neither in v2 nor in the older table itself, which it hashes again from its pixels."""
     from wds_tools.convert.dedup import known_hashes
     from wds_tools.format.index import dumps_canonical
     from wds_tools.synth import low_detail_picture
@@ -749,7 +750,11 @@ def test_a_base_flagged_by_older_rules_is_hashed_again(tmp_path):
     assert meta.pop("phash_flat_rules") == 2
     meta["samples_file"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
     (v1 / "index.json").write_text(dumps_canonical(meta) + "\n")
-    assert {m["key"] for c in find_dups(v1).clusters for m in c.members} & set(smooth)  # the tampering took
+    keys = columns["key"].astype("U").tolist()
+    stale = {keys[r] for c in near_clusters(columns["phash"], DEFAULT_THRESHOLD).clusters for r in c.tolist()}
+    assert stale & set(smooth)  # as stored, the unflagged smooth pictures pair: the tampering took
+    v1_clustered = {m["key"] for c in find_dups(v1).clusters for m in c.members}
+    assert v1_clustered and not v1_clustered & set(smooth)  # dups hashes such a table again from its pixels
     assert known_hashes(tmp_path / "out", "v1", wanted) == {}  # --dedup hashes such a base's files again
 
     r = CliRunner().invoke(

@@ -24,11 +24,11 @@ import numpy as np
 from ..errors import DecodeError, IndexFormatError
 from ..format.index import load_index
 from ..format.near import near_clusters
-from ..format.phash import phash
+from ..format.phash import flagged_alike, phash
 from ..format.transport import is_remote
 from .decode import DecodeSettings, decode_image
 from .hashes import load_stats
-from .reuse import base_incompatibilities, flagged_alike
+from .reuse import base_incompatibilities
 from .scan import open_source
 
 __all__ = ["NearRows", "NearFinder", "near_rows", "known_hashes"]
@@ -51,7 +51,7 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
     """{absolute source path: stored phash (uint64 [7])} of an earlier version whose pixels ``wanted`` (size, resize,
     decode, decoder_versions) would equal; keyed by path with the stat cache's size and mtime checked
     by ``near_pairs``. {} when the version has no such folder, no hash column, hashes flagged by other rules
-    (``reuse.flagged_alike``) or no stat cache."""
+    (``format.phash.flagged_alike``) or no stat cache."""
     folder = Path(out) / version / str(wanted["size"])
     try:
         index = load_index(folder)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -12,7 +11,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
-from ..format.phash import FLAT_RULES
+from ..format.phash import flagged_alike
 from ..signals import reraise_interruption
 from .decode import recorded_decode
 from .write import Reuse
@@ -21,13 +20,6 @@ __all__ = ["Base", "find_base", "base_incompatibilities"]
 
 # What must match for stored pixels to equal a fresh decode.
 _PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
-
-
-def flagged_alike(meta: dict, columns: Iterable[str]) -> bool:
-    """Whether a version's ``phash`` column can be copied: it has one (format version 3) and its too-flat flags came
-    from the rules this code flags by (index.json ``phash_flat_rules``, absent before it was recorded). Otherwise
-    the hashes are computed again from the stored pixels (docs/FORMAT.md, Changes from version 2)."""
-    return "phash" in columns and meta.get("phash_flat_rules") == FLAT_RULES
 
 
 def base_incompatibilities(meta: dict, wanted: dict) -> list[str]:

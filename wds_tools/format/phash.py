@@ -21,7 +21,7 @@ pictures share them), is *too flat to hash*: the whole-image hash's top bit (``F
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,7 @@ __all__ = [
     "FLAT_BIT",
     "FLAT_RULES",
     "is_flat",
+    "flagged_alike",
     "firm_bits",
     "detail_rank",
     "whole_dct",
@@ -99,6 +100,13 @@ FLAT_BIT = np.uint64(1 << 63)
 FLAT_RULES = 2
 """How many of docs/FORMAT.md's too-flat rules set ``FLAT_BIT`` (1: ``FIRM_BITS``; 2: and ``DETAIL_RANK``); index.json
 records it as ``phash_flat_rules``, and a base's hashes whose flags came from other rules are computed again."""
+
+
+def flagged_alike(meta: dict, columns: Iterable[str]) -> bool:
+    """Whether a converted version's samples.npz ``phash`` can be used as it is: it has one (format version 3) and
+    its too-flat flags came from the rules this code flags by (index.json ``phash_flat_rules``, absent before it was
+    recorded). Otherwise the hashes are computed again from the stored pixels (docs/FORMAT.md)."""
+    return "phash" in columns and meta.get("phash_flat_rules") == FLAT_RULES
 
 
 def block_factor(side: int) -> int:

@@ -22,7 +22,7 @@ from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
-from ..format.phash import WINDOWS, phash_batch
+from ..format.phash import WINDOWS, flagged_alike, phash_batch
 from ..format.transport import join, open_ranged
 
 __all__ = [
@@ -53,9 +53,10 @@ class _Dataset:
 
 
 def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
-    """samples.npz ``phash`` (format version 3; uint64 [N, 7]), else computed from the stored pixels
-    (versions 1, 2)."""
-    if "phash" in cols:
+    """samples.npz ``phash`` (format version 3; uint64 [N, 7]) where its flags are this code's
+    (``format.phash.flagged_alike``), else computed from the stored pixels (versions 1 and 2, and a version 3
+    table written before index.json recorded ``phash_flat_rules``)."""
+    if flagged_alike(meta, cols):
         return cols["phash"].astype(np.uint64).reshape(len(cols["key"]), WINDOWS)
     out = np.zeros((len(cols["key"]), WINDOWS), np.uint64)
     for pos, sh in enumerate(meta["shards"]):
