@@ -260,11 +260,8 @@ def _rank(c: np.ndarray, f: int) -> np.ndarray:
 
 
 def _flat(c: np.ndarray, f: int) -> np.ndarray:
-    """Whether each image is too flat to hash (docs/FORMAT.md), from ``_coefficients``: bool [N]. The block has
-    ``DETAIL_RANK`` counted singular values when its ``DETAIL_RANK``-th largest counts."""
-    q = _squares(c)
-    few = q[:, BLOCK - 1 - DETAIL_RANK] < np.maximum(_detail_floor(f), DETAIL_SHARE**2 * q[:, -1])
-    return few | (_firm(c, f) < FIRM_BITS)
+    """Whether each image is too flat to hash (docs/FORMAT.md), from ``_coefficients``: bool [N]."""
+    return (_rank(c, f) < DETAIL_RANK) | (_firm(c, f) < FIRM_BITS)
 
 
 def whole_dct(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
