@@ -107,8 +107,9 @@ def dups(
     one lesion filed under two lesion ids). A flat picture (fewer than 16 of its hash's bits from
     firm DCT coefficients) or a smooth one (its detail the sum of four patterns or fewer: a colour
     grid interpolated, soft blobs, a blurred photo; docs/FORMAT.md) is too flat to hash: it is
-    listed, and in no cluster. Indexes of format versions 1 and 2 have no hash column: it is computed from the
-    stored pixels.
+    listed, and in no cluster. Indexes of format versions 1 and 2 have no hash column, and one written
+    before index.json recorded phash_flat_rules has flags from older rules: the hashes are computed from
+    the stored pixels.
 
     \b
     Examples:
