@@ -3,6 +3,8 @@ the tests' reference (scipy's DCT; area averaging as the integral of the pixels 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from scipy.fft import dctn
 from scipy.linalg import svdvals
@@ -70,3 +72,59 @@ def doc_details(pixels: np.ndarray) -> tuple[list[int], int, int]:
             h |= int(firm < 16 or rank < 5) << 63  # too flat to hash
         out.append(h)
     return out, firm, rank
+
+
+# Colour agreement (FORMAT.md): the documented numbers, written here, not read from format.phash
+DOC_COLOUR_GREY = 4
+DOC_COLOUR_LEVEL = 12
+DOC_COLOUR_SHARE = Fraction(1, 10)
+# the eight flips and quarter turns of a 2x2 grid of quarters: quarter (r, c) of g(a) is quarter MAP(r, c) of a
+_QUARTER_MAPS = [
+    lambda r, c: (r, c),
+    lambda r, c: (r, 1 - c),
+    lambda r, c: (1 - r, c),
+    lambda r, c: (1 - r, 1 - c),
+    lambda r, c: (c, r),
+    lambda r, c: (c, 1 - r),
+    lambda r, c: (1 - c, r),
+    lambda r, c: (1 - c, 1 - r),
+]
+
+
+def doc_colour_layout(pixels: np.ndarray) -> list[int]:
+    """FORMAT.md's colour layout, in exact fractions: each quarter's mean of Cb and Cr (JPEG's chroma, centred on
+    0), rounded halves up and clipped to -127..127; quarters top-left, top-right, bottom-left, bottom-right, Cb
+    before Cr."""
+    from fractions import Fraction
+    from math import floor
+
+    s = pixels.shape[0]
+    halves = (slice(0, (s + 1) // 2), slice(s // 2, s))
+    weights = ((-0.168736, -0.331264, 0.5), (0.5, -0.418688, -0.081312))
+    out = []
+    for rows in halves:
+        for cols in halves:
+            q = pixels[rows, cols].reshape(-1, 3)
+            sums = [int(x) for x in q.astype(np.int64).sum(axis=0)]
+            for w in weights:
+                mean = sum(Fraction(str(wc)) * t for wc, t in zip(w, sums)) / len(q)
+                out.append(min(127, max(-127, floor(mean + Fraction(1, 2)))))
+    return out
+
+
+def doc_colour_alike(a: list[int], b: list[int]) -> bool:
+    """FORMAT.md's colour agreement of two layouts (as ``doc_colour_layout`` lists them)."""
+    if max(abs(x) for x in a) < DOC_COLOUR_GREY or max(abs(x) for x in b) < DOC_COLOUR_GREY:
+        return True
+    cell = lambda lay, r, c, ch: lay[(2 * r + c) * 2 + ch]  # noqa: E731
+    for m in _QUARTER_MAPS:
+        ok = True
+        for r in (0, 1):
+            for c in (0, 1):
+                for ch in (0, 1):
+                    x, y = cell(a, *m(r, c), ch), cell(b, r, c, ch)
+                    if abs(x - y) > DOC_COLOUR_LEVEL + DOC_COLOUR_SHARE * max(abs(x), abs(y)):
+                        ok = False
+        if ok:
+            return True
+    return False

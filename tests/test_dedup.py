@@ -24,9 +24,16 @@ S = 32
 
 @functools.cache
 def image_bytes(seed: int, copy: int) -> bytes:
-    """Photo ``seed``; copy 0 is the original, 1 its mirror image, 2 turned 180 degrees, 3 recompressed."""
+    """Photo ``seed``; copy 0 is the original, 1 its mirror image, 2 turned 180 degrees, 3 recompressed, 4 its
+    grey with the opposite colours (Cb and Cr mirrored about 128: no near-duplicate, FORMAT.md, Colour
+    agreement), 5 greyscale."""
     im = lesion_photo(384, 384, seed % 3, 900 + seed)  # 6x6 colour cells: detail enough to hash (FORMAT.md)
-    if copy == 1:
+    if copy == 4:
+        y, cb, cr = im.convert("YCbCr").split()
+        im = Image.merge("YCbCr", (y, cb.point(lambda v: 255 - v), cr.point(lambda v: 255 - v))).convert("RGB")
+    elif copy == 5:
+        im = im.convert("L").convert("RGB")
+    elif copy == 1:
         im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     elif copy == 2:
         im = im.transpose(Image.Transpose.ROTATE_180)
@@ -163,7 +170,9 @@ def test_an_incremental_dedup_decodes_only_new_or_changed_sources(tmp_path, monk
     decoded.clear()
     manifest = write(tmp_path / "a", rows + [("p0m", 0, 1, None)])  # one new copy; the others untouched
     run(manifest, out, "v2", False, val_fraction=0.5)
-    assert len(decoded) == 1
+    # the new copy, and p0 (unchanged) again for its colour layout only because the hashes put it in a
+    # cluster with the copy (docs/FORMAT.md, Colour agreement); the four others not
+    assert len(decoded) == 2
     split = splits_of(out / "v2" / str(S))
     assert split["p0m"] == split["p0"] == splits_of(out / "v1" / str(S))["p0"]
 
@@ -258,3 +267,32 @@ def test_flat_pictures_are_joined_with_none_and_named(tmp_path):
     assert "--dedup: 16 samples too flat to hash (flat or smooth pictures, docs/FORMAT.md) joined with none: " in notes
     assert "flat00, flat01, flat02, flat03, flat04, flat05, flat06, flat07, flat08, flat09 and 6 more" in notes
     assert "flat00" in r.to_text() and r.to_dict()["notes"] == r.notes
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+@pytest.mark.parametrize("copy", [4, 5])
+def test_a_copy_in_other_colours_is_not_joined_but_a_greyscale_copy_is(tmp_path, incremental, copy):
+    """Copy 4 has p0's grey and the opposite colours: within the threshold by the hashes, not joined; copy 5,
+    p0 in grey, is (a grey picture has no colour to compare; each alone, as a grey copy would join both to one
+    cluster). Incremental: p0 is in the base, its hash known, and is decoded again for its colour."""
+    from wds_tools.convert.decode import decode_image
+    from wds_tools.format.near import find_pairs
+    from wds_tools.format.phash import phash_batch
+
+    i, j, _ = find_pairs(phash_batch([decode_image(image_bytes(0, c), S).pixels for c in (0, copy)]), 5)
+    assert (i.tolist(), j.tolist()) == ([0], [1])  # the hashes alone: a pair
+    rows = [("p0", 0, 0, None), ("p1", 1, 0, None), ("p2", 2, 0, None), ("p3", 3, 0, None)]
+    out = tmp_path / "out"
+    if incremental:
+        run(write(tmp_path / "a", rows), out, "v1", False, val_fraction=0.5)
+    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, copy, None)]), out, "v2", False, val_fraction=0.5)
+    joined = [n for n in r.notes if n.startswith("--dedup:") and "cluster" in n]
+    want = (
+        "0 clusters of near-duplicates (within 5 bits) joined 0"
+        if copy == 4
+        else "1 cluster of near-duplicates (within 5 bits) joined 2"
+    )
+    assert len(joined) == 1 and want in joined[0], joined
+    if copy == 5:
+        split = splits_of(out / "v2" / str(S))
+        assert split["p0c"] == split["p0"]

@@ -773,3 +773,49 @@ def test_a_base_flagged_by_older_rules_is_hashed_again(tmp_path):
         assert stored[key] == doc_hash(image), key
     clustered = {m["key"] for c in find_dups(v2).clusters for m in c.members}
     assert clustered and not clustered & set(smooth)  # FLAT_PHOTOS' own copies still cluster; no smooth picture
+
+
+# --- small lesion photos (synth.lesion_photo at 160x120: a 2x2 colour grid and one lesion): hashable, yet few
+# numbers make each, so unrelated ones share their grey hashes; colour tells them apart (FORMAT.md, Colour
+# agreement). Pairs within 5 bits among the first 200 (seed 7000 + k), JPEG q90 stored at 64 px
+SMALL_LESION_PAIRS = [(2, 26), (3, 108), (8, 11), (12, 90), (13, 110), (51, 62), (57, 122), (75, 144)]
+
+
+@pytest.fixture(scope="module")
+def small_lesion_folder(tmp_path_factory) -> Path:
+    """FLAT_PHOTOS and the 16 pictures of SMALL_LESION_PAIRS, converted at 64 px; the two of a pair in
+    different splits and with different labels (a cluster of them would be leakage and a label conflict)."""
+    extra = [
+        (f"lesion{k}", lesion_photo(160, 120, k % 3, 7000 + k), ["benign", "malignant"][side], ["train", "val"][side])
+        for pair in SMALL_LESION_PAIRS
+        for side, k in enumerate(pair)
+    ]
+    return _convert_with_photos(tmp_path_factory.mktemp("smalllesions"), extra, S)
+
+
+def test_small_lesions_are_near_in_grey_and_apart_in_colour_by_the_reference(small_lesion_folder):
+    """By the reference alone (tests/phashref.py, from FORMAT.md; pixels read with stock tarfile), the two
+    pictures of each pair are hashable and within 5 bits of each other, and their colour layouts do not
+    agree; the copies among the photos agree."""
+    from phashref import doc_colour_alike, doc_colour_layout
+
+    pixels = _stored_pixels(small_lesion_folder)
+    for a, b in SMALL_LESION_PAIRS:
+        pa, pb = pixels[f"lesion{a}"], pixels[f"lesion{b}"]
+        assert not doc_hash(pa)[0] >> 63 and not doc_hash(pb)[0] >> 63, (a, b)
+        assert _doc_distance(pa, pb) <= DEFAULT_THRESHOLD, (a, b)
+        assert not doc_colour_alike(doc_colour_layout(pa), doc_colour_layout(pb)), (a, b)
+    for x, y in (("c0", "c1"), ("c0", "c2"), ("c1", "c2")):
+        assert doc_colour_alike(doc_colour_layout(pixels[x]), doc_colour_layout(pixels[y])), (x, y)
+
+
+@pytest.mark.parametrize("threshold", [DEFAULT_THRESHOLD, 8])
+def test_small_lesions_make_no_false_pair(small_lesion_folder, threshold):
+    """Unrelated lesion photos, near by their grey hashes, are no cluster once colour is asked: the only
+    cluster is the photos' own, by dups (as the CLI gives it, --json), and verify --no-leakage passes."""
+    r = CliRunner().invoke(cli, ["dups", str(small_lesion_folder), "--json", "--threshold", str(threshold)])
+    assert r.exit_code == 0, r.output
+    clusters = json.loads(r.output)["cluster_list"]
+    assert [sorted(m["key"] for m in c["members"]) for c in clusters] == [["c0", "c1", "c2"]]
+    r = CliRunner().invoke(cli, ["verify", str(small_lesion_folder), "--no-leakage", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["problems"] == [], r.output

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import DecodeError, IndexFormatError
 from ..format.index import load_index
 from ..format.near import near_clusters
-from ..format.phash import flagged_alike, phash
+from ..format.phash import colour_layout, flagged_alike, phash
 from ..format.transport import is_remote
 from .decode import DecodeSettings, decode_image
 from .hashes import load_stats
@@ -76,12 +76,14 @@ def near_rows(
 
     def clusters(paths: Sequence[str]) -> NearRows:
         hashes, where = [], []
-        seen: dict[str, np.ndarray | None] = {}  # a path several rows name is read and decoded once
+        layouts: list[np.ndarray | None] = []  # colour layouts of the decoded rows; None: hash known, not decoded
+        seen: dict[str, int | None] = {}  # a path several rows name is read and decoded once: its entry
         for pos, path in enumerate(paths):
             if path in seen:
                 earlier = seen[path]
                 if earlier is not None:
-                    hashes.append(earlier)
+                    hashes.append(hashes[earlier])
+                    layouts.append(layouts[earlier])
                     where.append(pos)
                 continue
             seen[path] = None
@@ -92,24 +94,43 @@ def near_rows(
                 except OSError:
                     h = None
                 if h is not None:
+                    seen[path] = len(hashes)
                     hashes.append(h)
+                    layouts.append(None)
                     where.append(pos)
-                    seen[path] = h
                     continue
-            try:
-                f, _, _ = open_source(path)
-                with f:
-                    data = f.read()
-                hashes.append(phash(decode_image(data, side, resize, settings).pixels))
-                where.append(pos)
-                seen[path] = hashes[-1]
-            except (OSError, DecodeError):
+            pixels = _stored(path)
+            if pixels is None:
                 continue
+            seen[path] = len(hashes)
+            hashes.append(phash(pixels))
+            layouts.append(colour_layout([pixels])[0])
+            where.append(pos)
         if not hashes:
             return NearRows()
-        found = near_clusters(np.stack(hashes).astype(np.uint64), threshold)
+
+        def colours(_side: int, rows: np.ndarray) -> np.ndarray:
+            out = []
+            for r in rows.tolist():
+                if layouts[r] is None:  # hash known from the base: decoded now, for its colour
+                    pixels = _stored(paths[where[r]])
+                    layouts[r] = colour_layout([pixels])[0] if pixels is not None else np.full((2, 2, 2), 0, np.int16)
+                out.append(layouts[r])
+            return np.stack(out)
+
+        found = near_clusters(np.stack(hashes).astype(np.uint64), threshold, colours=colours)
         return NearRows(
             [[where[x] for x in c.tolist()] for c in found.clusters], [where[x] for x in found.flat.tolist()]
         )
+
+    def _stored(path: str) -> np.ndarray | None:
+        """The pixels ``path`` would be stored as; None where it cannot be read or decoded."""
+        try:
+            f, _, _ = open_source(path)
+            with f:
+                data = f.read()
+            return decode_image(data, side, resize, settings).pixels
+        except (OSError, DecodeError):
+            return None
 
     return clusters

@@ -15,6 +15,11 @@ first, so the buckets are read in memory order. The probes per band grow as the 
 values within the radius (1 for t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on):
 ``MAX_THRESHOLD`` is the largest threshold served. ``near_clusters`` joins the pairs into clusters
 (union-find); used by ``inspect.dups`` and by ``convert --dedup``.
+
+The hashes see grey only. Given ``colours`` (a function giving the colour layouts, ``phash.colour_layout``,
+of the samples it is asked for), a pair must also agree in colour (``phash.colour_alike``): the search runs
+on the hashes alone, then again on the samples of its clusters with each one's colour layout beside its
+hashes, so that only those samples' pixels are read, and equal hashes of unlike colours are not collapsed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..progress import Progress
-from .phash import distances, is_flat, variants_array
+from .phash import colour_alike, distances, is_flat, variants_array
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -38,7 +43,12 @@ __all__ = [
     "find_pairs",
     "clusters_of",
     "check_threshold",
+    "Colours",
 ]
+
+Colours = Callable[[int, np.ndarray], np.ndarray]
+"""``colours(side, samples)``: the colour layouts (``phash.colour_layout``, [len(samples), 2, 2, 2]) of those
+samples (positions) of ``a`` (side 0) or ``b`` (side 1)."""
 
 # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set that keeps the search to
 # radius-1 probes (6 and more need radius 2: ten times the probes); README, "Near-duplicates"
@@ -184,25 +194,42 @@ def _distinct(h: np.ndarray) -> _Distinct:
 
 
 def _distinct_pairs(
-    a: _Distinct, threshold: int, b: _Distinct | None, tick: Callable[[], None]
+    a: _Distinct, threshold: int, b: _Distinct | None, tick: Callable[[], None], coloured: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p, q, distance) of the distinct rows within ``threshold``: of ``a`` with p < q, or of ``a`` (p)
-    against ``b`` (q); each pair once."""
+    against ``b`` (q); each pair once. ``coloured``: each row's last column is its colour layout
+    (``_with_colour``), not a hash, and a pair must agree in colour too."""
+    ka = a.rows[:, :-1] if coloured else a.rows
+    kb = (b.rows[:, :-1] if coloured else b.rows) if b is not None else ka
     if b is None:
-        qi, sj = _probe(a.rows, a.rows, threshold, tick)
+        qi, sj = _probe(ka, ka, threshold, tick)
         apart = qi != sj  # a row with itself is no pair
         p, q = np.minimum(qi, sj)[apart], np.maximum(qi, sj)[apart]
-        other = a.rows
     else:
-        qi, sj = _probe(a.rows, b.rows, threshold, tick)
-        qj, si = _probe(b.rows, a.rows, threshold, tick)
+        qi, sj = _probe(ka, kb, threshold, tick)
+        qj, si = _probe(kb, ka, threshold, tick)
         p, q = np.concatenate([qi, si]), np.concatenate([sj, qj])
-        other = b.rows
     if not len(p):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     pairs = np.unique(np.stack([p, q], axis=1), axis=0)
     p, q = pairs[:, 0], pairs[:, 1]
-    return p, q, distances(a.rows[p], other[q])
+    if coloured:
+        other = a.rows if b is None else b.rows
+        keep = colour_alike(_layouts(a.rows[p, -1]), _layouts(other[q, -1]))
+        p, q = p[keep], q[keep]
+    return p, q, distances(ka[p], kb[q])
+
+
+def _with_colour(rows: np.ndarray, layouts: np.ndarray) -> np.ndarray:
+    """[N, K] hashes and their samples' colour layouts [N, 2, 2, 2] -> uint64 [N, K + 1], the layout's eight
+    values (-127..127) packed into the last column, a byte each."""
+    packed = np.ascontiguousarray(np.asarray(layouts).reshape(-1, 8).astype(np.int8)).view(np.uint64)
+    return np.concatenate([rows, packed.reshape(-1, 1)], axis=1)
+
+
+def _layouts(packed: np.ndarray) -> np.ndarray:
+    """The colour layouts [P, 2, 2, 2] packed by ``_with_colour``."""
+    return np.ascontiguousarray(packed, np.uint64).view(np.int8).reshape(-1, 2, 2, 2).astype(np.int16)
 
 
 @dataclass
@@ -237,23 +264,54 @@ def _components(n: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def near_clusters(
-    a: np.ndarray, threshold: int, b: np.ndarray | None = None, *, progress: bool = False
+    a: np.ndarray,
+    threshold: int,
+    b: np.ndarray | None = None,
+    *,
+    colours: Colours | None = None,
+    progress: bool = False,
 ) -> NearClusters:
     """The clusters of samples joined by distances within ``threshold`` (``phash.distance``): within
     ``a``, or (``b`` given) those holding samples of both, joined by pairs across ``a`` and ``b`` only.
 
     ``a`` (and ``b``) hold each sample's hashes, uint64 [N, K] as ``phash_batch`` gives them (or [N]:
     whole-image hashes only). Samples too flat to hash are listed in ``flat``, in no cluster. Time and
-    memory follow the distinct hashes: copies with equal hashes are collapsed first. ``progress``
+    memory follow the distinct hashes: copies with equal hashes are collapsed first. ``colours``
+    (``Colours``): a pair must also agree in colour (``phash.colour_alike``), as docs/FORMAT.md defines a
+    near-duplicate; it is asked only for the samples of the clusters the hashes alone give. ``progress``
     shows the search's progress on stderr once it has run ``PROGRESS_AFTER`` seconds.
     """
     check_threshold(threshold)
-    da = _distinct(_as_rows(a))
-    db = _distinct(_as_rows(b)) if b is not None else None
+    ra = _as_rows(a)
+    rb = _as_rows(b) if b is not None else None
+    found = _clusters(ra, threshold, rb, progress)
+    if colours is None or not found.clusters:
+        return found
+    # again, on the clustered samples only, each with its colour layout beside its hashes
+    members = np.concatenate(found.clusters)
+    n_a = len(ra)
+    in_a, in_b = members[members < n_a], members[members >= n_a] - n_a
+    sub_a = _with_colour(ra[in_a], colours(0, in_a))
+    sub_b = _with_colour(rb[in_b], colours(1, in_b)) if rb is not None else None
+    again = _clusters(sub_a, threshold, sub_b, False, coloured=True)
+    back = np.concatenate([in_a, in_b + n_a])  # a position in the second search -> the sample's
+    clusters = [np.sort(back[c]) for c in again.clusters]
+    order = sorted(range(len(clusters)), key=lambda c: (-len(clusters[c]), int(clusters[c][0])))
+    return NearClusters(
+        [clusters[c] for c in order], [again.max_distance[c] for c in order], found.flat, found.distinct
+    )
+
+
+def _clusters(
+    ra: np.ndarray, threshold: int, rb: np.ndarray | None, progress: bool, coloured: bool = False
+) -> NearClusters:
+    """``near_clusters`` of rows as they are (``coloured``: their last column is a colour layout)."""
+    da = _distinct(ra)
+    db = _distinct(rb) if rb is not None else None
     steps = _steps(len(da.rows), threshold) + (_steps(len(db.rows), threshold) if db is not None else 0)
     tick = _Ticker(steps, progress, "near-duplicate search")
     try:
-        p, q, d = _distinct_pairs(da, threshold, db, tick)
+        p, q, d = _distinct_pairs(da, threshold, db, tick, coloured)
     finally:
         tick.close()
     offset = len(da.rows)
@@ -284,14 +342,27 @@ def near_clusters(
     return NearClusters([clusters[c] for c in order_c], [worst_of[c] for c in order_c], flat, nodes)
 
 
-def find_pairs(a: np.ndarray, threshold: int, b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def find_pairs(
+    a: np.ndarray, threshold: int, b: np.ndarray | None = None, *, colours: Colours | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pair of samples within ``threshold`` (``phash.distance``): (i, j, distance) arrays, sorted.
 
-    ``a`` (and ``b``) as for ``near_clusters``. Within ``a`` (i < j) when ``b`` is None, else between
-    ``a`` (i) and ``b`` (j); samples too flat to hash are in no pair. Exact: the same pairs as comparing
-    every pair. N samples with equal hashes are N (N - 1) / 2 pairs: ``near_clusters`` is what grows
-    with the distinct hashes only.
+    ``a`` (and ``b``) and ``colours`` as for ``near_clusters``. Within ``a`` (i < j) when ``b`` is None,
+    else between ``a`` (i) and ``b`` (j); samples too flat to hash are in no pair. Exact: the same pairs
+    as comparing every pair. N samples with equal hashes are N (N - 1) / 2 pairs: ``near_clusters`` is
+    what grows with the distinct hashes only.
     """
+    i, j, dist = _pairs(a, threshold, b)
+    if colours is None or not len(i):
+        return i, j, dist
+    ui, uj = np.unique(i), np.unique(j)
+    la, lb = colours(0, ui), colours(0 if b is None else 1, uj)
+    keep = colour_alike(la[np.searchsorted(ui, i)], lb[np.searchsorted(uj, j)])
+    return i[keep], j[keep], dist[keep]
+
+
+def _pairs(a: np.ndarray, threshold: int, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``find_pairs`` by the hashes alone."""
     check_threshold(threshold)
     da = _distinct(_as_rows(a))
     db = _distinct(_as_rows(b)) if b is not None else None

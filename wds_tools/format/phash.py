@@ -38,6 +38,11 @@ __all__ = [
     "DETAIL_LEVEL",
     "FLAT_BIT",
     "FLAT_RULES",
+    "COLOUR_GREY",
+    "COLOUR_LEVEL",
+    "COLOUR_PART",
+    "colour_layout",
+    "colour_alike",
     "is_flat",
     "flagged_alike",
     "firm_bits",
@@ -97,6 +102,15 @@ DETAIL_LEVEL = 1.0
 """The least singular value, in grey levels, that counts (``DETAIL_RANK``): ``FIRM_LEVEL``'s."""
 FLAT_BIT = np.uint64(1 << 63)
 """Set in a too-flat sample's whole-image hash (``phash[:, 0]``): the DC bit, otherwise always 0."""
+COLOUR_GREY = 4
+"""Grey levels of chroma: a picture none of whose four quarters' mean Cb and Cr is this far from 0 has no colour
+to compare (a grey picture, or a greyscale copy of a colour one), and is alike in colour to every picture."""
+COLOUR_LEVEL = 12
+"""Grey levels by which two colour layouts may differ in each value, beyond 1 / ``COLOUR_PART`` of the larger."""
+COLOUR_PART = 10
+"""Two values of colour layouts may differ by 1 / ``COLOUR_PART`` of the larger too (a brighter copy has stronger
+chroma): they agree when ``COLOUR_PART * |a - b| <= COLOUR_PART * COLOUR_LEVEL + max(|a|, |b|)``, in integers."""
+
 FLAT_RULES = 2
 """How many of docs/FORMAT.md's too-flat rules set ``FLAT_BIT`` (1: ``FIRM_BITS``; 2: and ``DETAIL_RANK``); index.json
 records it as ``phash_flat_rules``, and a base's hashes whose flags came from other rules are computed again."""
@@ -364,3 +378,59 @@ def distance(a: np.ndarray | Sequence[int] | int, b: np.ndarray | Sequence[int] 
     under any of its eight flips and turns, and any of the other's hashes (``phash``; or two whole-image
     hashes, as ints)."""
     return int(distances(np.atleast_2d(np.asarray(a, np.uint64)), np.atleast_2d(np.asarray(b, np.uint64)))[0])
+
+
+_CHROMA = np.array([(-168736, -331264, 500000), (500000, -418688, -81312)], np.int64)  # Cb, Cr per R, G, B, x 10^6
+
+
+def colour_layout(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """The colour layout of each stored image [S, S, 3] (docs/FORMAT.md, Colour agreement): the mean chroma
+    Cb and Cr (JPEG's, centred on 0) of its four quarters, top-left, top-right, bottom-left, bottom-right,
+    each rounded to a whole grey level (halves up) and clipped to -127..127: int16 [N, 2, 2, 2], indexed
+    (image, quarter row, quarter column, Cb or Cr). The quarters are rows 0 .. ceil(S/2)-1 and
+    floor(S/2) .. S-1 by the same columns (an odd side's middle row and column count in both), so a flip or
+    quarter turn of the image flips or turns its layout. Exact integer arithmetic."""
+    out = []
+    for img in images:
+        a = np.asarray(img)
+        s = a.shape[0]
+        hi, lo = (s + 1) // 2, s // 2
+        sums = []
+        for rows in (slice(0, hi), slice(lo, s)):
+            for cols in (slice(0, hi), slice(lo, s)):
+                q = a[rows, cols].reshape(-1, 3)
+                sums.append((q.sum(axis=0, dtype=np.int64), len(q)))
+        out.append([[int(x) for x in _CHROMA @ total] + [n] for total, n in sums])
+    if not out:
+        return np.zeros((0, 2, 2, 2), np.int16)
+    t = np.array(out, np.int64)  # [N, 4, (Cb sum, Cr sum, pixels)]
+    den = t[..., 2:3] * 1_000_000
+    mean = np.floor_divide(2 * t[..., :2] + den, 2 * den)  # round(sum / den), halves up, exactly
+    return np.clip(mean, -127, 127).astype(np.int16).reshape(-1, 2, 2, 2)
+
+
+def _layout_variants(c: np.ndarray) -> list[np.ndarray]:
+    """The layouts of the eight flips and quarter turns of the images of layouts ``c`` [P, 2, 2, 2]."""
+    out = []
+    for t in (c, c.transpose(0, 2, 1, 3)):
+        for rows in (slice(None), slice(None, None, -1)):
+            for cols in (slice(None), slice(None, None, -1)):
+                out.append(t[:, rows, cols])
+    return out
+
+
+def colour_alike(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether each pair of colour layouts (``colour_layout``: [P, 2, 2, 2] each) agrees (docs/FORMAT.md,
+    Colour agreement): either has no colour (every value within ``COLOUR_GREY`` of 0), or under one of the
+    eight flips and quarter turns of ``a`` every value is within ``COLOUR_LEVEL`` plus 1 / ``COLOUR_PART`` of
+    the larger of it and ``b``'s: bool [P]."""
+    a = np.asarray(a, np.int64).reshape(-1, 2, 2, 2)
+    b = np.asarray(b, np.int64).reshape(-1, 2, 2, 2)
+    grey = (np.abs(a).reshape(len(a), -1).max(axis=1) < COLOUR_GREY) | (
+        np.abs(b).reshape(len(b), -1).max(axis=1) < COLOUR_GREY
+    )
+    alike = grey.copy()
+    for g in _layout_variants(a):
+        apart = COLOUR_PART * np.abs(g - b) - np.maximum(np.abs(g), np.abs(b))
+        alike |= apart.reshape(len(a), -1).max(axis=1) <= COLOUR_PART * COLOUR_LEVEL
+    return alike

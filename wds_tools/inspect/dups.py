@@ -22,8 +22,8 @@ from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
-from ..format.phash import WINDOWS, flagged_alike, phash_batch
-from ..format.transport import join, open_ranged
+from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
+from ..format.transport import RangedFile, join, open_ranged
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -50,6 +50,37 @@ class _Dataset:
     labels: list[str]
     groups: list[str | None] | None  # the group column's value per sample (None: missing), or no column
     npy: tuple[list[str], np.ndarray, np.ndarray]  # (shard url per sample, npy offset, npy length): --plot
+    side: int
+    xxh3: np.ndarray | None  # samples.npz npy_xxh3 (format version 2 on): equal stored pixels
+
+    def colours(self, rows: np.ndarray) -> np.ndarray:
+        """The colour layouts (``format.phash.colour_layout``) of samples ``rows``, from their stored pixels:
+        one read per distinct ``.npy`` (by its XXH3-64), so N copies of one image cost one read."""
+        rows = np.asarray(rows, np.int64)
+        if self.xxh3 is not None:
+            _, first, again = np.unique(self.xxh3[rows], return_index=True, return_inverse=True)
+        else:
+            first, again = np.arange(len(rows)), np.arange(len(rows))
+        read = rows[first]
+        out = np.zeros((len(read), 2, 2, 2), np.int16)
+        urls = self.npy[0]
+        by_shard: dict[str, list[int]] = {}
+        for k, r in enumerate(read.tolist()):
+            by_shard.setdefault(urls[r], []).append(k)
+        for url, ks in by_shard.items():
+            f = open_ranged(url)
+            try:
+                for lo in range(0, len(ks), 256):
+                    part = ks[lo : lo + 256]
+                    out[part] = colour_layout([self.pixels(f, int(read[k])) for k in part])
+            finally:
+                f.close()
+        return out[np.asarray(again).reshape(-1)]
+
+    def pixels(self, f: RangedFile, r: int) -> np.ndarray:
+        """Sample ``r``'s stored pixels, read from its open shard ``f``."""
+        side = self.side
+        return np.frombuffer(f.read(int(self.npy[1][r]) + 128, side * side * 3), np.uint8).reshape(side, side, 3)
 
 
 def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
@@ -106,6 +137,8 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         labels,
         groups,
         ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
+        side,
+        cols["npy_xxh3"] if "npy_xxh3" in cols else None,
     )
 
 
@@ -265,7 +298,11 @@ def find_dups(
         else (None if datasets[0].groups is None else (index_of(path)[1].get("build") or {}).get("group"))
     )
     found = near_clusters(
-        datasets[0].hashes, threshold, datasets[1].hashes if across is not None else None, progress=progress
+        datasets[0].hashes,
+        threshold,
+        datasets[1].hashes if across is not None else None,
+        colours=lambda side, rows: datasets[side].colours(rows),
+        progress=progress,
     )
     res = DupsResult([d.root for d in datasets], threshold, sum(len(d.keys) for d in datasets), group=gname)
     places = res.places
