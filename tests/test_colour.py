@@ -25,6 +25,11 @@ def _solid(rgb: tuple[int, int, int], side: int = 4) -> np.ndarray:
 
 
 def test_the_documented_numbers():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FORMAT.md").read_text()
+    rule = f"{phash.COLOUR_PART}·|g(a) − b| ≤ {phash.COLOUR_PART}·{phash.COLOUR_LEVEL} + max(|g(a)|, |b|)"
+    assert rule in doc and f"none of its eight values {phash.COLOUR_GREY} or more from 0" in doc
     assert (phash.COLOUR_GREY, phash.COLOUR_LEVEL, Fraction(1, phash.COLOUR_PART)) == (
         DOC_COLOUR_GREY,
         DOC_COLOUR_LEVEL,

@@ -101,7 +101,9 @@ def dups(
     OUT/<version>/<size>/. Every sample's whole-image perceptual hash (samples.npz phash,
     docs/FORMAT.md), under its eight flips and quarter turns, is compared with every other's hashes
     of the whole image and of six windows (for slightly cropped copies); pairs within --threshold
-    bits are joined into clusters (copies with equal hashes are collapsed first). A cluster is
+    bits whose colours agree (the mean chroma of each quarter of the stored pixels, read for the
+    samples the hashes pair; a grey picture agrees with any) are joined into clusters (copies with
+    equal hashes are collapsed first). A cluster is
     CROSS-SPLIT when its samples sit in more than one split (leakage), LABEL-CONFLICT when they
     carry different labels, CROSS-GROUP when they have different values of the group column (e.g.
     one lesion filed under two lesion ids). A flat picture (fewer than 16 of its hash's bits from
