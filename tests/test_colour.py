@@ -184,6 +184,7 @@ def _random_case(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return h, np.clip(lay, -127, 127).astype(np.int16).reshape(n, 2, 2, 2)
 
 
+@pytest.mark.slow  # 9 s: two searches per example, each filing its bucket tables
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32), st.integers(2, 40), st.booleans())
 def test_clusters_with_colour_are_the_components_of_the_alike_pairs(seed, n, across):
