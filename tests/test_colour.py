@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from phashref import DOC_COLOUR_GREY, DOC_COLOUR_LEVEL, DOC_COLOUR_SHARE, doc_colour_alike, doc_colour_layout
 from PIL import Image, ImageEnhance
+from test_dups import _components  # the breadth-first walk test_dups checks the search against
 
 from wds_tools.format import phash
 from wds_tools.format.near import find_pairs, near_clusters
@@ -196,25 +197,11 @@ def test_clusters_with_colour_are_the_components_of_the_alike_pairs(seed, n, acr
     la, lb = lay[:m], lay[m:]
     res = near_clusters(a, 5, b, colours=lambda side, rows: (la if side == 0 else lb)[rows])
     flat = [x.reshape(-1).tolist() for x in lay]
-    links = {x: set() for x in range(n)}
-    for x in range(n):
-        for y in range(x + 1, n):
-            if across and not (x < m <= y):
-                continue
-            if doc_colour_alike(flat[x], flat[y]):
-                links[x].add(y)
-                links[y].add(x)
-    seen, comps = set(), []
-    for s0 in range(n):
-        if s0 in seen or not links[s0]:
-            continue
-        comp, todo = [], [s0]
-        while todo:
-            x = todo.pop()
-            if x not in seen:
-                seen.add(x)
-                comp.append(x)
-                todo += sorted(links[x] - seen)
-        if not across or (min(comp) < m <= max(comp)):
-            comps.append(sorted(comp))
+    pairs = {
+        (x, y, 0)
+        for x in range(n)
+        for y in range(x + 1, n)
+        if (not across or x < m <= y) and doc_colour_alike(flat[x], flat[y])
+    }
+    comps = [c for c in _components(n, pairs) if not across or min(c) < m <= max(c)]
     assert [c.tolist() for c in res.clusters] == sorted(comps, key=lambda c: (-len(c), c[0]))
