@@ -819,3 +819,21 @@ def test_small_lesions_make_no_false_pair(small_lesion_folder, threshold):
     assert [sorted(m["key"] for m in c["members"]) for c in clusters] == [["c0", "c1", "c2"]]
     r = CliRunner().invoke(cli, ["verify", str(small_lesion_folder), "--no-leakage", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["problems"] == [], r.output
+
+
+@pytest.mark.parametrize("damage", ["missing", "cut"])
+def test_a_shard_that_cannot_give_the_pixels_is_named(folder, tmp_path, damage):
+    """dups reads the stored pixels of the samples the hashes pair, for their colour: a missing or cut shard is
+    one line naming it and the sample (exit 1), never a traceback."""
+    copy = Path(shutil.copytree(folder, tmp_path / "copy"))
+    shard = copy / "train-000000.tar"
+    if damage == "missing":
+        shard.unlink()
+    else:
+        with open(shard, "r+b") as f:
+            f.truncate(1024 + 128 + 100)  # the first sample's pixels end past this
+    r = CliRunner().invoke(cli, ["dups", str(copy)])
+    assert r.exit_code == 1, r.output
+    assert "train-000000.tar" in r.output and "for its colour" in r.output and "Traceback" not in r.output
+    want = "No such file or directory" if damage == "missing" else "bytes short (for its colour"
+    assert want in r.output, r.output

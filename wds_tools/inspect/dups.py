@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..errors import OptionError, unwritable_file_error
+from ..errors import OptionError, ShardError, unwritable_file_error
 from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
-from ..format.transport import RangedFile, join, open_ranged
+from ..format.transport import join, open_ranged
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -68,19 +68,52 @@ class _Dataset:
         for k, r in enumerate(read.tolist()):
             by_shard.setdefault(urls[r], []).append(k)
         for url, ks in by_shard.items():
-            f = open_ranged(url)
-            try:
-                for lo in range(0, len(ks), 256):
-                    part = ks[lo : lo + 256]
-                    out[part] = colour_layout([self.pixels(f, int(read[k])) for k in part])
-            finally:
-                f.close()
+            for lo in range(0, len(ks), 256):
+                part = ks[lo : lo + 256]
+                samples = read[part].tolist()
+                offsets = [int(self.npy[1][r]) for r in samples]
+                pixels = stored_pixels(
+                    url,
+                    offsets,
+                    [self.keys[r] for r in samples],
+                    self.side,
+                    "for its colour (near-duplicates agree in colour too)",
+                )
+                out[part] = colour_layout(pixels)
         return out[np.asarray(again).reshape(-1)]
 
-    def pixels(self, f: RangedFile, r: int) -> np.ndarray:
-        """Sample ``r``'s stored pixels, read from its open shard ``f``."""
-        side = self.side
-        return np.frombuffer(f.read(int(self.npy[1][r]) + 128, side * side * 3), np.uint8).reshape(side, side, 3)
+
+def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why: str) -> list[np.ndarray]:
+    """The stored pixels [side, side, 3] of the samples (``keys``) whose ``.npy`` members start at ``offsets``
+    in shard ``url`` (after its 128-byte header). A shard that cannot be opened or read, or that ends before a
+    sample's pixels do, is a ``ShardError`` naming it, the sample and ``why`` it was read."""
+    n = side * side * 3
+    try:
+        f = open_ranged(url)
+    except OSError as e:
+        raise ShardError(
+            f"{url}: cannot open it to read the pixels of {keys[0]!r} ({why}): {e.strerror or e}", url=url
+        ) from None
+    try:
+        out = []
+        for offset, key in zip(offsets, keys):
+            try:
+                data = f.read(offset + 128, n)
+            except OSError as e:
+                raise ShardError(
+                    f"{url}: cannot read the pixels of {key!r} ({why}): {e.strerror or e}", url=url, offset=offset
+                ) from None
+            if len(data) != n:
+                raise ShardError(
+                    f"{url}: the pixels of {key!r} end at byte {offset + 128 + len(data)}, {n - len(data)} bytes "
+                    f"short ({why}): the shard is cut short; wds-tools verify checks it",
+                    url=url,
+                    offset=offset,
+                )
+            out.append(np.frombuffer(data, np.uint8).reshape(side, side, 3))
+        return out
+    finally:
+        f.close()
 
 
 def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
@@ -90,23 +123,15 @@ def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: i
     if flagged_alike(meta, cols):
         return cols["phash"].astype(np.uint64).reshape(len(cols["key"]), WINDOWS)
     out = np.zeros((len(cols["key"]), WINDOWS), np.uint64)
+    keys = cols["key"].astype("U")
     for pos, sh in enumerate(meta["shards"]):
         rows = np.flatnonzero(cols["shard"] == pos)
-        if not len(rows):
-            continue
-        f = open_ranged(join(folder, sh["name"]))
-        try:
-            for lo in range(0, len(rows), 256):
-                part = rows[lo : lo + 256]
-                arrays = [
-                    np.frombuffer(f.read(int(cols["npy_offset"][r]) + 128, side * side * 3), np.uint8).reshape(
-                        side, side, 3
-                    )
-                    for r in part
-                ]
-                out[part] = phash_batch(arrays)
-        finally:
-            f.close()
+        for lo in range(0, len(rows), 256):
+            part = rows[lo : lo + 256]
+            offsets = [int(cols["npy_offset"][r]) for r in part]
+            out[part] = phash_batch(
+                stored_pixels(join(folder, sh["name"]), offsets, keys[part].tolist(), side, "for its perceptual hash")
+            )
     return out
 
 
