@@ -889,7 +889,8 @@ def threshold_cost(args: argparse.Namespace) -> None:
     """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (a chain of 1% planted
     copies, each 2 bits from a window of the next: one cluster) at each of ``--thresholds``: seconds, CPU
     seconds, peak RSS of this process so far, clusters (those beyond one: chance pairs of random hashes);
-    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once."""
+    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once. The hashes alone: random
+    hashes have no pixels to take a colour layout from."""
     rng = np.random.default_rng(1)
     n = args.threshold_scale
     hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
