@@ -21,8 +21,12 @@ For each method, precision and recall over all pairs at each threshold, and at i
 
   wds-tools   ``format.phash`` (the whole image's hash and six windows'; docs/FORMAT.md) and its
               distance: either image's whole-image hash, under the 8 flips/turns, against any of the
-              other's seven (what ``inspect.dups.find_pairs`` finds)
-  whole only  the whole-image hashes alone (the first column; 8 flips/turns): what the windows add
+              other's seven, and colour agreement (``phash.colour_layout`` of the stored pixels,
+              ``colour_alike``: a pair whose colours do not agree is not near): FORMAT.md's
+              near-duplicate, what ``inspect.dups.find_pairs`` finds; and the hashes alone beside it
+              (grey only: what colour agreement costs in recall)
+  whole only  the whole-image hashes alone (the first column; 8 flips/turns) and colour agreement:
+              what the windows add
   imagehash   ``imagehash.phash`` (64-bit median pHash) of the same stored pixels, plain Hamming
               distance (it does not handle flips and turns), where imagehash is installed
   imagededup  ``imagededup``'s PHash, WHash and DHash (64 bits each) of the same stored pixels, its
@@ -41,7 +45,8 @@ Hash cost. Per image, the converter's decode at ``--size`` against ``phash`` of 
 part of a conversion that hashing adds), on 12 MP and 600x450 photo-like JPEGs, interleaved; and
 hashing's share of a whole one-worker ``convert`` of them (the writer's hashing call timed inside it).
 
-Cost. ``find_pairs`` on ``--scale`` samples of seven uniformly random 64-bit hashes (top bit 0, as
+Cost. ``find_pairs`` (the search by the hashes; colour agreement is asked after it, of the found pairs'
+samples only: scripts/bench_lowdetail.py ``--colour-cost``) on ``--scale`` samples of seven uniformly random 64-bit hashes (top bit 0, as
 stored) plus 1% planted near copies (a copy's whole-image hash is one of its original's seven hashes with
 1-``threshold`` bits flipped, under a random flip/turn), at the default threshold:
 wall seconds, peak RSS (``resource.getrusage``, this process), and the planted pairs found. An
@@ -56,10 +61,12 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
+import os
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +76,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
 from wds_tools.format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, find_pairs, near_clusters  # noqa: E402
-from wds_tools.format.phash import WINDOWS, is_flat, phash_batch, popcount, variants_array  # noqa: E402
+from wds_tools.format.phash import (  # noqa: E402
+    COLOUR_GREY,
+    WINDOWS,
+    colour_alike,
+    colour_layout,
+    is_flat,
+    phash_batch,
+    popcount,
+    variants_array,
+)
 from wds_tools.synth import FLAT_KINDS, flat_picture, jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
@@ -172,11 +188,32 @@ def build_set(
     return np.stack(pixels), np.array(ids), kinds
 
 
-def pair_distances(hashes: np.ndarray, flips: bool, flat_rule: bool = True) -> np.ndarray:
+def colour_apart(layouts: np.ndarray, chunk: int = 200_000) -> np.ndarray:
+    """[N, N] True where two samples' colour layouts (``phash.colour_layout``, [N, 2, 2, 2]) do not agree
+    (``phash.colour_alike``, FORMAT.md's Colour agreement), over all pairs i < j in chunks, mirrored."""
+    n = len(layouts)
+    iu, ju = np.triu_indices(n, 1)
+    apart = np.zeros((n, n), bool)
+    for lo in range(0, len(iu), chunk):
+        i, j = iu[lo : lo + chunk], ju[lo : lo + chunk]
+        apart[i, j] = ~colour_alike(layouts[i], layouts[j])
+    return apart | apart.T
+
+
+def colours_of(layouts: np.ndarray) -> Callable[[int, np.ndarray], np.ndarray]:
+    """``near.find_pairs``' and ``near_clusters``' ``colours`` for one set whose layouts are known."""
+    return lambda _side, rows: layouts[rows]
+
+
+def pair_distances(
+    hashes: np.ndarray, flips: bool, flat_rule: bool = True, layouts: np.ndarray | None = None
+) -> np.ndarray:
     """[N, N] distances: plain Hamming distances of [N] hashes; with ``flips``, of [N, K] hashes per
     sample (K = 1: whole-image only), FORMAT.md's distance: the least over the 8 variants of either's
     first hash against any of the other's K, and 64 (never near) for a sample too flat to hash unless
-    ``flat_rule`` is off (the distance of its bits as they are, the flat flag cleared)."""
+    ``flat_rule`` is off (the distance of its bits as they are, the flat flag cleared). With ``layouts``
+    (the samples' ``colour_layout``), 64 too for a pair whose colours do not agree: FORMAT.md's
+    near-duplicate, what ``dups`` finds; without, the hashes alone."""
     if not flips:
         return popcount(hashes[:, None] ^ hashes[None, :])
     flat = is_flat(hashes.reshape(len(hashes), -1))
@@ -192,6 +229,8 @@ def pair_distances(hashes: np.ndarray, flips: bool, flat_rule: bool = True) -> n
     if flat_rule:
         d[flat, :] = 64
         d[:, flat] = 64
+    if layouts is not None:
+        d[colour_apart(layouts)] = 64
     return d
 
 
@@ -303,10 +342,28 @@ def quality(args: argparse.Namespace) -> None:
         f"negative pairs; built in {time.perf_counter() - t0:.0f} s)\n"
     )
     hashes = phash_batch(pixels)
-    print(f"too flat to hash (docs/FORMAT.md): {int(is_flat(hashes).sum())} of {len(hashes)} images\n")
+    layouts = colour_layout(pixels)
+    grey = int((np.abs(layouts).reshape(len(layouts), -1).max(axis=1) < COLOUR_GREY).sum())
+    print(
+        f"too flat to hash (docs/FORMAT.md): {int(is_flat(hashes).sum())} of {len(hashes)} images; "
+        f"no colour (every layout value within {COLOUR_GREY} of 0: agrees with any): {grey}\n"
+    )
     methods = [
-        ("wds-tools phash (whole image + 6 windows, 8 flips/turns)", pair_distances(hashes, True), DEFAULT_THRESHOLD),
-        ("whole-image hash only (8 flips/turns)", pair_distances(hashes[:, :1], True), 3),
+        (
+            "wds-tools phash (whole image + 6 windows, 8 flips/turns) and colour agreement: what dups finds",
+            pair_distances(hashes, True, layouts=layouts),
+            DEFAULT_THRESHOLD,
+        ),
+        (
+            "wds-tools phash (whole image + 6 windows, 8 flips/turns), hashes alone (no colour agreement)",
+            pair_distances(hashes, True),
+            DEFAULT_THRESHOLD,
+        ),
+        (
+            "whole-image hash only (8 flips/turns) and colour agreement",
+            pair_distances(hashes[:, :1], True, layouts=layouts),
+            3,
+        ),
     ]
     try:
         import imagehash
@@ -509,12 +566,25 @@ def convert_share(args: argparse.Namespace) -> None:
     print()
 
 
-def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> None:
+def write_hash_index(
+    dest: str | Path,
+    hashes: np.ndarray,
+    seed: int = 2,
+    with_pixels: np.ndarray | None = None,
+    pixels_of: Callable[[int], np.ndarray] | None = None,
+) -> None:
     """An index of ``len(hashes)`` samples holding these hashes (samples.npz ``phash``), random labels,
-    two splits (every tenth of 2,000 shards in val), no tars: what ``find_dups`` reads."""
+    two splits (every tenth of 2,000 shards in val): what ``find_dups`` reads. Tars only for the samples
+    ``with_pixels``: each one's ``.npy`` member holds ``pixels_of(sample)`` (224 px; equal pixels within a
+    shard are one member, as their equal ``npy_xxh3`` says), as ``find_dups`` reads them for the colour
+    layouts of the samples the hashes put in clusters; every other sample must be in none."""
+    import xxhash
+
     from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
+    from wds_tools.format.npy import npy_header
     from wds_tools.format.packed import pack_strings
     from wds_tools.format.phash import FLAT_RULES
+    from wds_tools.format.tarwrite import ShardWriter
 
     n = len(hashes)
     n_shards = min(2000, n)
@@ -527,6 +597,22 @@ def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> Non
     cols["fingerprint"] = np.zeros((n, 16), "u1")
     cols["phash"] = hashes
     cols["path_offsets"], cols["path_data"] = pack_strings([f"img/{i}.jpg" for i in range(n)])
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    if with_pixels is not None and pixels_of is not None:
+        header = npy_header((224, 224, 3))
+        rows = np.unique(np.asarray(with_pixels, np.int64))
+        for s in np.unique(cols["shard"][rows]).tolist():
+            w = ShardWriter(str(Path(dest) / f"{'train' if s % 10 else 'val'}-{s:06d}.tar"), digest=False)
+            members: dict[int, tuple[int, int]] = {}  # xxh3 -> (offset, length): equal pixels, one member
+            for r in rows[cols["shard"][rows] == s].tolist():
+                data = header + np.ascontiguousarray(pixels_of(r), np.uint8).tobytes()
+                x = xxhash.xxh3_64_intdigest(data)
+                if x not in members:
+                    members[x] = w.add(f"s{r:08d}.npy", data)
+                cols["npy_offset"][r], cols["npy_length"][r] = members[x]
+                cols["npy_xxh3"][r] = x
+            w.end()
+            os.replace(w.tmp, w.path)
     shards = [
         {
             "name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar",
@@ -548,13 +634,13 @@ def write_hash_index(dest: str | Path, hashes: np.ndarray, seed: int = 2) -> Non
         "splits": {},
         "phash_flat_rules": FLAT_RULES,  # the hashes as given (no pixels to hash them again from)
     }
-    Path(dest).mkdir(parents=True, exist_ok=True)
     write_index(str(dest), meta, cols, sidecars=False)
 
 
 def command_cost(args: argparse.Namespace) -> None:
     """``find_dups`` (what ``wds-tools dups PATH`` runs) on an index of ``--index-scale`` samples: random
-    hashes with 1% planted copies, two splits, in 2,000 shards (no tars: the hashes are in samples.npz)."""
+    hashes with 1% planted copies, two splits, in 2,000 shards (the hashes in samples.npz; tars holding
+    the pixels of the samples the hashes put in clusters only: ``clustered_pixels``)."""
 
     from wds_tools.inspect.dups import find_dups
 
@@ -564,8 +650,9 @@ def command_cost(args: argparse.Namespace) -> None:
     per = -(-n // min(2000, n))
     src = np.arange(0, n - per - 1, 100)
     hashes[src + per + 1, 0] = hashes[src, 1] ^ np.uint64(3)  # 1% copies of a centre window, 2 bits apart, next shard
+    with_pixels, pixels_of = clustered_pixels(hashes)
     if args.keep_index:
-        write_hash_index(args.keep_index, hashes)
+        write_hash_index(args.keep_index, hashes, with_pixels=with_pixels, pixels_of=pixels_of)
         print(
             f"index of {n:,} samples written to {args.keep_index} (time the command: wds-tools dups {args.keep_index})"
         )
@@ -574,7 +661,7 @@ def command_cost(args: argparse.Namespace) -> None:
         import os
 
         with tempfile.TemporaryDirectory() as tmp:
-            write_hash_index(tmp, hashes)
+            write_hash_index(tmp, hashes, with_pixels=with_pixels, pixels_of=pixels_of)
             print(f"find_dups on an index of {n:,} samples, own process, this checkout against {args.against}:\n")
             print("| round | code | wall s | CPU s | peak RSS MiB | clusters | load |")
             print("|---|---|---|---|---|---|---|")
@@ -588,17 +675,54 @@ def command_cost(args: argparse.Namespace) -> None:
                     )
         print()
         return
+    import wds_tools.inspect.dups as dups
+
+    plain = dups._Dataset.colours
+    spent, asked = [0.0, 0.0], [0]
+
+    def timed(self: dups._Dataset, rows: np.ndarray) -> np.ndarray:
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return plain(self, rows)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += time.process_time() - c0
+            asked[0] += len(rows)
+
     with tempfile.TemporaryDirectory() as tmp:
-        write_hash_index(tmp, hashes)
-        t0 = time.perf_counter()
-        res = find_dups(tmp)
-        wall = time.perf_counter() - t0
+        write_hash_index(tmp, hashes, with_pixels=with_pixels, pixels_of=pixels_of)
+        dups._Dataset.colours = timed  # type: ignore[method-assign]
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = find_dups(tmp)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            dups._Dataset.colours = plain  # type: ignore[method-assign]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     c = res.counts()
     print(
-        f"find_dups on an index of {n:,} samples: {wall:.1f} s, peak RSS {rss:.0f} MiB (this process, index "
-        f"building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits"
+        f"find_dups on an index of {n:,} samples: {wall:.1f} s (CPU {cpu:.1f} s), peak RSS {rss:.0f} MiB (this "
+        f"process, index building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits; of "
+        f"which the colour layouts of {asked[0]:,} clustered samples (their pixels read from the tars, which this "
+        f"process has just written): {spent[0]:.1f} s (CPU {spent[1]:.1f} s)"
     )
+
+
+def clustered_pixels(hashes: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
+    """The samples the hashes alone put in clusters at the default threshold (``near_clusters``, run here
+    once), and pixels for each: its cluster's one of 16 stored lesion photos, with its top-left pixel set
+    from the sample's number, so that every sample is a ``.npy`` of its own (read on its own, as distinct
+    files are) and a cluster's samples agree in colour (its clusters are those of the hashes)."""
+    found = near_clusters(hashes, DEFAULT_THRESHOLD)
+    pool = [decode_image(jpeg_bytes(lesion_photo(320, 320, k % 3, 500 + k)), 224).pixels for k in range(16)]
+    photo = {int(m): c % len(pool) for c, members in enumerate(found.clusters) for m in members.tolist()}
+
+    def pixels_of(sample: int) -> np.ndarray:
+        px = pool[photo[sample]].copy()
+        px[0, 0] = (sample & 255, (sample >> 8) & 255, (sample >> 16) & 255)
+        return px
+
+    return np.array(sorted(photo), np.int64), pixels_of
 
 
 _TIMED = """
@@ -643,13 +767,15 @@ def timed_dups(folder: str, threshold: int, timeout: float, pythonpath: str | No
 
 
 def copies_cost(args: argparse.Namespace) -> None:
-    """One JPEG under N keys: ``find_dups`` of an index whose N samples hold the hashes of one stored image
-    (a lesion photo as ``convert`` stores it at ``--size``), plus 1,000 other photos' hashes, each N of
-    ``--copies`` in its own process; the time and memory should follow the distinct hashes, not N."""
+    """One JPEG under N keys: ``find_dups`` of an index whose N samples hold the hashes and the pixels (one
+    ``.npy`` member per shard, one ``npy_xxh3``) of one stored image (a lesion photo as ``convert`` stores it
+    at 224 px), plus 1,000 random hashes, each N of ``--copies`` in its own process; the time and memory
+    should follow the distinct hashes and pixels, not N."""
 
     from wds_tools.format.phash import phash_batch as hash_images
 
-    one = hash_images([decode_image(jpeg_bytes(lesion_photo(320, 320, 1, 7)), args.size).pixels])[0]
+    pixels = decode_image(jpeg_bytes(lesion_photo(320, 320, 1, 7)), 224).pixels
+    one = hash_images([pixels])[0]
     rng = np.random.default_rng(3)
     others = rng.integers(0, 2**63, (1000, WINDOWS), dtype=np.uint64)
     print(f"one JPEG under N keys (+1,000 random others), find_dups at threshold {DEFAULT_THRESHOLD}, own process:\n")
@@ -657,7 +783,12 @@ def copies_cost(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|")
     for n in args.copies:
         with tempfile.TemporaryDirectory() as tmp:
-            write_hash_index(tmp, np.concatenate([np.tile(one, (n, 1)), others]))
+            write_hash_index(
+                tmp,
+                np.concatenate([np.tile(one, (n, 1)), others]),
+                with_pixels=np.arange(n),
+                pixels_of=lambda _: pixels,
+            )
             r = timed_dups(tmp, DEFAULT_THRESHOLD, args.timeout)
         if r.get("error"):
             print(
@@ -709,17 +840,23 @@ def coefficient_noise(args: argparse.Namespace) -> None:
 def contrast_sweep(args: argparse.Namespace) -> None:
     """The quality set with every original squeezed to a fraction of its contrast (``--contrast``): how
     many images are too flat to hash, and recall and false pairs at the default threshold with the flat
-    rule and without it (a flat image's bits compared as they are)."""
+    rule and without it (a flat image's bits compared as they are), both with colour agreement (what
+    ``dups`` finds), and recall by the hashes alone with the rule."""
     print(f"low contrast: the quality set squeezed, threshold {DEFAULT_THRESHOLD}:\n")
-    print("| contrast | too flat | recall | false pairs | recall, no flat rule | false pairs, no flat rule |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| contrast | too flat | recall | false pairs | recall, no flat rule | false pairs, no flat rule "
+        "| recall, hashes alone |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for c in args.contrast:
         pixels, ids, kinds = build_set(args.synth, args.size, args.windows, args.seed, contrast=c)
         hashes = phash_batch(pixels)
+        layouts = colour_layout(pixels)
         cells = []
         for rule in (True, False):
-            row = curve(pair_distances(hashes, True, flat_rule=rule), ids, kinds, [DEFAULT_THRESHOLD])[0]
+            row = curve(pair_distances(hashes, True, rule, layouts), ids, kinds, [DEFAULT_THRESHOLD])[0]
             cells += [f"{row['recall']:.3f}", f"{row['fp']:,}"]
+        cells.append(f"{curve(pair_distances(hashes, True), ids, kinds, [DEFAULT_THRESHOLD])[0]['recall']:.3f}")
         print(f"| {c} | {int(is_flat(hashes).sum()):,} of {len(hashes):,} | " + " | ".join(cells) + " |")
     print()
 
@@ -727,20 +864,22 @@ def contrast_sweep(args: argparse.Namespace) -> None:
 def flat_set(args: argparse.Namespace) -> None:
     """``--flat N`` pictures of each ``synth.flat_picture`` kind, all different (JPEG q90, stored at
     ``--size``): the pairs and clusters ``find_pairs`` made among them before the flat rule (the flag
-    cleared) and with it, at the default threshold and at 8."""
+    cleared, the hashes alone) and with it and colour agreement (what ``dups`` finds), at the default
+    threshold and at 8."""
     print(f"pictures with little or no detail ({args.flat:,} of each kind, all different) at {args.size} px:\n")
     print("| kind | too flat | threshold | pairs, no flat rule | clusters (samples), no flat rule | pairs | clusters |")
     print("|---|---|---|---|---|---|---|")
     for kind in FLAT_KINDS:
         pixels = [decode_image(jpeg_bytes(flat_picture(kind, k), 90), args.size).pixels for k in range(args.flat)]
         hashes = phash_batch(pixels)
+        layouts = colour_layout(pixels)
         bare = hashes.copy()
         bare[:, 0] &= np.uint64((1 << 63) - 1)
         for t in (DEFAULT_THRESHOLD, 8):
             cells = []
-            for h in (bare, hashes):
-                i, j, _ = find_pairs(h, t)
-                found = near_clusters(h, t)
+            for h, colours in ((bare, None), (hashes, colours_of(layouts))):
+                i, j, _ = find_pairs(h, t, colours=colours)
+                found = near_clusters(h, t, colours=colours)
                 cells += [f"{len(i):,}", f"{len(found.clusters):,} ({sum(len(c) for c in found.clusters):,})"]
             print(f"| {kind} | {int(is_flat(hashes).sum()):,} | {t} | " + " | ".join(cells) + " |")
     print()
@@ -750,7 +889,8 @@ def threshold_cost(args: argparse.Namespace) -> None:
     """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (a chain of 1% planted
     copies, each 2 bits from a window of the next: one cluster) at each of ``--thresholds``: seconds, CPU
     seconds, peak RSS of this process so far, clusters (those beyond one: chance pairs of random hashes);
-    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once."""
+    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once. The hashes alone: random
+    hashes have no pixels to take a colour layout from."""
     rng = np.random.default_rng(1)
     n = args.threshold_scale
     hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)

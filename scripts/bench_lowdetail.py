@@ -1,5 +1,6 @@
-"""Benchmark the too-flat-to-hash rule on pictures with little detail (issue 32, point 4): false pairs
-among random low-detail pictures, before and after, and what the rule costs the quality set.
+"""Benchmark the too-flat-to-hash rule and colour agreement on pictures with little detail (issue 32,
+point 4): false pairs among random low-detail pictures, before and after, and what they cost the quality
+set.
 
 Families (all pictures of a family different from one another; each a JPEG at quality 90, stored as
 ``convert`` stores it at ``--size``; picture k of a family is ``synth.low_detail_picture(kind, k)``
@@ -15,13 +16,25 @@ with k from ``--seed`` * 1,000,000, so another seed gives other pictures):
              sharp picture is within 8 bits of another's (the retina's rim, sky) is left out
   small lesions  ``synth.lesion_photo`` at 160x120 (a 2x2 colour grid and one lesion), the photos the
              near-duplicate tests used: a skin-like family the rule is not made for, measured too
+  lesions 224  ``synth.lesion_photo`` at 224x224, the same kind of picture at the stored size
 
-For each family: how many pictures are too flat to hash and how many pairs ``find_pairs`` finds at
-thresholds 5 and 8 (every pair is a false pair): with no flat rule (the flag cleared), with the rule
-before (main's: fewer than FIRM_BITS firm coefficients; the bits are the same, only the flag differs, so
-"before" is that rule applied to this code's hashes) and after (``phash_batch``'s flag: that rule, or
-fewer than DETAIL_RANK counted singular values). Then the quality set of scripts/bench_dups.py (recall and
-precision over all pairs at 5 and 8, before and after) unless ``--no-quality``.
+For each family: how many pictures are too flat to hash, how many have no colour (every value of their
+colour layout within COLOUR_GREY of 0: they agree in colour with any picture), and how many pairs
+``find_pairs`` finds at thresholds 5 and 8 (every pair is a false pair): with no flat rule (the flag
+cleared), with the rule before (main's: fewer than FIRM_BITS firm coefficients; the bits are the same,
+only the flag differs, so "before" is that rule applied to this code's hashes), after (``phash_batch``'s
+flag: that rule, or fewer than DETAIL_RANK counted singular values; the hashes alone) and after, with
+colour (``find_pairs(..., colours=)``: a pair kept only when the colour layouts of its stored pixels agree,
+docs/FORMAT.md's Colour agreement; what ``dups`` finds). Then the quality set of scripts/bench_dups.py
+(copies drawn with seed 0; recall and precision over all pairs at 5 and 8, before, after and after with
+colour) unless ``--no-quality``.
+
+With ``--colour-cost``: the CPU time of ``colour_layout`` per stored 224 px image against ``phash_batch`` on
+the same ``--colour-images`` images (lesion photos as stored), one call each on the whole batch,
+interleaved, medians of 5 rounds, in this process. ``dups`` pays it only for the samples the hashes put in
+clusters, once per distinct ``.npy`` (and reads their pixels: not timed here).
+
+    python scripts/bench_lowdetail.py --no-families --no-quality --colour-cost
 
 With ``--sweep``: the trade table of the second rule's settings instead, each family and the quality set
 hashed once (the whole image's 7x7 block's singular values kept) and every setting applied to them:
@@ -33,6 +46,8 @@ nearest block of rank R - 1 against that norm); for each, recall at 5 bits on th
     python scripts/bench_lowdetail.py                       # 3,000 of each family, seed 1
     python scripts/bench_lowdetail.py --count 5000 --seed 2
     python scripts/bench_lowdetail.py --count 5000 --sweep --quality-seeds 0,1,2
+
+``--sweep`` and ``--verify`` measure the hashes alone (grey), with no colour agreement.
 
 With ``--verify`` (a measurement, no rule of the format): would a second check on each pair found at 5 bits
 separate the small-lesion family's false pairs from the quality set's true pairs? For each pair, the hash
@@ -61,19 +76,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
 from wds_tools.format.near import find_pairs  # noqa: E402
-from wds_tools.format.phash import (
+from wds_tools.format.phash import (  # noqa: E402
+    COLOUR_GREY,
     DETAIL_LEVEL,
     DETAIL_RANK,
     DETAIL_SHARE,
     FIRM_BITS,
     FLAT_BIT,
+    colour_layout,
     firm_bits,
     is_flat,
     phash_batch,
-)  # noqa: E402
+)
 from wds_tools.synth import LOW_DETAIL_KINDS, jpeg_bytes, lesion_photo, low_detail_picture  # noqa: E402
 
 THRESHOLDS = (5, 8)
+FAMILIES = (*LOW_DETAIL_KINDS, "blurred", "small lesions", "lesions 224")
 GREY_PHOTOS = ("camera", "moon", "coins", "clock", "cell", "hubble_deep_field")  # scikit-image's, besides bench_dups'
 
 
@@ -135,29 +153,42 @@ def family(kind: str, args: argparse.Namespace) -> tuple[np.ndarray, str]:
         return px, f"{unfair} unfair windows left out"
     if kind == "small lesions":
         return np.stack([stored(lesion_photo(160, 120, k % 3, first + k), args.size) for k in range(args.count)]), ""
+    if kind == "lesions 224":
+        return np.stack([stored(lesion_photo(224, 224, k % 3, first + k), args.size) for k in range(args.count)]), ""
     return np.stack([stored(low_detail_picture(kind, first + k), args.size) for k in range(args.count)]), ""
 
 
 def false_pairs(args: argparse.Namespace) -> None:
+    from bench_dups import colours_of
+
     print(
         f"random low-detail pictures at {args.size} px, seed {args.seed}: pairs found (all false) at thresholds 5 / 8\n"
     )
-    print("| family | pictures | too flat before | too flat after | no rule | before | after |")
-    print("|---|---|---|---|---|---|---|")
-    for kind in (*LOW_DETAIL_KINDS, "blurred", "small lesions"):
+    print(
+        "| family | pictures | too flat before | too flat after | no colour | no rule | before | after "
+        "| after, with colour |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind in FAMILIES:
         t0 = time.perf_counter()
         px, note = family(kind, args)
         h = phash_batch(px)
         after = is_flat(h)
         before = firm_bits(px) < FIRM_BITS
+        layouts = colour_layout(px)
+        grey = int((np.abs(layouts).reshape(len(px), -1).max(axis=1) < COLOUR_GREY).sum())
         i, j, d = find_pairs(bare(h), max(THRESHOLDS))
         cells = []
         for flat in (np.zeros(len(h), bool), before, after):
             ok = ~flat[i] & ~flat[j]
             cells.append(" / ".join(f"{int((ok & (d <= t)).sum()):,}" for t in THRESHOLDS))
+        _, _, dc = find_pairs(h, max(THRESHOLDS), colours=colours_of(layouts))
+        cells.append(" / ".join(f"{int((dc <= t).sum()):,}" for t in THRESHOLDS))
         name = kind + (f" ({note})" if note else "")
         print(
-            f"| {name} | {len(h):,} | {int(before.sum()):,} | {int(after.sum()):,} | " + " | ".join(cells) + " |",
+            f"| {name} | {len(h):,} | {int(before.sum()):,} | {int(after.sum()):,} | {grey:,} | "
+            + " | ".join(cells)
+            + " |",
             flush=True,
         )
         print(f"<!-- {kind}: {time.perf_counter() - t0:.0f} s -->", file=sys.stderr)
@@ -165,21 +196,25 @@ def false_pairs(args: argparse.Namespace) -> None:
 
 
 def quality(args: argparse.Namespace) -> None:
-    """scripts/bench_dups.py's quality set: recall and precision over all pairs at 5 and 8, before and after."""
-    from bench_dups import build_set, curve, pair_distances
+    """scripts/bench_dups.py's quality set: recall and precision over all pairs at 5 and 8, before, after and
+    after with colour agreement."""
+    from bench_dups import build_set, colour_apart, curve, pair_distances
 
     pixels, ids, kinds = build_set(args.synth, args.size)
     h = phash_batch(pixels)
     after = is_flat(h)
     before = firm_bits(pixels) < FIRM_BITS
     dist = pair_distances(h, True, flat_rule=False)
-    print(f"quality set (scripts/bench_dups.py): {len(ids):,} images of {len(set(ids.tolist()))} originals\n")
+    apart = colour_apart(colour_layout(pixels))
+    print(f"quality set (scripts/bench_dups.py, seed 0): {len(ids):,} images of {len(set(ids.tolist()))} originals\n")
     print("| rule | too flat | threshold | recall | precision | false pairs |")
     print("|---|---|---|---|---|---|")
-    for name, flat in (("before", before), ("after", after)):
+    for name, flat in (("before", before), ("after", after), ("after, with colour", after)):
         d = dist.copy()
         d[flat, :] = 64
         d[:, flat] = 64
+        if name.endswith("colour"):
+            d[apart] = 64
         for row in curve(d, ids, kinds, list(THRESHOLDS)):
             print(
                 f"| {name} | {int(flat.sum())} | {row['t']} | {row['recall']:.4f} | {row['precision']:.4f} | {row['fp']} |"
@@ -239,7 +274,7 @@ def sweep(args: argparse.Namespace) -> None:
             firm_bits(pixels),
         )
     fams = {}
-    for kind in (*LOW_DETAIL_KINDS, "blurred", "small lesions"):
+    for kind in FAMILIES:
         px, _ = family(kind, args)
         i, j, d = find_pairs(bare(phash_batch(px)), max(THRESHOLDS))
         fams[kind] = (i, j, d, singular_values(px), firm_bits(px))
@@ -339,12 +374,38 @@ def verify(args: argparse.Namespace) -> None:
             print(f"| quality set seed {seed}, true: {kind} " + _spread(r[same & (label == kind)]), flush=True)
         print(f"| quality set seed {seed}, true: all " + _spread(r[same]))
         print(f"| quality set seed {seed}, false " + _spread(r[~same]), flush=True)
-    for kind in (*LOW_DETAIL_KINDS, "blurred", "small lesions"):
+    for kind in FAMILIES:
         px, _ = family(kind, args)
         h = phash_batch(px)
         i, j, _ = find_pairs(h, 5)
         print(f"| {kind}, false " + _spread(pair_check(px, h, i, j)), flush=True)
     print()
+
+
+def colour_cost(args: argparse.Namespace) -> None:
+    """``--colour-cost``: CPU and wall time per image of ``colour_layout`` against ``phash_batch``."""
+    import os
+
+    px = np.stack([stored(lesion_photo(224, 224, k % 3, 9_000_000 + k), 224) for k in range(args.colour_images)])
+    times: dict[str, list[tuple[float, float]]] = {"phash_batch": [], "colour_layout": []}
+    for _ in range(5):
+        for name, fn in (("phash_batch", phash_batch), ("colour_layout", colour_layout)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn(px)
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+    n = len(px)
+    med = {k: (float(np.median([w for w, _ in v])), float(np.median([c for _, c in v]))) for k, v in times.items()}
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+    print(
+        f"colour cost: {n:,} stored 224 px images, one call each, interleaved, medians of 5 "
+        f"(OPENBLAS_NUM_THREADS {threads}):\n"
+    )
+    print("| call | wall µs per image | CPU µs per image |")
+    print("|---|---|---|")
+    for k, (w, c) in med.items():
+        print(f"| {k} | {w / n * 1e6:.1f} | {c / n * 1e6:.1f} |")
+    (pw, pc), (cw, cc) = med["phash_batch"], med["colour_layout"]
+    print(f"| colour_layout / phash_batch | {cw / pw:.2f} | {cc / pc:.2f} |\n")
 
 
 def main() -> None:
@@ -357,6 +418,10 @@ def main() -> None:
     p.add_argument("--no-families", action="store_true")
     p.add_argument("--sweep", action="store_true", help="the trade table of the second rule's settings (see above)")
     p.add_argument("--verify", action="store_true", help="the second check's distributions (see above)")
+    p.add_argument(
+        "--colour-cost", action="store_true", help="colour_layout's time per image against phash_batch's (see above)"
+    )
+    p.add_argument("--colour-images", type=int, default=2000, help="stored images for --colour-cost")
     p.add_argument(
         "--quality-seeds", default="0,1,2", help="with --sweep or --verify: bench_dups' seeds of the quality set"
     )
@@ -388,6 +453,8 @@ def main() -> None:
         false_pairs(args)
     if not args.no_quality:
         quality(args)
+    if args.colour_cost:
+        colour_cost(args)
 
 
 if __name__ == "__main__":
