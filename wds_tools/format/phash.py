@@ -390,23 +390,30 @@ def colour_layout(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     (image, quarter row, quarter column, Cb or Cr). The quarters are rows 0 .. ceil(S/2)-1 and
     floor(S/2) .. S-1 by the same columns (an odd side's middle row and column count in both), so a flip or
     quarter turn of the image flips or turns its layout. Exact integer arithmetic."""
-    out = []
-    for img in images:
-        a = np.asarray(img)
-        s = a.shape[0]
-        hi, lo = (s + 1) // 2, s // 2
-        sums = []
-        for rows in (slice(0, hi), slice(lo, s)):
-            for cols in (slice(0, hi), slice(lo, s)):
-                q = a[rows, cols].reshape(-1, 3)
-                sums.append((q.sum(axis=0, dtype=np.int64), len(q)))
-        out.append([[int(x) for x in _CHROMA @ total] + [n] for total, n in sums])
-    if not out:
+    if isinstance(images, np.ndarray) and images.ndim == 4:
+        return _layouts_of(images)
+    arrays = [np.asarray(img) for img in images]
+    if not arrays:
         return np.zeros((0, 2, 2, 2), np.int16)
-    t = np.array(out, np.int64)  # [N, 4, (Cb sum, Cr sum, pixels)]
-    den = t[..., 2:3] * 1_000_000
-    mean = np.floor_divide(2 * t[..., :2] + den, 2 * den)  # round(sum / den), halves up, exactly
-    return np.clip(mean, -127, 127).astype(np.int16).reshape(-1, 2, 2, 2)
+    if len({a.shape for a in arrays}) == 1:
+        return _layouts_of(np.stack(arrays))
+    return np.concatenate([_layouts_of(a[None]) for a in arrays])  # sides that differ: one at a time
+
+
+def _layouts_of(a: np.ndarray) -> np.ndarray:
+    """``colour_layout`` of images of one side, uint8 [N, S, S, 3]."""
+    s = a.shape[1]
+    hi, lo = (s + 1) // 2, s // 2
+    halves = (slice(0, hi), slice(lo, s))
+    sums = np.zeros((len(a), 2, 2, 3), np.int64)  # per quarter, the sums of R, G and B
+    for r, rows in enumerate(halves):
+        band = a[:, rows].sum(axis=1, dtype=np.int32)  # [N, S, 3]: the half's columns (at most S/2 x 255)
+        for c, cols in enumerate(halves):
+            sums[:, r, c] = band[:, cols].sum(axis=1, dtype=np.int64)
+    den = 2 * 1_000_000 * hi * hi  # each quarter has ceil(S/2)^2 pixels
+    total = sums @ _CHROMA.T  # [N, 2, 2, (Cb, Cr)] x 10^6, exact
+    mean = np.floor_divide(2 * total + den // 2, den)  # round(total / (10^6 pixels)), halves up, exactly
+    return np.clip(mean, -127, 127).astype(np.int16)
 
 
 def _layout_variants(c: np.ndarray) -> list[np.ndarray]:
