@@ -17,6 +17,8 @@ with k from ``--seed`` * 1,000,000, so another seed gives other pictures):
   small lesions  ``synth.lesion_photo`` at 160x120 (a 2x2 colour grid and one lesion), the photos the
              near-duplicate tests used: a skin-like family the rule is not made for, measured too
   lesions 224  ``synth.lesion_photo`` at 224x224, the same kind of picture at the stored size
+  grey small lesions  the small lesions in grey (PIL's ``convert("L")``, stored as RGB): no colour to
+             compare, so colour agreement leaves their pairs; the limit of the rules, measured
 
 For each family: how many pictures are too flat to hash, how many have no colour (every value of their
 colour layout within COLOUR_GREY of 0: they agree in colour with any picture), and how many pairs
@@ -91,7 +93,7 @@ from wds_tools.format.phash import (  # noqa: E402
 from wds_tools.synth import LOW_DETAIL_KINDS, jpeg_bytes, lesion_photo, low_detail_picture  # noqa: E402
 
 THRESHOLDS = (5, 8)
-FAMILIES = (*LOW_DETAIL_KINDS, "blurred", "small lesions", "lesions 224")
+FAMILIES = (*LOW_DETAIL_KINDS, "blurred", "small lesions", "lesions 224", "grey small lesions")
 GREY_PHOTOS = ("camera", "moon", "coins", "clock", "cell", "hubble_deep_field")  # scikit-image's, besides bench_dups'
 
 
@@ -153,6 +155,9 @@ def family(kind: str, args: argparse.Namespace) -> tuple[np.ndarray, str]:
         return px, f"{unfair} unfair windows left out"
     if kind == "small lesions":
         return np.stack([stored(lesion_photo(160, 120, k % 3, first + k), args.size) for k in range(args.count)]), ""
+    if kind == "grey small lesions":
+        pictures = (lesion_photo(160, 120, k % 3, first + k).convert("L") for k in range(args.count))
+        return np.stack([stored(im, args.size) for im in pictures]), ""
     if kind == "lesions 224":
         return np.stack([stored(lesion_photo(224, 224, k % 3, first + k), args.size) for k in range(args.count)]), ""
     return np.stack([stored(low_detail_picture(kind, first + k), args.size) for k in range(args.count)]), ""
@@ -169,7 +174,7 @@ def false_pairs(args: argparse.Namespace) -> None:
         "| after, with colour |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for kind in FAMILIES:
+    for kind in args.families.split(","):
         t0 = time.perf_counter()
         px, note = family(kind, args)
         h = phash_batch(px)
@@ -416,6 +421,11 @@ def main() -> None:
     p.add_argument("--synth", type=int, default=150, help="lesion photos among the quality set's originals")
     p.add_argument("--no-quality", action="store_true")
     p.add_argument("--no-families", action="store_true")
+    p.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"the families to build, comma-separated (default all: {', '.join(FAMILIES)})",
+    )
     p.add_argument("--sweep", action="store_true", help="the trade table of the second rule's settings (see above)")
     p.add_argument("--verify", action="store_true", help="the second check's distributions (see above)")
     p.add_argument(
@@ -435,6 +445,9 @@ def main() -> None:
         help="try another DETAIL_LEVEL, e.g. 2 (grey levels; a comparison: not the format's rule)",
     )
     args = p.parse_args()
+    unknown = sorted(set(args.families.split(",")) - set(FAMILIES))
+    if unknown:
+        p.error(f"--families: unknown {', '.join(unknown)} (one of {', '.join(FAMILIES)})")
     import wds_tools.format.phash as recipe
 
     for name, value in (("DETAIL_SHARE", args.share), ("DETAIL_RANK", args.rank), ("DETAIL_LEVEL", args.level)):

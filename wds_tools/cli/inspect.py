@@ -56,7 +56,7 @@ def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
     f"near-duplicates, 0 to {MAX_THRESHOLD}. Default: {DEFAULT_THRESHOLD}, the largest with precision >= 0.99 "
     "on scripts/bench_dups.py's set that keeps the search to one-bit probes (docs/guide/figures.md). "
     f"Above {MAX_THRESHOLD} it is refused: the search would probe seven times as many buckets per hash or "
-    "more, and unrelated photos come that near (precision 0.92 at 11). A long search shows its progress "
+    "more, and unrelated photos come that near (precision 0.987 at 11). A long search shows its progress "
     "on stderr.",
 )
 @click.option(

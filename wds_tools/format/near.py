@@ -57,8 +57,9 @@ DEFAULT_THRESHOLD = 5
 MAX_THRESHOLD = 8
 """The largest threshold the search serves: radius-2 probes, 232 band values per band and hash variant
 (the default's 22 times 10.5). Above it they grow to 1,562 (9 to 11; 20,000 samples: 47 s against
-7.7 s at 8) and more, while unrelated photos come that near: precision on scripts/bench_dups.py's set
-0.998 at 8, 0.9925 at 9, 0.959 at 10, 0.920 at 11 (docs/guide/figures.md). Refused above."""
+7.7 s at 8) and more, while unrelated photos come that near: precision on scripts/bench_dups.py's set,
+colours agreeing, 0.9986 at 8, 0.9956 at 9 and 10, 0.9873 at 11 (by the hashes alone 0.9925, 0.959 and
+0.920 at 9 to 11; docs/guide/figures.md). Refused above."""
 PROGRESS_AFTER = 2.0
 """Seconds of searching after which ``near_clusters(progress=True)`` starts showing its progress."""
 
