@@ -38,6 +38,12 @@ clusters, once per distinct ``.npy`` (and reads their pixels: not timed here).
 
     python scripts/bench_lowdetail.py --no-families --no-quality --colour-cost
 
+With ``--clusters N``: the issue's own measure, the clusters (and the samples in them) among N different
+pictures of each family of ``--families``, for each of ``--cluster-seeds`` (picture k from seed *
+1,000,000), by the hashes alone and with colour agreement, at 5 and 8 bits:
+
+    python scripts/bench_lowdetail.py --clusters 300 --families "lesions 224,small lesions" --no-families --no-quality
+
 With ``--sweep``: the trade table of the second rule's settings instead, each family and the quality set
 hashed once (the whole image's 7x7 block's singular values kept) and every setting applied to them:
 rank R in 3..5, the share of the largest singular value in 1/128..1/32 and the least singular value
@@ -387,6 +393,29 @@ def verify(args: argparse.Namespace) -> None:
     print()
 
 
+def clusters(args: argparse.Namespace) -> None:
+    """``--clusters N``: the issue's measure, clusters among N different pictures of a family (each of
+    ``--cluster-seeds``), by the hashes alone and with colour agreement, at 5 and 8 bits."""
+    from bench_dups import colours_of
+
+    from wds_tools.format.near import near_clusters
+
+    print(f"clusters among {args.clusters} different pictures (all false), clusters (samples) at thresholds 5 / 8\n")
+    print("| family | seed | hashes alone | with colour |")
+    print("|---|---|---|---|")
+    for kind in args.families.split(","):
+        for seed in [int(x) for x in args.cluster_seeds.split(",")]:
+            one = argparse.Namespace(**{**vars(args), "count": args.clusters, "seed": seed})
+            px, _ = family(kind, one)
+            h = phash_batch(px)
+            cells = []
+            for colours in (None, colours_of(colour_layout(px))):
+                found = [near_clusters(h, t, colours=colours).clusters for t in THRESHOLDS]
+                cells.append(" / ".join(f"{len(c)} ({sum(len(x) for x in c)})" for c in found))
+            print(f"| {kind} | {seed} | " + " | ".join(cells) + " |", flush=True)
+    print()
+
+
 def colour_cost(args: argparse.Namespace) -> None:
     """``--colour-cost``: CPU and wall time per image of ``colour_layout`` against ``phash_batch``."""
     import os
@@ -432,6 +461,8 @@ def main() -> None:
         "--colour-cost", action="store_true", help="colour_layout's time per image against phash_batch's (see above)"
     )
     p.add_argument("--colour-images", type=int, default=2000, help="stored images for --colour-cost")
+    p.add_argument("--clusters", type=int, default=0, help="clusters among this many pictures of each family (0: skip)")
+    p.add_argument("--cluster-seeds", default="0,1,2,3", help="the seeds of --clusters, comma-separated")
     p.add_argument(
         "--quality-seeds", default="0,1,2", help="with --sweep or --verify: bench_dups' seeds of the quality set"
     )
@@ -462,6 +493,8 @@ def main() -> None:
         if args.verify:
             verify(args)
         return
+    if args.clusters:
+        clusters(args)
     if not args.no_families:
         false_pairs(args)
     if not args.no_quality:
