@@ -362,7 +362,8 @@ def stats(
     "--no-leakage",
     is_flag=True,
     help="Also fail when near-duplicate images (wds-tools dups, default threshold) sit in more than one "
-    "split; off by default, since some teams keep deliberate copies.",
+    "split; off by default, since some teams keep deliberate copies. It reads the stored pixels of the "
+    "samples the hashes pair, for their colour, even with --quick.",
 )
 @click.option(
     "--phash",
