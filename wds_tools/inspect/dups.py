@@ -22,6 +22,7 @@ from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
 from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
+from ..format.npy import NPY_HEADER_BYTES
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
 from ..format.transport import join, open_ranged
 
@@ -85,7 +86,7 @@ class _Dataset:
 
 def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why: str) -> list[np.ndarray]:
     """The stored pixels [side, side, 3] of the samples (``keys``) whose ``.npy`` members start at ``offsets``
-    in shard ``url`` (after its 128-byte header). A shard that cannot be opened or read, or that ends before a
+    in shard ``url`` (after its ``NPY_HEADER_BYTES`` header). A shard that cannot be opened or read, or that ends before a
     sample's pixels do, is a ``ShardError`` naming it, the sample and ``why`` it was read."""
     n = side * side * 3
     try:
@@ -98,14 +99,14 @@ def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why:
         out = []
         for offset, key in zip(offsets, keys):
             try:
-                data = f.read(offset + 128, n)
+                data = f.read(offset + NPY_HEADER_BYTES, n)
             except OSError as e:
                 raise ShardError(
                     f"{url}: cannot read the pixels of {key!r} ({why}): {e.strerror or e}", url=url, offset=offset
                 ) from None
             if len(data) != n:
                 raise ShardError(
-                    f"{url}: the pixels of {key!r} end at byte {offset + 128 + len(data)}, {n - len(data)} bytes "
+                    f"{url}: the pixels of {key!r} end at byte {offset + NPY_HEADER_BYTES + len(data)}, {n - len(data)} bytes "
                     f"short ({why}): the shard is cut short; wds-tools verify checks it",
                     url=url,
                     offset=offset,
@@ -384,13 +385,8 @@ def plot_dups(
         y = 4 + row * (thumb + label_h + 8)
         for col, m in enumerate(cl.members[:per_row]):
             url, offset, length = result.places[(m["dataset"], m["key"])]
-            f = open_ranged(url)
-            try:
-                data = f.read(offset, length)
-            finally:
-                f.close()
-            side = int(round(((length - 128) / 3) ** 0.5))
-            pixels = np.frombuffer(data, np.uint8, offset=128).reshape(side, side, 3)
+            side = int(round(((length - NPY_HEADER_BYTES) / 3) ** 0.5))
+            pixels = stored_pixels(url, [offset], [m["key"]], side, "for the contact sheet")[0]
             x = 4 + col * (thumb + 4)
             sheet.paste(Image.fromarray(pixels).resize((thumb, thumb)), (x, y))
             colour = (200, 0, 0) if cl.cross_split or cl.label_conflict else (0, 0, 0)
