@@ -296,3 +296,29 @@ def test_a_copy_in_other_colours_is_not_joined_but_a_greyscale_copy_is(tmp_path,
     if copy == 5:
         split = splits_of(out / "v2" / str(S))
         assert split["p0c"] == split["p0"]
+
+
+def test_an_unchanged_source_unreadable_for_its_colour_is_said(tmp_path, monkeypatch):
+    """Incremental: p0's hash comes from the base; reading it again for its colour fails (its size and mtime
+    still match). It is compared by its hashes alone, so the chroma-mirrored copy joins it, and the summary
+    names it rather than passing in silence."""
+    import wds_tools.convert.dedup as dedup
+
+    rows = [("p0", 0, 0, None), ("p1", 1, 0, None), ("p2", 2, 0, None), ("p3", 3, 0, None)]
+    out = tmp_path / "out"
+    run(write(tmp_path / "a", rows), out, "v1", False, val_fraction=0.5)
+    real = dedup.open_source
+
+    def failing(path, *a, **k):
+        if path.endswith("p0.png"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(dedup, "open_source", failing)
+    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, 4, None)]), out, "v2", False, val_fraction=0.5)
+    said = [n for n in r.notes if "could not be read again" in n]
+    assert said == [
+        "--dedup: 1 unchanged source could not be read again for its colour and was joined by its stored "
+        "hashes alone (docs/FORMAT.md, Colour agreement): p0"
+    ], r.notes
+    assert any("1 cluster of near-duplicates (within 5 bits) joined 2" in n for n in r.notes), r.notes

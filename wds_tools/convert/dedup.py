@@ -41,6 +41,7 @@ class NearRows:
 
     clusters: list[list[int]] = field(default_factory=list)
     flat: list[int] = field(default_factory=list)
+    uncoloured: list[int] = field(default_factory=list)  # rows hashed from a base whose source no longer read
 
 
 NearFinder = Callable[[Sequence[str]], NearRows]
@@ -109,18 +110,32 @@ def near_rows(
         if not hashes:
             return NearRows()
 
+        uncoloured: list[int] = []
+        by_path: dict[str, np.ndarray] = {}  # a path several rows name is decoded once for its colour too
+
         def colours(_side: int, rows: np.ndarray) -> np.ndarray:
             out = []
             for r in rows.tolist():
                 if layouts[r] is None:  # hash known from the base: decoded now, for its colour
-                    pixels = _stored(paths[where[r]])
-                    layouts[r] = colour_layout([pixels])[0] if pixels is not None else np.full((2, 2, 2), 0, np.int16)
+                    path = paths[where[r]]
+                    if path not in by_path:
+                        pixels = _stored(path)
+                        # unreadable now (its size and mtime matched): no colour, compared by its hashes alone
+                        # (FORMAT.md: a grey layout agrees with any), and said in the summary
+                        by_path[path] = (
+                            colour_layout([pixels])[0] if pixels is not None else np.zeros((2, 2, 2), np.int16)
+                        )
+                        if pixels is None:
+                            uncoloured.append(where[r])
+                    layouts[r] = by_path[path]
                 out.append(layouts[r])
             return np.stack(out)
 
         found = near_clusters(np.stack(hashes).astype(np.uint64), threshold, colours=colours)
         return NearRows(
-            [[where[x] for x in c.tolist()] for c in found.clusters], [where[x] for x in found.flat.tolist()]
+            [[where[x] for x in c.tolist()] for c in found.clusters],
+            [where[x] for x in found.flat.tolist()],
+            sorted(uncoloured),
         )
 
     def _stored(path: str) -> np.ndarray | None:

@@ -91,6 +91,7 @@ class Source:
     dedup: int | None = None  # --dedup: the threshold near-duplicate clusters were joined within
     dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
     dedup_flat: tuple[str, ...] = ()  # --dedup: the keys of the rows too flat to hash (joined with none)
+    dedup_uncoloured: tuple[str, ...] = ()  # --dedup: keys whose colour could not be read (hashes alone)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -418,6 +419,7 @@ def _with_splits(
         src,
         dedup_joined=(len(joined), sum(u in joined for u in units)),
         dedup_flat=tuple(rows[x].key for x in found.flat),
+        dedup_uncoloured=tuple(rows[x].key for x in found.uncoloured),
     )
     for r, unit in zip(rows, units):
         unit_labels.setdefault(unit, Counter())[labels[r.label]] += 1
@@ -502,6 +504,14 @@ def dedup_notes(src: Source) -> list[str]:
         out.append(
             f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or smooth "
             f"pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
+        )
+    if src.dedup_uncoloured:
+        some = src.dedup_uncoloured
+        keys = ", ".join(some[:10]) + (f" and {len(some) - 10:,} more" if len(some) > 10 else "")
+        out.append(
+            f"--dedup: {len(some):,} unchanged {'source' if len(some) == 1 else 'sources'} could not be read again "
+            f"for {'its' if len(some) == 1 else 'their'} colour and {'was' if len(some) == 1 else 'were'} joined "
+            f"by {'its' if len(some) == 1 else 'their'} stored hashes alone (docs/FORMAT.md, Colour agreement): {keys}"
         )
     return out
 
