@@ -490,6 +490,11 @@ def _moves_a_base_unit(
     )
 
 
+def _some_keys(keys: tuple[str, ...]) -> str:
+    """The first ten keys, and how many more."""
+    return ", ".join(keys[:10]) + (f" and {len(keys) - 10:,} more" if len(keys) > 10 else "")
+
+
 def dedup_notes(src: Source) -> list[str]:
     """What --dedup did, for the summary and --json: the clusters joined, and the rows too flat to hash."""
     n, rows = src.dedup_joined
@@ -500,14 +505,14 @@ def dedup_notes(src: Source) -> list[str]:
     ]
     if src.dedup_flat:
         flat = src.dedup_flat
-        keys = ", ".join(flat[:10]) + (f" and {len(flat) - 10:,} more" if len(flat) > 10 else "")
+        keys = _some_keys(flat)
         out.append(
             f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or smooth "
             f"pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
         )
     if src.dedup_uncoloured:
         some = src.dedup_uncoloured
-        keys = ", ".join(some[:10]) + (f" and {len(some) - 10:,} more" if len(some) > 10 else "")
+        keys = _some_keys(some)
         out.append(
             f"--dedup: {len(some):,} unchanged {'source' if len(some) == 1 else 'sources'} could not be read again "
             f"for {'its' if len(some) == 1 else 'their'} colour and {'was' if len(some) == 1 else 'were'} joined "
