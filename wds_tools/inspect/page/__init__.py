@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...convert.result import split_report
 from ...errors import OptionError, unwritable_file_error
 from ...format.fsutil import atomic_write_bytes
 from ...format.index import read_samples_checked
@@ -195,7 +194,6 @@ def write_report(
                     f"{conv['unaccounted']:,} source rows are neither converted nor listed as failed in errors.jsonl",
                 )
             )
-        warns += [facts.Warn("conversion", f"convert's split check: {w}") for w in split_report(meta)[2]]
         step()
         splits, w = facts.splits_section(report)
         warns += w

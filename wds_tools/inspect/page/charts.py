@@ -68,9 +68,7 @@ def _svg(fig: Figure, chart_id: str) -> str:
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)
     # matplotlib numbers its groups per figure (figure_1, axes_1, patch_2): ids unique in one SVG file, not
     # in a page holding several; each id and reference to one gets the chart's name in front
-    return re.sub(
-        r'(\bid="|href="#|url\(#)(?!chart-)([^")]+)', lambda m: f"{m.group(1)}{chart_id}-{m.group(2)}", text
-    )
+    return re.sub(r'(\bid="|href="#|url\(#)(?!chart-)([^")]+)', lambda m: f"{m.group(1)}{chart_id}-{m.group(2)}", text)
 
 
 def _style(ax: Axes) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_RANKS",
     "IDENTIFIER_VALUES",
     "HISTOGRAM_INTS",
+    "MAX_BINS",
     "Warn",
     "conversion",
     "read_errors",
@@ -47,8 +48,11 @@ MAX_COLUMNS = 24
 MAX_RANKS = 16
 """Ranks (and workers per rank) of the epoch table."""
 IDENTIFIER_VALUES = 200
-"""A string column with more distinct values than this is an identifier (a patient, a lesion): not drawn;
-the page counts its values found in more than one split."""
+"""A string column with more distinct values than this, or with more than ``MAX_CHART_CATEGORIES`` of which
+most rows hold one of their own (distinct values over half the rows), is an identifier (a patient, a
+lesion): not drawn; the page counts its values found in more than one split."""
+MAX_BINS = 30
+"""Bins of a metadata histogram at most (the square root of the rows, at least 5)."""
 HISTOGRAM_INTS = 20
 """An int column with more distinct values than this is drawn as a histogram, else as bars."""
 _NAMED = 8  # classes or values one warning names
@@ -60,6 +64,7 @@ class Warn:
 
     section: str
     text: str
+    label: str = ""  # the link's text on the summary (default: the section's anchor)
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -288,7 +293,9 @@ def metadata_section(
         ids, distinct = v.factorize()
         n = len(distinct)
         col["distinct"] = n
-        is_id = name == group or (v.column.type == "string" and n > IDENTIFIER_VALUES)
+        is_id = name == group or (
+            v.column.type == "string" and (n > IDENTIFIER_VALUES or (n > MAX_CHART_CATEGORIES and 2 * n > len(v)))
+        )
         numeric = v.column.type == "float" or (v.column.type == "int" and n > HISTOGRAM_INTS)
         if is_id:
             g = group_report(v, row_split, split_names)
@@ -302,17 +309,19 @@ def metadata_section(
                         col["anchor"],
                         f"column {name!r}: {_plural(len(g.in_several), 'value')} found in more than one split "
                         f"(e.g. {ex})" + (" — the column the splits were drawn by" if name == group else ""),
+                        "metadata",
                     )
                 )
         elif numeric and n:
             present = ~v.missing
             x = v.values[present].astype(np.float64)
             lo, hi = float(x.min()), float(x.max())
-            edges = np.linspace(lo, hi if hi > lo else lo + 1, 31)
+            bins = min(MAX_BINS, max(5, int(np.sqrt(len(x)))))  # a bin per ~sqrt(n) samples: few rows, few bins
+            edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
             series = {}
             for j, s in enumerate(split_names):
                 mine = x[row_split[present] == j]
-                series[s] = np.histogram(mine, edges)[0] / split_totals[j] if split_totals[j] else np.zeros(30)
+                series[s] = np.histogram(mine, edges)[0] / split_totals[j] if split_totals[j] else np.zeros(bins)
             col["kind"] = "histogram"
             col["range"] = (lo, hi)
             col["chart"] = charts.histogram(edges, series, chart_id=f"meta-{i}", xlabel=name)
@@ -331,7 +340,7 @@ def metadata_section(
                 percent=True,
             )
             for w in share_rule(labels, counts, split_names, "value", every_missing=False):
-                warns.append(Warn(col["anchor"], f"column {name!r}: {w}"))
+                warns.append(Warn(col["anchor"], f"column {name!r}: {w}", "metadata"))
         else:
             col["kind"] = "empty"
         cols.append(col)

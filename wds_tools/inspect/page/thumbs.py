@@ -9,7 +9,7 @@ import base64
 import io
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class Thumb:
 class Budget:
     """The data URI bytes left; counts what it refused."""
 
-    left: int = THUMB_BYTES
+    left: int = field(default_factory=lambda: THUMB_BYTES)
     shown: int = 0
     refused: int = 0
 
