@@ -42,8 +42,9 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def _rows() -> list[dict]:
-    """57 rows in three classes (every fifth in val), 3 of a class only train has, a near-duplicate pair across
-    the splits, two files that fail. Sites: val has no scalp; lesion L_shared is in both splits."""
+    """57 rows in three classes (every fifth in val), 3 of a class only train has, a near-duplicate pair within
+    train with two labels (its keys sort first), one across the splits, two files that fail. Sites: val has no
+    scalp; lesion L_shared is in both splits."""
     rows = []
     for i in range(57):
         val = i % 5 == 0
@@ -62,6 +63,10 @@ def _rows() -> list[dict]:
     for i in range(57, 60):
         rows.append(
             {**rows[i - 50], "key": f"k{i:02d}", "path": f"img/k{i:02d}.jpg", "label": "rare", "split": "train"}
+        )
+    for key, label, lesion in (("conf_a", "benign", "LC"), ("conf_b", "nevus", "LD")):
+        rows.append(
+            {**rows[6], "key": key, "path": f"img/{key}.jpg", "label": label, "split": "train", "lesion": lesion}
         )
     rows.append(
         {**rows[6], "key": "dup_a", "path": "img/dup_a.jpg", "label": "benign", "split": "train", "lesion": "LA"}
@@ -82,8 +87,16 @@ def _write_images(root: Path, rows: list[dict]) -> None:
             continue
         if r["key"] == "dup_b":
             im = lesion_photo(320, 240, 0, 900).transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        elif r["key"] == "dup_a":
+            im = lesion_photo(320, 240, 0, 900)
+        elif r["key"] == "conf_a":
+            im = lesion_photo(320, 240, 1, 901)
+        elif r["key"] == "conf_b":  # conf_a turned, with another label, in the same split
+            im = lesion_photo(320, 240, 1, 901).transpose(Image.Transpose.ROTATE_180)
+        elif r["key"].startswith("conf_"):  # a copy turned, another label, the same split
+            im = lesion_photo(320, 240, 1, 901).transpose(Image.Transpose.ROTATE_180 if r["key"] == "conf_b" else 0)
         else:
-            im = lesion_photo(320, 240, n % 3, 900 if r["key"] == "dup_a" else 500 + n)
+            im = lesion_photo(320, 240, n % 3, 500 + n)
         (root / r["path"]).write_bytes(jpeg_bytes(im, 90))
 
 
@@ -150,6 +163,7 @@ class Page(HTMLParser):
         self.tables: dict[str, list[list[str]]] = {}
         self.texts: list[str] = []
         self._cell: list[str] | None = None
+        self.html = html
         self.feed(html)
 
     def _context(self, name: str) -> str | None:
@@ -251,7 +265,7 @@ def test_sections_counts_and_failed_files_match_the_tars_and_errors_jsonl(corpus
     facts = _tar_facts(v1)
     splits = {s: sum(f["split"] == s for f in facts.values()) for s in ("train", "val")}
     table = {r[0]: r for r in page.tables["splits-table"][1:]}
-    assert {s: int(table[s][1].replace(",", "")) for s in splits} == splits == {"train": 49, "val": 13}
+    assert {s: int(table[s][1].replace(",", "")) for s in splits} == splits == {"train": 51, "val": 13}
     classes = sorted({f["label"] for f in facts.values()})
     per_class = {r[0]: r[1:] for r in page.tables["class-table"][1:]}
     assert sorted(per_class) == classes
@@ -304,10 +318,21 @@ def test_the_split_rule_warns_of_the_class_and_site_val_lacks_and_the_shared_les
 def test_the_planted_cross_split_pair_is_the_first_cluster_with_its_evidence(v1_page):
     _, _, page = v1_page
     first = [t for t in page.thumbs if t["cluster"] == "1"]
-    assert sorted(t["key"] for t in first) == ["dup_a", "dup_b"]
+    assert sorted(t["key"] for t in first) == ["dup_a", "dup_b"]  # first, though conf_a sorts before dup_a
     assert [t["caption"] for t in sorted(first, key=lambda t: t["key"])] == ["train · benign", "val · benign"]
-    assert "cross-split" in page.text and "max_distance" in page.text
+    second = [t for t in page.thumbs if t["cluster"] == "2"]
+    assert sorted(t["caption"] for t in second) == ["train · benign", "train · nevus"]
+    clusters = re.findall(r'data-cluster="(\d+)".*?<p><b>Cluster \d+</b> · (\d+) samples (.*?)</p>', page.html, re.S)
+    assert [(n, size, "cross-split" in flags, "label conflict" in flags) for n, size, flags in clusters[:2]] == [
+        ("1", "2", True, False),
+        ("2", "2", False, True),
+    ]
+    evidence = re.findall(
+        r'<table class="facts evidence"><tr><th>size</th><td>2</td></tr><tr><th>max_distance', page.html
+    )
+    assert len(evidence) == len(clusters) >= 2  # each cluster's fields from its to_dict(), in order
     assert "near-duplicate cluster crosses splits" in page.text
+    assert "near-duplicate cluster carries different labels" in page.text
 
 
 def test_charts_one_per_figure_and_metadata_column(v1_page):
@@ -355,16 +380,16 @@ def test_thumbnails_past_the_byte_budget_are_named_not_shown(corpus, tmp_path, m
 
     v1, _, _, _ = corpus
     full = write_report(v1, output=tmp_path / "full.html", workers=2, thumbs_per_class=4, dups=False)
-    sizes = sorted(len(t["src"]) for t in Page((tmp_path / "full.html").read_text()).thumbs if t["src"])
-    budget = sum(sizes[:5])  # at least five fit, whichever come first; not all
+    every = Page((tmp_path / "full.html").read_text()).thumbs
+    assert all(t["src"] for t in every) and len(every) == full.thumbnails
+    budget = sum(len(t["src"]) for t in every[:5]) + 1  # the first five fit, then one byte is left
     monkeypatch.setattr(thumbs, "THUMB_BYTES", budget)
     capped = write_report(v1, output=tmp_path / "capped.html", workers=2, thumbs_per_class=4, dups=False)
     page = Page((tmp_path / "capped.html").read_text())
-    shown = [t for t in page.thumbs if t["src"]]
-    assert 5 <= len(shown) < full.thumbnails and capped.thumbnails == len(shown)
-    assert sum(len(t["src"]) for t in shown) <= budget
-    assert capped.thumbnails_left_out == full.thumbnails - len(shown) == len(page.thumbs) - len(shown)
-    assert f"{capped.thumbnails_left_out} thumbnails over the page's size cap are named, not shown" in page.text
+    assert [t["key"] for t in page.thumbs] == [t["key"] for t in every]  # every one still named, in its place
+    assert [t["key"] for t in page.thumbs if t["src"]] == [t["key"] for t in every[:5]]
+    assert capped.thumbnails == 5 and capped.thumbnails_left_out == len(every) - 5
+    assert f"{len(every) - 5} thumbnails over the page's size cap are named, not shown" in page.text
 
 
 # ------------------------------------------------------------------ the rule and the draw, worked by hand
