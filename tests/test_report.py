@@ -187,11 +187,11 @@ class Page(HTMLParser):
                     "cluster": self._context("data-cluster"),
                     "section": self.sections[-1] if self.sections else None,
                     "src": None,
-                    "title": None,
+                    "title": attrs["title"],
                 }
             )
         if tag == "img" and self.thumbs and self.stack and self.stack[-1][0] == "figure":
-            self.thumbs[-1]["src"], self.thumbs[-1]["title"] = attrs["src"], attrs["title"]
+            self.thumbs[-1]["src"] = attrs["src"]
         if tag == "figcaption" and self.thumbs and self._context("data-key"):
             self._cell = []
         if tag == "tr" and self._context("id") in self.tables:
@@ -390,6 +390,58 @@ def test_thumbnails_past_the_byte_budget_are_named_not_shown(corpus, tmp_path, m
     assert [t["key"] for t in page.thumbs if t["src"]] == [t["key"] for t in every[:5]]
     assert capped.thumbnails == 5 and capped.thumbnails_left_out == len(every) - 5
     assert f"{len(every) - 5} thumbnails over the page's size cap are named, not shown" in page.text
+
+
+def test_progress_shows_once_the_report_has_run_two_seconds(corpus, tmp_path, monkeypatch, capsys):
+    import wds_tools.inspect.page as page_module
+
+    v1, _, _, _ = corpus
+    monkeypatch.setattr(page_module, "PROGRESS_AFTER", 1e9)  # as if it ran fast: nothing
+    write_report(v1, output=tmp_path / "p.html", workers=2, dups=False, progress=True)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(page_module, "PROGRESS_AFTER", 0.0)  # as if every step came after 2 s
+    write_report(v1, output=tmp_path / "p.html", workers=2, dups=False, progress=False)
+    assert capsys.readouterr().err == ""
+    write_report(v1, output=tmp_path / "p.html", workers=2, dups=False, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and re.match(r"report: (\d+)/\1 step \(100%\)", lines[-1]), lines  # every step counted, no more
+
+
+def test_caps_hold_on_a_set_of_many_classes_and_columns_of_free_text(tmp_path):
+    """1,200 classes of one sample each, 30 metadata columns (one of 500-character notes): the grid, the class
+    table and chart, the columns drawn and each tooltip are capped, and the page says where it cuts."""
+    from wds_tools.inspect.page import GRID_LIMIT
+    from wds_tools.inspect.page.facts import CLIP, MAX_COLUMNS, MAX_TABLE_ROWS
+
+    n = 1200
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i in range(n):
+        (tmp_path / f"img/{i}.jpg").write_bytes(jpeg_bytes(lesion_photo(24, 24, i % 3, i), 90))
+        row = {
+            "key": f"s{i:04d}",
+            "path": f"img/{i}.jpg",
+            "label": f"class_{i:04d}",
+            "split": "val" if i % 4 else "train",
+        }
+        row["notes"] = f"note {i} " + "x" * 500
+        row.update({f"c{j:02d}": str((i * (j + 1)) % 5) for j in range(29)})
+        rows.append(row)
+    convert(_manifest(tmp_path / "m.csv", rows), version="v1", size=16, out=tmp_path / "out", workers=1, progress=False)
+    result = write_report(tmp_path / "out/v1/16", output=tmp_path / "p.html", workers=2, dups=False)
+    page = Page((tmp_path / "p.html").read_text())
+    grid = [t for t in page.thumbs if t["section"] == "samples"]
+    assert len(grid) == result.thumbnails == GRID_LIMIT  # one per class, the first 480 classes
+    assert f"the first {GRID_LIMIT:,} classes shown, {n - GRID_LIMIT:,} left out" in page.text
+    assert [t["class"] for t in grid] == [f"class_{i:04d}" for i in range(GRID_LIMIT)]
+    assert len(page.tables["class-table"]) == 1 + MAX_TABLE_ROWS
+    assert f"{n - MAX_TABLE_ROWS:,} more not" in page.text
+    assert page.charts.count("classes") == 1 and len(page.charts) == 1 + MAX_COLUMNS - 1 + 2  # notes: an identifier
+    assert f"{30 - MAX_COLUMNS} more columns not drawn: c23, c24, c25, c26, c27, c28" in page.text
+    for t in grid:
+        notes = next(line for line in t["title"].splitlines() if line.startswith("notes: "))
+        assert len(notes) == len("notes: ") + CLIP and notes.endswith("…")
+    assert result.bytes <= MAX_PAGE_BYTES
 
 
 # ------------------------------------------------------------------ the rule and the draw, worked by hand

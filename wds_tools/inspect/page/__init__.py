@@ -39,7 +39,7 @@ GRID_LIMIT = 480
 """Thumbnails in the sample grid at most: with many classes, fewer per class (at least one), and past
 this many classes the first ones only (the page says how many it leaves out)."""
 
-_STEPS = 8
+_STEPS = 9  # the step() calls of write_report
 
 
 @dataclass
@@ -291,8 +291,8 @@ def _grid(
     for c, d in enumerate(drawn):
         titles = []
         for r in d.tolist():
-            meta = "".join(f"\n{name}: {_value(v, r)}" for name, v in values.items())
-            titles.append(f"{pixels.key(r)}\nsplit: {split_names[row_split[r]]}\nlabel: {classes[c]}{meta}")
+            meta = "".join(f"\n{facts.clip(name, 40)}: {facts.clip(_value(v, r))}" for name, v in values.items())
+            titles.append(f"{pixels.key(r)}\nsplit: {split_names[row_split[r]]}\nlabel: {facts.clip(classes[c])}{meta}")
         grid.append(
             {
                 "name": classes[c],

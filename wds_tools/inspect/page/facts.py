@@ -25,6 +25,8 @@ __all__ = [
     "MAX_COLUMNS",
     "MAX_RANKS",
     "IDENTIFIER_VALUES",
+    "CLIP",
+    "clip",
     "HISTOGRAM_INTS",
     "MAX_BINS",
     "Warn",
@@ -56,6 +58,8 @@ MAX_BINS = 30
 HISTOGRAM_INTS = 20
 """An int column with more distinct values than this is drawn as a histogram, else as bars."""
 _NAMED = 8  # classes or values one warning names
+CLIP = 60
+"""Characters of a value (a metadata value, a class name) in a tooltip or a warning; longer ones are cut."""
 
 
 @dataclass
@@ -65,6 +69,13 @@ class Warn:
     section: str
     text: str
     label: str = ""  # the link's text on the summary (default: the section's anchor)
+
+
+def clip(text: object, most: int = CLIP) -> str:
+    """``text`` as a string of at most ``most`` characters (cut with an ellipsis): a free-text value must not
+    swell the page (it is repeated in tooltips and warnings)."""
+    t = str(text)
+    return t if len(t) <= most else t[: most - 1] + "…"
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -178,14 +189,14 @@ def share_rule(
         missing = (counts[:, j] == 0) & (whole > 0) & ((expected >= 2) | every_missing)
         share = np.divide(counts[:, j], whole, out=np.zeros(len(whole)), where=whole > 0)
         off = ~missing & (expected >= 2) & (np.abs(share - f) > tol)
-        gone = [names[i] for i in np.flatnonzero(missing)]
+        gone = [clip(names[i]) for i in np.flatnonzero(missing)]
         if gone:
             more = f" and {len(gone) - _NAMED:,} more" if len(gone) > _NAMED else ""
             out.append(
                 f"{s}: no sample of {_plural(len(gone), what)} ({', '.join(gone[:_NAMED])}{more}) although "
                 f"{s} holds {f:.1%} of the samples"
             )
-        far = [f"{names[i]} {share[i]:.1%}" for i in np.flatnonzero(off)]
+        far = [f"{clip(names[i])} {share[i]:.1%}" for i in np.flatnonzero(off)]
         if far:
             more = f" and {len(far) - _NAMED:,} more" if len(far) > _NAMED else ""
             out.append(
@@ -301,7 +312,7 @@ def metadata_section(
             g = group_report(v, row_split, split_names)
             col["kind"] = "identifier"
             col["in_several"] = len(g.in_several)
-            col["in_several_examples"] = [str(x["group"]) for x in g.in_several[:_NAMED]]
+            col["in_several_examples"] = [clip(x["group"]) for x in g.in_several[:_NAMED]]
             if g.in_several:
                 ex = ", ".join(col["in_several_examples"])
                 warns.append(
