@@ -272,6 +272,19 @@ def test_sections_counts_and_failed_files_match_the_tars_and_errors_jsonl(corpus
     for c in classes:
         want = [sum(f["label"] == c and f["split"] == s for f in facts.values()) for s in ("train", "val")]
         assert [int(x) for x in per_class[c][:2]] == want, c
+    per_shard = {}  # split -> samples per shard, from the tars
+    for tar in sorted(v1.glob("*.tar")):
+        with tarfile.open(tar) as t:
+            per_shard.setdefault(tar.name.split("-")[0], []).append(sum(m.name.endswith(".npy") for m in t))
+    shards = {r[0]: r for r in page.tables["shards-table"][1:]}
+    for s, counts in per_shard.items():
+        assert shards[s][1] == str(len(counts))
+        median = float(np.median(counts))
+        median_text = f"{int(median)}" if median.is_integer() else f"{median:.1f}"
+        assert shards[s][2] == f"{min(counts)} / {median_text} / {max(counts)}", (s, counts)
+    # the epoch split, index reader, 1 rank x 2 workers: training reads every train sample on rank 0
+    assert page.tables["epoch-train"][1][:2] == ["0", str(splits["train"])]
+    assert page.tables["epoch-val"][1][:2] == ["0", str(splits["val"])]
     errors = [json.loads(line) for line in (v1 / "errors.jsonl").read_text().splitlines()]
     failed = {r[0]: r for r in page.tables["failed"][1:]}
     assert set(failed) == {e["key"] for e in errors if "error" in e} == {"bad_missing", "bad_text"}
@@ -347,6 +360,8 @@ def test_the_page_needs_no_network_and_is_the_same_bytes_every_run(corpus, v1_pa
     html = dest.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)
     assert "<link" not in html and "<script" not in html and "@import" not in html
+    ids = re.findall(r'\sid="([^"]+)"', html)  # several charts' SVG inline: every id once in the page
+    assert len(ids) > 50 and len(ids) == len(set(ids))
     again = write_report(v1, output=tmp_path / "again.html", workers=2, thumbs_per_class=4)
     assert (tmp_path / "again.html").read_bytes() == dest.read_bytes()
     assert not again.replaced
@@ -545,6 +560,24 @@ def _browser():
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+def test_without_chromium_the_browser_test_skips_saying_why_and_fails_under_ci(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(
+        pytest.skip.Exception, match="no /nonexistent/chromium: apt-get install -y chromium chromium-dr"
+    ):
+        _browser()
+    monkeypatch.setenv("CI", "true")  # as .ci/run runs
+    try:
+        _browser()
+    except pytest.skip.Exception:  # (not an outcome of this test: a skip here would hide the rule it checks)
+        raise AssertionError("under CI=true a missing browser skipped the test instead of failing it") from None
+    except pytest.fail.Exception as e:
+        assert str(e).startswith("CI must open the report in a browser; no /nonexistent/chromium")
+    else:
+        raise AssertionError("no browser, and yet it started one")
 
 
 def test_the_page_opens_from_disk_in_chromium_without_a_console_error(corpus, v1_page):
