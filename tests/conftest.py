@@ -475,6 +475,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_progress_shows_once_the_report_has_run_two_seconds": 1.9,
         "test_thumbnails_past_the_byte_budget_are_named_not_shown": 1.3,
         "test_the_page_needs_no_network_and_is_the_same_bytes_every_run": 1.3,
+        "test_the_golden_folders_of_every_format_version": 3.5,  # versions 1 and 2: the search hashes the pixels
     },
     "test_reproducible.py": {
         "test_a_copied_corpus_converts_to_the_same_bytes": 0.8,  # in the fast run

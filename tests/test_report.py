@@ -459,6 +459,35 @@ def test_caps_hold_on_a_set_of_many_classes_and_columns_of_free_text(tmp_path):
     assert result.bytes <= MAX_PAGE_BYTES
 
 
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_the_golden_folders_of_every_format_version(version, tmp_path):
+    """tests/golden's conversions (a HAM-like set with metadata, a Chinese site name): versions 1 and 2 have no
+    hashes, so the page does not search near-duplicates unless told; no warning reaches the user (matplotlib's
+    font lacks CJK glyphs, which the browser draws)."""
+    import warnings
+
+    golden = Path(__file__).parent / "golden" / f"format-v{version}"
+    folder = tmp_path / "v"
+    folder.mkdir()
+    for p in golden.iterdir():
+        data = base64.decodebytes(p.read_bytes()) if p.name.endswith(".b64") else p.read_bytes()
+        (folder / p.name.removesuffix(".b64")).write_bytes(data)
+    keys = set()
+    for tar in folder.glob("*.tar"):
+        with tarfile.open(tar) as t:
+            keys |= {m.name.split(".")[0] for m in t}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = write_report(folder, output=tmp_path / "p.html", workers=2)
+    page = Page((tmp_path / "p.html").read_text())
+    assert sorted(t["key"] for t in page.thumbs if t["section"] == "samples") == sorted(keys)  # few: every one
+    if version < 3:
+        assert result.duplicates.startswith(f"not searched: this index (format version {version}) holds no perceptual")
+        assert write_report(folder, output=tmp_path / "p.html", workers=2, dups=True).duplicates == "searched"
+    else:
+        assert result.duplicates == "searched"
+
+
 # ------------------------------------------------------------------ the rule and the draw, worked by hand
 
 

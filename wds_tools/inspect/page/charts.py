@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -61,7 +62,13 @@ def _svg(fig: Figure, chart_id: str) -> str:
     buf = io.StringIO()
     # the salt makes the ids of clip paths and markers the chart's own: two charts inline in one page
     # must not share one; fixed, it makes them the same on every run
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": chart_id, "svg.id": f"chart-{chart_id}"}):
+    with (
+        matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": chart_id, "svg.id": f"chart-{chart_id}"}),
+        warnings.catch_warnings(),
+    ):
+        # text stays text, drawn by the browser in the page's fonts: a glyph matplotlib's own font lacks (a
+        # Chinese site name) only sizes its layout, and is no warning to the user
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
         FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None})
     text = buf.getvalue()
     text = text[text.index("<svg") :]
