@@ -348,6 +348,29 @@ def test_the_planted_cross_split_pair_is_the_first_cluster_with_its_evidence(v1_
     assert "near-duplicate cluster carries different labels" in page.text
 
 
+def test_a_clusters_evidence_is_rendered_from_its_to_dict_whatever_fields_it_has(corpus, tmp_path, monkeypatch):
+    """The near-duplicate search may add fields to ``Cluster.to_dict()`` (a list of pairs with their distances):
+    the page shows each, a list of objects as a table, without a change to the page's code."""
+    from wds_tools.inspect import dups
+
+    v1, _, _, _ = corpus
+    plain = dups.Cluster.to_dict
+
+    def with_pairs(self):
+        keys = [m["key"] for m in self.members]
+        pairs = [{"a": keys[0], "b": k, "distance": 3, "score": 0.875} for k in keys[1:]]
+        return {**plain(self), "pairs": pairs, "method": "phash+colour"}
+
+    monkeypatch.setattr(dups.Cluster, "to_dict", with_pairs)
+    write_report(v1, output=tmp_path / "p.html", workers=2, thumbs_per_class=0)
+    html = (tmp_path / "p.html").read_text()
+    tables = re.findall(r'<table class="evidence" data-evidence="pairs">(.*?)</table>', html, re.S)
+    assert len(tables) == 2  # one per cluster
+    assert "<th>a</th><th>b</th><th>distance</th><th>score</th>" in tables[0]
+    assert "<td>dup_a</td><td>dup_b</td><td>3</td><td>0.875</td>" in tables[0]  # cross-split first
+    assert html.count("<tr><th>method</th><td>phash+colour</td></tr>") == 2
+
+
 def test_charts_one_per_figure_and_metadata_column(v1_page):
     _, _, page = v1_page
     # classes, one per drawn metadata column (sex, age, site; lesion is an identifier), samples and bytes per shard
