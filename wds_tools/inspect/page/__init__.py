@@ -23,6 +23,7 @@ from ...format.meta import read_metadata
 from ...format.near import PROGRESS_AFTER
 from ...format.resolve import resolve_target
 from ...format.transport import join
+from ...progress import Progress
 from ...version import __version__
 from ..stats import model_reader
 from ..stats.sources import from_index, metadata_arrays
@@ -83,7 +84,8 @@ class _Steps:
     """Counts the report's steps; from ``PROGRESS_AFTER`` seconds on, shows them (``wds_tools.progress``)."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled, self.done, self.t0, self.bar = enabled, 0, time.perf_counter(), None
+        self.enabled, self.done, self.t0 = enabled, 0, time.perf_counter()
+        self.bar: Progress | None = None
 
     def __call__(self) -> None:
         self.done += 1
@@ -92,8 +94,9 @@ class _Steps:
         elif self.enabled and time.perf_counter() - self.t0 >= PROGRESS_AFTER:
             from ...progress import progress
 
-            self.bar = progress(_STEPS, "report", "step").__enter__()
-            self.bar.update(self.done)
+            bar = progress(_STEPS, "report", "step").__enter__()
+            bar.update(self.done)
+            self.bar = bar
 
     def close(self) -> None:
         if self.bar is not None:
