@@ -406,7 +406,7 @@ def test_the_version_built_from_v1_shows_its_changes(corpus, tmp_path):
     ]
     assert shown["relabelled"] == relabelled == ["k03"]
     caption = next(t["caption"] for t in page.thumbs if t["change"] == "relabelled")
-    assert caption == f"{old['k03']['label']} → {new['k03']['label']}" == "benign → nevus"
+    assert caption == f"k03 · {old['k03']['label']} → {new['k03']['label']}" == "k03 · benign → nevus"
     changed = [t["key"] for t in page.thumbs if t["change"] == "changed"]
     assert changed == ["k04", "k04"]  # old and new side by side
     assert result.compared_with == str(v2.parent.parent / "v1" / str(S))

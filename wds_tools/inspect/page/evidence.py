@@ -227,7 +227,7 @@ def versions_section(
         images = px.read(order, why)
         classes = which.meta["classes"]
         titles = [f"{k} · {classes[int(which.cols['label'][r])]}" for k, r in zip(keys, order)]
-        caps = captions or [classes[int(which.cols["label"][r])] for r in order]
+        caps = [f"{k} · {c}" for k, c in zip(keys, captions or [classes[int(which.cols["label"][r])] for r in order])]
         return thumbs_of(keys, [images[r] for r in order], titles, budget, caps)
 
     if int(a.meta["size"]) != side:  # (a base has the same size; --against may name another)
