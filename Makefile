@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
-# One stamp per set of extras: the demo needs only `train` (torch, OpenCV, PyYAML); the tests,
+# One stamp per set of extras: the demo needs `train` (torch, OpenCV, PyYAML) and `report` (Jinja2, matplotlib: its
+# last step writes the demo set's page); the tests,
 # benchmarks and linters need the full set (Ray, pyarrow, moto, scikit-learn, h5py besides: about twice the size);
 # the docs, the docs extra alone.
 DEMO_STAMP := $(VENV)/.installed-train
@@ -16,16 +17,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[train]'
+	$(PIP) -e '.[train,report]'
 	touch $@
 
 $(FULL_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[train,test,bench,lint,augment,plot]'
+	$(PIP) -e '.[train,test,bench,lint,augment,plot,report]'
 	touch $@ $(DEMO_STAMP)
 
 setup: $(FULL_STAMP)
 
-## make demo: set up (the train extra only), generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it, print the next steps
+## make demo: set up (the train and report extras), generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it, print the next steps, write the demo set's report page and print its path
 demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
 	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
@@ -34,6 +35,8 @@ demo: $(DEMO_STAMP)
 	cd demo && ../$(BIN)/wds-tools verify shards/v1/224
 	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
 	@$(BIN)/python scripts/demo_next_steps.py demo/shards/v1/224
+	cd demo && ../$(BIN)/wds-tools report shards/v1/224 -o report-v1-224.html -q
+	@echo "The demo set's page (open it in a browser): file://$(CURDIR)/demo/report-v1-224.html"
 
 # pytest-xdist processes for make test and test-fast: one per core, at most 4 (TEST_WORKERS=0: in this process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)

@@ -32,6 +32,7 @@ Next steps
   The shards:  {shards}/  (train-*.tar, val-*.tar, index.json; the source images are in demo/corpus/)
   The CLI:     source .venv/bin/activate    puts wds-tools on your PATH (or call .venv/bin/wds-tools)
                wds-tools stats {shards}
+               wds-tools report {shards}   one HTML page: classes, metadata, thumbnails, near-duplicates
                wds-tools convert --help
   Your own environment:  pip install -e '.[train]'  (from this folder)
   Train on them (python in the activated .venv):

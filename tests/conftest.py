@@ -467,6 +467,16 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_a_complete_folder_on_a_read_only_mount_is_nothing_to_do": 1.6,
         "test_index_on_a_read_only_folder_missing_a_sidecar_is_one_line": 1.4,  # in the fast run
     },
+    "test_report.py": {  # each writes one or more pages (matplotlib, thumbnails), 2026-11-28 at load 7.5
+        "test_caps_hold_on_a_set_of_many_classes_and_columns_of_free_text": 7.5,  # converts 1,200 images
+        "test_cli_writes_the_default_name_and_says_so": 2.6,
+        "test_the_page_opens_from_disk_in_chromium_without_a_console_error": 2.4,  # starts Chromium
+        "test_errors_name_the_path": 2.2,
+        "test_progress_shows_once_the_report_has_run_two_seconds": 1.9,
+        "test_thumbnails_past_the_byte_budget_are_named_not_shown": 1.3,
+        "test_the_page_needs_no_network_and_is_the_same_bytes_every_run": 1.3,
+        "test_the_golden_folders_of_every_format_version": 3.5,  # versions 1 and 2: the search hashes the pixels
+    },
     "test_reproducible.py": {
         "test_a_copied_corpus_converts_to_the_same_bytes": 0.8,  # in the fast run
     },

@@ -47,7 +47,7 @@ def _options(cmd: click.Command) -> list[click.Option]:
 
 
 def test_every_command_has_quiet_json_and_help_on_every_option():
-    assert set(cli.commands) == {"convert", "diff", "dups", "index", "stats", "verify"}
+    assert set(cli.commands) == {"convert", "diff", "dups", "index", "report", "stats", "verify"}
     for name, cmd in cli.commands.items():
         spellings = {o: p for p in _options(cmd) for o in p.opts + p.secondary_opts}
         assert {"-q", "--quiet", "--json"} <= set(spellings), name
@@ -59,7 +59,7 @@ def test_every_command_has_quiet_json_and_help_on_every_option():
                 assert OLD_SPELLINGS[(name, p.opts[0])] == p.new and p.new in spellings
         visible = {o for p in _options(cmd) if not p.hidden for o in p.opts}
         assert "--threads" not in visible, name
-        assert "--loader-workers" not in visible or name == "stats", name
+        assert "--loader-workers" not in visible or name in ("stats", "report"), name  # report shows stats' epoch
         for (command, old), _new in OLD_SPELLINGS.items():
             if command == name:
                 assert old not in visible, f"{name} {old} is visible"

@@ -1,5 +1,6 @@
 """A newcomer's first minutes: a fresh virtual environment, ``pip install -e '.[train]'`` (the train extra
-alone, as ``make demo`` installs it), then the Quick Start on the demo corpus: generate it, ``wds-tools convert``,
+alone, as the README's Quick Start installs it; ``make demo`` adds the report extra for its last step), then the
+Quick Start on the demo corpus: generate it, ``wds-tools convert``,
 ``wds-tools stats``, and the training loop ``make demo`` prints (scripts/demo_next_steps.py), run as printed.
 
 What pip resolves for ``-c constraints.txt -e '.[train]'`` is checked from its ``--dry-run --report`` (the pinned

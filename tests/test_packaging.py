@@ -1,5 +1,5 @@
-"""What a wheel and an sdist of the project carry: both packages' py.typed (PEP 561), the license metadata
-(PEP 639) and the LICENSE text; and that the wheel, installed into a fresh venv, runs the README's Quick
+"""What a wheel and an sdist of the project carry: both packages' py.typed (PEP 561), the report page's
+template, the license metadata (PEP 639) and the LICENSE text; and that the wheel, installed into a fresh venv, runs the README's Quick
 start. Built offline with setuptools' PEP 517 hooks on a copy of the tree."""
 
 from __future__ import annotations
@@ -48,6 +48,20 @@ def test_the_wheel_carries_py_typed_in_both_packages(built):
     for pkg in PACKAGES:
         assert f"{pkg}/py.typed" in names, sorted(n for n in names if n.startswith(pkg))[:5]
         assert f"{pkg}/__init__.py" in names
+
+
+def test_the_wheel_carries_the_report_page_template(built):
+    """wds-tools report renders wds_tools/inspect/page/templates/ (package data): a wheel without them writes no page."""
+    wheel, _ = built
+    names = set(zipfile.ZipFile(wheel).namelist())
+    templates = {
+        f"wds_tools/inspect/page/templates/{p.name}" for p in (ROOT / "wds_tools/inspect/page/templates").iterdir()
+    }
+    assert templates >= {
+        "wds_tools/inspect/page/templates/report.html.j2",
+        "wds_tools/inspect/page/templates/report.css",
+    }
+    assert templates <= names, sorted(templates - names)
 
 
 def test_the_sdist_carries_py_typed_and_the_license(built):

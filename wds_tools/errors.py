@@ -89,6 +89,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "s3": ("s3fs==2026.9.0",),
     "ray": ("ray==2.60.0",),
     "plot": ("matplotlib==3.11.2",),
+    "report": ("jinja2==3.1.6", "matplotlib==3.11.2"),
     "augment": ("albumentations==2.0.8",),
     "train": ("torch==2.13.0", "pyyaml==6.0.3", "opencv-python-headless==5.0.0.93"),
 }

@@ -1,0 +1,266 @@
+"""The page's two sections about pairs of samples: near-duplicate clusters (``inspect.dups.find_dups``),
+cross-split ones first, and the changes against the version this one was built from
+(``inspect.diff.diff_versions``), each with the thumbnails of the samples it names.
+
+A cluster's evidence is rendered from ``Cluster.to_dict()`` as it comes (every field but the members):
+scalars as name and value, a list of objects (such as a list of pairs with their distances) as a table,
+so a field the near-duplicate search adds shows without a change here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...format.index import index_of, read_samples
+from ...format.transport import exists, join, parent
+from ..diff import diff_versions
+from ..dups import STATS_LIMIT, find_dups
+from .facts import Warn
+from .thumbs import Budget, Pixels, Thumb, read_places, thumbs_of
+
+__all__ = [
+    "MAX_CLUSTERS",
+    "MAX_MEMBERS",
+    "MAX_EVIDENCE_ROWS",
+    "MAX_CHANGES",
+    "DUPS_LIMIT",
+    "folder_pixels",
+    "dups_section",
+    "built_from",
+    "versions_section",
+]
+
+MAX_CLUSTERS = 24
+"""Near-duplicate clusters shown, cross-split ones first; the page counts the rest."""
+MAX_MEMBERS = 8
+"""Samples of a cluster shown side by side."""
+MAX_EVIDENCE_ROWS = 20
+"""Rows of a cluster's evidence table (a list of pairs)."""
+MAX_CHANGES = 24
+"""Samples shown per kind of change against the earlier version (added, removed, relabelled, changed)."""
+DUPS_LIMIT = STATS_LIMIT
+"""Samples up to which the page searches near-duplicates unless told (``dups``: None); the search takes
+about a minute per million samples, more than the page's own budget."""
+
+
+def folder_pixels(folder: str, meta: dict, cols: dict[str, np.ndarray]) -> Pixels:
+    """Where a converted folder's samples' pixels are (columns ``key``, ``shard``, ``npy_offset``)."""
+    return Pixels(
+        [join(folder, sh["name"]) for sh in meta["shards"]],
+        cols["shard"].astype(np.int64),
+        cols["npy_offset"].astype(np.int64),
+        int(meta["size"]),
+        cols["key"],
+    )
+
+
+def _evidence(d: dict) -> tuple[list[tuple[str, str]], list[dict]]:
+    """(name, value) of each scalar field of a cluster's ``to_dict()``; a table per list of objects."""
+    fields, tables = [], []
+    for name, value in d.items():
+        if name in ("members",):
+            continue
+        if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            head = list(dict.fromkeys(k for x in value for k in x))
+            tables.append(
+                {
+                    "name": name,
+                    "head": head,
+                    "rows": [[_text(x.get(k)) for k in head] for x in value[:MAX_EVIDENCE_ROWS]],
+                    "left_out": max(0, len(value) - MAX_EVIDENCE_ROWS),
+                }
+            )
+        else:
+            fields.append((name, _text(value)))
+    return fields, tables
+
+
+def _text(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return ", ".join(_text(x) for x in v)
+    return "" if v is None else str(v)
+
+
+def dups_section(
+    folder: str, meta: dict, dups: bool | None, budget: Budget, *, progress: bool = False
+) -> tuple[dict, list[Warn]]:
+    """Near-duplicate clusters with their samples side by side and the evidence, cross-split ones first;
+    or why the search was not run and how to run it. ``dups``: None searches sets of format version 3 up
+    to ``DUPS_LIMIT`` samples, True always, False never."""
+    n = int(meta.get("samples", 0))
+    version = int(meta.get("format_version", 0))
+    how = f"wds-tools report {folder} --dups (or wds-tools dups {folder})"
+    if dups is False:
+        return {"skipped": f"not searched (--no-dups); {how} searches them"}, []
+    if dups is None and version < 3:
+        return {
+            "skipped": f"not searched: this index (format version {version}) holds no perceptual hashes, so the "
+            f"search would read every sample's pixels; {how} runs it"
+        }, []
+    if dups is None and n > DUPS_LIMIT:
+        return {
+            "skipped": f"not searched: {n:,} samples, more than the page searches by default ({DUPS_LIMIT:,}; the "
+            f"search takes about a minute per million samples); {how} runs it"
+        }, []
+    res = find_dups(folder, progress=progress)
+    counts = res.counts()
+    ordered = sorted(res.clusters, key=lambda cl: not cl.cross_split)  # stable: find_dups' order within
+    side = int(meta["size"])
+    shown = []
+    for k, cl in enumerate(ordered[:MAX_CLUSTERS]):
+        members = cl.members[:MAX_MEMBERS]
+        places = [(*res.places[(m["dataset"], m["key"])][:2], m["key"]) for m in members]
+        images = read_places(places, side, "for the near-duplicates' thumbnails")
+        titles = [
+            f"{m['key']} · {m['split']} · {m['label']}" + (f" · {m['group']}" if m["group"] else "") for m in members
+        ]
+        fields, tables = _evidence(cl.to_dict())
+        shown.append(
+            {
+                "number": k + 1,
+                "size": len(cl.members),
+                "cross_split": cl.cross_split,
+                "label_conflict": cl.label_conflict,
+                "cross_group": cl.cross_group,
+                "thumbs": thumbs_of(
+                    [m["key"] for m in members],
+                    images,
+                    titles,
+                    budget,
+                    [f"{m['split']} · {m['label']}" for m in members],
+                ),
+                "members_left_out": len(cl.members) - len(members),
+                "fields": fields,
+                "tables": tables,
+            }
+        )
+    warns = []
+    if counts["cross_split"]:
+        warns.append(
+            Warn(
+                "duplicates",
+                f"{counts['cross_split']:,} near-duplicate cluster{'s' if counts['cross_split'] != 1 else ''} "
+                f"cross{'es' if counts['cross_split'] == 1 else ''} splits (leakage; within {res.threshold} bits)",
+            )
+        )
+    if counts["label_conflict"]:
+        warns.append(
+            Warn(
+                "duplicates",
+                f"{counts['label_conflict']:,} near-duplicate cluster{'s' if counts['label_conflict'] != 1 else ''} "
+                f"carr{'ies' if counts['label_conflict'] == 1 else 'y'} different labels",
+            )
+        )
+    return {
+        "skipped": None,
+        "threshold": res.threshold,
+        "group": res.group,
+        "counts": counts,
+        "clusters": shown,
+        "clusters_left_out": max(0, len(ordered) - MAX_CLUSTERS),
+        "flat": [m["key"] for m in res.flat[:20]],
+    }, warns
+
+
+def built_from(folder: str, meta: dict) -> str | None:
+    """The folder of the version this one was built from (``build.base``: its pixels were copied from
+    it), as OUT/<base>/<size> beside this one; None when the index names none."""
+    base = (meta.get("build") or {}).get("base")
+    if not base:
+        return None
+    root = parent(parent(folder.rstrip("/")))
+    return join(root, str(base), str(meta.get("size")))
+
+
+@dataclass
+class _Side:
+    folder: str
+    meta: dict
+    cols: dict[str, np.ndarray]
+
+    def rows(self, keys: list[str]) -> dict[str, int]:
+        wanted = np.array([k.encode() for k in keys], dtype=self.cols["key"].dtype) if keys else None
+        if wanted is None:
+            return {}
+        hit = np.flatnonzero(np.isin(self.cols["key"], wanted))
+        return {self.cols["key"][r].decode("ascii"): int(r) for r in hit.tolist()}
+
+
+def _side(folder: str) -> _Side:
+    root, meta = index_of(folder)
+    cols = read_samples(join(root, meta["samples_file"]["name"]), ("key", "label", "shard", "npy_offset"))
+    return _Side(root, meta, cols)
+
+
+def versions_section(
+    folder: str, meta: dict, cols: dict[str, np.ndarray], against: str | os.PathLike | None, budget: Budget
+) -> tuple[dict, list[Warn]]:
+    """Added, removed, relabelled and changed samples against ``against`` (default: the version this one
+    was built from, ``built_from``), with thumbnails; or why there is nothing to compare with."""
+    old = os.fspath(against) if against is not None else built_from(folder, meta)
+    if old is None:
+        return {
+            "skipped": "this version was not built from another (its index names no base version); "
+            "--against OLD compares it with one"
+        }, []
+    if against is None and not exists(join(old, "index.json")):
+        return {
+            "skipped": f"built from {meta['build']['base']}, whose folder {old} holds no index.json: "
+            "not compared (--against OLD names another folder)"
+        }, []
+    res = diff_versions(old, folder)
+    a = _side(old)
+    b = _Side(folder, meta, cols)
+    pa, pb = folder_pixels(a.folder, a.meta, a.cols), folder_pixels(folder, meta, cols)
+    side = int(meta["size"])
+    shown: dict[str, list[Thumb]] = {}
+    why = "for the changes' thumbnails"
+
+    def grid(which: _Side, px: Pixels, keys: list[str], captions: list[str] | None = None) -> list[Thumb]:
+        rows = which.rows(keys)
+        order = [rows[k] for k in keys]
+        images = px.read(order, why)
+        classes = which.meta["classes"]
+        titles = [f"{k} · {classes[int(which.cols['label'][r])]}" for k, r in zip(keys, order)]
+        caps = [f"{k} · {c}" for k, c in zip(keys, captions or [classes[int(which.cols["label"][r])] for r in order])]
+        return thumbs_of(keys, [images[r] for r in order], titles, budget, caps)
+
+    if int(a.meta["size"]) != side:  # (a base has the same size; --against may name another)
+        side_note = f"{a.folder} holds {a.meta['size']} px images, this version {side} px"
+    else:
+        side_note = ""
+    shown["added"] = grid(b, pb, res.added[:MAX_CHANGES])
+    shown["removed"] = grid(a, pa, res.removed[:MAX_CHANGES])
+    relabelled = res.relabeled[:MAX_CHANGES]
+    ra, rb = a.rows(relabelled), b.rows(relabelled)
+    shown["relabelled"] = grid(
+        b,
+        pb,
+        relabelled,
+        [
+            f"{a.meta['classes'][int(a.cols['label'][ra[k]])]} → {meta['classes'][int(cols['label'][rb[k]])]}"
+            for k in relabelled
+        ],
+    )
+    changed = res.changed[:MAX_CHANGES]
+    pairs = list(zip(grid(a, pa, changed), grid(b, pb, changed)))
+    return {
+        "skipped": None,
+        "old": res.old,
+        "new": res.new,
+        "counts": {
+            "added": len(res.added),
+            "removed": len(res.removed),
+            "relabelled": len(res.relabeled),
+            "changed": len(res.changed),
+            "unchanged": res.unchanged,
+        },
+        "shown": shown,
+        "changed": pairs,
+        "note": side_note,
+    }, []
