@@ -260,6 +260,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 resplit=opts.resplit,
                 skipped=list(src.skipped),
             )
+            result.notes += src.notes  # nothing silent: manifest rows on several lines, quotes kept as written
             if src.dedup is not None:  # nothing silent: what --dedup changed
                 result.notes += dedup_notes(src)
             if lock is not None and lock.taken_over is not None and state != "fresh":

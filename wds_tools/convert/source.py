@@ -92,6 +92,7 @@ class Source:
     dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
     dedup_flat: tuple[str, ...] = ()  # --dedup: the keys of the rows too flat to hash (joined with none)
     dedup_uncoloured: tuple[str, ...] = ()  # --dedup: keys whose colour could not be read (hashes alone)
+    notes: tuple[str, ...] = ()  # the manifest's rows on several lines, its .tsv quotes kept (Table.notes)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -363,6 +364,7 @@ def _read_manifest(
         columns,
         stratify,
         split_base.version if split_base is not None else None,
+        notes=tuple(table.notes()),
     )
     return _with_splits(
         replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
