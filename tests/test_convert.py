@@ -932,3 +932,38 @@ def test_integer_labels_past_a_doubles_digits_survive_conversion_and_loading(tmp
     loader = make_loader(dest, batch_size=2, train=False, split="train", num_workers=0, return_keys=True)
     seen = {k: loader.classes[int(y)] for _, ys, keys in loader for y, k in zip(ys, keys)}
     assert seen == want
+
+
+# --- the summary names its failures (issue 38, point 15) ---
+
+
+def test_the_summary_names_the_first_ten_failures_with_their_reasons_in_text_and_json(tmp_path):
+    """13 of 40 sources fail (missing, truncated, not an image) at the scan and at decoding: the text
+    names the first ten with line, key, path and reason and counts the rest; --json has the same ten,
+    equal to errors.jsonl's first ten lines (read here as plain JSON); a rerun (nothing to do) too."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    rows = make_images(tmp_path, 40)
+    for i in range(0, 39, 3):  # 13 rows
+        f = tmp_path / rows[i]["path"]
+        if i % 2:
+            f.unlink()
+        else:
+            f.write_bytes(f.read_bytes()[: 1000 if i % 4 else 40])  # cut: found at decoding, or at the header scan
+    manifest = write_manifest(tmp_path / "m.csv", rows)
+    args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "16", "--out", str(tmp_path / "out")]
+    args += ["--workers", "1", "--max-errors", "50%", "-q"]
+    for run in (CliRunner().invoke(cli, args), CliRunner().invoke(cli, args)):  # converted, then nothing to do
+        assert run.exit_code == 0, run.output
+        errors = [json.loads(x) for x in (tmp_path / "out/v1/16/errors.jsonl").read_text().splitlines()]
+        assert len(errors) == 13 and [e["key"] for e in errors] == [f"s{i:04d}" for i in range(0, 39, 3)]
+        text = run.output.splitlines()
+        at = next(i for i, line in enumerate(text) if line.startswith("  failed: 13 "))
+        assert text[at + 1 : at + 12] == [
+            f"    line {e['line']}: {e['key']} ({e['path']}): {e['error']}" for e in errors[:10]
+        ] + ["    ... and 3 more"]
+        assert {e["stage"] for e in errors} == {"scan", "decode"}  # both kinds are named
+        as_json = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+        assert as_json["failed"] == 13 and as_json["failures"] == errors[:10]

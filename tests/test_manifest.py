@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.convert.manifest import (
+    Choice,
     Columns,
     PathTemplate,
     bind,
@@ -145,6 +146,8 @@ def test_a_template_naming_an_unknown_column_is_refused(tmp_path, template, unkn
         ("{a}{b}", (("a",), ("b",))),
         ("x{{y}}/{Patient ID}.png", ("x{y}/", ("Patient ID",), ".png")),
         ("{é}", (("é",),)),
+        ("images/{image_id}.{jpg,png,heic}", ("images/", ("image_id",), ".", Choice(("jpg", "png", "heic")))),
+        ("{a,b}/{id}.*", (Choice(("a", "b")), "/", ("id",), ".", Choice(()))),
     ],
 )
 def test_templates_parse(text, parts):
@@ -154,7 +157,14 @@ def test_templates_parse(text, parts):
 
 @pytest.mark.parametrize(
     "text, where",
-    [("images/{image_id.jpg", "position 7"), ("a}b", "position 1"), ("a{}b", "position 1"), ("{a{b}}", "position 0")],
+    [
+        ("images/{image_id.jpg", "position 7"),
+        ("a}b", "position 1"),
+        ("a{}b", "position 1"),
+        ("{a{b}}", "position 0"),
+        ("images/{image_id}*.jpg", "a '\\*' at position 17: '.\\*' ends a template"),
+        ("images/{image_id}*", "position 17"),
+    ],
 )
 def test_malformed_templates_are_refused(text, where):
     with pytest.raises(OptionError, match=rf"--path .*{where}"):
@@ -164,6 +174,10 @@ def test_malformed_templates_are_refused(text, where):
 def test_render_fills_the_columns():
     t = PathTemplate.parse("{site}/{id}-{id}.jpg")
     assert t.fields == ["site", "id"] and t.render({"site": "back", "id": "7"}) == "back/7-7.jpg"
+    t = PathTemplate.parse("{site,other}/{id}.{jpg,png}")
+    assert t.fields == ["id"] and t.choices and not PathTemplate.parse("{id}.jpg").choices
+    assert t.candidates({"id": "7"}) == ["site/7.jpg", "site/7.png", "other/7.jpg", "other/7.png"]
+    assert PathTemplate.parse("i/{id}.*").candidates({"id": "x"}) == ["i/x.*"]
 
 
 def test_duplicate_and_nameless_header_columns(tmp_path):

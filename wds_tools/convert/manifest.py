@@ -29,7 +29,19 @@ from ..format.transport import is_remote
 from .scan import HASH_ALGORITHMS
 from .storage import open_input
 
-__all__ = ["Columns", "PathTemplate", "Table", "Bound", "read_table", "bind", "cell_text", "column_type", "typed"]
+__all__ = [
+    "Columns",
+    "Choice",
+    "PathTemplate",
+    "ANY_EXTENSION",
+    "Table",
+    "Bound",
+    "read_table",
+    "bind",
+    "cell_text",
+    "column_type",
+    "typed",
+]
 
 
 @dataclass(frozen=True)
@@ -53,12 +65,30 @@ class Columns:
         return {"key": self.key, "label": self.label, "path": self.path, "split": self.split}
 
 
+class Choice(NamedTuple):
+    """A part of a path template that may be one of several texts: ``{jpg,png,heic}`` lists them, in the
+    order tried; ``.*`` at the end (``options`` empty) is any image file extension (source.IMAGE_EXTENSIONS)."""
+
+    options: tuple[str, ...]
+
+    @property
+    def any_extension(self) -> bool:
+        """``.*``: any image extension, in any case."""
+        return not self.options
+
+
+ANY_EXTENSION = "*"
+"""What a candidate path ends with where the template ends with ``.*`` (``PathTemplate.candidates``)."""
+
+
 @dataclass(frozen=True)
 class PathTemplate:
-    """``--path``: a column name, or a template such as ``images/{image_id}.jpg`` (``{{``, ``}}``: braces)."""
+    """``--path``: a column name, or a template such as ``images/{image_id}.jpg`` naming columns in braces
+    (``{{``, ``}}``: braces); ``{jpg,png,heic}`` (a comma inside the braces) lists texts to try, in order,
+    and a template ending with ``.*`` takes any image extension (``Choice``)."""
 
     text: str
-    parts: tuple  # str (literal text) or tuple (column name,)
+    parts: tuple  # str (literal text), tuple (column name,) or Choice
 
     @classmethod
     def parse(cls, text: str) -> PathTemplate:
@@ -83,13 +113,25 @@ class PathTemplate:
                 if literal:
                     parts.append("".join(literal))
                     literal = []
-                parts.append((name,))
+                parts.append(Choice(tuple(name.split(","))) if "," in name else (name,))
                 i = end + 1
             elif ch == "}":
                 raise OptionError(
                     f"--path {text!r}: a '}}' at position {i} closes no '{{'; name columns in braces, "
                     "e.g. images/{image_id}.jpg ('}}' for a brace)"
                 )
+            elif ch == ANY_EXTENSION:
+                if i != len(text) - 1 or not text.endswith(".*"):
+                    raise OptionError(
+                        f"--path {text!r}: a '*' at position {i}: '.*' ends a template to take any image "
+                        "extension (images/{image_id}.*); to list some, put them in braces: "
+                        "images/{image_id}.{jpg,png,heic}"
+                    )
+                if literal:
+                    parts.append("".join(literal))
+                    literal = []
+                parts.append(Choice(()))
+                i += 1
             else:
                 literal.append(ch)
                 i += 1
@@ -105,11 +147,33 @@ class PathTemplate:
     @property
     def fields(self) -> list[str]:
         """The columns the template names, in order, once each."""
-        return list(dict.fromkeys(p[0] for p in self.parts if isinstance(p, tuple)))
+        return list(dict.fromkeys(p[0] for p in self.parts if _is_column(p)))
+
+    @property
+    def choices(self) -> bool:
+        """Whether the template lists texts to try or takes any extension (a row's file is looked for)."""
+        return any(isinstance(p, Choice) for p in self.parts)
 
     def render(self, cells: dict[str, str]) -> str:
-        """The path for a row's cells."""
-        return "".join(p if isinstance(p, str) else cells[p[0]] for p in self.parts)
+        """The path for a row's cells (with choices: the first candidate)."""
+        return self.candidates(cells)[0]
+
+    def candidates(self, cells: dict[str, str]) -> list[str]:
+        """Every path the row's cells may name, in the order tried: each choice's texts in the order
+        listed, the leftmost choice varying slowest; one ending with ``.*`` ends with ``*`` (any
+        image extension: ``source`` looks the folder up)."""
+        paths = [""]
+        for p in self.parts:
+            if isinstance(p, Choice):
+                paths = [a + option for a in paths for option in (p.options or (ANY_EXTENSION,))]
+            else:
+                text = p if isinstance(p, str) else cells[p[0]]
+                paths = [a + text for a in paths]
+        return paths
+
+
+def _is_column(part: object) -> bool:
+    return isinstance(part, tuple) and not isinstance(part, Choice)
 
 
 @dataclass

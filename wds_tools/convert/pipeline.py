@@ -38,6 +38,7 @@ from .result import (
     allowed_errors,
     count,
     dry_run_result,
+    first_failures,
     parse_max_errors,
     result_from_index,
 )
@@ -45,7 +46,7 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import shared_bytes, write_shards
-from .source import Source, SourceRow, dedup_notes, read_source
+from .source import Source, SourceRow, dedup_notes, read_source, with_other_extensions
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store
@@ -65,6 +66,7 @@ __all__ = [
 
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
+_LISTED_FAILURES = 10  # failures the summary names (result.first_failures)
 
 
 def convert(
@@ -367,7 +369,8 @@ def _already_complete(t: Target, t0: float) -> None:
     if result.errors_file:
         lines = [json.loads(line) for line in store.read_bytes(errors).splitlines() if line.strip()]
         result.narrow_pixels = [e for e in lines if e.get("stage") == "pixels"]
-        result.failed = len(lines) - len(result.narrow_pixels)
+        failed = [e for e in lines if e.get("stage") != "pixels"]
+        result.failed, result.failures = len(failed), failed[:_LISTED_FAILURES]  # as errors.jsonl has them
     result.already_complete = True
     result.seconds = round(time.perf_counter() - t0, 3)
 
@@ -447,6 +450,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
         pairs = hashes.load_pairs(opts.out_root, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
+    scan = with_other_extensions(src, scan)  # a missing images/x.jpg names images/x.png beside it
     failures = [
         {"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
         for r, err in zip(rows, scan)
@@ -477,7 +481,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
             t.result.removed = t.base.removed({r.key for r in rows})
     if opts.dry_run:
         for t in todo:
-            dry_run_result(t.result, t.tasks, failures, t0)
+            dry_run_result(t.result, t.tasks, failures, t0, src.kind == "image-folder")
         return
 
     # 3. write: the largest size first; its decodes also give the other sizes' pixels
@@ -658,6 +662,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         )
         result.removed = result.by_key["removed"]
     result.failed = len(failures)
+    result.failures = first_failures(failures, src.kind == "image-folder")
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
     result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import OptionError
 from ..format.names import url_pattern
 from ..format.transport import join
+from .assemble import errors_order
 from .storage import Store
 from .write import ShardTask
 
@@ -20,6 +21,7 @@ __all__ = [
     "parse_max_errors",
     "allowed_errors",
     "dry_run_result",
+    "first_failures",
     "result_from_index",
     "count",
     "split_report",
@@ -43,6 +45,8 @@ class ConvertResult:
     size: int
     samples_written: int = 0
     failed: int = 0
+    failures: list[dict] = field(default_factory=list)  # the first ten of them as errors.jsonl lists them:
+    # {"key", "path", "line" (a manifest's), "stage", "error"}
     shards: int = 0
     shards_resumed: int = 0  # shards an interrupted run had finished, kept
     samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
@@ -143,8 +147,13 @@ class ConvertResult:
         for p in self.reuse_problems[:5]:
             lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: {p['error']}")
         if self.failed:
-            where = f" (reasons in {self.errors_file})" if self.errors_file else ""
-            lines.append(f"  failed: {self.failed}{where}")
+            where = f" (every one with its reason in {self.errors_file})" if self.errors_file else ""
+            lines.append(f"  failed: {self.failed:,}{where}:")
+            for f in self.failures[:_LISTED]:
+                at = f"line {f['line']}: " if "line" in f else ""
+                lines.append(f"    {at}{f['key']} ({f['path']}): {f['error']}")
+            if self.failed > len(self.failures[:_LISTED]):
+                lines.append(f"    ... and {self.failed - len(self.failures[:_LISTED]):,} more")
         if self.narrow_pixels:
             n = len(self.narrow_pixels)
             where = f"; listed in {self.errors_file}, stage pixels" if self.errors_file else ""
@@ -228,7 +237,9 @@ class ConvertResults:
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
 
 
-def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict], t0: float) -> ConvertResult:
+def dry_run_result(
+    result: ConvertResult, tasks: list[ShardTask], failures: list[dict], t0: float, folder: bool = False
+) -> ConvertResult:
     """What a run would do: counts only, nothing written."""
     for t in tasks:
         for s in t.samples:
@@ -246,9 +257,15 @@ def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list
     result.samples_written = 0
     result.shards = len(tasks)
     result.failed = len(failures)
+    result.failures = first_failures(failures, folder)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def first_failures(failures: list[dict], folder: bool) -> list[dict]:
+    """The first ``_LISTED`` failures in errors.jsonl's order (``assemble.errors_order``), for the summary."""
+    return errors_order(failures, folder)[:_LISTED]
 
 
 def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
