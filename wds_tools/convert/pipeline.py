@@ -272,7 +272,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
         for t in targets:
             if t.state == "complete":
-                _already_complete(t, t0)
+                _already_complete(t, src, t0)
         todo = [t for t in targets if t.state != "complete"]
         if todo:
             _convert_todo(src, todo, opts, t0)
@@ -309,7 +309,7 @@ def _read_only(
             ),
             opts.samples_per_shard(side),
         )
-        _already_complete(t, t0)
+        _already_complete(t, src, t0)
         t.result.notes.append("the folder is read-only: read, nothing written")
         results.append(t.result)
     if len(results) == 1:
@@ -360,10 +360,10 @@ def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
         clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
 
 
-def _already_complete(t: Target, t0: float) -> None:
+def _already_complete(t: Target, src: Source, t0: float) -> None:
     result, store = t.result, t.store
     assert t.done_meta is not None  # a complete folder has its index meta
-    result_from_index(result, store, t.done_meta)
+    result_from_index(result, store, t.done_meta, drawn=not src.split_given)
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
     if result.errors_file:
@@ -652,7 +652,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         version=str(opts.version),
         provenance=provenance,
     )
-    result_from_index(result, store, meta)
+    result_from_index(result, store, meta, drawn=not src.split_given)
     if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
         path = store.join(meta["samples_file"]["name"])
         cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))

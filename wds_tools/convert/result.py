@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
 from ..format.names import url_pattern
+from ..format.splits import class_gaps, gap_warnings
 from ..format.transport import join
 from .assemble import errors_order
 from .storage import Store
@@ -69,7 +70,10 @@ class ConvertResult:
     splits: dict[str, dict] = field(default_factory=dict)
     split_shares: dict[str, float] = field(default_factory=dict)  # each split's share of the samples
     class_val_shares: dict[str, float] = field(default_factory=dict)  # each class's share of its samples in val
-    split_warnings: list[str] = field(default_factory=list)  # shares beyond the tolerance (split_report)
+    split_warnings: list[str] = field(default_factory=list)  # class gaps, then shares beyond the tolerance
+    # (split_report)
+    class_gaps: list[dict] = field(default_factory=list)  # classes with no train or no val samples
+    # (format.splits.class_gaps)
     split_base: str | None = None  # the version whose groups kept their split (build.split_base)
     resplit: bool = False  # every group's split drawn afresh (--resplit)
     errors_file: str | None = None
@@ -111,7 +115,8 @@ class ConvertResult:
             )
         elif self.resplit:
             lines.append("  splits: every group's split drawn afresh (--resplit), none kept from an earlier version")
-        lines += [f"  warning: {w}" for w in self.split_warnings]
+        loud = len(gap_warnings(self.class_gaps))  # the class gaps come first, in capitals
+        lines += [f"  {'WARNING' if i < loud else 'warning'}: {w}" for i, w in enumerate(self.split_warnings)]
         if self.base is not None or self.dry_run:
             lines.append(
                 f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
@@ -268,8 +273,9 @@ def first_failures(failures: list[dict], folder: bool) -> list[dict]:
     return errors_order(failures, folder)[:_LISTED]
 
 
-def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
-    """Fill ``result``'s totals from an index's meta."""
+def result_from_index(result: ConvertResult, store: Store, meta: dict, drawn: bool | None = None) -> None:
+    """Fill ``result``'s totals from an index's meta; ``drawn``: no split came from a manifest split
+    column (None: as the index's ``build.columns`` tells, which names only a --split option)."""
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
     result.splits = {
@@ -278,15 +284,20 @@ def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
     }
     build = meta.get("build", {})
     result.split_base = build.get("split_base")
-    result.split_shares, result.class_val_shares, result.split_warnings = split_report(meta)
+    report = split_report(meta, drawn)
+    result.split_shares, result.class_val_shares, result.split_warnings, result.class_gaps = report
 
 
-def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[str]]:
-    """(each split's share, each class's val share, warnings) of an index's meta.
+def split_report(
+    meta: dict, drawn: bool | None = None
+) -> tuple[dict[str, float], dict[str, float], list[str], list[dict]]:
+    """(each split's share, each class's val share, warnings, class gaps) of an index's meta.
 
-    Warned, when the splits were drawn (no manifest split column) with val_fraction f > 0: no val
-    split at all; a val share of all samples, or of a class holding at least 2/f samples, outside
-    f ± max(0.05, f/2).
+    Warned first, whoever chose the splits: each class with samples but none in train or none in
+    val (``format.splits.class_gaps``). Then, when the splits were drawn (``drawn``: no manifest
+    split column gave any) with val_fraction f > 0: no val split at all; a val share of all samples,
+    or of a class holding at least 2/f samples (a smaller class cannot come that close: one sample
+    moves it by more than f/2), outside f ± max(0.05, f/2).
     """
     total = meta["samples"]
     splits = meta["splits"]
@@ -297,10 +308,21 @@ def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[s
     val_shares = {c: round(v / n, 4) for c, v, n in zip(classes, val, whole) if n}
     build = meta.get("build", {})
     f = float(build.get("val_fraction") or 0.0)
-    drawn = (build.get("columns") or {}).get("split") is None
-    warnings: list[str] = []
+    if drawn is None:
+        drawn = (build.get("columns") or {}).get("split") is None
+    gaps = class_gaps(classes, {name: sp.get("class_counts", [0] * len(classes)) for name, sp in splits.items()})
+    if not drawn:
+        hint = "the manifest's split column put them there"
+    elif build.get("group") is not None:
+        hint = (
+            f"splits are drawn per group of {build['group']!r}, each group whole, so a class held by few groups "
+            "can land whole in one split: give such rows a split in a split column, or --stratify"
+        )
+    else:
+        hint = "a class of few samples can land whole in one split: give its rows a split in a split column"
+    warnings = gap_warnings(gaps, hint)
     if not (drawn and f > 0 and total):
-        return shares, val_shares, warnings
+        return shares, val_shares, warnings, gaps
     tol = max(0.05, f / 2)
     fix = (
         f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
@@ -311,19 +333,21 @@ def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[s
         warnings.append(
             f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one from{fix}"
         )
-        return shares, val_shares, warnings
+        return shares, val_shares, warnings, gaps
+    rule = f"±{tol:.1%}: 5 points or half --val-fraction, whichever is larger"
     share = splits["val"]["samples"] / total
     if abs(share - f) > tol:
         warnings.append(
             f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
-            f"±{tol:.1%}): the groups are too few or too uneven{fix}"
+            f"{rule}): the groups are too few or too uneven{fix}"
         )
+    least = math.ceil(2 / f - 1e-9)
     off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole) if n >= 2 / f and abs(val_shares[c] - f) > tol]
     if off:
         more = f" and {len(off) - 5} more" if len(off) > 5 else ""
-        hint = "" if build.get("stratify") else " (--stratify draws each class's share)"
+        hint = "" if build.get("stratify") else "; --stratify draws each class's share"
         warnings.append(
-            f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
-            f"{', '.join(off[:5])}{more}{hint}"
+            f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} (tolerance {rule}; "
+            f"checked for classes of at least 2/{f:g} = {least:,} samples): {', '.join(off[:5])}{more}{hint}"
         )
-    return shares, val_shares, warnings
+    return shares, val_shares, warnings, gaps

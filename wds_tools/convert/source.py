@@ -94,6 +94,7 @@ class Source:
     dedup_flat: tuple[str, ...] = ()  # --dedup: the keys of the rows too flat to hash (joined with none)
     dedup_uncoloured: tuple[str, ...] = ()  # --dedup: keys whose colour could not be read (hashes alone)
     notes: tuple[str, ...] = ()  # the manifest's rows on several lines, its .tsv quotes kept (Table.notes)
+    split_given: int = 0  # rows whose split a manifest split column gave (the others are drawn)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -420,6 +421,7 @@ def _read_manifest(
         stratify,
         split_base.version if split_base is not None else None,
         notes=tuple(table.notes() + _several_note(bound.template.text, several)),
+        split_given=sum(1 for r in rows if r.split),
     )
     return _with_splits(
         replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
