@@ -1,6 +1,6 @@
 """What to do after `make demo`: where the shards are, how to call the CLI, a training loop, the docs.
 
-    .venv/bin/python scripts/demo_next_steps.py demo/shards/v1/224
+    .venv/bin/python scripts/demo_next_steps.py shards/v1/224
 
 The training loop is printed between the ``--- train.py`` and ``---`` lines;
 tests/test_newcomer.py runs exactly that text in a fresh environment, so it cannot rot.
@@ -29,7 +29,7 @@ def next_steps(shards: str) -> str:
     snippet = TRAIN_SNIPPET.format(shards=shards)
     return f"""
 Next steps
-  The shards:  {shards}/  (train-*.tar, val-*.tar, index.json; the source images are in demo/corpus/)
+  The shards:  {shards}/  (train-*.tar, val-*.tar, index.json; the source images are in corpus/)
   The CLI:     source .venv/bin/activate    puts wds-tools on your PATH (or call .venv/bin/wds-tools)
                wds-tools stats {shards}
                wds-tools convert --help

@@ -967,3 +967,26 @@ def test_the_summary_names_the_first_ten_failures_with_their_reasons_in_text_and
         assert {e["stage"] for e in errors} == {"scan", "decode"}  # both kinds are named
         as_json = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
         assert as_json["failed"] == 13 and as_json["failures"] == errors[:10]
+
+
+def test_the_base_of_an_incremental_conversion_is_said_first_with_how_to_choose_another(tmp_path):
+    """An experimental v1-leak converted after v1 is the newest version, so v2 takes it as its base:
+    said on stderr before any work and in the summary's first line, with --from and --no-reuse; with
+    --from v1, that is said instead (issue 38, point 17)."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    manifest = write_manifest(tmp_path / "m.csv", make_images(tmp_path, 12))
+    base = ["convert", "--source", str(manifest), "--size", "16", "--out", str(tmp_path / "out"), "--workers", "1"]
+    for version in ("v1", "v1-leak"):
+        assert CliRunner().invoke(cli, [*base, "--version", version, "-q"]).exit_code == 0
+    run = CliRunner().invoke(cli, [*base, "--version", "v2"])
+    assert run.exit_code == 0, run.output
+    said = "base v1-leak, the newest earlier version with these settings (--from V picks another, --no-reuse none)"
+    assert run.stderr.splitlines()[0] == f"convert v2/16: {said}"
+    assert run.stdout.splitlines()[0].endswith(f"; {said}") and run.stdout.startswith("Converted 12 images")
+    run = CliRunner().invoke(cli, [*base, "--version", "v3", "--from", "v1", "-q", "--json"])
+    assert json.loads(run.stdout)["base"] == "v1" and json.loads(run.stdout)["base_rule"] == "from"
+    run = CliRunner().invoke(cli, [*base, "--version", "v4", "--from", "v1", "-q"])
+    assert run.stdout.splitlines()[0].endswith("; base v1 (--from; --no-reuse for none)") and not run.stderr

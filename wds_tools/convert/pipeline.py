@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -36,6 +37,7 @@ from .result import (
     ConvertResult,
     ConvertResults,
     allowed_errors,
+    base_text,
     count,
     dry_run_result,
     first_failures,
@@ -321,6 +323,9 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
     for t in todo:
         t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
+        t.result.base_rule = None if t.base is None else "from" if opts.base is not None else "newest"
+        if t.base is not None and opts.progress:  # said before the work, as the summary's first line says it
+            print(f"convert {opts.version}/{t.side}: {base_text(t.base.version, t.result.base_rule)}", file=sys.stderr)
     # the runner before anything is written: a missing extra (Ray) leaves nothing behind
     runner = make_runner(opts.executor, opts.workers, opts.ray_address, shared_bytes(opts.workers or 1))
     try:

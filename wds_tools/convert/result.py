@@ -23,6 +23,7 @@ __all__ = [
     "allowed_errors",
     "dry_run_result",
     "first_failures",
+    "base_text",
     "result_from_index",
     "count",
     "split_report",
@@ -52,6 +53,7 @@ class ConvertResult:
     shards_resumed: int = 0  # shards an interrupted run had finished, kept
     samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
     base: str | None = None  # the version whose pixels were reused
+    base_rule: str | None = None  # how it was chosen: "newest" (the default) or "from" (--from)
     decoded: int = 0  # samples decoded from source in this run
     reused: int = 0  # samples copied from the base: label unchanged, or found under another key
     relabeled: int = 0  # samples copied from the base: same key and source bytes, another label (diff's rule)
@@ -99,6 +101,8 @@ class ConvertResult:
                 f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
                 f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"
             ]
+        if self.base is not None and not self.already_complete:
+            lines[0] += f"; {base_text(self.base, self.base_rule)}"
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
             lines.append(
@@ -194,6 +198,13 @@ class ConvertResult:
     def to_dict(self) -> dict:
         """The result as JSON-ready values (the CLI's --json)."""
         return asdict(self)
+
+
+def base_text(base: str, rule: str | None) -> str:
+    """Which version a conversion reuses and keeps splits from, and how to choose another."""
+    if rule == "from":
+        return f"base {base} (--from; --no-reuse for none)"
+    return f"base {base}, the newest earlier version with these settings (--from V picks another, --no-reuse none)"
 
 
 def parse_max_errors(value: str | int | float) -> tuple[str, float]:
