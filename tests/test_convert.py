@@ -210,7 +210,10 @@ def test_rerun_is_a_no_op_and_other_options_are_refused(corpus, tmp_path):
     assert again.already_complete and again.samples_written == 40
     with pytest.raises(OutputExistsError, match="resize: existing 'center-crop', requested 'pad'"):
         _run(corpus, tmp_path / "out", resize="pad")
-    with pytest.raises(OutputExistsError, match="shard_size: existing 8, requested 9"):
+    with pytest.raises(
+        OutputExistsError,
+        match=r"shard_size: existing 8 samples per shard \(about [0-9.]+ MB at 32 px\), requested 9 samples per shard",
+    ):
         _run(corpus, tmp_path / "out", shard_size=9)
     rows = list(__import__("csv").DictReader(open(corpus)))
     other = write_manifest(corpus.parent / "other.csv", rows[:-1])
@@ -990,3 +993,18 @@ def test_the_base_of_an_incremental_conversion_is_said_first_with_how_to_choose_
     assert json.loads(run.stdout)["base"] == "v1" and json.loads(run.stdout)["base_rule"] == "from"
     run = CliRunner().invoke(cli, [*base, "--version", "v4", "--from", "v1", "-q"])
     assert run.stdout.splitlines()[0].endswith("; base v1 (--from; --no-reuse for none)") and not run.stderr
+
+
+def test_another_shard_size_is_refused_in_samples_per_shard_and_megabytes(tmp_path):
+    """The default (256 MiB a shard) made samples per shard; a rerun with --shard-size 64 is refused in
+    those units, not as a bare 'existing 37449, requested 64' (issue 38, point 18). Worked by hand at
+    32 px: a sample takes four 512-byte headers, the .npy (128 + 3,072 bytes, padded to 3,584) and one
+    block each for .cls, .i32 and .json: 7,168 bytes; 2**28 // 7,168 = 37,449 samples, 268.4 MB."""
+    manifest = write_manifest(tmp_path / "m.csv", make_images(tmp_path, 4))
+    convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=1, progress=False)
+    with pytest.raises(
+        OutputExistsError,
+        match=r"build\.shard_size: existing 37,449 samples per shard \(about 268\.4 MB at 32 px\), requested 64 "
+        r"samples per shard \(about 0\.5 MB at 32 px\)",
+    ):
+        convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=1, progress=False, shard_size=64)
