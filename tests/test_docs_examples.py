@@ -208,3 +208,21 @@ def test_make_demo_writes_where_the_quick_start_reads():
     (quick,) = [c.split() for c in readme if c.startswith("wds-tools convert --source corpus/manifest.csv")]
     assert demo[1][0] == "convert" and [o for o in demo[1] if o != "--workers" and o != "2"] == quick[1:]
     assert "wds-tools stats shards/v1/224" in readme and all("demo/" not in " ".join(c) for c in demo), demo
+
+
+CODE_BOX = 88  # characters a line of a code box shows on the docs site before it scrolls
+
+
+def test_commands_fit_their_code_boxes():
+    """A shell block's lines, and a text block of command synopses, fit the site's code box: a long
+    command is broken with backslashes, a long comment put on its own line (issue 38, point 20)."""
+    pages = [*PAGES, ROOT / "docs" / "SCALE.md", ROOT / "docs" / "READERS.md"]
+    long = [
+        f"{b.page.relative_to(ROOT)}:{b.line + 1 + i}: {len(line)} characters"
+        for page in pages
+        for b in blocks(page)
+        if b.lang in SHELL or (b.lang == "text" and b.code.lstrip().startswith(("wds-tools ", "make ")))
+        for i, line in enumerate(b.code.splitlines())
+        if len(line) > CODE_BOX
+    ]
+    assert not long, "break these lines (a backslash, or the comment on its own line):\n" + "\n".join(long)
