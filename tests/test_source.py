@@ -596,7 +596,21 @@ def test_a_missing_file_names_the_same_name_with_another_extension(tmp_path):
     assert reasons == {
         "ISIC_0000001": "missing file; images/ISIC_0000001.png exists (--path 'images/{image_id}.{jpg,png}' takes "
         "each of them, the first that exists; '.*' any image extension)",
-        "ISIC_0000002": "missing file; images/ISIC_0000002.HEIC exists (--path 'images/{image_id}.{HEIC,jpg}' takes "
+        "ISIC_0000002": "missing file; images/ISIC_0000002.HEIC exists (--path 'images/{image_id}.{jpg,HEIC}' takes "
         "each of them, the first that exists; '.*' any image extension)",
         "ISIC_0000004": "missing file",
     }
+
+
+def test_a_missing_file_of_a_path_column_names_the_file_beside_it(tmp_path):
+    """A manifest's own path column: the reason names the PNG beside the missing JPEG, no template advice."""
+    from PIL import Image
+
+    from wds_tools.convert import convert
+
+    rows = make_images(tmp_path, 6)
+    Image.open(tmp_path / "img/s0002.jpg").save(tmp_path / "img/s0002.PNG")
+    (tmp_path / "img/s0002.jpg").unlink()
+    manifest = write_manifest(tmp_path / "m.csv", rows)
+    result = convert(manifest, version="v1", size=16, out=tmp_path / "out", workers=1, progress=False, max_errors=1)
+    assert [(f["key"], f["error"]) for f in result.failures] == [("s0002", "missing file; img/s0002.PNG exists")]

@@ -329,6 +329,8 @@ def split_report(
             f"splits are drawn per group of {build['group']!r}, each group whole, so a class held by few groups "
             "can land whole in one split: give such rows a split in a split column, or --stratify"
         )
+    elif (build.get("source") or {}).get("kind") == "image-folder":
+        hint = "a class of few samples can land whole in one split: a manifest's split column chooses them"
     else:
         hint = "a class of few samples can land whole in one split: give its rows a split in a split column"
     warnings = gap_warnings(gaps, hint)

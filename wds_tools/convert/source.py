@@ -440,15 +440,16 @@ def with_other_extensions(src: Source, errors: list[str | None]) -> list[str | N
         if not others:
             continue
         shown = [os.path.join(os.path.dirname(r.source_path), os.path.basename(p)) for p in others]
-        exts = sorted({os.path.splitext(p)[1].lstrip(".") for p in [r.source_path, *shown]})
+        own = os.path.splitext(r.source_path)[1].lstrip(".")
+        exts = [own, *sorted({os.path.splitext(p)[1].lstrip(".") for p in shown} - {own})]
         hint = ""
-        if src.kind != "image-folder":
-            t = src.columns.path
+        t = src.columns.path
+        if src.kind != "image-folder" and "{" in t:  # a template (a path column names its files itself)
             stem, ext = os.path.splitext(t)
-            example = f"{stem}.{{{','.join(exts)}}}" if "{" in t and ext and "{" not in ext else f"{t}"
             hint = (
-                f" (--path {example!r} takes each of them, the first that exists; '.*' any image extension)"
-                if example != t
+                f" (--path {stem + '.{' + ','.join(exts) + '}'!r} takes each of them, the first that exists; "
+                "'.*' any image extension)"
+                if ext and "{" not in ext and "}" not in ext
                 else " (a --path template can list extensions, e.g. 'images/{image_id}.{jpg,png}')"
             )
         out[i] = f"missing file; {', '.join(shown[:3])} {'exists' if len(shown) == 1 else 'exist'}{hint}"
