@@ -71,11 +71,6 @@ class Choice(NamedTuple):
 
     options: tuple[str, ...]
 
-    @property
-    def any_extension(self) -> bool:
-        """``.*``: any image extension, in any case."""
-        return not self.options
-
 
 ANY_EXTENSION = "*"
 """What a candidate path ends with where the template ends with ``.*`` (``PathTemplate.candidates``)."""
