@@ -26,17 +26,16 @@ $(FULL_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 
 setup: $(FULL_STAMP)
 
-## make demo: set up (the train and report extras), generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it, print the next steps, write the demo set's report page and print its path
+## make demo: set up (the train and report extras), generate a small synthetic corpus (with a few bad files), convert it, show, check and verify the result, train a small CNN on it, print the next steps; in corpus/ and shards/v1/224, where the README's Quick start has them (both git-ignored), then write the demo set's report page (report-v1-224.html) and print its path
 demo: $(DEMO_STAMP)
-	$(BIN)/python scripts/make_demo_corpus.py --out demo/corpus --count 300
-	cd demo && ../$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
-	$(BIN)/python scripts/show_shards.py demo/shards/v1/224
-	cd demo && ../$(BIN)/wds-tools stats shards/v1/224 --loader-workers 2
-	cd demo && ../$(BIN)/wds-tools verify shards/v1/224
-	$(BIN)/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 6
-	@$(BIN)/python scripts/demo_next_steps.py demo/shards/v1/224
-	cd demo && ../$(BIN)/wds-tools report shards/v1/224 -o report-v1-224.html -q
-	@echo "The demo set's page (open it in a browser): file://$(CURDIR)/demo/report-v1-224.html"
+	$(BIN)/python scripts/make_demo_corpus.py --out corpus --count 300
+	$(BIN)/wds-tools convert --source corpus/manifest.csv --version v1 --size 224 --out shards --workers 2 --shard-size 64 --max-errors 5%
+	$(BIN)/python scripts/show_shards.py shards/v1/224
+	$(BIN)/wds-tools stats shards/v1/224 --loader-workers 2
+	$(BIN)/wds-tools verify shards/v1/224
+	$(BIN)/python scripts/train_example.py --shards shards/v1/224 --epochs 6
+	$(BIN)/wds-tools report shards/v1/224 -o report-v1-224.html -q
+	@$(BIN)/python scripts/demo_next_steps.py shards/v1/224 report-v1-224.html
 
 # pytest-xdist processes for make test and test-fast: one per core, at most 4 (TEST_WORKERS=0: in this process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
@@ -75,5 +74,6 @@ cli-reference: $(DOCS_STAMP)
 bench: $(FULL_STAMP)
 	$(BIN)/python scripts/bench_convert.py
 
+# shards/ may hold your own conversions and corpus/ your own images: make clean leaves both (demo/: what make demo wrote before)
 clean:
-	rm -rf $(VENV) demo bench-data site
+	rm -rf $(VENV) demo bench-data site report-v1-224.html

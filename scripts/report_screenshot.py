@@ -1,6 +1,6 @@
 """The screenshot of docs/guide/report.md: the top of a report page in headless Chromium, kept small.
 
-    .venv/bin/python scripts/report_screenshot.py demo/report-v1-224.html docs/guide/report.png
+    .venv/bin/python scripts/report_screenshot.py report-v1-224.html docs/guide/report.png
 
 Opens the page from disk with Debian's chromium and chromium-driver through selenium (as tests/test_report.py
 does), shoots HEIGHT CSS pixels of it at 1280 wide, halves it and stores it with a 96-colour palette (about 60 kB).

@@ -1,7 +1,7 @@
 """A minimal trainer on wds-tools shards: config -> loaders -> uint8 batches -> normalise on the device.
 
     .venv/bin/python scripts/train_example.py --config train.yaml [--epochs 2] [--steps 20]
-    .venv/bin/python scripts/train_example.py --shards demo/shards/v1/224 --epochs 8 [--random-labels]
+    .venv/bin/python scripts/train_example.py --shards shards/v1/224 --epochs 8 [--random-labels]
     .venv/bin/python scripts/train_example.py ... --checkpoint ck.pt [--save-every 100] [--resume]
 
 The config's ``dataset:`` block is all the loader needs (see docs/guide/training.md); ``--shards`` stands
@@ -51,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="trainer config (.yaml/.toml) with a dataset: block")
-    src.add_argument("--shards", help="a shards folder (train and val splits), e.g. demo/shards/v1/224")
+    src.add_argument("--shards", help="a shards folder (train and val splits), e.g. shards/v1/224")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: whole epoch)")
     ap.add_argument("--batch-size", type=int, default=32, help="with --shards (a config sets its own)")

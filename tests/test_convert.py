@@ -210,7 +210,10 @@ def test_rerun_is_a_no_op_and_other_options_are_refused(corpus, tmp_path):
     assert again.already_complete and again.samples_written == 40
     with pytest.raises(OutputExistsError, match="resize: existing 'center-crop', requested 'pad'"):
         _run(corpus, tmp_path / "out", resize="pad")
-    with pytest.raises(OutputExistsError, match="shard_size: existing 8, requested 9"):
+    with pytest.raises(
+        OutputExistsError,
+        match=r"shard_size: existing 8 samples per shard \(about [0-9.]+ MB at 32 px\), requested 9 samples per shard",
+    ):
         _run(corpus, tmp_path / "out", shard_size=9)
     rows = list(__import__("csv").DictReader(open(corpus)))
     other = write_manifest(corpus.parent / "other.csv", rows[:-1])
@@ -932,3 +935,76 @@ def test_integer_labels_past_a_doubles_digits_survive_conversion_and_loading(tmp
     loader = make_loader(dest, batch_size=2, train=False, split="train", num_workers=0, return_keys=True)
     seen = {k: loader.classes[int(y)] for _, ys, keys in loader for y, k in zip(ys, keys)}
     assert seen == want
+
+
+# --- the summary names its failures (issue 38, point 15) ---
+
+
+def test_the_summary_names_the_first_ten_failures_with_their_reasons_in_text_and_json(tmp_path):
+    """13 of 40 sources fail (missing, truncated, not an image) at the scan and at decoding: the text
+    names the first ten with line, key, path and reason and counts the rest; --json has the same ten,
+    equal to errors.jsonl's first ten lines (read here as plain JSON); a rerun (nothing to do) too."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    rows = make_images(tmp_path, 40)
+    for i in range(0, 39, 3):  # 13 rows
+        f = tmp_path / rows[i]["path"]
+        if i % 2:
+            f.unlink()
+        else:
+            f.write_bytes(f.read_bytes()[: 1000 if i % 4 else 40])  # cut: found at decoding, or at the header scan
+    manifest = write_manifest(tmp_path / "m.csv", rows)
+    args = ["convert", "--source", str(manifest), "--version", "v1", "--size", "16", "--out", str(tmp_path / "out")]
+    args += ["--workers", "1", "--max-errors", "50%", "-q"]
+    for run in (CliRunner().invoke(cli, args), CliRunner().invoke(cli, args)):  # converted, then nothing to do
+        assert run.exit_code == 0, run.output
+        errors = [json.loads(x) for x in (tmp_path / "out/v1/16/errors.jsonl").read_text().splitlines()]
+        assert len(errors) == 13 and [e["key"] for e in errors] == [f"s{i:04d}" for i in range(0, 39, 3)]
+        text = run.output.splitlines()
+        at = next(i for i, line in enumerate(text) if line.startswith("  failed: 13 "))
+        assert text[at + 1 : at + 12] == [
+            f"    line {e['line']}: {e['key']} ({e['path']}): {e['error']}" for e in errors[:10]
+        ] + ["    ... and 3 more"]
+        assert {e["stage"] for e in errors} == {"scan", "decode"}  # both kinds are named
+        as_json = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+        assert as_json["failed"] == 13 and as_json["failures"] == errors[:10]
+
+
+def test_the_base_of_an_incremental_conversion_is_said_first_with_how_to_choose_another(tmp_path):
+    """An experimental v1-leak converted after v1 is the newest version, so v2 takes it as its base:
+    said on stderr before any work and in the summary's first line, with --from and --no-reuse; with
+    --from v1, that is said instead (issue 38, point 17)."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    manifest = write_manifest(tmp_path / "m.csv", make_images(tmp_path, 12))
+    base = ["convert", "--source", str(manifest), "--size", "16", "--out", str(tmp_path / "out"), "--workers", "1"]
+    for version in ("v1", "v1-leak"):
+        assert CliRunner().invoke(cli, [*base, "--version", version, "-q"]).exit_code == 0
+    run = CliRunner().invoke(cli, [*base, "--version", "v2"])
+    assert run.exit_code == 0, run.output
+    said = "base v1-leak, the newest earlier version with these settings (--from V picks another, --no-reuse none)"
+    assert run.stderr.splitlines()[0] == f"convert v2/16: {said}"
+    assert run.stdout.splitlines()[0].endswith(f"; {said}") and run.stdout.startswith("Converted 12 images")
+    run = CliRunner().invoke(cli, [*base, "--version", "v3", "--from", "v1", "-q", "--json"])
+    assert json.loads(run.stdout)["base"] == "v1" and json.loads(run.stdout)["base_rule"] == "from"
+    run = CliRunner().invoke(cli, [*base, "--version", "v4", "--from", "v1", "-q"])
+    assert run.stdout.splitlines()[0].endswith("; base v1 (--from; --no-reuse for none)") and not run.stderr
+
+
+def test_another_shard_size_is_refused_in_samples_per_shard_and_megabytes(tmp_path):
+    """The default (256 MiB a shard) made samples per shard; a rerun with --shard-size 64 is refused in
+    those units, not as a bare 'existing 37449, requested 64' (issue 38, point 18). Worked by hand at
+    32 px: a sample takes four 512-byte headers, the .npy (128 + 3,072 bytes, padded to 3,584) and one
+    block each for .cls, .i32 and .json: 7,168 bytes; 2**28 // 7,168 = 37,449 samples, 268.4 MB."""
+    manifest = write_manifest(tmp_path / "m.csv", make_images(tmp_path, 4))
+    convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=1, progress=False)
+    with pytest.raises(
+        OutputExistsError,
+        match=r"build\.shard_size: existing 37,449 samples per shard \(about 268\.4 MB at 32 px\), requested 64 "
+        r"samples per shard \(about 0\.5 MB at 32 px\)",
+    ):
+        convert(manifest, version="v1", size=32, out=tmp_path / "out", workers=1, progress=False, shard_size=64)

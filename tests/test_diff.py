@@ -15,7 +15,8 @@ def _versions(tmp_path):
     out = tmp_path / "out"
     convert(write_manifest(root / "v1.csv", rows), version="v1", size=32, out=out, workers=1, progress=False)
     v2 = [dict(r) for r in rows[1:]]  # s0000 removed
-    v2[0]["label"] = "z"  # s0001 relabeled
+    v2[0]["label"] = "z"  # s0001 relabeled (from b)
+    v2[3]["label"] = "a"  # s0004 relabeled (from b)
     (root / "img/s0002.jpg").write_bytes(jpeg_bytes(photo_like(96, 72, seed=999)))  # s0002 changed
     (root / "img/extra.jpg").write_bytes(jpeg_bytes(photo_like(96, 72, seed=1000)))
     v2.append({"key": "extra", "path": "img/extra.jpg", "label": "a"})  # added
@@ -26,8 +27,16 @@ def _versions(tmp_path):
 def test_diff_versions(tmp_path):
     a, b = _versions(tmp_path)
     d = diff_versions(a, b)
-    assert (d.added, d.removed, d.changed, d.relabeled, d.unchanged) == (["extra"], ["s0000"], ["s0002"], ["s0001"], 9)
-    assert diff_versions(a, a).unchanged == 12
+    assert (d.added, d.removed, d.changed, d.relabeled, d.unchanged) == (
+        ["extra"],
+        ["s0000"],
+        ["s0002"],
+        ["s0001", "s0004"],
+        8,
+    )
+    # make_images labels row i with "abc"[i % 3]: s0001 and s0004 were b
+    assert d.relabels == [{"key": "s0001", "old": "b", "new": "z"}, {"key": "s0004", "old": "b", "new": "a"}]
+    assert diff_versions(a, a).unchanged == 12 and diff_versions(a, a).relabels == []
 
 
 def test_diff_cli_text_and_json(tmp_path):
@@ -35,11 +44,12 @@ def test_diff_cli_text_and_json(tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, ["diff", str(a), str(b)])
     assert res.exit_code == 0
-    assert "1 added, 1 removed, 1 changed, 1 relabeled, 9 unchanged" in res.output
-    assert "relabeled: s0001" in res.output
+    assert "1 added, 1 removed, 1 changed, 2 relabeled, 8 unchanged" in res.output
+    assert "  relabeled: s0001 (b -> z) s0004 (b -> a)" in res.output
     res = runner.invoke(cli, ["diff", str(a), str(b), "--json"])
     data = json.loads(res.output)
-    assert data["changed"] == ["s0002"] and data["added"] == ["extra"]
+    assert data["changed"] == ["s0002"] and data["added"] == ["extra"] and data["relabeled"] == ["s0001", "s0004"]
+    assert data["relabels"] == [{"key": "s0001", "old": "b", "new": "z"}, {"key": "s0004", "old": "b", "new": "a"}]
     res = runner.invoke(cli, ["diff", str(a), str(tmp_path)])
     assert res.exit_code == 1 and "no index at" in res.output
 

@@ -196,3 +196,33 @@ def test_markers_and_exit_codes_on_a_page_of_our_own(tmp_path):
     assert run_shell(["python -c 'import wds_tools, sys; print(wds_tools.__file__)'"], tmp_path).stdout.startswith(
         str(ROOT)
     )
+
+
+def test_make_demo_writes_where_the_quick_start_reads():
+    """make demo makes corpus/ and shards/v1/224 in the checkout's root, with the Quick start's convert
+    options, so the Quick start's next command (wds-tools stats shards/v1/224) works after make demo."""
+    target = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    demo = [line.strip().lstrip("@").split()[1:] for line in target]  # each without $(BIN)/python or wds-tools
+    assert demo[0] == ["scripts/make_demo_corpus.py", "--out", "corpus", "--count", "300"]
+    readme = [c for b in blocks(ROOT / "README.md") if b.lang in SHELL for c in commands(b.code)]
+    (quick,) = [c.split() for c in readme if c.startswith("wds-tools convert --source corpus/manifest.csv")]
+    assert demo[1][0] == "convert" and [o for o in demo[1] if o != "--workers" and o != "2"] == quick[1:]
+    assert "wds-tools stats shards/v1/224" in readme and all("demo/" not in " ".join(c) for c in demo), demo
+
+
+CODE_BOX = 88  # characters a line of a code box shows on the docs site before it scrolls
+
+
+def test_commands_fit_their_code_boxes():
+    """A shell block's lines, and a text block of command synopses, fit the site's code box: a long
+    command is broken with backslashes, a long comment put on its own line (issue 38, point 20)."""
+    pages = [*PAGES, ROOT / "docs" / "SCALE.md", ROOT / "docs" / "READERS.md"]
+    long = [
+        f"{b.page.relative_to(ROOT)}:{b.line + 1 + i}: {len(line)} characters"
+        for page in pages
+        for b in blocks(page)
+        if b.lang in SHELL or (b.lang == "text" and b.code.lstrip().startswith(("wds-tools ", "make ")))
+        for i, line in enumerate(b.code.splitlines())
+        if len(line) > CODE_BOX
+    ]
+    assert not long, "break these lines (a backslash, or the comment on its own line):\n" + "\n".join(long)

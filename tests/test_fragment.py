@@ -9,7 +9,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from wds_tools.convert import fragment, runner
+from wds_tools.convert import runner
 from wds_tools.convert.fragment import SLOT_BYTES, Member, members_bytes, put_members, write_slots
 from wds_tools.format.npy import npy_header
 from wds_tools.format.tarwrite import ShardWriter
@@ -92,4 +92,30 @@ def test_write_slots_writes_ranges_in_any_order(tmp_path, monkeypatch):
     assert write_slots([]) == 0
     with pytest.raises(RuntimeError, match="write_slots runs in a worker of a pool with shared memory"):
         write_slots(writes)
-    assert fragment.SLOT_BYTES >= 8 << 20  # a batch's pixels (at most 8 MiB, schedule.py) fit a slot
+
+
+def _padded(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+def test_every_batch_the_schedule_makes_fits_a_slot_with_its_headers_and_json():
+    """What SLOT_BYTES promises, worked by hand for every --size whose one sample fits a batch's pixel
+    budget, alone and with a smaller second size (a multi-size run's spill): the batch schedule.py
+    deals (``batch_size``) laid out as tar members (four 512-byte headers, .cls, .i32, a .json of
+    64 KiB, the padded .npy) and the other size's .npy blocks fits one slot; past that budget a batch
+    is one sample."""
+    from wds_tools.convert.schedule import batch_size
+
+    json_bytes = 64 << 10  # a sample's .json with long free-text metadata
+    for side in range(8, 2048):
+        for other in (None, 8, side // 2, side - 1):
+            if other is not None and not 8 <= other < side:
+                continue
+            per_sample = 3 * side * side + (3 * other * other if other else 0)
+            n = batch_size(10**9, 1, per_sample)  # the largest batch: much left, one worker
+            members = 4 * 512 + 512 + 512 + _padded(json_bytes) + _padded(128 + 3 * side * side)
+            spill = 128 + 3 * other * other if other else 0
+            if per_sample <= 8 << 20:
+                assert n * (members + spill) <= SLOT_BYTES, (side, other, n)
+            else:
+                assert n == 1, (side, other, n)

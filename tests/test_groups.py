@@ -195,7 +195,9 @@ def test_row14_the_readme_command_without_stratify_gives_a_val_split(tmp_path):
     assert res.split_shares == {"train": round(58 / 60, 4), "val": round(2 / 60, 4)}
     assert "split shares: train 96.7%, val 3.3%" in res.to_text()
     assert any(
-        "val holds 3.3% of the samples, --val-fraction asks 10.0% (tolerance ±5.0%)" in w for w in res.split_warnings
+        "val holds 3.3% of the samples, --val-fraction asks 10.0% (tolerance ±5.0%: 5 points or half "
+        "--val-fraction, whichever is larger)" in w
+        for w in res.split_warnings
     )
     assert "warning: val holds 3.3%" in res.to_text()
     # the lesion in val is the one of the smallest h_group, worked here from the documented hash

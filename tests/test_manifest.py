@@ -1,7 +1,10 @@
 """The manifest as a table: column options checked against the header, path templates, cell typing."""
 
+import io
 import json
 import math
+import os
+import re
 
 import pytest
 from conftest import HAM_COLUMNS, write_ham, write_isic
@@ -9,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.convert.manifest import (
+    Choice,
     Columns,
     PathTemplate,
     bind,
@@ -142,6 +146,8 @@ def test_a_template_naming_an_unknown_column_is_refused(tmp_path, template, unkn
         ("{a}{b}", (("a",), ("b",))),
         ("x{{y}}/{Patient ID}.png", ("x{y}/", ("Patient ID",), ".png")),
         ("{é}", (("é",),)),
+        ("images/{image_id}.{jpg,png,heic}", ("images/", ("image_id",), ".", Choice(("jpg", "png", "heic")))),
+        ("{a,b}/{id}.*", (Choice(("a", "b")), "/", ("id",), ".", Choice(()))),
     ],
 )
 def test_templates_parse(text, parts):
@@ -151,7 +157,14 @@ def test_templates_parse(text, parts):
 
 @pytest.mark.parametrize(
     "text, where",
-    [("images/{image_id.jpg", "position 7"), ("a}b", "position 1"), ("a{}b", "position 1"), ("{a{b}}", "position 0")],
+    [
+        ("images/{image_id.jpg", "position 7"),
+        ("a}b", "position 1"),
+        ("a{}b", "position 1"),
+        ("{a{b}}", "position 0"),
+        ("images/{image_id}*.jpg", "a '\\*' at position 17: '.\\*' ends a template"),
+        ("images/{image_id}*", "position 17"),
+    ],
 )
 def test_malformed_templates_are_refused(text, where):
     with pytest.raises(OptionError, match=rf"--path .*{where}"):
@@ -161,6 +174,10 @@ def test_malformed_templates_are_refused(text, where):
 def test_render_fills_the_columns():
     t = PathTemplate.parse("{site}/{id}-{id}.jpg")
     assert t.fields == ["site", "id"] and t.render({"site": "back", "id": "7"}) == "back/7-7.jpg"
+    t = PathTemplate.parse("{site,other}/{id}.{jpg,png}")
+    assert t.fields == ["id"] and t.choices and not PathTemplate.parse("{id}.jpg").choices
+    assert t.candidates({"id": "7"}) == ["site/7.jpg", "site/7.png", "other/7.jpg", "other/7.png"]
+    assert PathTemplate.parse("i/{id}.*").candidates({"id": "x"}) == ["i/x.*"]
 
 
 def test_duplicate_and_nameless_header_columns(tmp_path):
@@ -339,3 +356,191 @@ def test_a_semicolon_delimited_csv_gets_a_delimiter_hint_naming_the_file(tmp_pat
         r"save it with ',' as the delimiter",
     ):
         read_table(str(path))
+
+
+# ------------------------------------------------------------------ quotes and line breaks (issue 38, points 1 and 11)
+
+
+def _ham_with_notes(root, notes: list[str], *, suffix: str = ".csv", raw: dict[int, str] | None = None):
+    """A HAM10000-shaped corpus of len(notes) images with a free-text ``notes`` column, written as
+    ``suffix`` by stock csv (a .tsv with tabs); ``raw``: rows (1-based) whose notes cell is written
+    as given, unquoted, as a hand edit would. Returns the manifest."""
+    import csv
+
+    ham = write_ham(root, [1] * len(notes))
+    rows = list(csv.reader(ham.open(encoding="utf-8", newline="")))
+    ham.unlink()
+    path = root / f"HAM10000_metadata{suffix}"
+    delimiter = "\t" if suffix == ".tsv" else ","
+    lines = []
+    for n, (row, note) in enumerate(zip(rows, ["notes", *notes])):
+        buf = io.StringIO()
+        csv.writer(buf, delimiter=delimiter, lineterminator="\n").writerow([*row, note])
+        line = buf.getvalue()
+        if raw and n in raw:
+            line = delimiter.join([*row, raw[n]]) + "\n"
+        lines.append(line)
+    path.write_text("".join(lines), encoding="utf-8", newline="")
+    return path
+
+
+def _convert_ham(manifest, out, version="v1"):
+    from wds_tools.convert import convert
+
+    return convert(
+        manifest,
+        version=version,
+        size=8,
+        out=out,
+        key="image_id",
+        label="dx",
+        path="images/{image_id}.jpg",
+        val_fraction=0.0,
+        workers=1,
+        progress=False,
+    )
+
+
+def _stored_notes(folder) -> dict[str, object]:
+    """key -> meta.notes of every sample, read from the tars with stock tarfile."""
+    import tarfile
+
+    found = {}
+    for tar in sorted(folder.glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".json"):
+                    js = json.loads(tf.extractfile(m).read())
+                    found[js["key"]] = js["meta"]["notes"]
+    return found
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_free_text_quote_left_open_never_swallows_the_rows_after_it(tmp_path, suffix):
+    """The issue's manifest: a notes cell opening a quote it never closes ("5 mm, irregular). A .csv
+    refuses it naming the line and writes nothing; a .tsv keeps the quote as a character (a row is one
+    line) and says so: every row is a sample."""
+    manifest = _ham_with_notes(
+        tmp_path / "ham", ['"5 mm, irregular', "fine", "fine"], suffix=suffix, raw={1: '"5 mm, irregular'}
+    )
+    assert manifest.read_text(encoding="utf-8").count("\n") == 4  # the header and three one-line rows
+    out = tmp_path / "out"
+    if suffix == ".csv":
+        with pytest.raises(
+            SourceError,
+            match=r"line 2: a double quote opens a cell that is never closed, so the rest "
+            r"of the file \(lines 2-4\) would be read as that one cell.*Nothing was written",
+        ):
+            _convert_ham(manifest, out)
+        assert not out.exists()
+        return
+    result = _convert_ham(manifest, out)
+    assert result.samples_written == 3
+    assert _stored_notes(out / "v1" / "8") == {
+        "ISIC_0000000": '"5 mm, irregular',
+        "ISIC_0000001": "fine",
+        "ISIC_0000002": "fine",
+    }
+    assert any("line 2 (notes)" in n and "kept as written" in n for n in result.notes), result.notes
+    assert read_table(str(manifest)).lines == 4
+
+
+def test_a_quote_closed_rows_later_is_refused_naming_the_line_it_swallowed(tmp_path):
+    """A stray quote on line 2 closed by a cell ending in a quote on line 4 (6" lesion) is valid CSV
+    syntax, but lines 3-4 read as rows of their own: refused, naming them, before anything is written."""
+    manifest = _ham_with_notes(tmp_path / "ham", ["x", "fine", 'size 6"'], raw={1: '"5 mm, irregular', 3: 'size 6"'})
+    with pytest.raises(
+        SourceError,
+        match=r"line 2: a double quote opens a cell that closes only on line 4.*line 3 reads as a row of its own "
+        r"\('HAM_0000001,ISIC_0000001,.*write the manifest as JSON lines",
+    ):
+        _convert_ham(manifest, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_quoted_cell_with_line_breaks_as_a_spreadsheet_writes_it_is_one_sample_and_said(tmp_path):
+    """What Excel exports for a notes cell with line breaks (in quotes, quotes doubled): read, its
+    line breaks kept, and the summary says where rows and lines part."""
+    notes = ['Pt reports:\n- itching\n- 3 weeks, "worse"', "fine", "two\r\nlines"]
+    manifest = _ham_with_notes(tmp_path / "ham", notes)
+    assert manifest.read_bytes().count(b"\n") == 7  # "\r\n" is one line break
+    result = _convert_ham(manifest, tmp_path / "out")
+    assert result.samples_written == 3
+    stored = _stored_notes(tmp_path / "out" / "v1" / "8")
+    assert [stored[f"ISIC_{n:07d}"] for n in range(3)] == notes
+    (note,) = [n for n in result.notes if "rows on" in n]
+    assert "3 rows on 7 lines: 2 rows span several lines" in note and "lines 2-4 (notes); lines 6-7 (notes)" in note
+    table = read_table(str(manifest))
+    assert [line for line, _ in table.records] == [2, 5, 6] and table.spans == [(2, 4, ("notes",)), (6, 7, ("notes",))]
+
+
+def test_a_csv_cell_going_on_after_its_closing_quote_is_refused(tmp_path):
+    manifest = _ham_with_notes(tmp_path / "ham", ["x", "fine"], raw={2: '"6" lesion'})
+    with pytest.raises(SourceError, match=r"line 3: malformed quoting \(',' expected after '\"'\)"):
+        read_table(str(manifest))
+
+
+def test_a_tsv_cell_wholly_in_quotes_is_unquoted_and_one_spanning_lines_is_refused_with_the_hint(tmp_path):
+    """pandas and spreadsheets quote a .tsv cell that holds a quote or a tab: unquoted. A cell whose
+    quotes span lines (a line break in a .tsv cell) is refused at the line that falls short, naming
+    the line whose quote was left open."""
+    notes = ['said "itchy"', "a\tb", '"quoted"', ""]
+    manifest = _ham_with_notes(tmp_path / "ham", notes, suffix=".tsv")
+    assert '"said ""itchy"""' in manifest.read_text(encoding="utf-8")
+    table = read_table(str(manifest))
+    assert [obj["notes"] for _, obj in table.records] == notes and not table.open_quotes and not table.notes()
+    text = manifest.read_text(encoding="utf-8").replace('"said ""itchy"""', '"said\nitchy"')
+    manifest.write_text(text, encoding="utf-8")
+    with pytest.raises(
+        SourceError,
+        match=r"line 3 has 1 cells, but the header has 8 columns.* Line 2 has a cell "
+        r"that opens a double quote its line does not close: a \.tsv row is one line",
+    ):
+        read_table(str(manifest))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.text(alphabet="ab ,;\t\"\n\r'é", max_size=8), min_size=3, max_size=3), max_size=6))
+def test_what_stock_csv_writes_reads_back_cell_for_cell_or_is_refused_naming_a_line(rows):
+    """Oracle: Python's csv writer. A .csv reads back every cell it wrote, or (a quoted cell whose lines
+    read as rows) is refused naming a line; a .tsv of cells without tabs or line breaks reads back; the
+    physical lines are counted."""
+    import csv
+    import tempfile
+
+    header = ["key", "label", "notes"]
+    with tempfile.TemporaryDirectory() as d:
+        for suffix, delimiter in ((".csv", ","), (".tsv", "\t")):
+            cells = (
+                rows
+                if suffix == ".csv"
+                else [[c.replace("\t", " ").replace("\r", " ").replace("\n", " ") for c in r] for r in rows]
+            )
+            cells = [r for r in cells if any(r)] if suffix == ".csv" else [r for r in cells if r != ["", "", ""]]
+            path = os.path.join(d, f"m{suffix}")
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                csv.writer(f, delimiter=delimiter).writerows([header, *cells])  # "\r\n": quotes a cell holding "\r"
+            try:
+                table = read_table(path)
+            except SourceError as e:
+                assert suffix == ".csv" and "reads as a row of its own" in str(e), e
+                continue
+            assert [[obj[h] for h in header] for _, obj in table.records] == cells
+            with open(path, "rb") as f:  # the physical lines, counted by hand: every line break ends one
+                assert table.lines == len(re.findall(rb"\r\n|\r|\n", f.read()))
+
+
+def test_a_cell_longer_than_pythons_csv_limit_is_read_whole(tmp_path):
+    """csv's own limit is 131,072 characters a cell; a long free-text cell (here 200,000) is a cell,
+    kept whole in the sample's meta, and csv's limit is left as it was."""
+    import csv
+
+    long = "irregular border; " * 11_112
+    assert len(long) > 200_000
+    limit = csv.field_size_limit()
+    for suffix in (".csv", ".tsv"):
+        manifest = _ham_with_notes(tmp_path / suffix[1:], [long, "fine"], suffix=suffix)
+        result = _convert_ham(manifest, tmp_path / suffix[1:] / "out")
+        assert result.samples_written == 2
+        assert _stored_notes(tmp_path / suffix[1:] / "out" / "v1" / "8")["ISIC_0000000"] == long.strip()
+    assert csv.field_size_limit() == limit

@@ -36,6 +36,12 @@ def _run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Completed
     return run
 
 
+def _make_demo_commands() -> list[list[str]]:
+    """The commands of the Makefile's demo target, each without its program ($(BIN)/python or wds-tools)."""
+    lines = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    return [line.strip().lstrip("@").split()[1:] for line in lines]
+
+
 def test_fresh_venv_install_and_quick_start(tmp_path):
     repo = tmp_path / "wds-tools"  # a copy of the checkout, so that the editable install writes nothing into it
     repo.mkdir()
@@ -73,21 +79,21 @@ def test_fresh_venv_install_and_quick_start(tmp_path):
     assert str(bin_ / "wds-tools") in out and "convert" in out
 
     py, cli = str(bin_ / "python"), str(bin_ / "wds-tools")
-    _run([py, "scripts/make_demo_corpus.py", "--out", "demo/corpus", "--count", "150"], repo)
-    demo = repo / "demo"
-    run = _run(
-        [cli, "convert", "--source", "corpus/manifest.csv", "--version", "v1", "--size", "224", "--out", "shards"]
-        + ["--workers", "2", "--shard-size", "64", "--max-errors", "5%"],
-        demo,
-    )
-    index = json.loads((demo / "shards/v1/224/index.json").read_text())
+    # make demo's commands, in the checkout's root as the README's Quick start has them (issue 38, point 17)
+    demo = _make_demo_commands()
+    assert demo[0][:2] == ["scripts/make_demo_corpus.py", "--out"] and demo[0][2] == "corpus"
+    _run([py, *demo[0][:3], "--count", "150"], repo)
+    run = _run([cli, *demo[1]], repo)
+    index = json.loads((repo / "shards/v1/224/index.json").read_text())
     train_samples = index["splits"]["train"]["samples"]
     assert train_samples + index["splits"]["val"]["samples"] == 150  # the 4 bad files are the failures
     assert "failed: 4" in run.stdout + run.stderr
-    stats = json.loads(_run([cli, "stats", "shards/v1/224", "--json"], demo).stdout)
+    quick_start = (repo / "README.md").read_text(encoding="utf-8")
+    assert "wds-tools stats shards/v1/224" in quick_start and "--out shards" in quick_start
+    stats = json.loads(_run([cli, "stats", "shards/v1/224", "--json"], repo).stdout)  # as the README says
     assert stats["splits"]["train"]["samples"] == train_samples
 
-    steps = _run([py, "scripts/demo_next_steps.py", "demo/shards/v1/224"], repo).stdout
+    steps = _run([py, *demo[-1]], repo).stdout
     assert "source .venv/bin/activate" in steps and "make docs" in steps
     lines = steps.splitlines()
     snippet = "\n".join(lines[lines.index("--- train.py") + 1 : lines.index("---")])

@@ -10,9 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import convert_images, upload
 from shardkit import copy_tars
 
+from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.resolve import resolve, resolve_target
 
@@ -112,9 +114,16 @@ def test_a_folder_above_the_size_folders_names_the_sizes_it_holds(folder, tmp_pa
 def test_errors_are_named(folder, tmp_path):
     with pytest.raises(OptionError, match=r"nowhere: no such shards folder, index file or shard pattern"):
         resolve(tmp_path / "nowhere")
-    with pytest.raises(IndexFormatError, match=r"no index at .*nowhere/index.json; convert first"):
+    with pytest.raises(IndexFormatError, match=r"no index at .*nowhere/index.json; .*nowhere does not exist"):
         resolve(tmp_path / "nowhere" / "index.json")
-    with pytest.raises(ShardError, match=r"2 of 9 shards do not exist, e.g. .*train-000007.tar; check the pattern"):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(IndexFormatError, match=r"no index at .*empty/index.json; convert first"):
+        resolve(tmp_path / "empty" / "index.json")
+    with pytest.raises(
+        ShardError,
+        match=r"2 of 9 shards do not exist, e.g. .*train-000007.tar \(.*index.json lists train-\{000000..000006\}"
+        r"\.tar \(7 train\), val-\{000000..000001\}\.tar \(2 val\)\); check the pattern",
+    ):
         resolve(str(folder / "train-{000000..000008}.tar"))
     with pytest.raises(IndexFormatError, match=r"2 shard\(s\) are not in .*index.json \(first: train-000007.tar\)"):
         resolve(str(folder / "train-{000000..000008}.tar"), need_index=True)
@@ -269,3 +278,54 @@ def test_training_adapter_imports_only_the_format_and_errors():
                 found.update(a.name for a in node.names if a.name.startswith("wds_tools"))
     assert "wds_tools.format.resolve" in found  # the walk saw the imports
     assert {m for m in found if m != "wds_tools.errors" and not m.startswith("wds_tools.format.")} == set()
+
+
+# ------------------------------------------------------------------ a mistyped spec is named (issue 38, point 18)
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        (
+            "train-{000000...000006}.tar",
+            r"the braces \{000000\.\.\.000006\} were not expanded, so the pattern would name the one file "
+            r".*train-\{000000\.\.\.000006\}\.tar; a shard pattern is train-\{000000\.\.000041\}\.tar \(a range: "
+            r"two dots\)",
+        ),
+        ("train-{000000..000006}}.tar", r"the '\}' at position \d+ closes no '\{'; a shard pattern is"),
+        ("train-000000.tar}", r"the '\}' at position \d+ closes no '\{'"),
+        ("train-{000000..00000{6}.tar", r"the '\{' at position \d+ is never closed"),
+    ],
+)
+def test_a_malformed_brace_pattern_is_refused_naming_the_braces(folder, pattern, message):
+    """braceexpand leaves a brace group it cannot read as it is (one file named '{000000...000006}') and
+    raises a bare UnbalancedBracesError for a stray brace: each is refused by the loader's resolve and
+    by stats, naming the braces and what a pattern looks like."""
+    spec = str(folder / pattern)
+    for kw in ({}, {"need_index": True}):
+        with pytest.raises(OptionError, match=message):
+            resolve(spec, **kw)
+    res = CliRunner().invoke(cli, ["stats", spec])
+    assert res.exit_code != 0 and re.search(message, res.output) and "Traceback" not in res.output
+
+
+def test_a_mistyped_size_or_version_lists_what_exists(folder):
+    """v1/23 for v1/16, v9 for v1: the refusal says the folder does not exist and lists the sizes of
+    the version folder, or the versions under OUT, for the loader's pattern, a folder, an index file
+    and stats alike."""
+    out = folder.parent.parent  # OUT/v1/16
+    typo = out / "v1" / "23"
+    sizes = rf"{re.escape(str(typo))} does not exist; {re.escape(str(out / 'v1'))} holds the sizes 16 \(a folder each\)"
+    with pytest.raises(ShardError, match=r"7 of 7 shards do not exist, e\.g\. .*\(" + sizes):
+        resolve(str(typo / "train-{000000..000006}.tar"))
+    with pytest.raises(OptionError, match=r"no such shards folder, index file or shard pattern: " + sizes):
+        resolve(str(typo))
+    with pytest.raises(IndexFormatError, match=r"no index at .*23/index\.json; " + sizes):
+        resolve(str(typo / "index.json"))
+    res = CliRunner().invoke(cli, ["stats", str(typo / "train-{000000..000006}.tar")])
+    assert res.exit_code != 0 and re.search(sizes, res.output), res.output
+    version = out / "v9" / "16"
+    with pytest.raises(
+        OptionError, match=rf"{re.escape(str(version))} does not exist; .* holds the versions v1 \(16\)"
+    ):
+        resolve(str(version))

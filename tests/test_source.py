@@ -490,3 +490,127 @@ def test_a_symlinked_subfolder_is_followed_and_a_loop_is_listed(tmp_path):
     assert sorted(r.source_path for r in src.rows) == ["cat/a.jpg", "cat/linked/b.jpg"]
     assert [s["path"] for s in src.skipped] == ["cat/loop"]
     assert "already walked" in src.skipped[0]["reason"]
+
+
+# --- mixed extensions in one folder (issue 38, point 14) ---
+
+
+def _mixed_ham(root):
+    """A HAM10000-shaped folder of 6 images whose files are JPEG, PNG and HEIC as a phone and a scanner
+    left them: ISIC_0000001.png, ISIC_0000002.HEIC (upper case), ISIC_0000003.png beside a stale
+    ISIC_0000003.jpg, ISIC_0000004 missing. Returns the manifest and each key's colour."""
+    import numpy as np
+    from PIL import Image
+
+    from wds_tools.synth import jpeg_bytes
+
+    pillow_heif = pytest.importorskip("pillow_heif")
+    pillow_heif.register_heif_opener()
+    manifest = write_ham(root, [2, 2, 2])
+    images = root / "images"
+    colours = {}
+    for n, fmt in enumerate(["jpg", "png", "HEIC", "png", None, "jpg"]):
+        key = f"ISIC_{n:07d}"
+        (images / f"{key}.jpg").unlink()
+        if fmt is None:
+            continue
+        colour = (30 + 35 * n, 200 - 25 * n, 90)
+        colours[key] = np.array(colour)
+        im = Image.new("RGB", (40, 30), colour)
+        if fmt == "jpg":
+            (images / f"{key}.jpg").write_bytes(jpeg_bytes(im))
+        else:
+            im.save(images / f"{key}.{fmt}", "PNG" if fmt == "png" else "HEIF", quality=95)
+    (images / "ISIC_0000003.jpg").write_bytes(jpeg_bytes(Image.new("RGB", (40, 30), (0, 0, 0))))
+    return manifest, colours
+
+
+@pytest.mark.parametrize("template", ["images/{image_id}.{jpg,png,heic,HEIC}", "images/{image_id}.*"])
+def test_a_template_listing_extensions_or_ending_with_a_star_takes_each_file_of_a_mixed_folder(tmp_path, template):
+    """Each row takes the first listed extension that exists ('.*': the first image file by name); a
+    row with two candidates is named in a note; one with none fails naming every path tried."""
+    manifest, colours = _mixed_ham(tmp_path)
+    src = read_source(manifest, val_fraction=0.0, columns=Columns(key="image_id", label="dx", path=template))
+    taken = {r.key: r.source_path for r in src.rows}
+    assert taken == {
+        "ISIC_0000000": "images/ISIC_0000000.jpg",
+        "ISIC_0000001": "images/ISIC_0000001.png",
+        "ISIC_0000002": "images/ISIC_0000002.HEIC",
+        "ISIC_0000003": "images/ISIC_0000003.jpg",  # listed first, and first by name
+        "ISIC_0000004": "images/ISIC_0000004.jpg" if "{jpg" in template else "images/ISIC_0000004.*",
+        "ISIC_0000005": "images/ISIC_0000005.jpg",
+    }
+    errors = {r.key: r.error for r in src.rows if r.error}
+    assert list(errors) == ["ISIC_0000004"] and errors["ISIC_0000004"].startswith("missing file: none of images/")
+    (note,) = src.notes
+    assert "1 row names more than one existing file" in note
+    assert "line 5: images/ISIC_0000003.jpg (also images/ISIC_0000003.png)" in note
+
+
+def test_mixed_extensions_convert_their_own_pixels_through_the_cli(tmp_path):
+    """The HAM10000 walkthrough: the README's template with the extensions listed converts the JPEGs, PNGs
+    and the HEIC, each sample its own picture; the missing file is the one failure, named."""
+    import io
+    import tarfile
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+
+    manifest, colours = _mixed_ham(tmp_path)
+    (tmp_path / "images" / "ISIC_0000003.jpg").unlink()  # no stale copy: the PNG is the picture
+    args = ["convert", "--source", str(manifest), "--key", "image_id", "--label", "dx"]
+    args += ["--path", "images/{image_id}.{jpg,png,heic,HEIC}", "--version", "v1", "--size", "16"]
+    args += ["--out", str(tmp_path / "out"), "--workers", "1", "--val-fraction", "0", "--max-errors", "1", "-q"]
+    run = CliRunner().invoke(cli, args)
+    assert run.exit_code == 0, run.output
+    assert "failed: 1" in run.output and "ISIC_0000004" in run.output
+    means = {}
+    for tar in (tmp_path / "out" / "v1" / "16").glob("*.tar"):
+        with tarfile.open(tar) as tf:
+            for m in tf:
+                if m.name.endswith(".npy"):
+                    means[m.name[:-4]] = np.load(io.BytesIO(tf.extractfile(m).read())).reshape(-1, 3).mean(0)
+    assert sorted(means) == sorted(colours)
+    for key, colour in colours.items():
+        assert np.abs(means[key] - colour).max() < 6, (key, means[key], colour)
+
+
+def test_a_missing_file_names_the_same_name_with_another_extension(tmp_path):
+    """--path 'images/{image_id}.jpg' on a folder holding PNGs beside the JPEGs: each PNG row fails as
+    before, its reason naming the PNG and the template that takes both (errors.jsonl and the refusal)."""
+    from wds_tools.convert import convert
+    from wds_tools.errors import TooManyErrorsError
+
+    manifest, _ = _mixed_ham(tmp_path)
+    kw = dict(version="v1", size=16, out=tmp_path / "out", key="image_id", label="dx", workers=1, progress=False)
+    with pytest.raises(
+        TooManyErrorsError,
+        match=r"First: images/ISIC_0000001\.jpg: missing file; "
+        r"images/ISIC_0000001\.png exists \(--path 'images/\{image_id\}\.\{jpg,png\}' takes each",
+    ):
+        convert(manifest, path="images/{image_id}.jpg", **kw)
+    errors = [json.loads(line) for line in (tmp_path / "out" / "v1" / "16" / "errors.jsonl").read_text().splitlines()]
+    reasons = {e["key"]: e["error"] for e in errors}
+    assert reasons == {
+        "ISIC_0000001": "missing file; images/ISIC_0000001.png exists (--path 'images/{image_id}.{jpg,png}' takes "
+        "each of them, the first that exists; '.*' any image extension)",
+        "ISIC_0000002": "missing file; images/ISIC_0000002.HEIC exists (--path 'images/{image_id}.{jpg,HEIC}' takes "
+        "each of them, the first that exists; '.*' any image extension)",
+        "ISIC_0000004": "missing file",
+    }
+
+
+def test_a_missing_file_of_a_path_column_names_the_file_beside_it(tmp_path):
+    """A manifest's own path column: the reason names the PNG beside the missing JPEG, no template advice."""
+    from PIL import Image
+
+    from wds_tools.convert import convert
+
+    rows = make_images(tmp_path, 6)
+    Image.open(tmp_path / "img/s0002.jpg").save(tmp_path / "img/s0002.PNG")
+    (tmp_path / "img/s0002.jpg").unlink()
+    manifest = write_manifest(tmp_path / "m.csv", rows)
+    result = convert(manifest, version="v1", size=16, out=tmp_path / "out", workers=1, progress=False, max_errors=1)
+    assert [(f["key"], f["error"]) for f in result.failures] == [("s0002", "missing file; img/s0002.PNG exists")]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.format.npy import npy_header
-from wds_tools.format.tarwrite import SIZE_MAX, ShardWriter, member_header, partial_path
+from wds_tools.format.tarwrite import SIZE_MAX, ShardWriter, member_header, partial_path, seal
 
 
 def test_writer_offsets_ustar_and_atomic_rename(tmp_path):
@@ -185,3 +185,79 @@ def test_seal_refuses_a_file_of_another_length(tmp_path):
     with pytest.raises(OSError, match=rf"is {n} bytes, {n + 512} were written"):
         seal(w.tmp, w.path, n + 512)
     assert not os.path.exists(w.path)  # not renamed into place
+
+
+def _record_syncs(monkeypatch) -> list[tuple]:
+    """Every os.fsync and os.replace, in order: ("fsync", (dev, inode), is a folder) and ("replace", dst)."""
+    import stat
+
+    calls: list[tuple] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recording_fsync(fd):
+        st = os.fstat(fd)
+        calls.append(("fsync", (st.st_dev, st.st_ino), stat.S_ISDIR(st.st_mode)))
+        return fsync(fd)
+
+    def recording_replace(src, dst):
+        calls.append(("replace", os.fspath(dst)))
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    return calls
+
+
+def _folder_id(path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def test_a_published_shard_and_index_sync_their_folder_after_the_rename(tmp_path, monkeypatch):
+    """A rename is durable only once the folder holding the new name is synced: the shard's bytes are
+    synced, then renamed, then its folder synced (``ShardWriter.close``, ``seal``), as is an index
+    file's (``atomic_write_bytes``)."""
+    from wds_tools.format.fsutil import atomic_write_bytes
+
+    out = tmp_path / "v1" / "224"
+    out.mkdir(parents=True)
+    folder = _folder_id(out)
+    calls = _record_syncs(monkeypatch)
+    with ShardWriter(str(out / "train-000000.tar")) as w:
+        w.add("a.cls", b"0")
+    w2 = ShardWriter(str(out / "train-000001.tar"), digest=False)
+    w2.add("b.cls", b"1")
+    n = w2.end()
+    seal(w2.tmp, str(out / "train-000001.tar"), n)
+    atomic_write_bytes(out / "index.json", b"{}")
+    for name in ("train-000000.tar", "train-000001.tar", "index.json"):
+        at = calls.index(("replace", str(out / name)))
+        assert calls[at - 1][0] == "fsync" and not calls[at - 1][2], calls  # the file's bytes first
+        assert calls[at + 1] == ("fsync", folder, True), calls  # then the folder that holds its new name
+    assert sum(c == ("fsync", folder, True) for c in calls) == 3
+
+
+def test_a_folder_that_cannot_be_synced_does_not_stop_the_write(tmp_path, monkeypatch):
+    """Some network filesystems refuse fsync on a folder (EINVAL): the file is still written; another
+    error (EIO: the disk failed) is raised."""
+    import errno
+    import stat
+
+    from wds_tools.format.fsutil import atomic_write_bytes
+
+    fsync = os.fsync
+
+    def refusing(code):
+        def f(fd):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise OSError(code, os.strerror(code))
+            return fsync(fd)
+
+        return f
+
+    monkeypatch.setattr(os, "fsync", refusing(errno.EINVAL))
+    atomic_write_bytes(tmp_path / "a.json", b"1")
+    assert (tmp_path / "a.json").read_bytes() == b"1"
+    monkeypatch.setattr(os, "fsync", refusing(errno.EIO))
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic_write_bytes(tmp_path / "b.json", b"2")

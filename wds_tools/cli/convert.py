@@ -118,8 +118,10 @@ _SIZES = _Sizes()
     show_default=True,
     metavar="TEMPLATE",
     help="Manifest column holding each image's path, or a template naming columns in braces, e.g. "
-    "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). A row "
-    "whose path names a missing file is skipped and listed in errors.jsonl.",
+    "'images/{image_id}.jpg' (relative to the manifest's folder; '{{' and '}}' for braces). Mixed "
+    "extensions: 'images/{image_id}.{jpg,png,heic}' takes the first listed that exists, "
+    "'images/{image_id}.*' any image extension. A row whose path names a missing file is skipped and "
+    "listed in errors.jsonl, naming a file of the same name with another extension when there is one.",
 )
 @click.option(
     "--split",

@@ -31,6 +31,7 @@ def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
     """List keys added, removed, changed (other source bytes) and relabeled between two versions.
 
     OLD and NEW are shards folders (or their index.json), local or URLs (s3://..., https://...).
+    Each relabeled key is listed with its old and new label (--json: "relabels").
 
     \b
     Example:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -36,8 +37,10 @@ from .result import (
     ConvertResult,
     ConvertResults,
     allowed_errors,
+    base_text,
     count,
     dry_run_result,
+    first_failures,
     parse_max_errors,
     result_from_index,
 )
@@ -45,7 +48,7 @@ from .reuse import Base
 from .runner import Runner, make_runner
 from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
 from .schedule import shared_bytes, write_shards
-from .source import Source, SourceRow, dedup_notes, read_source
+from .source import Source, SourceRow, dedup_notes, read_source, with_other_extensions
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .storage import Store
@@ -65,6 +68,7 @@ __all__ = [
 
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
+_LISTED_FAILURES = 10  # failures the summary names (result.first_failures)
 
 
 def convert(
@@ -260,6 +264,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 resplit=opts.resplit,
                 skipped=list(src.skipped),
             )
+            result.notes += src.notes  # nothing silent: manifest rows on several lines, quotes kept as written
             if src.dedup is not None:  # nothing silent: what --dedup changed
                 result.notes += dedup_notes(src)
             if lock is not None and lock.taken_over is not None and state != "fresh":
@@ -269,7 +274,7 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
                 _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
         for t in targets:
             if t.state == "complete":
-                _already_complete(t, t0)
+                _already_complete(t, src, t0)
         todo = [t for t in targets if t.state != "complete"]
         if todo:
             _convert_todo(src, todo, opts, t0)
@@ -306,7 +311,7 @@ def _read_only(
             ),
             opts.samples_per_shard(side),
         )
-        _already_complete(t, t0)
+        _already_complete(t, src, t0)
         t.result.notes.append("the folder is read-only: read, nothing written")
         results.append(t.result)
     if len(results) == 1:
@@ -318,6 +323,9 @@ def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: flo
     for t in todo:
         t.base = select_base(opts, t.side, decoder_versions())
         t.result.base = t.base.version if t.base is not None else None
+        t.result.base_rule = None if t.base is None else "from" if opts.base is not None else "newest"
+        if t.base is not None and opts.progress:  # said before the work, as the summary's first line says it
+            print(f"convert {opts.version}/{t.side}: {base_text(t.base.version, t.result.base_rule)}", file=sys.stderr)
     # the runner before anything is written: a missing extra (Ray) leaves nothing behind
     runner = make_runner(opts.executor, opts.workers, opts.ray_address, shared_bytes(opts.workers or 1))
     try:
@@ -357,16 +365,17 @@ def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
         clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
 
 
-def _already_complete(t: Target, t0: float) -> None:
+def _already_complete(t: Target, src: Source, t0: float) -> None:
     result, store = t.result, t.store
     assert t.done_meta is not None  # a complete folder has its index meta
-    result_from_index(result, store, t.done_meta)
+    result_from_index(result, store, t.done_meta, drawn=not src.split_given)
     errors = store.join(ERRORS_FILE)
     result.errors_file = errors if store.exists(errors) else None
     if result.errors_file:
         lines = [json.loads(line) for line in store.read_bytes(errors).splitlines() if line.strip()]
         result.narrow_pixels = [e for e in lines if e.get("stage") == "pixels"]
-        result.failed = len(lines) - len(result.narrow_pixels)
+        failed = [e for e in lines if e.get("stage") != "pixels"]
+        result.failed, result.failures = len(failed), failed[:_LISTED_FAILURES]  # as errors.jsonl has them
     result.already_complete = True
     result.seconds = round(time.perf_counter() - t0, 3)
 
@@ -446,6 +455,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
         pairs = hashes.load_pairs(opts.out_root, scan_base.version)
     scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
+    scan = with_other_extensions(src, scan)  # a missing images/x.jpg names images/x.png beside it
     failures = [
         {"key": r.key, "path": r.source_path, "line": r.line, "stage": "scan", "error": err}
         for r, err in zip(rows, scan)
@@ -476,7 +486,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
             t.result.removed = t.base.removed({r.key for r in rows})
     if opts.dry_run:
         for t in todo:
-            dry_run_result(t.result, t.tasks, failures, t0)
+            dry_run_result(t.result, t.tasks, failures, t0, src.kind == "image-folder")
         return
 
     # 3. write: the largest size first; its decodes also give the other sizes' pixels
@@ -647,7 +657,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         version=str(opts.version),
         provenance=provenance,
     )
-    result_from_index(result, store, meta)
+    result_from_index(result, store, meta, drawn=not src.split_given)
     if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
         path = store.join(meta["samples_file"]["name"])
         cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))
@@ -657,6 +667,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         )
         result.removed = result.by_key["removed"]
     result.failed = len(failures)
+    result.failures = first_failures(failures, src.kind == "image-folder")
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     written = result.decoded + result.reused + result.relabeled
     result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0

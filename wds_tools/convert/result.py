@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import OptionError
 from ..format.names import url_pattern
+from ..format.splits import class_gaps, gap_warnings
 from ..format.transport import join
+from .assemble import errors_order
 from .storage import Store
 from .write import ShardTask
 
@@ -20,6 +22,8 @@ __all__ = [
     "parse_max_errors",
     "allowed_errors",
     "dry_run_result",
+    "first_failures",
+    "base_text",
     "result_from_index",
     "count",
     "split_report",
@@ -43,10 +47,13 @@ class ConvertResult:
     size: int
     samples_written: int = 0
     failed: int = 0
+    failures: list[dict] = field(default_factory=list)  # the first ten of them as errors.jsonl lists them:
+    # {"key", "path", "line" (a manifest's), "stage", "error"}
     shards: int = 0
     shards_resumed: int = 0  # shards an interrupted run had finished, kept
     samples_resumed: int = 0  # the samples in them (not counted in images_per_second)
     base: str | None = None  # the version whose pixels were reused
+    base_rule: str | None = None  # how it was chosen: "newest" (the default) or "from" (--from)
     decoded: int = 0  # samples decoded from source in this run
     reused: int = 0  # samples copied from the base: label unchanged, or found under another key
     relabeled: int = 0  # samples copied from the base: same key and source bytes, another label (diff's rule)
@@ -65,7 +72,10 @@ class ConvertResult:
     splits: dict[str, dict] = field(default_factory=dict)
     split_shares: dict[str, float] = field(default_factory=dict)  # each split's share of the samples
     class_val_shares: dict[str, float] = field(default_factory=dict)  # each class's share of its samples in val
-    split_warnings: list[str] = field(default_factory=list)  # shares beyond the tolerance (split_report)
+    split_warnings: list[str] = field(default_factory=list)  # class gaps, then shares beyond the tolerance
+    # (split_report)
+    class_gaps: list[dict] = field(default_factory=list)  # classes with no train or no val samples
+    # (format.splits.class_gaps)
     split_base: str | None = None  # the version whose groups kept their split (build.split_base)
     resplit: bool = False  # every group's split drawn afresh (--resplit)
     errors_file: str | None = None
@@ -91,6 +101,8 @@ class ConvertResult:
                 f"Converted {count(self.samples_written, 'image')} into {count(self.shards, 'shard')} in "
                 f"{self.out_dir} ({self.seconds:.1f} s{self._rate()})"
             ]
+        if self.base is not None and not self.already_complete:
+            lines[0] += f"; {base_text(self.base, self.base_rule)}"
         width = max([len(s) for s in self.splits] + [5])
         for name, sp in self.splits.items():
             lines.append(
@@ -107,7 +119,8 @@ class ConvertResult:
             )
         elif self.resplit:
             lines.append("  splits: every group's split drawn afresh (--resplit), none kept from an earlier version")
-        lines += [f"  warning: {w}" for w in self.split_warnings]
+        loud = len(gap_warnings(self.class_gaps))  # the class gaps come first, in capitals
+        lines += [f"  {'WARNING' if i < loud else 'warning'}: {w}" for i, w in enumerate(self.split_warnings)]
         if self.base is not None or self.dry_run:
             lines.append(
                 f"  from base {self.base or '(none)'}: {self.reused:,} reused, {self.relabeled:,} "
@@ -143,8 +156,13 @@ class ConvertResult:
         for p in self.reuse_problems[:5]:
             lines.append(f"  decoded again, base copy failed its check: {p['key']} in {p['base_shard']}: {p['error']}")
         if self.failed:
-            where = f" (reasons in {self.errors_file})" if self.errors_file else ""
-            lines.append(f"  failed: {self.failed}{where}")
+            where = f" (every one with its reason in {self.errors_file})" if self.errors_file else ""
+            lines.append(f"  failed: {self.failed:,}{where}:")
+            for f in self.failures[:_LISTED]:
+                at = f"line {f['line']}: " if "line" in f else ""
+                lines.append(f"    {at}{f['key']} ({f['path']}): {f['error']}")
+            if self.failed > len(self.failures[:_LISTED]):
+                lines.append(f"    ... and {self.failed - len(self.failures[:_LISTED]):,} more")
         if self.narrow_pixels:
             n = len(self.narrow_pixels)
             where = f"; listed in {self.errors_file}, stage pixels" if self.errors_file else ""
@@ -180,6 +198,13 @@ class ConvertResult:
     def to_dict(self) -> dict:
         """The result as JSON-ready values (the CLI's --json)."""
         return asdict(self)
+
+
+def base_text(base: str, rule: str | None) -> str:
+    """Which version a conversion reuses and keeps splits from, and how to choose another."""
+    if rule == "from":
+        return f"base {base} (--from; --no-reuse for none)"
+    return f"base {base}, the newest earlier version with these settings (--from V picks another, --no-reuse none)"
 
 
 def parse_max_errors(value: str | int | float) -> tuple[str, float]:
@@ -228,7 +253,9 @@ class ConvertResults:
         return {"results": [r.to_dict() for r in self.results], "seconds": self.seconds}
 
 
-def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list[dict], t0: float) -> ConvertResult:
+def dry_run_result(
+    result: ConvertResult, tasks: list[ShardTask], failures: list[dict], t0: float, folder: bool = False
+) -> ConvertResult:
     """What a run would do: counts only, nothing written."""
     for t in tasks:
         for s in t.samples:
@@ -246,13 +273,20 @@ def dry_run_result(result: ConvertResult, tasks: list[ShardTask], failures: list
     result.samples_written = 0
     result.shards = len(tasks)
     result.failed = len(failures)
+    result.failures = first_failures(failures, folder)
     result.max_errors_exceeded = result.failed > result.max_errors_allowed
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 
 
-def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
-    """Fill ``result``'s totals from an index's meta."""
+def first_failures(failures: list[dict], folder: bool) -> list[dict]:
+    """The first ``_LISTED`` failures in errors.jsonl's order (``assemble.errors_order``), for the summary."""
+    return errors_order(failures, folder)[:_LISTED]
+
+
+def result_from_index(result: ConvertResult, store: Store, meta: dict, drawn: bool | None = None) -> None:
+    """Fill ``result``'s totals from an index's meta; ``drawn``: no split came from a manifest split
+    column (None: as the index's ``build.columns`` tells, which names only a --split option)."""
     result.samples_written = meta["samples"]
     result.shards = len(meta["shards"])
     result.splits = {
@@ -261,15 +295,20 @@ def result_from_index(result: ConvertResult, store: Store, meta: dict) -> None:
     }
     build = meta.get("build", {})
     result.split_base = build.get("split_base")
-    result.split_shares, result.class_val_shares, result.split_warnings = split_report(meta)
+    report = split_report(meta, drawn)
+    result.split_shares, result.class_val_shares, result.split_warnings, result.class_gaps = report
 
 
-def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[str]]:
-    """(each split's share, each class's val share, warnings) of an index's meta.
+def split_report(
+    meta: dict, drawn: bool | None = None
+) -> tuple[dict[str, float], dict[str, float], list[str], list[dict]]:
+    """(each split's share, each class's val share, warnings, class gaps) of an index's meta.
 
-    Warned, when the splits were drawn (no manifest split column) with val_fraction f > 0: no val
-    split at all; a val share of all samples, or of a class holding at least 2/f samples, outside
-    f ± max(0.05, f/2).
+    Warned first, whoever chose the splits: each class with samples but none in train or none in
+    val (``format.splits.class_gaps``). Then, when the splits were drawn (``drawn``: no manifest
+    split column gave any) with val_fraction f > 0: no val split at all; a val share of all samples,
+    or of a class holding at least 2/f samples (a smaller class cannot come that close: one sample
+    moves it by more than f/2), outside f ± max(0.05, f/2).
     """
     total = meta["samples"]
     splits = meta["splits"]
@@ -280,10 +319,23 @@ def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[s
     val_shares = {c: round(v / n, 4) for c, v, n in zip(classes, val, whole) if n}
     build = meta.get("build", {})
     f = float(build.get("val_fraction") or 0.0)
-    drawn = (build.get("columns") or {}).get("split") is None
-    warnings: list[str] = []
+    if drawn is None:
+        drawn = (build.get("columns") or {}).get("split") is None
+    gaps = class_gaps(classes, {name: sp.get("class_counts", [0] * len(classes)) for name, sp in splits.items()})
+    if not drawn:
+        hint = "the manifest's split column put them there"
+    elif build.get("group") is not None:
+        hint = (
+            f"splits are drawn per group of {build['group']!r}, each group whole, so a class held by few groups "
+            "can land whole in one split: give such rows a split in a split column, or --stratify"
+        )
+    elif (build.get("source") or {}).get("kind") == "image-folder":
+        hint = "a class of few samples can land whole in one split: a manifest's split column chooses them"
+    else:
+        hint = "a class of few samples can land whole in one split: give its rows a split in a split column"
+    warnings = gap_warnings(gaps, hint)
     if not (drawn and f > 0 and total):
-        return shares, val_shares, warnings
+        return shares, val_shares, warnings, gaps
     tol = max(0.05, f / 2)
     fix = (
         f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
@@ -294,19 +346,21 @@ def split_report(meta: dict) -> tuple[dict[str, float], dict[str, float], list[s
         warnings.append(
             f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one from{fix}"
         )
-        return shares, val_shares, warnings
+        return shares, val_shares, warnings, gaps
+    rule = f"±{tol:.1%}: 5 points or half --val-fraction, whichever is larger"
     share = splits["val"]["samples"] / total
     if abs(share - f) > tol:
         warnings.append(
             f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
-            f"±{tol:.1%}): the groups are too few or too uneven{fix}"
+            f"{rule}): the groups are too few or too uneven{fix}"
         )
+    least = math.ceil(2 / f - 1e-9)
     off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole) if n >= 2 / f and abs(val_shares[c] - f) > tol]
     if off:
         more = f" and {len(off) - 5} more" if len(off) > 5 else ""
-        hint = "" if build.get("stratify") else " (--stratify draws each class's share)"
+        hint = "" if build.get("stratify") else "; --stratify draws each class's share"
         warnings.append(
-            f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} ±{tol:.1%}: "
-            f"{', '.join(off[:5])}{more}{hint}"
+            f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} (tolerance {rule}; "
+            f"checked for classes of at least 2/{f:g} = {least:,} samples): {', '.join(off[:5])}{more}{hint}"
         )
-    return shares, val_shares, warnings
+    return shares, val_shares, warnings, gaps

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
-from ..format.transport import is_remote, join
+from ..format.transport import exists, is_remote, join
 from .dedup import NearFinder, NearRows
 from .groups import SplitBase
-from .manifest import Bound, Columns, bind, cell_text, metadata_values, read_table
+from .manifest import ANY_EXTENSION, Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, split_groups
 from .scan import HASH_ALGORITHMS
 
@@ -30,6 +30,7 @@ __all__ = [
     "sanitize_keys",
     "check_keys",
     "dedup_notes",
+    "with_other_extensions",
 ]
 
 # .jfif/.jpe are JPEGs; .heic/.heif need pillow-heif (the 'heif' extra: without it each fails naming it),
@@ -92,6 +93,8 @@ class Source:
     dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
     dedup_flat: tuple[str, ...] = ()  # --dedup: the keys of the rows too flat to hash (joined with none)
     dedup_uncoloured: tuple[str, ...] = ()  # --dedup: keys whose colour could not be read (hashes alone)
+    notes: tuple[str, ...] = ()  # the manifest's rows on several lines, its .tsv quotes kept (Table.notes)
+    split_given: int = 0  # rows whose split a manifest split column gave (the others are drawn)
 
     def label_index(self) -> dict[str, int]:
         """Class name -> label index."""
@@ -284,19 +287,67 @@ def _content_hash(obj: dict, path: str, line: int) -> str | None:
     return None
 
 
-def _path_of(obj: dict, bound: Bound, path: str, line: int) -> tuple[str, str | None]:
-    """(source path, error): a column's value, or the template filled in; an empty cell the template
-    needs makes the row fail (listed in errors.jsonl) rather than name another file."""
+def _path_of(obj: dict, bound: Bound, path: str, line: int) -> tuple[list[str], str | None]:
+    """(source paths to try, error): a column's value, or the template filled in (with choices, every
+    candidate in the order tried); an empty cell the template needs makes the row fail (listed in
+    errors.jsonl) rather than name another file."""
     t = bound.template
     if t.bare:
-        return _field(obj, bound.columns.path, path, line, "--path"), None
+        return [_field(obj, bound.columns.path, path, line, "--path")], None
     cells, error = {}, None
     for name in t.fields:
         text = cell_text(obj.get(name))
         if text is None and error is None:
             error = f"column {name!r} is empty; --path {t.text!r} needs it"
         cells[name] = text or ""
-    return t.render(cells), error
+    return t.candidates(cells), error
+
+
+class _Folders:
+    """The names in each local folder, listed once (a template's ``.*``, a missing file's other extensions)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, dict[str, list[str]]] = {}
+
+    def same_stem(self, path: str) -> list[str]:
+        """The image files beside ``path`` named like it but for the extension (any case), sorted; ``path``
+        may end with ``.*``."""
+        folder, name = os.path.split(path)
+        stem = name[:-2] if name.endswith(".*") else os.path.splitext(name)[0]
+        if folder not in self._names:
+            by_stem: dict[str, list[str]] = {}
+            try:
+                with os.scandir(folder or ".") as entries:
+                    for e in entries:
+                        base, ext = os.path.splitext(e.name)
+                        if ext.lower() in IMAGE_EXTENSIONS:
+                            by_stem.setdefault(base, []).append(e.name)
+            except OSError:
+                pass
+            self._names[folder] = {k: sorted(v) for k, v in by_stem.items()}
+        return [os.path.join(folder, n) for n in self._names[folder].get(stem, ()) if n != name]
+
+
+def _choose(candidates: list[str], base: str, folders: _Folders) -> tuple[str, str | None, list[str]]:
+    """(the path taken, error, the other candidates that exist too) of a template with choices: the first
+    candidate that is a file (local: any image extension for ``.*``), else the first with an error naming
+    what was tried."""
+    found: list[str] = []
+    for rel in candidates:
+        full = rel if is_remote(rel) else join(base, rel) if is_remote(base) else os.path.join(base, rel)
+        if rel.endswith(ANY_EXTENSION):
+            if is_remote(full):
+                raise OptionError(
+                    f"--path ending with '.*' looks the files up in their folder, which is local only; "
+                    f"{full} is not: list the extensions in braces instead, e.g. .{{jpg,png,heic}}"
+                )
+            found += [os.path.join(os.path.dirname(rel), os.path.basename(p)) for p in folders.same_stem(full)]
+        elif exists(full) if is_remote(full) else os.path.isfile(full):
+            found.append(rel)
+    if found:
+        return found[0], None, found[1:]
+    tried = ", ".join(candidates[:6]) + (f" and {len(candidates) - 6} more" if len(candidates) > 6 else "")
+    return candidates[0], f"missing file: none of {tried} exists", []
 
 
 def _read_manifest(
@@ -318,9 +369,15 @@ def _read_manifest(
     meta_columns, meta_values = metadata_values(table, bound.metadata) if bound.metadata else ([], None)
     base = path.rsplit("/", 1)[0] if is_remote(path) else str(Path(path).parent.resolve())
     originals, raw = [], []
+    folders, several = _Folders(), []
     for line, obj in table.records:
         key = _field(obj, columns.key, path, line, "--key")
-        rel, error = _path_of(obj, bound, path, line)
+        candidates, error = _path_of(obj, bound, path, line)
+        rel = candidates[0]
+        if bound.template.choices and error is None:
+            rel, error, others = _choose(candidates, base, folders)
+            if others:
+                several.append((line, rel, others))
         _field(obj, columns.label, path, line, "--label")  # refuses an empty label
         label = obj[columns.label]
         split = _field(obj, bound.split, path, line, "--split", required=False) if bound.split else ""
@@ -363,10 +420,52 @@ def _read_manifest(
         columns,
         stratify,
         split_base.version if split_base is not None else None,
+        notes=tuple(table.notes() + _several_note(bound.template.text, several)),
+        split_given=sum(1 for r in rows if r.split),
     )
     return _with_splits(
         replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
     )
+
+
+def with_other_extensions(src: Source, errors: list[str | None]) -> list[str | None]:
+    """The scan's errors, each local "missing file" naming the image files beside it with the same name
+    and another extension (``images/x.png`` for a missing ``images/x.jpg``), and how --path takes them."""
+    folders = _Folders()
+    out = list(errors)
+    for i, (r, err) in enumerate(zip(src.rows, errors)):
+        if err != "missing file" or is_remote(r.path):
+            continue
+        others = folders.same_stem(r.path)
+        if not others:
+            continue
+        shown = [os.path.join(os.path.dirname(r.source_path), os.path.basename(p)) for p in others]
+        own = os.path.splitext(r.source_path)[1].lstrip(".")
+        exts = [own, *sorted({os.path.splitext(p)[1].lstrip(".") for p in shown} - {own})]
+        hint = ""
+        t = src.columns.path
+        if src.kind != "image-folder" and "{" in t:  # a template (a path column names its files itself)
+            stem, ext = os.path.splitext(t)
+            hint = (
+                f" (--path {stem + '.{' + ','.join(exts) + '}'!r} takes each of them, the first that exists; "
+                "'.*' any image extension)"
+                if ext and "{" not in ext and "}" not in ext
+                else " (a --path template can list extensions, e.g. 'images/{image_id}.{jpg,png}')"
+            )
+        out[i] = f"missing file; {', '.join(shown[:3])} {'exists' if len(shown) == 1 else 'exist'}{hint}"
+    return out
+
+
+def _several_note(template: str, several: list[tuple[int, str, list[str]]]) -> list[str]:
+    """The rows whose --path choices found more than one file: the first was taken."""
+    if not several:
+        return []
+    listed = "; ".join(f"line {line}: {rel} (also {', '.join(others)})" for line, rel, others in several[:_MAX_LISTED])
+    more = f"; and {len(several) - _MAX_LISTED:,} more" if len(several) > _MAX_LISTED else ""
+    return [
+        f"--path {template!r}: {len(several):,} {'row names' if len(several) == 1 else 'rows name'} more than one "
+        f"existing file; the first in the order listed was taken: {listed}{more}"
+    ]
 
 
 def _joined(units: list[Unit], clusters: list[list[int]]) -> dict[Unit, Unit]:

@@ -16,6 +16,7 @@ from ..format.transport import is_remote, join
 from . import hashes
 from .decode import recorded_decode
 from .options import ConvertOptions
+from .plan import sample_bytes
 from .result import ConvertResult
 from .reuse import Base, find_base
 from .source import Source
@@ -73,16 +74,27 @@ def spec(source: Source, opts: ConvertOptions, side: int) -> dict:
     }
 
 
-def spec_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Every field whose value differs between two specs, as ``"a.b: existing x, requested y"``."""
+def spec_differences(old: dict, new: dict, prefix: str = "", side: int | None = None) -> list[str]:
+    """Every field whose value differs between two specs, as ``"a.b: existing x, requested y"``; the shard
+    size in samples per shard and the megabytes that makes at the spec's size (what --shard-size 256MB
+    was turned into)."""
+    side = new.get("size", side) if isinstance(new.get("size", side), int) else side
     diffs = []
     for k in sorted(set(old) | set(new)):
         a, b = old.get(k), new.get(k)
         if isinstance(a, dict) and isinstance(b, dict):
-            diffs += spec_differences(a, b, f"{prefix}{k}.")
+            diffs += spec_differences(a, b, f"{prefix}{k}.", side)
         elif a != b:
-            diffs.append(f"{prefix}{k}: existing {a!r}, requested {b!r}")
+            if f"{prefix}{k}" == "build.shard_size" and isinstance(a, int) and isinstance(b, int) and side:
+                diffs.append(f"build.shard_size: existing {_samples(a, side)}, requested {_samples(b, side)}")
+            else:
+                diffs.append(f"{prefix}{k}: existing {a!r}, requested {b!r}")
     return diffs
+
+
+def _samples(n: int, side: int) -> str:
+    """A shard size in samples per shard and about how many MB that is at ``side`` px."""
+    return f"{n:,} samples per shard (about {n * sample_bytes(side) / 1e6:,.1f} MB at {side} px)"
 
 
 def _colour_hint(diffs: list[str]) -> str:

@@ -13,13 +13,14 @@ import re
 
 import braceexpand  # installed with webdataset
 
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, OptionError
 
 __all__ = [
     "shard_name",
     "url_pattern",
     "shard_split",
     "expand",
+    "unexpanded",
     "indexed_name_problem",
     "samples_file_name",
     "index_shards",
@@ -115,6 +116,42 @@ def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
     return good
 
 
+_PATTERN_HELP = (
+    "a shard pattern is train-{000000..000041}.tar (a range: two dots) or train-{000000,000003}.tar (a list)"
+)
+
+
 def expand(pattern: str) -> list[str]:
-    """A webdataset brace pattern (``train-{000000..000041}.tar``) as its list of names."""
-    return list(braceexpand.braceexpand(pattern))
+    """A webdataset brace pattern (``train-{000000..000041}.tar``) as its list of names; unbalanced braces
+    are refused (``OptionError``) naming the brace."""
+    try:
+        return list(braceexpand.braceexpand(pattern))
+    except ValueError:  # braceexpand.UnbalancedBracesError, the one error it raises
+        raise OptionError(f"{pattern}: {_unbalanced(pattern)}; {_PATTERN_HELP}") from None
+
+
+def _unbalanced(pattern: str) -> str:
+    """Which brace of ``pattern`` has no partner (braceexpand's error names none)."""
+    opened: list[int] = []
+    for i, ch in enumerate(pattern):
+        if ch == "{":
+            opened.append(i)
+        elif ch == "}":
+            if not opened:
+                return f"the '}}' at position {i} closes no '{{'"
+            opened.pop()
+    return f"the '{{' at position {opened[0]} is never closed" if opened else "unbalanced braces"
+
+
+def unexpanded(pattern: str, names: list[str]) -> str | None:
+    """Why a pattern's names still hold braces (braceexpand leaves a brace group it cannot read, such as
+    ``{000000...000006}``, as it is), for a refusal; None when every brace was expanded."""
+    left = next((n for n in names if "{" in n or "}" in n), None)
+    if left is None:
+        return None
+    start = left.find("{")
+    group = left[start : left.find("}", start) + 1] if start >= 0 else left
+    return (
+        f"{pattern}: the braces {group} were not expanded, so the pattern would name the one file {left}; "
+        f"{_PATTERN_HELP}"
+    )

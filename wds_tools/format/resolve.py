@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import IndexFormatError, OptionError, ShardError
 from . import mixing
 from .index import INDEX_FILE, LOCK_FILE, WORK_DIR, indexes_newest_first, read_index
-from .names import expand, index_shards
+from .names import expand, index_shards, unexpanded
 from .transport import GOPEN_SCHEMES, basename, exists, join, list_tars, local_path, parent, read_bytes, scheme
 
 __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_conversion"]
@@ -170,12 +170,18 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
     else:
         path = text.rstrip("/")
     if path.endswith(".json"):
+        missing = _missing_folder(parent(path)) if local is not None else ""
+        if missing:  # a mistyped size or version: say what there is
+            raise IndexFormatError(f"no index at {path}; {missing}")
         meta = read_index(path, required=True)
         return [_listed(text, parent(path), meta, rules.split, rules.strict)]
-    if "{" in path or path.endswith(".tar"):
+    if "{" in path or "}" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
     if kind in ("", "file"):
-        raise OptionError(f"{text}: no such shards folder, index file or shard pattern")
+        missing = _missing_folder(path)
+        raise OptionError(
+            f"{text}: no such shards folder, index file or shard pattern" + (f": {missing}" * bool(missing))
+        )
     return [_folder(text, path, rules)]
 
 
@@ -223,6 +229,21 @@ def _datasets_below(text: str, folder: str) -> str | None:
     )
 
 
+def _missing_folder(folder: str) -> str:
+    """What exists near a local folder that does not (a mistyped size or version): that it does not, and
+    the sizes of its version folder or the versions of OUT, as ``_datasets_below`` says them; "" when
+    it exists (or is not local)."""
+    local = local_path(folder)
+    if local is None or os.path.isdir(local):
+        return ""
+    here = Path(local)
+    for above in (here.parent, here.parent.parent):
+        if above.is_dir():
+            below = _datasets_below(str(above), str(above))
+            return f"{local} does not exist; {below}" if below else f"{local} does not exist"
+    return f"{local} does not exist"
+
+
 def _sizes(folder: Path) -> list[str]:
     """The size folders of a version folder that hold an index.json, largest first."""
     names = [p.parent.name for p in folder.glob(f"*/{INDEX_FILE}")]
@@ -249,6 +270,9 @@ def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
     urls = expand(pattern)
     if not urls:
         raise OptionError(f"{text}: the pattern names no files")
+    problem = unexpanded(text, urls)
+    if problem is not None:
+        raise OptionError(problem)
     if not (rules.need_index or rules.scan):  # the loader: a mistyped range fails here, not in a worker
         _check_exist(text, urls)
     by_folder: dict[str, list[str]] = {}
@@ -272,7 +296,8 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
     unknown = [n for n in names if n not in by_name]
     if rules.need_index:
         if meta is None:
-            raise IndexFormatError(rules.no_index(join(folder, INDEX_FILE)))
+            missing = _missing_folder(folder)
+            raise IndexFormatError(f"{text}: {missing}" if missing else rules.no_index(join(folder, INDEX_FILE)))
         if unknown:
             raise IndexFormatError(
                 f"{text}: {len(unknown)} shard(s) are not in {join(folder, INDEX_FILE)} "
@@ -357,10 +382,24 @@ def _check_exist(text: str, urls: list[str]) -> None:
     inspectors report missing shards themselves)."""
     missing = [u for u in urls if (local := local_path(u)) is not None and not os.path.isfile(local)]
     if missing:
+        folder = parent(missing[0])
+        where = _missing_folder(folder) or _listed_patterns(folder)
         raise ShardError(
-            f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}; "
-            f"check the pattern, or point at the shards folder"
+            f"{text}: {len(missing)} of {len(urls)} shards do not exist, e.g. {missing[0]}"
+            + (f" ({where})" if where else "")
+            + "; check the pattern, or point at the shards folder"
         )
+
+
+def _listed_patterns(folder: str) -> str:
+    """What an existing folder's index.json lists, split by split (``train-{000000..000005}.tar``); "" without one."""
+    try:
+        meta = read_index(join(folder, INDEX_FILE))
+        splits = meta.get("splits") or {}
+        listed = ", ".join(f"{sp['urls']} ({sp['shards']:,} {name})" for name, sp in splits.items())
+    except (OSError, ValueError, TypeError, KeyError, IndexFormatError):
+        return ""
+    return f"{join(folder, INDEX_FILE)} lists {listed}" if listed else ""
 
 
 def resolve_target(

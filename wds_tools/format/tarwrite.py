@@ -1,4 +1,4 @@
-"""Deterministic ustar shard writing: fixed headers, known offsets, atomic rename.
+"""Deterministic ustar shard writing: fixed headers, known offsets, atomic and durable rename.
 
 A member's header is built from one precomputed template (docs/FORMAT.md, "Shards": only the name,
 the size and the checksum vary), byte for byte what Python's ``tarfile`` writes with
@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 from types import TracebackType
+
+from .fsutil import sync_folder
 
 __all__ = [
     "ShardWriter",
@@ -168,7 +170,7 @@ class ShardWriter:
         return self.offset
 
     def close(self) -> tuple[int, str]:
-        """Finish the archive, fsync, rename into place; return (bytes, sha256 hex)."""
+        """Finish the archive, fsync, rename into place, sync the folder; return (bytes, sha256 hex)."""
         if self._sha is None:
             raise ValueError("a ShardWriter made with digest=False is finished with end() and seal()")
         self._write(bytes(2 * BLOCK + (-(self.offset + 2 * BLOCK) % RECORD)))
@@ -179,6 +181,7 @@ class ShardWriter:
         finally:
             os.close(fd)
         os.replace(self.tmp, self.path)
+        sync_folder(self.path)  # the shard's name, not only its bytes, survives a power cut
         return self.offset, self._sha.hexdigest()
 
     def abort(self) -> None:
@@ -207,8 +210,8 @@ class ShardWriter:
 
 
 def seal(tmp: str, path: str | None, nbytes: int, chunk: int = 1 << 20) -> str:
-    """Hash the finished file ``tmp`` (``ShardWriter.end``), fsync it, rename it to ``path`` (None:
-    leave it where it is); return its sha256 hex. Refuses a file whose length is not ``nbytes``."""
+    """Hash the finished file ``tmp`` (``ShardWriter.end``), fsync it, rename it to ``path`` and sync
+    that folder (None: leave it where it is); return its sha256 hex. Refuses a file whose length is not ``nbytes``."""
     sha = hashlib.sha256()
     buf = bytearray(chunk)
     view = memoryview(buf)
@@ -225,4 +228,5 @@ def seal(tmp: str, path: str | None, nbytes: int, chunk: int = 1 << 20) -> str:
         os.fsync(f.fileno())
     if path is not None:
         os.replace(tmp, path)
+        sync_folder(path)  # the shard's name, not only its bytes, survives a power cut
     return sha.hexdigest()

@@ -1,4 +1,4 @@
-"""Compare two converted versions by key: added, removed, changed pixels, changed labels."""
+"""Compare two converted versions by key: added, removed, changed pixels, changed labels (old and new)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class DiffResult:
     removed: list[str] = field(default_factory=list)  # keys only in old
     changed: list[str] = field(default_factory=list)  # same key, other source bytes
     relabeled: list[str] = field(default_factory=list)  # same key and bytes, other label
+    relabels: list[dict] = field(default_factory=list)  # each relabeled key's labels: {"key", "old", "new"}
     unchanged: int = 0
 
     def to_dict(self) -> dict:
@@ -37,7 +38,11 @@ class DiffResult:
             keys = getattr(self, name)
             if keys and limit:
                 more = f" ... and {len(keys) - limit:,} more" if len(keys) > limit else ""
-                lines.append(f"  {name}: {' '.join(keys[:limit])}{more}")
+                if name == "relabeled":  # each with its old and new label
+                    shown = " ".join(f"{r['key']} ({r['old']} -> {r['new']})" for r in self.relabels[:limit])
+                else:
+                    shown = " ".join(keys[:limit])
+                lines.append(f"  {name}: {shown}{more}")
         return "\n".join(lines)
 
 
@@ -57,12 +62,14 @@ def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
             res.changed.append(key)
         elif a.classes[int(la[i])] != b.classes[int(lb[j])]:
             res.relabeled.append(key)
+            res.relabels.append({"key": key, "old": a.classes[int(la[i])], "new": b.classes[int(lb[j])]})
         else:
             res.unchanged += 1
     keys_b = sb.key_positions
     res.removed = [k for k in sa.keys if k not in keys_b]
     for name in ("added", "removed", "changed", "relabeled"):
         getattr(res, name).sort()
+    res.relabels.sort(key=lambda r: r["key"])
     return res
 
 

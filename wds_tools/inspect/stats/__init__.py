@@ -87,6 +87,7 @@ def compute_stats(
         if target.index_base is not None and not target.selected:  # near-duplicates (issue 24): format 3 on
             report.duplicates = dups.duplicate_counts(target.index_base, limit=dups.STATS_LIMIT, progress=progress)
     # a part of a split is a legitimate question (which shards are these?); the report says it is a part
+    report.partial = bool(target.gaps)
     report.notes = [
         f"the spec {g.describe(where=False)}: shard and sample figures are of the named "
         f"shards only (mean/std are the index's)"

@@ -106,8 +106,9 @@ def _distribution_lines(dist: dict) -> list[str]:
     ]
 
 
-def render_text(d: dict, notes: list[str]) -> str:
-    """The text ``wds-tools stats`` prints, from a report's ``to_dict()`` and its notes on the whole report."""
+def render_text(d: dict, notes: list[str], loud: list[str] | None = None) -> str:
+    """The text ``wds-tools stats`` prints, from a report's ``to_dict()``, its notes on the whole report
+    and ``loud``, its warnings printed as WARNING first (classes without train or val samples)."""
     lines = []
     classes = d["classes"]
     what = (
@@ -129,6 +130,7 @@ def render_text(d: dict, notes: list[str]) -> str:
         )
     lines.append(f"  training loader modelled: {READER_TEXT[d['reader']]}")
     lines.append(_metadata_line(d.get("metadata")))
+    lines += [f"  WARNING: {w}" for w in loud or ()]
     lines += [f"  warning: {n}" for n in notes]
     for name, sp in d["splits"].items():
         dist = sp["distribution"]

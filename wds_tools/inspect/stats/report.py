@@ -18,6 +18,7 @@ import numpy as np
 from ...errors import OptionError
 from ...format.meta import MetaValues
 from ...format.ranks import deal
+from ...format.splits import class_gaps, gap_warnings
 from .render import even_text, group_warnings, render_text
 
 __all__ = [
@@ -350,6 +351,7 @@ class StatsReport:
     duplicates: dict | None = None  # inspect.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
     reader: str = "stream"  # the training loader's reader modelled: "index" or "stream" (READERS)
     metadata: list[dict] | None = None  # the index's metadata columns [{name, type}]; None: --scan (not read)
+    partial: bool = False  # the spec names part of a split: no class is said to lack a split
 
     @property
     def samples(self) -> int:
@@ -362,10 +364,27 @@ class StatsReport:
         return sum(sp.shards for sp in self.splits.values())
 
     @property
+    def class_gaps(self) -> list[str]:
+        """A warning for each class with samples but none in train or none in val (``format.splits``), unless
+        the spec names only part of a split."""
+        if self.partial:
+            return []
+        counts = {name: sp.class_counts.tolist() for name, sp in self.splits.items()}
+        hint = (
+            "a split drawn per group keeps each group whole, so a class held by few groups can land whole in "
+            "one split (docs/guide/clinical.md)"
+            if self.groups is not None
+            else ""
+        )
+        return gap_warnings(class_gaps(self.classes, counts), hint)
+
+    @property
     def warnings(self) -> list[str]:
-        """Notes on the whole report, then each split's distribution warnings, then the groups'."""
+        """Classes without train or val samples, notes on the whole report, then each split's distribution
+        warnings, then the groups'."""
         return (
-            self.notes
+            self.class_gaps
+            + self.notes
             + [f"{name}: {w}" for name, sp in self.splits.items() for w in sp.distribution.warnings]
             + (self.groups.warnings if self.groups is not None else [])
             + self._duplicate_warnings()
@@ -436,7 +455,7 @@ class StatsReport:
 
     def to_text(self) -> str:
         """The report as text (``render.render_text`` of ``to_dict``)."""
-        text = render_text(self.to_dict(), self.notes)
+        text = render_text(self.to_dict(), self.notes, self.class_gaps)
         d = self.duplicates
         if d is not None and d.get("clusters"):  # none: nothing to say (--json has the zeros)
             text += (
