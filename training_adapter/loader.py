@@ -179,6 +179,7 @@ class ShardLoader(Resumable):
         self._streams: Any = None
         self._iterated = False
         self._epoch_set = False
+        self._iterations = 0  # iterations begun: only the latest one's iterator yields (__iter__)
         self._readers: list[IndexedDataset] | None = None  # the reader threads' datasets (_in_threads)
 
     @property
@@ -222,24 +223,50 @@ class ShardLoader(Resumable):
         return self.dataset.num_samples(rank=rank, world=world, num_workers=max(1, self.num_workers))
 
     def __iter__(self) -> Iterator[Batch]:
+        """The batches of one epoch, fixed now (a ``set_epoch`` before the first batch is for the next
+        iteration). One iteration at a time: a later ``iter`` takes the loader's workers over, and the
+        earlier iterator then raises at its next batch (it would share their stream)."""
         if self._iterated and not self._epoch_set:
             self.dataset.set_epoch(self.dataset.epoch + 1)
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
         self._begin()  # the rest of an epoch after load_state_dict, else the whole epoch
-        batches = self._batches()
+        epoch = self.dataset.begin_iteration()
+        self._iterations += 1
+        batches = self._batches(epoch)
         if self.device is not None:  # counted as the caller gets them, not as the feed reads ahead
             batches = self._feed()(batches)
         batches = self._counted(batches)
         fn = self.dataset.options.batch_transform
-        return batches if fn is None else _batch_transformed(batches, fn)
+        return self._only_current(batches if fn is None else _batch_transformed(batches, fn), epoch, self._iterations)
 
-    def _batches(self) -> Iterator[Batch]:
+    def _only_current(self, batches: Iterator[Batch], epoch: int, mine: int) -> Iterator[Batch]:
+        """``batches`` while they are the loader's latest iteration (``mine``); an error once a later one began."""
+        try:
+            while True:
+                if self._iterations != mine:
+                    raise OptionError(
+                        f"this iterator of the loader (epoch {epoch}) was replaced by a later iter() of it, "
+                        f"which took its workers over (they serve one iteration at a time): use one iterator at "
+                        f"a time, or a second loader (make_loader again) for a second stream"
+                    )
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                yield batch
+                del batch  # not held while the caller works on it: its memory is reused once the caller drops it
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def _batches(self, epoch: int) -> Iterator[Batch]:
         if not self.num_workers:
             return self._in_process()
         if self._threads:
             assert isinstance(self.dataset, IndexedDataset)
-            return self._in_threads(self.dataset)
+            return self._in_threads(self.dataset, epoch)
         if not self._slot_bytes:  # the DataLoader's own hand-over: a shared-memory tensor per batch
             return iter(self.loader)
         return self._through_ring()
@@ -261,7 +288,7 @@ class ShardLoader(Resumable):
             streams=self._streams,
         )
 
-    def _in_threads(self, ds: IndexedDataset) -> Iterator[Batch]:
+    def _in_threads(self, ds: IndexedDataset, epoch: int) -> Iterator[Batch]:
         """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``
         background threads and the calling thread make the rank's batches, each thread whole
         batches (plan, check, copy) with its own reader, at most ``prefetch_factor`` per
@@ -272,7 +299,6 @@ class ShardLoader(Resumable):
         The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
         mapping faults its pages in again, which on a VM costs about as much as copying them."""
         rank, world = ds.rank_world or _world()
-        epoch = ds.epoch
         threads = max(1, self.num_workers - 1)
         ahead = self._prefetch * threads + 1  # counting the batch the caller waits for
         # each reader's buffers: the batches made ahead, the one being made and two the caller holds
