@@ -14,6 +14,7 @@ kernel on its side stream while the slots turn over, against the oracle.
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from pathlib import Path
 
@@ -209,7 +210,9 @@ def test_the_feed_waits_for_each_batch_and_holds_its_source_until_copied():
         for j in issued:  # a source whose copy may still run is held
             if streams.events[2 * j].left > 0:
                 assert refs[j]() is not None, f"batch {j} dropped before its copy completed"
-        assert copied == 2 * i
+        assert len(streams.events) == 2 * len(issued)  # two events per batch issued, none else: ``copied`` is 2 * i
+        assert refs[i]() is not None or streams.events[copied].left <= 0  # this batch's source: held until copied
+        assert torch.allclose(images, torch.full_like(images, (i / 255 - 0.5) / 0.25), atol=1e-6), "batch i, normalised"
         got.append(labels[0].item())
     assert got == list(range(6))
     assert all(e.left <= 0 for e in streams.events[0::2])  # at the end every copy was waited for
@@ -223,6 +226,54 @@ def test_an_abandoned_feed_waits_for_the_copies_still_running():
     next(it)
     it.close()
     assert all(e.left <= 0 for e in streams.events[0::2])
+
+
+class SerialStreams(Streams):
+    """A side stream that lags: one serial queue in which each recorded event completes ``delay`` seconds
+    after the one before it (or after it is recorded, when the queue is idle)."""
+
+    asynchronous = True
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.last = delay, 0.0
+
+    def record(self):
+        self.last = max(time.monotonic(), self.last) + self.delay
+        return TimedEvent(self.last)
+
+
+class TimedEvent:
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def query(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def synchronize(self) -> None:
+        time.sleep(max(0.0, self.at - time.monotonic()))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_lagging_side_stream_copies_no_batch_out_of_the_ring(folder, persistent, monkeypatch):
+    """Issue 38, point 6: events that complete 15 ms apart (the side stream behind the training step), 2
+    worker processes, prefetch_factor=1, three epochs: the feed holds no more CPU batches than the ring
+    lends (it waits for its oldest copy), so no batch is copied out of its slot (109 of 130 were), and
+    every batch equals the plain one moved by hand."""
+    monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
+    opts = dict(batch_size=B, train=True, num_workers=2, prefetch_factor=1, seed=9, persistent_workers=persistent)
+    plain = make_loader(folder, **opts)
+    loader = make_loader(folder, device="cpu", **opts)
+    loader._streams = SerialStreams(0.015)
+    want, got = [], []
+    for e in range(3):
+        plain.set_epoch(e)
+        loader.set_epoch(e)
+        want += [tuple(x.clone() for x in b) for b in plain]
+        got += list(loader)
+    assert loader.ring is not None and len(got) == len(want) == 3 * len(loader) > 2 * len(loader.ring)
+    assert loader.ring.copies == 0
+    for p, m in zip(want, got):
+        assert torch.equal(m[0], expected(p, loader, torch.float32)) and torch.equal(m[1], p[1])
 
 
 @pytest.mark.parametrize("persistent", [False, True])

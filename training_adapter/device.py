@@ -161,8 +161,10 @@ def streams_for(device: torch.device) -> Streams:
 class DeviceFeed:
     """The loader's batches on ``device``, ``ahead`` batches copied and prepared ahead (see the module docstring).
 
-    A batch ``(images, labels[, params][, metadata][, keys])`` comes out as ``(images, labels[,
-    metadata][, keys])``: images uint8 ``[B, 3, H, W]`` normalised with ``mean``/``std`` (or, with
+    At most ``hold`` CPU batches are held for their copies as the next is asked for: when the side
+    stream lags that far behind, the feed waits for the oldest copy (the loader's ring lends no more
+    slots, and would copy each further batch out of its slot). A batch ``(images, labels[, params][,
+    metadata][, keys])`` comes out as ``(images, labels[, metadata][, keys])``: images uint8 ``[B, 3, H, W]`` normalised with ``mean``/``std`` (or, with
     ``params`` and ``augment``, through ``augment_batch``) as ``dtype``, channels-last; images a
     ``transform`` made floating are moved and cast as they are. Labels and the metadata's numbers
     go to the device too; nothing handed over shares memory with the loader's.
@@ -179,10 +181,14 @@ class DeviceFeed:
         augment: AugmentConfig | None = None,
         ahead: int = 2,
         streams: Streams | None = None,
+        hold: int | None = None,
     ) -> None:
         self.device, self.dtype, self.mean, self.std = device, dtype, list(mean), list(std)
         self.params, self.augment, self.ahead = params, augment, max(1, ahead)
         self.streams = streams if streams is not None else streams_for(device)
+        # the most CPU batches held (their copies issued, not known done) as the next is asked for: the ring
+        # lends that many slots, and copies a batch out of its slot beyond them
+        self.hold = max(self.ahead + 1, hold if hold is not None else self.ahead + 1)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         src = iter(batches)
@@ -193,6 +199,8 @@ class DeviceFeed:
         try:
             while True:
                 while not ended and len(ready) <= self.ahead:  # this batch and ``ahead`` more issued
+                    while len(held) >= self.hold:  # the side stream lags: wait for the oldest copy, not hold more
+                        held.popleft()[1].synchronize()
                     try:
                         batch = next(src)
                     except StopIteration:

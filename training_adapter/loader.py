@@ -286,6 +286,7 @@ class ShardLoader(Resumable):
             augment=o.augmentation if o.on_device else None,
             ahead=AHEAD,
             streams=self._streams,
+            hold=self._lend(),  # the slots the ring lends: beyond them it would copy each batch out
         )
 
     def _in_threads(self, ds: IndexedDataset, epoch: int) -> Iterator[Batch]:
@@ -331,7 +332,7 @@ class ShardLoader(Resumable):
         """The loader's ring, made (and page-locked, where CUDA moves the batches) at its first iteration:
         ``prefetch_factor`` x workers slots, and those this process may hold."""
         if self.ring is None:
-            lend = BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
+            lend = self._lend()
             slots = self._prefetch * self.num_workers + lend + BatchRing.SPARE
             self._check_shared_memory(slots, lend + BatchRing.SPARE)
             ring = BatchRing(slots, self._slot_bytes, lend=lend, context=self._context)
@@ -339,6 +340,11 @@ class ShardLoader(Resumable):
                 self._pin(ring)
             self.ring = self.dataset.ring = ring
         return self.ring
+
+    def _lend(self) -> int:
+        """The ring's slots this process may hold: the caller's (``BatchRing.LEND``), and with ``device`` the
+        feed's, whose copies run ahead (``AHEAD`` and the batch being copied)."""
+        return BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
 
     def _check_shared_memory(self, slots: int, held: int) -> None:
         """Refuse a ring larger than the shared memory free (a worker writing past it dies of SIGBUS)."""
