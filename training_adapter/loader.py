@@ -502,7 +502,9 @@ def make_loader(
         num_workers: DataLoader worker processes per rank (reader threads where they only copy and
             CUDA is absent); None: half of this rank's cores (``default_workers``), but no more than
             its shards (streaming) or batches; 0: read in this process.
-        seed: Seeds the shard order, shuffles and augmentation, with the epoch.
+        seed: Seeds the shard order, shuffles and augmentation, with the epoch: an integer from 0 to
+            2**63 - 1 (a numpy integer or a 0-d integer tensor is taken as its value; a bool, float or
+            string is refused).
         augment: The built-in augmentation's settings (an ``AugmentConfig`` or a mapping of its
             fields), None or True for the defaults, False for none; training only.
         device_augment: Leave the augmentation to ``augment_batch`` on the accelerator: batches
