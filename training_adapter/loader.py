@@ -536,8 +536,11 @@ def make_loader(
         prefetch_factor: Batches each worker (or reader thread) prepares ahead; None: 2.
         device: Yield batches on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"``), ready to train on:
             copied (and prepared) there on a side stream two batches ahead of the training step;
-            ``"cuda"`` is the current device when ``make_loader`` is called (``loader.device`` names
-            it); None: uint8 batches on the CPU, for ``to_device``.
+            ``"cuda"`` is the current device when ``make_loader`` is called, or under torchrun
+            (``LOCAL_RANK``, several devices visible) ``cuda:LOCAL_RANK`` where the current one is
+            still cuda:0 (``loader.device`` names it; another current device is refused as ambiguous);
+            a device this machine lacks (``"mps"``, ``"xpu"``) is refused before anything is read;
+            None: uint8 batches on the CPU, for ``to_device``.
         dtype: With ``device``: the images' dtype, ``torch.float32``, ``torch.bfloat16`` or
             ``torch.float16`` (or their names), normalised in float32 first.
         mean: Per-channel means in 0-1 units, replacing the index's (``loader.mean``).
@@ -581,6 +584,7 @@ def make_loader(
         IndexFormatError: An index cannot be read, or the folder is an unfinished conversion.
         ShardError: A shard's size differs from its index's (with ``on_error="raise"``).
     """
+    device = None if device is None else as_device(device)  # before any work: one line where it is not there
     shards = resolve_urls(
         urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed, allow_partial=allow_partial
     )
