@@ -554,9 +554,10 @@ def make_loader(
         class_weights: Index reader only: each class's share of every epoch, ``"balanced"`` (equal
             shares) or ``{class: weight}`` (classes by name or index; a class not named gets none).
         check_samples: Index reader: compare every sample read with the index: ``"labels"``, its
-            ``.cls`` with the ``label`` column; True, also its ``.npy`` bytes with ``npy_xxh3``
-            (costs a quarter to a third of the eval read rate); False, neither (the NPY header is
-            always checked).
+            ``.cls`` with the ``label`` column and the member name in the tar header in front of its
+            ``.npy`` with ``<key>.npy`` (a shard of another conversion copied over this one); True,
+            also its ``.npy`` bytes with ``npy_xxh3`` (costs a quarter to a third of the eval read
+            rate); False, neither (the NPY header is always checked).
         allow_mixed: Read shards of different datasets as one set with the streaming reader (each
             label is its own ``.cls``; classes, mean/std and size are the first index's); refused by
             default, since a label then names different classes in different shards.
