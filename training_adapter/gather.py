@@ -266,7 +266,8 @@ class Gather:
             at = o - HEADER
             named = at >= 0
             names = self._window(s, m, self._name_bytes)[np.where(named, at, 0)]
-            for i in np.flatnonzero(~((names == self.names_want(run)).all(axis=1) & named) & fits & ~wrong):
+            want, used = self.names_want(run)
+            for i in np.flatnonzero(~(((names == want) | ~used).all(axis=1) & named) & fits & ~wrong):
                 bad[a + i] = self._problem(run[i], "name", got=names[i].tobytes())
                 wrong[i] = True
             co, length = self._cls_offset[run], self._cls_length[run]
@@ -279,9 +280,17 @@ class Gather:
             for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
                 bad[a + i] = self._problem(run[i], "label", got=cls[i, : max(0, int(length[i]))].tobytes())
 
-    def names_want(self, rows: np.ndarray) -> np.ndarray:
-        """[k, name bytes] uint8: the name field each row's ``.npy`` header holds as the writer puts it,
-        ``<key>.npy`` then NULs (as far as ``_name_bytes``)."""
+    def _name_is(self, m: np.ndarray, r: int, o: int) -> bool:
+        """Whether the tar header before row ``r``'s ``.npy`` (at ``o`` in ``m``) names ``<key>.npy`` (and
+        its NUL): one row, in bytes (``names_want``'s arrays cost more for one row than the read)."""
+        name = (bytes(self.index.key[r]) + b".npy\0")[:NAME_BYTES]
+        h = o - HEADER
+        return h >= 0 and m[h : h + len(name)].tobytes() == name
+
+    def names_want(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([k, name bytes] uint8, [k, name bytes] bool): the name field each row's ``.npy`` header holds as
+        the writer puts it, ``<key>.npy`` then NULs (as far as ``_name_bytes``), and which of those bytes
+        to compare (the name and the NUL that ends it, as ``_name_is``)."""
         idx, W = self.index, self._name_bytes
         if self._key_len is None:
             self._key_len = np.strings.str_len(idx.key).astype(np.int64)
@@ -292,7 +301,7 @@ class Gather:
         pos = self._key_len[rows][:, None] + np.arange(len(_NPY))
         fits = pos < W
         want[np.nonzero(fits)[0], pos[fits]] = np.broadcast_to(_NPY, pos.shape)[fits]
-        return want
+        return want, np.arange(W) < self._key_len[rows][:, None] + len(_NPY) + 1
 
     def _window(self, s: int, m: np.ndarray, length: int) -> np.ndarray:
         w = self._views.get((s, length))
@@ -307,10 +316,7 @@ class Gather:
             bad[i] = self._problem(r, "short", have=len(m) - o)
         elif m[o : o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
             bad[i] = self._problem(r, "header")
-        elif self.labels and (
-            o < HEADER
-            or not np.array_equal(m[o - HEADER : o - HEADER + self._name_bytes], self.names_want(np.array([r]))[0])
-        ):
+        elif self.labels and not self._name_is(m, r, o):
             bad[i] = self._problem(
                 r, "name", got=m[max(0, o - HEADER) : max(0, o - HEADER) + self._name_bytes].tobytes()
             )
@@ -440,9 +446,8 @@ class Gather:
                     bad[i] = self._problem(r, "header")
                     continue
                 if self.labels:  # the span begins at the .cls, before this header
-                    name = data[max(0, at - HEADER) : max(0, at - HEADER) + self._name_bytes]
-                    if at < HEADER or not np.array_equal(name, self.names_want(rows[i : i + 1])[0]):
-                        bad[i] = self._problem(r, "name", got=name.tobytes())
+                    if not self._name_is(data, r, at):
+                        bad[i] = self._problem(r, "name", got=data[max(0, at - HEADER) :][: self._name_bytes].tobytes())
                         continue
                     c, length = int(self._cls_offset[r]) - a, self._cls_length[r : r + 1]
                     cls = data[c : c + LABEL_BYTES]
