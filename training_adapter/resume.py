@@ -389,7 +389,8 @@ class Resumable:
                 left_out=skipped if begun else 0,
             )
         if isinstance(plan, StreamReplay):  # the batches of its base: those yielded before the stop, and since
-            plan, k = plan.base, plan.batches + k
+            k += plan.batches
+            plan = plan.base
         stream: StreamPlan | None = plan
         if stream is None and self._run is not None:
             stream = ds.epoch_plan(world=world, num_workers=workers, epoch=epoch)
