@@ -9,6 +9,14 @@ in the same rounds: the same fresh loader's first batch of a fresh epoch (``iter
 Median of --rounds, interleaved; num_workers 0 and 2.
 
     .venv/bin/python scripts/bench_resume.py [--samples 1000000] [--rounds 5] [--work /tmp/wds-bench-resume]
+
+``--reader stream``: the streaming reader, which resumes by replaying each worker's stream up to where
+it stopped (resume.py). Real shards of --stream-samples samples of 32 px (shardkit), the default
+1000-sample shuffle buffer, the state saved at --at of the epoch; timed in the same rounds: a fresh
+epoch's first batch, the uninterrupted epoch's first ``stop + 1`` batches (what the replay reads
+again, and collates), and ``load_state_dict`` + the first batch of the rest.
+
+    .venv/bin/python scripts/bench_resume.py --reader stream [--stream-samples 16000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -78,14 +86,64 @@ def build(work: Path, samples: int) -> Path:
     return dest
 
 
+def stream(work: Path, samples: int, batch: int, at: float, rounds: int) -> None:
+    """The streaming reader's resume (see the module docstring)."""
+    per = 500
+    dest = work / f"stream-{samples}"
+    if not (dest / "index.json").exists():
+        build_dataset(dest, {"train": [[(i + j) % 3 for i in range(per)] for j in range(-(-samples // per))]}, size=32)
+    kw = dict(train=True, batch_size=batch, reader="stream")
+    print(f"{samples:,} samples of 32 px in shards of {per}, shuffle buffer 1000, batch {batch}")
+    print(
+        f"{'workers':>8} {'fresh epoch, first batch':>26} {'first stop + 1 batches':>24} "
+        f"{'load_state_dict + first batch':>31} {'/ fresh':>8} {'/ stop + 1':>11}"
+    )
+    for workers in (0, 2):
+        ld = make_loader(dest, num_workers=workers, **kw)
+        stop = int(at * len(ld))
+        it = iter(ld)
+        for _ in range(stop):
+            next(it)
+        state = ld.state_dict()
+        del it, ld
+        fresh_t, head_t, resume_t = [], [], []
+        for _ in range(rounds):
+            a = make_loader(dest, num_workers=workers, **kw)
+            t0 = time.perf_counter()
+            next(iter(a))
+            fresh_t.append(time.perf_counter() - t0)
+            h = make_loader(dest, num_workers=workers, **kw)
+            t0 = time.perf_counter()
+            it = iter(h)
+            for _ in range(stop + 1):
+                next(it)
+            head_t.append(time.perf_counter() - t0)
+            del it
+            b = make_loader(dest, num_workers=workers, **kw)
+            t0 = time.perf_counter()
+            b.load_state_dict(state)
+            next(iter(b))
+            resume_t.append(time.perf_counter() - t0)
+            del a, b, h
+        f, hd, r = (statistics.median(x) for x in (fresh_t, head_t, resume_t))
+        print(
+            f"{workers:>8} {f * 1000:>23.0f} ms {hd * 1000:>21.0f} ms {r * 1000:>28.0f} ms {r / f:>8.1f} "
+            f"{r / hd:>11.2f}   (stop after {stop} of {len(make_loader(dest, num_workers=workers, **kw))})"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reader", choices=("index", "stream"), default="index")
+    ap.add_argument("--stream-samples", type=int, default=16_000)
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--at", type=float, default=0.9, help="where in the epoch the state is saved (fraction)")
     ap.add_argument("--work", default="/tmp/wds-bench-resume")
     args = ap.parse_args()
+    if args.reader == "stream":
+        return stream(Path(args.work), args.stream_samples, args.batch, args.at, args.rounds)
     t = time.perf_counter()
     dest = build(Path(args.work), args.samples)
     print(f"index of {args.samples:,} samples in {dest} ({time.perf_counter() - t:.1f} s to build or find)")

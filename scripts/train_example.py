@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_adapter import augment_batch, load_config, to_device  # noqa: E402
 from training_adapter.config import DatasetConfig  # noqa: E402
+from wds_tools.errors import WdsToolsError  # noqa: E402
+from wds_tools.exitcodes import for_error  # noqa: E402
 
 
 def small_cnn(classes: int) -> nn.Module:
@@ -181,4 +183,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except WdsToolsError as e:  # a mistake in the data or the options: its one line, not a traceback
+        print(f"train_example.py: error: {e}", file=sys.stderr)
+        sys.exit(int(for_error(e)))

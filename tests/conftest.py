@@ -338,6 +338,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_buffers.py": {
         "test_a_failed_batch_gives_its_slot_back": 0.8,  # in the fast run
         "test_a_worker_waiting_for_a_slot_finds_its_main_process_under_every_start_method": 4.3,  # spawn's torch import
+        "test_a_batch_handed_to_a_forked_child_changes_once_the_parent_moves_on_unless_cloned": 9.2,  # spawn, load ~9
     },
     "test_cli.py": {
         "test_python_dash_m_entry_point": 1.0,  # in the fast run
@@ -367,7 +368,9 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_block_runs": 15.4,
     },
     "test_device.py": {
+        "test_a_lagging_side_stream_copies_no_batch_out_of_the_ring": 4.3,  # 30 ms per batch by design, load ~9
         "test_device_batches_equal_each_plain_batch_moved_by_hand": 1.7,
+        "test_train_example_says_a_missing_device_in_one_line": 5.8,  # a subprocess imports torch, load ~9
     },
     "test_dups.py": {
         "test_a_stats_plot_that_cannot_be_written_is_one_line": 1.12,  # s CPU in the fast run
@@ -399,6 +402,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_a_small_cnn_learns_digits_through_the_loader": 30.9,
     },
     "test_loader.py": {
+        "test_each_iterator_is_one_epoch_fixed_when_it_is_made": 6.5,  # 5 worker setups, 4 epochs each, load ~9
         "test_fuzzed_members_end_in_a_shard_error_or_their_own_samples": 1.8,
         "test_two_process_distributed": 16.7,
     },
@@ -484,15 +488,17 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_s3_folder_index_and_pattern": 1.2,  # in the fast run
     },
     "test_resume.py": {
-        "test_a_resumed_streamed_evaluation_counts_exactly_what_it_skips": 1.5,  # measured alone, load ~7
+        "test_a_replay_rotates_the_workers_into_the_dataloaders_order": 7.9,  # a DataLoader per stop, load ~9
+        "test_a_resumed_streamed_epoch_is_the_uninterrupted_one": 18.0,  # 6 configurations x 4 stops, load ~9
+        "test_a_resumed_streamed_evaluation_is_exact_or_refused": 5.5,  # load ~9
         "test_elastic_resume_covers_the_split_once": 1.0,
         "test_planner_resume": 1.7,
         "test_planner_resume_in_evaluation": 1.0,  # measured alone, load ~7
         "test_resume_in_the_other_worker_paths": 1.4,
         "test_resume_is_exact_in_a_fresh_process": 67.0,
         "test_stream_rest_never_reopens_a_shard": 1.8,
-        "test_streaming_resumes_at_the_next_unread_shard": 1.2,
-        "test_streaming_resumes_on_other_ranks_without_repeats": 18.1,  # the fixture ``runs``, once alone
+        "test_streaming_resumes_on_other_ranks_only_where_nothing_is_lost": 1.5,  # load ~9
+        "test_the_issues_streamed_resume_yields_the_rest_of_the_epoch": 1.8,  # load ~9
         "test_train_example_resumes_with_its_checkpoint": 63.4,
     },
     "test_reuse.py": {

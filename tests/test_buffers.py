@@ -413,3 +413,50 @@ def test_the_ring_is_made_on_the_cpu_whatever_the_default_device():
         fresh = shared((2, 3))
     assert images.device.type == "cpu" and (images == 4).all() and labels.tolist() == [400, 401, 402]
     assert fresh.device.type == "cpu" and fresh.is_shared()
+
+
+def _child_reads(images: torch.Tensor, want: torch.Tensor, go, out) -> None:
+    go.wait(60)
+    out.put(bool(torch.equal(images, want)))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_batch_handed_to_a_forked_child_changes_once_the_parent_moves_on_unless_cloned(tmp_path, method):
+    """Issue 38, point 5, as the training guide's Batch memory says: a batch from worker processes is a
+    view of a ring slot (shared memory); a child forked with it shares that memory, so once this process
+    lets go of the batch and a worker writes the slot again, the child reads the new batch. The remedy
+    the guide gives, ``images.clone()`` handed over, keeps the child's batch as it was. Under spawn the
+    batch is pickled: torch moves it into fresh shared memory, a copy, and it does not change."""
+    import multiprocessing as mp
+
+    from conftest import convert_images
+
+    from training_adapter import make_loader
+
+    folder = convert_images(tmp_path, 40, size=8, shard_size=5, val_fraction=0.0)
+    loader = make_loader(folder, batch_size=2, train=False, split="train", num_workers=2, reader="stream")
+    ctx = mp.get_context(method)
+    seen = {}
+    for remedy in (False, True):
+        it = iter(loader)
+        images, _ = next(it)
+        want = images.clone()
+        ring = loader.ring
+        assert ring is not None
+        slot = next(i for i, b in enumerate(ring.buffers) if b.data_ptr() <= images.data_ptr() < b.data_ptr() + len(b))
+        go, out = ctx.Event(), ctx.Queue()
+        child = ctx.Process(target=_child_reads, args=(images.clone() if remedy else images, want, go, out))
+        child.start()
+        del images
+        for _ in range(20):  # until a worker has written another batch into that slot
+            for _ in it:
+                pass
+            if not torch.equal(ring.buffers[slot][: want.numel()], want.permute(0, 2, 3, 1).reshape(-1)):
+                break
+            it = iter(loader)
+        else:
+            pytest.fail(f"slot {slot} was never written again")
+        go.set()
+        seen[remedy] = out.get(timeout=60)
+        child.join(60)
+    assert seen == {False: method != "fork", True: True}

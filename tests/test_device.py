@@ -14,6 +14,7 @@ kernel on its side stream while the slots turn over, against the oracle.
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from pathlib import Path
 
@@ -209,7 +210,9 @@ def test_the_feed_waits_for_each_batch_and_holds_its_source_until_copied():
         for j in issued:  # a source whose copy may still run is held
             if streams.events[2 * j].left > 0:
                 assert refs[j]() is not None, f"batch {j} dropped before its copy completed"
-        assert copied == 2 * i
+        assert len(streams.events) == 2 * len(issued)  # two events per batch issued, none else: ``copied`` is 2 * i
+        assert refs[i]() is not None or streams.events[copied].left <= 0  # this batch's source: held until copied
+        assert torch.allclose(images, torch.full_like(images, (i / 255 - 0.5) / 0.25), atol=1e-6), "batch i, normalised"
         got.append(labels[0].item())
     assert got == list(range(6))
     assert all(e.left <= 0 for e in streams.events[0::2])  # at the end every copy was waited for
@@ -223,6 +226,54 @@ def test_an_abandoned_feed_waits_for_the_copies_still_running():
     next(it)
     it.close()
     assert all(e.left <= 0 for e in streams.events[0::2])
+
+
+class SerialStreams(Streams):
+    """A side stream that lags: one serial queue in which each recorded event completes ``delay`` seconds
+    after the one before it (or after it is recorded, when the queue is idle)."""
+
+    asynchronous = True
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.last = delay, 0.0
+
+    def record(self):
+        self.last = max(time.monotonic(), self.last) + self.delay
+        return TimedEvent(self.last)
+
+
+class TimedEvent:
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def query(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def synchronize(self) -> None:
+        time.sleep(max(0.0, self.at - time.monotonic()))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_lagging_side_stream_copies_no_batch_out_of_the_ring(folder, persistent, monkeypatch):
+    """Issue 38, point 6: events that complete 15 ms apart (the side stream behind the training step), 2
+    worker processes, prefetch_factor=1, three epochs: the feed holds no more CPU batches than the ring
+    lends (it waits for its oldest copy), so no batch is copied out of its slot (109 of 130 were), and
+    every batch equals the plain one moved by hand."""
+    monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
+    opts = dict(batch_size=B, train=True, num_workers=2, prefetch_factor=1, seed=9, persistent_workers=persistent)
+    plain = make_loader(folder, **opts)
+    loader = make_loader(folder, device="cpu", **opts)
+    loader._streams = SerialStreams(0.015)
+    want, got = [], []
+    for e in range(3):
+        plain.set_epoch(e)
+        loader.set_epoch(e)
+        want += [tuple(x.clone() for x in b) for b in plain]
+        got += list(loader)
+    assert loader.ring is not None and len(got) == len(want) == 3 * len(loader) > 2 * len(loader.ring)
+    assert loader.ring.copies == 0
+    for p, m in zip(want, got):
+        assert torch.equal(m[0], expected(p, loader, torch.float32)) and torch.equal(m[1], p[1])
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -446,6 +497,7 @@ def test_the_fence_is_recorded_on_every_device_with_a_context(monkeypatch):
 
 
 def test_cuda_is_the_current_device_when_the_loader_is_made(folder, monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     fake = FakeCuda(count=4, current=2).install(monkeypatch)
     loader = make_loader(folder, batch_size=B, train=True, num_workers=0, device="cuda")
     fake.current = 0  # a set_device after make_loader moves nothing
@@ -455,6 +507,74 @@ def test_cuda_is_the_current_device_when_the_loader_is_made(folder, monkeypatch)
     )
     with pytest.raises(OptionError, match=r"device='cuda:7': this machine has 4 CUDA device\(s\), cuda:0 to cuda:3"):
         make_loader(folder, batch_size=B, train=True, device="cuda:7")
+
+
+@pytest.mark.parametrize(
+    "current, local_rank, count, device, want",
+    [
+        (0, "2", 4, "cuda", 2),  # the rank did not call set_device: its own device, not cuda:0
+        (2, "2", 4, "cuda", 2),  # it did
+        (0, "3", 1, "cuda", 0),  # one device visible per rank (CUDA_VISIBLE_DEVICES): that one
+        (0, "2", 4, "cuda:1", 1),  # a device named is the device named
+        (0, None, 4, "cuda", 0),  # no torchrun: the current device
+        (1, "2", 4, "cuda", r"LOCAL_RANK=2 but the current CUDA device is cuda:1 \(of 4\): name the rank's device"),
+        (0, "5", 4, "cuda", r"LOCAL_RANK=5 but the current CUDA device is cuda:0 \(of 4\)"),
+        (0, "x", 4, "cuda", r"LOCAL_RANK='x' is not an integer; pass device='cuda:N'"),
+    ],
+)
+def test_a_bare_cuda_is_this_ranks_device_under_torchrun(folder, monkeypatch, current, local_rank, count, device, want):
+    """Issue 38, point 7: under torchrun every rank that forgot torch.cuda.set_device fed and page-locked
+    on cuda:0; a bare 'cuda' is cuda:LOCAL_RANK there, or a mismatch is refused by name."""
+    FakeCuda(count=count, current=current).install(monkeypatch)
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    if isinstance(want, int):
+        loader = make_loader(folder, batch_size=B, train=True, num_workers=0, device=device)
+        assert loader.device == torch.device("cuda", want)
+    else:
+        with pytest.raises(OptionError, match=rf"^device='cuda'.*{want}"):
+            make_loader(folder, batch_size=B, train=True, num_workers=0, device=device)
+
+
+@pytest.mark.parametrize(
+    "device, name",
+    [("mps", r"MPS \(Apple GPUs\)"), ("xpu", r"XPU \(Intel GPUs\)"), ("cuda", "CUDA"), ("cuda:1", "CUDA")],
+)
+def test_a_device_this_machine_lacks_is_one_line_before_any_work(tmp_path, device, name):
+    """Issue 38, point 8: mps and xpu failed at the first batch with torch's RuntimeError, and to_device to
+    'cuda' on a CPU machine with an AssertionError; each is an OptionError naming the device, raised by
+    make_loader before it looks at the shards (these do not exist)."""
+    module = torch.backends.mps if device == "mps" else getattr(torch, device.split(":")[0])
+    if module.is_available():
+        pytest.skip(f"this machine has {device}")
+    with pytest.raises(
+        OptionError, match=rf"^device='{device}': {name} is not available here \(torch .*\); use device='cpu'$"
+    ):
+        make_loader(tmp_path / "no-such-shards", batch_size=B, train=True, device=device)
+    images = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
+    with pytest.raises(OptionError, match=rf"^to_device: device='{device}': {name} is not available here"):
+        to_device(images, device)
+    assert to_device(images, "cpu").dtype == torch.float32
+
+
+def test_train_example_says_a_missing_device_in_one_line(tmp_path, folder):
+    """scripts/train_example.py with a config asking for a device this machine lacks: the message alone on
+    stderr, exit 2 (a usage error, docs/exit-codes.md), no traceback."""
+    import subprocess
+    import sys
+
+    device = "xpu" if not torch.xpu.is_available() else "mps"
+    config = tmp_path / "train.yaml"
+    config.write_text(f"dataset:\n  train_urls: {folder}\n  batch_size: 4\n  num_workers: 0\n  device: {device}\n")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_example.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--config", str(config)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith(f"train_example.py: error: device='{device}': ") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_the_ring_is_page_locked_on_the_loaders_device_and_only_what_the_driver_took_is_lent(

@@ -12,6 +12,7 @@ from conftest import convert_images, upload
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from oracle import read_stored
+from shardkit import build_dataset
 
 from training_adapter import make_loader
 from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
@@ -170,8 +171,9 @@ def test_skip_of_a_whole_batch_with_one_rank_shortens_the_epoch(folder, tmp_path
 @example(shard=1, pos=0.5, xor=1, skip=False, shuffled=True)
 def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory, shard, pos, xor, skip, shuffled):
     """A byte flipped anywhere in a shard (size unchanged), check_samples=True: a byte of a .npy
-    member or of a .cls's digits is a ShardError naming the shard and the sample's offset (skip:
-    that sample alone is missing); any other byte (tar headers, .json, padding) changes nothing."""
+    member, of a .cls's digits or of the .npy's name in its tar header is a ShardError naming the shard
+    and the sample's offset (skip: that sample alone is missing); any other byte (the rest of the tar
+    headers, .json, padding) changes nothing."""
     idx = index_of(folder)
     name = Path(idx.urls[shard]).name
     size = (folder / name).stat().st_size
@@ -179,7 +181,10 @@ def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory
     mine = np.flatnonzero(idx.shard == shard)
     in_npy = mine[(idx.offset[mine] <= at) & (at < idx.offset[mine] + 128 + S * S * 3)]
     in_cls = mine[(idx.cls_offset[mine] <= at) & (at < idx.cls_offset[mine] + idx.cls_length[mine])]
-    hit = [int(r) for r in (*in_npy, *in_cls)]
+    # the .npy member's name in its tar header, <key>.npy and the NUL that ends it
+    name_end = idx.offset[mine] - 512 + np.array([len(idx.key_str(int(r))) + 5 for r in mine])
+    in_name = mine[(idx.offset[mine] - 512 <= at) & (at < name_end)]
+    hit = [int(r) for r in (*in_npy, *in_cls, *in_name)]
     bad = damage(folder, tmp_path_factory.mktemp("flip"), {name: [(at, xor)]})
     want = reference(stored)
     if not hit:
@@ -193,8 +198,78 @@ def test_any_flipped_byte_is_caught_or_harmless(folder, stored, tmp_path_factory
     with pytest.raises(ShardError) as e:
         read_eval(bad, shuffled, check_samples=True)
     assert e.value.url == str(bad / name)
-    assert e.value.offset == int(idx.offset[r] if len(in_npy) else idx.cls_offset[r])
+    assert e.value.offset == int(
+        idx.offset[r] if len(in_npy) else idx.cls_offset[r] if len(in_cls) else idx.offset[r] - 512
+    )
     assert f"byte {e.value.offset}: sample '{idx.key_str(r)}'" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory) -> tuple[Path, Path, str]:
+    """Two datasets of the same layout (shardkit: same labels, sizes and key lengths, other keys and
+    pixels), and a copy of the first with its train-000001.tar replaced by the second's shard 1 of the
+    same size: (the copy, its original, the replaced shard's name)."""
+    root = tmp_path_factory.mktemp("swapped")
+    labels = [[(j + t) % 3 for t in range(12)] for j in range(3)]
+    mine = build_dataset(root / "mine", {"train": labels}, size=S)
+    other = build_dataset(root / "other", {"valid": labels}, size=S, seed=1)  # keys valid<j>x<t>
+    bad = root / "bad"
+    shutil.copytree(mine, bad)
+    name = "train-000001.tar"
+    assert (other / "valid-000001.tar").stat().st_size == (bad / name).stat().st_size
+    shutil.copy(other / "valid-000001.tar", bad / name)
+    return bad, mine, name
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_shard_of_another_dataset_with_the_same_size_and_labels_is_refused_by_name(swapped, shuffled):
+    """Issue 38, point 3: the default check (labels) reads the tar header in front of each .npy, whose
+    name is <key>.npy (docs/FORMAT.md): a same-size shard of another conversion, whose labels match where
+    they are read, is a ShardError naming the shard, the header's byte offset, the sample and the name
+    found (it was read silently, its pixels under this index's keys); check_samples=False reads it as
+    it is; on_error='skip' leaves its samples out."""
+    bad, mine, name = swapped
+    idx = index_of(mine)
+    rows = np.flatnonzero(idx.shard == 1)
+    first = {int(idx.offset[r]) - 512: idx.key_str(int(r)) for r in rows}
+    with pytest.raises(ShardError) as e:
+        read_eval(bad, shuffled)
+    at = e.value.offset
+    assert e.value.url == str(bad / name) and at in first
+    key = first[at]
+    assert str(e.value) == (
+        f"{bad / name}: byte {at}: sample '{key}': the tar header in front of its .npy names "
+        f"'valid{key[5:]}.npy', not '{key}.npy': the shard is not the one its index was written with "
+        f"(another version's or conversion's shard copied over it?); wds-tools verify lists every such sample"
+    )
+    assert len(read_eval(bad, shuffled, check_samples=False)) == 36
+    kept = read_eval(bad, shuffled, on_error="skip")
+    assert sorted(kept) == sorted(k for k in (idx.key_str(r) for r in range(len(idx))) if not k.startswith("train1x"))
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_changed_byte_of_a_npy_members_name_is_caught_by_default(folder, tmp_path, shuffled):
+    idx = index_of(folder)
+    r = int(np.flatnonzero(idx.shard == 2)[5])
+    at = int(idx.offset[r]) - 512 + len(idx.key_str(r))  # the dot of <key>.npy
+    name = Path(idx.urls[2]).name
+    assert (folder / name).read_bytes()[at - len(idx.key_str(r)) : at + 4] == f"{idx.key_str(r)}.npy".encode()
+    bad = damage(folder, tmp_path, {name: [(at, ord(".") ^ ord("_"))]})
+    with pytest.raises(
+        ShardError,
+        match=rf"{bad / name}: byte {at - len(idx.key_str(r))}: sample '{idx.key_str(r)}': the tar header "
+        rf"in front of its .npy names '{idx.key_str(r)}_npy', not '{idx.key_str(r)}.npy'",
+    ):
+        read_eval(bad, shuffled)
+
+
+def test_a_swapped_shard_is_refused_in_object_storage_too(swapped, bucket):
+    bad, mine, name = swapped
+    fs, url = bucket
+    remote = upload(fs, bad, f"{url}/swapped")
+    with pytest.raises(ShardError, match=rf"{remote}/{name}: byte \d+: sample 'train1x\d+': the tar header in front"):
+        read_eval(remote)
+    assert len(read_eval(upload(fs, mine, f"{url}/mine"))) == 36
 
 
 def test_labels_differ_is_the_writers_decimal_rule():

@@ -23,7 +23,7 @@ from training_adapter.indexread import (
     select,
 )
 from training_adapter.shardlist import resolve_urls
-from wds_tools.errors import OptionError, ShardError
+from wds_tools.errors import IndexFormatError, OptionError, ShardError
 
 S = 16
 
@@ -239,6 +239,38 @@ def test_a_shard_that_does_not_match_its_index_is_refused(folder, tmp_path):
     (bad / "train-000002.tar").write_bytes(b"")
     with pytest.raises(ShardError, match=rf"{bad}/train-000002.tar is 0 bytes; its index says"):
         make_loader(bad, batch_size=4, train=False, num_workers=0, split="train")
+
+
+def test_an_index_json_that_disagrees_with_its_samples_npz_is_named(folder, tmp_path):
+    """Issue 38, point 12: index.json with one shard entry removed (every later entry one place back; 10
+    train shards of 10, then 2 val shards of 10: rows 110-119 name the last) or a shard's sample count changed: make_loader names samples.npz, index.json and what disagrees (it raised
+    a bare IndexError: index 15 is out of bounds)."""
+    import json
+    import shutil
+
+    for name, edit, match in [
+        (
+            "removed",
+            lambda m: m["shards"].pop(3),
+            r"samples.npz and the index.json beside it disagree: 10 row\(s\) name a shard past the 11 that index.json "
+            r"lists \(first: row 110, sample 's\d+', shard 11\)",
+        ),
+        (
+            "recounted",
+            lambda m: m["shards"][4].update(samples=9),
+            r"samples.npz and the index.json beside it disagree: index.json's shards\[4\] \(train-000004.tar\) "
+            r"holds 9 samples, samples.npz has 10 rows for shard 4",
+        ),
+    ]:
+        bad = tmp_path / name
+        shutil.copytree(folder, bad)
+        meta = json.loads((bad / "index.json").read_text())
+        assert [e["name"] for e in meta["shards"]][-3:] == ["train-000009.tar", "val-000000.tar", "val-000001.tar"]
+        edit(meta)
+        (bad / "index.json").write_text(json.dumps(meta))
+        for split in ("train", "val"):
+            with pytest.raises(IndexFormatError, match=rf"{bad}/{match}.*wds-tools verify lists what differs"):
+                make_loader(bad, batch_size=4, train=split == "train", num_workers=0, split=split)
 
 
 def test_reader_option_errors(folder, tmp_path):

@@ -95,6 +95,44 @@ def test_epoch_advances_with_non_persistent_workers(folder):
     assert [k for b in ld for k in b[2]] == first
 
 
+ITERATIONS = [
+    pytest.param(dict(num_workers=0), id="w0"),
+    pytest.param(dict(num_workers=2, reader="stream"), id="w2-stream"),
+    pytest.param(dict(num_workers=2, reader="stream", persistent_workers=True), id="w2-stream-persistent"),
+    pytest.param(dict(num_workers=2, persistent_workers=True, augment={"affine_p": 1.0}), id="w2-index-persistent"),
+    pytest.param(dict(num_workers=2, device_augment=True), id="w2-threads"),
+]
+
+
+@pytest.mark.parametrize("opts", ITERATIONS)
+def test_each_iterator_is_one_epoch_fixed_when_it_is_made(folder, opts):
+    """Issue 38, point 4: ``set_epoch(1)`` after ``iter()`` and before its first batch is for the next
+    iteration; a second ``iter()`` while the first is live takes the workers over: it yields its own
+    epoch whole (each sample once), and the first raises at its next batch instead of sharing the stream
+    (persistent workers gave 17 + 17 batches of one stream, one batch to both)."""
+    kw = dict(batch_size=2, train=True, return_keys=True, seed=1, **opts)
+    epochs = []
+    for e in range(3):
+        ref = make_loader(folder, **kw)
+        ref.set_epoch(e)
+        epochs.append([k for b in ref for k in b[-1]])
+    assert epochs[0] != epochs[1] != epochs[2]
+    ld = make_loader(folder, **kw)
+    it = iter(ld)
+    ld.set_epoch(1)
+    assert [k for b in it for k in b[-1]] == epochs[0]
+    assert [k for b in ld for k in b[-1]] == epochs[1]
+    first = iter(ld)  # epoch 2
+    head = next(first)[-1]
+    assert head == epochs[2][: len(head)]
+    second = iter(ld)  # epoch 3, replacing the first
+    with pytest.raises(OptionError, match=r"this iterator of the loader \(epoch 2\) was replaced by a later iter\(\)"):
+        next(first)
+    ld3 = make_loader(folder, **kw)
+    ld3.set_epoch(3)
+    assert [k for b in second for k in b[-1]] == [k for b in ld3 for k in b[-1]]
+
+
 def test_device_augment_matches_cpu_path(folder):
     cfg = AugmentConfig(saturation=0.0)
     kw = dict(batch_size=6, train=True, num_workers=0, seed=3, shuffle_buffer=0, return_keys=True, augment=cfg)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from conftest import convert_images
 
 from training_adapter import AugmentConfig, LoaderOptions, make_loader
@@ -38,6 +40,53 @@ def folder(tmp_path_factory) -> Path:
 def test_each_bad_option_is_refused_on_creation(kw, match):
     with pytest.raises(OptionError, match=match):
         LoaderOptions(**{"batch_size": 4, "train": True, **kw})
+
+
+@pytest.mark.parametrize(
+    "seed, match",
+    [
+        (True, r"^seed=True: a bool; "),
+        (np.True_, r"^seed=np.True_: a numpy bool; "),
+        (torch.tensor(True), r"^seed=tensor\(True\): a Tensor of torch.bool; "),
+        (3.0, r"^seed=3.0: a float; "),
+        (np.float64(3), r"^seed=np.float64\(3.0\): a numpy float64; "),
+        (torch.tensor(3.0), r"^seed=tensor\(3.\): a Tensor of torch.float32; "),
+        ("3", r"^seed='3': a str; "),
+        (None, r"^seed=None: a NoneType; "),
+        (torch.tensor([3]), r"^seed=tensor\(\[3\]\): a Tensor of torch.int64, shape \(1,\); "),
+        (-1, r"^seed=-1: out of range; "),
+        (np.int64(-1), r"^seed=np.int64\(-1\): out of range; "),
+        (2**63, r"^seed=9223372036854775808: out of range; "),
+    ],
+)
+def test_a_seed_that_is_not_an_integer_of_the_states_range_is_refused(seed, match):
+    """Issue 38, point 10: refused by name when the options are made (before: '3' and 2**63 trained and
+    their states were refused, -1 and 3.0 failed at the first batch with numpy's error)."""
+    with pytest.raises(OptionError, match=match + r"expected an integer from 0 to 2\*\*63 - 1$"):
+        LoaderOptions(batch_size=4, train=True, seed=seed)
+
+
+def test_an_integer_seed_of_any_kind_is_a_plain_int_and_its_state_loads(folder):
+    """np.int64(3) trained, but its state failed json.dumps and a loader with seed=3 refused it; a 0-d
+    tensor gave "len() of a 0-d tensor". Each is the int 3: the same batches, one state that loads."""
+    import json
+
+    kw = dict(batch_size=4, train=True, num_workers=0, return_keys=True)
+    want = [b[-1] for b in make_loader(folder, seed=3, **kw)]
+    for seed in (np.int64(3), np.uint8(3), np.array(3), torch.tensor(3), 2**63 - 1):
+        ld = make_loader(folder, seed=seed, **kw)
+        assert type(ld.dataset.options.seed) is int and ld.dataset.options.seed == int(seed)
+        it = iter(ld)
+        head = [next(it)[-1]]
+        state = json.loads(json.dumps(ld.state_dict()))
+        del it
+        again = make_loader(folder, seed=int(seed), **kw)
+        again.load_state_dict(state)
+        rest = [b[-1] for b in again]
+        if int(seed) == 3:
+            assert head + rest == want
+        else:
+            assert len(head + rest) == len(want) and sorted(sum(head + rest, [])) == sorted(sum(want, []))
 
 
 def test_options_are_frozen():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from test_eval_coverage import tar_keys
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from training_adapter import AugmentConfig, make_loader
-from training_adapter.resume import Span, StreamPlan, epoch_span, stream_rest, yielded_per_worker
+from training_adapter.resume import Span, StreamPlan, epoch_span, replayed, stream_rest, yielded_per_worker
 from wds_tools.errors import OptionError
 
 B = 7
@@ -124,7 +123,6 @@ def _check_pixels(stored: dict, epoch: int, batches: list) -> list[str]:
 CONFIGS = [dict(num_workers=0), dict(num_workers=2)]
 ELASTIC = dict(num_workers=1, drop_last=False)
 STOPS = {(2, 3): 3, (3, 2): 2}  # elastic (old ranks, new ranks): batches before the stop
-STREAM = dict(num_workers=1, reader="stream", shuffle_buffer=0)
 
 
 @pytest.fixture(scope="module")
@@ -175,27 +173,16 @@ def _make_runs(folder: Path, tmp: Path) -> dict:
     out = {(1, "before"): _spawn(1, folder, exact(1, "before"), tmp)}
     out[1, "after"] = _spawn(1, folder, exact(1, "resume"), tmp)
     out[2, "before"] = _spawn(2, folder, exact(2, "before") + [elastic(2, 3, "stop")], tmp)
-    streamed = str(tmp / "stream.pt")
     out[3, "after"] = _spawn(
         3,
         folder,
-        [
-            elastic(3, 2, "stop"),
-            elastic(2, 3, "resume"),
-            dict(name="full", kind="full", opts=ELASTIC),
-            dict(name="sstop", kind="stop", opts=STREAM, stop=2, state=streamed),
-        ],
+        [elastic(3, 2, "stop"), elastic(2, 3, "resume"), dict(name="full", kind="full", opts=ELASTIC)],
         tmp,
     )
     out[2, "after"] = _spawn(
         2,
         folder,
-        exact(2, "resume")
-        + [
-            elastic(3, 2, "resume"),
-            dict(name="full", kind="full", opts=ELASTIC),
-            dict(name="sresume", kind="resume", opts=STREAM, state=streamed),
-        ],
+        exact(2, "resume") + [elastic(3, 2, "resume"), dict(name="full", kind="full", opts=ELASTIC)],
         tmp,
     )
     out["stops"] = stops
@@ -244,23 +231,50 @@ def test_elastic_resume_covers_the_split_once(runs, stored, old, new):
     )
 
 
-def test_streaming_resumes_on_other_ranks_without_repeats(runs, stored):
-    """Streamed on 3 ranks (2 shards each, in order), stopped after 2 batches (14 samples: each rank
-    inside its first shard), resumed on 2: the 3 unopened shards dealt to them (2 and 1), cut to the
-    smaller rank's 2 full batches; no sample twice in the epoch."""
-    keys = []
+def _ranks_stop(root: Path, monkeypatch, world: int, k: int, opts: dict) -> tuple[list[list[str]], dict]:
+    """Every rank's keys of its first ``k`` batches (in this process, the rank set by RANK/WORLD_SIZE), and
+    rank 0's state then (every rank's, once each has yielded k or all it has)."""
+    heads, states = [], []
+    for r in range(world):
+        _ranked(monkeypatch, r, world)
+        ld = make_loader(root, **opts)
+        it = iter(ld)
+        heads.append([key for _, b in zip(range(k), it) for key in b[-1]])
+        states.append(json.loads(json.dumps(ld.state_dict())))
+        del it
+    return heads, states[0]
+
+
+def test_streaming_resumes_on_other_ranks_only_where_nothing_is_lost(folder, monkeypatch):
+    """Streamed on 3 ranks (2 shards of 20 each, in order, no buffer), stopped after 2 batches of 7:
+    each rank is 14 samples into its first shard, whose 6 others only its own stream gives. On 3 ranks
+    the rest is exactly each rank's uninterrupted rest; on 2 the state is refused, naming the 3 x 6
+    samples that would be lost. Stopped after 0 batches (nothing begun) it resumes on 2 ranks."""
+    opts = dict(train=True, batch_size=B, num_workers=1, reader="stream", shuffle_buffer=0, return_keys=True)
+    whole, _ = _ranks_stop(folder, monkeypatch, 3, 10**6, opts)
+    heads, state = _ranks_stop(folder, monkeypatch, 3, 2, opts)
+    assert [len(h) for h in heads] == [14] * 3
     for r in range(3):
-        keys += _check_pixels(stored, 0, runs[3, "after"][r]["sstop"][0][1])
-    firsts = {k[: k.index("x")] for k in keys}
-    batches = []
+        _ranked(monkeypatch, r, 3)
+        again = make_loader(folder, **opts)
+        again.load_state_dict(state)
+        assert heads[r] + [key for b in again for key in b[-1]] == whole[r], f"rank {r}"
     for r in range(2):
-        resumed = runs[2, "after"][r]["sresume"][0][1]
-        batches.append(len(resumed))
-        rest = _check_pixels(stored, 0, resumed)
-        assert not {k[: k.index("x")] for k in rest} & firsts, "no shard begun before the stop is read again"
-        keys += rest
-    assert batches == [2, 2]
-    assert len(keys) == len(set(keys)) == 3 * 14 + 2 * 2 * B
+        _ranked(monkeypatch, r, 2)
+        with pytest.raises(
+            OptionError,
+            match=r"after 2 batches on 3 ranks, 1 reader each.*this loader reads on 2 "
+            r"ranks, 1 reader each.*: 18 samples that the stopped readers had pulled.*would be lost",
+        ):
+            make_loader(folder, **opts).load_state_dict(state)
+    _, fresh = _ranks_stop(folder, monkeypatch, 3, 0, opts)
+    keys = []
+    for r in range(2):
+        _ranked(monkeypatch, r, 2)
+        again = make_loader(folder, **opts)
+        again.load_state_dict(fresh)
+        keys += [key for b in again for key in b[-1]]
+    assert len(keys) == len(set(keys)) > 0
 
 
 # --- in this process ------------------------------------------------------------------------------------
@@ -301,35 +315,80 @@ def test_set_epoch_to_another_epoch_drops_the_loaded_state(folder, caplog):
     assert again.epoch == 3 and len(list(again)) == len(again)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_streaming_resumes_at_the_next_unread_shard(folder, workers, caplog):
-    """No shuffle buffer, shards in order within a worker: worker w stops inside its shard being read;
-    the rest is every sample of the shards no worker opened (hand-worked), none of them seen before."""
-    opts = dict(train=True, batch_size=B, num_workers=workers, return_keys=True, reader="stream", shuffle_buffer=0)
-    ld = make_loader(folder, **opts)
-    seen: list[str] = []
-    for i, b in enumerate(ld):
-        seen += b[-1]
-        if i + 1 == 5:
-            break
+STREAMED = [
+    pytest.param(dict(num_workers=0), id="w0"),
+    pytest.param(dict(num_workers=0, shuffle_buffer=0), id="w0-no-buffer"),
+    pytest.param(dict(num_workers=2), id="w2"),
+    pytest.param(dict(num_workers=3, persistent_workers=True, shuffle_buffer=10), id="w3-persistent"),
+    pytest.param(dict(num_workers=2, train=False, split="train"), id="w2-eval"),
+    pytest.param(dict(num_workers=2, resampled=True, epoch_batches=9), id="w2-resampled"),
+]
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory) -> Path:
+    """7 train shards of 20, 13, 20, 9, 20, 17 and 11 samples: workers run out at different batches."""
+    sizes = [20, 13, 20, 9, 20, 17, 11]
+    return build_dataset(
+        tmp_path_factory.mktemp("uneven"), {"train": [[t % 3 for t in range(n)] for n in sizes]}, size=4
+    )
+
+
+@pytest.mark.parametrize("opts", STREAMED)
+def test_a_resumed_streamed_epoch_is_the_uninterrupted_one(uneven, opts):
+    """Stopped after k batches, its state through JSON, continued by a fresh loader (and that one stopped
+    again and continued): the uninterrupted epoch's batches, in its order, to the pixel; then the next
+    epoch. The workers' shards differ in samples, so they run out at different batches."""
+    opts = {"train": True, "batch_size": B, "reader": "stream", "return_keys": True, "seed": 5, **opts}
+    ld = make_loader(uneven, **opts)
+    whole = [(b[-1], b[0].clone()) for b in ld]
+    after = [b[-1] for b in ld]
+    assert len(whole) >= 8
+    for stops in ([1], [len(whole) // 2], [len(whole) - 1], [2, 5]):
+        got, state = [], None
+        for stop in [*stops, None]:
+            ld = make_loader(uneven, **opts)
+            if state is not None:
+                ld.load_state_dict(json.loads(json.dumps(state)))
+            it = iter(ld)
+            for b in it:
+                got.append((b[-1], b[0].clone()))
+                if stop is not None and len(got) == stop:
+                    break
+            state = ld.state_dict()
+            del it
+        assert [k for k, _ in got] == [k for k, _ in whole], f"stopped after {stops}"
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, whole))
+        assert state["epoch"] == 1 and state["batches"] == 0
+        ld = make_loader(uneven, **opts)
+        ld.load_state_dict(state)
+        assert [b[-1] for b in ld] == after
+
+
+def test_the_issues_streamed_resume_yields_the_rest_of_the_epoch(tmp_path):
+    """Issue 38's case: 0 workers, the default 1000-sample buffer, 38-sample shards, 33 batches of 32;
+    stopped after 7, the resumed epoch yields the other 26 (it yielded none, skipping 840 samples with a
+    log line, before the resume replayed the stream)."""
+    root = build_dataset(tmp_path / "d", {"train": [[t % 3 for t in range(38)] for _ in range(28)]}, size=4)
+    opts = dict(train=True, batch_size=32, num_workers=0, reader="stream", return_keys=True)
+    whole = [b[-1] for b in make_loader(root, **opts)]
+    assert len(whole) == 33
+    ld = make_loader(root, **opts)
+    it = iter(ld)
+    head = [next(it)[-1] for _ in range(7)]
     state = ld.state_dict()
-    again = make_loader(folder, **opts)
-    again.load_state_dict(json.loads(json.dumps(state)))
-    with caplog.at_level(logging.WARNING, logger="training_adapter"):
-        rest = [k for b in again for k in b[-1]]
-    assert not set(seen) & set(rest) and len(set(rest)) == len(rest), "no sample twice in the epoch"
-    shard = lambda k: int(k[len("train") : k.index("x")])  # noqa: E731  (keys are train<shard>x<n>)
-    opened = {shard(k) for k in seen}
-    unopened = [k for j in range(SHARDS) if j not in opened for k in (f"train{j}x{t:03d}" for t in range(PER_SHARD))]
-    if workers == 0:  # 35 samples read of one worker's shards: 2 shards opened, 5 samples skipped
-        assert len(opened) == 2 and "5 samples" in caplog.text
-    else:  # batches 0, 2, 4 from worker 0 (21 samples: 2 shards), 1, 3 from worker 1 (14: 1 shard)
-        assert len(opened) == 3 and f"{60 - 35} samples" in caplog.text
-    left_out = (len(unopened) % B) if workers == 0 else None
-    assert set(rest) <= set(unopened)
-    if left_out is not None:
-        assert len(rest) == len(unopened) - left_out
-    assert again.state_dict()["epoch"] == 1
+    del it
+    again = make_loader(root, **opts)
+    again.load_state_dict(state)
+    rest = [b[-1] for b in again]
+    assert len(rest) == 26 and head + rest == whole
+    other = make_loader(root, **{**opts, "num_workers": 2})
+    with pytest.raises(
+        OptionError,
+        match=r"1 rank, 1 reader each \(num_workers=0 or 1\); this loader reads on 1 "
+        r"rank, 2 readers each \(num_workers=2\): 840 samples",
+    ):
+        other.load_state_dict(state)  # 1000 + 7 x 32 samples pulled: every shard opened, 1064 - 224 not yielded
 
 
 def test_the_state_after_a_resumed_epoch_is_the_next_epoch_whole(folder):
@@ -438,27 +497,35 @@ def _shard_of(root: Path, split: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("old,new,workers", [(2, 2, 1), (2, 3, 1), (3, 2, 1), (1, 2, 1), (2, 2, 2)])
-def test_a_resumed_streamed_evaluation_counts_exactly_what_it_skips(val31, monkeypatch, caplog, old, new, workers):
-    """Streaming reader, evaluation: what the resumed epoch lacks is exactly the samples of the shards
-    begun before the stop that no batch yielded, and the warning says how many; nothing comes twice,
-    every shard not begun is read whole (no batch cut to equal ranks, the training rule)."""
+def test_a_resumed_streamed_evaluation_is_exact_or_refused(val31, monkeypatch, old, new, workers):
+    """Streaming reader, evaluation: on the ranks it stopped on, each rank's rest is its uninterrupted
+    rest; on others, a state whose readers had begun shards they had not finished is refused, naming
+    the samples of those shards no batch yielded (counted here from the keys read, by stock tarfile's
+    shard of each key), else the rest covers every sample not yet read, each once."""
     want = tar_keys(val31, "val")
     shard = _shard_of(val31, "val")
     opts = dict(train=False, batch_size=3, num_workers=workers, reader="stream", return_keys=True)
-    stops = range(1, 4) if workers == 1 else [2]
-    for k in stops:
-        head, states = _eval_stop(val31, monkeypatch, old, k, opts)
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="training_adapter"):
-            rest = _eval_resume(val31, monkeypatch, new, states[0], opts)
-        keys = head + [key for r in rest for key in r]
-        assert len(keys) == len(set(keys)), "no sample twice"
-        missing = set(want) - set(keys)
-        said = re.findall(r": (\d+) samples of the shards begun before the stop", caplog.text)
-        assert said == ([str(len(missing))] * new if missing else []), (k, len(missing), caplog.text)
+    whole, _ = _ranks_stop(val31, monkeypatch, old, 10**6, opts)
+    for k in range(1, 4) if workers == 1 else [2]:
+        heads, state = _ranks_stop(val31, monkeypatch, old, k, opts)
+        head = [key for h in heads for key in h]
         begun = {shard[key] for key in head}
-        assert {shard[key] for key in missing} <= begun, "only samples of shards begun before the stop"
-        assert {key for key in want if shard[key] not in begun} <= set(keys), "the shards not begun, whole"
+        lost = [key for key in want if shard[key] in begun and key not in head]
+        rest: list[list[str]] = []
+        for r in range(new):
+            _ranked(monkeypatch, r, new)
+            ld = make_loader(val31, **opts)
+            if old != new and lost:
+                with pytest.raises(OptionError, match=rf"after {k} batches.*: {len(lost)} samples that the stopped"):
+                    ld.load_state_dict(state)
+                continue
+            ld.load_state_dict(state)
+            rest.append([key for b in ld for key in b[-1]])
+        if old == new:
+            assert [h + r for h, r in zip(heads, rest)] == whole, f"stopped after {k}"
+        elif not lost:
+            keys = head + [key for r in rest for key in r]
+            assert sorted(keys) == want, f"stopped after {k}"
 
 
 # --- the planner --------------------------------------------------------------------------------------------
@@ -569,6 +636,22 @@ def test_yielded_per_worker_is_the_dataloaders_order(planned):
     assert sorted(tags) == sorted(w for w, p in enumerate(planned) for _ in range(p))
     for k in range(len(tags) + 1):
         assert yielded_per_worker(k, planned) == [tags[:k].count(w) for w in range(len(planned))]
+
+
+@pytest.mark.parametrize("planned", [[3, 3], [1, 4, 2], [0, 2, 5], [4, 1, 1, 3]])
+def test_a_replay_rotates_the_workers_into_the_dataloaders_order(planned):
+    """After each k: workers rotated to start at ``replayed``'s next one, each with its batches left,
+    a real DataLoader yields (by the original worker) the rest of the uninterrupted order."""
+    tags = [int(t) for t in DataLoader(_Tagged(planned), batch_size=None, num_workers=len(planned))]
+    W = len(planned)
+    for k in range(len(tags)):
+        got, first = replayed(k, planned)
+        assert got == yielded_per_worker(k, planned)
+        order = [(first + j) % W for j in range(W)]
+        rest = [
+            int(t) for t in DataLoader(_Tagged([planned[w] - got[w] for w in order]), batch_size=None, num_workers=W)
+        ]
+        assert [order[t] for t in rest] == tags[k:], f"after {k}"
 
 
 @settings(max_examples=200, deadline=None)

@@ -176,6 +176,7 @@ INDEX_EDITS = [
     ("epoch_batches", 0, r"epoch_batches=0: expected an integer from 1 .* or None"),
     ("class_weights", 3, r"class_weights=3: expected None, 'balanced' or a \{class: weight\} dict"),
     ("seed", None, r"seed=None: expected an integer"),
+    ("seed", -1, r"seed=-1: expected an integer from 0 to"),  # no loader takes it (options.MAX_SEED)
     ("version", 1, r"state version 1; this loader reads version 2"),
     ("version", "2", r"state version '2'"),
     ("version", 2.0, r"state version 2.0"),

@@ -70,6 +70,9 @@ class BatchDataset(IterableDataset):
         self.options = options
         self.rank_world: tuple[int, int] | None = None  # taken in the main process by ShardLoader
         self._epoch = mp.get_context().Value("q", 0, lock=False)  # shared: persistent workers see set_epoch
+        # the epoch of the iteration running (-1: ``epoch``), fixed when it begins: a set_epoch for the next one
+        # before the workers start reading changes nothing of it
+        self._running = mp.get_context().Value("q", -1, lock=False)
         self.ring: BatchRing | None = None  # set by ShardLoader for its worker processes, for its lifetime
         # the ring generation of this iteration's workers (None: persistent workers read ring.gen per epoch)
         self.ring_gen: int | None = None
@@ -90,6 +93,17 @@ class BatchDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next iteration yields (workers, persistent ones too, see it)."""
         self._epoch.value = int(epoch)
+
+    def begin_iteration(self) -> int:
+        """Fix the epoch the iteration beginning now yields (``epoch`` now), and return it."""
+        self._running.value = self._epoch.value
+        return int(self._running.value)
+
+    @property
+    def running_epoch(self) -> int:
+        """The epoch of the iteration running (``begin_iteration``), else ``epoch``."""
+        e = int(self._running.value)
+        return self.epoch if e < 0 else e
 
     def resumed(self, epoch: int) -> Any:
         """The resumed plan of ``epoch`` (None: the whole epoch is planned as usual)."""
@@ -146,7 +160,7 @@ class BatchDataset(IterableDataset):
         where = worker_info()
         if self.rank_world is not None:  # taken in the main process: a worker may not see torch.distributed
             where = where._replace(rank=self.rank_world[0], world=self.rank_world[1])
-        yield from self.epoch_batches(where, self.epoch)
+        yield from self.epoch_batches(where, self.running_epoch)
 
     def epoch_batches(self, where: WorkerInfo, epoch: int) -> Iterator[Batch]:
         """This worker's batches of ``epoch``."""

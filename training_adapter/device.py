@@ -45,6 +45,7 @@ __all__ = [
     "cuda_fence",
     "cuda_devices_in_use",
     "as_device",
+    "parse_device",
     "as_dtype",
 ]
 
@@ -54,25 +55,75 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 """The image dtypes ``make_loader(device=...)`` yields, by name."""
 
 
-def as_device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``; an ``OptionError`` naming it when it is malformed or absent."""
+_NAMES = {"cuda": "CUDA", "mps": "MPS (Apple GPUs)", "xpu": "XPU (Intel GPUs)"}
+
+
+def parse_device(device: Any, what: str = "device") -> torch.device:
+    """``device`` as a ``torch.device`` (as given: a bare ``"cuda"`` stays the current device), if this
+    machine has it; an ``OptionError`` naming it (``what``: the argument) when it is malformed or absent."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise OptionError(f"device={device!r}: not a device ({e}); expected e.g. 'cuda', 'cuda:1' or 'cpu'") from None
-    if dev.type != "cuda":
+        raise OptionError(f"{what}={device!r}: not a device ({e}); expected e.g. 'cuda', 'cuda:1' or 'cpu'") from None
+    if dev.type == "cpu":
         return dev
-    if not torch.cuda.is_available():
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        here = mps is not None and mps.is_available()
+    else:  # cuda, xpu and backends registered as torch.<type> answer is_available()
+        available = getattr(getattr(torch, dev.type, None), "is_available", None)
+        here = callable(available) and bool(available())
+    if not here:
         raise OptionError(
-            f"device={device!r}: CUDA is not available here (torch {torch.__version__}); use device='cpu'"
+            f"{what}={device!r}: {_NAMES.get(dev.type, repr(dev.type))} is not available here (torch "
+            f"{torch.__version__}); use device='cpu'"
         )
-    count = torch.cuda.device_count()
-    # 'cuda' is the current device now, when the loader is made, for its whole life (resolved later, a
-    # set_device in between would move its copies and its page-locking to another device)
-    index = torch.cuda.current_device() if dev.index is None else dev.index
+    return dev
+
+
+def as_device(device: Any) -> torch.device:
+    """The loader's device: ``device`` (``parse_device``) with its index; an ``OptionError`` naming it
+    when it is malformed, absent, or (a bare ``"cuda"`` under torchrun) not this rank's."""
+    dev = parse_device(device)
+    count_of = getattr(getattr(torch, dev.type, None), "device_count", None)
+    if dev.type == "cpu" or not callable(count_of):
+        return dev
+    count = int(count_of())
+    if dev.type != "cuda":
+        index = 0 if dev.index is None else dev.index
+    elif dev.index is not None:
+        index = dev.index
+    else:
+        # 'cuda' is this rank's device now, when the loader is made, for its whole life (resolved later, a
+        # set_device in between would move its copies and its page-locking to another device)
+        index = _cuda_of_this_rank(device, count)
     if not 0 <= index < count:
-        raise OptionError(f"device={device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    return torch.device("cuda", index)
+        raise OptionError(
+            f"device={device!r}: this machine has {count} {_NAMES.get(dev.type, dev.type)} device(s), "
+            f"{dev.type}:0 to {dev.type}:{count - 1}"
+        )
+    return torch.device(dev.type, index)
+
+
+def _cuda_of_this_rank(device: Any, count: int) -> int:
+    """The CUDA device a bare ``"cuda"`` names: the current one; under torchrun (``LOCAL_RANK``) with
+    several devices visible, ``cuda:LOCAL_RANK`` where the current one is still the default cuda:0 (a
+    rank that did not call ``torch.cuda.set_device`` would otherwise feed and page-lock on cuda:0)."""
+    current = torch.cuda.current_device()
+    local = os.environ.get("LOCAL_RANK")
+    if local is None or count == 1:  # one device visible: each rank sees its own (CUDA_VISIBLE_DEVICES)
+        return current
+    try:
+        rank = int(local)
+    except ValueError:
+        raise OptionError(f"device={device!r}: LOCAL_RANK={local!r} is not an integer; pass device='cuda:N'") from None
+    if rank == current or (current == 0 and 0 <= rank < count):
+        return rank
+    raise OptionError(
+        f"device={device!r} under torchrun: LOCAL_RANK={rank} but the current CUDA device is cuda:{current} "
+        f"(of {count}): name the rank's device, device=f'cuda:{{local_rank}}', or call "
+        f"torch.cuda.set_device(local_rank) before make_loader"
+    )
 
 
 def as_dtype(dtype: Any) -> torch.dtype:
@@ -161,8 +212,10 @@ def streams_for(device: torch.device) -> Streams:
 class DeviceFeed:
     """The loader's batches on ``device``, ``ahead`` batches copied and prepared ahead (see the module docstring).
 
-    A batch ``(images, labels[, params][, metadata][, keys])`` comes out as ``(images, labels[,
-    metadata][, keys])``: images uint8 ``[B, 3, H, W]`` normalised with ``mean``/``std`` (or, with
+    At most ``hold`` CPU batches are held for their copies as the next is asked for: when the side
+    stream lags that far behind, the feed waits for the oldest copy (the loader's ring lends no more
+    slots, and would copy each further batch out of its slot). A batch ``(images, labels[, params][,
+    metadata][, keys])`` comes out as ``(images, labels[, metadata][, keys])``: images uint8 ``[B, 3, H, W]`` normalised with ``mean``/``std`` (or, with
     ``params`` and ``augment``, through ``augment_batch``) as ``dtype``, channels-last; images a
     ``transform`` made floating are moved and cast as they are. Labels and the metadata's numbers
     go to the device too; nothing handed over shares memory with the loader's.
@@ -179,10 +232,14 @@ class DeviceFeed:
         augment: AugmentConfig | None = None,
         ahead: int = 2,
         streams: Streams | None = None,
+        hold: int | None = None,
     ) -> None:
         self.device, self.dtype, self.mean, self.std = device, dtype, list(mean), list(std)
         self.params, self.augment, self.ahead = params, augment, max(1, ahead)
         self.streams = streams if streams is not None else streams_for(device)
+        # the most CPU batches held (their copies issued, not known done) as the next is asked for: the ring
+        # lends that many slots, and copies a batch out of its slot beyond them
+        self.hold = max(self.ahead + 1, hold if hold is not None else self.ahead + 1)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         src = iter(batches)
@@ -193,6 +250,8 @@ class DeviceFeed:
         try:
             while True:
                 while not ended and len(ready) <= self.ahead:  # this batch and ``ahead`` more issued
+                    while len(held) >= self.hold:  # the side stream lags: wait for the oldest copy, not hold more
+                        held.popleft()[1].synchronize()
                     try:
                         batch = next(src)
                     except StopIteration:
@@ -288,10 +347,12 @@ def to_device(
         The batch on ``device`` as ``dtype``: values 0-255, or normalised with ``mean``/``std``.
 
     Raises:
-        OptionError: ``dtype`` is not a floating dtype.
+        OptionError: ``dtype`` is not a floating dtype, or ``device`` is not there.
     """
     if not dtype.is_floating_point:
         raise OptionError(f"to_device: dtype={dtype}: expected a floating dtype (torch.float32, bfloat16, float16)")
+    if not isinstance(device, torch.device) or device.type != images.device.type:  # absent: one line, not an assert
+        parse_device(device, "to_device: device")
     x = images.to(device, non_blocking=non_blocking).float()
     if mean is not None and std is not None:
         x = normalize(x, mean, std)

@@ -11,7 +11,9 @@ neighbouring samples of a shard merged into one range.
 ``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
 bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the
 index, so a shard whose ``.cls`` says otherwise does not match its index, and other readers of
-the same shard would train on other labels); ``pixels`` (``check_samples=True``) also compares
+the same shard would train on other labels), and the member name in the tar header in front of
+its ``.npy`` with ``<key>.npy`` (a shard of another version or conversion copied over this one, the
+same size and labels where it is read, holds other samples there); ``pixels`` (``check_samples=True``) also compares
 its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel). A sample that fails is a
 ``ShardError`` naming the shard, the byte offset and the key, or, with ``skip``, left out of its
 batch and logged.
@@ -40,6 +42,8 @@ __all__ = [
     "Found",
     "Part",
     "LABEL_BYTES",
+    "HEADER",
+    "NAME_BYTES",
     "MERGE_GAP",
     "MERGE_MAX",
     "labels_differ",
@@ -50,6 +54,12 @@ log = logging.getLogger("training_adapter")
 
 LABEL_BYTES = 9
 """The ``.cls`` bytes read for the label check: its digits (at most 9: a class index fits int32)."""
+HEADER = 512
+"""A tar header's bytes: the ``.npy`` member's header, whose name field (its first 100 bytes) holds
+``<key>.npy``, lies this far before the offset the index gives (docs/FORMAT.md, Shards)."""
+NAME_BYTES = 100
+"""A ustar header's name field."""
+_NPY = np.frombuffer(b".npy", np.uint8)
 # Ranged reads from object storage: neighbouring samples of one shard (the bytes between them, tar
 # headers and the small .cls/.json members, are about 2 KB) are read as one range of at most
 # MERGE_MAX bytes; gaps larger than MERGE_GAP split a range.
@@ -169,6 +179,9 @@ class Gather:
         self._windows: dict[int, torch.Tensor] = {}  # torch windows of pixel bytes, for index_select
         self._views: dict[tuple[int, int], np.ndarray] = {}  # numpy windows of header and .cls bytes
         self._cls_want: np.ndarray | None = None
+        # the name check: the bytes of a header's name field compared (the longest key's name and a NUL)
+        self._name_bytes = min(NAME_BYTES, index.key.dtype.itemsize + len(_NPY) + 1)
+        self._key_len: np.ndarray | None = None  # each row's key length, once
         self.bytes_read = 0
         self.skipped = 0  # samples left out (skip)
 
@@ -236,7 +249,7 @@ class Gather:
         return t
 
     def _check_run(self, s: int, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
-        """Bounds, NPY headers and (``labels``) .cls bytes of a run of rows of shard ``s``,
+        """Bounds, NPY headers and (``labels``) member names and .cls bytes of a run of rows of shard ``s``,
         vectorised; problems go into ``bad`` by position (``a`` + position in the run)."""
         idx = self.index
         fits = o + self.want <= len(m)
@@ -250,6 +263,13 @@ class Gather:
         for i in np.flatnonzero(wrong):
             bad[a + i] = self._problem(run[i], "header")
         if self.labels:
+            at = o - HEADER
+            named = at >= 0
+            names = self._window(s, m, self._name_bytes)[np.where(named, at, 0)]
+            want, used = self.names_want(run)
+            for i in np.flatnonzero(~(((names == want) | ~used).all(axis=1) & named) & fits & ~wrong):
+                bad[a + i] = self._problem(run[i], "name", got=names[i].tobytes())
+                wrong[i] = True
             co, length = self._cls_offset[run], self._cls_length[run]
             inside = co + LABEL_BYTES <= len(m)
             if not inside.all():
@@ -259,6 +279,29 @@ class Gather:
             cls = self._window(s, m, LABEL_BYTES)[co]
             for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
                 bad[a + i] = self._problem(run[i], "label", got=cls[i, : max(0, int(length[i]))].tobytes())
+
+    def _name_is(self, m: np.ndarray, r: int, o: int) -> bool:
+        """Whether the tar header before row ``r``'s ``.npy`` (at ``o`` in ``m``) names ``<key>.npy`` (and
+        its NUL): one row, in bytes (``names_want``'s arrays cost more for one row than the read)."""
+        name = (bytes(self.index.key[r]) + b".npy\0")[:NAME_BYTES]
+        h = o - HEADER
+        return h >= 0 and m[h : h + len(name)].tobytes() == name
+
+    def names_want(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([k, name bytes] uint8, [k, name bytes] bool): the name field each row's ``.npy`` header holds as
+        the writer puts it, ``<key>.npy`` then NULs (as far as ``_name_bytes``), and which of those bytes
+        to compare (the name and the NUL that ends it, as ``_name_is``)."""
+        idx, W = self.index, self._name_bytes
+        if self._key_len is None:
+            self._key_len = np.strings.str_len(idx.key).astype(np.int64)
+        keys = np.ascontiguousarray(idx.key[rows])
+        k, L = len(keys), keys.dtype.itemsize
+        want = np.zeros((k, W), np.uint8)
+        want[:, : min(L, W)] = keys.view(np.uint8).reshape(k, L)[:, :W]
+        pos = self._key_len[rows][:, None] + np.arange(len(_NPY))
+        fits = pos < W
+        want[np.nonzero(fits)[0], pos[fits]] = np.broadcast_to(_NPY, pos.shape)[fits]
+        return want, np.arange(W) < self._key_len[rows][:, None] + len(_NPY) + 1
 
     def _window(self, s: int, m: np.ndarray, length: int) -> np.ndarray:
         w = self._views.get((s, length))
@@ -273,6 +316,10 @@ class Gather:
             bad[i] = self._problem(r, "short", have=len(m) - o)
         elif m[o : o + NPY_HEADER_BYTES].tobytes() != self._header_bytes:
             bad[i] = self._problem(r, "header")
+        elif self.labels and not self._name_is(m, r, o):
+            bad[i] = self._problem(
+                r, "name", got=m[max(0, o - HEADER) : max(0, o - HEADER) + self._name_bytes].tobytes()
+            )
         elif self.labels:
             co, length = int(self._cls_offset[r]), int(self._cls_length[r])
             got = m[co : co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
@@ -299,6 +346,14 @@ class Gather:
             )
         elif kind == "header":
             what = f"no .npy header of a {idx.size} px image where the index points; the shard does not match its index"
+        elif kind == "name":
+            at = max(0, at - HEADER)
+            named = got.split(b"\0", 1)[0].decode(errors="replace")
+            what = (
+                f"the tar header in front of its .npy names {named!r}, "
+                f"not {idx.key_str(r) + '.npy'!r}: the shard is not the one its index was written with (another "
+                f"version's or conversion's shard copied over it?); wds-tools verify lists every such sample"
+            )
         elif kind == "checksum":
             what = (
                 "its pixels do not match their checksum in the index (npy_xxh3): the shard is damaged "
@@ -390,7 +445,10 @@ class Gather:
                 if not np.array_equal(member[:NPY_HEADER_BYTES], self.header):
                     bad[i] = self._problem(r, "header")
                     continue
-                if self.labels:
+                if self.labels:  # the span begins at the .cls, before this header
+                    if not self._name_is(data, r, at):
+                        bad[i] = self._problem(r, "name", got=data[max(0, at - HEADER) :][: self._name_bytes].tobytes())
+                        continue
                     c, length = int(self._cls_offset[r]) - a, self._cls_length[r : r + 1]
                     cls = data[c : c + LABEL_BYTES]
                     if labels_differ(cls[None], length, label_digits(idx.label[r : r + 1]))[0]:

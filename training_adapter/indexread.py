@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import xxhash
 
-from wds_tools.errors import OptionError, ShardError
+from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.index import SAMPLES_FILE, read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.npy import NPY_HEADER_BYTES
@@ -91,10 +91,12 @@ class SampleIndex:
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise OptionError(f"{where}: shard {unknown[0]} is not in the index")
+        shard_col = columns["shard"].astype(np.int64)
+        _check_shard_column(shard_col, columns["key"], meta["shards"], where)
         pos = np.full(len(meta["shards"]), -1, np.int64)
         for j, n in enumerate(names):
             pos[by_name[n]] = j
-        shard_of_row = pos[columns["shard"].astype(np.int64)]
+        shard_of_row = pos[shard_col]
         rows = np.flatnonzero(shard_of_row >= 0)
         rows = rows[np.lexsort((columns["npy_offset"][rows], shard_of_row[rows]))]  # shard order, then file order
         size = int(meta["size"])
@@ -148,6 +150,32 @@ class SampleIndex:
                     )
                 )
         return bad
+
+
+def _check_shard_column(shard: np.ndarray, keys: np.ndarray, entries: list[dict], where: str) -> None:
+    """Refuse a samples.npz whose ``shard`` column does not fit the index.json beside it: a row naming no
+    shard it lists, or a shard whose rows are not the samples it says (an entry removed shifts the others)."""
+    n = len(entries)
+    fix = (
+        "the two files are not of one conversion (an edited index.json?): wds-tools verify lists what differs; "
+        "copy the folder again, or convert again"
+    )
+    bad = np.flatnonzero((shard < 0) | (shard >= n))
+    if len(bad):
+        r = int(bad[0])
+        raise IndexFormatError(
+            f"{where} and the index.json beside it disagree: {len(bad)} row(s) name a shard past the {n} that "
+            f"index.json lists (first: row {r}, sample {keys[r].decode(errors='replace')!r}, shard {int(shard[r])}); "
+            f"{fix}"
+        )
+    rows = np.bincount(shard, minlength=n)
+    for i, e in enumerate(entries):
+        want = e.get("samples")
+        if isinstance(want, int) and not isinstance(want, bool) and want != rows[i]:
+            raise IndexFormatError(
+                f"{where} and the index.json beside it disagree: index.json's shards[{i}] ({e.get('name')}) holds "
+                f"{want} samples, samples.npz has {int(rows[i])} rows for shard {i}; {fix}"
+            )
 
 
 # --- which samples ---------------------------------------------------------------------------

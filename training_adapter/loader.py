@@ -179,6 +179,7 @@ class ShardLoader(Resumable):
         self._streams: Any = None
         self._iterated = False
         self._epoch_set = False
+        self._iterations = 0  # iterations begun: only the latest one's iterator yields (__iter__)
         self._readers: list[IndexedDataset] | None = None  # the reader threads' datasets (_in_threads)
 
     @property
@@ -222,24 +223,50 @@ class ShardLoader(Resumable):
         return self.dataset.num_samples(rank=rank, world=world, num_workers=max(1, self.num_workers))
 
     def __iter__(self) -> Iterator[Batch]:
+        """The batches of one epoch, fixed now (a ``set_epoch`` before the first batch is for the next
+        iteration). One iteration at a time: a later ``iter`` takes the loader's workers over, and the
+        earlier iterator then raises at its next batch (it would share their stream)."""
         if self._iterated and not self._epoch_set:
             self.dataset.set_epoch(self.dataset.epoch + 1)
         self._iterated, self._epoch_set = True, False
         self.dataset.rank_world = _world()
         self._begin()  # the rest of an epoch after load_state_dict, else the whole epoch
-        batches = self._batches()
+        epoch = self.dataset.begin_iteration()
+        self._iterations += 1
+        batches = self._batches(epoch)
         if self.device is not None:  # counted as the caller gets them, not as the feed reads ahead
             batches = self._feed()(batches)
         batches = self._counted(batches)
         fn = self.dataset.options.batch_transform
-        return batches if fn is None else _batch_transformed(batches, fn)
+        return self._only_current(batches if fn is None else _batch_transformed(batches, fn), epoch, self._iterations)
 
-    def _batches(self) -> Iterator[Batch]:
+    def _only_current(self, batches: Iterator[Batch], epoch: int, mine: int) -> Iterator[Batch]:
+        """``batches`` while they are the loader's latest iteration (``mine``); an error once a later one began."""
+        try:
+            while True:
+                if self._iterations != mine:
+                    raise OptionError(
+                        f"this iterator of the loader (epoch {epoch}) was replaced by a later iter() of it, "
+                        f"which took its workers over (they serve one iteration at a time): use one iterator at "
+                        f"a time, or a second loader (make_loader again) for a second stream"
+                    )
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                yield batch
+                del batch  # not held while the caller works on it: its memory is reused once the caller drops it
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def _batches(self, epoch: int) -> Iterator[Batch]:
         if not self.num_workers:
             return self._in_process()
         if self._threads:
             assert isinstance(self.dataset, IndexedDataset)
-            return self._in_threads(self.dataset)
+            return self._in_threads(self.dataset, epoch)
         if not self._slot_bytes:  # the DataLoader's own hand-over: a shared-memory tensor per batch
             return iter(self.loader)
         return self._through_ring()
@@ -259,9 +286,10 @@ class ShardLoader(Resumable):
             augment=o.augmentation if o.on_device else None,
             ahead=AHEAD,
             streams=self._streams,
+            hold=self._lend(),  # the slots the ring lends: beyond them it would copy each batch out
         )
 
-    def _in_threads(self, ds: IndexedDataset) -> Iterator[Batch]:
+    def _in_threads(self, ds: IndexedDataset, epoch: int) -> Iterator[Batch]:
         """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``
         background threads and the calling thread make the rank's batches, each thread whole
         batches (plan, check, copy) with its own reader, at most ``prefetch_factor`` per
@@ -272,7 +300,6 @@ class ShardLoader(Resumable):
         The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
         mapping faults its pages in again, which on a VM costs about as much as copying them."""
         rank, world = ds.rank_world or _world()
-        epoch = ds.epoch
         threads = max(1, self.num_workers - 1)
         ahead = self._prefetch * threads + 1  # counting the batch the caller waits for
         # each reader's buffers: the batches made ahead, the one being made and two the caller holds
@@ -305,7 +332,7 @@ class ShardLoader(Resumable):
         """The loader's ring, made (and page-locked, where CUDA moves the batches) at its first iteration:
         ``prefetch_factor`` x workers slots, and those this process may hold."""
         if self.ring is None:
-            lend = BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
+            lend = self._lend()
             slots = self._prefetch * self.num_workers + lend + BatchRing.SPARE
             self._check_shared_memory(slots, lend + BatchRing.SPARE)
             ring = BatchRing(slots, self._slot_bytes, lend=lend, context=self._context)
@@ -313,6 +340,11 @@ class ShardLoader(Resumable):
                 self._pin(ring)
             self.ring = self.dataset.ring = ring
         return self.ring
+
+    def _lend(self) -> int:
+        """The ring's slots this process may hold: the caller's (``BatchRing.LEND``), and with ``device`` the
+        feed's, whose copies run ahead (``AHEAD`` and the batch being copied)."""
+        return BatchRing.LEND + (AHEAD + 1 if self.device is not None else 0)
 
     def _check_shared_memory(self, slots: int, held: int) -> None:
         """Refuse a ring larger than the shared memory free (a worker writing past it dies of SIGBUS)."""
@@ -470,7 +502,9 @@ def make_loader(
         num_workers: DataLoader worker processes per rank (reader threads where they only copy and
             CUDA is absent); None: half of this rank's cores (``default_workers``), but no more than
             its shards (streaming) or batches; 0: read in this process.
-        seed: Seeds the shard order, shuffles and augmentation, with the epoch.
+        seed: Seeds the shard order, shuffles and augmentation, with the epoch: an integer from 0 to
+            2**63 - 1 (a numpy integer or a 0-d integer tensor is taken as its value; a bool, float or
+            string is refused).
         augment: The built-in augmentation's settings (an ``AugmentConfig`` or a mapping of its
             fields), None or True for the defaults, False for none; training only.
         device_augment: Leave the augmentation to ``augment_batch`` on the accelerator: batches
@@ -502,8 +536,11 @@ def make_loader(
         prefetch_factor: Batches each worker (or reader thread) prepares ahead; None: 2.
         device: Yield batches on this device (``"cuda"``, ``"cuda:1"``, ``"cpu"``), ready to train on:
             copied (and prepared) there on a side stream two batches ahead of the training step;
-            ``"cuda"`` is the current device when ``make_loader`` is called (``loader.device`` names
-            it); None: uint8 batches on the CPU, for ``to_device``.
+            ``"cuda"`` is the current device when ``make_loader`` is called, or under torchrun
+            (``LOCAL_RANK``, several devices visible) ``cuda:LOCAL_RANK`` where the current one is
+            still cuda:0 (``loader.device`` names it; another current device is refused as ambiguous);
+            a device this machine lacks (``"mps"``, ``"xpu"``) is refused before anything is read;
+            None: uint8 batches on the CPU, for ``to_device``.
         dtype: With ``device``: the images' dtype, ``torch.float32``, ``torch.bfloat16`` or
             ``torch.float16`` (or their names), normalised in float32 first.
         mean: Per-channel means in 0-1 units, replacing the index's (``loader.mean``).
@@ -517,9 +554,10 @@ def make_loader(
         class_weights: Index reader only: each class's share of every epoch, ``"balanced"`` (equal
             shares) or ``{class: weight}`` (classes by name or index; a class not named gets none).
         check_samples: Index reader: compare every sample read with the index: ``"labels"``, its
-            ``.cls`` with the ``label`` column; True, also its ``.npy`` bytes with ``npy_xxh3``
-            (costs a quarter to a third of the eval read rate); False, neither (the NPY header is
-            always checked).
+            ``.cls`` with the ``label`` column and the member name in the tar header in front of its
+            ``.npy`` with ``<key>.npy`` (a shard of another conversion copied over this one); True,
+            also its ``.npy`` bytes with ``npy_xxh3`` (costs a quarter to a third of the eval read
+            rate); False, neither (the NPY header is always checked).
         allow_mixed: Read shards of different datasets as one set with the streaming reader (each
             label is its own ``.cls``; classes, mean/std and size are the first index's); refused by
             default, since a label then names different classes in different shards.
@@ -547,6 +585,7 @@ def make_loader(
         IndexFormatError: An index cannot be read, or the folder is an unfinished conversion.
         ShardError: A shard's size differs from its index's (with ``on_error="raise"``).
     """
+    device = None if device is None else as_device(device)  # before any work: one line where it is not there
     shards = resolve_urls(
         urls, split=split or ("train" if train else "val"), allow_mixed=allow_mixed, allow_partial=allow_partial
     )

@@ -39,7 +39,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
         subset: The samples to read, as in ``make_loader``: a fraction, a collection of keys, a
             ``{column: values}`` mapping or a function of the samples.npz columns; None: all.
         check_samples: Compare each sample read with the index, as in ``make_loader``:
-            ``"labels"``, True (labels and pixels) or False.
+            ``"labels"`` (labels and the ``.npy`` members' names), True (and pixels) or False.
         allow_partial: Accept a pattern that names only some shards of the split.
 
     Raises:

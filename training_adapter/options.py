@@ -7,6 +7,7 @@ stays with ``loader.ShardLoader``; where the shards are, with ``shardlist.resolv
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,12 +19,38 @@ from wds_tools.format.tar import DEFAULT_CHUNK
 from .augment import AugmentConfig
 from .indexread import ClassWeights, Subset
 
-__all__ = ["LoaderOptions", "READERS", "ON_ERROR"]
+__all__ = ["LoaderOptions", "READERS", "ON_ERROR", "MAX_SEED"]
 
 READERS = ("auto", "index", "stream")
 """The values of ``reader=``."""
 ON_ERROR = ("raise", "skip")
 """The values of ``on_error=``."""
+
+
+MAX_SEED = (1 << 63) - 1
+"""The largest ``seed``: a state records it as an int64, and numpy's generators take no negative one."""
+
+
+def _seed(seed: Any) -> int:
+    """``seed`` as an ``int`` from 0 to ``MAX_SEED``: any integer (a numpy integer, a 0-d integer array or
+    tensor), not a bool, float or string; an ``OptionError`` naming it otherwise."""
+    kind = str(getattr(seed, "dtype", type(seed).__name__))
+    try:
+        value = None if "bool" in kind or getattr(seed, "ndim", 0) != 0 else operator.index(seed)
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value <= MAX_SEED:
+        got = f"{seed!r}" if value is None or value == seed else f"{seed!r} ({value})"
+        dtype, shape = getattr(seed, "dtype", None), tuple(getattr(seed, "shape", ()))
+        if dtype is None:
+            what = f"a {type(seed).__name__}"
+        elif type(seed).__module__ == "numpy" and not shape and type(seed).__name__ != "ndarray":
+            what = f"a numpy {dtype}"
+        else:
+            what = f"a {type(seed).__name__} of {dtype}" + (f", shape {shape}" if shape else "")
+        why = what if value is None else "out of range"
+        raise OptionError(f"seed={got}: {why}; expected an integer from 0 to 2**63 - 1")
+    return value
 
 
 @dataclass(frozen=True)
@@ -58,6 +85,7 @@ class LoaderOptions:
     metadata: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "seed", _seed(self.seed))
         a = self.augment
         if not (a is None or isinstance(a, (bool, AugmentConfig))):
             what = "a function" if callable(a) else f"a {type(a).__name__}"

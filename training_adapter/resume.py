@@ -14,12 +14,17 @@ the last ``(end - position) % R`` rows and ``drop_last`` a short batch, as in an
 ``Span.left_out`` counts them.
 
 Streaming reader. Worker w of rank r reads its shards in order through the shuffle buffer (n
-samples); its b-th batch is made when sample ``n + b * B`` is pulled. From the batches each worker
-has yielded (the DataLoader takes them round-robin) and the index's sample counts, ``stream_rest``
-finds each worker's first unopened shard and resumes there: the samples of opened shards not yet
-yielded (the buffer's, the rest of the shard being read) are skipped and counted, nothing is
-replayed, so no sample comes twice in the epoch; in evaluation every shard left is read whole, so
-the skipped ones are exactly what the resumed epoch lacks.
+samples), its draws seeded by (seed, epoch, rank, w); the DataLoader takes the workers' batches
+round-robin, passing over a worker that has yielded all its batches. On the same ranks and workers
+a resumed epoch is exact (``StreamReplay``): each worker replays its stream from the epoch's start,
+makes again the batches it had yielded (read and drawn, not collated) and drops them, then yields
+the rest; the workers are rotated so that the DataLoader's round-robin goes on where it stopped.
+The cost: each worker reads again the samples it had pulled before the stop (its batches' and its
+buffer's). On other ranks or workers (elastic) no worker's stream can be replayed: ``stream_rest``
+deals the shards no worker opened to the new readers; the samples of opened shards not yet yielded
+(the buffer's, the rest of the shard being read) would be lost, so ``load_state_dict`` refuses such
+a state, naming how many (``Resumable._check_stream``); a state whose readers had opened no shard
+beyond what they yielded resumes elastically, each remaining sample at most once.
 
 What a state holds and what loading refuses: ``statedict``. Pure functions; ``loader.ShardLoader``
 holds the state.
@@ -59,6 +64,8 @@ __all__ = [
     "epoch_span",
     "StreamPlan",
     "StreamRest",
+    "StreamReplay",
+    "replayed",
     "yielded_per_worker",
     "stream_rest",
     "resampled_rest",
@@ -164,6 +171,39 @@ def yielded_per_worker(k: int, planned: Sequence[int]) -> list[int]:
     return got
 
 
+def replayed(k: int, planned: Sequence[int]) -> tuple[list[int], int]:
+    """``yielded_per_worker`` in closed form (a state may claim many batches), and the worker the
+    DataLoader asks next: the one after the last that yielded (0 before any)."""
+    k = max(0, min(k, sum(planned)))
+    lo, hi = 0, max(planned, default=0)
+    while lo < hi:  # the most whole rounds R with sum(min(p, R)) <= k
+        mid = (lo + hi + 1) // 2
+        if sum(min(p, mid) for p in planned) <= k:
+            lo = mid
+        else:
+            hi = mid - 1
+    got = [min(p, lo) for p in planned]
+    left, last = k - sum(got), None
+    for w, p in enumerate(planned):  # a part round: one more from each worker with batches left, in order
+        if left and p > lo:
+            got[w] += 1
+            left -= 1
+            last = w
+    if last is None and lo:  # the last whole round's last worker
+        last = max(w for w, p in enumerate(planned) if p >= lo)
+    return got, 0 if last is None else (last + 1) % len(planned)
+
+
+@dataclass(frozen=True)
+class StreamReplay:
+    """A streamed epoch resumed on the ranks and workers it stopped on: ``batches`` (every rank's, or
+    all a rank has) of ``base`` (a resumed epoch's plan; None: the epoch's own) were yielded, and each
+    worker replays its stream past them (see the module docstring)."""
+
+    base: StreamPlan | None
+    batches: int
+
+
 def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool, cover: bool) -> list[list[int]]:
     """Each worker's batches: one rank, or ``cover`` (evaluation), all its samples; several ranks in
     training, full batches cut to the smallest rank's total (the rule of ``shardlist.plan_epoch``)."""
@@ -258,7 +298,7 @@ class Resumable:
     batches (or all it has): save rank 0's at such a point (a training step; in evaluation, a barrier).
     ``load_state_dict`` before iterating makes the next iteration the rest of the saved epoch
     (``set_epoch`` to another epoch drops it); see the module docstring for what is exact and what is
-    skipped.
+    refused.
 
     Fields (``statedict`` checks each on load): ``kind``, ``version``, ``reader`` (index or stream);
     the settings that decide which sample comes when, as given to ``make_loader``: ``seed``,
@@ -271,13 +311,14 @@ class Resumable:
     epoch's row sequence; ``end`` None: the whole epoch), ``draws`` (resampled: the sequence's
     length), ``left_out`` (rows of this resumed epoch no new rank reads). Stream: ``workers``,
     ``batches`` (every rank's, so far), ``plan`` (a resumed epoch's shards and batches per rank and
-    worker, else None), ``skipped`` (samples of begun shards not yielded, this epoch).
+    worker, else None), ``skipped`` (samples of begun shards not yielded, this epoch: 0 since a state that
+    would lose any is refused; states saved before may hold some).
     """
 
     dataset: Any
     num_workers: int
     _loaded: dict[str, Any] | None = None  # a state waiting for the next iteration
-    _run: tuple[int, Any, int] | None = None  # (epoch, its plan: Span / StreamPlan, skipped before) now iterated
+    _run: tuple[int, Any, int] | None = None  # (epoch, its plan: Span / StreamPlan / StreamReplay, skipped) iterated
     _yielded = 0  # batches the iteration now running has yielded
 
     @cached_property
@@ -347,6 +388,9 @@ class Resumable:
                 draws=span.draws if begun else None,
                 left_out=skipped if begun else 0,
             )
+        if isinstance(plan, StreamReplay):  # the batches of its base: those yielded before the stop, and since
+            k += plan.batches
+            plan = plan.base
         stream: StreamPlan | None = plan
         if stream is None and self._run is not None:
             stream = ds.epoch_plan(world=world, num_workers=workers, epoch=epoch)
@@ -433,6 +477,8 @@ class Resumable:
         else:
             return
         most = max(sum(b) for b in old.batches)
+        if k < most and not o.resampled:
+            self._refuse_lossy(state, old, k)
         if k >= most:
             raise field_error(
                 "batches",
@@ -445,6 +491,39 @@ class Resumable:
                 )
                 + "; a state at an epoch's end names the next epoch, with batches=0 and plan=None",
             )
+
+    def _refuse_lossy(self, state: Mapping[str, Any], old: StreamPlan, k: int) -> None:
+        """Refuse a streamed ``state`` (``k`` batches of ``old`` yielded) that these ranks and workers
+        cannot continue exactly: on others, the samples its readers had pulled and not yielded would be lost."""
+        ds, o = self.dataset, self.dataset.options
+        _, world, workers = self._where()
+        if (world, workers) == (state["world"], state["workers"]):
+            return  # replayed: exact
+        rest = stream_rest(
+            old,
+            ds.shards.counts,
+            k,
+            batch_size=o.batch_size,
+            buffer=o.buffer,
+            world=world,
+            num_workers=workers,
+            drop_last=o.drops_last,
+            cover=o.covers,
+        )
+        if not rest.skipped:
+            return
+
+        def readers(w: int, n: int) -> str:
+            return f"{w} rank{'s' if w > 1 else ''}, {n} reader{'s' if n > 1 else ''} each (num_workers={n if n > 1 else '0 or 1'})"
+
+        raise OptionError(
+            f"load_state_dict: the state stopped epoch {state['epoch']} of the streaming reader after {k} batches "
+            f"on {readers(state['world'], state['workers'])}; this loader reads on {readers(world, workers)}: "
+            f"{rest.skipped} samples that the stopped readers had pulled (into their shuffle buffers, or of the "
+            f"shards they were reading) and not yielded would be lost, since only a reader's own stream gives "
+            f"them; resume on {readers(state['world'], state['workers'])} (exact), read with the index reader "
+            f"(exact on any ranks), or start epoch {state['epoch'] + 1} afresh without the state"
+        )
 
     def _after_load(self) -> None:
         """Hook: ``ShardLoader`` renews persistent workers, which hold the dataset they started with."""
@@ -487,14 +566,14 @@ class Resumable:
                     else "every rank reads the same number; drop_last drops a short batch",
                 )
         elif here and state is not None and state["reader"] == "stream" and (state["batches"] or state["plan"]):
-            old = (
-                StreamPlan.from_dict(state["plan"])
-                if state["plan"]
-                else ds.epoch_plan(world=state["world"], num_workers=state["workers"], epoch=epoch)
-            )
+            base = StreamPlan.from_dict(state["plan"]) if state["plan"] else None
+            old = base or ds.epoch_plan(world=state["world"], num_workers=state["workers"], epoch=epoch)
             k = state["batches"]
-            if o.resampled:
-                plan, now, left = resampled_rest(old, k, world=world, num_workers=workers), 0, 0
+            left = 0
+            if (world, workers) == (state["world"], state["workers"]):
+                plan = StreamReplay(base, k)  # exact
+            elif o.resampled:
+                plan = resampled_rest(old, k, world=world, num_workers=workers)
             else:
                 rest = stream_rest(
                     old,
@@ -507,19 +586,20 @@ class Resumable:
                     drop_last=o.drops_last,
                     cover=o.covers,
                 )
-                plan, now, left = rest.plan, rest.skipped, rest.left_out
-            skipped = state["skipped"] + now
-            if now or left:
+                if rest.skipped:  # load_state_dict refused it, unless the ranks were not known then
+                    self._loaded = state  # kept: the next iteration refuses it again
+                    self._refuse_lossy(state, old, k)
+                plan, left = rest.plan, rest.left_out
+            skipped = state["skipped"]
+            if left:
                 log.warning(
-                    "resuming epoch %d of the streaming reader at each worker's next unopened shard: %d "
-                    "samples of the shards begun before the stop (all ranks), not yielded, are skipped "
-                    "(none is read twice)%s",
+                    "resuming epoch %d of the streaming reader on %d ranks of %d workers at each worker's next "
+                    "unopened shard: %d samples of the shards left do not fill a batch (%s), as in any epoch",
                     epoch,
-                    now,
-                    f"; {left} samples of the shards left do not fill a batch "
-                    f"({'drop_last' if o.covers else 'every rank the same number of full batches'}), as in any epoch"
-                    if left
-                    else "",
+                    world,
+                    workers,
+                    left,
+                    "drop_last" if o.covers else "every rank the same number of full batches",
                 )
         if plan is not None:
             ds.resume, ds._resumes.value = plan, epoch

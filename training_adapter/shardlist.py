@@ -120,12 +120,17 @@ class WorkerPlan:
     """What one worker of one rank reads in an epoch: shard indices, and the batches it must yield (None: all).
 
     ``spares``: shards of the other ranks this worker reads, after its own, only when skipped damage
-    (``on_error="skip"``) left it short of ``batches``; see ``plan_epoch``.
+    (``on_error="skip"``) left it short of ``batches``; see ``plan_epoch``. A resumed epoch
+    (``resume.StreamReplay``) replays the stream of worker ``stream`` (None: this worker's own):
+    its first ``skip`` batches are made again but not yielded (the run that stopped yielded them),
+    then ``batches`` more.
     """
 
     shards: list[int]
     batches: int | None
     spares: list[int] = field(default_factory=list)
+    skip: int = 0
+    stream: int | None = None
 
 
 def cut_to(batches: Sequence[int], quota: int) -> list[int]:

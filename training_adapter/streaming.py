@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from wds_tools.errors import OptionError, ShardError
 
 from .collate import Batch, BatchDataset
 from .options import LoaderOptions
-from .resume import StreamPlan
+from .resume import StreamPlan, StreamReplay, replayed
 from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch, plan_grid
 from .tarread import Identity, SampleStream, Views, first_identity
 
@@ -43,15 +44,28 @@ class StreamingDataset(BatchDataset):
         """Every worker's plan of ``rank`` in ``epoch`` (default: the current one)."""
         e = self.epoch if epoch is None else epoch
         rest = self.resumed(e)
-        if isinstance(rest, StreamPlan):  # the rest of an interrupted epoch (resume.py)
-            if not 0 <= rank < len(rest.shards) or len(rest.shards[rank]) != num_workers:
-                raise OptionError(
-                    f"the resumed epoch was planned for {len(rest.shards)} ranks of "
-                    f"{len(rest.shards[0]) if rest.shards else 0} workers, not rank {rank} of "
-                    f"{num_workers} workers"
-                )
-            return [WorkerPlan(s, b) for s, b in zip(rest.shards[rank], rest.batches[rank])]
-        return plan_epoch(len(self.shards), self.shards.counts, rank=rank, **self._plan_options(e, world, num_workers))
+        if isinstance(rest, StreamReplay):  # the epoch resumed where it stopped, on the same readers (resume.py)
+            base = self._base_plans(rest.base, e, rank=rank, world=world, num_workers=num_workers)
+            got, first = replayed(rest.batches, [p.batches or 0 for p in base])
+            order = [(first + j) % num_workers for j in range(num_workers)]  # the DataLoader's round-robin goes on
+            return [replace(base[w], batches=(base[w].batches or 0) - got[w], skip=got[w], stream=w) for w in order]
+        return self._base_plans(rest, e, rank=rank, world=world, num_workers=num_workers)
+
+    def _base_plans(
+        self, rest: StreamPlan | None, epoch: int, *, rank: int, world: int, num_workers: int
+    ) -> list[WorkerPlan]:
+        """The plans of the epoch (``rest`` None) or of the rest of an interrupted one (resume.py)."""
+        if rest is None:
+            return plan_epoch(
+                len(self.shards), self.shards.counts, rank=rank, **self._plan_options(epoch, world, num_workers)
+            )
+        if not 0 <= rank < len(rest.shards) or len(rest.shards[rank]) != num_workers:
+            raise OptionError(
+                f"the resumed epoch was planned for {len(rest.shards)} ranks of "
+                f"{len(rest.shards[0]) if rest.shards else 0} workers, not rank {rank} of "
+                f"{num_workers} workers"
+            )
+        return [WorkerPlan(s, b) for s, b in zip(rest.shards[rank], rest.batches[rank])]
 
     def epoch_plan(self, *, world: int, num_workers: int, epoch: int) -> StreamPlan:
         """Every rank's plan of the whole ``epoch`` (a resumed one's rest aside), for ``resume``."""
@@ -81,7 +95,9 @@ class StreamingDataset(BatchDataset):
             return None
         if self.options.resampled:
             return sum((p.batches or 0) * B for p in plans)
-        return sum(min(sum(counts[i] for i in p.shards), (p.batches or 0) * B) for p in plans)
+        return sum(
+            max(0, min(sum(counts[i] for i in p.shards), (p.skip + (p.batches or 0)) * B) - p.skip * B) for p in plans
+        )
 
     def prepare(self, *, rank: int, world: int, num_workers: int) -> None:
         """Plan now (an impossible plan, or one that ``drop_last`` leaves empty, fails here, not inside a
@@ -101,10 +117,13 @@ class StreamingDataset(BatchDataset):
         """At most ``plan.batches`` collated batches; a short last one only without ``drop_last``."""
         B = self.options.batch_size
         limit = plan.batches
-        need = None if limit is None else limit * B
+        need = None if limit is None else (plan.skip + limit) * B
         groups = stream.groups(stream.samples(plan, rng, need), rng)
         if limit == 0:
             return
+        for _ in range(plan.skip):  # a resumed epoch: the batches yielded before the stop, drawn again, not made
+            if next(groups, None) is None:
+                return
         made = 0
         for group in groups:
             if len(group) < B and self.options.drops_last:
@@ -122,8 +141,11 @@ class StreamingDataset(BatchDataset):
         o = self.options
         rank, world, worker, num_workers = where
         plan = self.plans(rank=rank, world=world, num_workers=num_workers, epoch=epoch)[worker]
-        resumed = [1] if self.resumed(epoch) is not None else []  # a fresh shuffle for the rest of an epoch
-        rng = np.random.default_rng([o.seed, epoch, rank, worker, 0x5B, *resumed])
+        rest = self.resumed(epoch)
+        base = rest.base if isinstance(rest, StreamReplay) else rest
+        resumed = [1] if base is not None else []  # a fresh shuffle for the rest of an elastically resumed epoch
+        stream_of = worker if plan.stream is None else plan.stream  # the worker whose stream it replays
+        rng = np.random.default_rng([o.seed, epoch, rank, stream_of, 0x5B, *resumed])
         stream = SampleStream(
             self.shards.urls,
             batch_size=o.batch_size,
