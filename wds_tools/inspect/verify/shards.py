@@ -19,17 +19,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ...format.meta import MetaColumn
+from ...format.meta import MetaColumn, npz_names
+from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
 from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
 from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
 from ...format.transport import file_size, read_ranges
-from .index_file import IndexFacts
-from .metadata import block_names, row_meta, same_meta
 from .rehash import phash_problems, phashes_of
 from .report import Problem, capped
-from .table import SampleColumns, TableFacts, row_columns
+from .table import SampleColumns, TableFacts, block_names, row_columns
 
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
 
@@ -57,10 +56,10 @@ class Context:
     usable: set[str]
     paths_ok: bool
     header: bytes | None  # the .npy header every member should have (None: any image header)
-    classes: list[str] | None
+    classes: tuple[str, ...] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
-    metadata: list[MetaColumn] | None = None  # index.json's (None: unusable, not compared)
+    metadata: tuple[MetaColumn, ...] | None = None  # index.json's (None: unusable, not compared)
     categories: dict[int, list[str]] = field(default_factory=dict)  # string values of the metadata columns
     members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
     dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
@@ -183,10 +182,10 @@ def _capture(name: str) -> int:
     )
 
 
-def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
+def reference_header(index: Partial, tf: TableFacts | None) -> bytes | None:
     """The .npy header members are compared with: of the size samples.npz's npy_length says when
     uniform (a wrong ``size`` is then one problem, not one per sample), else of ``size``."""
-    side = (tf.npy_size if tf is not None else None) or facts.size or (facts.npy_shape or [None])[0]
+    side = (tf.npy_size if tf is not None else None) or index.size or (index.sample and index.sample.npy_shape[0])
     return image_header(side) if side else None
 
 
@@ -626,9 +625,33 @@ def _check_sample(
             1,
             f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}",
         )
-    elif ctx.metadata == [] and "meta" in obj:
+    elif ctx.metadata == () and "meta" in obj:
         bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
+
+
+def row_meta(
+    block: dict[str, np.ndarray], columns: tuple[MetaColumn, ...], categories: dict[int, list[str]]
+) -> list[dict]:
+    """The ``"meta"`` object of each row of ``block``, as its sample's .json should hold it."""
+    per_column = []
+    for i, c in enumerate(columns):
+        names = npz_names(i, c.type)
+        v = block[names[0]]
+        if c.type == "string":
+            cats = categories[i]
+            per_column.append([cats[x] if 0 <= x < len(cats) else None for x in v.tolist()])
+        elif c.type == "int":
+            per_column.append([None if m else x for x, m in zip(v.tolist(), block[names[1]].tolist())])
+        else:
+            per_column.append([None if x != x else x for x in v.tolist()])  # NaN: missing
+    n = len(block[npz_names(0, columns[0].type)[0]]) if columns else 0
+    return [{c.name: per_column[j][r] for j, c in enumerate(columns)} for r in range(n)]
+
+
+def same_meta(got: object, want: dict) -> bool:
+    """Equal values of equal JSON types (45 and 45.0 differ)."""
+    return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
 def _short(value: object) -> str:
