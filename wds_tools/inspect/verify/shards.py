@@ -24,7 +24,7 @@ from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
 from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
-from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ...format.tar import BLOCK, Member, TarWalker, scan_file, split_name, walk_headers
 from ...format.transport import file_size, read_ranges
 from .rehash import phash_problems, phashes_of
 from .report import Problem, capped
@@ -235,7 +235,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result = ShardResult(problems, walker.pos, 0)
         scan.rehash()
         digests, rehashed = scan.digests, scan.rehashed
-        if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
+        if walker.error is None and sha_ok and scan.pixels is not None:  # from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
         side = image_side_or_none(header)
@@ -404,8 +404,8 @@ def _compare(
 ) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
-    for k, o, n in zip(rows.keys, rows.offsets, rows.lengths):
-        exp += [(f"{k}.{ext}", o[j], n[j]) for j, ext in enumerate(members)]
+    for k, offsets, lengths in zip(rows.keys, rows.offsets, rows.lengths):
+        exp += [(f"{k}.{ext}", offsets[j], lengths[j]) for j, ext in enumerate(members)]
     act = [(m.name, m.offset, m.size) for m in walker.members]
     if exp == act and not walker.error:  # the common case: every member where its row says
         return _headers(job, walker, header)
@@ -413,7 +413,8 @@ def _compare(
     # members past the point where the walk stopped were not reached: the damage there covers them
     reach = walker.reached
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
-    here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
+    at = walker.error_offset if walker.error else None
+    here = [n for n, o, _ in exp if at is not None and o - BLOCK <= at < o + BLOCK]
     problems = _walk_error(
         job,
         walker,
@@ -486,8 +487,9 @@ def _contents(
     at = {} if aligned else {(m.name, m.offset, m.size): m for m in members}
     problems = []
     for i, k in enumerate(rows.keys):
+        found: list[Member | None]
         if aligned:
-            found = members[M * i : M * i + M]
+            found = list(members[M * i : M * i + M])
         else:
             o, n = rows.offsets[i], rows.lengths[i]
             found = [at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(exts)]
@@ -502,7 +504,7 @@ def _contents(
 
 
 def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | None) -> list[Problem]:
-    want = rows.xxh3[i]
+    want = rows.xxh3[i] if rows.xxh3 is not None else got
     if got == want:
         return []
     k = rows.keys[i]
@@ -538,13 +540,14 @@ def _check_sample(
         j = (0, J)[member] if member < 2 else member - 2  # 0: .cls, 1: .json, else 2 + position
         problems.append(Problem(job.name, kind, f"{k}.{exts[j]}: {message}", key=k, offset=o[j]))
 
-    if "i32" in exts and data[exts.index("i32")] is not None:
-        got = read_label_i32(data[exts.index("i32")])
+    i32 = data[exts.index("i32")] if "i32" in exts else None
+    if i32 is not None:
+        got = read_label_i32(i32)
         if got != label:
             bad(
                 "label",
                 2 + exts.index("i32"),
-                f"holds {got if got is not None else data[exts.index('i32')][:8]!r}"
+                f"holds {got if got is not None else i32[:8]!r}"
                 f"{'' if got is not None else ' (not 4 bytes)'}, samples.npz label says {label} (the int32 "
                 "must equal the .cls and the label)",
             )
@@ -559,7 +562,7 @@ def _check_sample(
     elif cls != str(label).encode():
         bad("label", 0, f"says {cls.decode()}, samples.npz label says {label}")
     else:
-        bad("label", 0, f"says {label}; classes has {len(ctx.classes)} name(s)")
+        bad("label", 0, f"says {label}; classes has {len(ctx.classes or ())} name(s)")
     if meta is None:
         return problems
     try:
@@ -678,7 +681,6 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     problems: list[Problem] = []
     for t, i in enumerate(wanted):
         got = blobs[M * t : M * t + M]
-        npy = got[-1]
         err = next((b for b in got if isinstance(b, BaseException)), None)
         if err is not None:
             return problems + [
@@ -686,7 +688,8 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
                     job.name, "unreadable", f"cannot read {job.url} at {rows.offsets[i][0]:,}: {err}", key=rows.keys[i]
                 )
             ]
-        problems += _check_sample(job, ctx, rows, i, list(got), result)
+        members = [b for b in got if not isinstance(b, BaseException)]
+        problems += _check_sample(job, ctx, rows, i, list(members), result)
         if rows.xxh3 is not None:
-            problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(npy), False)
+            problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(members[-1]), False)
     return problems
