@@ -38,7 +38,14 @@ def _meta(n: int, **fields) -> dict:
         "std": rgb,
         "stats_split": "train",
         "splits": {
-            "train": {"samples": n, "shards": 1, "urls": "train-000000.tar", "class_counts": [n], "mean": rgb, "std": rgb}
+            "train": {
+                "samples": n,
+                "shards": 1,
+                "urls": "train-000000.tar",
+                "class_counts": [n],
+                "mean": rgb,
+                "std": rgb,
+            }
         },
         "shards": [{"name": "train-000000.tar", "split": "train", "samples": n, "bytes": 10240, "sha256": "0" * 64}],
         "errors_file": None,

@@ -407,8 +407,8 @@ def write_index(
     sidecars: bool = True,
 ) -> dict:
     """Write samples.npz and the readers' sidecar files (``format.sidecars``), then index.json
-    (last, so an index always names complete files); an index with a problem (``format.model.validate``)
-    is a bug here, raised as ``IndexFormatError`` before index.json is written.
+    (last, so an index always names complete files). An index with a problem (``format.model.validate``)
+    is a bug here: ``IndexFormatError``, and nothing is written.
 
     ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
     """
@@ -417,16 +417,13 @@ def write_index(
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
     data = write_npz({name: columns[name] for name in names})
-    write_bytes(join(dest, SAMPLES_FILE), data)
-    if sidecars:
-        for name, side in sidecar_files(meta, columns).items():
-            write_bytes(join(dest, name), side)
-    meta = dict(meta)
-    meta["samples_file"] = {
-        "name": SAMPLES_FILE,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
+    meta = {
+        **meta,
+        "samples_file": {"name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
     }
-    parse(meta, join(dest, INDEX_FILE))
+    info = parse(meta, join(dest, INDEX_FILE))
+    write_bytes(join(dest, SAMPLES_FILE), data)
+    for name, side in sidecar_files(info, columns).items() if sidecars else ():
+        write_bytes(join(dest, name), side)
     write_bytes(join(dest, INDEX_FILE), (dumps_canonical(meta) + "\n").encode())
     return meta
