@@ -230,19 +230,19 @@ def load_json(data: bytes | str, where: str | os.PathLike) -> dict:
         raw = json.loads(data)
     except ValueError as e:
         raise IndexFormatError(f"cannot read index {where}: {e}") from None
-    problem = next(_head(raw), None)
-    if problem is not None:
-        raise IndexFormatError(f"{where} {problem.message.removeprefix('index.json ')}")
+    for p in _head(raw):
+        raise IndexFormatError(f"{where} {p.message.removeprefix('index.json ')}")
     return raw
 
 
 def parse(raw: Mapping[str, Any], where: str | os.PathLike) -> IndexMeta:
     """``raw`` (``load_json``) as an ``IndexMeta``; its first problem raises ``IndexFormatError``."""
     part, problems, extra = _salvage(raw)
-    if problems or part is None or extra is None:
-        p = problems[0]
+    if part is None or extra is None:
+        raise IndexFormatError(f"{where} {problems[0].message.removeprefix('index.json ')}")
+    if problems:
         raise IndexFormatError(
-            f"{where}: {p.message}; the index is damaged or was edited: convert again "
+            f"{where}: {problems[0].message}; the index is damaged or was edited: convert again "
             "(wds-tools verify lists every problem)"
         )
     values = {f.name: getattr(part, f.name) for f in fields(IndexMeta) if hasattr(part, f.name)} | extra
