@@ -222,10 +222,6 @@ class SampleTable:
         """Row i's source fingerprint (xxh3-128) as hex."""
         return self.columns["fingerprint"][i].tobytes().hex()
 
-    def metadata(self, info: IndexMeta) -> dict[str, MetaValues]:
-        """The metadata columns (format version 2) by name; {} when the index has none."""
-        return read_metadata(self.columns, info.metadata)
-
 
 @dataclass
 class DatasetIndex:
@@ -250,7 +246,7 @@ class DatasetIndex:
     @property
     def metadata(self) -> dict[str, MetaValues]:
         """The per-sample metadata columns by name (format version 2; {} when there are none)."""
-        return self.samples.metadata(self.info)
+        return read_metadata(self.samples.columns, self.info.metadata)
 
     @property
     def shards(self) -> list[dict]:

@@ -59,8 +59,8 @@ class MetaColumn:
 
 
 def metadata_columns(meta: Mapping | Sequence[MetaColumn]) -> list[MetaColumn]:
-    """The metadata columns an index.json lists ([] for version 1, or an index without metadata); given
-    as index.json's dict or already as columns (``format.model.IndexMeta.metadata``)."""
+    """The metadata columns an index lists ([] for version 1, or an index without metadata): given as
+    columns (``format.model.IndexMeta.metadata``) or as index.json's dict."""
     if not isinstance(meta, Mapping):
         return list(meta)
     items = meta.get("metadata") or []

@@ -186,7 +186,7 @@ class Partial:
     splits: Mapping[str, SplitInfo | None]  # by each name a split may have
     shards: tuple[ShardInfo | None, ...]
     shard_names: tuple[str | None, ...]  # each entry's name where a reader may open it (also of a bad entry)
-    shards_ok: bool  # a list whose every entry has a usable name, split and samples: splits can be checked
+    shards_ok: bool  # a list whose every entry is usable: which shards a split has is known
     samples_name: str | None  # samples_file.name, where a reader may open it
     samples_file: SamplesFile | None
     errors_file: str | None
@@ -207,20 +207,6 @@ class Partial:
 
 
 # ------------------------------------------------------------------ reading
-
-# the fields of IndexMeta a valid index has (not None)
-_REQUIRED = (
-    "size",
-    "sample",
-    "classes",
-    "class_counts",
-    "samples",
-    "mean",
-    "std",
-    "stats_split",
-    "samples_file",
-    "metadata",
-)
 
 
 def load_json(data: bytes | str, where: str | os.PathLike) -> dict:
@@ -246,7 +232,8 @@ def parse(raw: Mapping[str, Any], where: str | os.PathLike) -> IndexMeta:
             "(wds-tools verify lists every problem)"
         )
     values = {f.name: getattr(part, f.name) for f in fields(IndexMeta) if hasattr(part, f.name)} | extra
-    if None in [values[k] for k in _REQUIRED] + list(part.shards) + list(part.splits.values()):
+    required = [values[f.name] for f in fields(IndexMeta) if "None" not in str(f.type)]  # (annotations as text)
+    if None in required + list(part.shards) + list(part.splits.values()):
         raise AssertionError(f"{where}: a field left unset without a problem")  # an invariant of _salvage
     return IndexMeta(**values)
 
@@ -307,6 +294,10 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "counts": (lambda v: isinstance(v, list) and all(_count(x) for x in v), "a list of counts"),
     "names": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
     "texts": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()), "an object of strings"),
+    "texts_or_null": (
+        lambda v: isinstance(v, dict) and all(x is None or isinstance(x, str) for x in v.values()),
+        "an object of strings or null",
+    ),
     "rgb": (
         lambda v: isinstance(v, list) and len(v) == 3 and all(_number(x) and 0 <= x <= 1 for x in v),
         "three numbers in [0, 1] (R, G, B)",
@@ -346,9 +337,21 @@ class _Check:
             return None
         return value
 
+    def name(self, value: Any, path: str, *, shard: bool = True) -> str | None:
+        """``value`` where an index may name it (``names.indexed_name_problem``); None (and a problem) otherwise."""
+        problem = indexed_name_problem(value, shard=shard)
+        if problem:
+            self.bad(path, f"{path} {problem}", "shard_name")
+        return None if problem else value
 
-def _tuple(v: list | None) -> Any:
-    return tuple(v) if v is not None else None
+    def fields(self, obj: Mapping[str, Any], prefix: str, spec: str) -> dict[str, Any]:
+        """``get`` of each ``key:kind`` of ``spec`` (``key:kind?``: optional) under ``prefix``; lists as tuples."""
+        out = {}
+        for item in spec.split():
+            key, kind = item.rstrip("?").split(":")
+            value = self.get(obj, key, prefix + key, kind, required=not item.endswith("?"))
+            out[key] = tuple(value) if isinstance(value, list) else value
+        return out
 
 
 def _salvage(raw: Any) -> tuple[Partial | None, list[Problem], dict[str, Any] | None]:
@@ -359,66 +362,33 @@ def _salvage(raw: Any) -> tuple[Partial | None, list[Problem], dict[str, Any] | 
         return None, head, None
     c = _Check()
     version: int = raw["format_version"]
-    size = c.get(raw, "size", "size", "size")
-    extra = {
-        key: c.get(raw, key, key, kind, required=False)
-        for key, kind in (("created_by", "text"), ("resize", "text"), ("decoder_versions", "texts"))
-    }
-    dataset_version = c.get(raw, "dataset_version", "dataset_version", "text", required=False)
+    v = c.fields(raw, "", "size:size created_by:text? resize:text? dataset_version:text? decoder_versions:texts?")
+    extra = {k: v.pop(k) for k in ("created_by", "resize", "decoder_versions")}
     extra["decode"] = _decode(c, raw)
-    sample = _sample(c, raw, version, size)
-    classes = c.get(raw, "classes", "classes", "names")
-    if classes is not None:
-        seen: dict[str, int] = {}
-        for i, name in enumerate(classes):
-            if name in seen:
-                c.bad(f"classes[{i}]", f"classes[{i}] is {name!r}, the same name as classes[{seen[name]}]")
-            seen.setdefault(name, i)
-    digest = None
+    v["sample"] = _sample(c, raw, version, v["size"])
+    v |= c.fields(raw, "", "classes:names")
+    classes, seen = v["classes"], dict[str, int]()
+    for i, name in enumerate(classes or ()):
+        if seen.setdefault(name, i) != i:
+            c.bad(f"classes[{i}]", f"classes[{i}] is {name!r}, the same name as classes[{seen[name]}]")
+    v["classes_digest"] = None
     if version != 1:
-        digest = c.get(raw, "classes_digest", "classes_digest", "text")
+        v["classes_digest"] = digest = c.get(raw, "classes_digest", "classes_digest", "text")
         if digest is not None and classes is not None and digest != classes_digest(classes):
             c.bad(
                 "classes_digest",
                 f"classes_digest is {digest!r}; the classes' digest is {classes_digest(classes)!r} "
                 "(FORMAT.md: SHA-256 of the class list as canonical JSON, first 16 hex digits)",
             )
-    class_counts = c.get(raw, "class_counts", "class_counts", "counts")
-    samples = c.get(raw, "samples", "samples", "count")
-    mean = c.get(raw, "mean", "mean", "rgb")
-    std = c.get(raw, "std", "std", "rgb")
-    stats_split = c.get(raw, "stats_split", "stats_split", "text")
-    metadata = _metadata(c, raw)
-    extra["build"], group = _build(c, raw, metadata)
-    phash_rules = c.get(raw, "phash_flat_rules", "phash_flat_rules", "count", required=False)
-    extra["phash_flat_rules"] = phash_rules
-    samples_name, samples_file, errors_file = _files(c, raw)
-    shards, names, fine = _shards(c, raw)
-    shards_ok = fine is not None and all(None not in (n, sp, k) for _, n, sp, k, _ in fine)
-    splits = _splits(c, raw, fine if shards_ok else None, stats_split)
-    part = Partial(
-        raw=raw,
-        format_version=version,
-        size=size,
-        sample=sample,
-        classes=_tuple(classes),
-        class_counts=_tuple(class_counts),
-        samples=samples,
-        mean=_tuple(mean),
-        std=_tuple(std),
-        stats_split=stats_split,
-        splits=splits,
-        shards=shards,
-        shard_names=names,
-        shards_ok=shards_ok,
-        samples_name=samples_name,
-        samples_file=samples_file,
-        errors_file=errors_file,
-        metadata=metadata,
-        group=group,
-        classes_digest=digest,
-        dataset_version=dataset_version,
-    )
+    v |= c.fields(raw, "", "class_counts:counts samples:count mean:rgb std:rgb stats_split:text")
+    v["metadata"] = _metadata(c, raw)
+    extra["build"], v["group"] = _build(c, raw, v["metadata"])
+    extra["phash_flat_rules"] = c.get(raw, "phash_flat_rules", "phash_flat_rules", "count", required=False)
+    v["samples_name"], v["samples_file"], v["errors_file"] = _files(c, raw)
+    v["shards"], v["shard_names"] = _shards(c, raw)
+    v["shards_ok"] = isinstance(raw.get("shards"), list) and None not in v["shards"]
+    v["splits"] = _splits(c, raw, v["shards"] if v["shards_ok"] else None, v["stats_split"])
+    part = Partial(raw=raw, format_version=version, **v)
     return part, c.problems, extra
 
 
@@ -454,21 +424,9 @@ def _decode(c: _Check, raw: Mapping[str, Any]) -> DecodeInfo | None:
     d = c.get(raw, "decode", "decode", "object", required=False)
     if d is None:
         return None
-    got = {
-        key: c.get(d, key, f"decode.{key}", kind)
-        for key, kind in (
-            ("draft", "bool"),
-            ("filter", "text"),
-            ("alpha_background", "colour"),
-            ("pad_fill", "colour"),
-            ("max_pixels", "size"),
-        )
-    }
+    got = c.fields(d, "decode.", "draft:bool filter:text alpha_background:colour pad_fill:colour max_pixels:size")
     colour = c.get(d, "colour", "decode.colour", "text", required=False)
-    if any(v is None for v in got.values()):
-        return None
-    got["alpha_background"], got["pad_fill"] = tuple(got["alpha_background"]), tuple(got["pad_fill"])
-    return DecodeInfo(raw=d, colour=colour or "raw", **got)
+    return DecodeInfo(raw=d, colour=colour or "raw", **got) if None not in got.values() else None
 
 
 def _metadata(c: _Check, raw: Mapping[str, Any]) -> tuple[MetaColumn, ...] | None:
@@ -508,20 +466,10 @@ def _build(
     b = c.get(raw, "build", "build", "object", required=False)
     if b is None:
         return None, None
-    got = {
-        key: c.get(b, key, f"build.{key}", kind, required=False)
-        for key, kind in (
-            ("group", "text_or_null"),
-            ("stratify", "bool"),
-            ("dedup", "count"),
-            ("split_base", "text_or_null"),
-            ("base", "text_or_null"),
-            ("columns", "object"),
-        )
-    }
-    columns = got["columns"]
-    if columns is not None and not all(v is None or isinstance(v, str) for v in columns.values()):
-        c.bad("build.columns", f"build.columns is {_show(columns)}; expected an object of strings or null")
+    got = c.fields(
+        b, "build.", "group:text_or_null? stratify:bool? dedup:count? split_base:text_or_null? base:text_or_null?"
+    )
+    got |= c.fields(b, "build.", "columns:texts_or_null?")
     group = got["group"]
     if group is not None and metadata is not None and group not in {m.name for m in metadata}:
         c.bad("build.group", f"build.group is {str(group)[:60]!r}, which is not a column of metadata")
@@ -535,57 +483,33 @@ def _files(c: _Check, raw: Mapping[str, Any]) -> tuple[str | None, SamplesFile |
     info = c.get(raw, "samples_file", "samples_file", "object")
     name = entry = errors = None
     if info is not None:
-        problem = indexed_name_problem(info.get("name"), shard=False)
-        if problem:
-            c.bad("samples_file.name", f"samples_file.name {problem}", "shard_name")
-        else:
-            name = info["name"]
-        nbytes = c.get(info, "bytes", "samples_file.bytes", "count")
-        sha = c.get(info, "sha256", "samples_file.sha256", "sha256")
-        if name is not None and nbytes is not None and sha is not None:
-            entry = SamplesFile(name, nbytes, sha)
+        name = c.name(info.get("name"), "samples_file.name", shard=False)
+        got = c.fields(info, "samples_file.", "bytes:count sha256:sha256")
+        entry = SamplesFile(name, **got) if name is not None and None not in got.values() else None
     if "errors_file" not in raw:
         c.bad("errors_file", "errors_file is missing; expected null or 'errors.jsonl'")
     elif raw["errors_file"] is not None:
-        problem = indexed_name_problem(raw["errors_file"], shard=False)
-        if problem:
-            c.bad("errors_file", f"errors_file {problem}", "shard_name")
-        else:
-            errors = raw["errors_file"]
+        errors = c.name(raw["errors_file"], "errors_file", shard=False)
     return name, entry, errors
 
 
-# (position, usable name, usable split, usable samples, the name as written) of each entry
-_Fine = list[tuple[int, str | None, str | None, int | None, object]]
-
-
-def _shards(
-    c: _Check, raw: Mapping[str, Any]
-) -> tuple[tuple[ShardInfo | None, ...], tuple[str | None, ...], _Fine | None]:
+def _shards(c: _Check, raw: Mapping[str, Any]) -> tuple[tuple[ShardInfo | None, ...], tuple[str | None, ...]]:
+    """(each entry, None where it has a problem; each entry's name where a reader may open it)."""
     listed = c.get(raw, "shards", "shards", "list")
-    if listed is None:
-        return (), (), None
     entries: list[ShardInfo | None] = []
     names: list[str | None] = []
-    fine: _Fine = []
     seen: dict[str, int] = {}
-    for i, s in enumerate(listed):
+    for i, s in enumerate(listed or ()):
         path = f"shards[{i}]"
         if not isinstance(s, dict):
             c.bad(path, f"{path} is {_show(s)}; expected an object {{name, split, samples, bytes, sha256}}")
             entries.append(None)
             names.append(None)
-            fine.append((i, None, None, None, None))
             continue
-        written: Any = s.get("name")
-        problem = indexed_name_problem(written)
-        name: str | None = None
-        if problem:
-            c.bad(f"{path}.name", f"{path}.name {problem}", "shard_name")
-        elif written in seen:
-            c.bad(f"{path}.name", f"{path}.name {written} is also shards[{seen[written]}].name; it is checked once")
-        else:
-            name, seen[written] = written, i
+        name = c.name(s.get("name"), f"{path}.name")
+        if name is not None and seen.setdefault(name, i) != i:
+            c.bad(f"{path}.name", f"{path}.name {name} is also shards[{seen[name]}].name; it is checked once")
+            name = None
         split = c.get(s, "split", f"{path}.split", "text")
         samples = c.get(s, "samples", f"{path}.samples", "count")
         nbytes = c.get(s, "bytes", f"{path}.bytes", "count")
@@ -606,21 +530,20 @@ def _shards(
         usable = name is not None and None not in (split, samples, nbytes, sha)
         entries.append(ShardInfo(i, name, split, samples, nbytes, sha) if name is not None and usable else None)
         names.append(name)
-        fine.append((i, name, split, samples, written))
-    return tuple(entries), tuple(names), fine
+    return tuple(entries), tuple(names)
 
 
 def _splits(
-    c: _Check, raw: Mapping[str, Any], fine: _Fine | None, stats_split: str | None
+    c: _Check, raw: Mapping[str, Any], shards: tuple[ShardInfo | None, ...] | None, stats_split: str | None
 ) -> dict[str, SplitInfo | None]:
-    """``splits``; with ``fine`` (every shard entry's name, split and samples usable), against ``shards``."""
+    """``splits``; with ``shards`` (every entry usable), against them."""
     splits = c.get(raw, "splits", "splits", "object")
     if splits is None:
         return {}
-    members: dict[str, list[tuple[str | None, object]]] = {}
-    for _, name, split, _, written in fine or ():
-        if split is not None:
-            members.setdefault(split, []).append((name, written))
+    members: dict[str, list[str]] = {}
+    for s in shards or ():
+        if s is not None:
+            members.setdefault(s.split, []).append(s.name)
     out: dict[str, SplitInfo | None] = {}
     for name, sp in splits.items():
         path = f"splits.{name}"
@@ -631,23 +554,9 @@ def _splits(
             c.bad(path, f"{path} is {_show(sp)}; expected an object {{samples, shards, urls, ...}}")
             out[name] = None
             continue
-        got = {
-            key: c.get(sp, key, f"{path}.{key}", kind)
-            for key, kind in (
-                ("samples", "count"),
-                ("shards", "count"),
-                ("urls", "text"),
-                ("class_counts", "counts"),
-                ("mean", "rgb"),
-                ("std", "rgb"),
-            )
-        }
-        out[name] = (
-            SplitInfo(name, **{k: _tuple(v) if isinstance(v, list) else v for k, v in got.items()})
-            if None not in got.values()
-            else None
-        )
-        if fine is None:
+        got = c.fields(sp, path + ".", "samples:count shards:count urls:text class_counts:counts mean:rgb std:rgb")
+        out[name] = SplitInfo(name, **got) if None not in got.values() else None
+        if shards is None:
             continue  # which shards belong to it is not known: the bad entries are the problems
         own = members.get(name, [])
         if got["shards"] is not None and got["shards"] != len(own):
@@ -658,11 +567,10 @@ def _splits(
             c.bad(path, f"{path}: no entry of shards belongs to split {name!r}")
             continue
         want = [shard_name(name, k) for k in range(len(own))]
-        have = [n if n is not None else written for n, written in own]
-        if have != want:
+        if own != want:
             c.bad(
                 "shards",
-                f"the {name} shards in shards are {_names(have)}; expected {_names(want)} (numbered "
+                f"the {name} shards in shards are {_names(own)}; expected {_names(want)} (numbered "
                 f"from 000000 in order)",
             )
         urls = got["urls"]
@@ -679,7 +587,7 @@ def _splits(
                 "urls",
             )
     for split in sorted(set(members) - set(splits)):
-        c.bad("splits", f"splits has no entry {split!r}, the split of {_names([n or w for n, w in members[split]])}")
+        c.bad("splits", f"splits has no entry {split!r}, the split of {_names(members[split])}")
     expected = "train" if "train" in splits else "all"
     if stats_split is not None and stats_split != expected:
         c.bad(

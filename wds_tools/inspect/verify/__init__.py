@@ -117,19 +117,14 @@ def _leakage(folder: str, progress: bool = False) -> tuple[list[Problem], list[s
     to hash (checked against none)."""
     found = find_dups(folder, progress=progress)
     notes = [f"--no-leakage: {found.flat_text()}"] if found.flat else []
-    return [
-        Problem(
-            INDEX,
-            "leakage",
-            f"near-duplicates within {found.threshold} bits in splits "
-            f"{', '.join(sorted({m['split'] for m in c.members}))}: "
-            + " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
-            + (f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""),
-            key=c.members[0]["key"],
-        )
-        for c in found.clusters
-        if c.cross_split
-    ], notes
+    problems = []
+    for c in (c for c in found.clusters if c.cross_split):
+        splits = ", ".join(sorted({m["split"] for m in c.members}))
+        what = f"near-duplicates within {found.threshold} bits in splits {splits}: "
+        what += " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
+        what += f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""
+        problems.append(Problem(INDEX, "leakage", what, key=c.members[0]["key"]))
+    return problems, notes
 
 
 # ------------------------------------------------------------------ against the index

@@ -213,17 +213,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         except FileNotFoundError:
             return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
         except OSError as e:
-            return ShardResult(
-                [
-                    Problem(
-                        job.name,
-                        "unreadable",
-                        f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}",
-                    )
-                ],
-                scan.walker.pos,
-                0,
-            )
+            what = f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}"
+            return ShardResult([Problem(job.name, "unreadable", what)], scan.walker.pos, 0)
         walker = scan.walker
         problems = _size_problem(job, walker.pos)
         digest = scan.sha.hexdigest()
@@ -253,13 +244,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         content += _unreached(job, ctx, rows, walker, result)
     result.problems += structure + content
     if sha_ok is False and job.sha256 is not None and not structure and not content:
-        result.problems.append(
-            Problem(
-                job.name,
-                "sample_data",
-                "the data of every indexed member matches; the damage is in tar headers, padding or the end blocks",
-            )
-        )
+        where = "the damage is in tar headers, padding or the end blocks"
+        result.problems.append(Problem(job.name, "sample_data", f"the data of every indexed member matches; {where}"))
     if result.problems and any(p.kind == "npy_header" for p in result.problems):
         result.pixels = None  # pixels of a member of another shape are not counted
     result.problems = capped(result.problems)
@@ -387,15 +373,8 @@ def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Pro
     for m in walker.members:
         if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
             expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
-            problems.append(
-                Problem(
-                    job.name,
-                    "npy_header",
-                    f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}",
-                    key=split_name(m.name)[0],
-                    offset=m.offset,
-                )
-            )
+            what = f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}"
+            problems.append(Problem(job.name, "npy_header", what, key=split_name(m.name)[0], offset=m.offset))
     return problems
 
 
@@ -424,42 +403,27 @@ def _compare(
     problems += _headers(job, walker, header)
     if exp == act:
         return problems
+
+    def add(kind: str, message: str, member: str, offset: int | None = None) -> None:
+        problems.append(Problem(job.name, kind, message, key=split_name(member)[0], offset=offset))
+
     exp_at = {n: (o, s) for n, o, s in exp}
     for n, c in seen.items():
         if c > 1:
-            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=split_name(n)[0]))
+            add("duplicate_member", f"{n} occurs {c} times", n)
     for n, o, s in act:
         if n not in exp_at:
-            problems.append(
-                Problem(
-                    job.name,
-                    "extra_member",
-                    f"{n} ({s:,} B) is not in the index",
-                    key=split_name(n)[0],
-                    offset=o - BLOCK,
-                )
-            )
+            add("extra_member", f"{n} ({s:,} B) is not in the index", n, o - BLOCK)
     for n, o, _s in exp:
         if n not in seen and not (walker.error and o >= reach):
-            problems.append(
-                Problem(
-                    job.name,
-                    "missing_member",
-                    f"{n} is in the index but not in the tar",
-                    key=split_name(n)[0],
-                    offset=o - BLOCK,
-                )
-            )
+            add("missing_member", f"{n} is in the index but not in the tar", n, o - BLOCK)
     moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
     if moved:
         n, o, s, (eo, es) = moved[0]
+        where = f"first {n}: data at {o:,} ({s:,} B), the index says {eo:,} ({es:,} B)"
         problems.append(
             Problem(
-                job.name,
-                "member_offset",
-                f"{len(moved)} member(s) are not where the index says; first {n}: data at "
-                f"{o:,} ({s:,} B), the index says {eo:,} ({es:,} B)",
-                offset=o,
+                job.name, "member_offset", f"{len(moved)} member(s) are not where the index says; {where}", offset=o
             )
         )
     return problems
@@ -513,15 +477,8 @@ def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | Non
         if sha_ok
         else "the pixel bytes differ from the index"
     )
-    return [
-        Problem(
-            job.name,
-            "sample_data",
-            f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says {want:016x}: {why}",
-            key=k,
-            offset=rows.offsets[i][-1],
-        )
-    ]  # .npy: the last member
+    what = f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says {want:016x}: {why}"
+    return [Problem(job.name, "sample_data", what, key=k, offset=rows.offsets[i][-1])]  # .npy: the last member
 
 
 def _check_sample(
@@ -539,6 +496,9 @@ def _check_sample(
     def bad(kind: str, member: int, message: str) -> None:
         j = (0, J)[member] if member < 2 else member - 2  # 0: .cls, 1: .json, else 2 + position
         problems.append(Problem(job.name, kind, f"{k}.{exts[j]}: {message}", key=k, offset=o[j]))
+
+    def bad_json(message: str) -> None:
+        bad("sample_meta", 1, message)
 
     i32 = data[exts.index("i32")] if "i32" in exts else None
     if i32 is not None:
@@ -592,44 +552,28 @@ def _check_sample(
                 )
             )
     if rows.fingerprints is not None and obj.get("fingerprint") != rows.fingerprints[i]:
-        bad(
-            "sample_meta",
-            1,
-            f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says {rows.fingerprints[i]}",
-        )
+        bad_json(f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says {rows.fingerprints[i]}")
     for dim, values in rows.dims.items():
         if obj.get(dim) != values[i]:
-            bad("sample_meta", 1, f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
+            bad_json(f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
     if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
-        bad(
-            "sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says {rows.paths[i]!r}"
-        )
+        bad_json(f"source_path is {obj.get('source_path')!r}; samples.npz path_data says {rows.paths[i]!r}")
     if ctx.dataset is not None:
         for name, want in ctx.dataset.items():
             if obj.get(name) != want:
-                bad(
-                    "sample_meta",
-                    1,
-                    f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of another dataset?)",
-                )
+                bad_json(f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of another dataset?)")
         keys = set(obj) - {"meta"}
         if keys != set(JSON_FIELDS):
             missing, extra = sorted(set(JSON_FIELDS) - keys), sorted(keys - set(JSON_FIELDS))
-            bad(
-                "sample_meta",
-                1,
+            bad_json(
                 "every sample of a conversion has the same .json fields"
                 + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; extra {', '.join(extra)}" if extra else ""),
+                + (f"; extra {', '.join(extra)}" if extra else "")
             )
     if rows.meta is not None and not same_meta(obj.get("meta"), rows.meta[i]):
-        bad(
-            "sample_meta",
-            1,
-            f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}",
-        )
+        bad_json(f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}")
     elif ctx.metadata == () and "meta" in obj:
-        bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
+        bad_json(f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
 
 

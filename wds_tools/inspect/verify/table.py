@@ -45,21 +45,11 @@ __all__ = [
 
 BLOCK_ROWS = 1 << 16
 """Rows per block when samples.npz is streamed."""
-ROW_COLUMNS = (
-    "key",
-    "label",
-    "shard",
-    "cls_offset",
-    "cls_length",
-    "json_offset",
-    "json_length",
-    "npy_offset",
-    "npy_length",
-)  # without these no row can be compared with a shard (version 1)
 
 
 def row_columns(members: tuple[str, ...]) -> tuple[str, ...]:
-    """``ROW_COLUMNS`` of a format version: key, label, shard and each member's offset and length."""
+    """The columns without which no row can be compared with a shard: key, label, shard and each member's
+    offset and length (``members``: a format version's)."""
     return ("key", "label", "shard") + tuple(f"{column_prefix(m)}_{f}" for m in members for f in ("offset", "length"))
 
 
@@ -123,13 +113,8 @@ class SampleColumns:
             column = info.filename.removesuffix(".npy")
             where = f"samples.npz entry {info.filename}"
             if info.compress_type != zipfile.ZIP_STORED:
-                self.problems.append(
-                    Problem(
-                        self.name,
-                        "column",
-                        f"{where} is compressed; the format stores entries uncompressed (re-convert, or re-index)",
-                    )
-                )
+                what = f"{where} is compressed; the format stores entries uncompressed (re-convert, or re-index)"
+                self.problems.append(Problem(self.name, "column", what))
                 continue
             local = self.file.read(info.header_offset, 30)
             if len(local) < 30 or local[:4] != b"PK\x03\x04":
@@ -146,14 +131,9 @@ class SampleColumns:
                 continue
             items = int(np.prod(shape, dtype=np.int64))
             if fortran or dtype.hasobject or head.tell() + items * dtype.itemsize != info.file_size:
+                what = f"{dtype.str} {list(shape)}{' in Fortran order' if fortran else ''}"
                 self.problems.append(
-                    Problem(
-                        self.name,
-                        "column",
-                        f"{where}: {dtype.str} {list(shape)}"
-                        f"{' in Fortran order' if fortran else ''} does not fit its "
-                        f"{info.file_size:,} bytes",
-                    )
+                    Problem(self.name, "column", f"{where}: {what} does not fit its {info.file_size:,} bytes")
                 )
                 continue
             row_items = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
@@ -426,14 +406,8 @@ def _size_problems(
             out.npy_size = side
     for length, row in sorted(lengths.items(), key=lambda t: t[1])[:3]:
         if want_len is not None and length != want_len:
-            problems.append(
-                Problem(
-                    name,
-                    "image_size",
-                    f"npy_length is {length:,} (first: row {row:,}); size "
-                    f"{index.size} needs {NPY_HEADER_BYTES} + 3·{index.size}² = {want_len:,}",
-                )
-            )
+            needs = f"size {index.size} needs {NPY_HEADER_BYTES} + 3·{index.size}² = {want_len:,}"
+            problems.append(Problem(name, "image_size", f"npy_length is {length:,} (first: row {row:,}); {needs}"))
     return problems
 
 
@@ -458,14 +432,8 @@ def _duplicates(table: SampleColumns, hashes: np.ndarray, index: Partial) -> lis
             listed = index.shard_names
             names.append(listed[pos] or f"shards[{pos}]" if 0 <= pos < len(listed) else f"row {r}")
         for shard in sorted(set(names)):
-            problems.append(
-                Problem(
-                    shard,
-                    "duplicate_key",
-                    f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})",
-                    key=key,
-                )
-            )
+            what = f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})"
+            problems.append(Problem(shard, "duplicate_key", what, key=key))
     if len(dups) > MAX_PER_KIND:
         problems.append(
             Problem(table.name, "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys")
@@ -487,27 +455,15 @@ def block_problems(
             codes = block[names[0]].astype(np.int64)
             bad = np.flatnonzero((codes < -1) | (codes >= len(categories[i])))
             if len(bad):
+                what = f"is {int(codes[bad[0]])}, not -1 (missing) or a value 0..{len(categories[i]) - 1}"
                 problems.append(
-                    Problem(
-                        name,
-                        "column",
-                        f"row {start + int(bad[0]):,}: {names[0]} (metadata "
-                        f"{c.name!r}) is {int(codes[bad[0]])}, not -1 (missing) or a "
-                        f"value 0..{len(categories[i]) - 1}",
-                    )
+                    Problem(name, "column", f"row {start + int(bad[0]):,}: {names[0]} (metadata {c.name!r}) {what}")
                 )
         elif c.type == "int":
             bad = np.flatnonzero(block[names[1]] & (block[names[0]] != 0))
             if len(bad):
-                problems.append(
-                    Problem(
-                        name,
-                        "column",
-                        f"row {start + int(bad[0]):,}: metadata {c.name!r} is "
-                        f"missing but {names[0]} holds {int(block[names[0]][bad[0]])}, "
-                        "not 0",
-                    )
-                )
+                what = f"is missing but {names[0]} holds {int(block[names[0]][bad[0]])}, not 0"
+                problems.append(Problem(name, "column", f"row {start + int(bad[0]):,}: metadata {c.name!r} {what}"))
     return problems
 
 
@@ -560,13 +516,8 @@ class GroupSplits:
                 for s, n in zip(uniq["s"][a : a + per_group[g]], totals[a : a + per_group[g]])
             )
             value = self._show(groups[g])
-            problems.append(
-                Problem(
-                    INDEX,
-                    "group_split",
-                    f"group {value} of column {self.column.name!r} (build.group) is in {per_group[g]} splits: {where}",
-                )
-            )
+            what = f"group {value} of column {self.column.name!r} (build.group) is in {per_group[g]} splits: {where}"
+            problems.append(Problem(INDEX, "group_split", what))
         if len(several) > MAX_PER_KIND:
             problems.append(
                 Problem(INDEX, "group_split", f"... and {len(several) - MAX_PER_KIND} more groups in several splits")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -92,14 +93,8 @@ def check_class_names(index: Partial, results: list[ShardResult]) -> list[Proble
             continue
         said, n = c.most_common(1)[0]
         hint = f" (that is classes[{classes.index(said)}]: reordered?)" if said in classes else ""
-        problems.append(
-            Problem(
-                INDEX,
-                "class_name",
-                f"classes[{label}] is {classes[label]!r}, but the .json "
-                f"of the {sum(c.values()):,} sample(s) with label {label} say {said!r}{hint}",
-            )
-        )
+        said_by = f"the .json of the {sum(c.values()):,} sample(s) with label {label} say {said!r}{hint}"
+        problems.append(Problem(INDEX, "class_name", f"classes[{label}] is {classes[label]!r}, but {said_by}"))
     odd = [p for r in results for label, p in r.misnamed if classes[label] in names.get(label, ())]
     return problems + capped(odd)
 
@@ -138,14 +133,13 @@ def check_pixel_stats(
         if sp is None or name in incomplete or name not in sums:
             continue
         n = sum(s is not None and s.split == name for s in index.shards)
-        problems += _stats_problems(
-            f"splits.{name}.", sp.mean, sp.std, mean_std(*sums[name]), f"the pixels of its {n} shard(s)"
-        )
+        got = mean_std(*sums[name])
+        problems += _stats_problems(f"splits.{name}.", (sp.mean, sp.std), got, f"the pixels of its {n} shard(s)")
     which = [n for n in index.splits if index.stats_of in (n, "all")]
     if which and all(n in sums and n not in incomplete for n in which):
         total = [[sum(sums[n][k][c] for n in which) for c in range(3)] for k in range(3)]
         got = mean_std(*total)
-        problems += _stats_problems("", index.mean, index.std, got, f"the pixels of split {index.stats_of}")
+        problems += _stats_problems("", (index.mean, index.std), got, f"the pixels of split {index.stats_of}")
     return problems  # (a split with a shard not read whole is not recomputed: that shard is a problem already)
 
 
@@ -154,7 +148,7 @@ def _stats_cross_check(index: Partial) -> list[Problem]:
     if index.stats_split != "train" or train is None:
         return []
     got = (list(train.mean), list(train.std))
-    return _stats_problems("", index.mean, index.std, got, "splits.train.mean/std (stats_split is train)")
+    return _stats_problems("", (index.mean, index.std), got, "splits.train.mean/std (stats_split is train)")
 
 
 def mean_std(count: list[int], s1: list[int], s2: list[int]) -> tuple[list[float], list[float]]:
@@ -169,15 +163,11 @@ def mean_std(count: list[int], s1: list[int], s2: list[int]) -> tuple[list[float
 
 
 def _stats_problems(
-    path: str,
-    mean: tuple[float, ...] | None,
-    std: tuple[float, ...] | None,
-    got: tuple[list[float], list[float]],
-    what: str,
+    path: str, stated: tuple[Any, Any], got: tuple[list[float], list[float]], what: str
 ) -> list[Problem]:
-    """``path``.mean/std against the values recomputed from ``what``."""
+    """``path``.mean/std (``stated``) against the values recomputed from ``what``."""
     problems = []
-    for key, stated, value in (("mean", mean, got[0]), ("std", std, got[1])):
-        if stated is not None and any(abs(a - b) > STATS_TOLERANCE for a, b in zip(stated, value)):
-            problems.append(Problem(INDEX, "pixel_stats", f"{path}{key} is {list(stated)}; {what} give {value}"))
+    for key, told, value in (("mean", stated[0], got[0]), ("std", stated[1], got[1])):
+        if told is not None and any(abs(a - b) > STATS_TOLERANCE for a, b in zip(told, value)):
+            problems.append(Problem(INDEX, "pixel_stats", f"{path}{key} is {list(told)}; {what} give {value}"))
     return problems
