@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 @pytest.fixture(scope="module")
-def ham(tmp_path_factory) -> dict:
-    """index.json of a HAM-shaped set converted with --group lesion_id (metadata, build, two splits)."""
+def ham_set(tmp_path_factory) -> Path:
+    """A HAM-shaped set converted with --group lesion_id (metadata, build, two splits)."""
     from conftest import write_ham
 
     from wds_tools.convert import convert
@@ -38,7 +39,13 @@ def ham(tmp_path_factory) -> dict:
         workers=1,
         progress=False,
     )
-    return json.loads((root / "out" / "v1" / "16" / "index.json").read_text())
+    return root / "out" / "v1" / "16"
+
+
+@pytest.fixture(scope="module")
+def ham(ham_set) -> dict:
+    """index.json of ``ham_set``."""
+    return json.loads((ham_set / "index.json").read_text())
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
@@ -256,3 +263,32 @@ def test_a_value_of_another_type_in_any_typed_field_is_a_problem_of_that_field(h
     raw = _damaged(ham, path, _OTHER[other])
     problems = list(validate(raw))
     assert any(path.startswith(p.path) or p.path.startswith(path) for p in problems), (path, other, problems)
+
+
+def test_every_reader_refuses_the_first_problem_verify_reports(ham_set, tmp_path):
+    """An index the converter wrote, its val URL pattern then edited: load_index, open_index, resolve (the
+    loader's and stats' shard lists), stats and diff refuse it naming the field; verify reports it, with
+    the shards still checked."""
+    from wds_tools.format.index import load_index, open_index
+    from wds_tools.format.resolve import resolve
+    from wds_tools.inspect.diff import diff_versions
+    from wds_tools.inspect.stats import compute_stats
+    from wds_tools.inspect.verify import verify
+
+    folder = shutil.copytree(ham_set, tmp_path / "set")
+    meta = json.loads((folder / "index.json").read_text())
+    meta["splits"]["val"]["urls"] = "val-{000000..000009}.tar"
+    (folder / "index.json").write_text(json.dumps(meta))
+    named = r"index\.json: splits\.val\.urls is 'val-\{000000\.\.000009\}\.tar', which names 10 file\(s\)"
+    for read in (
+        lambda: load_index(folder),
+        lambda: open_index(folder),
+        lambda: resolve(folder),
+        lambda: resolve(folder / "index.json", split="train"),
+        lambda: compute_stats(folder),
+        lambda: diff_versions(ham_set, folder),
+    ):
+        with pytest.raises(IndexFormatError, match=named + r".*; the index is damaged or was edited"):
+            read()
+    report = verify(folder, quick=True)
+    assert [p.kind for p in report.problems] == ["urls"] and report.shards == len(meta["shards"])
