@@ -6,6 +6,7 @@ import pytest
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.index import FORMAT_VERSION, SAMPLE_COLUMNS, load_index, read_npz, write_index, write_npz
 from wds_tools.format.packed import pack_strings
+from wds_tools.format.sample import MEMBERS, classes_digest
 
 
 def _columns(n: int) -> dict:
@@ -20,6 +21,38 @@ def _columns(n: int) -> dict:
     return cols
 
 
+def _meta(n: int, **fields) -> dict:
+    """A complete index.json of ``n`` samples of class "a" in one train shard (before write_index adds
+    samples_file), with ``fields`` replaced."""
+    rgb = [0.5, 0.5, 0.5]
+    return {
+        "format": "wds-tools-index",
+        "format_version": FORMAT_VERSION,
+        "size": 8,
+        "sample": {"members": list(MEMBERS), "npy_dtype": "uint8", "npy_shape": [8, 8, 3]},
+        "classes": ["a"],
+        "classes_digest": classes_digest(["a"]),
+        "class_counts": [n],
+        "samples": n,
+        "mean": rgb,
+        "std": rgb,
+        "stats_split": "train",
+        "splits": {
+            "train": {
+                "samples": n,
+                "shards": 1,
+                "urls": "train-000000.tar",
+                "class_counts": [n],
+                "mean": rgb,
+                "std": rgb,
+            }
+        },
+        "shards": [{"name": "train-000000.tar", "split": "train", "samples": n, "bytes": 10240, "sha256": "0" * 64}],
+        "errors_file": None,
+        **fields,
+    }
+
+
 def test_npz_is_deterministic_and_readable(tmp_path):
     a, b = write_npz(_columns(10)), write_npz(_columns(10))
     assert a == b
@@ -29,14 +62,7 @@ def test_npz_is_deterministic_and_readable(tmp_path):
 
 
 def test_write_and_load_index_round_trip(tmp_path):
-    meta = {
-        "format": "wds-tools-index",
-        "format_version": FORMAT_VERSION,
-        "splits": {"train": {"urls": "train-000000.tar"}},
-        "shards": [{"name": "train-000000.tar", "split": "train", "samples": 5, "bytes": 10240}],
-        "classes": ["a"],
-    }
-    written = write_index(tmp_path, meta, _columns(5))
+    written = write_index(tmp_path, _meta(5), _columns(5))
     assert written["samples_file"]["name"] == "samples.npz"
     idx = load_index(tmp_path)
     assert load_index(tmp_path / "index.json").meta == idx.meta
@@ -68,14 +94,7 @@ def test_an_index_naming_a_samples_file_outside_its_folder_is_refused(tmp_path):
     outside.write_bytes(write_npz(_columns(2)))
     folder = tmp_path / "v1" / "8"
     folder.mkdir(parents=True)
-    meta = {
-        "format": "wds-tools-index",
-        "format_version": FORMAT_VERSION,
-        "splits": {},
-        "shards": [],
-        "classes": [],
-        "samples_file": {"name": "../../secret.npz"},
-    }
+    meta = _meta(2, samples_file={"name": "../../secret.npz", "bytes": 1, "sha256": "0" * 64})
     (folder / "index.json").write_text(json.dumps(meta))
     with pytest.raises(
         IndexFormatError,

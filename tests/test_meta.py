@@ -18,6 +18,7 @@ from wds_tools.format.meta import (
     metadata_columns,
     npz_names,
     read_metadata,
+    string_values,
     value_text,
 )
 
@@ -166,3 +167,36 @@ def test_npz_names_are_positional_and_never_ours():
     assert not set(names) & set(SAMPLE_COLUMNS)
     with np.load(io.BytesIO(write_npz(encode_columns([MetaColumn("key", "string")], [("x",)])))) as z:
         assert z.files == ["meta0", "meta0_offsets", "meta0_data"]  # a column named "key" is meta0
+
+
+def _strings(offsets, data: bytes):
+    return np.array(offsets, "<u8"), np.frombuffer(data, "|u1")
+
+
+def test_string_values_follow_the_formats_rule_and_name_what_breaks_it():
+    """meta<i>_offsets rise from 0 to the data's end in steps of at least 1, the values are UTF-8, distinct
+    and in code-point order (docs/FORMAT.md, Metadata); each broken rule is named."""
+    names = ("meta0_offsets", "meta0_data")
+    assert string_values(*_strings([0, 1, 3], "aé".encode()), names, "site") == (["a", "é"], None)
+    assert string_values(*_strings([0], b""), names, "site") == ([], None)  # no value present
+    for offsets, data in (([1, 2], b"ab"), ([0, 1, 1, 2], b"ab"), ([0, 1], b"ab"), ([], b"")):
+        values, problem = string_values(*_strings(offsets, data), names, "site")
+        assert values is None and problem == (
+            f"meta0_offsets (metadata 'site') does not rise from 0 to len(meta0_data) = {len(data)} in steps of at "
+            "least 1"
+        )
+    values, problem = string_values(*_strings([0, 1], b"\xff"), names, "site")
+    assert values is None and problem.startswith("meta0_data (metadata 'site') is not UTF-8: ")
+    values, problem = string_values(*_strings([0, 1, 2], b"ba"), names, "site")  # readable, out of order
+    assert (
+        values == ["b", "a"]
+        and problem == "the values of metadata 'site' (meta0_data) are not distinct and in code-point order"
+    )
+
+
+def test_a_reader_refuses_string_values_that_cannot_be_read():
+    cols = encode_columns([MetaColumn("site", "string")], [("a",), ("b",)])
+    assert read_metadata(cols, [MetaColumn("site", "string")])["site"].tolist() == ["a", "b"]
+    cols["meta0_data"] = np.frombuffer(b"\xff\xfe", "|u1")
+    with pytest.raises(IndexFormatError, match=r"^here: meta0_data \(metadata 'site'\) is not UTF-8: .*run wds-tools"):
+        read_metadata(cols, [MetaColumn("site", "string")], where="here")

@@ -13,7 +13,7 @@ import pytest
 from conftest import convert_images, upload
 
 from wds_tools.format.index import load_index
-from wds_tools.format.sample import MEMBERS_V1, members_of
+from wds_tools.format.sample import MEMBERS_V1
 from wds_tools.format.sidecars import dali_index, dali_name, sidecar_files, wids_shard_list
 
 
@@ -25,7 +25,7 @@ def folder(tmp_path_factory) -> Path:
 
 def test_convert_writes_every_sidecar_derived_from_the_index(folder):
     idx = load_index(folder)
-    files = sidecar_files(idx.meta, idx.samples.columns)
+    files = sidecar_files(idx.info, idx.samples.columns)
     assert sorted(files) == sorted(["train.wids.json", "val.wids.json"] + [dali_name(s["name"]) for s in idx.shards])
     for name, data in files.items():
         assert (folder / name).read_bytes() == data, name
@@ -100,7 +100,7 @@ def test_dali_index_files_match_every_member_tarfile_sees(folder):
         listed = []
         for line in lines:
             parts = line.split(" ")
-            assert len(parts) == 16 == 4 * len(members_of(idx.meta))  # cls, i32, json, npy
+            assert len(parts) == 16 == 4 * len(idx.info.members)  # cls, i32, json, npy
             for j in range(0, 16, 4):
                 ext, off, size, name = parts[j : j + 4]
                 assert name.endswith("." + ext)
@@ -110,7 +110,7 @@ def test_dali_index_files_match_every_member_tarfile_sees(folder):
 
 def test_wids_description_fields(folder):
     idx = load_index(folder)
-    desc = wids_shard_list(idx.meta, "train")
+    desc = wids_shard_list(idx.info, "train")
     assert desc["wids_version"] == 1 and json.loads((folder / "train.wids.json").read_text()) == desc
     assert [s["url"] for s in desc["shardlist"]] == [s["name"] for s in idx.shards if s["split"] == "train"]
     assert sum(s["nsamples"] for s in desc["shardlist"]) == idx.splits["train"]["samples"]

@@ -894,7 +894,7 @@ def test_columns_read_by_row_ranges_match_numpy_load(two_splits, bucket, serve_h
 def test_verify_recomputes_the_converters_mean_and_std_exactly(two_splits, tmp_path, monkeypatch):
     """The pixel sums of a full verify give index.json's mean/std to the last digit (the tolerance is
     for hand-built indexes): checked by making the tolerance zero."""
-    import wds_tools.inspect.verify.index_file as vm
+    import wds_tools.inspect.verify.totals as vm
 
     monkeypatch.setattr(vm, "STATS_TOLERANCE", 0.0)
     assert verify(two_splits).ok

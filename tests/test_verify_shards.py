@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.format.index import histogram_mean_std
-from wds_tools.inspect.verify.index_file import mean_std
 from wds_tools.inspect.verify.shards import PixelSums
+from wds_tools.inspect.verify.totals import mean_std
 
 
 @settings(max_examples=40, deadline=None)

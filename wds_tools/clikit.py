@@ -48,7 +48,7 @@ class Failure(click.ClickException):
 
     def __init__(self, message: str, code: int = ExitCode.ERROR) -> None:
         super().__init__(message)
-        self.exit_code = int(code)
+        self.exit_code = int(code)  # type: ignore[misc]  # click types it a ClassVar; ours is per error
 
 
 def fail(e: WdsToolsError) -> NoReturn:

@@ -37,7 +37,7 @@ def load_cli_defaults(path: str | os.PathLike | None = None) -> dict:
 
     Relative ``source`` and ``out`` are taken relative to the file's folder."""
     explicit = path is not None
-    p = Path(path) if explicit else Path.cwd() / CONFIG_FILE
+    p = Path(path) if path is not None else Path.cwd() / CONFIG_FILE
     if not p.exists():
         if explicit:
             raise OptionError(f"--config {p}: no such file")

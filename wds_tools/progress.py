@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
 from typing import Protocol, TextIO
 
 __all__ = ["Progress", "progress", "LINE_SECONDS", "MIN_SECONDS"]
@@ -57,8 +56,8 @@ class _Lines:
     def __enter__(self) -> _Lines:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if kind is None and self.total and self.tenth < 10:  # the end, unless the 100% line was the last
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and self.total and self.tenth < 10:  # the end, unless the 100% line was the last
             self.tenth = 10
             self._line()
 

@@ -6,6 +6,7 @@ import csv
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -114,7 +115,7 @@ def low_detail_picture(kind: str, k: int, size: tuple[int, int] | None = None) -
     return Image.fromarray(np.clip(np.round(arr), 0, 255).astype(np.uint8))
 
 
-def jpeg_bytes(im: Image.Image, quality: int = 92, **kw) -> bytes:
+def jpeg_bytes(im: Image.Image, quality: int = 92, **kw: Any) -> bytes:
     """``im`` encoded as JPEG bytes (``kw``: more of Pillow's JPEG save options)."""
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=quality, **kw)

@@ -113,7 +113,7 @@ def os_reason(e: OSError) -> str:
 def open_source(path: str) -> tuple[Any, int, int]:
     """(binary file, size in bytes, mtime_ns) of a local file (unbuffered) or an fsspec URL (mtime 0)."""
     if is_remote(path):
-        f = open_input(path)
+        f: Any = open_input(path)  # an fsspec file, which knows its size
         return f, int(f.size), 0
     _require_regular(os.stat(path).st_mode, path)  # a FIFO would block open(), a device never end
     # O_NONBLOCK: should the path turn into a FIFO after the stat, open() still returns at once

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,9 +19,10 @@ import numpy as np
 
 from ..errors import IndexFormatError
 from .fsutil import atomic_write_bytes, dumps_canonical
-from .meta import MetaValues, column_names, read_metadata
-from .names import samples_file_name
+from .meta import MetaColumn, MetaValues, column_names, npz_dtypes, read_metadata
+from .model import FORMAT_NAME, READABLE_VERSIONS, IndexMeta, Problem, load_json, parse
 from .packed import unpack_strings
+from .phash import WINDOWS
 from .sidecars import sidecar_files
 from .transport import is_local, join, local_path, parent, read_bytes
 
@@ -39,11 +39,13 @@ __all__ = [
     "SAMPLE_COLUMNS_V1",
     "SAMPLE_COLUMNS_V2",
     "sample_columns",
+    "table_problems",
     "DatasetIndex",
     "SampleTable",
     "load_index",
     "read_index",
     "index_of",
+    "open_index",
     "read_samples",
     "read_samples_checked",
     "parse_index_meta",
@@ -54,12 +56,8 @@ __all__ = [
     "read_npz",
 ]
 
-FORMAT_NAME = "wds-tools-index"
-"""index.json's ``format``."""
 FORMAT_VERSION = 3
 """The index format version the converter writes; 3 added the phash column (docs/FORMAT.md)."""
-READABLE_VERSIONS = (1, 2, 3)
-"""The index format versions every reader reads."""
 INDEX_FILE = "index.json"
 """A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
 SAMPLES_FILE = "samples.npz"
@@ -114,10 +112,49 @@ SAMPLE_COLUMNS_V1: dict[str, str] = {
 """samples.npz's columns in format version 1: src_mtime_ns after src_size, no i32 columns (still read everywhere)."""
 
 
-def sample_columns(meta: dict | None = None) -> dict[str, str]:
-    """The samples.npz columns (name -> dtype, stored order) of an index.json's format version."""
-    version = meta.get("format_version") if meta is not None else None
+def sample_columns(version: int = FORMAT_VERSION) -> dict[str, str]:
+    """The samples.npz columns (name -> dtype, stored order) of a format version."""
     return SAMPLE_COLUMNS_V1 if version == 1 else SAMPLE_COLUMNS_V2 if version == 2 else SAMPLE_COLUMNS
+
+
+def table_problems(
+    found: Mapping[str, tuple[np.dtype, tuple[int, ...]]], version: int, metadata: Sequence[MetaColumn] = ()
+) -> tuple[int, set[str], list[Problem]]:
+    """(rows, the columns as the format has them, a problem for each other column): samples.npz's columns,
+    found with these (dtype, shape), against a format version's and its metadata columns'."""
+    key = found.get("key")
+    rows = key[1][0] if key is not None and len(key[1]) == 1 else None
+    n = rows or 0
+    wanted: list[tuple[str, str, MetaColumn | None]] = [(k, d, None) for k, d in sample_columns(version).items()]
+    wanted += [(a, d, c) for i, c in enumerate(metadata) for a, d in npz_dtypes(i, c.type).items()]
+    usable: set[str] = set()
+    problems = []
+    for name, want, column in wanted:
+        of = f" (metadata {column.name!r})" if column is not None else ""
+        if name not in found:
+            of = f" (metadata column {column.name!r}, {column.type})" if column is not None else ""
+            problems.append(Problem(name, "column", f"samples.npz has no column {name!r}{of}"))
+            continue
+        dtype, shape = found[name]
+        # a table without a key column has no row count: a column of rows is then not usable
+        expected = _table_shape(name, shape, n if rows is not None or column is not None else None)
+        if (dtype.kind == "S" if want == "S" else dtype == np.dtype(want)) and shape == expected:
+            usable.add(name)
+            continue
+        told = f"{'|S<n>' if want == 'S' else np.dtype(want).str} {list(expected) if expected else '[N]'}"
+        problems.append(Problem(name, "column", f"column {name!r}{of} is {dtype.str} {list(shape)}; expected {told}"))
+    return n, usable, problems
+
+
+def _table_shape(name: str, shape: tuple[int, ...], rows: int | None) -> tuple[int, ...] | None:
+    """The shape samples.npz's column ``name`` must have (None: none fits) when it is ``shape``."""
+    if name.endswith("_data"):  # path_data, and a string metadata column's values: their own length
+        return shape if len(shape) == 1 else None
+    if name.startswith("meta") and name.endswith("_offsets"):  # its K values' K + 1 offsets
+        return shape if len(shape) == 1 and shape[0] >= 1 else None
+    if rows is None:
+        return None
+    return {"fingerprint": (rows, 16), "phash": (rows, WINDOWS), "path_offsets": (rows + 1,)}.get(name, (rows,))
 
 
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -185,31 +222,31 @@ class SampleTable:
         """Row i's source fingerprint (xxh3-128) as hex."""
         return self.columns["fingerprint"][i].tobytes().hex()
 
-    def metadata(self, meta: dict) -> dict[str, MetaValues]:
-        """The metadata columns (format version 2) by name; {} when the index has none."""
-        return read_metadata(self.columns, meta)
-
 
 @dataclass
 class DatasetIndex:
-    """A loaded index: ``meta`` is index.json; ``samples`` loads samples.npz on first use."""
+    """A loaded index: ``info`` is index.json; ``samples`` loads samples.npz on first use."""
 
     root: Path
-    meta: dict
+    info: IndexMeta
     _samples: SampleTable | None = field(default=None, repr=False)
+
+    @property
+    def meta(self) -> dict:
+        """index.json as written (``info.raw``), for the callers that read it as a dict."""
+        return self.info.raw
 
     @property
     def samples(self) -> SampleTable:
         """samples.npz, read on first use."""
         if self._samples is None:
-            name = samples_file_name(self.meta, str(self.root / INDEX_FILE))
-            self._samples = SampleTable(read_npz(self.root / name))
+            self._samples = SampleTable(read_npz(self.root / self.info.samples_file.name))
         return self._samples
 
     @property
     def metadata(self) -> dict[str, MetaValues]:
         """The per-sample metadata columns by name (format version 2; {} when there are none)."""
-        return self.samples.metadata(self.meta)
+        return read_metadata(self.samples.columns, self.info.metadata)
 
     @property
     def shards(self) -> list[dict]:
@@ -224,13 +261,14 @@ class DatasetIndex:
     @property
     def classes(self) -> list[str]:
         """The class names; a label is an index into them."""
-        return self.meta["classes"]
+        return list(self.info.classes)
 
     def url_pattern(self, split: str) -> str:
         """Absolute WebDataset URL pattern of a split, e.g. /data/shards/v1/224/train-{000000..000041}.tar."""
-        if split not in self.splits:
-            raise IndexFormatError(f"{self.root}: no split {split!r}; the index has {', '.join(self.splits) or 'none'}")
-        return str(self.root / self.splits[split]["urls"])
+        splits = self.info.splits
+        if split not in splits:
+            raise IndexFormatError(f"{self.root}: no split {split!r}; the index has {', '.join(splits) or 'none'}")
+        return str(self.root / splits[split].urls)
 
 
 def load_index(path: str | os.PathLike) -> DatasetIndex:
@@ -240,20 +278,21 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
         path: A converted folder (``shards/v1/224``) or the path of its ``index.json``.
 
     Returns:
-        A ``DatasetIndex``: ``meta`` is index.json (classes, splits, shards, mean/std, build); its
+        A ``DatasetIndex``: ``info`` is index.json (classes, splits, shards, mean/std, build); its
         ``samples`` (samples.npz) are read on first use.
 
     Raises:
-        IndexFormatError: No index.json there, or one that cannot be read or is of a format version
-            this code does not read.
+        IndexFormatError: No index.json there, or one that cannot be read, is of a format version
+            this code does not read, or has a problem (``format.model.validate``: the first is named).
     """
     p = Path(path)
-    index_path = p / INDEX_FILE if p.is_dir() else p
-    return DatasetIndex(index_path.parent, read_index(str(index_path), required=True))
+    index_path = str(p / INDEX_FILE if p.is_dir() else p)
+    return DatasetIndex(Path(index_path).parent, parse(read_index(index_path, required=True, strict=False), index_path))
 
 
-def read_index(url: str, *, required: bool = False) -> dict:
-    """index.json at ``url``, checked to be a wds-tools index of a version this code reads.
+def read_index(url: str, *, required: bool = False, strict: bool = True) -> dict:
+    """index.json at ``url`` as written, checked to be a wds-tools index of a version this code reads and,
+    when ``strict``, to have no problem (``format.model.validate``; the first raises ``IndexFormatError``).
 
     A missing file raises ``FileNotFoundError``, or ``IndexFormatError`` when ``required``.
     """
@@ -267,17 +306,20 @@ def read_index(url: str, *, required: bool = False) -> dict:
         raise
     except OSError as e:
         raise IndexFormatError(f"cannot read index {url}: {e}") from None
-    return parse_index_meta(data, url)
+    return parse_index_meta(data, url) if strict else load_json(data, url)
+
+
+def open_index(spec: str | os.PathLike) -> tuple[str, IndexMeta]:
+    """(folder, index.json) of a shards folder or its index.json, local or a URL."""
+    text = os.fspath(spec)
+    url = text if text.endswith(".json") and not os.path.isdir(text) else join(text, INDEX_FILE)
+    return parent(url), parse(read_index(url, required=True, strict=False), url)
 
 
 def index_of(spec: str | os.PathLike) -> tuple[str, dict]:
-    """(folder, index.json's dict) of a shards folder or its index.json, local or a URL."""
-    text = os.fspath(spec)
-    if text.endswith(".json") and not os.path.isdir(text):
-        url = text
-    else:
-        url = join(text, INDEX_FILE)
-    return parent(url), read_index(url, required=True)
+    """``open_index``, index.json as written (a dict)."""
+    folder, info = open_index(spec)
+    return folder, info.raw
 
 
 def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None) -> dict[str, np.ndarray]:
@@ -290,14 +332,17 @@ def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | 
     return read_npz(local_path(url) or url, names, data=data)
 
 
-def read_samples_checked(base: str, meta: dict, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """``read_samples`` of the samples.npz beside index.json at ``base``, after checking the file's size and
-    sha256 against index.json's ``samples_file``: another version's table of the same size is refused
-    (``IndexFormatError``), not read as this index's."""
+def read_samples_checked(
+    base: str, info: IndexMeta | dict, names: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``; or as a dict), after
+    checking the file's size and sha256 against its ``samples_file``: another version's table of the same
+    size is refused (``IndexFormatError``), not read as this index's."""
     where = join(base, INDEX_FILE)
-    url = join(base, samples_file_name(meta, where))
-    info = meta["samples_file"]
-    want_bytes, want_sha = info.get("bytes"), info.get("sha256")
+    if not isinstance(info, IndexMeta):
+        info = parse(info, where)
+    url = join(base, info.samples_file.name)
+    want_bytes, want_sha = info.samples_file.bytes, info.samples_file.sha256
     local = local_path(url)
     data = None
     try:
@@ -314,9 +359,9 @@ def read_samples_checked(base: str, meta: dict, names: Sequence[str] | None = No
     except OSError as e:
         raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
     fix = "it is not the table this index was written with (copy the folder again, or convert again)"
-    if isinstance(want_bytes, int) and got_bytes != want_bytes:
+    if got_bytes != want_bytes:
         raise IndexFormatError(f"{url} is {got_bytes:,} bytes; {where} says {want_bytes:,}: {fix}")
-    if isinstance(want_sha, str) and digest != want_sha:
+    if digest != want_sha:
         raise IndexFormatError(f"{url}: sha256 {digest[:16]}..., {where} says {want_sha[:16]}...: {fix}")
     return read_npz(local or url, names, data=data)
 
@@ -328,21 +373,11 @@ def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[
 
 
 def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
-    """index.json's bytes -> its dict, checking it is a wds-tools index of a version this code reads."""
-    try:
-        meta = json.loads(data)
-    except ValueError as e:
-        raise IndexFormatError(f"cannot read index {where}: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise IndexFormatError(f'{where} is not a wds-tools index (no "format": "{FORMAT_NAME}")')
-    version = meta.get("format_version")
-    if version not in READABLE_VERSIONS or isinstance(version, bool):
-        raise IndexFormatError(
-            f"{where} has format_version {version!r}; this wds-tools reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (a newer version needs a "
-            "newer wds-tools)"
-        )
-    return meta
+    """index.json's bytes -> its dict as written, refused (``IndexFormatError``, the first problem) unless a
+    wds-tools index of a version this code reads without a problem (``format.model.parse``)."""
+    raw = load_json(data, where)
+    parse(raw, where)
+    return raw
 
 
 def histogram_mean_std(hist: np.ndarray, empty: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:
@@ -368,24 +403,23 @@ def write_index(
     sidecars: bool = True,
 ) -> dict:
     """Write samples.npz and the readers' sidecar files (``format.sidecars``), then index.json
-    (last, so an index always names complete files).
+    (last, so an index always names complete files). An index with a problem (``format.model.validate``)
+    is a bug here: ``IndexFormatError``, and nothing is written.
 
     ``dest`` may be an fsspec URL when ``write_bytes`` can write there (``storage.Store``).
     """
-    names = [*sample_columns(meta), *column_names(meta)]  # then the metadata's, in index.json "metadata" order
+    names = [*sample_columns(meta["format_version"]), *column_names(meta)]  # then the metadata's, in their order
     missing = set(names) - set(columns)
     if missing:
         raise ValueError(f"sample columns missing: {sorted(missing)}")
     data = write_npz({name: columns[name] for name in names})
-    write_bytes(join(dest, SAMPLES_FILE), data)
-    if sidecars:
-        for name, side in sidecar_files(meta, columns).items():
-            write_bytes(join(dest, name), side)
-    meta = dict(meta)
-    meta["samples_file"] = {
-        "name": SAMPLES_FILE,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
+    meta = {
+        **meta,
+        "samples_file": {"name": SAMPLES_FILE, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
     }
+    info = parse(meta, join(dest, INDEX_FILE))
+    write_bytes(join(dest, SAMPLES_FILE), data)
+    for name, side in sidecar_files(info, columns).items() if sidecars else ():
+        write_bytes(join(dest, name), side)
     write_bytes(join(dest, INDEX_FILE), (dumps_canonical(meta) + "\n").encode())
     return meta

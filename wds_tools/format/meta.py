@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import IndexFormatError
-from .packed import pack_strings, unpack_strings
+from .packed import pack_strings
 
 __all__ = [
     "META_TYPES",
@@ -29,6 +29,7 @@ __all__ = [
     "value_text",
     "meta_object",
     "column_names",
+    "string_values",
     "is_int_text",
     "is_float_text",
 ]
@@ -57,8 +58,11 @@ class MetaColumn:
         return {"name": self.name, "type": self.type}
 
 
-def metadata_columns(meta: Mapping) -> list[MetaColumn]:
-    """The metadata columns an index.json lists ([] for version 1, or an index without metadata)."""
+def metadata_columns(meta: Mapping | Sequence[MetaColumn]) -> list[MetaColumn]:
+    """The metadata columns an index lists ([] for version 1, or an index without metadata): given as
+    columns (``format.model.IndexMeta.metadata``) or as index.json's dict."""
+    if not isinstance(meta, Mapping):
+        return list(meta)
     items = meta.get("metadata") or []
     if not isinstance(items, list) or not all(
         isinstance(c, dict) and isinstance(c.get("name"), str) and c.get("type") in META_TYPES for c in items
@@ -219,10 +223,13 @@ class MetaValues:
 
 
 def read_metadata(
-    columns: Mapping[str, np.ndarray], meta: Mapping, names: Iterable[str] | None = None, where: str = "samples.npz"
+    columns: Mapping[str, np.ndarray],
+    meta: Mapping | Sequence[MetaColumn],
+    names: Iterable[str] | None = None,
+    where: str = "samples.npz",
 ) -> dict[str, MetaValues]:
-    """The metadata columns ``names`` (default: all) from samples.npz arrays ``columns`` (which must
-    hold their ``npz_names``), by name."""
+    """The metadata columns ``names`` (default: all) of an index (``metadata_columns``) from samples.npz
+    arrays ``columns`` (which must hold their ``npz_names``), by name."""
     listed = metadata_columns(meta)
     wanted = None if names is None else set(names)
     out = {}
@@ -243,7 +250,9 @@ def read_metadata(
             values = values.astype(np.float64)
             out[c.name] = MetaValues(c, values, np.isnan(values))
         else:
-            cats = unpack_strings(columns[keys[1]].astype(np.int64), columns[keys[2]], errors="replace")
+            cats, problem = string_values(columns[keys[1]], columns[keys[2]], keys[1:], c.name)
+            if cats is None:
+                raise IndexFormatError(f"{where}: {problem}; the index is damaged (run wds-tools verify)")
             codes = values.astype(np.int64)
             if len(codes) and (codes.min() < -1 or codes.max() >= len(cats)):
                 raise IndexFormatError(
@@ -254,6 +263,25 @@ def read_metadata(
     return out
 
 
-def column_names(meta: Mapping) -> list[str]:
+def string_values(
+    offsets: np.ndarray, data: np.ndarray, names: Sequence[str], column: str
+) -> tuple[list[str] | None, str | None]:
+    """(the values, what breaks the rule) of a string column's ``meta<i>_offsets`` and ``meta<i>_data``
+    (``names``): offsets rising from 0 to the data's end, UTF-8, distinct and in code-point order. The
+    values are None where they cannot be read; the order alone, when broken, leaves them readable."""
+    o, blob = offsets.astype(np.int64), data.tobytes()
+    if not len(o) or o[0] != 0 or np.any(np.diff(o) <= 0) or o[-1] != len(blob):
+        rule = f"len({names[1]}) = {len(blob):,} in steps of at least 1"
+        return None, f"{names[0]} (metadata {column!r}) does not rise from 0 to {rule}"
+    try:
+        values = [blob[a:b].decode("utf-8") for a, b in zip(o[:-1].tolist(), o[1:].tolist())]
+    except UnicodeDecodeError as e:
+        return None, f"{names[1]} (metadata {column!r}) is not UTF-8: {e}"
+    if any(a >= b for a, b in zip(values, values[1:])):
+        return values, f"the values of metadata {column!r} ({names[1]}) are not distinct and in code-point order"
+    return values, None
+
+
+def column_names(meta: Mapping | Sequence[MetaColumn]) -> list[str]:
     """Every samples.npz array name of the metadata, in stored order."""
     return [name for i, c in enumerate(metadata_columns(meta)) for name in npz_names(i, c.type)]

@@ -3,8 +3,8 @@ index.json may hold.
 
 docs/FORMAT.md, "Layout". A version's shards are ``<split>-NNNNNN.tar`` beside ``index.json`` and
 ``samples.npz`` in ``OUT/<version>/<size>/``; a pattern such as ``train-{000000..000041}.tar``
-names a split's shards. An index.json names only files in its own folder (``index_shards``), so a
-reader never opens a file elsewhere because of what an index says.
+names a split's shards. An index.json names only files in its own folder (``indexed_name_problem``,
+checked by ``format.model``), so a reader never opens a file elsewhere because of what an index says.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 
 import braceexpand  # installed with webdataset
 
-from ..errors import IndexFormatError, OptionError
+from ..errors import OptionError
 
 __all__ = [
     "shard_name",
@@ -23,7 +23,6 @@ __all__ = [
     "unexpanded",
     "indexed_name_problem",
     "samples_file_name",
-    "index_shards",
     "MIN_SAMPLE_BYTES",
 ]
 
@@ -61,59 +60,14 @@ def indexed_name_problem(name: object, *, shard: bool = True) -> str | None:
 
 
 def samples_file_name(meta: dict, where: str) -> str:
-    """index.json's ``samples_file.name``, refused (``IndexFormatError``) unless a plain name in its folder."""
-    info = meta.get("samples_file")
-    name = info.get("name") if isinstance(info, dict) else None
-    problem = indexed_name_problem(name, shard=False)
-    if problem is not None or not isinstance(name, str):
-        raise IndexFormatError(f"{where}: samples_file.name {problem}")
-    return name
+    """A checked index.json's ``samples_file.name`` (``format.model``: a plain name in its folder)."""
+    return meta["samples_file"]["name"]
 
 
 # The fewest bytes one sample takes in a shard: its .npy member, a 512-byte tar header and at least one
 # 512-byte block of data (docs/FORMAT.md, "Shards"); a shard's ``samples`` is at most its bytes // this.
 MIN_SAMPLE_BYTES = 1024
 """The fewest bytes one sample takes in a shard; a shard's ``samples`` is at most its bytes // this."""
-
-
-def _is_count(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def index_shards(meta: dict, where: str, *, strict: bool = True) -> list[dict]:
-    """index.json's ``shards`` entries a reader may open: a name by ``indexed_name_problem`` and a
-    ``samples`` count that its ``bytes`` can hold (``samples_file.name`` is checked too). ``strict``: the
-    first bad entry raises ``IndexFormatError``; otherwise bad entries are left out, never opened (verify
-    reports them)."""
-    shards, info, problems, good = meta.get("shards"), meta.get("samples_file"), [], []
-    if isinstance(info, dict) and indexed_name_problem(info.get("name"), shard=False):
-        problems.append(f"samples_file.name {indexed_name_problem(info.get('name'), shard=False)}")
-    if not isinstance(shards, list):
-        problems.append(f"shards is {type(shards).__name__}; expected a list")
-    for i, s in enumerate(shards if isinstance(shards, list) else []):
-        count = s.get("samples") if isinstance(s, dict) else None
-        if not isinstance(s, dict):
-            problems.append(f"shards[{i}] is {type(s).__name__}; expected an object")
-        elif indexed_name_problem(s.get("name")):
-            problems.append(f"shards[{i}].name {indexed_name_problem(s.get('name'))}")
-        elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            problems.append(f"shards[{i}].samples is {count!r}; expected a count >= 0")
-        elif not _is_count(s.get("bytes")):
-            problems.append(f"shards[{i}].bytes is {s.get('bytes')!r}; expected the shard's size in bytes")
-        elif count > s["bytes"] // MIN_SAMPLE_BYTES:
-            # a count no shard of that size can hold: bounded here, before any planner loops over it;
-            # verify (strict=False) reads such a shard and reports what it holds
-            problems.append(
-                f"shards[{i}].samples is {count:,}, but a shard of {s['bytes']:,} bytes holds at most "
-                f"{s['bytes'] // MIN_SAMPLE_BYTES:,} samples"
-            )
-            if not strict:
-                good.append(s)
-        else:
-            good.append(s)
-    if problems and strict:
-        raise IndexFormatError(f"{where}: {problems[0]}; the index is damaged or was edited: convert again")
-    return good
 
 
 _PATTERN_HELP = (

@@ -19,7 +19,8 @@ from pathlib import Path
 from ..errors import IndexFormatError, OptionError, ShardError
 from . import mixing
 from .index import INDEX_FILE, LOCK_FILE, WORK_DIR, indexes_newest_first, read_index
-from .names import expand, index_shards, unexpanded
+from .model import IndexMeta, ShardInfo, parse, salvage
+from .names import expand, unexpanded
 from .transport import GOPEN_SCHEMES, basename, exists, join, list_tars, local_path, parent, read_bytes, scheme
 
 __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_conversion"]
@@ -29,9 +30,10 @@ __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_
 class Shards:
     """What a spec names: the shards' URLs (plain paths for local files) and the index listing them.
 
-    ``meta`` is the index.json in the folder of the (first) shards, when there is one; ``names``
-    and ``counts`` are set when it lists every shard named (``counts``: also when several indexes
-    do, one per folder).
+    ``meta`` is the index.json in the folder of the (first) shards as written, when there is one, and
+    ``info`` the same typed (None where it has problems and ``resolve`` was not strict); ``names`` and
+    ``counts`` are set when it lists every shard named (``counts``: also when several indexes do, one
+    per folder).
     """
 
     spec: str  # as given; several joined with "::"
@@ -44,6 +46,7 @@ class Shards:
     selected: bool = False  # named by a pattern or a .tar (some shards), not a whole folder or index
     gaps: list = field(default_factory=list, repr=False)  # mixing.Gap: splits named only in part
     datasets: list = field(default_factory=list, repr=False)  # index.json of each dataset named (copies once)
+    info: IndexMeta | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -76,7 +79,7 @@ class _Rules:
         """The index.json in ``folder``; None where there is none."""
         if folder not in self.indexes:
             try:
-                self.indexes[folder] = read_index(join(folder, INDEX_FILE))
+                self.indexes[folder] = read_index(join(folder, INDEX_FILE), strict=False)  # checked by _entries
             except FileNotFoundError:
                 self.indexes[folder] = None
         return self.indexes[folder]
@@ -100,8 +103,8 @@ def resolve(
     ``need_index``: an index.json beside the shards must list every one (stats, verify).
     ``scan``: a folder without an index stands for the ``*.tar`` in it, where the store can list.
     ``pipe``: accept ``pipe:`` commands. ``one_folder``: refuse shards from several folders.
-    ``strict``: an index entry naming a file outside its folder (``index_shards``) raises
-    ``IndexFormatError``; otherwise that entry is left out (never opened) and the caller reports it.
+    ``strict``: an index with a problem (``format.model.validate``) raises ``IndexFormatError``; otherwise
+    a shard entry with one is left out (never opened) and the caller reports it.
     ``allow_mixed``: accept shards of different datasets (``format.mixing.check_mixed``; copies of
     one dataset are always accepted). ``allow_partial``: accept a spec naming only some shards of a
     split (``format.mixing.check_partial``); ``Shards.gaps`` lists them either way.
@@ -149,6 +152,7 @@ def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Sh
         [n for p in parts for n in p.names or ()] if one_index else None,
         None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts or ()],
         selected=True,
+        info=first.info,
     )
 
 
@@ -173,7 +177,7 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
         missing = _missing_folder(parent(path)) if local is not None else ""
         if missing:  # a mistyped size or version: say what there is
             raise IndexFormatError(f"no index at {path}; {missing}")
-        meta = read_index(path, required=True)
+        meta = read_index(path, required=True, strict=False)
         return [_listed(text, parent(path), meta, rules.split, rules.strict)]
     if "{" in path or "}" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
@@ -250,18 +254,28 @@ def _sizes(folder: Path) -> list[str]:
     return sorted(names, key=lambda n: (not n.isdigit(), -int(n) if n.isdigit() else 0, n))
 
 
+def _entries(meta: dict, where: str, strict: bool) -> tuple[IndexMeta | None, list[ShardInfo], list[str]]:
+    """(index.json typed, the shard entries a reader may open, the split names): ``strict``, the index's
+    first problem raises; otherwise the entries with one are left out, never opened (verify reports them)."""
+    if strict:
+        info = parse(meta, where)
+        return info, list(info.shards), list(info.splits)
+    part, _ = salvage(meta)
+    return None, [s for s in part.shards if s is not None], list(part.splits)
+
+
 def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = True) -> Shards:
     """Every shard the index lists (of ``split``, when given)."""
-    shards = index_shards(meta, join(base, INDEX_FILE), strict=strict)
+    info, shards, splits = _entries(meta, join(base, INDEX_FILE), strict)
     if split is not None:
-        splits = meta.get("splits", {})
         if split not in splits:
             raise IndexFormatError(
                 f"{join(base, INDEX_FILE)}: no split {split!r}; the index has {', '.join(splits) or 'none'}"
             )
-        shards = [s for s in shards if s.get("split") == split]
-    names = [s["name"] for s in shards]
-    return Shards(text, [join(base, n) for n in names], base, meta, base, names, [int(s["samples"]) for s in shards])
+        shards = [s for s in shards if s.split == split]
+    names = [s.name for s in shards]
+    urls = [join(base, n) for n in names]
+    return Shards(text, urls, base, meta, base, names, [s.samples for s in shards], info=info)
 
 
 def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
@@ -282,17 +296,20 @@ def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
 
 
 def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards:
+    info: IndexMeta | None = None
+    listed: list[ShardInfo] = []
     try:
         meta = rules.index_in(folder)
-        listed = index_shards(meta, join(folder, INDEX_FILE), strict=rules.strict) if meta else []
+        if meta is not None:
+            info, listed, _ = _entries(meta, join(folder, INDEX_FILE), rules.strict)
     except IndexFormatError:
         if rules.need_index:
             raise
-        meta, listed = None, []  # a damaged or unreachable index beside a pattern: read the shards without it
+        meta = None  # a damaged or unreachable index beside a pattern: read the shards without it
     if meta is None:
         _refuse_unfinished(text, folder)
     names = [basename(u) for u in urls]
-    by_name = {s["name"]: s["samples"] for s in listed}
+    by_name = {s.name: s.samples for s in listed}
     unknown = [n for n in names if n not in by_name]
     if rules.need_index:
         if meta is None:
@@ -304,8 +321,8 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
                 f"(first: {unknown[0]}); use --scan to read the tars themselves"
             )
     if unknown:
-        return Shards(text, urls, folder, meta, folder if meta else None, selected=True)
-    return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True)
+        return Shards(text, urls, folder, meta, folder if meta else None, selected=True, info=info)
+    return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True, info=info)
 
 
 def unfinished_conversion(folder: str) -> str | None:

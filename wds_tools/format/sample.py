@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "MEMBERS",
     "MEMBERS_V1",
-    "members_of",
     "column_prefix",
     "label_i32",
     "read_label_i32",
@@ -52,11 +51,6 @@ JSON_FIELDS = (
     "width",
 )
 """The ``.json`` fields of every version-2 sample (``meta`` too when the conversion has metadata columns)."""
-
-
-def members_of(meta: Mapping) -> tuple[str, ...]:
-    """A sample's member extensions, in file order, for an index.json (its ``format_version``)."""
-    return MEMBERS_V1 if meta.get("format_version") == 1 else MEMBERS
 
 
 def column_prefix(ext: str) -> str:

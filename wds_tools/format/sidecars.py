@@ -13,12 +13,12 @@ documents both files.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from .sample import MEMBERS, column_prefix, members_of
+from .model import IndexMeta, parse
+from .sample import MEMBERS, column_prefix
 
 __all__ = ["MEMBERS", "wids_name", "dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
 
@@ -35,20 +35,19 @@ def dali_name(shard: str) -> str:
     return shard[: -len(".tar")] + ".idx" if shard.endswith(".tar") else shard + ".idx"
 
 
-def wids_shard_list(meta: Mapping, split: str) -> dict:
+def wids_shard_list(info: IndexMeta, split: str) -> dict:
     """The wids dataset description of ``split``: shard URLs relative to the index's folder."""
-    shards = [s for s in meta["shards"] if s["split"] == split]
     return {
         "__kind__": "wids-shard-index-v1",
         "wids_version": 1,
-        "name": f"{meta.get('dataset_version', '')}/{meta.get('size', '')}/{split}",
-        "shardlist": [{"url": s["name"], "nsamples": int(s["samples"]), "filesize": int(s["bytes"])} for s in shards],
+        "name": f"{info.dataset_version or ''}/{info.size}/{split}",
+        "shardlist": [{"url": s.name, "nsamples": s.samples, "filesize": s.bytes} for s in info.split_shards(split)],
     }
 
 
 def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str, ...] = MEMBERS) -> str:
     """The wds2idx v1.2 text of shard number ``shard`` (its position in index.json's ``shards``);
-    ``members``: a sample's member extensions in file order (``format.sample.members_of``)."""
+    ``members``: a sample's member extensions in file order (``IndexMeta.members``)."""
     rows = np.flatnonzero(columns["shard"] == shard)
     rows = rows[np.argsort(columns["cls_offset"][rows], kind="stable")]
     lines = [f"{DALI_VERSION} {len(rows)}"]
@@ -64,30 +63,17 @@ def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str
 
 
 def sidecar_files(
-    meta: Mapping, columns: Mapping[str, np.ndarray], *, wids: bool = True, dali: bool = True
+    info: IndexMeta | dict, columns: Mapping[str, np.ndarray], *, wids: bool = True, dali: bool = True
 ) -> dict[str, bytes]:
-    """File name -> bytes of every sidecar of one converted folder."""
+    """File name -> bytes of every sidecar of one converted folder (``info``: its index.json, or as a dict)."""
+    if not isinstance(info, IndexMeta):
+        info = parse(info, "index.json")
     out: dict[str, bytes] = {}
     if wids:
-        for split in meta["splits"]:
-            text = json.dumps(wids_shard_list(meta, split), indent=1, sort_keys=True) + "\n"
+        for split in info.splits:
+            text = json.dumps(wids_shard_list(info, split), indent=1, sort_keys=True) + "\n"
             out[wids_name(split)] = text.encode()
     if dali:
-        for i, s in enumerate(meta["shards"]):
-            out[dali_name(s["name"])] = dali_index(columns, i, members_of(meta)).encode()
+        for s in info.shards:
+            out[dali_name(s.name)] = dali_index(columns, s.pos, info.members).encode()
     return out
-
-
-def write_sidecars(
-    folder: str | os.PathLike,
-    meta: Mapping,
-    columns: Mapping[str, np.ndarray],
-    write_bytes: Callable[[str, bytes], None],
-    join: Callable[..., str],
-    **which: bool,
-) -> list[str]:
-    """Write ``sidecar_files`` into ``folder`` with ``write_bytes`` (atomic); returns their names."""
-    files = sidecar_files(meta, columns, **which)
-    for name, data in files.items():
-        write_bytes(join(folder, name), data)
-    return sorted(files)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..format.index import SampleTable, index_of, read_samples
+from ..format.index import SampleTable, open_index, read_samples
 from ..format.transport import join
 
 __all__ = ["DiffResult", "diff_versions"]
@@ -75,11 +75,11 @@ def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
 
 @dataclass
 class _Version:
-    classes: list[str]
+    classes: tuple[str, ...]
     samples: SampleTable
 
 
 def _version(spec: str | os.PathLike) -> tuple[str, _Version]:
-    folder, meta = index_of(spec)
-    cols = read_samples(join(folder, meta["samples_file"]["name"]), ("key", "fingerprint", "label"))
-    return folder, _Version(meta["classes"], SampleTable(cols))
+    folder, info = open_index(spec)
+    cols = read_samples(join(folder, info.samples_file.name), ("key", "fingerprint", "label"))
+    return folder, _Version(info.classes, SampleTable(cols))

@@ -19,14 +19,14 @@ import numpy as np
 from ...errors import OptionError, unwritable_file_error
 from ...format.fsutil import atomic_write_bytes
 from ...format.index import read_samples_checked
-from ...format.meta import read_metadata
+from ...format.meta import npz_names, read_metadata
 from ...format.near import PROGRESS_AFTER
-from ...format.resolve import resolve_target
+from ...format.resolve import Shards, resolve_target
 from ...format.transport import join
 from ...progress import Progress
 from ...version import __version__
 from ..stats import model_reader
-from ..stats.sources import from_index, metadata_arrays
+from ..stats.sources import from_index
 from . import charts, evidence, facts, render, thumbs
 
 __all__ = ["MAX_PAGE_BYTES", "THUMBS_PER_CLASS", "GRID_LIMIT", "ReportResult", "write_report", "default_output"]
@@ -182,7 +182,7 @@ def write_report(
         step()
         names = [c["name"] for c in report.metadata or []]
         cols = read_samples_checked(
-            folder, meta, ("key", "label", "shard", "npy_offset", *metadata_arrays(meta, names))
+            folder, meta, ("key", "label", "shard", "npy_offset", *metadata_arrays(target, names))
         )
         label = cols["label"].astype(np.int64)
         split_of = np.array([list(report.splits).index(s["split"]) for s in meta["shards"]], np.int64)
@@ -318,3 +318,10 @@ def _value(v: object, r: int) -> str:
 
     x = v.value(r) if isinstance(v, MetaValues) else None
     return "missing" if x is None else str(x)
+
+
+def metadata_arrays(target: Shards, names: list[str]) -> list[str]:
+    """The samples.npz arrays holding the metadata columns ``names``."""
+    info = target.info
+    columns = info.metadata if info is not None else []
+    return [a for i, c in enumerate(columns) if c.name in names for a in npz_names(i, c.type)]

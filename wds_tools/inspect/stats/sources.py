@@ -16,7 +16,8 @@ import numpy as np
 from ...errors import IndexFormatError, OptionError, ShardError
 from ...format.cpus import usable_cpus
 from ...format.index import histogram_mean_std, read_samples_checked
-from ...format.meta import metadata_columns, npz_names, read_metadata
+from ...format.meta import npz_names, read_metadata
+from ...format.model import IndexMeta
 from ...format.names import shard_split
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ...format.resolve import Shards
@@ -25,7 +26,7 @@ from ...format.tar import CHUNK, TarWalker, scan_file
 from ...format.transport import basename, exists, file_size, join
 from .report import SplitStats, StatsReport, breakdown, distribute, group_report
 
-__all__ = ["from_index", "from_scan", "check_column", "metadata_arrays"]
+__all__ = ["from_index", "from_scan", "check_column"]
 
 
 # ------------------------------------------------------------------ from the index
@@ -40,23 +41,20 @@ def from_index(
     reader: str = "stream",
 ) -> StatsReport:
     """The report from index.json and two columns of samples.npz (and the metadata ``by``/``group`` name)."""
-    meta, base, index_file = target.meta, target.index_base, target.index_file
-    if meta is None or base is None or index_file is None:  # (resolve_target without scan needs the index)
+    info, base, index_file = target.info, target.index_base, target.index_file
+    if info is None or base is None or index_file is None:  # (resolve_target without scan needs the index)
         raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to read the tars")
-    classes = list(meta.get("classes", []))
-    shards = meta["shards"]
+    shards = info.shards
     for name, option in ((by, "--by"), (group, "--group")):
         if name is not None:
-            check_column(meta, name, option)
-    build_field = meta.get("build")
-    build: dict = build_field if isinstance(build_field, dict) else {}
-    group = group if group is not None else build.get("group")
+            check_column(info, name, option)
+    group = group if group is not None else info.group
     wanted = [n for n in (by, group) if n is not None]
-    where = join(base, meta["samples_file"]["name"])
-    cols = read_samples_checked(base, meta, ("label", "shard", *metadata_arrays(meta, wanted)))  # size, sha256
+    arrays = [a for i, c in enumerate(info.metadata) if c.name in wanted for a in npz_names(i, c.type)]
+    cols = read_samples_checked(base, info, ("label", "shard", *arrays))  # size, sha256
     label = cols["label"].astype(np.int64)
     shard = cols["shard"].astype(np.int64)
-    n_shards, n_classes = len(shards), len(classes)
+    n_shards, n_classes = len(shards), len(info.classes)
     if len(label) and (label.min() < 0 or label.max() >= n_classes or shard.max() >= n_shards):
         raise IndexFormatError(
             f"{index_file}: samples.npz has labels or shard numbers "
@@ -64,34 +62,33 @@ def from_index(
         )
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
     rows = counts.sum(axis=1)
-    for i, s in enumerate(shards):  # every count printed is one the table holds (a damaged index may claim any)
-        if s.get("samples") != int(rows[i]):
+    for s in shards:  # every count printed is one the table holds (a damaged index may claim any)
+        if s.samples != int(rows[s.pos]):
             raise IndexFormatError(
-                f"{index_file}: shards[{i}] ({s.get('name')}) says {s.get('samples')!r} samples, "
-                f"samples.npz has {int(rows[i]):,} rows of it; the index is damaged or was "
+                f"{index_file}: shards[{s.pos}] ({s.name}) says {s.samples!r} samples, "
+                f"samples.npz has {int(rows[s.pos]):,} rows of it; the index is damaged or was "
                 f"edited (run wds-tools verify, or convert again)"
             )
     chosen = set(target.names or ()) if target.selected else None
     per_split: dict[str, list[int]] = {}
-    for i, s in enumerate(shards):
-        if chosen is None or s["name"] in chosen:
-            per_split.setdefault(s["split"], []).append(i)
+    for s in shards:
+        if chosen is None or s.name in chosen:
+            per_split.setdefault(s.split, []).append(s.pos)
     splits = {}
     for name, pos in sorted(per_split.items()):
-        pos_a = np.array(pos, dtype=np.int64)
-        samples = np.array([shards[i]["samples"] for i in pos], dtype=np.int64)
-        sp_meta = meta.get("splits", {}).get(name, {})
+        samples = np.array([shards[i].samples for i in pos], dtype=np.int64)
+        sp = info.splits.get(name)
         splits[name] = SplitStats(
             name,
-            [shards[i]["name"] for i in pos],
+            [shards[i].name for i in pos],
             samples,
-            np.array([shards[i]["bytes"] for i in pos], dtype=np.int64),
-            counts[pos_a],
-            sp_meta.get("mean"),
-            sp_meta.get("std"),
+            np.array([shards[i].bytes for i in pos], dtype=np.int64),
+            counts[np.array(pos, dtype=np.int64)],
+            list(sp.mean) if sp else None,
+            list(sp.std) if sp else None,
             distribute(samples, world_size, workers, reader, evaluation=name != "train"),
         )
-    index_bytes = meta.get("samples_file", {}).get("bytes", 0)
+    index_bytes = info.samples_file.bytes
     try:
         index_bytes += file_size(index_file)
     except OSError:
@@ -101,26 +98,26 @@ def from_index(
         target.spec,
         base,
         index_file,
-        meta.get("dataset_version"),
-        meta.get("size"),
-        classes,
+        info.dataset_version,
+        info.size,
+        list(info.classes),
         splits,
         sum(int(sp.shard_bytes.sum()) for sp in splits.values()),
         index_bytes,
-        meta.get("mean"),
-        meta.get("std"),
-        meta.get("stats_split"),
+        list(info.mean),
+        list(info.std),
+        info.stats_split,
         world_size,
         workers,
         reader=reader,
-        metadata=[c.to_dict() for c in metadata_columns(meta)],
+        metadata=[c.to_dict() for c in info.metadata],
     )
     if wanted:
-        values = read_metadata(cols, meta, wanted, where)
+        values = read_metadata(cols, info.metadata, wanted, join(base, info.samples_file.name))
         names = list(splits)
         split_of = np.array(
             [
-                names.index(s["split"]) if s["split"] in splits and (chosen is None or s["name"] in chosen) else -1
+                names.index(s.split) if s.split in splits and (chosen is None or s.name in chosen) else -1
                 for s in shards
             ],
             np.int64,
@@ -134,15 +131,13 @@ def from_index(
     return report
 
 
-def check_column(meta: dict, name: str, option: str) -> None:
+def check_column(info: IndexMeta, name: str, option: str) -> None:
     """Refuse a column the index's metadata does not have, listing those it has (with a close match)."""
-    names = [c.name for c in metadata_columns(meta)]
+    names = [c.name for c in info.metadata]
     if name in names:
         return
-    columns = (meta.get("build") or {}).get("columns") or {}
-    role = next(
-        (r for r in ("label", "key", "path", "split") if isinstance(columns, dict) and columns.get(r) == name), None
-    )
+    columns = (info.build.columns if info.build else None) or {}
+    role = next((r for r in ("label", "key", "path", "split") if columns.get(r) == name), None)
     listed = f"Its metadata columns: {', '.join(names)}." if names else "It has no metadata columns."
     if role == "label":
         raise OptionError(
@@ -161,11 +156,6 @@ def check_column(meta: dict, name: str, option: str) -> None:
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
     raise OptionError(f"{option} {name!r}: the index has no metadata column {name!r}{hint} {listed}")
-
-
-def metadata_arrays(meta: dict, names: list[str]) -> list[str]:
-    """The samples.npz arrays holding the metadata columns ``names``."""
-    return [a for i, c in enumerate(metadata_columns(meta)) if c.name in names for a in npz_names(i, c.type)]
 
 
 # ------------------------------------------------------------------ from the tars

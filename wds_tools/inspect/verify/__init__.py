@@ -1,16 +1,13 @@
 """Prove a converted set is intact: index.json against itself, samples.npz against index.json, and
 every shard's bytes against both (the bytes are the ground truth).
 
-Data flow, one module per thing checked: ``index_file`` (index.json: fields, types, shard names
-confined to the folder, splits, URL patterns, counts) -> ``table`` (samples.npz streamed in row
-blocks: order, ranges, counts, keys; ``metadata``: its metadata columns) -> ``shards`` (each shard
-once, on a small thread pool: size, sha256, member table, .npy headers and XXH3-64, labels and
-.json metadata against its rows, pixel sums) -> ``totals`` (class names, image size and mean/std
-recomputed from the pixels); ``report`` holds the problems found. ``quick`` reads headers, .cls and
-.json only (no sha256, pixels or mean/std); without an index, ``scan`` checks the tars against each
-other. Every file is reached through ``format.transport``: local paths, ``s3://`` and other fsspec
-URLs, ``http(s)://``. A shard name in the index that would lead outside the folder is reported and
-never opened.
+Data flow: index.json's every problem (``format.model.salvage``: fields, types, names confined to the
+folder, splits, URL patterns) -> ``table`` (samples.npz streamed in row blocks: its columns, order,
+ranges, keys, metadata) -> ``shards`` (each shard once, on a small thread pool: size, sha256, member
+table, .npy headers and XXH3-64, labels and .json against its rows, pixel sums) -> ``totals`` (counts,
+class names, image size, mean/std from the pixels); ``report`` holds the problems. ``quick`` reads no
+pixels; without an index, ``scan`` checks the tars against each other. A name in the index that would
+lead outside the folder is reported and never opened.
 """
 
 from __future__ import annotations
@@ -24,17 +21,16 @@ import numpy as np
 
 from ...errors import IndexFormatError
 from ...format.cpus import usable_cpus
+from ...format.model import Partial, salvage
 from ...format.resolve import Shards, resolve_target
 from ...format.transport import exists, join, list_tars
 from ...progress import progress as show_progress
 from ..dups import find_dups
-from .index_file import IndexFacts, check_counts, check_index
-from .metadata import check_columns
 from .report import INDEX, Problem, VerifyReport
 from .scan import verify_scan
 from .shards import Context, ShardJob, ShardResult, check_shard, reference_header
-from .table import TableFacts, check_samples_file, open_columns, row_columns, scan_table
-from .totals import check_class_names, check_pixel_stats, check_sizes
+from .table import TableFacts, check_samples_file, metadata_values, open_columns, row_columns, scan_table
+from .totals import check_class_names, check_counts, check_pixel_stats, check_sizes
 
 __all__ = ["verify"]
 
@@ -121,19 +117,14 @@ def _leakage(folder: str, progress: bool = False) -> tuple[list[Problem], list[s
     to hash (checked against none)."""
     found = find_dups(folder, progress=progress)
     notes = [f"--no-leakage: {found.flat_text()}"] if found.flat else []
-    return [
-        Problem(
-            INDEX,
-            "leakage",
-            f"near-duplicates within {found.threshold} bits in splits "
-            f"{', '.join(sorted({m['split'] for m in c.members}))}: "
-            + " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
-            + (f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""),
-            key=c.members[0]["key"],
-        )
-        for c in found.clusters
-        if c.cross_split
-    ], notes
+    problems = []
+    for c in (c for c in found.clusters if c.cross_split):
+        splits = ", ".join(sorted({m["split"] for m in c.members}))
+        what = f"near-duplicates within {found.threshold} bits in splits {splits}: "
+        what += " ".join(f"{m['key']} ({m['split']})" for m in c.members[:8])
+        what += f" and {len(c.members) - 8} more" if len(c.members) > 8 else ""
+        problems.append(Problem(INDEX, "leakage", what, key=c.members[0]["key"]))
+    return problems, notes
 
 
 # ------------------------------------------------------------------ against the index
@@ -146,52 +137,55 @@ def _verify_index(
     if meta is None or base is None:  # (verify comes here only when the spec has an index)
         raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to check the tars")
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
-    facts, problems = check_index(meta)
-    report.problems += problems
+    index, found = salvage(meta)
+    report.problems += [
+        Problem(INDEX, p.kind, p.message + ("; it is not read" if p.path != "errors_file" else ""))
+        if p.kind == "shard_name"
+        else Problem(INDEX, p.kind, p.message)
+        for p in found
+    ]
     table, tf, categories = None, None, None
     usable: set[str] = set()
-    if facts.samples_name is not None:
-        url = join(base, facts.samples_name)
-        report.problems += check_samples_file(url, facts, quick)
-        table, problems = open_columns(url, facts.samples_name)
+    if index.samples_name is not None:
+        url = join(base, index.samples_name)
+        report.problems += check_samples_file(url, index, quick)
+        table, problems = open_columns(url, index.samples_name)
         report.problems += problems
     try:
         if table is not None:
-            rows, usable = table.check_format(facts.columns)
+            rows, usable = table.check_format(index.format_version, index.metadata or ())
             report.problems += table.problems
-            categories = None
-            if facts.metadata is not None:
-                ok, found, problems = check_columns(table, rows, facts.metadata)
+            if index.metadata is not None:
+                categories, problems = metadata_values(table, usable, index.metadata)
                 report.problems += problems
-                categories = found if ok else None
             if "key" in usable:
-                tf, problems = scan_table(table, rows, usable, facts, categories)
+                tf, problems = scan_table(table, rows, usable, index, categories)
                 report.problems += problems
         if tf is not None:
-            report.problems += check_counts(facts, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split, "samples.npz")
+            report.problems += check_counts(index, tf.rows, tf.per_shard, tf.labels, tf.labels_by_split, "samples.npz")
         else:  # no readable table: the counts can only agree with the shard list
-            listed = [s.samples or 0 for s in facts.shards]
+            listed = [s.samples if s is not None else 0 for s in index.shards]
             report.problems += check_counts(
-                facts, sum(listed), np.array(listed, np.int64), None, None, "shards[].samples"
+                index, sum(listed), np.array(listed, np.int64), None, None, "shards[].samples"
             )
-        jobs = _jobs(target, base, facts, tf, report)
+        jobs = _jobs(target, base, index, tf, report)
         ctx = Context(
             table,
             usable,
             tf.paths_ok if tf else False,
-            reference_header(facts, tf),
-            facts.classes,
+            reference_header(index, tf),
+            index.classes,
             quick,
             stats,
-            facts.metadata if table is not None and categories is not None else None,
+            index.metadata if table is not None and categories is not None else None,
             categories or {},
-            facts.members,
-            facts.dataset,
+            index.members,
+            _dataset(index),
             phash and not quick,
         )
         results = _run(jobs, ctx, threads, progress)
     except OSError as e:  # samples.npz could not be read on
-        report.problems.append(Problem(facts.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))
+        report.problems.append(Problem(index.samples_name or INDEX, "index", f"cannot read samples.npz: {e}"))
         return report
     finally:
         if table is not None:
@@ -202,14 +196,14 @@ def _verify_index(
         report.samples += r.samples
         report.bytes += job.bytes or 0
     report.shards = len(jobs)
-    if jobs and (tf is None or tf.ranges is None or not set(row_columns(facts.members)) <= usable):
+    if jobs and (tf is None or tf.ranges is None or not set(row_columns(index.members)) <= usable):
         report.warnings.append(
             "samples.npz rows could not be matched to the shards (see the problems): member "
             "tables and sample contents were not compared"
         )
-    report.problems += check_class_names(facts, results)
-    report.problems += check_sizes(facts, results)
-    report.problems += check_pixel_stats(facts, target, jobs, results, not quick and stats)
+    report.problems += check_class_names(index, results)
+    report.problems += check_sizes(index, results)
+    report.problems += check_pixel_stats(index, target, jobs, results, not quick and stats)
     if not quick and not stats:
         report.warnings.append(
             "mean/std not recomputed from the pixels (stats=False / --no-stats): top-level "
@@ -222,24 +216,33 @@ def _verify_index(
             "perceptual hashes not rechecked (--phash): samples.npz has no usable phash column (format "
             "version 1 or 2 has none; wds-tools dups computes them from the pixels)"
         )
-    if facts.errors_file is not None and not exists(join(base, facts.errors_file)):
+    if index.errors_file is not None and not exists(join(base, index.errors_file)):
         report.problems.append(
-            Problem(INDEX, "field", f"errors_file names {facts.errors_file}, which is not in {base}")
+            Problem(INDEX, "field", f"errors_file names {index.errors_file}, which is not in {base}")
         )
     return report
 
 
-def _jobs(target: Shards, base: str, facts: IndexFacts, tf: TableFacts | None, report: VerifyReport) -> list[ShardJob]:
-    """The shards to read: those the spec names whose name is safe (the others are problems already)."""
+def _dataset(index: Partial) -> dict[str, str] | None:
+    """The .json fields that name the dataset (version 2 on), as every sample must hold them; None: not
+    compared."""
+    if index.format_version == 1 or index.dataset_version is None or index.classes_digest is None:
+        return None
+    return {"dataset_version": index.dataset_version, "classes_digest": index.classes_digest}
+
+
+def _jobs(target: Shards, base: str, index: Partial, tf: TableFacts | None, report: VerifyReport) -> list[ShardJob]:
+    """The shards to read: those the spec names whose name is safe (the others are problems already); the
+    size and sha256 of an entry with a problem are not compared."""
     chosen = set(target.names or []) if target.selected else None
     jobs = []
-    for s in facts.shards:
-        if s.name is None or (chosen is not None and s.name not in chosen):
+    for pos, (name, s) in enumerate(zip(index.shard_names, index.shards)):
+        if name is None or (chosen is not None and name not in chosen):
             continue
-        rows = tf.ranges[s.pos] if tf is not None and tf.ranges is not None else None
-        jobs.append(ShardJob(join(base, s.name), s.name, s.pos, s.bytes, s.sha256, rows))
+        rows = tf.ranges[pos] if tf is not None and tf.ranges is not None else None
+        jobs.append(ShardJob(join(base, name), name, pos, s.bytes if s else None, s.sha256 if s else None, rows))
     if not target.selected:  # (a store that cannot list, http, is not looked at)
-        indexed = {s.name for s in facts.shards if s.name}
+        indexed = {n for n in index.shard_names if n}
         extra = [n for n in list_tars(base) or [] if n not in indexed]
         if extra:
             report.warnings.append(

@@ -66,17 +66,11 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
         exts = [e for e, _ in groups[stem]]
         if sorted(exts) not in (sorted(MEMBERS), sorted(MEMBERS_V1)) and stem != last:
             first = groups[stem][0][1]
-            problems.append(
-                Problem(
-                    name,
-                    "incomplete_sample",
-                    f"sample {stem} has members "
-                    f"{', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
-                    "each (format version 1: .cls, .json, .npy)",
-                    key=stem,
-                    offset=first.offset - BLOCK,
-                )
+            what = (
+                f"sample {stem} has members {', '.join('.' + e for e in exts)}; expected .cls, .i32, .json, .npy once "
             )
+            what += "each (format version 1: .cls, .json, .npy)"
+            problems.append(Problem(name, "incomplete_sample", what, key=stem, offset=first.offset - BLOCK))
     return _ScanResult(name, capped(problems), order, headers, size, read)
 
 
@@ -103,27 +97,15 @@ def verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
         for h, member in r.headers.items():
             if h != reference:
                 expected = describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
-                report.problems.append(
-                    Problem(
-                        r.name,
-                        "npy_header",
-                        f"{member}: the header says {describe_npy(h)}; expected {expected}",
-                        key=split_name(member)[0],
-                    )
-                )
+                what = f"{member}: the header says {describe_npy(h)}; expected {expected}"
+                report.problems.append(Problem(r.name, "npy_header", what, key=split_name(member)[0]))
         for k in r.keys:
             where.setdefault(k, []).append(r.name)
     dups = [(k, v) for k, v in where.items() if len(v) > 1]
     for k, shards in dups[:MAX_PER_KIND]:
         for name in sorted(set(shards)):
-            report.problems.append(
-                Problem(
-                    name,
-                    "duplicate_key",
-                    f"key {k} occurs in {len(shards)} samples ({', '.join(sorted(set(shards)))})",
-                    key=k,
-                )
-            )
+            what = f"key {k} occurs in {len(shards)} samples ({', '.join(sorted(set(shards)))})"
+            report.problems.append(Problem(name, "duplicate_key", what, key=k))
     if len(dups) > MAX_PER_KIND:
         report.problems.append(
             Problem(

@@ -19,17 +19,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
-from ...format.meta import MetaColumn
+from ...format.meta import MetaColumn, npz_names
+from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
 from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
-from ...format.tar import BLOCK, TarWalker, scan_file, split_name, walk_headers
+from ...format.tar import BLOCK, Member, TarWalker, scan_file, split_name, walk_headers
 from ...format.transport import file_size, read_ranges
-from .index_file import IndexFacts
-from .metadata import block_names, row_meta, same_meta
 from .rehash import phash_problems, phashes_of
 from .report import Problem, capped
-from .table import SampleColumns, TableFacts, row_columns
+from .table import SampleColumns, TableFacts, block_names, row_columns
 
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]
 
@@ -57,10 +56,10 @@ class Context:
     usable: set[str]
     paths_ok: bool
     header: bytes | None  # the .npy header every member should have (None: any image header)
-    classes: list[str] | None
+    classes: tuple[str, ...] | None
     quick: bool
     stats: bool = True  # full mode: sum the pixels for mean/std
-    metadata: list[MetaColumn] | None = None  # index.json's (None: unusable, not compared)
+    metadata: tuple[MetaColumn, ...] | None = None  # index.json's (None: unusable, not compared)
     categories: dict[int, list[str]] = field(default_factory=dict)  # string values of the metadata columns
     members: tuple[str, ...] = MEMBERS  # a sample's member extensions in file order (by format version)
     dataset: dict[str, str] | None = None  # the .json's dataset_version and classes_digest (version 2)
@@ -183,10 +182,10 @@ def _capture(name: str) -> int:
     )
 
 
-def reference_header(facts: IndexFacts, tf: TableFacts | None) -> bytes | None:
+def reference_header(index: Partial, tf: TableFacts | None) -> bytes | None:
     """The .npy header members are compared with: of the size samples.npz's npy_length says when
     uniform (a wrong ``size`` is then one problem, not one per sample), else of ``size``."""
-    side = (tf.npy_size if tf is not None else None) or facts.size or (facts.npy_shape or [None])[0]
+    side = (tf.npy_size if tf is not None else None) or index.size or (index.sample and index.sample.npy_shape[0])
     return image_header(side) if side else None
 
 
@@ -214,17 +213,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         except FileNotFoundError:
             return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
         except OSError as e:
-            return ShardResult(
-                [
-                    Problem(
-                        job.name,
-                        "unreadable",
-                        f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}",
-                    )
-                ],
-                scan.walker.pos,
-                0,
-            )
+            what = f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}"
+            return ShardResult([Problem(job.name, "unreadable", what)], scan.walker.pos, 0)
         walker = scan.walker
         problems = _size_problem(job, walker.pos)
         digest = scan.sha.hexdigest()
@@ -236,7 +226,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         result = ShardResult(problems, walker.pos, 0)
         scan.rehash()
         digests, rehashed = scan.digests, scan.rehashed
-        if walker.error is None and sha_ok and ctx.stats:  # mean/std come from the bytes as converted, or not at all
+        if walker.error is None and sha_ok and scan.pixels is not None:  # from the bytes as converted, or not at all
             result.pixels = scan.pixels.totals()
     for header in {m.data for m in walker.members if m.name.endswith(".npy")}:
         side = image_side_or_none(header)
@@ -254,13 +244,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         content += _unreached(job, ctx, rows, walker, result)
     result.problems += structure + content
     if sha_ok is False and job.sha256 is not None and not structure and not content:
-        result.problems.append(
-            Problem(
-                job.name,
-                "sample_data",
-                "the data of every indexed member matches; the damage is in tar headers, padding or the end blocks",
-            )
-        )
+        where = "the damage is in tar headers, padding or the end blocks"
+        result.problems.append(Problem(job.name, "sample_data", f"the data of every indexed member matches; {where}"))
     if result.problems and any(p.kind == "npy_header" for p in result.problems):
         result.pixels = None  # pixels of a member of another shape are not counted
     result.problems = capped(result.problems)
@@ -388,15 +373,8 @@ def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Pro
     for m in walker.members:
         if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
             expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
-            problems.append(
-                Problem(
-                    job.name,
-                    "npy_header",
-                    f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}",
-                    key=split_name(m.name)[0],
-                    offset=m.offset,
-                )
-            )
+            what = f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}"
+            problems.append(Problem(job.name, "npy_header", what, key=split_name(m.name)[0], offset=m.offset))
     return problems
 
 
@@ -405,8 +383,8 @@ def _compare(
 ) -> list[Problem]:
     """The tar's member table and .npy headers against the index's rows for this shard."""
     exp = []
-    for k, o, n in zip(rows.keys, rows.offsets, rows.lengths):
-        exp += [(f"{k}.{ext}", o[j], n[j]) for j, ext in enumerate(members)]
+    for k, offsets, lengths in zip(rows.keys, rows.offsets, rows.lengths):
+        exp += [(f"{k}.{ext}", offsets[j], lengths[j]) for j, ext in enumerate(members)]
     act = [(m.name, m.offset, m.size) for m in walker.members]
     if exp == act and not walker.error:  # the common case: every member where its row says
         return _headers(job, walker, header)
@@ -414,7 +392,8 @@ def _compare(
     # members past the point where the walk stopped were not reached: the damage there covers them
     reach = walker.reached
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
-    here = [n for n, o, _ in exp if walker.error and o - BLOCK <= walker.error_offset < o + BLOCK]
+    at = walker.error_offset if walker.error else None
+    here = [n for n, o, _ in exp if at is not None and o - BLOCK <= at < o + BLOCK]
     problems = _walk_error(
         job,
         walker,
@@ -424,42 +403,27 @@ def _compare(
     problems += _headers(job, walker, header)
     if exp == act:
         return problems
+
+    def add(kind: str, message: str, member: str, offset: int | None = None) -> None:
+        problems.append(Problem(job.name, kind, message, key=split_name(member)[0], offset=offset))
+
     exp_at = {n: (o, s) for n, o, s in exp}
     for n, c in seen.items():
         if c > 1:
-            problems.append(Problem(job.name, "duplicate_member", f"{n} occurs {c} times", key=split_name(n)[0]))
+            add("duplicate_member", f"{n} occurs {c} times", n)
     for n, o, s in act:
         if n not in exp_at:
-            problems.append(
-                Problem(
-                    job.name,
-                    "extra_member",
-                    f"{n} ({s:,} B) is not in the index",
-                    key=split_name(n)[0],
-                    offset=o - BLOCK,
-                )
-            )
+            add("extra_member", f"{n} ({s:,} B) is not in the index", n, o - BLOCK)
     for n, o, _s in exp:
         if n not in seen and not (walker.error and o >= reach):
-            problems.append(
-                Problem(
-                    job.name,
-                    "missing_member",
-                    f"{n} is in the index but not in the tar",
-                    key=split_name(n)[0],
-                    offset=o - BLOCK,
-                )
-            )
+            add("missing_member", f"{n} is in the index but not in the tar", n, o - BLOCK)
     moved = [(n, o, s, exp_at[n]) for n, o, s in act if n in exp_at and exp_at[n] != (o, s)]
     if moved:
         n, o, s, (eo, es) = moved[0]
+        where = f"first {n}: data at {o:,} ({s:,} B), the index says {eo:,} ({es:,} B)"
         problems.append(
             Problem(
-                job.name,
-                "member_offset",
-                f"{len(moved)} member(s) are not where the index says; first {n}: data at "
-                f"{o:,} ({s:,} B), the index says {eo:,} ({es:,} B)",
-                offset=o,
+                job.name, "member_offset", f"{len(moved)} member(s) are not where the index says; {where}", offset=o
             )
         )
     return problems
@@ -487,8 +451,9 @@ def _contents(
     at = {} if aligned else {(m.name, m.offset, m.size): m for m in members}
     problems = []
     for i, k in enumerate(rows.keys):
+        found: list[Member | None]
         if aligned:
-            found = members[M * i : M * i + M]
+            found = list(members[M * i : M * i + M])
         else:
             o, n = rows.offsets[i], rows.lengths[i]
             found = [at.get((f"{k}.{ext}", o[j], n[j])) for j, ext in enumerate(exts)]
@@ -503,7 +468,7 @@ def _contents(
 
 
 def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | None) -> list[Problem]:
-    want = rows.xxh3[i]
+    want = rows.xxh3[i] if rows.xxh3 is not None else got
     if got == want:
         return []
     k = rows.keys[i]
@@ -512,15 +477,8 @@ def _check_xxh3(job: ShardJob, rows: _Rows, i: int, got: int, sha_ok: bool | Non
         if sha_ok
         else "the pixel bytes differ from the index"
     )
-    return [
-        Problem(
-            job.name,
-            "sample_data",
-            f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says {want:016x}: {why}",
-            key=k,
-            offset=rows.offsets[i][-1],
-        )
-    ]  # .npy: the last member
+    what = f"{k}.npy: XXH3-64 {got:016x}, samples.npz npy_xxh3 says {want:016x}: {why}"
+    return [Problem(job.name, "sample_data", what, key=k, offset=rows.offsets[i][-1])]  # .npy: the last member
 
 
 def _check_sample(
@@ -539,13 +497,17 @@ def _check_sample(
         j = (0, J)[member] if member < 2 else member - 2  # 0: .cls, 1: .json, else 2 + position
         problems.append(Problem(job.name, kind, f"{k}.{exts[j]}: {message}", key=k, offset=o[j]))
 
-    if "i32" in exts and data[exts.index("i32")] is not None:
-        got = read_label_i32(data[exts.index("i32")])
+    def bad_json(message: str) -> None:
+        bad("sample_meta", 1, message)
+
+    i32 = data[exts.index("i32")] if "i32" in exts else None
+    if i32 is not None:
+        got = read_label_i32(i32)
         if got != label:
             bad(
                 "label",
                 2 + exts.index("i32"),
-                f"holds {got if got is not None else data[exts.index('i32')][:8]!r}"
+                f"holds {got if got is not None else i32[:8]!r}"
                 f"{'' if got is not None else ' (not 4 bytes)'}, samples.npz label says {label} (the int32 "
                 "must equal the .cls and the label)",
             )
@@ -560,7 +522,7 @@ def _check_sample(
     elif cls != str(label).encode():
         bad("label", 0, f"says {cls.decode()}, samples.npz label says {label}")
     else:
-        bad("label", 0, f"says {label}; classes has {len(ctx.classes)} name(s)")
+        bad("label", 0, f"says {label}; classes has {len(ctx.classes or ())} name(s)")
     if meta is None:
         return problems
     try:
@@ -590,45 +552,53 @@ def _check_sample(
                 )
             )
     if rows.fingerprints is not None and obj.get("fingerprint") != rows.fingerprints[i]:
-        bad(
-            "sample_meta",
-            1,
-            f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says {rows.fingerprints[i]}",
-        )
+        bad_json(f"fingerprint is {obj.get('fingerprint')!r}; samples.npz fingerprint says {rows.fingerprints[i]}")
     for dim, values in rows.dims.items():
         if obj.get(dim) != values[i]:
-            bad("sample_meta", 1, f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
+            bad_json(f"{dim} is {obj.get(dim)!r}; samples.npz {dim} says {values[i]}")
     if rows.paths is not None and obj.get("source_path") != rows.paths[i]:
-        bad(
-            "sample_meta", 1, f"source_path is {obj.get('source_path')!r}; samples.npz path_data says {rows.paths[i]!r}"
-        )
+        bad_json(f"source_path is {obj.get('source_path')!r}; samples.npz path_data says {rows.paths[i]!r}")
     if ctx.dataset is not None:
         for name, want in ctx.dataset.items():
             if obj.get(name) != want:
-                bad(
-                    "sample_meta",
-                    1,
-                    f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of another dataset?)",
-                )
+                bad_json(f"{name} is {obj.get(name)!r}; index.json's is {want!r} (a sample of another dataset?)")
         keys = set(obj) - {"meta"}
         if keys != set(JSON_FIELDS):
             missing, extra = sorted(set(JSON_FIELDS) - keys), sorted(keys - set(JSON_FIELDS))
-            bad(
-                "sample_meta",
-                1,
+            bad_json(
                 "every sample of a conversion has the same .json fields"
                 + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; extra {', '.join(extra)}" if extra else ""),
+                + (f"; extra {', '.join(extra)}" if extra else "")
             )
     if rows.meta is not None and not same_meta(obj.get("meta"), rows.meta[i]):
-        bad(
-            "sample_meta",
-            1,
-            f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}",
-        )
-    elif ctx.metadata == [] and "meta" in obj:
-        bad("sample_meta", 1, f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
+        bad_json(f"meta is {_short(obj.get('meta'))}; samples.npz's metadata columns say {_short(rows.meta[i])}")
+    elif ctx.metadata == () and "meta" in obj:
+        bad_json(f"meta is {_short(obj['meta'])}, but index.json lists no metadata columns")
     return problems
+
+
+def row_meta(
+    block: dict[str, np.ndarray], columns: tuple[MetaColumn, ...], categories: dict[int, list[str]]
+) -> list[dict]:
+    """The ``"meta"`` object of each row of ``block``, as its sample's .json should hold it."""
+    per_column = []
+    for i, c in enumerate(columns):
+        names = npz_names(i, c.type)
+        v = block[names[0]]
+        if c.type == "string":
+            cats = categories[i]
+            per_column.append([cats[x] if 0 <= x < len(cats) else None for x in v.tolist()])
+        elif c.type == "int":
+            per_column.append([None if m else x for x, m in zip(v.tolist(), block[names[1]].tolist())])
+        else:
+            per_column.append([None if x != x else x for x in v.tolist()])  # NaN: missing
+    n = len(block[npz_names(0, columns[0].type)[0]]) if columns else 0
+    return [{c.name: per_column[j][r] for j, c in enumerate(columns)} for r in range(n)]
+
+
+def same_meta(got: object, want: dict) -> bool:
+    """Equal values of equal JSON types (45 and 45.0 differ)."""
+    return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
 def _short(value: object) -> str:
@@ -655,7 +625,6 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
     problems: list[Problem] = []
     for t, i in enumerate(wanted):
         got = blobs[M * t : M * t + M]
-        npy = got[-1]
         err = next((b for b in got if isinstance(b, BaseException)), None)
         if err is not None:
             return problems + [
@@ -663,7 +632,8 @@ def _unreached(job: ShardJob, ctx: Context, rows: _Rows, walker: TarWalker, resu
                     job.name, "unreadable", f"cannot read {job.url} at {rows.offsets[i][0]:,}: {err}", key=rows.keys[i]
                 )
             ]
-        problems += _check_sample(job, ctx, rows, i, list(got), result)
+        members = [b for b in got if not isinstance(b, BaseException)]
+        problems += _check_sample(job, ctx, rows, i, list(members), result)
         if rows.xxh3 is not None:
-            problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(npy), False)
+            problems += _check_xxh3(job, rows, i, xxhash.xxh3_64_intdigest(members[-1]), False)
     return problems

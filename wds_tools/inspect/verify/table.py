@@ -1,12 +1,12 @@
 """samples.npz, streamed: its columns read by row ranges (never a whole column at once, but the shard
-column's per-row hash of keys), checked against their format and against index.json.
+column's per-row hash of keys), checked against their format (``format.index.table_problems``) and
+against index.json.
 
-``SampleColumns`` finds each ``<column>.npy`` entry in the (uncompressed) ZIP and reads rows
-``[start, stop)`` of any column with positioned reads (ranged requests on object storage and http),
-so verify's memory does not grow with the table: at 1M samples the whole-table state is the
-8-byte key hash per row. ``scan_table`` makes one pass in blocks of ``BLOCK_ROWS`` rows: the shard
-column (in range, in shard order: each shard's rows are one range), labels (in range; counts per
-class and split), npy_length (the image size), path offsets, and keys (each once).
+``SampleColumns`` reads rows ``[start, stop)`` of any column with positioned reads (ranged requests on
+object storage and http), so verify's memory does not grow with the table: at 1M samples the
+whole-table state is the 8-byte key hash per row. ``scan_table`` makes one pass in blocks of
+``BLOCK_ROWS`` rows: shard order and range, labels, npy_length, path offsets, unique keys, the
+metadata's values, and no ``build.group`` group in two splits.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import hashlib
 import io
 import struct
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...format.index import SAMPLE_COLUMNS
+from ...format.index import table_problems
+from ...format.meta import MetaColumn, npz_names, string_values
+from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES
-from ...format.phash import WINDOWS
 from ...format.sample import column_prefix
 from ...format.tar import iter_chunks
 from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
-from .index_file import IndexFacts
-from .metadata import GroupSplits, block_names, block_problems
-from .report import MAX_PER_KIND, Problem
+from .report import INDEX, MAX_PER_KIND, Problem
 
 __all__ = [
     "row_columns",
@@ -38,26 +38,18 @@ __all__ = [
     "open_columns",
     "file_digest",
     "check_samples_file",
+    "metadata_values",
+    "block_names",
     "scan_table",
 ]
 
 BLOCK_ROWS = 1 << 16
 """Rows per block when samples.npz is streamed."""
-ROW_COLUMNS = (
-    "key",
-    "label",
-    "shard",
-    "cls_offset",
-    "cls_length",
-    "json_offset",
-    "json_length",
-    "npy_offset",
-    "npy_length",
-)  # without these no row can be compared with a shard (version 1)
 
 
 def row_columns(members: tuple[str, ...]) -> tuple[str, ...]:
-    """``ROW_COLUMNS`` of a format version: key, label, shard and each member's offset and length."""
+    """The columns without which no row can be compared with a shard: key, label, shard and each member's
+    offset and length (``members``: a format version's)."""
     return ("key", "label", "shard") + tuple(f"{column_prefix(m)}_{f}" for m in members for f in ("offset", "length"))
 
 
@@ -121,13 +113,8 @@ class SampleColumns:
             column = info.filename.removesuffix(".npy")
             where = f"samples.npz entry {info.filename}"
             if info.compress_type != zipfile.ZIP_STORED:
-                self.problems.append(
-                    Problem(
-                        self.name,
-                        "column",
-                        f"{where} is compressed; the format stores entries uncompressed (re-convert, or re-index)",
-                    )
-                )
+                what = f"{where} is compressed; the format stores entries uncompressed (re-convert, or re-index)"
+                self.problems.append(Problem(self.name, "column", what))
                 continue
             local = self.file.read(info.header_offset, 30)
             if len(local) < 30 or local[:4] != b"PK\x03\x04":
@@ -144,51 +131,21 @@ class SampleColumns:
                 continue
             items = int(np.prod(shape, dtype=np.int64))
             if fortran or dtype.hasobject or head.tell() + items * dtype.itemsize != info.file_size:
+                what = f"{dtype.str} {list(shape)}{' in Fortran order' if fortran else ''}"
                 self.problems.append(
-                    Problem(
-                        self.name,
-                        "column",
-                        f"{where}: {dtype.str} {list(shape)}"
-                        f"{' in Fortran order' if fortran else ''} does not fit its "
-                        f"{info.file_size:,} bytes",
-                    )
+                    Problem(self.name, "column", f"{where}: {what} does not fit its {info.file_size:,} bytes")
                 )
                 continue
             row_items = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
             self.columns[column] = _Column(dtype, tuple(shape), data + head.tell(), row_items * dtype.itemsize)
 
-    def check_format(self, columns: dict[str, str] = SAMPLE_COLUMNS) -> tuple[int, set[str]]:
-        """(rows, usable columns): each column's dtype and shape against ``columns`` (the format
-        version's, ``format.index.sample_columns``)."""
-        key = self.columns.get("key")
-        rows = key.shape[0] if key is not None and len(key.shape) == 1 else None
-        usable = set()
-        for name, want in columns.items():
-            col = self.columns.get(name)
-            if col is None:
-                self.problems.append(Problem(self.name, "column", f"samples.npz has no column {name!r}"))
-                continue
-            dtype_ok = col.dtype.kind == "S" if want == "S" else col.dtype == np.dtype(want)
-            shape = {
-                "fingerprint": (rows, 16),
-                "phash": (rows, WINDOWS),
-                "path_offsets": (rows + 1,) if rows is not None else None,
-                "path_data": (col.shape[0],) if len(col.shape) == 1 else None,
-            }.get(name, (rows,))
-            if not dtype_ok or rows is None or col.shape != shape:
-                expected = "|S<n>" if want == "S" else np.dtype(want).str
-                self.problems.append(
-                    Problem(
-                        self.name,
-                        "column",
-                        f"column {name!r} is {col.dtype.str} "
-                        f"{list(col.shape)}; expected {expected} "
-                        f"{list(shape) if shape and rows is not None else '[N]'}",
-                    )
-                )
-                continue
-            usable.add(name)
-        return rows or 0, usable
+    def check_format(self, version: int = 3, metadata: tuple[MetaColumn, ...] = ()) -> tuple[int, set[str]]:
+        """(rows, usable columns): each column's dtype and shape against a format version's and its
+        metadata columns' (``format.index.table_problems``)."""
+        found = {name: (c.dtype, c.shape) for name, c in self.columns.items()}
+        rows, usable, problems = table_problems(found, version, metadata)
+        self.problems += [Problem(self.name, p.kind, p.message) for p in problems]
+        return rows, usable
 
     def read(self, names: list[str], start: int, stop: int) -> dict[str, np.ndarray]:
         """Rows ``[start, stop)`` of each column in ``names`` (path_data: elements)."""
@@ -228,21 +185,45 @@ def file_digest(url: str) -> str:
     return sha.hexdigest()
 
 
-def check_samples_file(url: str, facts: IndexFacts, quick: bool) -> list[Problem]:
-    """samples.npz's size, and its sha256 unless quick (read in chunks, never whole)."""
-    name = facts.samples_name
+def check_samples_file(url: str, index: Partial, quick: bool) -> list[Problem]:
+    """samples.npz's size, and its sha256 unless quick (read in chunks, never whole), against index.json's
+    (where its ``samples_file`` is usable)."""
+    name, want = index.samples_name or url, index.samples_file
     try:
         size = file_size(url)
-        if facts.samples_bytes is not None and size != facts.samples_bytes:
-            return [Problem(name, "index", f"{size:,} bytes, index.json says {facts.samples_bytes}")]
+        if want is not None and size != want.bytes:
+            return [Problem(name, "index", f"{size:,} bytes, index.json says {want.bytes}")]
         digest = None if quick else file_digest(url)
     except FileNotFoundError:
         return []  # open_columns names it
     except OSError as e:
         return [Problem(name, "index", f"cannot read {url}: {e.strerror or e}")]
-    if digest is not None and facts.samples_sha256 is not None and digest != facts.samples_sha256:
-        return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {str(facts.samples_sha256)[:16]}...")]
+    if digest is not None and want is not None and digest != want.sha256:
+        return [Problem(name, "index", f"sha256 {digest[:16]}..., index.json says {want.sha256[:16]}...")]
     return []
+
+
+def metadata_values(
+    table: SampleColumns, usable: set[str], metadata: tuple[MetaColumn, ...]
+) -> tuple[dict[int, list[str]] | None, list[Problem]]:
+    """(the values of each string column by position, problems): the values ``format.meta.string_values``
+    reads; None where a metadata column is unusable (its dtype or shape is a problem already)."""
+    if any(not set(npz_names(i, c.type)) <= usable for i, c in enumerate(metadata)):
+        return None, []
+    values: dict[int, list[str]] = {}
+    problems = []
+    for i, c in enumerate(metadata):
+        names = npz_names(i, c.type)
+        if c.type != "string":
+            continue
+        offsets, data = (table.read([n], 0, table.columns[n].shape[0])[n] for n in names[1:])
+        found, problem = string_values(offsets, data, names[1:], c.name)
+        if problem is not None:
+            problems.append(Problem(table.name, "column", problem))
+        if found is None:
+            return None, problems
+        values[i] = found
+    return values, problems
 
 
 @dataclass
@@ -271,7 +252,7 @@ def _key_hash(keys: np.ndarray) -> np.ndarray:
 
 
 def scan_table(
-    table: SampleColumns, rows: int, usable: set[str], facts: IndexFacts, categories: dict[int, list[str]] | None = None
+    table: SampleColumns, rows: int, usable: set[str], index: Partial, categories: dict[int, list[str]] | None = None
 ) -> tuple[TableFacts, list[Problem]]:
     """One pass over samples.npz in blocks: order, ranges, counts, sizes and unique keys; with
     ``categories`` (the metadata's string values; None: its columns are unusable) the metadata
@@ -283,13 +264,14 @@ def scan_table(
     def bad(message: str, kind: str = "column", key: str | None = None) -> None:
         problems.append(Problem(name, kind, message, key=key))
 
-    n_shards = len(facts.shards)
-    n_classes = len(facts.classes) if facts.classes is not None else None
-    split_names = sorted(facts.splits)
+    n_shards = len(index.shard_names)
+    n_classes = len(index.classes) if index.classes is not None else None
+    split_names = sorted(index.splits)
     split_of = np.array(
-        [split_names.index(s.split) if s.split in facts.splits else -1 for s in facts.shards] + [-1], np.int64
+        [split_names.index(s.split) if s is not None and s.split in index.splits else -1 for s in index.shards] + [-1],
+        np.int64,
     )
-    want_len = NPY_HEADER_BYTES + 3 * facts.size**2 if facts.size else None
+    want_len = NPY_HEADER_BYTES + 3 * index.size**2 if index.size else None
     per_shard = np.zeros(n_shards, np.int64)
     label_counts = np.zeros(max(n_classes or 0, 1), np.int64)
     by_split = np.zeros((len(split_names) + 1, max(n_classes or 0, 1)), np.int64)
@@ -302,18 +284,18 @@ def scan_table(
     paths_ok = {"path_offsets", "path_data"} <= usable
     path_total = table.columns["path_data"].shape[0] if paths_ok else 0
     last_path = 0
-    wanted = [c for c in ("shard", "label", "key", "npy_length") if c in usable]
-    meta_cols = facts.metadata if categories is not None and facts.metadata else []
+    wanted: list[str] = [c for c in ("shard", "label", "key", "npy_length") if c in usable]
+    meta_cols = index.metadata if categories is not None and index.metadata else ()
     wanted += block_names(meta_cols)
     groups = None
-    if meta_cols and facts.group is not None and shard_ok:
-        i = [c.name for c in meta_cols].index(facts.group)
+    if categories is not None and meta_cols and index.group is not None and shard_ok:
+        i = [c.name for c in meta_cols].index(index.group)
         groups = GroupSplits(meta_cols[i], i, split_names, categories.get(i))
     meta_problems: list[Problem] = []
     for start in range(0, rows, BLOCK_ROWS):
         stop = min(rows, start + BLOCK_ROWS)
         block = table.read(wanted, start, stop)
-        if meta_cols and len(meta_problems) < MAX_PER_KIND:
+        if categories is not None and meta_cols and len(meta_problems) < MAX_PER_KIND:
             meta_problems += block_problems(name, start, block, meta_cols, categories)
         if shard_ok:
             sh = block["shard"].astype(np.int64)
@@ -377,7 +359,7 @@ def scan_table(
             f"rows are not in shard order ({unordered:,} step(s) back, first at row {first_order:,}); the "
             "format orders rows by shard, then file position"
         )
-    if bad_labels:
+    if bad_labels and first_label is not None:
         row, value = first_label
         bad(
             f"{bad_labels:,} label(s) are not a class index 0..{(n_classes or 1) - 1} (first: row {row:,}, {value})",
@@ -389,23 +371,24 @@ def scan_table(
         out.labels = label_counts
         if shard_ok:
             out.labels_by_split = {s: by_split[i + 1] for i, s in enumerate(split_names)}
-    out.ranges = _ranges(out, facts, shard_ok and not out_of_range and not unordered)
+    out.ranges = _ranges(out, index, shard_ok and not out_of_range and not unordered)
     problems += meta_problems
     if groups is not None:
         problems += groups.problems()
-    problems += _size_problems(name, lengths, facts, want_len, out)
+    problems += _size_problems(name, lengths, index, want_len, out)
     if hashes is not None:
-        problems += _duplicates(table, hashes, facts)
+        problems += _duplicates(table, hashes, index)
     return out, problems
 
 
-def _ranges(out: TableFacts, facts: IndexFacts, ordered: bool) -> list[tuple[int, int]] | None:
+def _ranges(out: TableFacts, index: Partial, ordered: bool) -> list[tuple[int, int]] | None:
     """Each shard position's rows: from the shard column when it is in order, else from index.json's
     counts when they add up to the rows."""
-    if ordered:
+    listed = [s.samples for s in index.shards if s is not None]
+    if ordered and out.per_shard is not None:
         counts = out.per_shard.tolist()
-    elif all(s.samples is not None for s in facts.shards) and sum(s.samples for s in facts.shards) == out.rows:
-        counts = [s.samples for s in facts.shards]
+    elif len(listed) == len(index.shards) and sum(listed) == out.rows:
+        counts = listed
     else:
         return None
     ends = np.cumsum([0] + counts).tolist()
@@ -413,7 +396,7 @@ def _ranges(out: TableFacts, facts: IndexFacts, ordered: bool) -> list[tuple[int
 
 
 def _size_problems(
-    name: str, lengths: dict[int, int], facts: IndexFacts, want_len: int | None, out: TableFacts
+    name: str, lengths: dict[int, int], index: Partial, want_len: int | None, out: TableFacts
 ) -> list[Problem]:
     problems = []
     if len(lengths) == 1:
@@ -423,18 +406,12 @@ def _size_problems(
             out.npy_size = side
     for length, row in sorted(lengths.items(), key=lambda t: t[1])[:3]:
         if want_len is not None and length != want_len:
-            problems.append(
-                Problem(
-                    name,
-                    "image_size",
-                    f"npy_length is {length:,} (first: row {row:,}); size "
-                    f"{facts.size} needs {NPY_HEADER_BYTES} + 3·{facts.size}² = {want_len:,}",
-                )
-            )
+            needs = f"size {index.size} needs {NPY_HEADER_BYTES} + 3·{index.size}² = {want_len:,}"
+            problems.append(Problem(name, "image_size", f"npy_length is {length:,} (first: row {row:,}); {needs}"))
     return problems
 
 
-def _duplicates(table: SampleColumns, hashes: np.ndarray, facts: IndexFacts) -> list[Problem]:
+def _duplicates(table: SampleColumns, hashes: np.ndarray, index: Partial) -> list[Problem]:
     """Keys that occur more than once: equal hashes, confirmed by reading those rows' keys."""
     ordered = np.sort(hashes)
     same = ordered[1:][ordered[1:] == ordered[:-1]]
@@ -452,18 +429,108 @@ def _duplicates(table: SampleColumns, hashes: np.ndarray, facts: IndexFacts) -> 
         names = []
         for r in where:
             pos = int(table.read(["shard"], r, r + 1)["shard"][0]) if shard_col else -1
-            names.append(facts.shards[pos].name or f"shards[{pos}]" if 0 <= pos < len(facts.shards) else f"row {r}")
+            listed = index.shard_names
+            names.append(listed[pos] or f"shards[{pos}]" if 0 <= pos < len(listed) else f"row {r}")
         for shard in sorted(set(names)):
-            problems.append(
-                Problem(
-                    shard,
-                    "duplicate_key",
-                    f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})",
-                    key=key,
-                )
-            )
+            what = f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})"
+            problems.append(Problem(shard, "duplicate_key", what, key=key))
     if len(dups) > MAX_PER_KIND:
         problems.append(
             Problem(table.name, "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys")
         )
     return problems
+
+
+# ------------------------------------------------------------------ the metadata columns, block by block
+
+
+def block_problems(
+    name: str, start: int, block: dict[str, np.ndarray], columns: Sequence[MetaColumn], categories: dict[int, list[str]]
+) -> list[Problem]:
+    """Rows ``start...`` of the metadata columns: string codes in -1..V-1, int values 0 where missing."""
+    problems = []
+    for i, c in enumerate(columns):
+        names = npz_names(i, c.type)
+        if c.type == "string":
+            codes = block[names[0]].astype(np.int64)
+            bad = np.flatnonzero((codes < -1) | (codes >= len(categories[i])))
+            if len(bad):
+                what = f"is {int(codes[bad[0]])}, not -1 (missing) or a value 0..{len(categories[i]) - 1}"
+                problems.append(
+                    Problem(name, "column", f"row {start + int(bad[0]):,}: {names[0]} (metadata {c.name!r}) {what}")
+                )
+        elif c.type == "int":
+            bad = np.flatnonzero(block[names[1]] & (block[names[0]] != 0))
+            if len(bad):
+                what = f"is missing but {names[0]} holds {int(block[names[0]][bad[0]])}, not 0"
+                problems.append(Problem(name, "column", f"row {start + int(bad[0]):,}: metadata {c.name!r} {what}"))
+    return problems
+
+
+def block_names(columns: Sequence[MetaColumn]) -> list[str]:
+    """The per-row arrays of the metadata (not the string values)."""
+    return [n for i, c in enumerate(columns) for n in npz_names(i, c.type) if not n.endswith(("_offsets", "_data"))]
+
+
+class GroupSplits:
+    """(group, split) pairs with sample counts, gathered block by block; ``problems`` names each group
+    found in more than one split."""
+
+    def __init__(self, column: MetaColumn, position: int, split_names: list[str], categories: list[str] | None) -> None:
+        self.column, self.names, self.split_names, self.categories = (
+            column,
+            npz_names(position, column.type),
+            split_names,
+            categories,
+        )
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, block: dict[str, np.ndarray], split_ids: np.ndarray) -> None:
+        """Count the (group, split) pairs of one block of rows."""
+        values = block[self.names[0]]
+        if self.column.type == "string":
+            present = values >= 0
+        elif self.column.type == "int":
+            present = ~block[self.names[1]]
+        else:
+            present = ~np.isnan(values)
+        present &= split_ids >= 0
+        uniq, counts = np.unique(_pairs(values[present], split_ids[present]), return_counts=True)
+        self.parts.append((uniq["g"], uniq["s"], counts))
+
+    def problems(self) -> list[Problem]:
+        """One problem per group found in more than one split."""
+        if not self.parts:
+            return []
+        pairs = _pairs(np.concatenate([p[0] for p in self.parts]), np.concatenate([p[1] for p in self.parts]))
+        counts = np.concatenate([p[2] for p in self.parts])
+        uniq, inverse = np.unique(pairs, return_inverse=True)
+        totals = np.bincount(inverse.reshape(-1), weights=counts).astype(np.int64)
+        groups, first, per_group = np.unique(uniq["g"], return_index=True, return_counts=True)
+        several = np.flatnonzero(per_group > 1)
+        problems = []
+        for g in several[:MAX_PER_KIND].tolist():
+            a = first[g]
+            where = ", ".join(
+                f"{self.split_names[int(s)]} ({int(n):,} sample{'s' if n != 1 else ''})"
+                for s, n in zip(uniq["s"][a : a + per_group[g]], totals[a : a + per_group[g]])
+            )
+            value = self._show(groups[g])
+            what = f"group {value} of column {self.column.name!r} (build.group) is in {per_group[g]} splits: {where}"
+            problems.append(Problem(INDEX, "group_split", what))
+        if len(several) > MAX_PER_KIND:
+            problems.append(
+                Problem(INDEX, "group_split", f"... and {len(several) - MAX_PER_KIND} more groups in several splits")
+            )
+        return problems
+
+    def _show(self, value: Any) -> str:
+        if self.categories is not None:
+            return repr(self.categories[int(value)])
+        return repr(int(value) if self.column.type == "int" else float(value))
+
+
+def _pairs(groups: np.ndarray, splits: np.ndarray) -> np.ndarray:
+    out = np.empty(len(groups), dtype=[("g", groups.dtype), ("s", np.int64)])
+    out["g"], out["s"] = groups, splits
+    return out
