@@ -398,6 +398,16 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_learning.py": {
         "test_a_small_cnn_learns_digits_through_the_loader": 30.9,
     },
+    "test_lightning.py": {
+        # the fixture ``runs``: two spawns of two processes (gloo), 29 Lightning fits: 58 s at load 6, once per run
+        "test_resume_is_exact_in_a_fresh_process": 58.3,
+        "test_each_sample_once_per_epoch_across_ranks": 58.3,
+        "test_validation_test_and_predict_cover_their_split_once": 58.3,
+        "test_a_two_rank_checkpoint_resumed_on_one_rank_loses_and_repeats_nothing": 58.3,
+        "test_a_one_rank_checkpoint_resumed_on_two_ranks_is_cut_at_lightnings_count": 58.3,
+        "test_the_guide_recipe_resumes_exactly": 58.3,
+        "test_no_lightning_warning_about_the_loaders": 58.3,
+    },
     "test_loader.py": {
         "test_fuzzed_members_end_in_a_shard_error_or_their_own_samples": 1.8,
         "test_two_process_distributed": 16.7,
@@ -567,6 +577,7 @@ LONG_FIRST: dict[tuple[str, str], float] = {
     ("test_resume.py", "test_resume_is_exact_in_a_fresh_process"): 84,
     ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
     ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
+    ("test_lightning.py", "test_resume_is_exact_in_a_fresh_process"): 58,  # the spawned runs of the module, at load 6
     ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
     ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
 }
