@@ -331,6 +331,14 @@ def serve_http():
 # that every name listed exists). A test marked @pytest.mark.slow in its module (tests/test_newcomer.py)
 # is slow too. A new test that takes a second or more, or half a second of CPU, belongs here.
 SLOW_TESTS: dict[str, dict[str, float]] = {
+    "test_accelerate.py": {
+        # the fixture ``runs``: two spawns of two processes (gloo), 23 runs of the guide's recipe: 37 s at load 7
+        "test_resume_is_exact_in_a_fresh_process": 36.9,
+        "test_each_sample_once_per_epoch_across_ranks": 36.9,
+        "test_every_validation_covers_the_val_split_once": 36.9,
+        "test_the_recipe_as_written_resumes_exactly": 36.9,
+        "test_a_two_rank_state_loaded_on_one_rank_loses_and_repeats_nothing": 36.9,
+    },
     "test_augment.py": {
         "test_crop_draws_like_torchvision": 0.74,  # s CPU in the fast run
         "test_per_sample_and_batch_paths_match_the_reference": 0.9,  # in the fast run
@@ -578,6 +586,7 @@ LONG_FIRST: dict[tuple[str, str], float] = {
     ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
     ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
     ("test_lightning.py", "test_resume_is_exact_in_a_fresh_process"): 58,  # the spawned runs of the module, at load 6
+    ("test_accelerate.py", "test_resume_is_exact_in_a_fresh_process"): 37,  # the same, at load 7
     ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
     ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
 }

@@ -31,8 +31,13 @@ def join_group(rank: int, world: int, run: str) -> None:
     Accelerate then use as it is."""
     import multiprocessing
 
+    import torch
     import torch.distributed as dist
 
+    # one OpenMP thread per rank: two ranks of two spinning threads each on the 2-core VM made every op of the tiny
+    # models take tens of ms under load (a conv 26 ms, a batch norm 45 ms); Accelerate keeps OMP_NUM_THREADS when set
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
     multiprocessing.set_start_method("fork", force=True)  # the loader's workers, as under torchrun on Linux
     os.environ.update(
         RANK=str(rank),
