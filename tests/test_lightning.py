@@ -46,7 +46,7 @@ def folder(tmp_path_factory) -> Path:
 
 def _trainer(**kw) -> pl.Trainer:
     quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
-    return pl.Trainer(accelerator="cpu", devices=1, **{**quiet, **kw})
+    return pl.Trainer(**{"accelerator": "cpu", "devices": 1, **quiet, **kw})
 
 
 # --- in this process ------------------------------------------------------------------------------
@@ -138,6 +138,24 @@ def test_ranks_that_are_not_the_trainers_are_refused(folder, monkeypatch):
     dm.trainer = _trainer()
     with pytest.raises(OptionError, match="rank 1 of 2 .* the trainer says rank 0 of 1"):
         dm.train_dataloader()
+
+
+def test_default_workers_share_the_cores_among_the_trainers_devices(folder, monkeypatch):
+    """Under Lightning's own launcher LOCAL_WORLD_SIZE is not set: the default num_workers is half the cores over
+    the trainer's devices (16 cores, 2 devices: 4), no more than the rank's batches, as under torchrun."""
+    import training_adapter.lightning as module
+
+    monkeypatch.setattr(module, "usable_cpus", lambda: 16)
+    monkeypatch.setattr("training_adapter.loader.usable_cpus", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    dm = ShardDataModule(folder, batch_size=B)
+    dm.trainer = _trainer(devices=2, strategy="ddp")
+    assert dm.train_dataloader().loader.num_workers == 4
+    assert ShardDataModule(folder, batch_size=B, num_workers=6).train_dataloader().loader.num_workers == 6
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # torchrun's word: make_loader's default stands (8 batches)
+    assert dm.train_dataloader().loader.num_workers == 8
 
 
 def test_device_auto_batches_are_normalised_and_lightning_moves_nothing(folder):

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from wds_tools.errors import ExtraNotInstalledError, OptionError, install_hint
+from wds_tools.format.cpus import usable_cpus
 
 try:
     import pytorch_lightning as pl
@@ -46,7 +47,7 @@ except ImportError as e:  # pragma: no cover - the message is tested with the im
     ) from None
 
 from .config import TrainerConfig, load_config
-from .loader import ShardLoader, make_loader
+from .loader import ShardLoader, default_workers, make_loader
 from .shardlist import resolve_urls, worker_info
 
 __all__ = ["ShardDataModule", "TrainerLoader", "EVAL_DROPPED"]
@@ -274,6 +275,13 @@ class ShardDataModule(pl.LightningDataModule):
                     f"ShardDataModule: the loader finds itself rank {where.rank} of {where.world} (RANK/WORLD_SIZE "
                     f"or torch.distributed), the trainer says rank {trainer.global_rank} of {trainer.world_size}: "
                     f"use a strategy that sets up torch.distributed (ddp, ddp_spawn, deepspeed, fsdp), or torchrun"
+                )
+            # the default num_workers shares the cores among LOCAL_WORLD_SIZE ranks, which torchrun sets and
+            # Lightning's own launcher does not: share them among the trainer's devices on this machine instead
+            fair = default_workers(usable_cpus(), trainer.num_devices)
+            if "num_workers" not in opts and "LOCAL_WORLD_SIZE" not in os.environ and loader.num_workers > fair:
+                loader = make_loader(
+                    urls, train=train, split=split, batch_size=batch_size, device=device, num_workers=fair, **opts
                 )
         return loader
 
