@@ -328,8 +328,8 @@ def _make_runs(folder: Path, run: Path) -> dict:
     after += [
         dict(name="elastic21", kind="fit", world=1, on=0, workers=0, resume=_ckpt(run, "fit2-w0", 3)),
         dict(name="elastic12", kind="fit", world=2, workers=0, resume=_ckpt(run, "fit1-w0", 7)),
-        dict(name="recipe2-2", kind="recipe", world=2, workers=0, resume=_ckpt(run, "recipe2", 2)),
-        dict(name="recipe1-2", kind="recipe", world=1, on=1, workers=2, resume=_ckpt(run, "recipe1", 2)),
+        dict(name="recipe2-1", kind="recipe", world=2, workers=0, resume=_ckpt(run, "recipe2", 1)),
+        dict(name="recipe1-3", kind="recipe", world=1, on=1, workers=2, resume=_ckpt(run, "recipe1", 3)),
         dict(name="recipe1-6", kind="recipe", world=1, on=0, workers=2, resume=_ckpt(run, "recipe1", 6)),
     ]
     spawn(_rank_main, 2, run, str(folder), after)
@@ -425,19 +425,23 @@ def test_a_one_rank_checkpoint_resumed_on_two_ranks_is_cut_at_lightnings_count(r
 
 def test_the_guide_recipe_resumes_exactly(runs, folder):
     """The page's recipe (accumulate 2, 3/4 of each epoch, validation mid-epoch and at the end, a checkpoint
-    every other optimizer step): 12 of 16 batches an epoch on 1 rank, 6 of 8 on 2. Resumed after optimizer
-    step 2 (batch 4) and step 6 (epoch 0's last batch, 12), the batches are the uninterrupted run's."""
+    after each validation): 12 of 16 batches an epoch on 1 rank, validated after batches 6 and 12 (optimizer
+    steps 3 and 6); 6 of 8 on 2 ranks, validated after batches 3 (step 1: mid-accumulation) and 6. Resumed from
+    the checkpoint of each epoch-0 validation, the batches are the uninterrupted run's."""
     one, two = runs["recipe1"][0], runs["recipe2"]
     assert [len(_train_keys(one, e)) for e in (0, 1)] == [12, 12]
     assert [len(_train_keys(two[r], e)) for r in range(2) for e in (0, 1)] == [6] * 4
     assert sorted({(e, s) for e, s, _ in one["val"]}) == [(0, 3), (0, 6), (1, 9), (1, 12)], "mid-epoch and end"
-    assert _train_keys(runs["recipe1-2"][0]) == _train_keys(one)[4:]
+    assert sorted({(e, s) for e, s, _ in two[0]["val"]}) == [(0, 1), (0, 3), (1, 4), (1, 6)]
+    assert _train_keys(runs["recipe1-3"][0]) == _train_keys(one)[6:]
     assert _train_keys(runs["recipe1-6"][0]) == _train_keys(one)[12:]
+    for r in range(2):
+        assert _train_keys(runs["recipe2-1"][r]) == _train_keys(two[r])[3:]
+    # no validation is repeated after a resume: the resumed runs validate where the uninterrupted one did next
+    assert sorted({(e, s) for e, s, _ in runs["recipe1-3"][0]["val"]}) == [(0, 6), (1, 9), (1, 12)]
     # the state after the cut epoch's last batch names epoch 1 (the loader's epoch_batches is Lightning's limit):
     # nothing is dropped when Lightning starts epoch 1
     assert not [m for m in runs["recipe1-6"][0]["logged"] if "drops the loaded state" in m]
-    for r in range(2):
-        assert _train_keys(runs["recipe2-2"][r]) == _train_keys(two[r])[4:]
     cut = [k for r in range(2) for b in _train_keys(two[r], 0) for k in b]
     assert len(set(cut)) == len(cut) == 48, "3/4 of the epoch, no sample twice"
 
