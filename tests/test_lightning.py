@@ -65,7 +65,8 @@ def test_options_are_checked(folder):
     for name in ("train", "split"):
         with pytest.raises(OptionError, match=f"{name}= is the data module's"):
             ShardDataModule(folder, batch_size=4, **{name: "x"})
-    assert ShardDataModule(folder, batch_size=4).classes == ["a", "b", "c"]
+    dm, ref = ShardDataModule(folder, batch_size=4), make_loader(folder, batch_size=4, train=True)
+    assert (dm.classes, dm.mean, dm.std) == (["a", "b", "c"], ref.mean, ref.std) and len(dm.mean) == 3
 
 
 def test_the_splits_and_what_evaluation_leaves_out(folder):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ except ImportError as e:  # pragma: no cover - the message is tested with the im
 
 from .config import TrainerConfig, load_config
 from .loader import ShardLoader, default_workers, make_loader
-from .shardlist import resolve_urls, worker_info
+from .shardlist import ShardList, resolve_urls, worker_info
 
 __all__ = ["ShardDataModule", "TrainerLoader", "EVAL_DROPPED"]
 
@@ -203,10 +204,24 @@ class ShardDataModule(pl.LightningDataModule):
         self.eval_options = dict(eval_options or {})
 
     # --- what the model needs before training ------------------------------------------------------
+    @cached_property
+    def _train_shards(self) -> ShardList:
+        return resolve_urls(self.urls, split="train")
+
     @property
     def classes(self) -> list[str] | None:
         """The class names of the training shards (label i names ``classes[i]``), from their index."""
-        return resolve_urls(self.urls, split="train").classes
+        return self._train_shards.classes
+
+    @property
+    def mean(self) -> list[float] | None:
+        """The training shards' pixel mean per channel (0-1 units; ``to_device``'s ``mean``), from their index."""
+        return self.options.get("mean") or self._train_shards.mean
+
+    @property
+    def std(self) -> list[float] | None:
+        """The training shards' pixel standard deviation per channel (0-1 units), from their index."""
+        return self.options.get("std") or self._train_shards.std
 
     # --- Lightning's hooks --------------------------------------------------------------------------
     def train_dataloader(self) -> TrainerLoader:
