@@ -283,9 +283,9 @@ def _fit(job: dict, folder: str, world: int, run: str) -> dict:
     return {**seen.seen, "warnings": [str(w.message) for w in caught], "logged": logged.messages}
 
 
-def _rank_main(rank: int, world: int, run: str, folder: str, jobs: list[dict]) -> None:
+def _rank_main(rank: int, world: int, run: str, group: str, folder: str, jobs: list[dict]) -> None:
     """The jobs on ``world`` ranks, then (the group ended) each world-1 job in the process its ``on`` names."""
-    join_group(rank, world, run)
+    join_group(rank, world, group)
     for job in jobs:
         if job["world"] == world:
             save(run, job["name"], rank, _fit(job, folder, world, run))

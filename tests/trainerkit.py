@@ -25,9 +25,9 @@ def recipe(page: str, name: str) -> str:
     return found[0]
 
 
-def join_group(rank: int, world: int, run: str) -> None:
+def join_group(rank: int, world: int, group: str) -> None:
     """Make this process rank ``rank`` of ``world`` as torchrun would (its environment variables), with the
-    gloo process group already started (through a file in ``run``: no port to pick), which Lightning and
+    gloo process group already started (through the file ``group``: no port to pick), which Lightning and
     Accelerate then use as it is."""
     import multiprocessing
 
@@ -49,7 +49,7 @@ def join_group(rank: int, world: int, run: str) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT="1",  # never dialled: the group is started from the file
     )
-    dist.init_process_group("gloo", init_method=f"file://{run}/group", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{group}", rank=rank, world_size=world)
 
 
 def leave_group() -> None:
@@ -64,11 +64,16 @@ def leave_group() -> None:
 
 
 def spawn(fn, world: int, run: Path, *args) -> None:
-    """``fn(rank, world, str(run), *args)`` in ``world`` fresh processes (spawned: nothing inherited)."""
+    """``fn(rank, world, str(run), group, *args)`` in ``world`` fresh processes (spawned: nothing inherited);
+    ``group``: a file of its own for join_group (a file store an earlier spawn left behind holds that group's
+    addresses, and a new group reading them waits for ever)."""
+    import secrets
+
     import torch.multiprocessing as tmp_mp
 
     run.mkdir(parents=True, exist_ok=True)
-    tmp_mp.spawn(fn, args=(world, str(run), *args), nprocs=world, join=True)
+    group = run / f"group-{secrets.token_hex(8)}"
+    tmp_mp.spawn(fn, args=(world, str(run), str(group), *args), nprocs=world, join=True)
 
 
 def save(run: str, name: str, rank: int, value) -> None:
