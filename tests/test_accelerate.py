@@ -1,6 +1,8 @@
 """The Hugging Face Accelerate recipe of docs/guide/accelerate.md, read from the page and run.
 
-In processes started as torchrun starts them (gloo, CPU), 1 and 2 ranks, 0 and 2 loader workers: the
+In processes started as torchrun starts them (gloo, CPU; ACCELERATE_USE_CPU=1, as ``accelerate launch --cpu``
+sets it, without which Accelerate runs each process alone where there is no CUDA), 1 and 2 ranks, 0 and 2
+loader workers: the
 recipe saves its whole state (``save_state``, the loader registered for checkpointing) after every
 batch; fresh processes load the one after the first batch, one mid-epoch and the one after an epoch's
 last batch, and must see the uninterrupted run's keys from there on, rank by rank, batch by batch.
@@ -12,6 +14,7 @@ group is ended).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -67,13 +70,14 @@ def _run(job: dict, folder: str, run: str) -> dict:
     [epoch, keys] per batch, val [epoch, keys] per batch."""
     from accelerate.state import AcceleratorState
 
-    seen: dict[str, list] = {"train": [], "val": []}
+    seen: dict = {"train": [], "val": []}
 
     def on_batch(stage, epoch, batch):
         seen[stage].append([epoch, list(batch[-1])])
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the singleton of the job before
-    _recipe()["train"](
+    os.environ["ACCELERATE_USE_CPU"] = "1"  # as accelerate launch --cpu: one gloo group of the processes, no CUDA here
+    seen["validated"] = _recipe()["train"](
         folder,
         f"{run}/{job['name']}",
         resume=job.get("resume"),
@@ -84,6 +88,7 @@ def _run(job: dict, folder: str, run: str) -> dict:
         return_keys=True,
         num_workers=job["workers"],
     )
+    seen["processes"] = AcceleratorState().num_processes
     return seen
 
 
@@ -167,8 +172,13 @@ def test_each_sample_once_per_epoch_across_ranks(runs, folder):
 
 
 def test_every_validation_covers_the_val_split_once(runs, folder):
+    """Each validation's keys over the ranks are the val split's, each once; the recipe's one reduce after the
+    loop counts all 9 on every rank (with Accelerate not running the ranks as one group, 5 and 4)."""
     val = tar_keys(folder, "val")
     for job in runs["jobs"]:
+        for seen in runs[job["name"]]:
+            assert seen["processes"] == job["world"], job["name"]
+            assert seen["validated"][1] == len(val), f"{job['name']}: the reduce counted {seen['validated'][1]}"
         by_epoch: dict[int, list[str]] = {}
         for seen in runs[job["name"]]:
             for epoch, keys in seen["val"]:
