@@ -332,13 +332,13 @@ def serve_http():
 # is slow too. A new test that takes a second or more, or half a second of CPU, belongs here.
 SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_accelerate.py": {
-        # the fixture ``runs``: two spawns of two processes (gloo), 23 runs of the guide's recipe: 26 s at load 3-4 (37 at
-        # load 7), once per run (conftest.once_per_run)
-        "test_resume_is_exact_in_a_fresh_process": 25.8,
-        "test_each_sample_once_per_epoch_across_ranks": 25.8,
-        "test_every_validation_covers_the_val_split_once": 25.8,
-        "test_the_recipe_as_written_resumes_exactly": 25.8,
-        "test_a_two_rank_state_loaded_on_one_rank_loses_and_repeats_nothing": 25.8,
+        # the fixture ``runs``: two spawns of two processes (gloo), 23 runs of the guide's recipe: 16.5 s at load 2-4 (37
+        # at load 7), once per run (conftest.once_per_run)
+        "test_resume_is_exact_in_a_fresh_process": 16.5,
+        "test_each_sample_once_per_epoch_across_ranks": 16.5,
+        "test_every_validation_covers_the_val_split_once": 16.5,
+        "test_the_recipe_as_written_resumes_exactly": 16.5,
+        "test_a_two_rank_state_loaded_on_one_rank_loses_and_repeats_nothing": 16.5,
     },
     "test_augment.py": {
         "test_crop_draws_like_torchvision": 0.74,  # s CPU in the fast run
@@ -587,10 +587,10 @@ LONG_FIRST: dict[tuple[str, str], float] = {
     ("test_resume.py", "test_resume_is_exact_in_a_fresh_process"): 84,
     ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
     ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
-    # the spawned runs of these modules (32 and 26 s at load 3-4): one test each, not a parametrized one, whose cases
+    # the spawned runs of these modules (33 and 16.5 s at load 2-4): one test each, not a parametrized one, whose cases
     # would start on both workers and leave one waiting for the other's runs
-    ("test_lightning.py", "test_each_sample_once_per_epoch_across_ranks"): 32,
-    ("test_accelerate.py", "test_each_sample_once_per_epoch_across_ranks"): 26,
+    ("test_lightning.py", "test_each_sample_once_per_epoch_across_ranks"): 33,
+    ("test_accelerate.py", "test_each_sample_once_per_epoch_across_ranks"): 16.5,
     ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
     ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
 }
