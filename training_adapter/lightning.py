@@ -22,7 +22,7 @@ Lightning's loops take it.
   the step); Lightning's own transfer then has nothing to move.
 - No false warning: Lightning warns that an ``IterableDataset`` with ``__len__`` may count wrongly under
   several workers. It takes any object whose ``dataset`` is an ``IterableDataset`` for a torch DataLoader
-  over one; a ``TrainerLoader`` has no ``dataset``, and its length is the batches it yields on this rank.
+  over one; a ``TrainerLoader`` has no ``dataset``, and its length is this rank's batches per epoch.
 
 Lightning is an optional extra (``lightning``): this module imports it, ``import training_adapter``
 does not.
