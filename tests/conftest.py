@@ -331,6 +331,15 @@ def serve_http():
 # that every name listed exists). A test marked @pytest.mark.slow in its module (tests/test_newcomer.py)
 # is slow too. A new test that takes a second or more, or half a second of CPU, belongs here.
 SLOW_TESTS: dict[str, dict[str, float]] = {
+    "test_accelerate.py": {
+        # the fixture ``runs``: two spawns of two processes (gloo), 23 runs of the guide's recipe: 16.5 s at load 2-4 (37
+        # at load 7), once per run (conftest.once_per_run)
+        "test_resume_is_exact_in_a_fresh_process": 16.5,
+        "test_each_sample_once_per_epoch_across_ranks": 16.5,
+        "test_every_validation_covers_the_val_split_once": 16.5,
+        "test_the_recipe_as_written_resumes_exactly": 16.5,
+        "test_a_two_rank_state_loaded_on_one_rank_loses_and_repeats_nothing": 16.5,
+    },
     "test_augment.py": {
         "test_crop_draws_like_torchvision": 0.74,  # s CPU in the fast run
         "test_per_sample_and_batch_paths_match_the_reference": 0.9,  # in the fast run
@@ -400,6 +409,17 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     },
     "test_learning.py": {
         "test_a_small_cnn_learns_digits_through_the_loader": 30.9,
+    },
+    "test_lightning.py": {
+        # the fixture ``runs``: two spawns of two processes (gloo), 29 Lightning fits: 32 s at load 3-4 (58 at load 6),
+        # once per run (conftest.once_per_run)
+        "test_resume_is_exact_in_a_fresh_process": 31.9,
+        "test_each_sample_once_per_epoch_across_ranks": 31.9,
+        "test_validation_test_and_predict_cover_their_split_once": 31.9,
+        "test_a_two_rank_checkpoint_resumed_on_one_rank_loses_and_repeats_nothing": 31.9,
+        "test_a_one_rank_checkpoint_resumed_on_two_ranks_is_cut_at_lightnings_count": 31.9,
+        "test_the_guide_recipe_resumes_exactly": 31.9,
+        "test_no_lightning_warning_about_the_loaders": 31.9,
     },
     "test_loader.py": {
         "test_each_iterator_is_one_epoch_fixed_when_it_is_made": 6.5,  # 5 worker setups, 4 epochs each, load ~9
@@ -583,6 +603,10 @@ LONG_FIRST: dict[tuple[str, str], float] = {
     ("test_resume.py", "test_resume_is_exact_in_a_fresh_process"): 84,
     ("test_loader_oracle.py", "test_ranks_top_up_skipped_damage_without_repeats"): 83,
     ("test_resume.py", "test_train_example_resumes_with_its_checkpoint"): 78,
+    # the spawned runs of these modules (33 and 16.5 s at load 2-4): one test each, not a parametrized one, whose cases
+    # would start on both workers and leave one waiting for the other's runs
+    ("test_lightning.py", "test_each_sample_once_per_epoch_across_ranks"): 33,
+    ("test_accelerate.py", "test_each_sample_once_per_epoch_across_ranks"): 16.5,
     ("test_learning.py", "test_a_small_cnn_learns_digits_through_the_loader"): 62,
     ("test_loader_oracle.py", "test_ranks_skip_damaged_samples_without_repeats"): 48,
 }

@@ -91,6 +91,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib==3.11.2",),
     "report": ("jinja2==3.1.6", "matplotlib==3.11.2"),
     "augment": ("albumentations==2.0.8",),
+    "lightning": ("pytorch-lightning==2.6.6",),
     "train": ("torch==2.13.0", "pyyaml==6.0.3", "opencv-python-headless==5.0.0.93"),
 }
 """The packages of each optional extra that a message names, pinned as constraints.txt pins them (the
