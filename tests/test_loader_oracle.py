@@ -299,7 +299,7 @@ def test_on_error_skip_in_an_eval_pass(damaged, stored, workers, reader):
 def flipped(folder, tmp_path_factory) -> tuple[Path, set[str]]:
     """The folder with one pixel byte flipped in 7 samples (shard sizes unchanged): damage only the
     npy_xxh3 check sees. Returns the folder and the damaged keys."""
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
     from training_adapter.shardlist import resolve_urls
 
     bad = tmp_path_factory.mktemp("flipped") / str(S)

@@ -254,8 +254,8 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
     row's stored pixels as stock tarfile reads them, for runs (eval) and single rows (shuffled)."""
     from oracle import read_stored
 
-    from training_adapter.gather import Gather
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
+    from training_adapter.offsetread import Gather
     from training_adapter.shardlist import resolve_urls
 
     shards = resolve_urls(folder, split="train")
@@ -271,7 +271,7 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
 
 
 def test_a_damaged_sample_in_a_reader_thread(folder, tmp_path):
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
     from training_adapter.shardlist import resolve_urls
 
     bad = tmp_path / "bad"

@@ -1,8 +1,8 @@
 """Indexed: samples.npz -> epoch plan -> batches read by offset, for shards an index lists.
 
-The split's rows come from ``indexread`` (``select``: a subset; ``class_shares``: class weights),
+The split's rows come from ``indexplan`` (``select``: a subset; ``class_shares``: class weights),
 each epoch's order and its batches per rank and worker from ``epoch_order`` and ``deal``, and each
-batch's pixels from ``gather.Gather`` (by offset, checked against the index); ``collate`` makes
+batch's pixels from ``offsetread.Gather`` (by offset, checked against the index); ``collate`` makes
 the batch. No tar header is parsed on the way.
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.transport import is_local
 
+from .batch import Batch, BatchDataset
 from .buffers import BufferPool
-from .collate import Batch, BatchDataset
-from .gather import Gather
-from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .indexplan import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .offsetread import Gather
 from .options import LoaderOptions
 from .resume import Span, epoch_span
 from .shardlist import ShardList, WorkerInfo
@@ -112,7 +112,7 @@ class IndexedDataset(BatchDataset):
         return other
 
     def rank_samples(self, world: int, rank: int = 0) -> int:
-        """Rows of the selection that ``rank`` reads per epoch (``indexread.rank_rows``), before
+        """Rows of the selection that ``rank`` reads per epoch (``indexplan.rank_rows``), before
         ``epoch_batches`` (without resampling)."""
         n = len(self.rows)
         if world == 1:

@@ -25,8 +25,8 @@ from wds_tools.errors import OptionError
 from wds_tools.format.cpus import usable_cpus
 
 from .augment import AugmentConfig
+from .batch import Batch, BatchDataset
 from .buffers import BatchRing, Slot, shared_memory_free, slot_layout
-from .collate import Batch, BatchDataset
 from .device import (
     DeviceFeed,
     as_device,
@@ -38,7 +38,7 @@ from .device import (
     to_device,
 )
 from .indexed import IndexedDataset
-from .indexread import ClassWeights, Subset, readable_by_offset
+from .indexplan import ClassWeights, Subset, readable_by_offset
 from .options import LoaderOptions
 from .resume import Resumable
 from .shardlist import ShardList, resolve_urls, worker_info

@@ -1,7 +1,7 @@
 """Map-style: one sample at a time by position, through the index, for any sampler.
 
-``ShardIndexDataset`` reads a split's rows from samples.npz (``indexread``) and each item by
-offset (``gather``): no epoch plan, no batches; a ``DataLoader`` with a sampler of the caller's
+``ShardIndexDataset`` reads a split's rows from samples.npz (``indexplan``) and each item by
+offset (``offsetread``): no epoch plan, no batches; a ``DataLoader`` with a sampler of the caller's
 choice batches them.
 """
 
@@ -14,8 +14,8 @@ import torch
 
 from wds_tools.errors import OptionError, ShardError
 
-from .gather import Gather
-from .indexread import Subset, read_sample_index, readable_by_offset, select
+from .indexplan import Subset, read_sample_index, readable_by_offset, select
+from .offsetread import Gather
 from .shardlist import resolve_urls
 
 __all__ = ["ShardIndexDataset"]

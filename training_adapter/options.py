@@ -17,7 +17,7 @@ from wds_tools.errors import OptionError
 from wds_tools.format.tar import DEFAULT_CHUNK
 
 from .augment import AugmentConfig
-from .indexread import ClassWeights, Subset
+from .indexplan import ClassWeights, Subset
 
 __all__ = ["LoaderOptions", "READERS", "ON_ERROR", "MAX_SEED"]
 

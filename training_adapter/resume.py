@@ -1,7 +1,7 @@
 """Resume: where a loader is in an epoch, as a small dict, and the rest of that epoch planned from it.
 
-Index reader. An epoch is one sequence of rows (``indexread.epoch_order``, pure in seed and epoch)
-that ``indexread.deal`` cuts for R ranks: rank r reads positions r, r+R, r+2R, ... in batches of B.
+Index reader. An epoch is one sequence of rows (``indexplan.epoch_order``, pure in seed and epoch)
+that ``indexplan.deal`` cuts for R ranks: rank r reads positions r, r+R, r+2R, ... in batches of B.
 After k batches on every rank (or all that a rank has) the positions read are a prefix of the
 sequence, the same on every rank: rank 0's state is every rank's. In training ranks advance in
 lockstep and the prefix is ``[0, R * min(k * B, per))``; in evaluation (``cover``: every row once,
@@ -79,14 +79,14 @@ log = logging.getLogger("training_adapter")
 class Span:
     """An epoch of the index reader: positions ``[start, end)`` of its row sequence (``draws`` rows
     drawn when resampled, else None). ``cover`` (evaluation): every row once across the ranks, the
-    first ``len % world`` ranks one more (``indexread.rank_rows``), so rank 0 has the most."""
+    first ``len % world`` ranks one more (``indexplan.rank_rows``), so rank 0 has the most."""
 
     start: int
     end: int
     draws: int | None = None
 
     def rank_rows(self, world: int, rank: int = 0, cover: bool = False) -> int:
-        """Rows of the span ``rank`` reads before cutting into batches (``indexread.deal``'s rule)."""
+        """Rows of the span ``rank`` reads before cutting into batches (``indexplan.deal``'s rule)."""
         n = self.end - self.start
         if world == 1:
             return n

@@ -1,7 +1,7 @@
 """Streaming: shards -> tar stream -> (shuffle buffer) -> batches, for shards without an index.
 
 Each DataLoader worker reads the shards its ``shardlist.WorkerPlan`` deals it with ``tarread``,
-in lists of ``batch_size`` samples (through the shuffle buffer in training), and ``collate``
+in lists of ``batch_size`` samples (through the shuffle buffer in training), and ``batch``
 makes each list a batch.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from wds_tools.errors import OptionError, ShardError
 
-from .collate import Batch, BatchDataset
+from .batch import Batch, BatchDataset
 from .options import LoaderOptions
 from .resume import StreamPlan, StreamReplay, replayed
 from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch, plan_grid

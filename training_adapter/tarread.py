@@ -95,7 +95,7 @@ class Views:
         return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
 
     def copy_into(self, flat: np.ndarray) -> None:
-        """Copy the samples into ``flat`` (the call of ``gather.Located.copy_into``)."""
+        """Copy the samples into ``flat`` (the call of ``offsetread.Located.copy_into``)."""
         for i, s in enumerate(self.samples):
             flat[i] = np.frombuffer(s.pixels, np.uint8)
 

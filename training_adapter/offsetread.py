@@ -1,4 +1,4 @@
-"""Gather: the index reader's read step, the stored pixels of index rows read by offset.
+"""Offset read: the index reader's read step, the stored pixels of index rows read by offset.
 
 Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
 rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
@@ -34,7 +34,7 @@ from wds_tools.errors import ShardError
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 from wds_tools.format.transport import is_local, read_ranges
 
-from .indexread import SampleIndex
+from .indexplan import SampleIndex
 
 __all__ = [
     "Gather",

@@ -1,4 +1,4 @@
-"""Collate: a batch's stored pixels -> (augmented) uint8 batch, the step both batch readers share.
+"""Batch: a batch's stored pixels -> (augmented) uint8 batch, the step both batch readers share.
 
 ``BatchDataset`` is what the streaming reader (``streaming``) and the index reader (``indexed``)
 have in common: the options, the epoch (shared with persistent workers), the memory batches are
@@ -22,7 +22,7 @@ from wds_tools.errors import OptionError
 
 from .augment import _cv2, augment_batch, augment_into, batch_params, no_autocast, normalize
 from .buffers import BatchRing, BufferPool, shared
-from .indexread import SampleIndex
+from .indexplan import SampleIndex
 from .options import LoaderOptions
 from .shardlist import ShardList, WorkerInfo, worker_info
 from .transform import apply_transform
@@ -37,7 +37,7 @@ Batch: TypeAlias = tuple[Any, ...]
 
 
 class Stored(Protocol):
-    """A batch's stored pixels where a reader found them (``tarread.Views``, ``gather.Located``)."""
+    """A batch's stored pixels where a reader found them (``tarread.Views``, ``offsetread.Located``)."""
 
     def arrays(self, S: int) -> Iterator[np.ndarray]:
         """Each sample's pixels as a [S, S, 3] uint8 view."""
