@@ -41,7 +41,7 @@ def stored(folder) -> dict:
 
 def train_index(folder: Path) -> SampleIndex:
     shards = resolve_urls(folder, split="train")
-    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    return read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
 
 
 # --- pure planning -------------------------------------------------------------------------------

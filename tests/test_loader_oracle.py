@@ -305,7 +305,7 @@ def flipped(folder, tmp_path_factory) -> tuple[Path, set[str]]:
     bad = tmp_path_factory.mktemp("flipped") / str(S)
     shutil.copytree(folder, bad)
     shards = resolve_urls(bad, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     rows = np.random.default_rng(5).choice(len(idx), 7, replace=False)
     for r in rows:
         path = Path(idx.urls[int(idx.shard[r])])

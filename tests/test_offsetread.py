@@ -37,7 +37,7 @@ def stored(folder) -> dict:
 
 def index_of(path):
     shards = resolve_urls(path, split="train")
-    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    return read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
 
 
 def read_eval(path, shuffled: bool = False, **kw) -> dict[str, tuple[int, bytes]]:

@@ -259,7 +259,7 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
     from training_adapter.shardlist import resolve_urls
 
     shards = resolve_urls(folder, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     stored = read_stored(sorted(Path(folder).glob("train-*.tar")))
     g = Gather(idx, labels=True)
     for rows in (np.arange(90), np.random.default_rng(0).permutation(90)[:37], np.array([3, 4, 5, 6, 40, 41])):
@@ -277,7 +277,7 @@ def test_a_damaged_sample_in_a_reader_thread(folder, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     shards = resolve_urls(bad, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     r = int(np.flatnonzero(idx.shard == 3)[7])
     name = Path(idx.urls[3]).name
     data = bytearray((bad / name).read_bytes())

@@ -77,9 +77,9 @@ class IndexedDataset(BatchDataset):
 
     def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
         super().__init__(shards, options)
-        if shards.meta is None or shards.index_base is None or shards.names is None:
+        if shards.info is None or shards.index_base is None or shards.names is None:
             raise OptionError("the index reader needs shards an index.json lists")
-        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        self.index = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
         self.rows = select(self.index, options.subset)  # the index rows of the subset
         damaged = self.index.damaged_shards()
         if damaged and options.on_error == "raise":

@@ -97,12 +97,12 @@ def _world() -> tuple[int, int]:
 
 def _reads_index(shards: ShardList, options: LoaderOptions) -> bool:
     """Whether the loader reads by offset from the index (``reader``: auto, index or stream)."""
-    possible = shards.meta is not None and all(readable_by_offset(u) for u in shards.urls)
+    possible = shards.info is not None and all(readable_by_offset(u) for u in shards.urls)
     needs = options.needs_index
     if not possible and (options.reader == "index" or needs):
         why = (
             "these URLs are pipe: or http(s) (no ranged reads)"
-            if shards.meta is not None
+            if shards.info is not None
             else "no index.json lists these shards"
         )
         raise OptionError(

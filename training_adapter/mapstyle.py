@@ -61,7 +61,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     ) -> None:
         shards = resolve_urls(path, split=split, allow_partial=allow_partial)
         if (
-            shards.meta is None
+            shards.info is None
             or shards.index_base is None
             or shards.names is None
             or not all(readable_by_offset(u) for u in shards.urls)
@@ -70,7 +70,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
                 f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
                 f"storage; point it at the shards folder or its index.json"
             )
-        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        self.index = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
         damaged = self.index.damaged_shards()
         if damaged:
             raise ShardError(damaged[0].problem)

@@ -336,12 +336,12 @@ class Resumable:
         """xxh3-64 of the shards' index entries (name, samples, bytes, sha256), in the order read; without
         one index listing them all, of their names and sample counts."""
         shards = self.dataset.shards
-        listed = {e["name"]: e for e in shards.meta["shards"]} if shards.meta and shards.names else None
+        listed = {e.name: e for e in shards.info.shards} if shards.info and shards.names else None
         h = xxhash.xxh3_64()
         for i, url in enumerate(shards.urls):
             if listed is not None and shards.names is not None:
                 e = listed[shards.names[i]]
-                line = f"{e['name']}\t{e.get('samples')}\t{e.get('bytes')}\t{e.get('sha256')}\n"
+                line = f"{e.name}\t{e.samples}\t{e.bytes}\t{e.sha256}\n"
             else:
                 line = f"{url.rsplit('/', 1)[-1]}\t{shards.counts[i] if shards.counts else None}\n"
             h.update(line.encode())

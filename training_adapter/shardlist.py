@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from wds_tools.errors import OptionError
+from wds_tools.format.model import IndexMeta, parse
 from wds_tools.format.ranks import deal
 from wds_tools.format.resolve import resolve
 
@@ -46,9 +47,9 @@ class ShardList:
     std: list[float] | None = None
     size: int | None = None
     classes: list[str] | None = field(default=None, repr=False)
-    # where the index came from, when every shard is in it: index.json's dict, the folder or URL
+    # where the index came from, when every shard is in it: index.json, the folder or URL
     # holding it (samples.npz is beside it), and each URL's shard name there
-    meta: dict | None = field(default=None, repr=False)
+    info: IndexMeta | None = field(default=None, repr=False)
     index_base: str | None = None
     names: list[str] | None = field(default=None, repr=False)
 
@@ -70,23 +71,23 @@ def resolve_urls(
         if not isinstance(value, bool):
             raise OptionError(f"{name}={value!r}: expected True or False")
     shards = resolve(urls, split=split, pipe=True, allow_mixed=allow_mixed, allow_partial=allow_partial)
-    sizes = sorted({m.get("size") for m in shards.datasets}, key=str)
+    # (only with allow_mixed: the datasets' index.json, each checked when resolved)
+    sizes = sorted({parse(m, shards.spec).size for m in shards.datasets}) if len(shards.datasets) > 1 else []
     if len(sizes) > 1:  # only with allow_mixed: refused before training, not at the first odd sample
         raise OptionError(
             f"{shards.spec}: allow_mixed=True, but these datasets hold images of "
             f"{' and '.join(f'{s} px' for s in sizes)}, which cannot share a batch; "
             f"give shards of one size"
         )
-    meta = shards.meta or {}
-    listed = shards.names is not None
+    info, listed = shards.info, shards.names is not None
     return ShardList(
         shards.urls,
         shards.counts,
-        meta.get("mean"),
-        meta.get("std"),
-        meta.get("size"),
-        meta.get("classes"),
-        meta=shards.meta if listed else None,
+        list(info.mean) if info else None,
+        list(info.std) if info else None,
+        info.size if info else None,
+        list(info.classes) if info else None,
+        info=info if listed else None,
         index_base=shards.index_base if listed else None,
         names=shards.names,
     )
