@@ -12,7 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -23,9 +23,11 @@ from wds_tools.errors import OptionError
 from .augment import _cv2, augment_batch, augment_into, batch_params, no_autocast, normalize
 from .buffers import BatchRing, BufferPool, shared
 from .indexplan import SampleIndex
-from .options import LoaderOptions
 from .shardlist import ShardList, WorkerInfo, worker_info
 from .transform import apply_transform
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["Batch", "BatchDataset", "Stored"]
 

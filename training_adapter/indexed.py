@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,9 +22,11 @@ from .batch import Batch, BatchDataset
 from .buffers import BufferPool
 from .indexplan import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
 from .offsetread import Gather
-from .options import LoaderOptions
 from .resume import Span, epoch_span
 from .shardlist import ShardList, WorkerInfo
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["IndexedDataset", "metadata_columns", "metadata_batch"]
 

@@ -32,6 +32,8 @@ __all__ = [
     "Subset",
     "ClassWeights",
     "select",
+    "check_subset",
+    "check_weights",
     "class_shares",
     "epoch_order",
     "deal",
@@ -191,11 +193,10 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
     numeric columns and the metadata columns (``"localization": ["back"]``; None selects missing
     values; also named ``meta.<name>``), or a function of the columns dict returning a boolean mask."""
     n = len(index)
+    subset = check_subset(subset)
     if subset is None:
         return np.arange(n)
-    if isinstance(subset, float) or (isinstance(subset, int) and not isinstance(subset, bool) and subset == 1):
-        if not 0 < subset <= 1:
-            raise OptionError(f"subset={subset!r}: a fraction must be in (0, 1]")
+    if isinstance(subset, (int, float)):
         return np.flatnonzero(_key_fraction(index.key) < subset) if subset < 1 else np.arange(n)
     if callable(subset):
         mask = np.asarray(subset(_filter_columns(index)))
@@ -231,14 +232,22 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
                 continue
             mask &= np.isin(cols[name], values)
         return np.flatnonzero(mask)
-    if isinstance(subset, (list, tuple, set, frozenset, np.ndarray)):
-        wanted = {str(k).encode() for k in subset}
-        mask = np.isin(index.key, np.array(sorted(wanted), dtype=index.key.dtype) if wanted else index.key[:0])
-        found = set(index.key[mask].tolist())
-        missing = sorted(wanted - found)
-        if missing:
-            raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
-        return np.flatnonzero(mask)
+    wanted = {str(k).encode() for k in subset}  # keys (check_subset)
+    mask = np.isin(index.key, np.array(sorted(wanted), dtype=index.key.dtype) if wanted else index.key[:0])
+    missing = sorted(wanted - set(index.key[mask].tolist()))
+    if missing:
+        raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
+    return np.flatnonzero(mask)
+
+
+def check_subset(subset: Any) -> Subset:
+    """``subset`` if it is of a kind ``select`` takes (a fraction in (0, 1], keys, a mapping, a function, None)."""
+    if subset is None or callable(subset) or isinstance(subset, (Mapping, list, tuple, set, frozenset, np.ndarray)):
+        return subset
+    if isinstance(subset, float) or (isinstance(subset, int) and not isinstance(subset, bool) and subset == 1):
+        if not 0 < subset <= 1:
+            raise OptionError(f"subset={subset!r}: a fraction must be in (0, 1]")
+        return subset
     raise OptionError(
         f"subset={subset!r}: expected a fraction, a list of keys, a {{column: values}} mapping "
         f"or a function of the columns"
@@ -277,24 +286,32 @@ def class_shares(index: SampleIndex, weights: ClassWeights, rows: np.ndarray) ->
     (classes by index or name; a class not named gets no share)."""
     n_classes = max(len(index.classes), int(index.label.max()) + 1 if len(index.label) else 0)
     present = np.bincount(index.label[rows], minlength=n_classes) > 0
+    check_weights(weights)
     if isinstance(weights, str):
-        if weights != "balanced":
-            raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
         w = present.astype(np.float64)
-    elif isinstance(weights, Mapping):
+    else:
         w = np.zeros(n_classes)
         for c, v in weights.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise OptionError(f"class_weights[{c!r}]={v!r}: expected a number >= 0")
             w[_class_index(index, c, "class_weights")] = float(v)
         empty = [index.classes[i] if i < len(index.classes) else str(i) for i in np.flatnonzero((w > 0) & ~present)]
         if empty:
             raise OptionError(f"class_weights: class {empty[0]!r} has a weight but no sample in this split/subset")
-    else:
-        raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
     if not w.sum() > 0:
         raise OptionError("class_weights: every class present has weight 0")
     return w / w.sum()
+
+
+def check_weights(weights: Any) -> ClassWeights | None:
+    """``weights`` if ``"balanced"``, a ``{class: weight >= 0}`` mapping or None (classes are checked against
+    the index by ``class_shares``)."""
+    if weights is None or weights == "balanced":
+        return weights
+    if not isinstance(weights, Mapping):
+        raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
+    for c, v in weights.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise OptionError(f"class_weights[{c!r}]={v!r}: expected a number >= 0")
+    return weights
 
 
 # --- in which order --------------------------------------------------------------------------

@@ -44,7 +44,7 @@ import xxhash
 from wds_tools.errors import OptionError
 from wds_tools.format.ranks import deal
 
-from .shardlist import worker_info
+from .shardlist import rank_world
 from .statedict import (
     STATE_VERSION,
     check_plan,
@@ -354,7 +354,7 @@ class Resumable:
         return None if shares is None else xxhash.xxh3_64_intdigest(np.ascontiguousarray(shares, "<f8").tobytes())
 
     def _where(self) -> tuple[int, int, int]:
-        rank, world = self.dataset.rank_world or _rank_world()
+        rank, world = self.dataset.rank_world or rank_world()
         return rank, world, max(1, self.num_workers)
 
     def state_dict(self) -> dict[str, Any]:
@@ -412,7 +412,7 @@ class Resumable:
         an ``OptionError`` naming the field or setting where it cannot continue exactly (``statedict``)."""
         ds, o = self.dataset, self.dataset.options
         reader = "index" if ds.index is not None else "stream"
-        checked = check_state(state, reader=reader)
+        checked = check_state(state, o, reader=reader)
         check_settings(checked, o, reader=reader)
         fix = "resume with the dataset and split the interrupted run read (a re-conversion is another dataset)"
         same(checked, "shards", len(ds.shards), fix)
@@ -614,8 +614,3 @@ class Resumable:
 
 def _hex(v: Any) -> str:
     return f"{v:#018x}" if isinstance(v, int) else repr(v)
-
-
-def _rank_world() -> tuple[int, int]:
-    where = worker_info()
-    return where.rank, where.world

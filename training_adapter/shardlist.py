@@ -33,6 +33,7 @@ __all__ = [
     "plan_epoch",
     "plan_grid",
     "worker_info",
+    "rank_world",
     "cut_to",
 ]
 
@@ -107,6 +108,12 @@ def worker_info() -> WorkerInfo:
     from webdataset.utils import pytorch_worker_info
 
     return WorkerInfo(*pytorch_worker_info())
+
+
+def rank_world() -> tuple[int, int]:
+    """(rank, world) of this process (``worker_info``)."""
+    where = worker_info()
+    return where.rank, where.world
 
 
 def shard_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:

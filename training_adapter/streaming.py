@@ -10,17 +10,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wds_tools.errors import OptionError, ShardError
 
 from .batch import Batch, BatchDataset
-from .options import LoaderOptions
 from .resume import StreamPlan, StreamReplay, replayed
 from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch, plan_grid
 from .tarread import Identity, SampleStream, Views, first_identity
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["StreamingDataset"]
 
