@@ -148,16 +148,7 @@ class StreamingDataset(BatchDataset):
         resumed = [1] if base is not None else []  # a fresh shuffle for the rest of an elastically resumed epoch
         stream_of = worker if plan.stream is None else plan.stream  # the worker whose stream it replays
         rng = np.random.default_rng([o.seed, epoch, rank, stream_of, 0x5B, *resumed])
-        stream = SampleStream(
-            self.shards.urls,
-            batch_size=o.batch_size,
-            shuffle_buffer=o.buffer,
-            on_error=o.on_error,
-            resampled=o.resampled,
-            read_size=o.read_size,
-            allow_mixed=o.allow_mixed,
-            expect=self.expect,
-        )
+        stream = SampleStream(self.shards.urls, o, expect=self.expect)
         made = 0
         for batch in self._batches(stream, plan, rng, epoch):
             made += 1

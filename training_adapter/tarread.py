@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, spl
 from wds_tools.format.transport import open_stream
 
 from .shardlist import WorkerPlan
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -160,22 +163,11 @@ class SampleStream:
     sample of another version or class list is refused, naming both shards.
     """
 
-    def __init__(
-        self,
-        urls: list[str],
-        *,
-        batch_size: int,
-        shuffle_buffer: int,
-        on_error: str,
-        resampled: bool,
-        read_size: int = DEFAULT_CHUNK,
-        allow_mixed: bool = False,
-        expect: Identity | None = None,
-    ) -> None:
-        self.urls, self.batch_size, self.shuffle_buffer = urls, batch_size, shuffle_buffer
-        self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
+    def __init__(self, urls: list[str], options: LoaderOptions, *, expect: Identity | None = None) -> None:
+        self.urls, self.batch_size, self.shuffle_buffer = urls, options.batch_size, options.buffer
+        self.on_error, self.resampled, self.read_size = options.on_error, options.resampled, options.read_size
         self.shape: tuple[int, ...] | None = None
-        self.allow_mixed, self.expect = allow_mixed, expect
+        self.allow_mixed, self.expect = options.allow_mixed, expect
         self._prefix: bytes | None = None  # set once a sample of the expected dataset has been parsed
 
     def _check_identity(self, meta: bytes | memoryview | None, url: str, key: str, offset: int) -> None:
