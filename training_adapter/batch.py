@@ -1,10 +1,8 @@
-"""Batch: a batch's stored pixels -> (augmented) uint8 batch, the step both batch readers share.
+"""Batch: a batch's stored pixels -> (augmented) uint8 batch, the step both readers share.
 
-``BatchDataset`` is what the streaming reader (``streaming``) and the index reader (``indexed``)
-have in common: the options, the epoch (shared with persistent workers), the memory batches are
-made in (``buffers``) and ``collate``, which writes every sample's pixels straight into a
-preallocated uint8 batch (in shared memory when it runs in a worker, so the hand-over to the main
-process copies nothing) and augments them on the CPU unless the accelerator does.
+``BatchDataset`` holds what the index and streaming readers share: the options, the epoch (shared
+with persistent workers), the batch memory (``buffers``) and ``collate``, which writes every sample
+straight into a preallocated batch (a ring slot in a worker, so the hand-over copies nothing).
 """
 
 from __future__ import annotations

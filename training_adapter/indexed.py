@@ -1,9 +1,7 @@
-"""Indexed: samples.npz -> epoch plan -> batches read by offset, for shards an index lists.
+"""Indexed: the index reader's batch dataset, for shards an index lists.
 
-The split's rows come from ``indexplan`` (``select``: a subset; ``class_shares``: class weights),
-each epoch's order and its batches per rank and worker from ``epoch_order`` and ``deal``, and each
-batch's pixels from ``offsetread.Gather`` (by offset, checked against the index); ``collate`` makes
-the batch. No tar header is parsed on the way.
+Rows from ``indexplan`` (subset, class shares, each epoch's plan), pixels from ``offsetread``, the
+batch from ``batch.collate``; no tar header is parsed on the way.
 """
 
 from __future__ import annotations

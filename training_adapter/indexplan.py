@@ -1,11 +1,7 @@
 """Index plan: each epoch planned from samples.npz; ``offsetread`` then reads every batch by offset.
 
-samples.npz (the split's rows: shard, .npy offset, label, key) -> ``select`` (a subset) ->
-``epoch_order`` (shuffle, or class-weighted draws; pure in seed and epoch) -> ``deal`` (to ranks,
-batches, workers; pure) -> ``offsetread.Gather`` (each sample copied once from a memory mapping into
-the batch, or ranged reads from object storage). No tar header is parsed on the way: the index
-already says where every pixel is. The shards stay plain WebDataset tars; without an index the
-loader streams them instead (``tarread``).
+samples.npz -> ``select`` (a subset) -> ``epoch_order`` (a permutation or class-weighted draws, pure in
+seed and epoch) -> ``deal`` (to ranks, batches and workers, pure).
 """
 
 from __future__ import annotations

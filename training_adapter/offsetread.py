@@ -1,22 +1,7 @@
-"""Offset read: the index reader's read step, the stored pixels of index rows read by offset.
+"""Offset read: the index reader's read step, the stored pixels of index rows read by offset and checked.
 
-Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
-rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
-compared in a few vectorised steps (short runs, from shuffled rows, row by row), then each sample
-is copied once from the mapping into the batch (a run in one ``index_select``, which helper
-threads can split between them: ``Located.copy_into``), or lent to the augmentation as a view of
-the mapping. Object storage is read with one set of concurrent ranged GETs per batch,
-neighbouring samples of a shard merged into one range.
-
-``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
-bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the
-index, so a shard whose ``.cls`` says otherwise does not match its index, and other readers of
-the same shard would train on other labels), and the member name in the tar header in front of
-its ``.npy`` with ``<key>.npy`` (a shard of another version or conversion copied over this one, the
-same size and labels where it is read, holds other samples there); ``pixels`` (``check_samples=True``) also compares
-its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel). A sample that fails is a
-``ShardError`` naming the shard, the byte offset and the key, or, with ``skip``, left out of its
-batch and logged.
+Local shards are memory-mapped once per reader and checked in vectorised runs of one shard; object
+storage is read in merged ranged GETs. The checks and why: docs/guide/loader-internals.md, Index reader.
 """
 
 from __future__ import annotations
@@ -160,7 +145,7 @@ class Located:
 
 
 class Gather:
-    """Reads rows' stored pixels by offset (see the module docstring). ``bytes_read`` counts the
+    """Reads rows' stored pixels by offset (docs/guide/loader-internals.md). ``bytes_read`` counts the
     bytes of the samples asked for (NPY headers and pixels), for subset accounting."""
 
     def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False) -> None:

@@ -1,33 +1,8 @@
-"""Resume: where a loader is in an epoch, as a small dict, and the rest of that epoch planned from it.
+"""Resume: where a loader is in an epoch (``Resumable.state_dict``), and the rest of that epoch planned from it.
 
-Index reader. An epoch is one sequence of rows (``indexplan.epoch_order``, pure in seed and epoch)
-that ``indexplan.deal`` cuts for R ranks: rank r reads positions r, r+R, r+2R, ... in batches of B.
-After k batches on every rank (or all that a rank has) the positions read are a prefix of the
-sequence, the same on every rank: rank 0's state is every rank's. In training ranks advance in
-lockstep and the prefix is ``[0, R * min(k * B, per))``; in evaluation (``cover``: every row once,
-the first ``len % R`` ranks one more) it is ``[0, min(len, R * k * B))``, and the epoch ends with
-rank 0's last batch, the most of any rank. An epoch is a ``Span`` of the sequence, ``[start, end)``;
-a resumed epoch deals the rest, ``[position, end)``, by the same rule to the ranks and workers there
-are now. Same ranks: exactly the batches the uninterrupted run would have yielded. Other ranks
-(elastic): each remaining sample once in evaluation; in training at most once, the deal leaving out
-the last ``(end - position) % R`` rows and ``drop_last`` a short batch, as in any epoch, and
-``Span.left_out`` counts them.
-
-Streaming reader. Worker w of rank r reads its shards in order through the shuffle buffer (n
-samples), its draws seeded by (seed, epoch, rank, w); the DataLoader takes the workers' batches
-round-robin, passing over a worker that has yielded all its batches. On the same ranks and workers
-a resumed epoch is exact (``StreamReplay``): each worker replays its stream from the epoch's start,
-makes again the batches it had yielded (read and drawn, not collated) and drops them, then yields
-the rest; the workers are rotated so that the DataLoader's round-robin goes on where it stopped.
-The cost: each worker reads again the samples it had pulled before the stop (its batches' and its
-buffer's). On other ranks or workers (elastic) no worker's stream can be replayed: ``stream_rest``
-deals the shards no worker opened to the new readers; the samples of opened shards not yet yielded
-(the buffer's, the rest of the shard being read) would be lost, so ``load_state_dict`` refuses such
-a state, naming how many (``Resumable._check_stream``); a state whose readers had opened no shard
-beyond what they yielded resumes elastically, each remaining sample at most once.
-
-What a state holds and what loading refuses: ``statedict``. Pure functions; ``loader.ShardLoader``
-holds the state.
+Index reader: a ``Span`` of the epoch's row sequence; streaming reader: a ``StreamReplay`` on the same
+readers, or ``stream_rest`` on others. Pure functions but ``Resumable``; ``statedict`` checks a state
+on load. What is exact, elastic or refused, and why: docs/guide/loader-internals.md, Resume.
 """
 
 from __future__ import annotations
@@ -198,7 +173,7 @@ def replayed(k: int, planned: Sequence[int]) -> tuple[list[int], int]:
 class StreamReplay:
     """A streamed epoch resumed on the ranks and workers it stopped on: ``batches`` (every rank's, or
     all a rank has) of ``base`` (a resumed epoch's plan; None: the epoch's own) were yielded, and each
-    worker replays its stream past them (see the module docstring)."""
+    worker replays its stream past them (docs/guide/loader-internals.md)."""
 
     base: StreamPlan | None
     batches: int
@@ -297,22 +272,8 @@ class Resumable:
     ``torch.save``). It is the same on every rank once every rank has yielded the same number of
     batches (or all it has): save rank 0's at such a point (a training step; in evaluation, a barrier).
     ``load_state_dict`` before iterating makes the next iteration the rest of the saved epoch
-    (``set_epoch`` to another epoch drops it); see the module docstring for what is exact and what is
-    refused.
-
-    Fields (``statedict`` checks each on load): ``kind``, ``version``, ``reader`` (index or stream);
-    the settings that decide which sample comes when, as given to ``make_loader``: ``seed``,
-    ``batch_size``, ``train``, ``shuffle_shards``, ``shuffle_buffer``, ``drop_last``, ``resampled``,
-    ``epoch_batches`` (compared on load); the dataset: ``shards`` and ``shards_xxh3`` (xxh3-64 of each
-    shard's index entry, name, samples, bytes and sha256; without one index listing them all, of
-    their names and sample counts); ``epoch`` (the epoch to continue), ``world`` (its ranks). Index:
-    ``class_weights`` and ``shares_xxh3`` (the class shares they give), ``samples`` and ``rows_xxh3``
-    (the selection: its keys and labels in index order), ``position`` and ``end`` (the rest of the
-    epoch's row sequence; ``end`` None: the whole epoch), ``draws`` (resampled: the sequence's
-    length), ``left_out`` (rows of this resumed epoch no new rank reads). Stream: ``workers``,
-    ``batches`` (every rank's, so far), ``plan`` (a resumed epoch's shards and batches per rank and
-    worker, else None), ``skipped`` (samples of begun shards not yielded, this epoch: 0 since a state that
-    would lose any is refused; states saved before may hold some).
+    (``set_epoch`` to another epoch drops it). What is exact, what is refused, and the state's fields:
+    docs/guide/loader-internals.md, Resume.
     """
 
     dataset: Any

@@ -1,13 +1,9 @@
-"""Shard list: which shards a loader reads, and which of them each rank and worker reads per epoch.
+"""Shard list: which shards a loader reads, and which of them each rank and worker streams per epoch.
 
-URLs follow webdataset's conventions: brace patterns (``train-{000000..000041}.tar``), several
-patterns joined with ``::``, ``pipe:`` and ``http(s)://`` URLs passed through to ``gopen``. A wds-tools
-shards folder or its ``index.json`` (local, object storage or http) is accepted in place of a
-pattern; it, or the index beside a pattern's shards, also gives the samples per shard (for equal
-batch counts across ranks) and the pixel mean/std. ``wds_tools.format.resolve`` resolves them, and
-refuses shards of different datasets and patterns naming part of a split (``format.mixing``).
-
-The epoch plan is a pure function of (sample counts, seed, epoch, rank, world size, workers).
+URLs follow webdataset's conventions (brace patterns, ``::``, ``pipe:``, http(s)); a shards folder or
+its index.json also gives the sample counts (equal batches across ranks) and mean/std
+(``wds_tools.format.resolve``). The epoch plan is a pure function of (counts, seed, epoch, rank,
+world, workers).
 """
 
 from __future__ import annotations

@@ -209,18 +209,13 @@ class ShardLoader(Resumable):
 
     def _in_threads(self, ds: IndexedDataset, epoch: int) -> Iterator[Batch]:
         """The index reader without CPU augmentation (``threads.py``): ``max(1, num_workers - 1)``
-        background threads and the calling thread make the rank's batches, each thread whole
-        batches (plan, check, copy) with its own reader, at most ``prefetch_factor`` per
-        background thread ahead of the batch the caller waits for; the caller makes the next
-        unstarted batch itself rather than wait. Batches come in plan order: the same as with
-        ``num_workers=0``.
-
-        The readers (their shard mappings and buffers) are kept from epoch to epoch: a fresh
-        mapping faults its pages in again, which on a VM costs about as much as copying them."""
+        background threads and the calling thread make whole batches, each with its own reader, at
+        most ``prefetch_factor`` per background thread ahead; in plan order, as with ``num_workers=0``."""
         rank, world = ds.rank_world or rank_world()
         threads = max(1, self.num_workers - 1)
         ahead = self._prefetch * threads + 1  # counting the batch the caller waits for
         # each reader's buffers: the batches made ahead, the one being made and two the caller holds
+        # kept from epoch to epoch: a fresh mapping faults its pages in again, about the cost of copying them
         readers, self._readers = self._readers or [ds.reader_copy(ahead + 3) for _ in range(threads + 1)], None
 
         def make(w: int, rows: np.ndarray) -> Batch | None:

@@ -1,11 +1,8 @@
-"""State dict: the fields of a loader's ``state_dict``, each checked on load, and the settings compared.
+"""State dict: a loader state's fields, each checked on load, and its settings compared.
 
-A state is a small dict of JSON-able values (``resume.Resumable`` makes it and says what each field
-means). ``check_state`` refuses a dict that is not a state of this version and reader, lacks a field,
-has one it does not know, or holds a value of the wrong type or range, naming the field;
-``check_settings`` refuses a state saved with another value of a setting that decides which sample
-comes when, naming the setting and both values; ``same`` refuses another dataset or selection.
-A state is never half-read: the loader takes it only once every field has passed.
+``check_state`` refuses a dict that is not a whole, well-formed state of this version and reader,
+naming the field; ``check_settings`` one saved with another value of a setting; ``same`` one of
+another dataset or selection. A state is never half-read.
 """
 
 from __future__ import annotations

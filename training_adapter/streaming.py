@@ -1,8 +1,7 @@
-"""Streaming: shards -> tar stream -> (shuffle buffer) -> batches, for shards without an index.
+"""Streaming: the streaming reader's batch dataset, for shards without an index (or ``reader="stream"``).
 
-Each DataLoader worker reads the shards its ``shardlist.WorkerPlan`` deals it with ``tarread``,
-in lists of ``batch_size`` samples (through the shuffle buffer in training), and ``batch``
-makes each list a batch.
+Each worker streams the shards its ``shardlist.WorkerPlan`` deals it (``tarread``) and collates
+lists of ``batch_size`` samples.
 """
 
 from __future__ import annotations

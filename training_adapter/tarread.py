@@ -1,11 +1,7 @@
 """Tar read: the streaming reader, shard URLs opened and streamed as checked samples.
 
-The bytes are parsed by ``wds_tools.format.tar`` (multi-MiB reads, headers parsed in place, so a
-224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.transport`` opens
-the URL (local files unbuffered, ``pipe:`` and ``http(s)://`` through webdataset's ``gopen``,
-object stores through fsspec). ``SampleStream`` is one worker's reader: its shards (and spares)
--> samples with a checked ``.npy`` and ``.cls`` -> lists of ``batch_size`` in stream order or
-through a shuffle buffer.
+``SampleStream`` is one worker's reader: its shards -> samples with a checked ``.npy`` and ``.cls``
+-> lists of ``batch_size``, in stream order or through a shuffle buffer.
 """
 
 from __future__ import annotations
@@ -290,13 +286,9 @@ class SampleStream:
             yield group
 
     def _shuffled_groups(self, samples: Iterator[Sample], rng: np.random.Generator) -> Iterator[list[Sample]]:
-        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
-
-        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
-        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
-        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
-        batch_size`` rows are enough (the buffer's, and the current list's).
-        """
+        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples,
+        their pixels copied into rows of one array (views would pin the read chunks): an incoming sample
+        takes a free row, never one handed out, so ``shuffle_buffer + batch_size`` rows suffice."""
         n, B = self.shuffle_buffer, self.batch_size
         rows: np.ndarray | None = None
         free: list[int] = []
