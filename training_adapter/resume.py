@@ -19,7 +19,7 @@ import xxhash
 from wds_tools.errors import OptionError
 from wds_tools.format.ranks import deal
 
-from .shardlist import rank_world
+from .shardlist import cut_to, rank_world
 from .statedict import (
     STATE_VERSION,
     check_plan,
@@ -41,7 +41,6 @@ __all__ = [
     "StreamRest",
     "StreamReplay",
     "replayed",
-    "yielded_per_worker",
     "stream_rest",
     "resampled_rest",
     "Resumable",
@@ -129,26 +128,10 @@ class StreamPlan:
         return cls([[[int(i) for i in w] for w in r] for r in d["shards"]], [[int(b) for b in r] for r in d["batches"]])
 
 
-def yielded_per_worker(k: int, planned: Sequence[int]) -> list[int]:
-    """Batches each worker has handed over after the DataLoader yielded ``k``: it takes them
-    round-robin, passing over a worker once it has yielded its ``planned`` batches."""
-    got = [0] * len(planned)
-    left = k
-    while left > 0:
-        moved = False
-        for w, p in enumerate(planned):
-            if left and got[w] < p:
-                got[w] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            break
-    return got
-
-
 def replayed(k: int, planned: Sequence[int]) -> tuple[list[int], int]:
-    """``yielded_per_worker`` in closed form (a state may claim many batches), and the worker the
-    DataLoader asks next: the one after the last that yielded (0 before any)."""
+    """Batches each worker has handed over after the DataLoader yielded ``k`` (it takes them round-robin,
+    passing over a worker once it has yielded its ``planned`` batches), in closed form (a state may claim
+    many), and the worker it asks next: the one after the last that yielded (0 before any)."""
     k = max(0, min(k, sum(planned)))
     lo, hi = 0, max(planned, default=0)
     while lo < hi:  # the most whole rounds R with sum(min(p, R)) <= k
@@ -187,11 +170,7 @@ def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool
         return [[c // B if drop_last else -(-c // B) for c in ranks] for ranks in per_worker_samples]
     full = [[c // B for c in ranks] for ranks in per_worker_samples]
     quota = min(sum(f) for f in full)
-    for mine in full:
-        while sum(mine) > quota:  # cut the worker with the most batches (the last one on ties)
-            w = max(range(len(mine)), key=lambda i: (mine[i], i))
-            mine[w] -= 1
-    return full
+    return [cut_to(f, quota) for f in full]
 
 
 @dataclass(frozen=True)
@@ -225,7 +204,7 @@ def stream_rest(
     rest: list[list[list[int]]] = []
     skipped = 0
     for shards, planned in zip(old.shards, old.batches):
-        got = yielded_per_worker(k, planned)
+        got = replayed(k, planned)[0]
         mine: list[list[int]] = []
         for w, own in enumerate(shards):
             if got[w] >= planned[w]:  # done: what it did not yield was never in the epoch's batches

@@ -227,7 +227,7 @@ class ShardLoader(Resumable):
                 if batch is None:
                     continue
                 if self.pin_memory:
-                    batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+                    batch = _pinned(batch)
                 yield batch
         finally:
             batches.close()  # drops what is not started and waits for what is
@@ -238,7 +238,7 @@ class ShardLoader(Resumable):
         per-batch machinery would only pass them through); pinned when ``pin_memory`` asks."""
         for batch in self.dataset:
             if self.pin_memory:
-                batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+                batch = _pinned(batch)
             yield batch
 
     def _ring(self) -> BatchRing:
@@ -326,7 +326,7 @@ class ShardLoader(Resumable):
                     waited = ring.warn_if_waited(waited)
                     batch = tuple(_tensors(x) for x in batch)
                     if self.pin_memory:
-                        batch = tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
+                        batch = _pinned(batch)
                 yield batch
         finally:
             ring.reclaim()  # the batches let go of, before this iteration's workers are shut down
@@ -334,6 +334,11 @@ class ShardLoader(Resumable):
                 ring.end(gen)  # a worker waiting for a slot gives up: its batch is for no one
                 del it  # its workers shut down; what they sent and no one took is freed
                 ring.end()
+
+
+def _pinned(batch: Batch) -> Batch:
+    """The batch's tensors copied into page-locked memory."""
+    return tuple(x.pin_memory() if isinstance(x, torch.Tensor) else x for x in batch)
 
 
 def _tensors(x: Any) -> Any:
