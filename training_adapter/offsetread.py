@@ -294,8 +294,9 @@ class Gather:
             w = self._views[s, length] = _windows(m, length)
         return w
 
-    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict) -> None:
-        """The same checks for one row ``r`` at position ``i``."""
+    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict, base: int = 0) -> None:
+        """The same checks for one row ``r`` at position ``i``, its .npy at ``o`` in ``m`` (which holds the
+        shard's bytes from ``base`` on)."""
         idx = self.index
         if o + self.want > len(m):
             bad[i] = self._problem(r, "short", have=len(m) - o)
@@ -306,7 +307,7 @@ class Gather:
                 r, "name", got=m[max(0, o - HEADER) : max(0, o - HEADER) + self._name_bytes].tobytes()
             )
         elif self.labels:
-            co, length = int(self._cls_offset[r]), int(self._cls_length[r])
+            co, length = int(self._cls_offset[r]) - base, int(self._cls_length[r])
             got = m[co : co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
             if got != b"%d" % idx.label[r]:
                 bad[i] = self._problem(r, "label", got=got)
@@ -423,27 +424,16 @@ class Gather:
                         offset=int(npy[i]),
                     )
                 continue
-            data = np.frombuffer(blob, np.uint8)
+            data = np.frombuffer(blob, np.uint8)  # the shard's bytes from a (with labels: from the .cls on)
             for i in range(first, stop):
                 r, at = int(rows[i]), int(npy[i]) - a
                 member = data[at : at + want]
-                if not np.array_equal(member[:NPY_HEADER_BYTES], self.header):
-                    bad[i] = self._problem(r, "header")
-                    continue
-                if self.labels:  # the span begins at the .cls, before this header
-                    if not self._name_is(data, r, at):
-                        bad[i] = self._problem(r, "name", got=data[max(0, at - HEADER) :][: self._name_bytes].tobytes())
-                        continue
-                    c, length = int(self._cls_offset[r]) - a, self._cls_length[r : r + 1]
-                    cls = data[c : c + LABEL_BYTES]
-                    if labels_differ(cls[None], length, label_digits(idx.label[r : r + 1]))[0]:
-                        bad[i] = self._problem(r, "label", got=cls[: max(0, int(length[0]))].tobytes())
-                        continue
-                if self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
+                self._check_one(data, r, at, i, bad, base=a)
+                if i not in bad and self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
                     bad[i] = self._problem(r, "checksum")
-                    continue
-                out[len(good)] = member[NPY_HEADER_BYTES:]
-                good.append(i)
+                if i not in bad:
+                    out[len(good)] = member[NPY_HEADER_BYTES:]
+                    good.append(i)
         if bad:
             self._drop(bad)
         self.bytes_read += len(rows) * want
