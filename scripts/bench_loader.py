@@ -22,11 +22,11 @@ epoch; balanced against plain epochs. Our index reader's workers are threads whe
     .venv/bin/python scripts/bench_loader.py [--samples 8192] [--batch 64] [--rounds 5] [--work /tmp/wds-bench]
 
 ``--against TREE`` times, instead, this tree's loader against the one in TREE (a checkout of the
-code before a change) in the same run: train with every option at its default and eval, each
-in its own process per tree, interleaved rounds (every other one in reverse order), medians and
-ratios (with ``--workers 0``, per second of the process's CPU time, which other load on the
-machine disturbs less than wall time); and this tree's ``transform=``
-with a user's torchvision-style crop + flip in plain torch (``UserCropFlip``, ``augment=False``)
+code before a change) in the same run: train with every option at its default and eval, with the
+index reader and with the streaming reader (``reader="stream"``), each in its own process per
+tree, interleaved rounds (every other one in reverse order), medians and ratios (with
+``--workers 0``, per second of the process's CPU time, which other load on the machine disturbs
+less than wall time); and this tree's ``transform=`` with a user's torchvision-style crop + flip in plain torch (``UserCropFlip``, ``augment=False``)
 against the built-in path with the same workers.
 
 ``--main-cpu`` times what the training process itself spends per batch (``time.process_time()`` of
@@ -414,6 +414,8 @@ if mode == "train":
     loader = make_loader(shards, train=True, **kw)
 elif mode == "eval":
     loader = make_loader(shards, train=False, **kw)
+elif mode.startswith("stream-"):
+    loader = make_loader(shards, train=mode == "stream-train", reader="stream", **kw)
 elif mode == "crop-flip":
     loader = make_loader(shards, train=True, augment=dict(vflip=0.0, rot90=False, brightness=0.0, contrast=0.0),
                          **kw)
@@ -536,6 +538,10 @@ def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
         ("after", here, "train"),
         ("before", tree, "eval"),
         ("after", here, "eval"),
+        ("before", tree, "stream-train"),
+        ("after", here, "stream-train"),
+        ("before", tree, "stream-eval"),
+        ("after", here, "stream-eval"),
         ("after", here, "crop-flip"),
         ("after", here, "transform"),
     ]
@@ -570,7 +576,7 @@ def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
     )
     for (who, mode), v in rates.items():
         print(f"  {who:6s} {mode:10s} {med[(who, mode)]:8.0f}  ({min(v):.0f}-{max(v):.0f})")
-    for mode in ("train", "eval"):
+    for mode in ("train", "eval", "stream-train", "stream-eval"):
         print(f"{mode}: after / before = {med[('after', mode)] / med[('before', mode)]:.2f}")
     print(
         f"transform=UserCropFlip (augment=False) / built-in crop + flip = "

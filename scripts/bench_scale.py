@@ -96,7 +96,7 @@ def plain_gets(fs, requests: list[tuple[list[str], list[int], list[int]]], n_sam
 
 def whole_shards(urls: list[str], sizes: list[int], per_call: int) -> list[tuple[list[str], list[int], list[int]]]:
     """Every shard read start to end in ranges of ``MERGE_MAX`` bytes, ``per_call`` per ``cat_ranges`` call."""
-    from training_adapter.gather import MERGE_MAX
+    from training_adapter.offsetread import MERGE_MAX
 
     ranges = [(u, a, min(a + MERGE_MAX, size)) for u, size in zip(urls, sizes) for a in range(0, size, MERGE_MAX)]
     return [
@@ -109,7 +109,7 @@ def loader_requests(url: str, batch: int) -> list[tuple[list[str], list[int], li
     """The ranged reads an eval epoch of the loader makes (``Gather.spans`` of each batch, with the
     default label check): one ``cat_ranges`` call per batch."""
     from training_adapter import make_loader
-    from training_adapter.gather import Gather
+    from training_adapter.offsetread import Gather
 
     ds = make_loader(url, batch_size=batch, train=False, split="train", num_workers=0).dataset
     gather = Gather(ds.index, labels=True)

@@ -395,7 +395,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_cli_exits_non_zero_until_the_limit_is_raised": 1.3,  # in the fast run
         "test_concurrent_saves_of_a_versions_hash_pairs_lose_none": 1.6,  # in the fast run
     },
-    "test_gather.py": {
+    "test_offsetread.py": {
         "test_any_flipped_byte_is_caught_or_harmless": 0.8,  # in the fast run
         "test_object_storage_merges_neighbours_and_checks_as_locally": 1.6,  # in the fast run
     },

@@ -260,7 +260,7 @@ def test_a_failed_batch_gives_its_slot_back(tmp_path, monkeypatch):
     """A transform that raises in a worker: the slot claimed for the batch is free again."""
     from conftest import convert_images
 
-    from training_adapter import collate as collate_module
+    from training_adapter import batch as batch_module
     from training_adapter import make_loader
 
     folder = convert_images(tmp_path, 12, size=8, shard_size=4)
@@ -271,7 +271,7 @@ def test_a_failed_batch_gives_its_slot_back(tmp_path, monkeypatch):
     ld = make_loader(folder, batch_size=4, train=False, num_workers=1, transform=boom)
     ds = ld.dataset
     ds.ring = ring = BatchRing(2, slot_layout(4 * 8 * 8 * 3, 4, False)[2])
-    monkeypatch.setattr(collate_module, "get_worker_info", lambda: object())  # as in a worker
+    monkeypatch.setattr(batch_module, "get_worker_info", lambda: object())  # as in a worker
     rows = ds.index_plan(0, 1, 0)[0]
     with pytest.raises(ValueError, match="a user's transform failed"):
         ds.index_batch(rows, 0, 1, 0)

@@ -94,7 +94,7 @@ DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, i
 def test_device_batches_equal_each_plain_batch_moved_by_hand(folder, opts, dtype, monkeypatch):
     opts = dict(opts)
     if opts.pop("processes", False):  # copy-only workers as processes, as where CUDA is
-        monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)
+        monkeypatch.setattr("training_adapter.shardloader._threads_allowed", lambda: False)
     plain, moved, loader = plain_and_device(folder, dtype=dtype, epochs=2, **opts)
     assert len(plain) == len(moved) > 2 * len(loader) - 1
     k = 3 if loader.dataset.options.on_device else 2
@@ -125,7 +125,7 @@ def test_device_batches_under_the_callers_autocast_equal_the_oracle(folder, opts
     augment_batch, and the workers forked in it) runs under it, and must still give the oracle's pixels."""
     opts = dict(opts)
     if opts.pop("processes", False):
-        monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)
+        monkeypatch.setattr("training_adapter.shardloader._threads_allowed", lambda: False)
     plain = [tuple(x.clone() for x in b) for b in make_loader(folder, batch_size=B, train=True, seed=4, **opts)]
     loader = make_loader(folder, batch_size=B, device="cpu", train=True, seed=4, **opts)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -259,7 +259,7 @@ def test_a_lagging_side_stream_copies_no_batch_out_of_the_ring(folder, persisten
     worker processes, prefetch_factor=1, three epochs: the feed holds no more CPU batches than the ring
     lends (it waits for its oldest copy), so no batch is copied out of its slot (109 of 130 were), and
     every batch equals the plain one moved by hand."""
-    monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
+    monkeypatch.setattr("training_adapter.shardloader._threads_allowed", lambda: False)  # worker processes
     opts = dict(batch_size=B, train=True, num_workers=2, prefetch_factor=1, seed=9, persistent_workers=persistent)
     plain = make_loader(folder, **opts)
     loader = make_loader(folder, device="cpu", **opts)
@@ -291,10 +291,12 @@ def test_the_pinned_ring_lends_every_slot_and_waits_for_each_fence(folder, persi
         fences.ring = made[-1]().ring
         return fences(slot)
 
-    monkeypatch.setattr("training_adapter.loader._threads_allowed", lambda: False)  # worker processes
-    monkeypatch.setattr("training_adapter.loader._cuda_present", lambda: True)  # as where CUDA is
-    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
-    monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
+    monkeypatch.setattr("training_adapter.shardloader._threads_allowed", lambda: False)  # worker processes
+    monkeypatch.setattr("training_adapter.shardloader._cuda_present", lambda: True)  # as where CUDA is
+    monkeypatch.setattr(
+        "training_adapter.shardloader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1
+    )
+    monkeypatch.setattr("training_adapter.shardloader.cuda_fence", fence)
     loader = make_loader(
         folder,
         batch_size=B,
@@ -626,8 +628,10 @@ def test_pin_memory_is_off_unless_asked_without_device(folder, monkeypatch):
         fences.ring = made[-1]().ring
         return fences(slot)
 
-    monkeypatch.setattr("training_adapter.loader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1)
-    monkeypatch.setattr("training_adapter.loader.cuda_fence", fence)
+    monkeypatch.setattr(
+        "training_adapter.shardloader.cuda_register", lambda s, device=None: 0 if fences.register(s) else 1
+    )
+    monkeypatch.setattr("training_adapter.shardloader.cuda_fence", fence)
     for pin, locked in ((None, False), (False, False), (True, True)):
         loader = make_loader(folder, batch_size=B, train=True, num_workers=2, pin_memory=pin)
         made.append(weakref.ref(loader))
@@ -652,7 +656,7 @@ def test_rocm_copies_batches_into_page_locked_memory_instead_of_registering(fold
 
 
 def test_a_ring_larger_than_the_shared_memory_free_is_refused(folder, monkeypatch):
-    monkeypatch.setattr("training_adapter.loader.shared_memory_free", lambda: 2**20)
+    monkeypatch.setattr("training_adapter.shardloader.shared_memory_free", lambda: 2**20)
     loader = make_loader(folder, batch_size=B, train=True, num_workers=2, prefetch_factor=4)
     monkeypatch.setattr(loader, "_slot_bytes", 2**20)  # 1 MB batches
     with pytest.raises(

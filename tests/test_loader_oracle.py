@@ -299,13 +299,13 @@ def test_on_error_skip_in_an_eval_pass(damaged, stored, workers, reader):
 def flipped(folder, tmp_path_factory) -> tuple[Path, set[str]]:
     """The folder with one pixel byte flipped in 7 samples (shard sizes unchanged): damage only the
     npy_xxh3 check sees. Returns the folder and the damaged keys."""
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
     from training_adapter.shardlist import resolve_urls
 
     bad = tmp_path_factory.mktemp("flipped") / str(S)
     shutil.copytree(folder, bad)
     shards = resolve_urls(bad, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     rows = np.random.default_rng(5).choice(len(idx), 7, replace=False)
     for r in rows:
         path = Path(idx.urls[int(idx.shard[r])])

@@ -27,7 +27,7 @@ from test_eval_coverage import tar_keys
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from training_adapter import AugmentConfig, make_loader
-from training_adapter.resume import Span, StreamPlan, epoch_span, replayed, stream_rest, yielded_per_worker
+from training_adapter.resume import Span, StreamPlan, epoch_span, replayed, stream_rest
 from wds_tools.errors import OptionError
 
 B = 7
@@ -627,6 +627,24 @@ class _Tagged(IterableDataset):
     def __iter__(self):
         w = get_worker_info().id
         yield from (w for _ in range(self.planned[w]))
+
+
+def yielded_per_worker(k: int, planned: list[int]) -> list[int]:
+    """The reference for ``replayed``, by hand: batches each worker has handed over after the
+    DataLoader yielded ``k``, taking them round-robin and passing over a worker once it has yielded
+    its ``planned`` batches (it was resume.py's own until replayed's closed form replaced it there)."""
+    got = [0] * len(planned)
+    left = k
+    while left > 0:
+        moved = False
+        for w, p in enumerate(planned):
+            if left and got[w] < p:
+                got[w] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            break
+    return got
 
 
 @pytest.mark.parametrize("planned", [[3, 3], [1, 4, 2], [0, 2, 5]])

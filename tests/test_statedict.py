@@ -169,13 +169,13 @@ INDEX_EDITS = [
     ("samples", 119, r"saved with samples=119, this loader has 120"),
     ("left_out", -1, r"left_out=-1: expected an integer from 0"),
     ("left_out", 10**6, r"left_out=1000000: expected at most 120"),
-    ("batch_size", 0, r"batch_size=0: expected an integer from 1"),
+    ("batch_size", 0, r"batch_size=0: expected a positive integer"),  # the settings: by their options' checks
     ("train", "yes", r"train='yes': expected True or False"),
-    ("drop_last", "no", r"drop_last='no': expected True or False or None"),
-    ("shuffle_buffer", -1, r"shuffle_buffer=-1: expected an integer from 0"),
-    ("epoch_batches", 0, r"epoch_batches=0: expected an integer from 1 .* or None"),
+    ("drop_last", "no", r"drop_last='no': expected True, False or None"),
+    ("shuffle_buffer", -1, r"shuffle_buffer=-1: expected a number of samples >= 0"),
+    ("epoch_batches", 0, r"epoch_batches=0: expected a number of batches >= 1, or None"),
     ("class_weights", 3, r"class_weights=3: expected None, 'balanced' or a \{class: weight\} dict"),
-    ("seed", None, r"seed=None: expected an integer"),
+    ("seed", None, r"seed=None: a NoneType; expected an integer"),
     ("seed", -1, r"seed=-1: expected an integer from 0 to"),  # no loader takes it (options.MAX_SEED)
     ("version", 1, r"state version 1; this loader reads version 2"),
     ("version", "2", r"state version '2'"),

@@ -254,12 +254,12 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
     row's stored pixels as stock tarfile reads them, for runs (eval) and single rows (shuffled)."""
     from oracle import read_stored
 
-    from training_adapter.gather import Gather
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
+    from training_adapter.offsetread import Gather
     from training_adapter.shardlist import resolve_urls
 
     shards = resolve_urls(folder, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     stored = read_stored(sorted(Path(folder).glob("train-*.tar")))
     g = Gather(idx, labels=True)
     for rows in (np.arange(90), np.random.default_rng(0).permutation(90)[:37], np.array([3, 4, 5, 6, 40, 41])):
@@ -271,13 +271,13 @@ def test_located_copies_equal_the_pixels_tarfile_reads(folder):
 
 
 def test_a_damaged_sample_in_a_reader_thread(folder, tmp_path):
-    from training_adapter.indexread import read_sample_index
+    from training_adapter.indexplan import read_sample_index
     from training_adapter.shardlist import resolve_urls
 
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     shards = resolve_urls(bad, split="train")
-    idx = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    idx = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
     r = int(np.flatnonzero(idx.shard == 3)[7])
     name = Path(idx.urls[3]).name
     data = bytearray((bad / name).read_bytes())

@@ -1,13 +1,13 @@
 """training_adapter: streams wds-tools (plain WebDataset) shards into PyTorch at memory speed.
 
-Data flow: ``shardlist`` (which shards) -> either ``indexread`` (with an index: the split's rows
-from samples.npz, each epoch's plan) -> ``gather`` (read each sample by offset) -> ``indexed``
+Data flow: ``shardlist`` (which shards) -> either ``indexplan`` (with an index: the split's rows
+from samples.npz, each epoch's plan) -> ``offsetread`` (read each sample by offset) -> ``indexed``
 (the index reader's batches; ``threads``: reader threads where they only copy), or ``tarread``
-(without: tar -> samples) -> ``streaming`` (the streaming reader's batches) -> ``collate`` (one
-batch, ``augment``: random transforms, ``buffers``: its memory) -> ``loader`` (``make_loader``,
-its ``options``; the workers; ``resume``: where it is in an epoch, ``statedict``: that state
-checked on load). ``mapstyle`` reads one sample at a time by position; ``config`` reads a trainer
-config. Submodules import torch on first use, so ``import training_adapter`` stays light.
+(without: tar -> samples) -> ``streaming`` (the streaming reader's batches) -> ``batch`` (one
+batch, ``augment``: random transforms, ``buffers``: its memory) -> ``shardloader`` (the workers;
+``resume``: where it is in an epoch, ``statedict``: that state checked on load). ``loader``:
+``make_loader`` and ``LoaderOptions``, each option declared once (``options``: how). ``mapstyle``
+reads one sample at a time by position; ``config`` reads a trainer config. Submodules import torch on first use, so ``import training_adapter`` stays light.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ __all__ = [
 _LAZY = {
     "make_loader": "loader",
     "to_device": "loader",
-    "ShardLoader": "loader",
+    "ShardLoader": "shardloader",
     "augment_batch": "augment",
     "AugmentConfig": "augment",
     "sample_params": "augment",
     "load_config": "config",
     "resolve_urls": "shardlist",
     "ShardIndexDataset": "mapstyle",
-    "LoaderOptions": "options",
+    "LoaderOptions": "loader",
 }
 
 

@@ -1,21 +1,8 @@
 """Augment: random per-sample transforms in plain torch, on uint8 images.
 
-Parameters are a pure function of (config, seed, epoch, sample key, source size): the same sample
-gets the same transform in the same epoch whatever the number of workers, ranks or batch order.
-The random resized crop draws as torchvision's ``RandomResizedCrop.get_params`` (``_crop_box``).
-
-Order of operations (both paths): random resized crop -> small affine (rotation, translation,
-scale about the centre) -> horizontal flip -> vertical flip -> ``k`` quarter turns -> colour jitter
-(brightness, contrast, saturation, fused into one per-pixel linear map).
-
-Two ways to apply them:
-
-- ``augment_into`` (per sample, CPU, in the loader's workers): flips and quarter turns folded into
-  one flip and one transpose of the crop, a uint8 bilinear resize written straight into the
-  batch, then the jitter in place (OpenCV when installed, else torch). The affine step is
-  not in this fast path: with ``affine_p > 0`` the loader applies ``augment_batch`` on the CPU.
-- ``augment_batch`` (a whole batch, any device): every geometric step composed into one 2x3 matrix
-  per sample, one ``affine_grid`` + ``grid_sample`` pass, then the fused jitter.
+Parameters are a pure function of (config, seed, epoch, sample key, source size), so workers, ranks
+and batch order change nothing. ``augment_into`` applies them per sample on the CPU, ``augment_batch``
+per batch on any device (the order and the two paths: docs/guide/loader-internals.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Buffers: the memory batches are made in, reused only once nothing the caller holds refers to it.
 
-``BufferPool`` holds the batches made in this process (``num_workers=0``, reader threads);
-``BatchRing`` the shared-memory slots through which worker processes hand batches to the main
-process without a copy, one ring for the loader's lifetime. Both tell from a numpy array's
-reference count whether a tensor made from it is still alive, so a batch the caller keeps is
-never overwritten; the ring also waits, where the main process pins its slots for an
-accelerator, for a ``Fence`` (a CUDA event) that says a copy out of a slot has completed.
+``BufferPool``: this process's batches; ``BatchRing``: the shared-memory slots worker processes hand
+batches over in. Liveness is a numpy array's reference count, and why: docs/guide/loader-internals.md,
+Batch memory.
 """
 
 from __future__ import annotations
@@ -91,14 +88,8 @@ class Fence(Protocol):
 
 
 class BufferPool:
-    """Batch buffers reused once the caller has let go of every tensor made from them.
-
-    A fresh 9.6 MB batch costs a page fault per 4 KB on its first write, about as much as
-    augmenting the batch's samples takes; reusing buffers removes that. A buffer is a numpy array
-    and each batch a ``torch.from_numpy`` view of it: the view's storage holds a reference to the
-    array until the last tensor sharing it (views, slices) is gone, so the array's reference count
-    says, without any private API, when no batch the caller could still read is in it.
-    """
+    """Batch buffers (numpy arrays, each batch a ``torch.from_numpy`` view) reused once the caller has
+    let go of every tensor made from them: eval batches are made at 1/0.85 the rate of a fresh array each."""
 
     def __init__(self, limit: int = 4) -> None:
         self.limit = limit
@@ -133,32 +124,15 @@ class Slot:
 
 
 class BatchRing:
-    """Shared-memory slots through which worker processes hand batches to the main process.
-
-    One ring for the loader's lifetime, shared by all its workers (persistent or not): ``slots``
-    is ``prefetch_factor`` x workers (the batches the DataLoader can have asked for and not yet
-    handed over) plus what the main process may hold (``lend`` lent, ``spare`` waiting on a fence).
-    A worker claims a free slot under a lock, writes the batch's images, labels and params into
-    it and sends only the ``Slot`` (``publish``); the main process lends the slot itself to the
-    caller (``take``: views, no copy) and frees it once no tensor refers to it any more (the
-    reference count of the slot's numpy array) and, where it pins the slots for an accelerator,
-    once the ``Fence`` recorded then has completed: a non-blocking copy the caller issued from the
-    slot may still be reading it. When the caller holds ``lend`` slots already, a batch is copied
-    out and its slot freed at once, so a caller that keeps many batches never starves a worker.
-
-    Each claim carries its iteration's generation: the batches of an iteration that ended (an
-    abandoned epoch: non-persistent workers shut down, or persistent ones reset) that no one will
-    receive are freed (``end``, ``reclaim``), and a worker of one claims no slot any more (it may
-    still be making a batch as its DataLoader shuts it down). A worker that finds no slot free for
-    ``WAIT`` seconds (batches of an abandoned iteration still held) hands its batch over in fresh
-    shared memory instead, and says so in ``waited``; while it waits it looks every ``ALIVE_EVERY``
-    seconds whether the main process is still there. The lock is waited for ``LOCK_WAIT`` seconds
-    at most: a worker killed while holding it would otherwise stop every other one for good.
+    """Shared-memory slots through which worker processes hand batches to the main process, one ring for
+    the loader's lifetime: a worker claims a free slot, writes its batch there and sends the slot's
+    number (``Slot``); the main process lends the slot as views and frees it once no tensor refers to it
+    and its ``Fence``, if any, has completed (the protocol: docs/guide/loader-internals.md, Batch memory).
     """
 
-    WAIT = 2.0
-    ALIVE_EVERY = 1.0
-    LOCK_WAIT = 30.0
+    WAIT = 2.0  # s without a free slot (an abandoned iterator's batches held): fresh shared memory instead
+    ALIVE_EVERY = 1.0  # s between looks, while waiting, at whether the main process is still there
+    LOCK_WAIT = 30.0  # s at most for the lock: a worker killed holding it would stop the others for good
     ENDED = 1024  # ended generations the workers know of: a worker of an older one could claim again
     LEND = 3  # slots lent: the batch a caller holds while it asks for the next, and two more
     SPARE = 2  # slots let go of, waiting on their fence

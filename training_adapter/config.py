@@ -12,37 +12,12 @@ from urllib.parse import urlparse
 from wds_tools.errors import ExtraNotInstalledError, OptionError, install_hint
 
 from .augment import AugmentConfig
-from .loader import ShardLoader, make_loader
+from .loader import LoaderOptions, ShardLoader, make_loader
+from .options import declared
 
 __all__ = ["DatasetConfig", "TrainerConfig", "load_config", "LOADER_KEYS"]
 
-LOADER_KEYS = {
-    "batch_size",
-    "num_workers",
-    "seed",
-    "device_augment",
-    "normalize",
-    "shuffle_buffer",
-    "shuffle_shards",
-    "resampled",
-    "epoch_batches",
-    "drop_last",
-    "on_error",
-    "pin_memory",
-    "persistent_workers",
-    "prefetch_factor",
-    "device",
-    "dtype",
-    "mean",
-    "std",
-    "reader",
-    "subset",
-    "class_weights",
-    "check_samples",
-    "allow_mixed",
-    "allow_partial",
-    "metadata",
-}
+LOADER_KEYS = frozenset(name for name, o in declared(LoaderOptions).items() if o.config)
 """``make_loader`` options a ``dataset`` block may set (``train_urls``, ``val_urls`` and ``augment`` apart)."""
 
 

@@ -1,21 +1,9 @@
 """Device: batches moved to the accelerator ahead of the training step, ready to train on.
 
-``DeviceFeed`` takes the loader's CPU batches and yields them on a device: images normalised (and
-augmented with ``augment_batch`` under ``device_augment``) in the dtype asked, channels-last,
-labels there too. On CUDA each batch's copy and preparation are issued on a side stream one or two
-batches ahead of the one handed over, so they overlap the training step: the training stream waits
-for that batch's ``ready`` event, every tensor handed across is ``record_stream``-ed on it (the
-caching allocator then does not reuse its memory before the training stream is done with it), and
-each CPU batch is held until the event recorded after its copy has completed (its memory, a
-``buffers.BatchRing`` slot, is written again only after). ``Streams`` is all that differs between
-devices: on CUDA, the side stream and its events (``CudaStreams``); elsewhere the work is done when
-issued, so the same code runs, and is tested, on the CPU. ``to_device`` moves one batch by hand, in
-the current stream.
-
-``cuda_register`` and ``cuda_fence`` are what ``BatchRing.pin`` needs on CUDA: ``cudaHostRegister``
-of a slot's shared memory on the feed's device (as ``torch.cuda._pin_memory_utils`` and FFCV's
-pre-allocated pinned buffers do), undone when the storage is freed once every device with a CUDA
-context has finished its queued work, and events on the current stream of each such device.
+``DeviceFeed`` copies and prepares each batch on a side stream ahead of the step (``Streams``: all
+that differs between devices, so the same code runs on the CPU); ``to_device`` moves one batch by
+hand; ``cuda_register`` and ``cuda_fence`` page-lock the ring's slots and fence their reuse
+(docs/guide/loader-internals.md, Workers).
 """
 
 from __future__ import annotations
@@ -210,7 +198,7 @@ def streams_for(device: torch.device) -> Streams:
 
 
 class DeviceFeed:
-    """The loader's batches on ``device``, ``ahead`` batches copied and prepared ahead (see the module docstring).
+    """The loader's batches on ``device``, ``ahead`` batches copied and prepared ahead (docs/guide/loader-internals.md).
 
     At most ``hold`` CPU batches are held for their copies as the next is asked for: when the side
     stream lags that far behind, the feed waits for the oldest copy (the loader's ring lends no more

@@ -1,9 +1,7 @@
-"""Indexed: samples.npz -> epoch plan -> batches read by offset, for shards an index lists.
+"""Indexed: the index reader's batch dataset, for shards an index lists.
 
-The split's rows come from ``indexread`` (``select``: a subset; ``class_shares``: class weights),
-each epoch's order and its batches per rank and worker from ``epoch_order`` and ``deal``, and each
-batch's pixels from ``gather.Gather`` (by offset, checked against the index); ``collate`` makes
-the batch. No tar header is parsed on the way.
+Rows from ``indexplan`` (subset, class shares, each epoch's plan), pixels from ``offsetread``, the
+batch from ``batch.collate``; no tar header is parsed on the way.
 """
 
 from __future__ import annotations
@@ -11,20 +9,22 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wds_tools.errors import OptionError, ShardError
 from wds_tools.format.transport import is_local
 
+from .batch import Batch, BatchDataset
 from .buffers import BufferPool
-from .collate import Batch, BatchDataset
-from .gather import Gather
-from .indexread import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
-from .options import LoaderOptions
+from .indexplan import SampleIndex, class_shares, deal, epoch_order, read_sample_index, select
+from .offsetread import Gather
 from .resume import Span, epoch_span
 from .shardlist import ShardList, WorkerInfo
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["IndexedDataset", "metadata_columns", "metadata_batch"]
 
@@ -77,9 +77,9 @@ class IndexedDataset(BatchDataset):
 
     def __init__(self, shards: ShardList, options: LoaderOptions) -> None:
         super().__init__(shards, options)
-        if shards.meta is None or shards.index_base is None or shards.names is None:
+        if shards.info is None or shards.index_base is None or shards.names is None:
             raise OptionError("the index reader needs shards an index.json lists")
-        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        self.index = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
         self.rows = select(self.index, options.subset)  # the index rows of the subset
         damaged = self.index.damaged_shards()
         if damaged and options.on_error == "raise":
@@ -112,12 +112,9 @@ class IndexedDataset(BatchDataset):
         return other
 
     def rank_samples(self, world: int, rank: int = 0) -> int:
-        """Rows of the selection that ``rank`` reads per epoch (``indexread.rank_rows``), before
+        """Rows of the selection that ``rank`` reads per epoch (``indexplan.rank_rows``), before
         ``epoch_batches`` (without resampling)."""
-        n = len(self.rows)
-        if world == 1:
-            return n
-        return n // world + (rank < n % world) if self.options.covers else n // world
+        return Span(0, len(self.rows)).rank_rows(world, rank, self.options.covers)
 
     def full_batches(self, world: int, rank: int = 0) -> int:
         """Batches of ``rank`` of the whole selection, before ``epoch_batches`` (without resampling)."""
@@ -176,45 +173,37 @@ class IndexedDataset(BatchDataset):
     def index_plan(self, rank: int, world: int, epoch: int, worker: int = 0, num_workers: int = 1) -> list[np.ndarray]:
         """The index rows of each batch of this worker of ``rank`` in ``epoch`` (pure in those and
         the options): the epoch's order dealt to ranks, cut into batches, batch j to worker j % num_workers."""
-        o, B = self.options, self.options.batch_size
-        span = self.resumed(epoch)
-        draws = self._resampled_batches(world) * B * world if o.resampled else None
-        if isinstance(span, Span):  # the rest of an interrupted epoch (resume.py): its order, from where it stopped
-            draws = span.draws
+        o = self.options
+        span = self.resumed(epoch)  # a Span: the rest of an interrupted epoch (resume.py), from where it stopped
+        rest = isinstance(span, Span)
         # shuffle in train mode unless every shuffle was switched off
         shuffle = o.train and (o.shuffles_shards or o.buffer > 1)
+        draws = span.draws if rest else self._draws(world)
         order = epoch_order(
             self.rows, self.index.label, seed=o.seed, epoch=epoch, shuffle=shuffle, shares=self.shares, draws=draws
         )
-        if isinstance(span, Span):
-            return deal(
-                order[span.start : span.end],
-                batch_size=B,
-                rank=rank,
-                world=world,
-                num_workers=num_workers,
-                drop_last=o.drops_last,
-                cover=o.covers,
-            )[worker]
         return deal(
-            order,
-            batch_size=B,
+            order[span.start : span.end] if rest else order,
+            batch_size=o.batch_size,
             rank=rank,
             world=world,
             num_workers=num_workers,
             drop_last=o.drops_last,
-            max_batches=None if o.resampled else o.epoch_batches,
+            max_batches=None if o.resampled or rest else o.epoch_batches,
             cover=o.covers,
         )[worker]
 
+    def _draws(self, world: int) -> int | None:
+        """The rows a resampled epoch draws for ``world`` ranks (None: not resampled)."""
+        return self._resampled_batches(world) * self.options.batch_size * world if self.options.resampled else None
+
     def epoch_span(self, world: int) -> Span:
         """The positions of the epoch's row sequence that ``world`` ranks read in a whole epoch (``resume``)."""
-        o, B = self.options, self.options.batch_size
-        draws = self._resampled_batches(world) * B * world if o.resampled else None
+        o, draws = self.options, self._draws(world)
         return epoch_span(
             len(self.rows) if draws is None else draws,
             world=world,
-            batch_size=B,
+            batch_size=o.batch_size,
             drop_last=o.drops_last,
             max_batches=None if o.resampled else o.epoch_batches,
             draws=draws,

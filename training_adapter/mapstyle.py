@@ -1,7 +1,7 @@
 """Map-style: one sample at a time by position, through the index, for any sampler.
 
-``ShardIndexDataset`` reads a split's rows from samples.npz (``indexread``) and each item by
-offset (``gather``): no epoch plan, no batches; a ``DataLoader`` with a sampler of the caller's
+``ShardIndexDataset`` reads a split's rows from samples.npz (``indexplan``) and each item by
+offset (``offsetread``): no epoch plan, no batches; a ``DataLoader`` with a sampler of the caller's
 choice batches them.
 """
 
@@ -14,8 +14,8 @@ import torch
 
 from wds_tools.errors import OptionError, ShardError
 
-from .gather import Gather
-from .indexread import Subset, read_sample_index, readable_by_offset, select
+from .indexplan import Subset, read_sample_index, readable_by_offset, select
+from .offsetread import Gather
 from .shardlist import resolve_urls
 
 __all__ = ["ShardIndexDataset"]
@@ -61,7 +61,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
     ) -> None:
         shards = resolve_urls(path, split=split, allow_partial=allow_partial)
         if (
-            shards.meta is None
+            shards.info is None
             or shards.index_base is None
             or shards.names is None
             or not all(readable_by_offset(u) for u in shards.urls)
@@ -70,7 +70,7 @@ class ShardIndexDataset(torch.utils.data.Dataset):
                 f"{path}: ShardIndexDataset needs shards listed in an index.json, local or in object "
                 f"storage; point it at the shards folder or its index.json"
             )
-        self.index = read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+        self.index = read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
         damaged = self.index.damaged_shards()
         if damaged:
             raise ShardError(damaged[0].problem)

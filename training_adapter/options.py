@@ -1,185 +1,189 @@
-"""Options: what a loader reads and how it batches, as one frozen object validated once.
+"""Options: how a loader option is declared (``option``) and checked, and the checks they share.
 
-``make_loader`` takes them as keywords and builds a ``LoaderOptions``; the batch datasets
-(``streaming``, ``indexed``) take it whole. How the batches are run (workers, pinning, prefetch)
-stays with ``loader.ShardLoader``; where the shards are, with ``shardlist.resolve_urls``.
+``loader.LoaderOptions`` declares each of ``make_loader``'s keywords once, as a field whose
+``option`` says how its value is checked, whether it decides which sample comes when (a resume
+state records it and refuses another value) and whether a trainer config may set it; the
+signature, the config keys and the resume settings are derived from, or tested against, that.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import multiprocessing
+import numbers
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import MISSING, dataclass
 from typing import Any
 
+import numpy as np
+
 from wds_tools.errors import OptionError
-from wds_tools.format.tar import DEFAULT_CHUNK
 
-from .augment import AugmentConfig
-from .indexread import ClassWeights, Subset
-
-__all__ = ["LoaderOptions", "READERS", "ON_ERROR", "MAX_SEED"]
-
-READERS = ("auto", "index", "stream")
-"""The values of ``reader=``."""
-ON_ERROR = ("raise", "skip")
-"""The values of ``on_error=``."""
-
+__all__ = [
+    "Option",
+    "Refused",
+    "option",
+    "declared",
+    "check_all",
+    "integer",
+    "flag",
+    "choice",
+    "text",
+    "function",
+    "rgb",
+    "names",
+    "context",
+    "MAX_SEED",
+]
 
 MAX_SEED = (1 << 63) - 1
 """The largest ``seed``: a state records it as an int64, and numpy's generators take no negative one."""
 
 
-def _seed(seed: Any) -> int:
-    """``seed`` as an ``int`` from 0 to ``MAX_SEED``: any integer (a numpy integer, a 0-d integer array or
-    tensor), not a bool, float or string; an ``OptionError`` naming it otherwise."""
-    kind = str(getattr(seed, "dtype", type(seed).__name__))
-    try:
-        value = None if "bool" in kind or getattr(seed, "ndim", 0) != 0 else operator.index(seed)
-    except TypeError:
-        value = None
-    if value is None or not 0 <= value <= MAX_SEED:
-        got = f"{seed!r}" if value is None or value == seed else f"{seed!r} ({value})"
-        dtype, shape = getattr(seed, "dtype", None), tuple(getattr(seed, "shape", ()))
-        if dtype is None:
-            what = f"a {type(seed).__name__}"
-        elif type(seed).__module__ == "numpy" and not shape and type(seed).__name__ != "ndarray":
-            what = f"a numpy {dtype}"
-        else:
-            what = f"a {type(seed).__name__} of {dtype}" + (f", shape {shape}" if shape else "")
-        why = what if value is None else "out of range"
-        raise OptionError(f"seed={got}: {why}; expected an integer from 0 to 2**63 - 1")
-    return value
+class Refused(ValueError):
+    """A value a check refuses; its message says why and what was expected (``a bool; expected ...``)."""
+
+
+Check = Callable[[Any], Any]  # a value -> the value as the loader keeps it; Refused (or an OptionError) if bad
 
 
 @dataclass(frozen=True)
-class LoaderOptions:
-    """``make_loader``'s reading and batching keywords (see its docstring), checked on creation.
+class Option:
+    """One option's declaration beside its field: ``check``; ``order``, whether it decides which
+    sample comes when (recorded in a resume state, another value refused on load); ``config``, whether
+    a trainer config's ``dataset`` block may set it; ``none_default``, whether None stands for the default."""
 
-    The fields hold what was asked; the properties below say what applies, since evaluation
-    (``train=False``) neither augments nor shuffles and keeps a short last batch by default.
-    """
+    check: Check
+    order: bool = False
+    config: bool = True
+    none_default: bool = False
 
-    batch_size: int
-    train: bool
-    seed: int = 0
-    augment: AugmentConfig | bool | None = None
-    device_augment: bool = False
-    normalize: bool = False
-    shuffle_buffer: int = 1000
-    shuffle_shards: bool = True
-    resampled: bool = False
-    epoch_batches: int | None = None
-    drop_last: bool | None = None
-    on_error: str = "raise"
-    return_keys: bool = False
-    read_size: int = DEFAULT_CHUNK
-    reader: str = "auto"
-    subset: Subset = None
-    class_weights: ClassWeights | None = None
-    check_samples: bool | str = "labels"
-    allow_mixed: bool = False
-    transform: Callable[[Any], Any] | None = None
-    batch_transform: Callable[[Any, Any], Any] | None = None
-    metadata: tuple[str, ...] = ()
+    def checked(self, name: str, value: Any) -> Any:
+        """``value`` as kept, or an ``OptionError`` naming ``name``, the value and what was expected."""
+        try:
+            return self.check(value)
+        except Refused as e:
+            raise OptionError(f"{name}={value!r}: {e}") from None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "seed", _seed(self.seed))
-        a = self.augment
-        if not (a is None or isinstance(a, (bool, AugmentConfig))):
-            what = "a function" if callable(a) else f"a {type(a).__name__}"
-            raise OptionError(
-                f"augment={a!r} is {what}; augment takes the built-in augmentation's settings (an "
-                f"AugmentConfig or a mapping of them), None or True (the defaults) or False (none). "
-                f"To apply your own function to each sample pass it as transform= (with augment=False "
-                f"to replace the built-in one, e.g. transform=torchvision.transforms.v2.RandAugment())"
-                f", or to whole batches as batch_transform="
-            )
-        for name in ("transform", "batch_transform"):
-            if getattr(self, name) is not None and not callable(getattr(self, name)):
-                raise OptionError(f"{name}={getattr(self, name)!r}: expected a function (or a callable module)")
-        if self.transform is not None and self.device_augment:
-            raise OptionError(
-                "transform= runs in the workers after the built-in augmentation, which "
-                "device_augment=True leaves to the accelerator; drop device_augment, or pass "
-                "augment=False and apply your transform yourself after augment_batch"
-            )
-        if isinstance(self.metadata, str) or not all(isinstance(m, str) for m in self.metadata):
-            raise OptionError(
-                f"metadata={self.metadata!r}: expected a list of column names, e.g. ['age', 'sex', 'localization']"
-            )
-        object.__setattr__(self, "metadata", tuple(self.metadata))
-        if self.check_samples not in (True, False, "labels"):
-            raise OptionError(
-                f"check_samples={self.check_samples!r}: expected 'labels' (the default), True (labels "
-                f"and pixels) or False"
-            )
-        b = self.batch_size
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise OptionError(f"batch_size={b!r}: expected a positive integer")
-        if self.on_error not in ON_ERROR:
-            raise OptionError(f"on_error={self.on_error!r}: expected 'raise' or 'skip'")
-        if not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0:
-            raise OptionError(f"shuffle_buffer={self.shuffle_buffer!r}: expected a number of samples >= 0")
-        if self.reader not in READERS:
-            raise OptionError(f"reader={self.reader!r}: expected 'auto', 'index' or 'stream'")
-        for name in ("train", "resampled", "shuffle_shards"):
-            if not isinstance(getattr(self, name), bool):
-                raise OptionError(f"{name}={getattr(self, name)!r}: expected True or False")
-        if self.drop_last is not None and not isinstance(self.drop_last, bool):
-            raise OptionError(
-                f"drop_last={self.drop_last!r}: expected True, False or None (the default: "
-                f"True in training, False in evaluation)"
-            )
-        e = self.epoch_batches
-        if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < 1):
-            raise OptionError(f"epoch_batches={e!r}: expected a number of batches >= 1, or None")
 
-    @cached_property  # once: collate asks for every batch
-    def augmentation(self) -> AugmentConfig | None:
-        """The built-in augmentation applied: ``augment`` (default settings when None or True) in
-        training unless it is False, else none."""
-        if not self.train or self.augment is False:
+def option(
+    default: Any = MISSING, *, check: Check, order: bool = False, config: bool = True, none_default: bool = False
+) -> Any:
+    """A dataclass field declaring an option (see ``Option``); no default: required."""
+    return dataclasses.field(default=default, metadata={"option": Option(check, order, config, none_default)})
+
+
+def declared(options: Any) -> dict[str, Option]:
+    """Each option a dataclass (or an instance of one) declares, by name, in declaration order."""
+    return {f.name: f.metadata["option"] for f in dataclasses.fields(options)}
+
+
+def check_all(options: Any) -> None:
+    """Check each declared field of the frozen dataclass instance ``options``, keeping its value as checked
+    (None for the field's default where ``none_default``)."""
+    for f in dataclasses.fields(options):
+        o, value = f.metadata["option"], getattr(options, f.name)
+        kept = f.default if value is None and o.none_default else o.checked(f.name, value)
+        object.__setattr__(options, f.name, kept)
+
+
+def _kind(v: Any) -> str:
+    """What ``v`` is, for a message: ``a str``, ``a numpy float64``, ``a Tensor of torch.int64, shape (1,)``."""
+    dtype, shape = getattr(v, "dtype", None), tuple(getattr(v, "shape", ()))
+    if dtype is None:
+        return f"a {type(v).__name__}"
+    if type(v).__module__ == "numpy" and not shape and type(v).__name__ != "ndarray":
+        return f"a numpy {dtype}"
+    return f"a {type(v).__name__} of {dtype}" + (f", shape {shape}" if shape else "")
+
+
+def integer(lo: int, hi: int = MAX_SEED, *, expected: str, none: bool = False) -> Check:
+    """Any integer from ``lo`` to ``hi`` as an ``int`` (numpy integers, 0-d integer arrays and tensors
+    included: a config or a numpy computation gives those), not a bool, float or string; None too if ``none``."""
+
+    def check(v: Any) -> int | None:
+        if v is None and none:
             return None
-        return self.augment if isinstance(self.augment, AugmentConfig) else AugmentConfig()
+        kind = str(getattr(v, "dtype", type(v).__name__))
+        try:  # operator.index: what numpy and torch allow as an index, i.e. integers only
+            value = None if "bool" in kind or getattr(v, "ndim", 0) != 0 else operator.index(v)
+        except TypeError:
+            value = None
+        if value is None:
+            raise Refused(f"{_kind(v)}; expected {expected}")
+        if not lo <= value <= hi:
+            raise Refused(f"expected {expected}")
+        return value
 
-    @property
-    def on_device(self) -> bool:
-        """Whether batches come with augmentation parameters for ``augment_batch`` on the accelerator."""
-        return self.device_augment and self.train
+    return check
 
-    @property
-    def buffer(self) -> int:
-        """The streaming reader's shuffle buffer in samples (0 in evaluation)."""
-        return self.shuffle_buffer if self.train else 0
 
-    @property
-    def shuffles_shards(self) -> bool:
-        """Whether the shard order is shuffled (training only)."""
-        return self.shuffle_shards and self.train
+def flag(*, none: bool = False, expected: str | None = None) -> Check:
+    """True or False (a numpy bool as a bool); None too if ``none``."""
+    says = expected or ("True, False or None" if none else "True or False")
 
-    @property
-    def drops_last(self) -> bool:
-        """Whether a short last batch is dropped (``drop_last``; by default in training only)."""
-        return self.train if self.drop_last is None else self.drop_last
+    def check(v: Any) -> bool | None:
+        if v is None and none:
+            return None
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        raise Refused(f"expected {says}")
 
-    @property
-    def covers(self) -> bool:
-        """Whether an epoch holds every sample once across the ranks (evaluation, without resampling):
-        ranks then differ by at most one sample (index reader) or by their shards (streaming)."""
-        return not self.train and not self.resampled
+    return check
 
-    @property
-    def needs_index(self) -> list[str]:
-        """The options set that only the index reader takes (for the message refusing them)."""
-        needs = [
-            name
-            for name, v in (
-                ("subset", self.subset),
-                ("class_weights", self.class_weights),
-                ("metadata", self.metadata or None),
-            )
-            if v is not None
-        ]
-        return needs + (["check_samples=True"] if self.check_samples is True else [])  # "labels": where there is one
+
+def choice(*values: Any, expected: str | None = None) -> Check:
+    """One of ``values``, of the same type (so 1 is not True)."""
+    shown = [repr(c) for c in values]
+    says = expected or (", ".join(shown[:-1]) + " or " + shown[-1] if len(shown) > 1 else shown[0])
+
+    def check(v: Any) -> Any:
+        if any(v == c and type(v) is type(c) for c in values):
+            return v
+        raise Refused(f"expected {says}")
+
+    return check
+
+
+def text(v: Any) -> str | None:
+    """A string, or None."""
+    if v is None or isinstance(v, str):
+        return v
+    raise Refused(f"{_kind(v)}; expected a string or None")
+
+
+def function(v: Any) -> Any:
+    """A callable (a function or a callable module), or None."""
+    if v is None or callable(v):
+        return v
+    raise Refused("expected a function (or a callable module)")
+
+
+def rgb(v: Any) -> tuple[float, ...] | None:
+    """Three finite numbers (R, G, B), or None."""
+    if v is None:
+        return None
+    good = isinstance(v, Collection) and not isinstance(v, (str, bytes, Mapping)) and len(v) == 3
+    if good and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) for x in v):
+        return tuple(float(x) for x in v)
+    raise Refused("expected three numbers (R, G, B, in 0-1 units), or None")
+
+
+def names(v: Any) -> tuple[str, ...]:
+    """A list of strings, as a tuple."""
+    if isinstance(v, Collection) and not isinstance(v, (str, bytes, Mapping)) and all(isinstance(m, str) for m in v):
+        return tuple(v)
+    raise Refused("expected a list of column names, e.g. ['age', 'sex', 'localization']")
+
+
+def context(v: Any) -> Any:
+    """A multiprocessing start method's name, a context (``multiprocessing.get_context(...)``), or None."""
+    if v is None or (isinstance(v, str) and v in multiprocessing.get_all_start_methods()):
+        return v
+    if not isinstance(v, str) and callable(getattr(v, "get_start_method", None)):
+        return v
+    raise Refused(
+        f"expected one of {', '.join(map(repr, multiprocessing.get_all_start_methods()))}, a context, or None"
+    )

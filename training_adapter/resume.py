@@ -1,33 +1,8 @@
-"""Resume: where a loader is in an epoch, as a small dict, and the rest of that epoch planned from it.
+"""Resume: where a loader is in an epoch (``Resumable.state_dict``), and the rest of that epoch planned from it.
 
-Index reader. An epoch is one sequence of rows (``indexread.epoch_order``, pure in seed and epoch)
-that ``indexread.deal`` cuts for R ranks: rank r reads positions r, r+R, r+2R, ... in batches of B.
-After k batches on every rank (or all that a rank has) the positions read are a prefix of the
-sequence, the same on every rank: rank 0's state is every rank's. In training ranks advance in
-lockstep and the prefix is ``[0, R * min(k * B, per))``; in evaluation (``cover``: every row once,
-the first ``len % R`` ranks one more) it is ``[0, min(len, R * k * B))``, and the epoch ends with
-rank 0's last batch, the most of any rank. An epoch is a ``Span`` of the sequence, ``[start, end)``;
-a resumed epoch deals the rest, ``[position, end)``, by the same rule to the ranks and workers there
-are now. Same ranks: exactly the batches the uninterrupted run would have yielded. Other ranks
-(elastic): each remaining sample once in evaluation; in training at most once, the deal leaving out
-the last ``(end - position) % R`` rows and ``drop_last`` a short batch, as in any epoch, and
-``Span.left_out`` counts them.
-
-Streaming reader. Worker w of rank r reads its shards in order through the shuffle buffer (n
-samples), its draws seeded by (seed, epoch, rank, w); the DataLoader takes the workers' batches
-round-robin, passing over a worker that has yielded all its batches. On the same ranks and workers
-a resumed epoch is exact (``StreamReplay``): each worker replays its stream from the epoch's start,
-makes again the batches it had yielded (read and drawn, not collated) and drops them, then yields
-the rest; the workers are rotated so that the DataLoader's round-robin goes on where it stopped.
-The cost: each worker reads again the samples it had pulled before the stop (its batches' and its
-buffer's). On other ranks or workers (elastic) no worker's stream can be replayed: ``stream_rest``
-deals the shards no worker opened to the new readers; the samples of opened shards not yet yielded
-(the buffer's, the rest of the shard being read) would be lost, so ``load_state_dict`` refuses such
-a state, naming how many (``Resumable._check_stream``); a state whose readers had opened no shard
-beyond what they yielded resumes elastically, each remaining sample at most once.
-
-What a state holds and what loading refuses: ``statedict``. Pure functions; ``loader.ShardLoader``
-holds the state.
+Index reader: a ``Span`` of the epoch's row sequence; streaming reader: a ``StreamReplay`` on the same
+readers, or ``stream_rest`` on others. Pure functions but ``Resumable``; ``statedict`` checks a state
+on load. What is exact, elastic or refused, and why: docs/guide/loader-internals.md, Resume.
 """
 
 from __future__ import annotations
@@ -44,7 +19,7 @@ import xxhash
 from wds_tools.errors import OptionError
 from wds_tools.format.ranks import deal
 
-from .shardlist import worker_info
+from .shardlist import cut_to, rank_world
 from .statedict import (
     STATE_VERSION,
     check_plan,
@@ -66,7 +41,6 @@ __all__ = [
     "StreamRest",
     "StreamReplay",
     "replayed",
-    "yielded_per_worker",
     "stream_rest",
     "resampled_rest",
     "Resumable",
@@ -79,14 +53,14 @@ log = logging.getLogger("training_adapter")
 class Span:
     """An epoch of the index reader: positions ``[start, end)`` of its row sequence (``draws`` rows
     drawn when resampled, else None). ``cover`` (evaluation): every row once across the ranks, the
-    first ``len % world`` ranks one more (``indexread.rank_rows``), so rank 0 has the most."""
+    first ``len % world`` ranks one more (``indexplan.rank_rows``), so rank 0 has the most."""
 
     start: int
     end: int
     draws: int | None = None
 
     def rank_rows(self, world: int, rank: int = 0, cover: bool = False) -> int:
-        """Rows of the span ``rank`` reads before cutting into batches (``indexread.deal``'s rule)."""
+        """Rows of the span ``rank`` reads before cutting into batches (``indexplan.deal``'s rule)."""
         n = self.end - self.start
         if world == 1:
             return n
@@ -154,26 +128,10 @@ class StreamPlan:
         return cls([[[int(i) for i in w] for w in r] for r in d["shards"]], [[int(b) for b in r] for r in d["batches"]])
 
 
-def yielded_per_worker(k: int, planned: Sequence[int]) -> list[int]:
-    """Batches each worker has handed over after the DataLoader yielded ``k``: it takes them
-    round-robin, passing over a worker once it has yielded its ``planned`` batches."""
-    got = [0] * len(planned)
-    left = k
-    while left > 0:
-        moved = False
-        for w, p in enumerate(planned):
-            if left and got[w] < p:
-                got[w] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            break
-    return got
-
-
 def replayed(k: int, planned: Sequence[int]) -> tuple[list[int], int]:
-    """``yielded_per_worker`` in closed form (a state may claim many batches), and the worker the
-    DataLoader asks next: the one after the last that yielded (0 before any)."""
+    """Batches each worker has handed over after the DataLoader yielded ``k`` (it takes them round-robin,
+    passing over a worker once it has yielded its ``planned`` batches), in closed form (a state may claim
+    many), and the worker it asks next: the one after the last that yielded (0 before any)."""
     k = max(0, min(k, sum(planned)))
     lo, hi = 0, max(planned, default=0)
     while lo < hi:  # the most whole rounds R with sum(min(p, R)) <= k
@@ -198,7 +156,7 @@ def replayed(k: int, planned: Sequence[int]) -> tuple[list[int], int]:
 class StreamReplay:
     """A streamed epoch resumed on the ranks and workers it stopped on: ``batches`` (every rank's, or
     all a rank has) of ``base`` (a resumed epoch's plan; None: the epoch's own) were yielded, and each
-    worker replays its stream past them (see the module docstring)."""
+    worker replays its stream past them (docs/guide/loader-internals.md)."""
 
     base: StreamPlan | None
     batches: int
@@ -212,11 +170,7 @@ def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool
         return [[c // B if drop_last else -(-c // B) for c in ranks] for ranks in per_worker_samples]
     full = [[c // B for c in ranks] for ranks in per_worker_samples]
     quota = min(sum(f) for f in full)
-    for mine in full:
-        while sum(mine) > quota:  # cut the worker with the most batches (the last one on ties)
-            w = max(range(len(mine)), key=lambda i: (mine[i], i))
-            mine[w] -= 1
-    return full
+    return [cut_to(f, quota) for f in full]
 
 
 @dataclass(frozen=True)
@@ -250,7 +204,7 @@ def stream_rest(
     rest: list[list[list[int]]] = []
     skipped = 0
     for shards, planned in zip(old.shards, old.batches):
-        got = yielded_per_worker(k, planned)
+        got = replayed(k, planned)[0]
         mine: list[list[int]] = []
         for w, own in enumerate(shards):
             if got[w] >= planned[w]:  # done: what it did not yield was never in the epoch's batches
@@ -297,22 +251,8 @@ class Resumable:
     ``torch.save``). It is the same on every rank once every rank has yielded the same number of
     batches (or all it has): save rank 0's at such a point (a training step; in evaluation, a barrier).
     ``load_state_dict`` before iterating makes the next iteration the rest of the saved epoch
-    (``set_epoch`` to another epoch drops it); see the module docstring for what is exact and what is
-    refused.
-
-    Fields (``statedict`` checks each on load): ``kind``, ``version``, ``reader`` (index or stream);
-    the settings that decide which sample comes when, as given to ``make_loader``: ``seed``,
-    ``batch_size``, ``train``, ``shuffle_shards``, ``shuffle_buffer``, ``drop_last``, ``resampled``,
-    ``epoch_batches`` (compared on load); the dataset: ``shards`` and ``shards_xxh3`` (xxh3-64 of each
-    shard's index entry, name, samples, bytes and sha256; without one index listing them all, of
-    their names and sample counts); ``epoch`` (the epoch to continue), ``world`` (its ranks). Index:
-    ``class_weights`` and ``shares_xxh3`` (the class shares they give), ``samples`` and ``rows_xxh3``
-    (the selection: its keys and labels in index order), ``position`` and ``end`` (the rest of the
-    epoch's row sequence; ``end`` None: the whole epoch), ``draws`` (resampled: the sequence's
-    length), ``left_out`` (rows of this resumed epoch no new rank reads). Stream: ``workers``,
-    ``batches`` (every rank's, so far), ``plan`` (a resumed epoch's shards and batches per rank and
-    worker, else None), ``skipped`` (samples of begun shards not yielded, this epoch: 0 since a state that
-    would lose any is refused; states saved before may hold some).
+    (``set_epoch`` to another epoch drops it). What is exact, what is refused, and the state's fields:
+    docs/guide/loader-internals.md, Resume.
     """
 
     dataset: Any
@@ -336,12 +276,12 @@ class Resumable:
         """xxh3-64 of the shards' index entries (name, samples, bytes, sha256), in the order read; without
         one index listing them all, of their names and sample counts."""
         shards = self.dataset.shards
-        listed = {e["name"]: e for e in shards.meta["shards"]} if shards.meta and shards.names else None
+        listed = {e.name: e for e in shards.info.shards} if shards.info and shards.names else None
         h = xxhash.xxh3_64()
         for i, url in enumerate(shards.urls):
             if listed is not None and shards.names is not None:
                 e = listed[shards.names[i]]
-                line = f"{e['name']}\t{e.get('samples')}\t{e.get('bytes')}\t{e.get('sha256')}\n"
+                line = f"{e.name}\t{e.samples}\t{e.bytes}\t{e.sha256}\n"
             else:
                 line = f"{url.rsplit('/', 1)[-1]}\t{shards.counts[i] if shards.counts else None}\n"
             h.update(line.encode())
@@ -354,7 +294,7 @@ class Resumable:
         return None if shares is None else xxhash.xxh3_64_intdigest(np.ascontiguousarray(shares, "<f8").tobytes())
 
     def _where(self) -> tuple[int, int, int]:
-        rank, world = self.dataset.rank_world or _rank_world()
+        rank, world = self.dataset.rank_world or rank_world()
         return rank, world, max(1, self.num_workers)
 
     def state_dict(self) -> dict[str, Any]:
@@ -412,7 +352,7 @@ class Resumable:
         an ``OptionError`` naming the field or setting where it cannot continue exactly (``statedict``)."""
         ds, o = self.dataset, self.dataset.options
         reader = "index" if ds.index is not None else "stream"
-        checked = check_state(state, reader=reader)
+        checked = check_state(state, o, reader=reader)
         check_settings(checked, o, reader=reader)
         fix = "resume with the dataset and split the interrupted run read (a re-conversion is another dataset)"
         same(checked, "shards", len(ds.shards), fix)
@@ -614,8 +554,3 @@ class Resumable:
 
 def _hex(v: Any) -> str:
     return f"{v:#018x}" if isinstance(v, int) else repr(v)
-
-
-def _rank_world() -> tuple[int, int]:
-    where = worker_info()
-    return where.rank, where.world

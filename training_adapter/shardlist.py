@@ -1,13 +1,9 @@
-"""Shard list: which shards a loader reads, and which of them each rank and worker reads per epoch.
+"""Shard list: which shards a loader reads, and which of them each rank and worker streams per epoch.
 
-URLs follow webdataset's conventions: brace patterns (``train-{000000..000041}.tar``), several
-patterns joined with ``::``, ``pipe:`` and ``http(s)://`` URLs passed through to ``gopen``. A wds-tools
-shards folder or its ``index.json`` (local, object storage or http) is accepted in place of a
-pattern; it, or the index beside a pattern's shards, also gives the samples per shard (for equal
-batch counts across ranks) and the pixel mean/std. ``wds_tools.format.resolve`` resolves them, and
-refuses shards of different datasets and patterns naming part of a split (``format.mixing``).
-
-The epoch plan is a pure function of (sample counts, seed, epoch, rank, world size, workers).
+URLs follow webdataset's conventions (brace patterns, ``::``, ``pipe:``, http(s)); a shards folder or
+its index.json also gives the sample counts (equal batches across ranks) and mean/std
+(``wds_tools.format.resolve``). The epoch plan is a pure function of (counts, seed, epoch, rank,
+world, workers).
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from wds_tools.errors import OptionError
+from wds_tools.format.model import IndexMeta, parse
 from wds_tools.format.ranks import deal
 from wds_tools.format.resolve import resolve
 
@@ -32,6 +29,7 @@ __all__ = [
     "plan_epoch",
     "plan_grid",
     "worker_info",
+    "rank_world",
     "cut_to",
 ]
 
@@ -46,9 +44,9 @@ class ShardList:
     std: list[float] | None = None
     size: int | None = None
     classes: list[str] | None = field(default=None, repr=False)
-    # where the index came from, when every shard is in it: index.json's dict, the folder or URL
+    # where the index came from, when every shard is in it: index.json, the folder or URL
     # holding it (samples.npz is beside it), and each URL's shard name there
-    meta: dict | None = field(default=None, repr=False)
+    info: IndexMeta | None = field(default=None, repr=False)
     index_base: str | None = None
     names: list[str] | None = field(default=None, repr=False)
 
@@ -70,23 +68,23 @@ def resolve_urls(
         if not isinstance(value, bool):
             raise OptionError(f"{name}={value!r}: expected True or False")
     shards = resolve(urls, split=split, pipe=True, allow_mixed=allow_mixed, allow_partial=allow_partial)
-    sizes = sorted({m.get("size") for m in shards.datasets}, key=str)
+    # (only with allow_mixed: the datasets' index.json, each checked when resolved)
+    sizes = sorted({parse(m, shards.spec).size for m in shards.datasets}) if len(shards.datasets) > 1 else []
     if len(sizes) > 1:  # only with allow_mixed: refused before training, not at the first odd sample
         raise OptionError(
             f"{shards.spec}: allow_mixed=True, but these datasets hold images of "
             f"{' and '.join(f'{s} px' for s in sizes)}, which cannot share a batch; "
             f"give shards of one size"
         )
-    meta = shards.meta or {}
-    listed = shards.names is not None
+    info, listed = shards.info, shards.names is not None
     return ShardList(
         shards.urls,
         shards.counts,
-        meta.get("mean"),
-        meta.get("std"),
-        meta.get("size"),
-        meta.get("classes"),
-        meta=shards.meta if listed else None,
+        list(info.mean) if info else None,
+        list(info.std) if info else None,
+        info.size if info else None,
+        list(info.classes) if info else None,
+        info=info if listed else None,
         index_base=shards.index_base if listed else None,
         names=shards.names,
     )
@@ -106,6 +104,12 @@ def worker_info() -> WorkerInfo:
     from webdataset.utils import pytorch_worker_info
 
     return WorkerInfo(*pytorch_worker_info())
+
+
+def rank_world() -> tuple[int, int]:
+    """(rank, world) of this process (``worker_info``)."""
+    where = worker_info()
+    return where.rank, where.world
 
 
 def shard_order(n: int, *, seed: int, epoch: int, shuffle: bool) -> list[int]:

@@ -1,31 +1,30 @@
-"""State dict: the fields of a loader's ``state_dict``, each checked on load, and the settings compared.
+"""State dict: a loader state's fields, each checked on load, and its settings compared.
 
-A state is a small dict of JSON-able values (``resume.Resumable`` makes it and says what each field
-means). ``check_state`` refuses a dict that is not a state of this version and reader, lacks a field,
-has one it does not know, or holds a value of the wrong type or range, naming the field;
-``check_settings`` refuses a state saved with another value of a setting that decides which sample
-comes when, naming the setting and both values; ``same`` refuses another dataset or selection.
-A state is never half-read: the loader takes it only once every field has passed.
+``check_state`` refuses a dict that is not a whole, well-formed state of this version and reader,
+naming the field; ``check_settings`` one saved with another value of a setting; ``same`` one of
+another dataset or selection. A state is never half-read.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from wds_tools.errors import OptionError
+
+from .options import Option, Refused, declared
 
 __all__ = [
     "STATE_VERSION",
     "MAX_WORLD",
     "MAX_WORKERS",
-    "SETTINGS",
     "check_state",
     "check_settings",
     "check_span",
     "check_plan",
     "field_error",
+    "settings",
     "settings_of",
     "state_base",
     "same",
@@ -42,19 +41,6 @@ MAX_WORKERS = 1 << 10
 _KIND = "wds_tools.loader_state"
 _I64 = (1 << 63) - 1  # the epoch lives in an int64 shared with the workers
 _U64 = (1 << 64) - 1  # xxh3-64 digests
-
-SETTINGS = (
-    "seed",
-    "batch_size",
-    "train",
-    "shuffle_shards",
-    "shuffle_buffer",
-    "drop_last",
-    "resampled",
-    "epoch_batches",
-)
-"""``make_loader``'s keywords that decide which sample comes when, recorded as given in every state."""
-
 
 # --- fields and their checks --------------------------------------------------------------------
 Check = Callable[[Any], str | None]  # a value -> None, or what was expected
@@ -96,15 +82,8 @@ def _plan(v: Any) -> str | None:  # its shape and values are checked against the
     return "expected None or a dict of 'shards' and 'batches'"
 
 
+# after the settings (the options declared ``order``, checked by their own check)
 _COMMON: dict[str, Check] = {
-    "seed": _integer(0),  # options.MAX_SEED: numpy seeds no negative generator
-    "batch_size": _integer(1),
-    "train": _flag(),
-    "shuffle_shards": _flag(),
-    "shuffle_buffer": _integer(0),
-    "drop_last": _flag(none=True),
-    "resampled": _flag(),
-    "epoch_batches": _integer(1, none=True),
     "shards": _integer(0),
     "shards_xxh3": _integer(0, _U64),
     "epoch": _integer(0),
@@ -141,10 +120,21 @@ def field_error(name: str, value: Any, expected: str) -> OptionError:
     )
 
 
-def check_state(state: Any, *, reader: str) -> dict[str, Any]:
+def _setting(check: Callable[[Any], Any]) -> Check:
+    def wrong(v: Any) -> str | None:
+        try:
+            check(v)
+        except Refused as e:
+            return str(e)
+        return None
+
+    return wrong
+
+
+def check_state(state: Any, options: Any, *, reader: str) -> dict[str, Any]:
     """``state`` as a plain dict (integers as ``int``) if it is a loader state of this version for
-    ``reader`` with every field present, known and of its type and range; else an ``OptionError``
-    naming what is wrong."""
+    ``reader`` and ``options``' settings with every field present, known and of its type and range
+    (a setting's by its option's check); else an ``OptionError`` naming what is wrong."""
     if not isinstance(state, Mapping) or state.get("kind") != _KIND:
         what = "a dict without kind=" + repr(_KIND) if isinstance(state, Mapping) else type(state).__name__
         raise OptionError(f"load_state_dict: expected the dict loader.state_dict() returned, got {what}")
@@ -159,7 +149,7 @@ def check_state(state: Any, *, reader: str) -> dict[str, Any]:
             f"load_state_dict: the state was saved by the {state.get('reader')} reader, this loader "
             f"uses the {reader} reader (pass reader={state.get('reader')!r} to make_loader)"
         )
-    fields = _FIELDS[reader]
+    fields = {name: _setting(o.check) for name, o in settings(options).items()} | _FIELDS[reader]
     missing = [n for n in fields if n not in state]
     if missing:
         nor = f" (nor {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else ""
@@ -180,7 +170,7 @@ def check_state(state: Any, *, reader: str) -> dict[str, Any]:
         if wrong:
             raise field_error(name, value, wrong)
         out[name] = int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
-    return out
+    return out | {name: o.check(state[name]) for name, o in settings(options).items()}  # as the options keep them
 
 
 def state_base(reader: str, **fields: Any) -> dict[str, Any]:
@@ -189,40 +179,54 @@ def state_base(reader: str, **fields: Any) -> dict[str, Any]:
 
 
 # --- the settings --------------------------------------------------------------------------------
+def settings(options: Any) -> dict[str, Option]:
+    """The settings: the options (``loader.LoaderOptions``) declared to decide which sample comes when."""
+    return {name: o for name, o in declared(options).items() if o.order}
+
+
 def settings_of(options: Any) -> dict[str, Any]:
-    """The ``SETTINGS`` of ``options`` (a ``LoaderOptions``), as given."""
-    return {name: getattr(options, name) for name in SETTINGS}
+    """The settings of ``options``, as given."""
+    return {name: getattr(options, name) for name in settings(options)}
 
 
-def _effective(reader: str, s: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Any, str]]:
-    """What the settings ``s`` decide for ``reader``: (the settings it comes from, its value, a note
-    when it is not one of them as given). The first one that differs is named on load."""
+def _effective(reader: str, s: Mapping[str, Any], names: Iterable[str]) -> list[tuple[tuple[str, ...], Any, str]]:
+    """What the settings ``names`` of ``s`` decide for ``reader``: (the settings it comes from, its value,
+    a note when it is not one of them as given), in ``names``' order; a setting without a rule here, as
+    given. The first one that differs is named on load."""
     train = s["train"]
     drop = train if s["drop_last"] is None else s["drop_last"]
-    out: list[tuple[tuple[str, ...], Any, str]] = [
-        (("seed",), s["seed"], ""),
-        (("train",), train, ""),
-        (("batch_size",), s["batch_size"], ""),
-    ]
+    rules: dict[str, tuple[tuple[str, ...], Any, str] | None] = {
+        "drop_last": (
+            ("drop_last",),
+            drop,
+            f"{drop} in {'training' if train else 'evaluation'}" if s["drop_last"] is None else "",
+        )
+    }
     if reader == "index":  # one permutation of the samples, or the index order
         shuffle = train and (s["shuffle_shards"] or s["shuffle_buffer"] > 1)
-        out.append((("shuffle_shards", "shuffle_buffer"), shuffle, "samples shuffled" if shuffle else "index order"))
+        rules["shuffle_shards"] = (
+            ("shuffle_shards", "shuffle_buffer"),
+            shuffle,
+            "samples shuffled" if shuffle else "index order",
+        )
+        rules["shuffle_buffer"] = None  # in the rule above
     else:  # the shard order, and the sample shuffle buffer (0 or 1: none); evaluation uses neither
-        out.append((("shuffle_shards",), train and s["shuffle_shards"], ""))
-        out.append((("shuffle_buffer",), s["shuffle_buffer"] if train and s["shuffle_buffer"] > 1 else 0, ""))
-    out += [
-        (("drop_last",), drop, f"{drop} in {'training' if train else 'evaluation'}" if s["drop_last"] is None else ""),
-        (("resampled",), s["resampled"], ""),
-        (("epoch_batches",), s["epoch_batches"], ""),
-    ]
-    return out
+        rules["shuffle_shards"] = (("shuffle_shards",), train and s["shuffle_shards"], "")
+        rules["shuffle_buffer"] = (
+            ("shuffle_buffer",),
+            s["shuffle_buffer"] if train and s["shuffle_buffer"] > 1 else 0,
+            "",
+        )
+    out = [rules.get(name, ((name,), s[name], "")) for name in names]
+    return [r for r in out if r is not None]
 
 
 def check_settings(state: Mapping[str, Any], options: Any, *, reader: str) -> None:
     """Refuse a (checked) ``state`` saved with another value of a setting that decides which sample
     comes when, naming the setting and both values."""
     ours = settings_of(options)
-    for (names, was, note), (_, now, our_note) in zip(_effective(reader, state), _effective(reader, ours)):
+    pairs = zip(_effective(reader, state, ours), _effective(reader, ours, ours))
+    for (names, was, note), (_, now, our_note) in pairs:
         if was == now and type(was) is type(now):
             continue
         saved = ", ".join(f"{n}={state[n]!r}" for n in names)

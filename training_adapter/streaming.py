@@ -1,8 +1,7 @@
-"""Streaming: shards -> tar stream -> (shuffle buffer) -> batches, for shards without an index.
+"""Streaming: the streaming reader's batch dataset, for shards without an index (or ``reader="stream"``).
 
-Each DataLoader worker reads the shards its ``shardlist.WorkerPlan`` deals it with ``tarread``,
-in lists of ``batch_size`` samples (through the shuffle buffer in training), and ``collate``
-makes each list a batch.
+Each worker streams the shards its ``shardlist.WorkerPlan`` deals it (``tarread``) and collates
+lists of ``batch_size`` samples.
 """
 
 from __future__ import annotations
@@ -10,17 +9,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from wds_tools.errors import OptionError, ShardError
 
-from .collate import Batch, BatchDataset
-from .options import LoaderOptions
+from .batch import Batch, BatchDataset
 from .resume import StreamPlan, StreamReplay, replayed
 from .shardlist import ShardList, WorkerInfo, WorkerPlan, plan_epoch, plan_grid
 from .tarread import Identity, SampleStream, Views, first_identity
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["StreamingDataset"]
 
@@ -146,16 +147,7 @@ class StreamingDataset(BatchDataset):
         resumed = [1] if base is not None else []  # a fresh shuffle for the rest of an elastically resumed epoch
         stream_of = worker if plan.stream is None else plan.stream  # the worker whose stream it replays
         rng = np.random.default_rng([o.seed, epoch, rank, stream_of, 0x5B, *resumed])
-        stream = SampleStream(
-            self.shards.urls,
-            batch_size=o.batch_size,
-            shuffle_buffer=o.buffer,
-            on_error=o.on_error,
-            resampled=o.resampled,
-            read_size=o.read_size,
-            allow_mixed=o.allow_mixed,
-            expect=self.expect,
-        )
+        stream = SampleStream(self.shards.urls, o, expect=self.expect)
         made = 0
         for batch in self._batches(stream, plan, rng, epoch):
             made += 1

@@ -1,11 +1,7 @@
 """Tar read: the streaming reader, shard URLs opened and streamed as checked samples.
 
-The bytes are parsed by ``wds_tools.format.tar`` (multi-MiB reads, headers parsed in place, so a
-224 px ``.npy`` member costs one slice of an existing buffer); ``wds_tools.format.transport`` opens
-the URL (local files unbuffered, ``pipe:`` and ``http(s)://`` through webdataset's ``gopen``,
-object stores through fsspec). ``SampleStream`` is one worker's reader: its shards (and spares)
--> samples with a checked ``.npy`` and ``.cls`` -> lists of ``batch_size`` in stream order or
-through a shuffle buffer.
+``SampleStream`` is one worker's reader: its shards -> samples with a checked ``.npy`` and ``.cls``
+-> lists of ``batch_size``, in stream order or through a shuffle buffer.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -26,6 +22,9 @@ from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, spl
 from wds_tools.format.transport import open_stream
 
 from .shardlist import WorkerPlan
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -95,7 +94,7 @@ class Views:
         return (np.frombuffer(s.pixels, np.uint8).reshape(S, S, 3) for s in self.samples)
 
     def copy_into(self, flat: np.ndarray) -> None:
-        """Copy the samples into ``flat`` (the call of ``gather.Located.copy_into``)."""
+        """Copy the samples into ``flat`` (the call of ``offsetread.Located.copy_into``)."""
         for i, s in enumerate(self.samples):
             flat[i] = np.frombuffer(s.pixels, np.uint8)
 
@@ -160,22 +159,11 @@ class SampleStream:
     sample of another version or class list is refused, naming both shards.
     """
 
-    def __init__(
-        self,
-        urls: list[str],
-        *,
-        batch_size: int,
-        shuffle_buffer: int,
-        on_error: str,
-        resampled: bool,
-        read_size: int = DEFAULT_CHUNK,
-        allow_mixed: bool = False,
-        expect: Identity | None = None,
-    ) -> None:
-        self.urls, self.batch_size, self.shuffle_buffer = urls, batch_size, shuffle_buffer
-        self.on_error, self.resampled, self.read_size = on_error, resampled, read_size
+    def __init__(self, urls: list[str], options: LoaderOptions, *, expect: Identity | None = None) -> None:
+        self.urls, self.batch_size, self.shuffle_buffer = urls, options.batch_size, options.buffer
+        self.on_error, self.resampled, self.read_size = options.on_error, options.resampled, options.read_size
         self.shape: tuple[int, ...] | None = None
-        self.allow_mixed, self.expect = allow_mixed, expect
+        self.allow_mixed, self.expect = options.allow_mixed, expect
         self._prefix: bytes | None = None  # set once a sample of the expected dataset has been parsed
 
     def _check_identity(self, meta: bytes | memoryview | None, url: str, key: str, offset: int) -> None:
@@ -298,13 +286,9 @@ class SampleStream:
             yield group
 
     def _shuffled_groups(self, samples: Iterator[Sample], rng: np.random.Generator) -> Iterator[list[Sample]]:
-        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples.
-
-        Pixels are copied into rows of one preallocated array (the stream's views would pin its read
-        chunks). A list's rows stay untouched until the generator is resumed: an incoming sample
-        goes into a free row, never into the row of one handed out, so ``shuffle_buffer +
-        batch_size`` rows are enough (the buffer's, and the current list's).
-        """
+        """Lists of ``batch_size`` samples drawn through a shuffle buffer of ``shuffle_buffer`` samples,
+        their pixels copied into rows of one array (views would pin the read chunks): an incoming sample
+        takes a free row, never one handed out, so ``shuffle_buffer + batch_size`` rows suffice."""
         n, B = self.shuffle_buffer, self.batch_size
         rows: np.ndarray | None = None
         free: list[int] = []

@@ -1,15 +1,7 @@
 """Threads: the index reader's workers as threads of the main process, where they only copy.
 
-Without CPU augmentation (eval, ``device_augment``) the index reader spends its time in memory
-copies from the shard mappings, which release the GIL; in threads it needs no process start, no
-shared-memory hand-over and no per-batch messages between processes (on two cores these cost more
-than the copies). Each thread makes whole batches (plan, check, copy), and the calling thread
-helps (``in_order(..., caller=True)``): while the batch it waits for is not ready, it makes the
-next batch nobody has started, instead of sleeping. On a 2-core VM whose cores other work takes
-in part, a pipeline in which the caller only waits runs at the pace of its slowest thread (a
-background thread on a shared core read at well under half the rate of ``num_workers=0``), and
-splitting every batch's copy between helper threads lost about a third; a caller that helps
-keeps the faster thread busy (README, Figures).
+Copies release the GIL, and threads need no process start or hand-over; the calling thread makes
+batches too rather than wait (why, on a shared 2-core VM: docs/guide/loader-internals.md, Workers).
 """
 
 from __future__ import annotations

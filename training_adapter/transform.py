@@ -1,16 +1,7 @@
 """Transform: the user's own per-sample function (``make_loader(transform=...)``), seeded per sample.
 
-Runs in the workers after the built-in augmentation (or on the stored pixels with ``augment=False``,
-and in evaluation), on each sample as a uint8 [3, H, W] tensor, as ``torchvision.transforms.v2``
-takes it. Around each call the global random generators are seeded from (seed, epoch, key) alone
-(``transform_seed``), so a sample's result does not depend on workers, ranks or batch order; the
-generators' states are saved before a batch's first call and restored after its last (saving
-numpy's costs ~0.1 ms), so the caller's own random streams are left as they were:
-
-- ``torch.default_generator.manual_seed(s)`` (the CPU generator ``torch.rand``/``randint`` and
-  torchvision draw from; CUDA generators are not touched),
-- ``random.seed(s)`` (Python's, which albumentations 1.x uses),
-- ``np.random.seed(s % 2**32)`` (numpy's legacy global generator).
+Around each call torch's CPU generator, Python's ``random`` and numpy's global generator are seeded
+from (seed, epoch, key) alone and restored after the batch (docs/guide/loader-internals.md).
 """
 
 from __future__ import annotations

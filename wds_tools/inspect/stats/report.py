@@ -166,7 +166,7 @@ def distribute(
 
 
 def _deal_samples(counts: np.ndarray, r: int, w: int, evaluation: bool = False) -> Distribution:
-    """The index reader's epoch (``training_adapter.indexread.rank_rows``): in training every rank
+    """The index reader's epoch (``training_adapter.indexplan.rank_rows``): in training every rank
     ``samples // R`` samples, the last ``samples % R`` of the permutation left out; in evaluation every
     sample once, the first ``samples % R`` ranks one more; each rank's batches dealt round-robin to its
     workers."""

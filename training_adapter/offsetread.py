@@ -1,22 +1,7 @@
-"""Gather: the index reader's read step, the stored pixels of index rows read by offset.
+"""Offset read: the index reader's read step, the stored pixels of index rows read by offset and checked.
 
-Local shards are memory-mapped once per reader (read-only pages shared with the page cache). The
-rows of a batch are taken in runs of one shard: a long run's bounds, NPY headers and labels are
-compared in a few vectorised steps (short runs, from shuffled rows, row by row), then each sample
-is copied once from the mapping into the batch (a run in one ``index_select``, which helper
-threads can split between them: ``Located.copy_into``), or lent to the augmentation as a view of
-the mapping. Object storage is read with one set of concurrent ranged GETs per batch,
-neighbouring samples of a shard merged into one range.
-
-``labels`` (``make_loader``'s ``check_samples``: on by default) compares each sample's ``.cls``
-bytes with the index's ``label`` column (a changed digit: the index reader takes labels from the
-index, so a shard whose ``.cls`` says otherwise does not match its index, and other readers of
-the same shard would train on other labels), and the member name in the tar header in front of
-its ``.npy`` with ``<key>.npy`` (a shard of another version or conversion copied over this one, the
-same size and labels where it is read, holds other samples there); ``pixels`` (``check_samples=True``) also compares
-its whole ``.npy`` member with ``npy_xxh3`` (a flipped pixel). A sample that fails is a
-``ShardError`` naming the shard, the byte offset and the key, or, with ``skip``, left out of its
-batch and logged.
+Local shards are memory-mapped once per reader and checked in vectorised runs of one shard; object
+storage is read in merged ranged GETs. The checks and why: docs/guide/loader-internals.md, Index reader.
 """
 
 from __future__ import annotations
@@ -34,7 +19,7 @@ from wds_tools.errors import ShardError
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
 from wds_tools.format.transport import is_local, read_ranges
 
-from .indexread import SampleIndex
+from .indexplan import SampleIndex
 
 __all__ = [
     "Gather",
@@ -160,7 +145,7 @@ class Located:
 
 
 class Gather:
-    """Reads rows' stored pixels by offset (see the module docstring). ``bytes_read`` counts the
+    """Reads rows' stored pixels by offset (docs/guide/loader-internals.md). ``bytes_read`` counts the
     bytes of the samples asked for (NPY headers and pixels), for subset accounting."""
 
     def __init__(self, index: SampleIndex, *, labels: bool = False, pixels: bool = False, skip: bool = False) -> None:
@@ -309,8 +294,9 @@ class Gather:
             w = self._views[s, length] = _windows(m, length)
         return w
 
-    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict) -> None:
-        """The same checks for one row ``r`` at position ``i``."""
+    def _check_one(self, m: np.ndarray, r: int, o: int, i: int, bad: dict, base: int = 0) -> None:
+        """The same checks for one row ``r`` at position ``i``, its .npy at ``o`` in ``m`` (which holds the
+        shard's bytes from ``base`` on)."""
         idx = self.index
         if o + self.want > len(m):
             bad[i] = self._problem(r, "short", have=len(m) - o)
@@ -321,7 +307,7 @@ class Gather:
                 r, "name", got=m[max(0, o - HEADER) : max(0, o - HEADER) + self._name_bytes].tobytes()
             )
         elif self.labels:
-            co, length = int(self._cls_offset[r]), int(self._cls_length[r])
+            co, length = int(self._cls_offset[r]) - base, int(self._cls_length[r])
             got = m[co : co + length].tobytes() if 0 <= length <= LABEL_BYTES else b""
             if got != b"%d" % idx.label[r]:
                 bad[i] = self._problem(r, "label", got=got)
@@ -438,27 +424,16 @@ class Gather:
                         offset=int(npy[i]),
                     )
                 continue
-            data = np.frombuffer(blob, np.uint8)
+            data = np.frombuffer(blob, np.uint8)  # the shard's bytes from a (with labels: from the .cls on)
             for i in range(first, stop):
                 r, at = int(rows[i]), int(npy[i]) - a
                 member = data[at : at + want]
-                if not np.array_equal(member[:NPY_HEADER_BYTES], self.header):
-                    bad[i] = self._problem(r, "header")
-                    continue
-                if self.labels:  # the span begins at the .cls, before this header
-                    if not self._name_is(data, r, at):
-                        bad[i] = self._problem(r, "name", got=data[max(0, at - HEADER) :][: self._name_bytes].tobytes())
-                        continue
-                    c, length = int(self._cls_offset[r]) - a, self._cls_length[r : r + 1]
-                    cls = data[c : c + LABEL_BYTES]
-                    if labels_differ(cls[None], length, label_digits(idx.label[r : r + 1]))[0]:
-                        bad[i] = self._problem(r, "label", got=cls[: max(0, int(length[0]))].tobytes())
-                        continue
-                if self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
+                self._check_one(data, r, at, i, bad, base=a)
+                if i not in bad and self.pixels and xxhash.xxh3_64_intdigest(member.data) != int(self._xxh3[r]):
                     bad[i] = self._problem(r, "checksum")
-                    continue
-                out[len(good)] = member[NPY_HEADER_BYTES:]
-                good.append(i)
+                if i not in bad:
+                    out[len(good)] = member[NPY_HEADER_BYTES:]
+                    good.append(i)
         if bad:
             self._drop(bad)
         self.bytes_read += len(rows) * want

@@ -1,18 +1,14 @@
-"""Index read: plan each epoch from samples.npz; ``gather`` then reads every batch by offset.
+"""Index plan: each epoch planned from samples.npz; ``offsetread`` then reads every batch by offset.
 
-samples.npz (the split's rows: shard, .npy offset, label, key) -> ``select`` (a subset) ->
-``epoch_order`` (shuffle, or class-weighted draws; pure in seed and epoch) -> ``deal`` (to ranks,
-batches, workers; pure) -> ``gather.Gather`` (each sample copied once from a memory mapping into
-the batch, or ranged reads from object storage). No tar header is parsed on the way: the index
-already says where every pixel is. The shards stay plain WebDataset tars; without an index the
-loader streams them instead (``tarread``).
+samples.npz -> ``select`` (a subset) -> ``epoch_order`` (a permutation or class-weighted draws, pure in
+seed and epoch) -> ``deal`` (to ranks, batches and workers, pure).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
@@ -20,8 +16,9 @@ import numpy as np
 import xxhash
 
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.format.index import SAMPLES_FILE, read_samples_checked
+from wds_tools.format.index import read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
+from wds_tools.format.model import IndexMeta, ShardInfo
 from wds_tools.format.npy import NPY_HEADER_BYTES
 from wds_tools.format.transport import is_local, join, readable_by_offset
 
@@ -31,6 +28,8 @@ __all__ = [
     "Subset",
     "ClassWeights",
     "select",
+    "check_subset",
+    "check_weights",
     "class_shares",
     "epoch_order",
     "deal",
@@ -60,7 +59,7 @@ class SampleIndex:
     """The rows of one split the loader reads: where each sample's pixels are, its label and key."""
 
     urls: list[str]  # shard URLs, by position
-    shard_bytes: list[int | None]  # each shard's size as the index records it
+    shard_bytes: list[int]  # each shard's size as the index records it
     shard: np.ndarray  # [n] position in urls
     offset: np.ndarray  # [n] file offset of the .npy member (its NPY header)
     label: np.ndarray  # [n] int64
@@ -83,23 +82,23 @@ class SampleIndex:
 
     @classmethod
     def from_table(
-        cls, columns: Mapping[str, np.ndarray], meta: dict, urls: list[str], names: list[str], where: str
+        cls, columns: Mapping[str, np.ndarray], info: IndexMeta, urls: list[str], names: list[str], where: str
     ) -> SampleIndex:
         """The rows of the shards ``names`` (file names in the index, read from ``urls``), in the order
         the index lists them."""
-        by_name = {s["name"]: i for i, s in enumerate(meta["shards"])}
+        by_name = {s.name: s for s in info.shards}
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise OptionError(f"{where}: shard {unknown[0]} is not in the index")
         shard_col = columns["shard"].astype(np.int64)
-        _check_shard_column(shard_col, columns["key"], meta["shards"], where)
-        pos = np.full(len(meta["shards"]), -1, np.int64)
+        _check_shard_column(shard_col, columns["key"], info.shards, where)
+        pos = np.full(len(info.shards), -1, np.int64)
         for j, n in enumerate(names):
-            pos[by_name[n]] = j
+            pos[by_name[n].pos] = j
         shard_of_row = pos[shard_col]
         rows = np.flatnonzero(shard_of_row >= 0)
         rows = rows[np.lexsort((columns["npy_offset"][rows], shard_of_row[rows]))]  # shard order, then file order
-        size = int(meta["size"])
+        size = info.size
         bad = np.flatnonzero(columns["npy_length"][rows] != NPY_HEADER_BYTES + size * size * 3)
         if len(bad):
             raise ShardError(
@@ -110,18 +109,18 @@ class SampleIndex:
             )
         return cls(
             urls=list(urls),
-            shard_bytes=[meta["shards"][by_name[n]].get("bytes") for n in names],
+            shard_bytes=[by_name[n].bytes for n in names],
             shard=shard_of_row[rows],
             offset=columns["npy_offset"][rows].astype(np.int64),
             label=columns["label"][rows].astype(np.int64),
             key=columns["key"][rows],
             size=size,
-            classes=list(meta.get("classes") or []),
+            classes=list(info.classes),
             columns={c: columns[c][rows] for c in _FILTER_COLUMNS if c in columns},
             npy_xxh3=columns["npy_xxh3"][rows] if "npy_xxh3" in columns else None,
             cls_offset=columns["cls_offset"][rows].astype(np.int64) if "cls_offset" in columns else None,
             cls_length=columns["cls_length"][rows].astype(np.int64) if "cls_length" in columns else None,
-            metadata={n: v.take(rows) for n, v in read_metadata(columns, meta, where=where).items()},
+            metadata={n: v.take(rows) for n, v in read_metadata(columns, info.metadata, where=where).items()},
         )
 
     def key_str(self, i: int) -> str:
@@ -133,7 +132,7 @@ class SampleIndex:
         checked by the ranged reads themselves)."""
         bad = []
         for i, (url, want) in enumerate(zip(self.urls, self.shard_bytes)):
-            if want is None or not is_local(url):
+            if not is_local(url):
                 continue
             try:
                 got = os.path.getsize(url)
@@ -152,7 +151,7 @@ class SampleIndex:
         return bad
 
 
-def _check_shard_column(shard: np.ndarray, keys: np.ndarray, entries: list[dict], where: str) -> None:
+def _check_shard_column(shard: np.ndarray, keys: np.ndarray, entries: Sequence[ShardInfo], where: str) -> None:
     """Refuse a samples.npz whose ``shard`` column does not fit the index.json beside it: a row naming no
     shard it lists, or a shard whose rows are not the samples it says (an entry removed shifts the others)."""
     n = len(entries)
@@ -170,11 +169,10 @@ def _check_shard_column(shard: np.ndarray, keys: np.ndarray, entries: list[dict]
         )
     rows = np.bincount(shard, minlength=n)
     for i, e in enumerate(entries):
-        want = e.get("samples")
-        if isinstance(want, int) and not isinstance(want, bool) and want != rows[i]:
+        if e.samples != rows[i]:
             raise IndexFormatError(
-                f"{where} and the index.json beside it disagree: index.json's shards[{i}] ({e.get('name')}) holds "
-                f"{want} samples, samples.npz has {int(rows[i])} rows for shard {i}; {fix}"
+                f"{where} and the index.json beside it disagree: index.json's shards[{i}] ({e.name}) holds "
+                f"{e.samples} samples, samples.npz has {int(rows[i])} rows for shard {i}; {fix}"
             )
 
 
@@ -191,11 +189,10 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
     numeric columns and the metadata columns (``"localization": ["back"]``; None selects missing
     values; also named ``meta.<name>``), or a function of the columns dict returning a boolean mask."""
     n = len(index)
+    subset = check_subset(subset)
     if subset is None:
         return np.arange(n)
-    if isinstance(subset, float) or (isinstance(subset, int) and not isinstance(subset, bool) and subset == 1):
-        if not 0 < subset <= 1:
-            raise OptionError(f"subset={subset!r}: a fraction must be in (0, 1]")
+    if isinstance(subset, (int, float)):
         return np.flatnonzero(_key_fraction(index.key) < subset) if subset < 1 else np.arange(n)
     if callable(subset):
         mask = np.asarray(subset(_filter_columns(index)))
@@ -231,14 +228,22 @@ def select(index: SampleIndex, subset: Subset) -> np.ndarray:
                 continue
             mask &= np.isin(cols[name], values)
         return np.flatnonzero(mask)
-    if isinstance(subset, (list, tuple, set, frozenset, np.ndarray)):
-        wanted = {str(k).encode() for k in subset}
-        mask = np.isin(index.key, np.array(sorted(wanted), dtype=index.key.dtype) if wanted else index.key[:0])
-        found = set(index.key[mask].tolist())
-        missing = sorted(wanted - found)
-        if missing:
-            raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
-        return np.flatnonzero(mask)
+    wanted = {str(k).encode() for k in subset}  # keys (check_subset)
+    mask = np.isin(index.key, np.array(sorted(wanted), dtype=index.key.dtype) if wanted else index.key[:0])
+    missing = sorted(wanted - set(index.key[mask].tolist()))
+    if missing:
+        raise OptionError(f"subset: {len(missing)} key(s) are not in this split, e.g. {missing[0].decode()!r}")
+    return np.flatnonzero(mask)
+
+
+def check_subset(subset: Any) -> Subset:
+    """``subset`` if it is of a kind ``select`` takes (a fraction in (0, 1], keys, a mapping, a function, None)."""
+    if subset is None or callable(subset) or isinstance(subset, (Mapping, list, tuple, set, frozenset, np.ndarray)):
+        return subset
+    if isinstance(subset, float) or (isinstance(subset, int) and not isinstance(subset, bool) and subset == 1):
+        if not 0 < subset <= 1:
+            raise OptionError(f"subset={subset!r}: a fraction must be in (0, 1]")
+        return subset
     raise OptionError(
         f"subset={subset!r}: expected a fraction, a list of keys, a {{column: values}} mapping "
         f"or a function of the columns"
@@ -277,24 +282,32 @@ def class_shares(index: SampleIndex, weights: ClassWeights, rows: np.ndarray) ->
     (classes by index or name; a class not named gets no share)."""
     n_classes = max(len(index.classes), int(index.label.max()) + 1 if len(index.label) else 0)
     present = np.bincount(index.label[rows], minlength=n_classes) > 0
+    check_weights(weights)
     if isinstance(weights, str):
-        if weights != "balanced":
-            raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
         w = present.astype(np.float64)
-    elif isinstance(weights, Mapping):
+    else:
         w = np.zeros(n_classes)
         for c, v in weights.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise OptionError(f"class_weights[{c!r}]={v!r}: expected a number >= 0")
             w[_class_index(index, c, "class_weights")] = float(v)
         empty = [index.classes[i] if i < len(index.classes) else str(i) for i in np.flatnonzero((w > 0) & ~present)]
         if empty:
             raise OptionError(f"class_weights: class {empty[0]!r} has a weight but no sample in this split/subset")
-    else:
-        raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
     if not w.sum() > 0:
         raise OptionError("class_weights: every class present has weight 0")
     return w / w.sum()
+
+
+def check_weights(weights: Any) -> ClassWeights | None:
+    """``weights`` if ``"balanced"``, a ``{class: weight >= 0}`` mapping or None (classes are checked against
+    the index by ``class_shares``)."""
+    if weights is None or weights == "balanced":
+        return weights
+    if not isinstance(weights, Mapping):
+        raise OptionError(f"class_weights={weights!r}: expected 'balanced' or a {{class: weight}} mapping")
+    for c, v in weights.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise OptionError(f"class_weights[{c!r}]={v!r}: expected a number >= 0")
+    return weights
 
 
 # --- in which order --------------------------------------------------------------------------
@@ -370,10 +383,10 @@ def deal(
     return [batches[w::num_workers] for w in range(num_workers)]
 
 
-def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) -> SampleIndex:
+def read_sample_index(base: str, info: IndexMeta, urls: list[str], names: list[str]) -> SampleIndex:
     """The SampleIndex of shards ``names`` (read from ``urls``) from the samples.npz beside index.json
     at ``base`` (a folder, or an http(s)/fsspec URL)."""
-    where = join(base, (meta.get("samples_file") or {}).get("name", SAMPLES_FILE))
+    where = join(base, info.samples_file.name)
     wanted = [
         "key",
         "label",
@@ -384,6 +397,6 @@ def read_sample_index(base: str, meta: dict, urls: list[str], names: list[str]) 
         "cls_offset",
         "cls_length",
         *_FILTER_COLUMNS[:3],
-        *column_names(meta),
+        *column_names(info.metadata),
     ]
-    return SampleIndex.from_table(read_samples_checked(base, meta, wanted), meta, urls, names, where)
+    return SampleIndex.from_table(read_samples_checked(base, info, wanted), info, urls, names, where)

@@ -1,4 +1,4 @@
-"""gather: reads by offset against tarfile, the label and pixel checks against damaged shards, skip, object storage."""
+"""offsetread: reads by offset against tarfile, the label and pixel checks against damaged shards, skip, object storage."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from oracle import read_stored
 from shardkit import build_dataset
 
 from training_adapter import make_loader
-from training_adapter.gather import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
-from training_adapter.indexread import read_sample_index
+from training_adapter.indexplan import read_sample_index
+from training_adapter.offsetread import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
 from training_adapter.shardlist import resolve_urls
 from wds_tools.errors import OptionError, ShardError
 
@@ -27,7 +27,7 @@ B = 4
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """60 train samples in 5 shards of 12, 3 classes."""
-    return convert_images(tmp_path_factory.mktemp("gather"), 60, size=S, shard_size=12, val_fraction=0.0)
+    return convert_images(tmp_path_factory.mktemp("offsetread"), 60, size=S, shard_size=12, val_fraction=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def stored(folder) -> dict:
 
 def index_of(path):
     shards = resolve_urls(path, split="train")
-    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    return read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
 
 
 def read_eval(path, shuffled: bool = False, **kw) -> dict[str, tuple[int, bytes]]:
@@ -304,7 +304,7 @@ def test_object_storage_merges_neighbours_and_checks_as_locally(folder, stored, 
         ranges.append(list(zip(urls, starts, ends)))
         return real(urls, starts, ends)
 
-    monkeypatch.setattr("training_adapter.gather.read_ranges", counted)
+    monkeypatch.setattr("training_adapter.offsetread.read_ranges", counted)
     assert read_eval(remote, check_samples=True) == reference(stored)
     assert len(ranges) == 60 // B and all(len(r) == 1 for r in ranges)  # 12 per shard, batch 4: one range each
     assert all(e - s <= MERGE_MAX for r in ranges for _, s, e in r)

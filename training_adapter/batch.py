@@ -1,10 +1,8 @@
-"""Collate: a batch's stored pixels -> (augmented) uint8 batch, the step both batch readers share.
+"""Batch: a batch's stored pixels -> (augmented) uint8 batch, the step both readers share.
 
-``BatchDataset`` is what the streaming reader (``streaming``) and the index reader (``indexed``)
-have in common: the options, the epoch (shared with persistent workers), the memory batches are
-made in (``buffers``) and ``collate``, which writes every sample's pixels straight into a
-preallocated uint8 batch (in shared memory when it runs in a worker, so the hand-over to the main
-process copies nothing) and augments them on the CPU unless the accelerator does.
+``BatchDataset`` holds what the index and streaming readers share: the options, the epoch (shared
+with persistent workers), the batch memory (``buffers``) and ``collate``, which writes every sample
+straight into a preallocated batch (a ring slot in a worker, so the hand-over copies nothing).
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -22,10 +20,12 @@ from wds_tools.errors import OptionError
 
 from .augment import _cv2, augment_batch, augment_into, batch_params, no_autocast, normalize
 from .buffers import BatchRing, BufferPool, shared
-from .indexread import SampleIndex
-from .options import LoaderOptions
+from .indexplan import SampleIndex
 from .shardlist import ShardList, WorkerInfo, worker_info
 from .transform import apply_transform
+
+if TYPE_CHECKING:  # (loader imports this module)
+    from .loader import LoaderOptions
 
 __all__ = ["Batch", "BatchDataset", "Stored"]
 
@@ -37,7 +37,7 @@ Batch: TypeAlias = tuple[Any, ...]
 
 
 class Stored(Protocol):
-    """A batch's stored pixels where a reader found them (``tarread.Views``, ``gather.Located``)."""
+    """A batch's stored pixels where a reader found them (``tarread.Views``, ``offsetread.Located``)."""
 
     def arrays(self, S: int) -> Iterator[np.ndarray]:
         """Each sample's pixels as a [S, S, 3] uint8 view."""

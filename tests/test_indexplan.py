@@ -1,4 +1,4 @@
-"""indexread: epoch plans from samples.npz, subsets, class-balanced epochs, reads by offset."""
+"""indexplan: epoch plans from samples.npz, subsets, class-balanced epochs, reads by offset."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from oracle import read_stored
 
 from training_adapter import ShardIndexDataset, make_loader
-from training_adapter.indexread import (
+from training_adapter.indexplan import (
     SampleIndex,
     class_shares,
     deal,
@@ -31,7 +31,7 @@ S = 16
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """120 samples in 3 classes (a, b, c by row), train shards of 10, every 6th row in val."""
-    return convert_images(tmp_path_factory.mktemp("indexread"), 120, size=S, shard_size=10, val_every=6)
+    return convert_images(tmp_path_factory.mktemp("indexplan"), 120, size=S, shard_size=10, val_every=6)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def stored(folder) -> dict:
 
 def train_index(folder: Path) -> SampleIndex:
     shards = resolve_urls(folder, split="train")
-    return read_sample_index(shards.index_base, shards.meta, shards.urls, shards.names)
+    return read_sample_index(shards.index_base, shards.info, shards.urls, shards.names)
 
 
 # --- pure planning -------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def test_select_subsets(folder, stored):
 
 
 def test_classes_are_named_first_then_taken_as_indexes():
-    from training_adapter.indexread import _class_index
+    from training_adapter.indexplan import _class_index
 
     idx = SimpleNamespace(classes=["07", "7", "\u00b2"])  # labels that are not plain integers are names
     assert [_class_index(idx, v, "subset") for v in ("07", "7", "\u00b2", "2", 1)] == [0, 1, 2, 2, 1]
