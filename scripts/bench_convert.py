@@ -84,7 +84,7 @@ from PIL import Image
 
 from wds_tools.convert import convert
 from wds_tools.convert.decode import decode_file, decode_image, decode_sizes
-from wds_tools.format.cpus import usable_cpus
+from wds_tools.cpus import usable_cpus
 from wds_tools.synth import jpeg_bytes, photo_like
 
 WIDTH, HEIGHT, QUALITY = 4032, 3024, 92

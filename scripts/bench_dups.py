@@ -23,7 +23,7 @@ For each method, precision and recall over all pairs at each threshold, and at i
               distance: either image's whole-image hash, under the 8 flips/turns, against any of the
               other's seven, and colour agreement (``phash.colour_layout`` of the stored pixels,
               ``colour_alike``: a pair whose colours do not agree is not near): FORMAT.md's
-              near-duplicate, what ``inspect.dups.find_pairs`` finds; and the hashes alone beside it
+              near-duplicate, what ``similar.dups.find_pairs`` finds; and the hashes alone beside it
               (grey only: what colour agreement costs in recall)
   whole only  the whole-image hashes alone (the first column; 8 flips/turns) and colour agreement:
               what the windows add
@@ -75,7 +75,6 @@ from PIL import Image, ImageEnhance, ImageFilter
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
-from wds_tools.format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, find_pairs, near_clusters  # noqa: E402
 from wds_tools.format.phash import (  # noqa: E402
     COLOUR_GREY,
     WINDOWS,
@@ -86,6 +85,7 @@ from wds_tools.format.phash import (  # noqa: E402
     popcount,
     variants_array,
 )
+from wds_tools.similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, find_pairs, near_clusters  # noqa: E402
 from wds_tools.synth import FLAT_KINDS, flat_picture, jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
@@ -642,7 +642,7 @@ def command_cost(args: argparse.Namespace) -> None:
     hashes with 1% planted copies, two splits, in 2,000 shards (the hashes in samples.npz; tars holding
     the pixels of the samples the hashes put in clusters only: ``clustered_pixels``)."""
 
-    from wds_tools.inspect.dups import find_dups
+    from wds_tools.similar.dups import find_dups
 
     n = args.index_scale
     rng = np.random.default_rng(2)
@@ -675,7 +675,7 @@ def command_cost(args: argparse.Namespace) -> None:
                     )
         print()
         return
-    import wds_tools.inspect.dups as dups
+    import wds_tools.similar.dups as dups
 
     plain = dups._Dataset.colours
     spent, asked = [0.0, 0.0], [0]
@@ -727,7 +727,7 @@ def clustered_pixels(hashes: np.ndarray) -> tuple[np.ndarray, Callable[[int], np
 
 _TIMED = """
 import json, resource, sys, time
-from wds_tools.inspect.dups import find_dups
+from wds_tools.similar.dups import find_dups
 t0, c0 = time.perf_counter(), time.process_time()
 try:
     res = find_dups(sys.argv[1], threshold=int(sys.argv[2]))
@@ -972,7 +972,7 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.max_threshold is not None:
-        import wds_tools.format.near as search
+        import wds_tools.similar.near as search
 
         search.MAX_THRESHOLD = args.max_threshold
         print(f"thresholds served up to {args.max_threshold} (not what dups allows: {MAX_THRESHOLD})\n")

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_adapter import AugmentConfig, augment_batch, make_loader, to_device  # noqa: E402
-from wds_tools.format.cpus import usable_cpus  # noqa: E402
+from wds_tools.cpus import usable_cpus  # noqa: E402
 
 CLASSES = 10
 

@@ -41,7 +41,7 @@ from bench_verify import drop_cache  # noqa: E402
 
 from wds_tools.convert import convert  # noqa: E402
 from wds_tools.convert.decode import decode_image  # noqa: E402
-from wds_tools.convert.hashes import CACHE_DIR  # noqa: E402
+from wds_tools.convert.sourcecache import CACHE_DIR  # noqa: E402
 
 RATIO_TARGET = 0.08
 

@@ -62,7 +62,7 @@ import bench_baselines as extra  # noqa: E402  (scripts/ is on sys.path: this fi
 
 from training_adapter import make_loader  # noqa: E402
 from wds_tools.convert import convert  # noqa: E402
-from wds_tools.format.cpus import usable_cpus  # noqa: E402
+from wds_tools.cpus import usable_cpus  # noqa: E402
 from wds_tools.synth import jpeg_bytes, photo_like  # noqa: E402
 
 SIZE = 224

@@ -83,7 +83,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from wds_tools.convert.decode import decode_image  # noqa: E402
-from wds_tools.format.near import find_pairs  # noqa: E402
 from wds_tools.format.phash import (  # noqa: E402
     COLOUR_GREY,
     DETAIL_LEVEL,
@@ -96,6 +95,7 @@ from wds_tools.format.phash import (  # noqa: E402
     is_flat,
     phash_batch,
 )
+from wds_tools.similar.near import find_pairs  # noqa: E402
 from wds_tools.synth import LOW_DETAIL_KINDS, jpeg_bytes, lesion_photo, low_detail_picture  # noqa: E402
 
 THRESHOLDS = (5, 8)
@@ -398,7 +398,7 @@ def clusters(args: argparse.Namespace) -> None:
     ``--cluster-seeds``), by the hashes alone and with colour agreement, at 5 and 8 bits."""
     from bench_dups import colours_of
 
-    from wds_tools.format.near import near_clusters
+    from wds_tools.similar.near import near_clusters
 
     print(f"clusters among {args.clusters} different pictures (all false), clusters (samples) at thresholds 5 / 8\n")
     print("| family | seed | hashes alone | with colour |")

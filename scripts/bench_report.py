@@ -212,7 +212,7 @@ def main() -> None:
         v0, v1 = build(tmp, args.samples)
         rows0, rows1 = _rows_read(v0, v1)
         if args.dups:  # random hashes pair a few samples by chance: the search reads their pixels for their colour
-            from wds_tools.format.near import DEFAULT_THRESHOLD, near_clusters
+            from wds_tools.similar.near import DEFAULT_THRESHOLD, near_clusters
 
             found = near_clusters(read_samples(str(v1 / "samples.npz"), ("phash",))["phash"], DEFAULT_THRESHOLD)
             rows1 = np.concatenate([rows1, *found.clusters]).astype(np.int64)

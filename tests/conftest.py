@@ -215,7 +215,7 @@ def s3_server():
 
     from moto.server import ThreadedMotoServer
 
-    from wds_tools.format import transport
+    from wds_tools.storage import transport
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -390,7 +390,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
     "test_eval_coverage.py": {
         "test_gloo_eval_on_two_ranks_covers_every_sample": 1.8,
     },
-    "test_finish.py": {
+    "test_publish.py": {
         "test_a_run_killed_after_its_index_is_cleaned_by_the_next_run": 0.71,  # s CPU in the fast run
         "test_cli_exits_non_zero_until_the_limit_is_raised": 1.3,  # in the fast run
         "test_concurrent_saves_of_a_versions_hash_pairs_lose_none": 1.6,  # in the fast run
@@ -399,7 +399,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_any_flipped_byte_is_caught_or_harmless": 0.8,  # in the fast run
         "test_object_storage_merges_neighbours_and_checks_as_locally": 1.6,  # in the fast run
     },
-    "test_groups.py": {
+    "test_splitbase.py": {
         "test_inherited_splits_are_said_and_resplit_redraws_them": 2.0,
         "test_no_lesion_in_two_splits_and_each_keeps_its_split_in_the_next_version": 3.2,
         "test_resplit_through_the_cli": 1.4,
@@ -466,7 +466,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_mask_factorize_and_array_match_plain_python": 2.3,
         "test_values_round_trip_through_samples_npz": 1.4,
     },
-    "test_mixing.py": {
+    "test_identity.py": {
         # 0.8 s in the full run, 10.5 s in two fast runs: its 2 workers' shutdown after the error it expects
         "test_streaming_bare_tars_refuses_samples_of_another_dataset_naming_both_shards": 10.5,
     },
@@ -559,7 +559,7 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_remote_damage_is_named_as_locally": 0.8,  # in the fast run
         "test_s3_and_http_give_the_local_report": 1.1,
     },
-    "test_storage.py": {
+    "test_objects.py": {
         "test_conversion_into_s3_equals_local": 1.1,
         "test_failed_upload_leaves_no_index_entry": 0.9,  # in the fast run
         "test_interrupted_conversion_resumes_in_s3": 1.0,

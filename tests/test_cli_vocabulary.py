@@ -19,10 +19,10 @@ from shardkit import copy_tars
 
 from wds_tools import progress as progress_module
 from wds_tools.cli import cli
-from wds_tools.clikit import DeprecatedAlias
-from wds_tools.config import load_cli_defaults, load_config
+from wds_tools.cli.common import DeprecatedAlias
+from wds_tools.cli.defaults import load_cli_defaults, load_config
 from wds_tools.exitcodes import EXIT_CODES, ExitCode
-from wds_tools.inspect.stats.report import distribute
+from wds_tools.inspect.stats.figures import distribute
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_SPELLINGS = {("verify", "--threads"): "--workers", ("stats", "--workers"): "--loader-workers"}
@@ -151,7 +151,7 @@ def test_verify_threads_keyword_is_a_deprecated_workers(converted):
 def test_load_config_is_a_deprecated_name_of_load_cli_defaults(tmp_path):
     p = tmp_path / "wds-tools.toml"
     p.write_text('out = "sh"\n[convert]\nworkers = 2\n')
-    with pytest.warns(DeprecationWarning, match="use wds_tools.config.load_cli_defaults"):
+    with pytest.warns(DeprecationWarning, match="use wds_tools.cli.defaults.load_cli_defaults"):
         old = load_config(p)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

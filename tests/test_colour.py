@@ -1,6 +1,6 @@
 """Colour agreement (format.phash.colour_layout, colour_alike) against docs/FORMAT.md ("Colour agreement")
 as tests/phashref.py writes it (exact fractions, a loop over the eight maps of the quarters), on real
-photos and on values worked by hand; and what it changes in near-duplicate search (format.near)."""
+photos and on values worked by hand; and what it changes in near-duplicate search (similar.near)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from PIL import Image, ImageEnhance
 from test_dups import _components  # the breadth-first walk test_dups checks the search against
 
 from wds_tools.format import phash
-from wds_tools.format.near import find_pairs, near_clusters
 from wds_tools.format.phash import colour_alike, colour_layout, phash_batch
+from wds_tools.similar.near import find_pairs, near_clusters
 from wds_tools.synth import jpeg_bytes, lesion_photo
 
 

@@ -161,7 +161,7 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert "trunc" not in load_index(res.out_dir).samples.keys
     assert load_index(res.out_dir).meta["errors_file"] == "errors.jsonl"
     # the same errors over a lower threshold (3 at the scan, "trunc" at decoding): stopped, no index
-    # (issue 15: it used to write the index and report max_errors_exceeded); test_finish.py has the rest
+    # (issue 15: it used to write the index and report max_errors_exceeded); test_publish.py has the rest
     with pytest.raises(TooManyErrorsError, match=r"4 of 34 source files failed.*more than --max-errors allows \(3\)"):
         _run(manifest, tmp_path / "out2", max_errors="3")
     assert not (tmp_path / "out2/v1/32/index.json").exists()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wds_tools.format.cpus import cgroup_cpu_limit, usable_cpus
+from wds_tools.cpus import cgroup_cpu_limit, usable_cpus
 
 
 def tree(root: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:

@@ -276,8 +276,8 @@ def test_a_copy_in_other_colours_is_not_joined_but_a_greyscale_copy_is(tmp_path,
     p0 in grey, is (a grey picture has no colour to compare; each alone, as a grey copy would join both to one
     cluster). Incremental: p0 is in the base, its hash known, and is decoded again for its colour."""
     from wds_tools.convert.decode import decode_image
-    from wds_tools.format.near import find_pairs
     from wds_tools.format.phash import phash_batch
+    from wds_tools.similar.near import find_pairs
 
     i, j, _ = find_pairs(phash_batch([decode_image(image_bytes(0, c), S).pixels for c in (0, copy)]), 5)
     assert (i.tolist(), j.tolist()) == ([0], [1])  # the hashes alone: a pair

@@ -1,4 +1,4 @@
-"""inspect/dups.py and ``wds-tools dups``: near-duplicate clusters of real conversions, whose duplicate
+"""similar/dups.py and ``wds-tools dups``: near-duplicate clusters of real conversions, whose duplicate
 structure is known by construction (copies made with PIL: recompressed, flipped, turned, rescaled)."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from PIL import Image
 
 from wds_tools.cli import cli
 from wds_tools.format.index import read_npz
-from wds_tools.format.near import near_clusters
 from wds_tools.format.phash import popcount, variants_array
-from wds_tools.inspect.dups import DEFAULT_THRESHOLD, clusters_of, find_dups, find_pairs
+from wds_tools.similar.dups import DEFAULT_THRESHOLD, clusters_of, find_dups, find_pairs
+from wds_tools.similar.near import near_clusters
 from wds_tools.synth import jpeg_bytes, lesion_photo
 
 S = 64
@@ -222,7 +222,7 @@ def test_a_version_2_index_has_its_hashes_computed_from_the_pixels(tmp_path):
                 (dest / p.name[:-4]).write_bytes(base64.decodebytes(data))
             else:
                 (dest / p.name).write_bytes(data)
-    from wds_tools.inspect.dups import _load
+    from wds_tools.similar.dups import _load
 
     two, three = _load(tmp_path / "v2", None), _load(tmp_path / "v3", None)
     assert two.keys == three.keys and np.array_equal(two.hashes, three.hashes)
@@ -418,7 +418,7 @@ def test_the_benchmark_duplicate_set_at_small_scale():
 
 
 def test_stats_says_when_a_set_is_too_large_to_count(folder, monkeypatch):
-    import wds_tools.inspect.dups as dups
+    import wds_tools.similar.dups as dups
     from wds_tools.inspect.stats import compute_stats
 
     skipped = {
@@ -505,7 +505,7 @@ def test_one_jpeg_under_thousands_of_keys_is_one_cluster_in_little_memory(tmp_pa
 def test_a_long_search_shows_its_progress_unless_quiet(folder, monkeypatch):
     """dups shows the search's progress on stderr once it runs PROGRESS_AFTER seconds (0 here); --quiet shows
     none; --json keeps stdout one JSON document. stats and verify --no-leakage, which search too, alike."""
-    from wds_tools.format import near
+    from wds_tools.similar import near
 
     monkeypatch.setattr(near, "PROGRESS_AFTER", 0.0)
     r = CliRunner().invoke(cli, ["dups", str(folder), "--json", "--threshold", "8"])

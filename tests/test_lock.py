@@ -19,9 +19,9 @@ from wds_tools.cli import cli
 from wds_tools.convert import convert
 from wds_tools.convert import lock as lock_mod
 from wds_tools.convert.lock import LOCK_FILE, Holder, lock_folder, lock_folders, release_all
-from wds_tools.convert.storage import Store
 from wds_tools.errors import OutputBusyError
 from wds_tools.inspect.verify import verify
+from wds_tools.storage.objects import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,7 +251,7 @@ def test_without_posix_locks_a_marker_is_used(manifest, tmp_path, monkeypatch):
     held = lock_folder(store)
     assert held.fd is None and (tmp_path / "out/v1/64" / LOCK_FILE).exists()
     code = (
-        "import sys; from wds_tools.convert.lock import lock_folder; from wds_tools.convert.storage import Store\n"
+        "import sys; from wds_tools.convert.lock import lock_folder; from wds_tools.storage.objects import Store\n"
         "from wds_tools.errors import OutputBusyError\nimport errno, wds_tools.convert.lock as m\n"
         "def no(fd): raise OSError(errno.ENOLCK, 'No locks available')\nm._lockf = no\n"
         "try:\n lock_folder(Store(sys.argv[1]))\nexcept OutputBusyError as e:\n print(e); sys.exit(3)"

@@ -269,8 +269,8 @@ def test_every_reader_refuses_the_first_problem_verify_reports(ham_set, tmp_path
     """An index the converter wrote, its val URL pattern then edited: load_index, open_index, resolve (the
     loader's and stats' shard lists), stats and diff refuse it naming the field; verify reports it, with
     the shards still checked."""
+    from wds_tools.dataset.resolve import resolve
     from wds_tools.format.index import load_index, open_index
-    from wds_tools.format.resolve import resolve
     from wds_tools.inspect.diff import diff_versions
     from wds_tools.inspect.stats import compute_stats
     from wds_tools.inspect.verify import verify

@@ -1,4 +1,4 @@
-"""format/near.py: the search's cost follows the distinct hashes (one image under many keys is one
+"""similar/near.py: the search's cost follows the distinct hashes (one image under many keys is one
 cluster, not N^2 pairs), thresholds it cannot serve are refused at once, and a long search shows its
 progress. (Exactness against an all-pairs scan: tests/test_dups.py.)"""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from wds_tools.errors import OptionError
-from wds_tools.format import near
-from wds_tools.format.near import MAX_THRESHOLD, find_pairs, near_clusters
+from wds_tools.similar import near
+from wds_tools.similar.near import MAX_THRESHOLD, find_pairs, near_clusters
 
 
 def _copies(n: int, others: int = 200, seed: int = 0) -> np.ndarray:

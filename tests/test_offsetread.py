@@ -293,7 +293,7 @@ def test_check_samples_option_errors(folder):
 def test_object_storage_merges_neighbours_and_checks_as_locally(folder, stored, bucket, monkeypatch):
     """From S3 (moto): the same samples; neighbours of a shard merged into ranges of at most
     MERGE_MAX bytes (eval order: one range per shard run of a batch); damage caught as locally."""
-    from wds_tools.format import transport
+    from wds_tools.storage import transport
 
     fs, url = bucket
     remote = upload(fs, folder, f"{url}/v1/{S}")

@@ -1,4 +1,4 @@
-"""format.ranks: the one rule dealing shards to ranks and workers, worked out by hand and against webdataset."""
+"""ranks: the one rule dealing shards to ranks and workers, worked out by hand and against webdataset."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wds_tools.format.ranks import deal
+from wds_tools.ranks import deal
 
 
 def test_deal_by_hand():

@@ -351,7 +351,7 @@ def test_the_planted_cross_split_pair_is_the_first_cluster_with_its_evidence(v1_
 def test_a_clusters_evidence_is_rendered_from_its_to_dict_whatever_fields_it_has(corpus, tmp_path, monkeypatch):
     """The near-duplicate search may add fields to ``Cluster.to_dict()`` (a list of pairs with their distances):
     the page shows each, a list of objects as a table, without a change to the page's code."""
-    from wds_tools.inspect import dups
+    from wds_tools.similar import dups
 
     v1, _, _, _ = corpus
     plain = dups.Cluster.to_dict

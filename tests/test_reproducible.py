@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import make_images, write_manifest
 
 from wds_tools.cli import cli
-from wds_tools.convert import hashes
+from wds_tools.convert import sourcecache as hashes
 
 SIZE = "16"
 

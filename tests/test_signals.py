@@ -113,7 +113,7 @@ def test_a_command_whose_clean_up_fails_after_a_signal_ends_as_interrupted():
     import click
     from click.testing import CliRunner
 
-    from wds_tools.clikit import Command
+    from wds_tools.cli.common import Command
     from wds_tools.signals import Interrupted
 
     @click.command(cls=Command)

@@ -5,9 +5,9 @@ from conftest import make_images, write_ham, write_isic, write_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wds_tools.convert.groups import SplitBase
 from wds_tools.convert.manifest import Columns
 from wds_tools.convert.source import read_source, sanitize_keys
+from wds_tools.convert.splitbase import SplitBase
 from wds_tools.errors import InvalidKeyError, OptionError, SourceError
 
 HAM = Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")

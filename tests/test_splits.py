@@ -1,4 +1,4 @@
-"""Classes a split leaves out (format.splits), as convert's summary and stats warn of them, and the split
+"""Classes a split leaves out (dataset.splits), as convert's summary and stats warn of them, and the split
 warnings that apply only where the splits were drawn (issue 38, points 16 and 19)."""
 
 import csv
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import make_images, write_ham, write_manifest
 
 from wds_tools.cli import cli
-from wds_tools.format.splits import class_gaps, gap_warnings
+from wds_tools.dataset.splits import class_gaps, gap_warnings
 
 
 def test_class_gaps_by_hand():

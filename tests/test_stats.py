@@ -15,7 +15,7 @@ from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError, OptionError, ShardError
 from wds_tools.format.index import load_index
 from wds_tools.inspect.stats import compute_stats
-from wds_tools.inspect.stats.report import SCHEMA
+from wds_tools.inspect.stats.figures import SCHEMA
 
 
 @pytest.fixture(scope="module")

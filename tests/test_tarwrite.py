@@ -217,7 +217,7 @@ def test_a_published_shard_and_index_sync_their_folder_after_the_rename(tmp_path
     """A rename is durable only once the folder holding the new name is synced: the shard's bytes are
     synced, then renamed, then its folder synced (``ShardWriter.close``, ``seal``), as is an index
     file's (``atomic_write_bytes``)."""
-    from wds_tools.format.fsutil import atomic_write_bytes
+    from wds_tools.storage.fsutil import atomic_write_bytes
 
     out = tmp_path / "v1" / "224"
     out.mkdir(parents=True)
@@ -243,7 +243,7 @@ def test_a_folder_that_cannot_be_synced_does_not_stop_the_write(tmp_path, monkey
     import errno
     import stat
 
-    from wds_tools.format.fsutil import atomic_write_bytes
+    from wds_tools.storage.fsutil import atomic_write_bytes
 
     fsync = os.fsync
 

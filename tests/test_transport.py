@@ -1,4 +1,4 @@
-"""format.transport: the one reader of bytes, on local folders, file:// URLs, S3 (moto on 127.0.0.1)
+"""storage.transport: the one reader of bytes, on local folders, file:// URLs, S3 (moto on 127.0.0.1)
 and http (http.server on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import convert_images, upload
 
-from wds_tools.format import transport
-from wds_tools.format.transport import (
+from wds_tools.storage import transport
+from wds_tools.storage.transport import (
     file_size,
     is_local,
     is_remote,

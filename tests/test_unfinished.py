@@ -18,9 +18,9 @@ from conftest import make_images, write_manifest
 
 from wds_tools.cli import cli
 from wds_tools.convert import convert
+from wds_tools.dataset.resolve import resolve, unfinished_conversion
 from wds_tools.errors import IndexFormatError
 from wds_tools.format.index import LOCK_FILE, WORK_DIR
-from wds_tools.format.resolve import resolve, unfinished_conversion
 
 
 def _manifest(root: Path, n: int = 24) -> Path:
@@ -45,7 +45,7 @@ def interrupted(tmp_path, interrupt_writes) -> Path:
 
 
 def test_the_layout_names_are_the_converters():
-    from wds_tools.convert import target
+    from wds_tools.convert import outfolder as target
 
     assert (target.WORK_DIR, target.LOCK_FILE) == (WORK_DIR, LOCK_FILE)
 
@@ -78,7 +78,7 @@ def test_an_interrupted_folder_is_refused_by_every_reader_also_through_a_pattern
 
 def test_a_running_conversion_is_named_with_its_holder(interrupted):
     from wds_tools.convert.lock import lock_folder
-    from wds_tools.convert.storage import Store
+    from wds_tools.storage.objects import Store
 
     lock = lock_folder(Store(interrupted))  # this process holds it: a conversion running now
     try:

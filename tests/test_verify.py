@@ -17,12 +17,12 @@ from shardkit import build_dataset, copy_tars, member, rewrite_tar
 
 from wds_tools.cli import cli
 from wds_tools.errors import IndexFormatError
-from wds_tools.format.fsutil import dumps_canonical
 from wds_tools.format.index import load_index, read_npz, write_npz
 from wds_tools.format.packed import pack_strings
 from wds_tools.inspect.verify import verify
-from wds_tools.inspect.verify.report import PROBLEM_KINDS, SCHEMA
+from wds_tools.inspect.verify.problems import PROBLEM_KINDS, SCHEMA
 from wds_tools.inspect.verify.table import SampleColumns
+from wds_tools.storage.fsutil import dumps_canonical
 
 
 @pytest.fixture(scope="module")

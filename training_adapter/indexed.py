@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wds_tools.errors import OptionError, ShardError
-from wds_tools.format.transport import is_local
+from wds_tools.storage.transport import is_local
 
 from .batch import Batch, BatchDataset
 from .buffers import BufferPool

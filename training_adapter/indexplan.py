@@ -20,7 +20,7 @@ from wds_tools.format.index import read_samples_checked
 from wds_tools.format.meta import MetaValues, column_names, read_metadata
 from wds_tools.format.model import IndexMeta, ShardInfo
 from wds_tools.format.npy import NPY_HEADER_BYTES
-from wds_tools.format.transport import is_local, join, readable_by_offset
+from wds_tools.storage.transport import is_local, join, readable_by_offset
 
 __all__ = [
     "SampleIndex",

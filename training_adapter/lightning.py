@@ -37,8 +37,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from wds_tools.cpus import usable_cpus
 from wds_tools.errors import ExtraNotInstalledError, OptionError, install_hint
-from wds_tools.format.cpus import usable_cpus
 
 try:
     import pytorch_lightning as pl

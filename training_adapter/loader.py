@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from wds_tools.cpus import usable_cpus
 from wds_tools.errors import OptionError
-from wds_tools.format.cpus import usable_cpus
 
 from .augment import AugmentConfig
 from .device import as_device, as_dtype, to_device

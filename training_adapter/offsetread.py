@@ -17,7 +17,7 @@ import xxhash
 
 from wds_tools.errors import ShardError
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_header
-from wds_tools.format.transport import is_local, read_ranges
+from wds_tools.storage.transport import is_local, read_ranges
 
 from .indexplan import SampleIndex
 

@@ -17,7 +17,7 @@ import numpy as np
 import xxhash
 
 from wds_tools.errors import OptionError
-from wds_tools.format.ranks import deal
+from wds_tools.ranks import deal
 
 from .shardlist import cut_to, rank_world
 from .statedict import (

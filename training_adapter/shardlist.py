@@ -2,7 +2,7 @@
 
 URLs follow webdataset's conventions (brace patterns, ``::``, ``pipe:``, http(s)); a shards folder or
 its index.json also gives the sample counts (equal batches across ranks) and mean/std
-(``wds_tools.format.resolve``). The epoch plan is a pure function of (counts, seed, epoch, rank,
+(``wds_tools.dataset.resolve``). The epoch plan is a pure function of (counts, seed, epoch, rank,
 world, workers).
 """
 
@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from wds_tools.dataset.resolve import resolve
 from wds_tools.errors import OptionError
 from wds_tools.format.model import IndexMeta, parse
-from wds_tools.format.ranks import deal
-from wds_tools.format.resolve import resolve
+from wds_tools.ranks import deal
 
 __all__ = [
     "ShardList",
@@ -62,7 +62,7 @@ def resolve_urls(
     allow_partial: bool = False,
 ) -> ShardList:
     """Expand patterns, folders and index files into a ShardList (``split`` is used for folders/indexes);
-    ``format.resolve.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
+    ``dataset.resolve.resolve`` does the work. Shards of different datasets (``allow_mixed``) and a
     pattern naming part of a split (``allow_partial``) are refused unless allowed."""
     for name, value in (("allow_mixed", allow_mixed), ("allow_partial", allow_partial)):
         if not isinstance(value, bool):
@@ -186,7 +186,7 @@ def plan_epoch(
     epoch_batches: int | None = None,
     cover: bool = False,
 ) -> list[WorkerPlan]:
-    """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``format.ranks.deal``).
+    """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``ranks.deal``).
 
     ``cover`` (evaluation): every sample once across the ranks; each worker reads all of its shards
     (a short last batch unless ``drop_last``), so ranks may differ in batches, and a reader left

@@ -19,7 +19,7 @@ from wds_tools.errors import ShardError
 from wds_tools.format.npy import NPY_HEADER_BYTES, image_side
 from wds_tools.format.sample import identity_prefix
 from wds_tools.format.tar import DEFAULT_CHUNK, group_samples, iter_members, split_name
-from wds_tools.format.transport import open_stream
+from wds_tools.storage.transport import open_stream
 
 from .shardlist import WorkerPlan
 
@@ -45,7 +45,7 @@ log = logging.getLogger("training_adapter")
 
 
 def open_url(url: str) -> BinaryIO:
-    """Open a shard for streaming (``format.transport.open_stream``); ``ShardError`` when it cannot be."""
+    """Open a shard for streaming (``storage.transport.open_stream``); ``ShardError`` when it cannot be."""
     try:
         return open_stream(url)
     except (OSError, ValueError) as e:

@@ -6,12 +6,12 @@ import signal
 
 import click
 
-from ..clikit import Command, Failure, fail, json_option, quiet_option
 from ..convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from ..convert.runner import EXECUTORS
 from ..errors import OptionError, WdsToolsError
 from ..exitcodes import ExitCode
 from ..signals import Interrupted, signal_behind
+from .common import Command, Failure, fail, json_option, quiet_option
 from .group import cli, emit, interrupted
 
 __all__ = ["convert"]

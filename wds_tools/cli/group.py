@@ -11,10 +11,10 @@ from typing import Any, NoReturn
 
 import click
 
-from ..clikit import apply_config
-from ..config import CONFIG_FILE
 from ..signals import SIGNALS, exit_code, install, interruption
 from ..version import __version__
+from .common import apply_config
+from .defaults import CONFIG_FILE
 
 __all__ = ["cli", "main", "emit", "interrupted"]
 

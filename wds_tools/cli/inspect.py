@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from ..clikit import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
 from ..errors import WdsToolsError, install_hint
 from ..exitcodes import ExitCode
-from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
+from ..similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
+from .common import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["diff", "dups", "index_files", "stats", "verify"]
@@ -120,8 +120,8 @@ def dups(
       wds-tools dups shards/v1/224 --group lesion_id --plot dups.png
       wds-tools dups clinic/v1/224 --across ham10000/v1/224 --json
     """
-    from ..format.resolve import newest_dataset
-    from ..inspect.dups import find_dups, plot_dups
+    from ..dataset.resolve import newest_dataset
+    from ..similar.dups import find_dups, plot_dups
 
     try:
         result = find_dups(
@@ -169,7 +169,7 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
       wds-tools index s3://bucket/shards/v1/224 --wids
     """
     from ..convert.reindex import write_reader_indexes
-    from ..format.resolve import newest_dataset
+    from ..dataset.resolve import newest_dataset
 
     if not wids and not dali:
         wids = dali = True

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..clikit import Command, fail, json_option, path_and_out, quiet_option
 from ..errors import WdsToolsError
+from .common import Command, fail, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["report"]

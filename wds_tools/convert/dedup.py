@@ -1,7 +1,7 @@
 """``convert --dedup``: near-duplicate clusters among a source's rows, found before splits are drawn.
 
 Every row's source is decoded at the conversion's (largest) size as the writer will decode it, and
-hashed (``format.phash``); ``format.near.near_clusters`` gives the clusters within the threshold
+hashed (``format.phash``); ``similar.near.near_clusters`` gives the clusters within the threshold
 (equal hashes collapsed first: N copies of one image cost O(N log N)) and the rows too flat to hash,
 which join nothing and are listed. Rows naming one path share one read and decode. The source's split drawing (``source._with_splits``) then joins
 the units (group or key) of each cluster's rows, so a cluster of near-duplicates, with every group it
@@ -23,13 +23,13 @@ import numpy as np
 
 from ..errors import DecodeError, IndexFormatError
 from ..format.index import load_index
-from ..format.near import near_clusters
 from ..format.phash import colour_layout, flagged_alike, phash
-from ..format.transport import is_remote
+from ..similar.near import near_clusters
+from ..storage.transport import is_remote
 from .decode import DecodeSettings, decode_image
-from .hashes import load_stats
 from .reuse import base_incompatibilities
 from .scan import open_source
+from .sourcecache import load_stats
 
 __all__ = ["NearRows", "NearFinder", "near_rows", "known_hashes"]
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..errors import OutputBusyError
 from ..format.index import LOCK_FILE  # beside WORK_DIR, which a folder's state check skips too
-from .storage import Store
+from ..storage.objects import Store
 
 __all__ = ["LOCK_FILE", "Holder", "FolderLock", "lock_folder", "lock_folders", "release_all"]
 
@@ -363,7 +363,7 @@ def lock_folder(store: Store) -> FolderLock:
         if held is not None:
             raise _busy(store.root, held.holder, lock_path=path, marker=held.marker is not None, thread=True)
         if store.remote:
-            from ..format.transport import filesystem
+            from ..storage.transport import filesystem
 
             lock = _lock_marker(store.root, path, me, _RemoteMarkers(filesystem(path)), [])
         else:

@@ -25,9 +25,9 @@ from ..errors import OptionError, SourceError
 from ..format.meta import MetaColumn
 from ..format.meta import is_float_text as _is_float
 from ..format.meta import is_int_text as _is_int
-from ..format.transport import is_remote
+from ..storage.objects import open_input
+from ..storage.transport import is_remote
 from .scan import HASH_ALGORITHMS
-from .storage import open_input
 
 __all__ = [
     "Columns",

@@ -9,13 +9,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..cpus import usable_cpus
 from ..errors import OptionError
-from ..format.cpus import usable_cpus
 from .decode import RESIZE_MODES, DecodeSettings
 from .manifest import Columns
 from .plan import parse_shard_size
-from .result import parse_max_errors
 from .runner import EXECUTORS
+from .summary import parse_max_errors
 
 __all__ = ["ConvertOptions", "parse_sizes"]
 

@@ -17,23 +17,32 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
-from ..format.fsutil import dumps_canonical
 from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
-from ..format.near import DEFAULT_THRESHOLD
 from ..format.sample import classes_digest
-from ..format.transport import join
 from ..progress import progress as show_progress
+from ..similar.near import DEFAULT_THRESHOLD
+from ..storage.fsutil import dumps_canonical
+from ..storage.objects import Store
+from ..storage.transport import join
 from ..version import __version__
-from . import hashes
-from .assemble import errors_order, write_errors
+from . import sourcecache as hashes
 from .decode import DecodeSettings, decoder_versions
 from .dedup import known_hashes, near_rows
-from .finish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
-from .groups import find_split_base
+from .indexwrite import errors_order, write_errors
 from .lock import FolderLock, lock_folders, release_all
 from .options import ConvertOptions, parse_sizes
+from .outfolder import Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .plan import plan_split
-from .result import (
+from .publish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
+from .reuse import Base
+from .runner import Runner, make_runner
+from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
+from .schedule import shared_bytes, write_shards
+from .source import Source, SourceRow, dedup_notes, read_source, with_other_extensions
+from .space import DISK_FULL_ERRNOS, disk_full_error
+from .spill import SPILL_DIR, load_spill
+from .splitbase import find_split_base
+from .summary import (
     ConvertResult,
     ConvertResults,
     allowed_errors,
@@ -44,15 +53,6 @@ from .result import (
     parse_max_errors,
     result_from_index,
 )
-from .reuse import Base
-from .runner import Runner, make_runner
-from .scan import Check, Checked, Scanned, SourceStat, check_sources, scan_files
-from .schedule import shared_bytes, write_shards
-from .source import Source, SourceRow, dedup_notes, read_source, with_other_extensions
-from .space import DISK_FULL_ERRNOS, disk_full_error
-from .spill import SPILL_DIR, load_spill
-from .storage import Store
-from .target import Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .write import Reuse, SampleTask, ShardTask
 
 __all__ = [
@@ -142,7 +142,7 @@ def convert(
         resplit: With ``group``, ``stratify`` or ``dedup``, draw every unit's split afresh instead of
             keeping the split an earlier version gave its group (``base``, else the newest other
             version under ``out``).
-        dedup: Join near-duplicate images (``format.near``, default threshold) into one unit with
+        dedup: Join near-duplicate images (``similar.near``, default threshold) into one unit with
             their groups before the splits are drawn, so a cluster lands in one split (each source is
             decoded once more).
         max_errors: How many source files may fail: a count (``25``), a fraction (``0.01``) or a

@@ -13,8 +13,8 @@ from ..errors import READ_ONLY_ERRNOS, read_only_error
 from ..format.index import index_of, read_samples
 from ..format.names import samples_file_name
 from ..format.sidecars import sidecar_files
-from ..format.transport import join
-from .storage import Store
+from ..storage.objects import Store
+from ..storage.transport import join
 
 __all__ = ["write_reader_indexes", "ReaderIndexes"]
 

@@ -18,9 +18,9 @@ from typing import Any, NamedTuple, Protocol
 
 import xxhash
 
-from ..format.transport import filesystem, is_remote
+from ..storage.objects import open_input
+from ..storage.transport import filesystem, is_remote
 from .decode import DecodeError, DecodeSettings, probe_image
-from .storage import open_input
 
 __all__ = [
     "HASH_ALGORITHMS",

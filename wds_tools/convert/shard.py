@@ -13,16 +13,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..format.fsutil import dumps_canonical
 from ..format.index import SAMPLE_COLUMNS, write_npz
 from ..format.packed import pack_strings
 from ..format.phash import WINDOWS
 from ..format.sample import MEMBERS, column_prefix
 from ..format.tarwrite import ShardWriter, seal
-from ..format.transport import join
+from ..storage.fsutil import dumps_canonical
+from ..storage.objects import Store
+from ..storage.transport import join
+from .shardtasks import Encoded, SampleRow, ShardTask
 from .spill import SpillWriter, Staged, sync_into_place
-from .storage import Store
-from .tasks import Encoded, SampleRow, ShardTask
 
 __all__ = ["ShardAssembler", "SealJob", "seal_shard"]
 

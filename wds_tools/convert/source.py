@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
-from ..format.transport import exists, is_remote, join
+from ..storage.transport import exists, is_remote, join
 from .dedup import NearFinder, NearRows
-from .groups import SplitBase
 from .manifest import ANY_EXTENSION, Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, split_groups
 from .scan import HASH_ALGORITHMS
+from .splitbase import SplitBase
 
 __all__ = [
     "IMAGE_EXTENSIONS",

@@ -10,8 +10,8 @@ import tempfile
 
 from ..errors import DiskFullError
 from ..format.index import INDEX_FILE
+from .outfolder import Target
 from .plan import sample_bytes
-from .target import Target
 
 __all__ = ["DISK_FULL_ERRNOS", "bytes_needed", "disk_full_error", "human_bytes"]
 

@@ -20,9 +20,9 @@ import numpy as np
 from ..format.index import SAMPLE_COLUMNS, read_npz, write_npz
 from ..format.packed import pack_strings, unpack_strings
 from ..format.tarwrite import partial_path, write_at
-from ..format.transport import join
 from ..signals import reraise_interruption
-from .storage import Store
+from ..storage.objects import Store
+from ..storage.transport import join
 
 __all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill", "sync_into_place"]
 

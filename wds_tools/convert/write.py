@@ -24,14 +24,14 @@ from ..format.npy import npy_header
 from ..format.phash import phash_batch
 from ..format.sample import label_i32
 from ..format.sample import sample_json as json_bytes
-from ..format.transport import open_ranged
+from ..storage.transport import open_ranged
 from .decode import Decoded, DecodeError, decode_image, decode_sizes
 from .fragment import SLOT_BYTES, Member, Ranges, members_bytes, put_block, put_members, write_slots
 from .runner import orphaned, shared_memory
 from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .shard import ShardAssembler
+from .shardtasks import Encoded, Reuse, SampleRow, SampleTask, ShardTask
 from .spill import SpillRow
-from .tasks import Encoded, Reuse, SampleRow, SampleTask, ShardTask
 
 __all__ = [
     "Reuse",

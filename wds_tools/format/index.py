@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError
-from .fsutil import atomic_write_bytes, dumps_canonical
+from ..storage.fsutil import atomic_write_bytes, dumps_canonical
+from ..storage.transport import is_local, join, local_path, parent, read_bytes
 from .meta import MetaColumn, MetaValues, column_names, npz_dtypes, read_metadata
 from .model import FORMAT_NAME, READABLE_VERSIONS, IndexMeta, Problem, load_json, parse
 from .packed import unpack_strings
 from .phash import WINDOWS
 from .sidecars import sidecar_files
-from .transport import is_local, join, local_path, parent, read_bytes
 
 __all__ = [
     "FORMAT_NAME",
@@ -65,7 +65,7 @@ SAMPLES_FILE = "samples.npz"
 ERRORS_FILE = "errors.jsonl"
 """A converted folder's list of the source files that failed, beside its shards."""
 # A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
-# definition being here; format.resolve refuses a folder holding either without index.json)
+# definition being here; dataset.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
 """The work folder of a conversion in progress or interrupted (readers refuse a folder holding it without an index)."""
 LOCK_FILE = ".wds-tools-lock"
@@ -74,7 +74,7 @@ LOCK_FILE = ".wds-tools-lock"
 # Column name -> dtype, in the order they are stored (format version 3). "key" is |S<n> (n = longest
 # key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
 # member has <prefix>_offset and <prefix>_length (format.sample.column_prefix). No source mtime: the
-# quick check's mtimes are kept outside the format (convert/hashes.py), so the same corpus in another
+# quick check's mtimes are kept outside the format (convert/sourcecache.py), so the same corpus in another
 # folder gives the same bytes.
 SAMPLE_COLUMNS: dict[str, str] = {
     "key": "S",

@@ -26,8 +26,8 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import ShardError
+from ..storage.transport import open_ranged, open_stream
 from .tarwrite import BLOCK
-from .transport import open_ranged, open_stream
 
 __all__ = [
     "BLOCK",

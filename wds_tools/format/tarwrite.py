@@ -13,7 +13,7 @@ import hashlib
 import os
 from types import TracebackType
 
-from .fsutil import sync_folder
+from ..storage.fsutil import sync_folder
 
 __all__ = [
     "ShardWriter",

@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..format.index import SampleTable, open_index, read_samples
-from ..format.transport import join
+from ..storage.transport import join
 
 __all__ = ["DiffResult", "diff_versions"]
 

@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...dataset.resolve import Shards, resolve_target
 from ...errors import OptionError, unwritable_file_error
-from ...format.fsutil import atomic_write_bytes
 from ...format.index import read_samples_checked
 from ...format.meta import npz_names, read_metadata
-from ...format.near import PROGRESS_AFTER
-from ...format.resolve import Shards, resolve_target
-from ...format.transport import join
 from ...progress import Progress
+from ...similar.near import PROGRESS_AFTER
+from ...storage.fsutil import atomic_write_bytes
+from ...storage.transport import join
 from ...version import __version__
 from ..stats import model_reader
-from ..stats.sources import from_index
+from ..stats.collect import from_index
 from . import charts, evidence, facts, render, thumbs
 
 __all__ = ["MAX_PAGE_BYTES", "THUMBS_PER_CLASS", "GRID_LIMIT", "ReportResult", "write_report", "default_output"]
@@ -161,7 +161,7 @@ def write_report(
     charts.require_matplotlib()
     if isinstance(thumbs_per_class, bool) or not isinstance(thumbs_per_class, int) or thumbs_per_class < 0:
         raise OptionError(f"thumbs_per_class {thumbs_per_class!r}: expected an integer >= 0")
-    from ...format.cpus import usable_cpus
+    from ...cpus import usable_cpus
 
     workers = usable_cpus() if workers is None else workers
     if reader not in ("auto", "index", "stream"):

@@ -1,4 +1,4 @@
-"""The page's two sections about pairs of samples: near-duplicate clusters (``inspect.dups.find_dups``),
+"""The page's two sections about pairs of samples: near-duplicate clusters (``similar.dups.find_dups``),
 cross-split ones first, and the changes against the version this one was built from
 (``inspect.diff.diff_versions``), each with the thumbnails of the samples it names.
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...format.index import index_of, read_samples
-from ...format.transport import exists, join, parent
+from ...similar.dups import STATS_LIMIT, find_dups
+from ...storage.transport import exists, join, parent
 from ..diff import diff_versions
-from ..dups import STATS_LIMIT, find_dups
 from .facts import Warn
 from .thumbs import Budget, Pixels, Thumb, read_places, thumbs_of
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...format.meta import MetaValues
-from ...format.transport import join, read_bytes
-from ..stats.report import StatsReport, group_report
+from ...storage.transport import join, read_bytes
+from ..stats.figures import StatsReport, group_report
 from . import charts
 
 __all__ = [

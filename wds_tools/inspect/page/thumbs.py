@@ -1,5 +1,5 @@
 """Thumbnails for the page: which samples (a fixed-seed draw per class), their stored pixels read from
-the shards by offset (``inspect.dups.stored_pixels``: only the samples shown are read), scaled and
+the shards by offset (``similar.dups.stored_pixels``: only the samples shown are read), scaled and
 encoded as JPEG data URIs, within a byte budget so that the page stays small whatever the dataset.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...format.cpus import usable_cpus
-from ..dups import stored_pixels
+from ...cpus import usable_cpus
+from ...similar.dups import stored_pixels
 
 __all__ = [
     "THUMB_PX",
@@ -89,7 +89,7 @@ class Pixels:
 
 def read_places(places: Sequence[tuple[str, int, str]], side: int, why: str) -> list[np.ndarray]:
     """The stored pixels of samples given as (shard URL, ``.npy`` offset, key), in order: read by offset
-    (``inspect.dups.stored_pixels``, which names a missing or cut shard), a shard per thread."""
+    (``similar.dups.stored_pixels``, which names a missing or cut shard), a shard per thread."""
     by_url: dict[str, list[int]] = {}
     for i, (url, _, _) in enumerate(places):
         by_url.setdefault(url, []).append(i)

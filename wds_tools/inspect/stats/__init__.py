@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 
+from ...cpus import usable_cpus
+from ...dataset.resolve import Shards, resolve_target
 from ...errors import OptionError
-from ...format.cpus import usable_cpus
-from ...format.resolve import Shards, resolve_target
-from ...format.transport import readable_by_offset
-from .. import dups
-from .report import READERS, StatsReport, distribute
-from .sources import from_index, from_scan
+from ...similar import dups
+from ...storage.transport import readable_by_offset
+from .collect import from_index, from_scan
+from .figures import READERS, StatsReport, distribute
 
 __all__ = ["compute_stats", "model_reader"]
 

@@ -10,8 +10,8 @@ from types import ModuleType
 import numpy as np
 
 from ...errors import ExtraNotInstalledError, ShardError, install_hint, unwritable_file_error
-from ...format.fsutil import atomic_write_bytes
-from .report import StatsReport
+from ...storage.fsutil import atomic_write_bytes
+from .figures import StatsReport
 
 __all__ = ["plot_stats", "require_matplotlib"]
 

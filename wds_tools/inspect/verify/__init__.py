@@ -19,18 +19,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ...cpus import usable_cpus
+from ...dataset.resolve import Shards, resolve_target
 from ...errors import IndexFormatError
-from ...format.cpus import usable_cpus
 from ...format.model import Partial, salvage
-from ...format.resolve import Shards, resolve_target
-from ...format.transport import exists, join, list_tars
 from ...progress import progress as show_progress
-from ..dups import find_dups
-from .report import INDEX, Problem, VerifyReport
-from .scan import verify_scan
+from ...similar.dups import find_dups
+from ...storage.transport import exists, join, list_tars
+from .problems import INDEX, Problem, VerifyReport
 from .shards import Context, ShardJob, ShardResult, check_shard, reference_header
 from .table import TableFacts, check_samples_file, metadata_values, open_columns, row_columns, scan_table
 from .totals import check_class_names, check_counts, check_pixel_stats, check_sizes
+from .unindexed import verify_scan
 
 __all__ = ["verify"]
 
@@ -69,7 +69,7 @@ def verify(
             default.
         progress: Show progress on stderr (``wds_tools.progress``: a bar on a terminal, plain
             lines elsewhere).
-        no_leakage: Report as a problem each near-duplicate cluster (``inspect.dups``, default
+        no_leakage: Report as a problem each near-duplicate cluster (``similar.dups``, default
             threshold) with samples in more than one split; samples too flat to hash, which no
             cluster holds, in a warning.
         threads: The deprecated old name of ``workers`` (a DeprecationWarning).

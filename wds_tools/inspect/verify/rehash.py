@@ -9,7 +9,7 @@ import numpy as np
 
 from ...format.npy import NPY_HEADER_BYTES
 from ...format.phash import phash_batch
-from .report import Problem
+from .problems import Problem
 
 __all__ = ["phashes_of", "phash_problems"]
 

@@ -25,9 +25,9 @@ from ...format.npy import NPY_HEADER_BYTES, image_header, image_side_or_none
 from ...format.npy import describe as describe_npy
 from ...format.sample import JSON_FIELDS, MEMBERS, column_prefix, read_label_i32
 from ...format.tar import BLOCK, Member, TarWalker, scan_file, split_name, walk_headers
-from ...format.transport import file_size, read_ranges
+from ...storage.transport import file_size, read_ranges
+from .problems import Problem, capped
 from .rehash import phash_problems, phashes_of
-from .report import Problem, capped
 from .table import SampleColumns, TableFacts, block_names, row_columns
 
 __all__ = ["ShardJob", "Context", "ShardResult", "PixelSums", "reference_header", "check_shard"]

@@ -27,8 +27,8 @@ from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES
 from ...format.sample import column_prefix
 from ...format.tar import iter_chunks
-from ...format.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
-from .report import INDEX, MAX_PER_KIND, Problem
+from ...storage.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
+from .problems import INDEX, MAX_PER_KIND, Problem
 
 __all__ = [
     "row_columns",

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from ...dataset.resolve import Shards
 from ...format.model import Partial
-from ...format.resolve import Shards
-from .report import INDEX, Problem, capped
+from .problems import INDEX, Problem, capped
 from .shards import ShardJob, ShardResult
 
 __all__ = ["check_counts", "check_class_names", "check_sizes", "check_pixel_stats", "mean_std", "STATS_TOLERANCE"]

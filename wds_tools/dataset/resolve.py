@@ -2,9 +2,9 @@
 
 docs/FORMAT.md, "Layout". A *spec* names some shards: a folder, its index.json, a brace pattern
 (``train-{000000..000041}.tar``), several of these joined with ``::`` or given as a list; each a
-local path or a URL (``format.transport``). The loader (``training_adapter.shardlist``) and the
+local path or a URL (``storage.transport``). The loader (``training_adapter.shardlist``) and the
 inspectors (stats, verify) share ``Shards``; ``resolve`` refuses shards of different datasets and
-specs naming part of a split unless told otherwise (the rules: ``format.mixing``).
+specs naming part of a split unless told otherwise (the rules: ``dataset.identity``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import IndexFormatError, OptionError, ShardError
-from . import mixing
-from .index import INDEX_FILE, LOCK_FILE, WORK_DIR, indexes_newest_first, read_index
-from .model import IndexMeta, ShardInfo, parse, salvage
-from .names import expand, unexpanded
-from .transport import GOPEN_SCHEMES, basename, exists, join, list_tars, local_path, parent, read_bytes, scheme
+from ..format.index import INDEX_FILE, LOCK_FILE, WORK_DIR, indexes_newest_first, read_index
+from ..format.model import IndexMeta, ShardInfo, parse, salvage
+from ..format.names import expand, unexpanded
+from ..storage.transport import GOPEN_SCHEMES, basename, exists, join, list_tars, local_path, parent, read_bytes, scheme
+from . import identity
 
 __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_conversion"]
 
@@ -44,7 +44,7 @@ class Shards:
     names: list[str] | None = field(default=None, repr=False)  # each URL's entry in meta["shards"]
     counts: list[int] | None = field(default=None, repr=False)  # samples per shard
     selected: bool = False  # named by a pattern or a .tar (some shards), not a whole folder or index
-    gaps: list = field(default_factory=list, repr=False)  # mixing.Gap: splits named only in part
+    gaps: list = field(default_factory=list, repr=False)  # identity.Gap: splits named only in part
     datasets: list = field(default_factory=list, repr=False)  # index.json of each dataset named (copies once)
     info: IndexMeta | None = field(default=None, repr=False)
 
@@ -105,9 +105,9 @@ def resolve(
     ``pipe``: accept ``pipe:`` commands. ``one_folder``: refuse shards from several folders.
     ``strict``: an index with a problem (``format.model.validate``) raises ``IndexFormatError``; otherwise
     a shard entry with one is left out (never opened) and the caller reports it.
-    ``allow_mixed``: accept shards of different datasets (``format.mixing.check_mixed``; copies of
+    ``allow_mixed``: accept shards of different datasets (``dataset.identity.check_mixed``; copies of
     one dataset are always accepted). ``allow_partial``: accept a spec naming only some shards of a
-    split (``format.mixing.check_partial``); ``Shards.gaps`` lists them either way.
+    split (``dataset.identity.check_partial``); ``Shards.gaps`` lists them either way.
     """
     items = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     texts = [t.strip() for item in items for t in os.fspath(item).split("::") if t.strip()]
@@ -120,11 +120,11 @@ def resolve(
     parts = [p for t in texts for p in _resolve_one(t, rules)]  # one per text and folder
     whole = "::".join(texts)
     if not allow_mixed:
-        mixing.check_mixed(whole, parts)
+        identity.check_mixed(whole, parts)
     shards = _combine(whole, parts, len(texts), one_folder)
-    shards.gaps, shards.datasets = mixing.gaps(parts), mixing.datasets(parts)
+    shards.gaps, shards.datasets = identity.gaps(parts), identity.datasets(parts)
     if not allow_partial:
-        mixing.check_partial(whole, shards.gaps)
+        identity.check_partial(whole, shards.gaps)
     return shards
 
 

@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, SAMPLES_FILE, WORK_DIR, parse_index_meta, read_npz
-from . import hashes
-from .assemble import assemble_index, source_stats, write_errors
-from .result import count
+from ..storage.objects import Store
+from . import sourcecache as hashes
+from .indexwrite import assemble_index, source_stats, write_errors
+from .outfolder import Target
 from .source import Source
-from .storage import Store
-from .target import Target
+from .summary import count
 
 __all__ = ["ErrorGate", "finish_size", "clean_after_index", "clean_complete_folder", "needs_cleaning"]
 

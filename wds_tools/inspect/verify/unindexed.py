@@ -7,13 +7,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ...dataset.resolve import Shards
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
 from ...format.npy import describe as describe_npy
-from ...format.resolve import Shards
 from ...format.sample import MEMBERS, MEMBERS_V1
 from ...format.tar import BLOCK, scan_file, split_name, walk_headers
-from ...format.transport import basename, file_size
-from .report import MAX_PER_KIND, Problem, VerifyReport, capped
+from ...storage.transport import basename, file_size
+from .problems import MAX_PER_KIND, Problem, VerifyReport, capped
 
 __all__ = ["verify_scan"]
 

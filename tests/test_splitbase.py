@@ -1,4 +1,4 @@
-"""convert/groups.py: splits that stay put across versions (a base's groups keep their split), through
+"""convert/splitbase.py: splits that stay put across versions (a base's groups keep their split), through
 real conversions of HAM10000-shaped sets."""
 
 import json
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wds_tools.convert import convert
-from wds_tools.convert.groups import base_units, find_split_base
+from wds_tools.convert.splitbase import base_units, find_split_base
 from wds_tools.errors import OptionError
 from wds_tools.format.index import load_index
 

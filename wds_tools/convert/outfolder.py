@@ -9,18 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..dataset.identity import RECORD_ONLY
 from ..errors import IndexFormatError, OptionError, OutputExistsError
 from ..format.index import ERRORS_FILE, INDEX_FILE, LOCK_FILE, WORK_DIR, parse_index_meta
-from ..format.mixing import RECORD_ONLY
-from ..format.transport import is_remote, join
-from . import hashes
+from ..storage.objects import Store
+from ..storage.transport import is_remote, join
+from . import sourcecache as hashes
 from .decode import recorded_decode
 from .options import ConvertOptions
 from .plan import sample_bytes
-from .result import ConvertResult
 from .reuse import Base, find_base
 from .source import Source
-from .storage import Store
+from .summary import ConvertResult
 from .write import SampleTask, ShardTask
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Where the figures of ``wds-tools stats`` come from: the index (index.json and two columns of
 samples.npz, plus metadata columns for ``--by``/``--group``) or, with ``--scan``, the tars
-themselves, local or through a URL (``format.transport``). Each fills a ``report.StatsReport``.
+themselves, local or through a URL (``storage.transport``). Each fills a ``report.StatsReport``.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...cpus import usable_cpus
+from ...dataset.resolve import Shards
 from ...errors import IndexFormatError, OptionError, ShardError
-from ...format.cpus import usable_cpus
 from ...format.index import histogram_mean_std, read_samples_checked
 from ...format.meta import npz_names, read_metadata
 from ...format.model import IndexMeta
 from ...format.names import shard_split
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
-from ...format.resolve import Shards
 from ...format.sample import read_label_i32
 from ...format.tar import CHUNK, TarWalker, scan_file
-from ...format.transport import basename, exists, file_size, join
-from .report import SplitStats, StatsReport, breakdown, distribute, group_report
+from ...storage.transport import basename, exists, file_size, join
+from .figures import SplitStats, StatsReport, breakdown, distribute, group_report
 
 __all__ = ["from_index", "from_scan", "check_column"]
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..format.fsutil import atomic_write_bytes
 from ..format.index import read_npz, write_npz
 from ..format.packed import pack_strings, unpack_strings
 from ..signals import reraise_interruption
+from ..storage.fsutil import atomic_write_bytes
 
 __all__ = ["CACHE_DIR", "cache_file", "load_pairs", "save_pairs", "stats_file", "load_stats", "save_stats"]
 

@@ -1,6 +1,6 @@
 """Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...).
 
-Just the operations a conversion needs, on top of ``format.transport`` (which reads). Writes are
+Just the operations a conversion needs, on top of ``storage.transport`` (which reads). Writes are
 atomic: local files are written to a temporary name and renamed; an object store PUT is
 all-or-nothing by itself.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..format.fsutil import atomic_write_bytes
-from ..format.transport import filesystem, is_remote, join, local_path, open_file, read_bytes
+from .fsutil import atomic_write_bytes
+from .transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 
 __all__ = ["Store", "open_input", "read_input"]
 

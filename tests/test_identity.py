@@ -1,4 +1,4 @@
-"""format.mixing through every reader: shards of different datasets (v1 and a v2 that added a class,
+"""dataset.identity through every reader: shards of different datasets (v1 and a v2 that added a class,
 two real conversions) and patterns naming part of a split are refused by the loader (both readers),
 ``stats`` and ``verify`` with named messages, accepted when allowed; copies of one dataset (a
 mirror) are one dataset."""
@@ -20,9 +20,9 @@ from shardkit import copy_tars
 from training_adapter import ShardIndexDataset, load_config, make_loader
 from wds_tools.cli import cli
 from wds_tools.convert import convert
+from wds_tools.dataset.identity import Gap, class_difference, dataset_key, differences
+from wds_tools.dataset.resolve import resolve
 from wds_tools.errors import OptionError
-from wds_tools.format.mixing import Gap, class_difference, dataset_key, differences
-from wds_tools.format.resolve import resolve
 from wds_tools.inspect.stats import compute_stats
 from wds_tools.inspect.verify import verify
 

@@ -1,6 +1,6 @@
 """Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash.
 
-``format.near.near_clusters`` joins the samples within a Hamming distance (least over the eight flips
+``similar.near.near_clusters`` joins the samples within a Hamming distance (least over the eight flips
 and quarter turns) into clusters without an all-pairs scan, equal hashes collapsed first; ``find_dups``
 says, per cluster, its keys, splits, labels, group values, its largest distance, and whether it
 crosses splits (leakage), labels (a conflict) or groups (a missed group); and lists the samples too
@@ -18,13 +18,13 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..errors import OptionError, ShardError, unwritable_file_error
-from ..format.fsutil import atomic_write_bytes
 from ..format.index import index_of, read_samples
 from ..format.meta import read_metadata
-from ..format.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
-from ..format.transport import join, open_ranged
+from ..storage.fsutil import atomic_write_bytes
+from ..storage.transport import join, open_ranged
+from .near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -312,7 +312,7 @@ def find_dups(
     ``threshold``: 0 to ``MAX_THRESHOLD`` bits (else ``OptionError``). Samples too flat to hash are
     listed in ``flat``. ``progress``: show the search's progress on stderr when it runs long.
     """
-    from ..format.near import check_threshold
+    from .near import check_threshold
 
     check_threshold(threshold)  # before reading anything
     datasets = [_load(path, group)]

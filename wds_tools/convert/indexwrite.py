@@ -22,10 +22,10 @@ from ..format.meta import encode_columns
 from ..format.names import url_pattern
 from ..format.phash import FLAT_RULES, WINDOWS
 from ..format.sample import MEMBERS, classes_digest
-from ..format.transport import join
+from ..storage.objects import Store
+from ..storage.transport import join
 from .reuse import Base
 from .source import Source
-from .storage import Store
 from .write import ShardTask
 
 __all__ = ["write_errors", "errors_order", "assemble_index", "source_stats"]

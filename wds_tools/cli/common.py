@@ -11,10 +11,10 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from .config import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
-from .errors import OptionError, WdsToolsError
-from .exitcodes import ExitCode, for_error
-from .signals import Interrupted, signal_behind
+from ..errors import OptionError, WdsToolsError
+from ..exitcodes import ExitCode, for_error
+from ..signals import Interrupted, signal_behind
+from .defaults import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
 
 __all__ = [
     "path_and_out",

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import make_images, write_manifest
 
-import wds_tools.convert.storage as storage
+import wds_tools.storage.objects as storage
 from wds_tools.convert import convert
 from wds_tools.errors import OptionError
 

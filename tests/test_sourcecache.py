@@ -1,6 +1,6 @@
 """(manifest hash, fingerprint) pairs kept outside the format for the next version."""
 
-from wds_tools.convert.hashes import cache_file, load_pairs, save_pairs
+from wds_tools.convert.sourcecache import cache_file, load_pairs, save_pairs
 
 
 def test_pairs_round_trip_and_merge(tmp_path):

@@ -14,7 +14,7 @@ values, and only the hashes found there are compared in full. The probes are sor
 first, so the buckets are read in memory order. The probes per band grow as the number of band
 values within the radius (1 for t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on):
 ``MAX_THRESHOLD`` is the largest threshold served. ``near_clusters`` joins the pairs into clusters
-(union-find); used by ``inspect.dups`` and by ``convert --dedup``.
+(union-find); used by ``similar.dups`` and by ``convert --dedup``.
 
 The hashes see grey only. Given ``colours`` (a function giving the colour layouts, ``phash.colour_layout``,
 of the samples it is asked for), a pair must also agree in colour (``phash.colour_alike``): the search runs
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionError
+from ..format.phash import colour_alike, distances, is_flat, variants_array
 from ..progress import Progress
-from .phash import colour_alike, distances, is_flat, variants_array
 
 __all__ = [
     "DEFAULT_THRESHOLD",

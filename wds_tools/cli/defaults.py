@@ -10,7 +10,7 @@ import tomllib
 import warnings
 from pathlib import Path
 
-from .errors import OptionError
+from ..errors import OptionError
 
 __all__ = [
     "CONFIG_FILE",
@@ -78,7 +78,7 @@ def load_cli_defaults(path: str | os.PathLike | None = None) -> dict:
 def load_config(path: str | os.PathLike | None = None) -> dict:
     """Deprecated name of ``load_cli_defaults`` (kept for one release)."""
     warnings.warn(
-        "wds_tools.config.load_config is deprecated; use wds_tools.config.load_cli_defaults "
+        "wds_tools.cli.defaults.load_config is deprecated; use wds_tools.cli.defaults.load_cli_defaults "
         "(training_adapter.load_config reads a trainer's config, a different thing)",
         DeprecationWarning,
         stacklevel=2,

@@ -1,4 +1,4 @@
-"""The end of a conversion (convert/finish.py): the --max-errors gate at every stage, and the order
+"""The end of a conversion (convert/publish.py): the --max-errors gate at every stage, and the order
 and completion of the final steps (index, then clean-up, finished by any later run)."""
 
 import json
@@ -142,7 +142,7 @@ def test_scan_stage_failures_keep_the_shards_of_an_interrupted_run(tmp_path, int
 
 _KILLED_AFTER_INDEX = r"""
 import os, signal, sys
-import wds_tools.convert.finish as finish
+import wds_tools.convert.publish as finish
 def die(*a, **kw):
     os.kill(os.getpid(), signal.SIGKILL)
 finish.clean_after_index = die
@@ -218,7 +218,7 @@ def test_leftover_temporary_files_go_when_the_index_is_written(corpus, tmp_path,
 
 
 def _save(out, i):
-    from wds_tools.convert.finish import save_pairs_locked
+    from wds_tools.convert.publish import save_pairs_locked
 
     for j in range(20):
         save_pairs_locked(out, "v1", {f"sha256:{i:02d}{j:062d}": bytes([i, j]) * 8})
@@ -227,7 +227,7 @@ def _save(out, i):
 def test_concurrent_saves_of_a_versions_hash_pairs_lose_none(tmp_path):
     import multiprocessing
 
-    from wds_tools.convert.hashes import load_pairs
+    from wds_tools.convert.sourcecache import load_pairs
 
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_save, args=(str(tmp_path), i)) for i in range(4)]

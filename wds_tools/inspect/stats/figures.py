@@ -1,6 +1,6 @@
 """The figures ``wds-tools stats`` reports, and the arithmetic that makes them from per-shard counts.
 
-``distribute`` deals an epoch's shards to ranks and workers (``format.ranks.deal``) and counts what
+``distribute`` deals an epoch's shards to ranks and workers (``ranks.deal``) and counts what
 each reader gets; ``SplitStats`` holds one split's per-shard counts and derives balance and class
 drift; ``StatsReport`` is the whole report, whose ``to_dict`` is the stable ``--json`` schema
 (``SCHEMA``); ``breakdown`` and ``group_report`` count the per-sample metadata (``--by``,
@@ -15,10 +15,10 @@ from functools import cached_property
 
 import numpy as np
 
+from ...dataset.splits import class_gaps, gap_warnings
 from ...errors import OptionError
 from ...format.meta import MetaValues
-from ...format.ranks import deal
-from ...format.splits import class_gaps, gap_warnings
+from ...ranks import deal
 from .render import even_text, group_warnings, render_text
 
 __all__ = [
@@ -52,7 +52,7 @@ class Distribution:
     by the training loader's ``reader``.
 
     ``stream``: shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank
-    goes to its worker j % W (``split_by_worker``): ``format.ranks.deal``. ``worker_*`` are
+    goes to its worker j % W (``split_by_worker``): ``ranks.deal``. ``worker_*`` are
     [rank][worker]. ``index``: the epoch's samples are permuted and rank r gets every R-th one, the
     same count per rank in training (``left_out``: the last samples % R), every sample once in
     evaluation (``mode`` ``"eval"``: the first samples % R ranks one more); its batches go round-robin
@@ -348,7 +348,7 @@ class StatsReport:
     by: Breakdown | None = None  # --by COL: class counts per value of a metadata column
     groups: GroupReport | None = None  # build.group (or --group COL): groups in more than one split
     notes: list[str] = field(default_factory=list)  # about the whole report (a pattern naming part of a split)
-    duplicates: dict | None = None  # inspect.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
+    duplicates: dict | None = None  # similar.dups.duplicate_counts: near-duplicate clusters (format 3 indexes)
     reader: str = "stream"  # the training loader's reader modelled: "index" or "stream" (READERS)
     metadata: list[dict] | None = None  # the index's metadata columns [{name, type}]; None: --scan (not read)
     partial: bool = False  # the spec names part of a split: no class is said to lack a split
@@ -365,7 +365,7 @@ class StatsReport:
 
     @property
     def class_gaps(self) -> list[str]:
-        """A warning for each class with samples but none in train or none in val (``format.splits``), unless
+        """A warning for each class with samples but none in train or none in val (``dataset.splits``), unless
         the spec names only part of a split."""
         if self.partial:
             return []

@@ -1,6 +1,6 @@
 """Whether the shards a spec names belong together: one dataset, and whole splits of it.
 
-docs/FORMAT.md, "Layout". ``format.resolve.resolve`` calls these on the parts of a spec (each
+docs/FORMAT.md, "Layout". ``dataset.resolve.resolve`` calls these on the parts of a spec (each
 folder, index file or pattern, one ``Shards`` per folder) before any reader sees a shard:
 
 - *mixed*: the parts' index.json files are different datasets (``dataset_identity`` differs: a
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..errors import OptionError
-from .names import indexed_name_problem
+from ..format.names import indexed_name_problem
 
 __all__ = [
     "Part",
@@ -59,7 +59,7 @@ PARTIAL_HINT = (
 
 
 class Part(Protocol):
-    """What these rules read of one part of a spec: a ``format.resolve.Shards``."""
+    """What these rules read of one part of a spec: a ``dataset.resolve.Shards``."""
 
     @property
     def spec(self) -> str:

@@ -1,4 +1,4 @@
-"""inspect/stats/sources.py: the metadata columns ``stats --by`` reads from the index (review of issues 14/16)."""
+"""inspect/stats/collect.py: the metadata columns ``stats --by`` reads from the index (review of issues 14/16)."""
 
 import pytest
 from conftest import write_ham

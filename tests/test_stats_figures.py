@@ -1,11 +1,11 @@
-"""inspect/stats/report.py: the rank/worker arithmetic of ``distribute``."""
+"""inspect/stats/figures.py: the rank/worker arithmetic of ``distribute``."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wds_tools.errors import OptionError
-from wds_tools.inspect.stats.report import distribute
+from wds_tools.inspect.stats.figures import distribute
 
 # ------------------------------------------------------------------ rank / worker arithmetic
 

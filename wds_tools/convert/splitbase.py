@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import IndexFormatError, OptionError
 from ..format.index import INDEX_FILE, WORK_DIR, DatasetIndex, indexes_newest_first, load_index
 from ..format.meta import value_text
-from ..format.transport import is_remote
+from ..storage.transport import is_remote
 from .plan import Unit
 
 __all__ = ["SplitBase", "base_units", "find_split_base", "recorded_split_base"]

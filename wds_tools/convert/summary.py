@@ -8,12 +8,12 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..dataset.splits import class_gaps, gap_warnings
 from ..errors import OptionError
 from ..format.names import url_pattern
-from ..format.splits import class_gaps, gap_warnings
-from ..format.transport import join
-from .assemble import errors_order
-from .storage import Store
+from ..storage.objects import Store
+from ..storage.transport import join
+from .indexwrite import errors_order
 from .write import ShardTask
 
 __all__ = [
@@ -75,7 +75,7 @@ class ConvertResult:
     split_warnings: list[str] = field(default_factory=list)  # class gaps, then shares beyond the tolerance
     # (split_report)
     class_gaps: list[dict] = field(default_factory=list)  # classes with no train or no val samples
-    # (format.splits.class_gaps)
+    # (dataset.splits.class_gaps)
     split_base: str | None = None  # the version whose groups kept their split (build.split_base)
     resplit: bool = False  # every group's split drawn afresh (--resplit)
     errors_file: str | None = None
@@ -305,7 +305,7 @@ def split_report(
     """(each split's share, each class's val share, warnings, class gaps) of an index's meta.
 
     Warned first, whoever chose the splits: each class with samples but none in train or none in
-    val (``format.splits.class_gaps``). Then, when the splits were drawn (``drawn``: no manifest
+    val (``dataset.splits.class_gaps``). Then, when the splits were drawn (``drawn``: no manifest
     split column gave any) with val_fraction f > 0: no val split at all; a val share of all samples,
     or of a class holding at least 2/f samples (a smaller class cannot come that close: one sample
     moves it by more than f/2), outside f ± max(0.05, f/2).

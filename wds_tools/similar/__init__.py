@@ -1,0 +1,1 @@
+"""Similar: near-duplicate search over the stored perceptual hashes, and the ``dups`` command's library."""
