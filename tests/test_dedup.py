@@ -264,7 +264,10 @@ def test_flat_pictures_are_joined_with_none_and_named(tmp_path):
     r = run(manifest, tmp_path / "out", "v1", False, val_fraction=0.5)
     notes = "\n".join(r.notes)
     assert "--dedup: 1 cluster of near-duplicates (within 5 bits) joined 2 samples' groups or keys" in notes
-    assert "--dedup: 16 samples too flat to hash (flat or smooth pictures, docs/FORMAT.md) joined with none: " in notes
+    assert (
+        "--dedup: 16 samples too flat to hash (flat or smooth pictures, docs/FORMAT.md), searched by their hashes as "
+        "they are, which a copy may not share: " in notes
+    )
     assert "flat00, flat01, flat02, flat03, flat04, flat05, flat06, flat07, flat08, flat09 and 6 more" in notes
     assert "flat00" in r.to_text() and r.to_dict()["notes"] == r.notes
 
@@ -298,10 +301,10 @@ def test_a_copy_in_other_colours_is_not_joined_but_a_greyscale_copy_is(tmp_path,
         assert split["p0c"] == split["p0"]
 
 
-def test_an_unchanged_source_unreadable_for_its_colour_is_said(tmp_path, monkeypatch):
-    """Incremental: p0's hash comes from the base; reading it again for its colour fails (its size and mtime
-    still match). It is compared by its hashes alone, so the chroma-mirrored copy joins it, and the summary
-    names it rather than passing in silence."""
+def test_an_unchanged_source_unreadable_for_its_check_is_said(tmp_path, monkeypatch):
+    """Incremental: p0's hash comes from the base; reading it again to check it against its recompressed copy fails
+    (its size and mtime still match). It has no pixels to be checked on, so it joins nothing (the copy would join
+    it: the same run with p0 readable joins the two), and the summary names it rather than passing in silence."""
     import wds_tools.convert.dedup as dedup
 
     rows = [("p0", 0, 0, None), ("p1", 1, 0, None), ("p2", 2, 0, None), ("p3", 3, 0, None)]
@@ -315,10 +318,15 @@ def test_an_unchanged_source_unreadable_for_its_colour_is_said(tmp_path, monkeyp
         return real(path, *a, **k)
 
     monkeypatch.setattr(dedup, "open_source", failing)
-    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, 4, None)]), out, "v2", False, val_fraction=0.5)
+    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, 3, None)]), out, "v2", False, val_fraction=0.5)
     said = [n for n in r.notes if "could not be read again" in n]
     assert said == [
-        "--dedup: 1 unchanged source could not be read again for its colour and was joined by its stored "
-        "hashes alone (docs/FORMAT.md, Colour agreement): p0"
+        "--dedup: 1 unchanged source could not be read again to be checked against its near-duplicate candidates "
+        "and was joined with none (docs/FORMAT.md, Near-duplicates): p0"
     ], r.notes
+    assert any("0 clusters of near-duplicates (within 5 bits) joined 0" in n for n in r.notes), r.notes
+    monkeypatch.setattr(dedup, "open_source", real)
+    run(write(tmp_path / "b", rows), tmp_path / "out2", "v1", False, val_fraction=0.5)
+    r = run(write(tmp_path / "b", [*rows, ("p0c", 0, 3, None)]), tmp_path / "out2", "v2", False, val_fraction=0.5)
     assert any("1 cluster of near-duplicates (within 5 bits) joined 2" in n for n in r.notes), r.notes
+    assert not [n for n in r.notes if "could not be read again" in n]
