@@ -25,8 +25,11 @@ With ``--scale N``: time and peak memory of the search on N photos of each of ``
 photos drawn at ``--scale-size``, 300x225 by default, to make them in reasonable time; each a JPEG stored at 224 px),
 so that a smooth set's cost can be set beside a textured one's.
 
+With ``--dedup-cost N``: what ``convert --dedup`` adds to the decode it rides on (``dedup_cost``).
+
     python scripts/bench_lesions.py --count 5000 --edited 200 --quality-seeds 0,1
     python scripts/bench_lesions.py --count 0 --scale 100000 --scale-families smooth,textured
+    python scripts/bench_lesions.py --count 0 --dedup-cost 300
 """
 
 from __future__ import annotations
@@ -237,6 +240,76 @@ def scale(args: argparse.Namespace) -> None:
     print(f"(load {os.getloadavg()[0]:.1f}; peak MiB: tracemalloc's, the pixels and the looks included)\n")
 
 
+def dedup_cost(args: argparse.Namespace) -> None:
+    """``--dedup-cost N``: what ``convert --dedup`` adds to the decode it rides on. Its pass decodes every source
+    once more and keeps the hash, colour layout and look of each (``convert.dedup.near_rows``): per image, the
+    converter's decode (``decode_image`` of a 600x450 JPEG at ``--size``) against ``phash``, ``colour_layout`` and
+    ``looks`` of its pixels, interleaved, medians of 3 rounds; then whole one-worker conversions of the N photos
+    (smooth lesion photos, 10% of them planted copies) with and without ``--dedup``, 3 each, alternating."""
+    import csv
+    import statistics
+    import tempfile
+
+    from wds_tools.convert import convert
+    from wds_tools.format.phash import phash
+
+    n = args.dedup_cost
+    files = [jpeg_bytes(skin_lesion_photo("smooth", 2_000_000 + k), 90) for k in range(n)]
+    times: dict[str, list[float]] = {"decode_image": [], "phash": [], "colour_layout": [], "looks": []}
+    for _ in range(3):
+        for data in files:
+            t0 = time.perf_counter()
+            px = decode_image(data, args.size).pixels
+            t1 = time.perf_counter()
+            phash(px)
+            t2 = time.perf_counter()
+            colour_layout([px])
+            t3 = time.perf_counter()
+            looks([px])
+            t4 = time.perf_counter()
+            for name, t in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                times[name].append(t)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    added = med["phash"] + med["colour_layout"] + med["looks"]
+    print(f"convert --dedup's pass, per 600x450 JPEG at {args.size} px (medians of {3 * n:,}, interleaved):\n")
+    print("| step | ms per image | share of the decode |")
+    print("|---|---|---|")
+    for k, v in med.items():
+        print(f"| {k} | {v:.3f} | {v / med['decode_image']:.1%} |")
+    print(f"| phash + colour_layout + looks | {added:.3f} | {added / med['decode_image']:.1%} |\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "img").mkdir()
+        with open(root / "m.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["key", "path", "label"])
+            for k, data in enumerate(files):
+                (root / "img" / f"{k}.jpg").write_bytes(data)
+                w.writerow([f"s{k:05d}", f"img/{k}.jpg", "ab"[k % 2]])
+            for k in range(0, n, 10):  # planted copies: the same file under another key
+                w.writerow([f"c{k:05d}", f"img/{k}.jpg", "ab"[k % 2]])
+        walls: dict[bool, list[float]] = {False: [], True: []}
+        for r in range(3):
+            for dedup in (False, True):
+                t0 = time.perf_counter()
+                convert(
+                    root / "m.csv",
+                    version=f"v{r}{int(dedup)}",
+                    size=args.size,
+                    out=root / "out",
+                    workers=1,
+                    progress=False,
+                    dedup=dedup,
+                )
+                walls[dedup].append(time.perf_counter() - t0)
+    plain, with_dedup = statistics.median(walls[False]), statistics.median(walls[True])
+    rows = n + len(range(0, n, 10))
+    print(
+        f"one-worker convert of {rows:,} rows ({n:,} files): {plain:.1f} s without --dedup, {with_dedup:.1f} s with "
+        f"({with_dedup / plain:.2f}x; medians of 3; load {os.getloadavg()[0]:.1f})\n"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--count", type=int, default=5000, help="photos per family (0: skip the families)")
@@ -252,6 +325,7 @@ def main() -> None:
     p.add_argument("--scale", type=int, default=0, help="photos per family for the cost run (0: skip)")
     p.add_argument("--scale-families", default="smooth,textured")
     p.add_argument("--scale-size", default="300x225", help="the cost run's photos' size, WxH")
+    p.add_argument("--dedup-cost", type=int, default=0, help="photos for convert --dedup's cost (0: skip)")
     args = p.parse_args()
     if args.count:
         families(args)
@@ -259,6 +333,8 @@ def main() -> None:
         quality(args)
     if args.scale:
         scale(args)
+    if args.dedup_cost:
+        dedup_cost(args)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,29 @@ def _area32(n: int, side: int) -> np.ndarray:
     return _area(n, side).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=16)
+def _area_band(n: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_area(n, side)`` as a band: each output cell's first pixel [n, 1] + 0..width-1 (clipped inside), and the
+    weights [n, width] (0 past the cell): a few terms a cell, summed without a matrix product (small products
+    take BLAS's threads, and under load cost several times their work)."""
+    a = _area(n, side)
+    first = np.array([int(np.flatnonzero(row)[0]) for row in a])
+    width = max(int(np.flatnonzero(row)[-1]) - f + 1 for row, f in zip(a, first))
+    idx = np.minimum(first[:, None] + np.arange(width), side - 1)
+    w = np.zeros((n, width), np.float32)
+    for i in range(n):
+        for k in range(width):
+            x = first[i] + k
+            w[i, k] = a[i, x] if x < side else 0.0
+    return idx, w
+
+
+def _area_last(g: np.ndarray, n: int) -> np.ndarray:
+    """``g`` [..., side] area-averaged along its last axis to n cells."""
+    idx, w = _area_band(n, g.shape[-1])
+    return np.einsum("...ik,ik->...i", g[..., idx], w)
+
+
 def _smooth(a: np.ndarray) -> np.ndarray:
     """[1, 2, 1] / 4 along the last two axes, edges replicated."""
     p = np.concatenate([a[..., :1, :], a, a[..., -1:, :]], axis=-2)
@@ -114,23 +137,28 @@ def _smooth(a: np.ndarray) -> np.ndarray:
 
 
 def looks(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
-    """The look of each stored image [S, S, 3] (uint8; a batch or a list, sides may differ): uint8 [N, LOOK, LOOK],
-    its grey image (luma 0.299 R + 0.587 G + 0.114 B) area-averaged to LOOK x LOOK cells, smoothed by [1, 2, 1] / 4
-    along each axis (edges replicated) and rounded to whole grey levels (docs/FORMAT.md)."""
+    """The look of each stored image [S, S, 3] (uint8; a batch or a list, sides may differ): uint8 [N, GRID, GRID],
+    its grey image (luma 0.299 R + 0.587 G + 0.114 B; where S is even and S / 2 >= LOOK, of the means of its 2 x 2
+    blocks of pixels) area-averaged to LOOK x LOOK cells, smoothed by [1, 2, 1] / 4 along each axis (edges
+    replicated), its 2 x 2 means taken and rounded to whole grey levels (docs/FORMAT.md)."""
     out = np.zeros((len(images), GRID, GRID), np.uint8)
     by_side: dict[int, list[int]] = {}
     for k, im in enumerate(images):
         by_side.setdefault(int(np.asarray(im).shape[0]), []).append(k)
     for side, ks in by_side.items():
-        at = np.ascontiguousarray(_area32(LOOK, side).T)  # [side, LOOK]
-        for lo in range(0, len(ks), 64):  # bounded float buffers
-            part = ks[lo : lo + 64]
-            rgb = np.stack([np.asarray(images[k]) for k in part]).astype(np.float32)
-            grey = rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114
+        f = 2 if side % 2 == 0 and side // 2 >= LOOK else 1
+        weights = np.array([0.299, 0.587, 0.114], np.float32)
+        for lo in range(0, len(ks), 2):  # small batches: their buffers stay in the cache
+            part = ks[lo : lo + 2]
             n = len(part)
-            # columns, then rows, each one matrix product over the whole batch
-            cols = (grey.reshape(n * side, side) @ at).reshape(n, side, LOOK)
-            rows = (np.ascontiguousarray(cols.transpose(0, 2, 1)).reshape(n * LOOK, side) @ at).reshape(n, LOOK, LOOK)
+            rgb = np.stack([np.asarray(images[k]) for k in part])
+            grey = np.dot(rgb.reshape(-1, 3).astype(np.float32), weights).reshape(n, side, side)
+            if f == 2:  # the means of each 2 x 2 block (the grey is linear: the grey of the blocks' means)
+                pairs = grey[:, 0::2] + grey[:, 1::2]
+                grey = (pairs[:, :, 0::2] + pairs[:, :, 1::2]) * np.float32(0.25)
+            # columns, then rows
+            cols = _area_last(grey, LOOK)  # [n, t, LOOK]
+            rows = _area_last(np.ascontiguousarray(cols.transpose(0, 2, 1)), LOOK)  # [n, LOOK (columns), LOOK]
             small = _smooth(rows.transpose(0, 2, 1).astype(np.float64))
             half = small.reshape(n, GRID, 2, GRID, 2).mean(axis=(2, 4))
             out[part] = np.clip(np.rint(half), 0, 255).astype(np.uint8)
@@ -327,11 +355,81 @@ def _measure(x: np.ndarray, y: np.ndarray, lam: np.ndarray, ty: np.ndarray, tx: 
     return {"ok": ok, "residual": residual, "sd": sd, "lam": lam}
 
 
+class _Best:
+    """The best alignment within the limits found so far for each pair of a chunk: its residual over its allowance."""
+
+    def __init__(self, m: int) -> None:
+        self.ratio = np.full(m, np.inf)
+        self.residual = np.full(m, np.inf)
+        self.allowance = np.full(m, FLOOR)
+        self.scale = np.ones(m)
+
+    def keep(self, rows: np.ndarray, got: dict[str, np.ndarray]) -> None:
+        """Keep, for each of ``rows``, the measured alignment where it is within the limits and better."""
+        allow = np.hypot(FLOOR, SHARE * got["sd"])
+        r = np.where(got["ok"], got["residual"] / allow, np.inf)
+        better = r < self.ratio[rows]
+        at = rows[better]
+        self.ratio[at], self.residual[at] = r[better], got["residual"][better]
+        self.allowance[at], self.scale[at] = allow[better], got["lam"][better]
+
+
+def _compare_chunk(xa: np.ndarray, xb: np.ndarray, tt: np.ndarray) -> _Best:
+    """``compare`` of one chunk of pairs of looks (float32 [m, GRID, GRID] each; turns [m])."""
+    m = len(xa)
+    best = _Best(m)
+    # a pair whose whole looks differ in mean or spread past what the limits can join is not searched
+    ma, mb = xa.mean(axis=(1, 2)), xb.mean(axis=(1, 2))
+    sa, sb = xa.std(axis=(1, 2)), xb.std(axis=(1, 2))
+    hopeful = (np.maximum(ma, mb) <= _MEANS_SEARCHED * np.maximum(np.minimum(ma, mb), 1e-6)) & (
+        np.maximum(sa, sb) <= _SPREADS_SEARCHED * np.maximum(np.minimum(sa, sb), 1e-6)
+    )
+    hopeful &= np.minimum(sa, sb) >= PLAIN / 2
+    hopeful &= (detail(xa) >= DETAIL) & (detail(xb) >= DETAIL)
+    # first the identity (a copy as it is, recompressed, rescaled, brighter): a pair it passes needs no search
+    ident = np.flatnonzero(hopeful)
+    if len(ident):
+        ones = np.ones(len(ident))
+        got = _measure(xa[ident], xb[ident], ones, ones * 0, ones * 0)
+        equal = (xa[ident] == xb[ident]).all(axis=(1, 2))
+        got["residual"] = np.where(equal, 0.0, got["residual"])  # equal looks: none, not the fit's rounding
+        best.keep(ident, got)
+    searched = hopeful & ~(best.ratio <= 1.0)
+    todo = np.flatnonzero(searched)
+    if not len(todo):
+        return best
+    # the placements to refine: each order, b as it is and turned; the best by the coarse correlation
+    ya, yb = xa[todo], xb[todo]
+    turns = tt[todo]
+    configs = [(ya, yb), (yb, ya)]
+    if (turns > 0).any():
+        yt = np.stack([turned(v, int(g)) if g > 0 else v for v, g in zip(yb, turns)])
+        configs += [(ya, yt), (yt, ya)]
+    top = np.full(len(todo), -np.inf)
+    start = np.zeros((len(todo), 3))
+    which = np.zeros(len(todo), np.int64)
+    for k, (x, y) in enumerate(configs):
+        r, lam, ty, tx = _coarse(x, y)
+        if k >= 2:
+            r = np.where(turns > 0, r, -np.inf)
+        better = r > top
+        top[better], which[better] = r[better], k
+        start[better] = np.stack([lam, ty, tx], axis=1)[better]
+    idx = np.flatnonzero(top >= COARSE)
+    if len(idx):
+        x = np.stack([configs[which[i]][0][i] for i in idx.tolist()])
+        y = np.stack([configs[which[i]][1][i] for i in idx.tolist()])
+        lam, ty, tx = _refine(x, y, start[idx, 0], start[idx, 1], start[idx, 2])
+        best.keep(todo[idx], _measure(x, y, lam, ty, tx))
+    return best
+
+
 def compare(
     a: np.ndarray, b: np.ndarray, turns: np.ndarray | Sequence[int] | None = None, *, chunk: int = 256
 ) -> Comparison:
-    """The check of each pair of looks (``looks``; uint8 [P, LOOK, LOOK] each): for each order, with b as it is and
-    (``turns``, [P], -1 for none) turned so, the best alignment within the limits (docs/FORMAT.md)."""
+    """The check of each pair of looks (``looks``; uint8 [P, GRID, GRID] each): the identity first, then for each
+    order, with b as it is and (``turns``, [P], -1 for none) turned so, the best placement refined; the best
+    alignment within the limits (docs/FORMAT.md)."""
     a = np.asarray(a)
     b = np.asarray(b)
     n = len(a)
@@ -339,55 +437,11 @@ def compare(
     out = Comparison(np.zeros(n, bool), np.zeros(n), np.full(n, np.inf), np.zeros(n), np.ones(n))
     for lo in range(0, n, chunk):
         sl = slice(lo, lo + chunk)
-        xa, xb, tt = a[sl].astype(np.float32), b[sl].astype(np.float32), t[sl]
-        m = len(xa)
-        # a pair whose whole looks differ in mean or spread past what the limits can join is not searched
-        ma, mb = xa.mean(axis=(1, 2)), xb.mean(axis=(1, 2))
-        sa, sb = xa.std(axis=(1, 2)), xb.std(axis=(1, 2))
-        hopeful = (np.maximum(ma, mb) <= _MEANS_SEARCHED * np.maximum(np.minimum(ma, mb), 1e-6)) & (
-            np.maximum(sa, sb) <= _SPREADS_SEARCHED * np.maximum(np.minimum(sa, sb), 1e-6)
-        )
-        hopeful &= np.minimum(sa, sb) >= PLAIN / 2
-        hopeful &= (detail(xa) >= DETAIL) & (detail(xb) >= DETAIL)
-        # the placements to refine: each order, b as it is and turned; the best by the coarse correlation
-        configs = [(xa, xb), (xb, xa)]
-        if (tt > 0).any():
-            yb = np.stack([turned(v, int(g)) if g > 0 else v for v, g in zip(xb, tt)])
-            configs += [(xa, yb), (yb, xa)]
-        best = np.full(m, -np.inf)
-        start = np.zeros((m, 4))
-        which = np.zeros(m, np.int64)
-        for k, (x, y) in enumerate(configs):
-            r, lam, ty, tx = _coarse(x, y)
-            if k >= 2:
-                r = np.where(tt > 0, r, -np.inf)
-            better = r > best
-            best[better], which[better] = r[better], k
-            start[better] = np.stack([r, lam, ty, tx], axis=1)[better]
-        x = np.stack([configs[k][0][i] for i, k in enumerate(which.tolist())])
-        y = np.stack([configs[k][1][i] for i, k in enumerate(which.tolist())])
-        tried = (best >= COARSE) & hopeful
-        got_ok = np.zeros(m, bool)
-        residual, allowance, scale = np.full(m, np.inf), np.full(m, FLOOR), np.ones(m)
-        if tried.any():
-            idx = np.flatnonzero(tried)
-            lam, ty, tx = _refine(x[idx], y[idx], start[idx, 1], start[idx, 2], start[idx, 3])
-            got = _measure(x[idx], y[idx], lam, ty, tx)
-            got_ok[idx] = got["ok"]
-            residual[idx] = got["residual"]
-            allowance[idx] = np.hypot(FLOOR, SHARE * got["sd"])
-            scale[idx] = got["lam"]
-        # equal looks: the identity leaves no residual (the search would only come near it)
-        inner = xa[:, 2:-2, 2:-2]  # the cells the identity compares (MARGIN 1.5 cells in)
-        equal = (xa == xb).all(axis=(1, 2)) & hopeful & (inner.std(axis=(1, 2)) >= PLAIN)
-        got_ok |= equal
-        residual[equal], scale[equal] = 0.0, 1.0
-        allowance[equal] = np.hypot(FLOOR, SHARE * inner[equal].std(axis=(1, 2)))
-        ratio = np.where(got_ok, residual / allowance, np.inf)
-        found = np.isfinite(ratio)
-        out.score[sl] = np.where(found, 1 / (1 + np.where(found, ratio, 0)), 0.0)
-        out.residual[sl] = np.where(found, residual, np.inf)
-        out.allowance[sl] = allowance
-        out.scale[sl] = scale
-        out.passed[sl] = found & (ratio <= 1.0)
+        best = _compare_chunk(a[sl].astype(np.float32), b[sl].astype(np.float32), t[sl])
+        found = np.isfinite(best.ratio)
+        out.score[sl] = np.where(found, 1 / (1 + np.where(found, best.ratio, 0)), 0.0)
+        out.residual[sl] = best.residual
+        out.allowance[sl] = best.allowance
+        out.scale[sl] = best.scale
+        out.passed[sl] = found & (best.ratio <= 1.0)
     return out

@@ -78,9 +78,10 @@ _MOST = 1 << 24  # candidates compared at once: bounds memory when many samples 
 _BUFFER = 1 << 22  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
-SHIFT_WINDOWS = (2, 3, 4, 5)
-"""The windows (top, bottom, left, right: ``phash.window_boxes``) whose hashes are compared, as they are, with the
-other sample's centre window (1): a copy shifted by a few percent along one side is near there."""
+SHIFT_WINDOWS = (2, 4)
+"""The windows (top and left: ``phash.window_boxes``) whose hashes are compared, as they are, with the other sample's
+centre window (1): a copy shifted by a few percent along a side is near there (down or right: its top or left
+window against the original's centre; up or left: the original's against the copy's)."""
 HASH_NEAREST = 32
 """Candidates kept per distinct hash row by the search: its nearest rows within the threshold (then by row). Smooth
 photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear in N."""
@@ -147,7 +148,8 @@ class _Ticker:
 def _steps(queries: int, threshold: int, shifts: bool = False) -> int:
     """The search's steps for ``queries`` rows (with ``shifts``: and their edge windows' probes too)."""
     one = -(-queries // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS))
-    return one + (-(-4 * queries // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS)) if shifts else 0)
+    edges = len(SHIFT_WINDOWS) * queries
+    return one + (-(-edges // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS)) if shifts else 0)
 
 
 def _probe(
@@ -381,6 +383,7 @@ def near_clusters(
     looks: Looks,
     nearest: int = NEAREST,
     hash_nearest: int = HASH_NEAREST,
+    rank: np.ndarray | None = None,
     progress: bool = False,
 ) -> NearClusters:
     """The near-duplicate clusters (docs/FORMAT.md, Near-duplicates) within ``a``, or (``b`` given) those holding
@@ -391,7 +394,10 @@ def near_clusters(
     samples too flat to hash are searched by their bits as they are, and listed in ``flat``). Each candidate pair
     of looks that differ is checked (``match.compare``; colour agreement first); a cluster is a representative
     and the samples that passed the check against it, never a chain. ``looks`` is asked only for the samples of
-    candidate rows. ``progress`` shows the search's progress on stderr once it has run ``PROGRESS_AFTER`` s.
+    candidate rows. ``rank`` (one integer per sample, ``a``'s then ``b``'s; default: their positions) orders the
+    samples with equal hashes, looks and layouts, the first of which is named as a representative, so that the
+    answer does not hang on the samples' order. ``progress`` shows the search's progress on stderr once it has
+    run ``PROGRESS_AFTER`` s.
     """
     check_threshold(threshold)
     ra = _as_rows(a)
@@ -408,7 +414,7 @@ def near_clusters(
     flat = np.flatnonzero(is_flat(ra))
     if rb is not None:
         flat = np.concatenate([flat, len(ra) + np.flatnonzero(is_flat(rb))])
-    return _verified(ra, rb, da, db, p, q, d, looks, nearest, hash_nearest, flat)
+    return _verified(ra, rb, da, db, p, q, d, looks, nearest, hash_nearest, flat, rank)
 
 
 def _verified(
@@ -423,6 +429,7 @@ def _verified(
     nearest: int,
     hash_nearest: int,
     flat: np.ndarray,
+    rank: np.ndarray | None = None,
 ) -> NearClusters:
     """``near_clusters`` from its candidate pairs of distinct rows (p of ``da``, q of ``db`` or ``da``)."""
     n_a = len(ra)
@@ -472,6 +479,8 @@ def _verified(
     node_look = np.stack([first_look[k] for k in order])
     node_lay = np.stack([first_lay[k] for k in order])
     node_samples = [np.array(sorted(node_list[k]), np.int64) for k in order]
+    # each node's samples in the order of ``rank``: its first is the one a representative node is named by
+    first_of = [int(m[np.argmin(rank[m])]) if rank is not None else int(m[0]) for m in node_samples]
     # the node pairs: across each candidate row pair (at most ``hash_nearest`` nodes of each row), and within each
     # row (its first ``hash_nearest`` nodes against the others); each node's ``nearest`` by their coarse looks checked
     nodes_of_row: dict[int, list[int]] = {}
@@ -492,24 +501,33 @@ def _verified(
     found.passed = len(passed_u)
     alone = [k for k in range(n_nodes) if len(node_samples[k]) > 1]
     self_ok = checks.plain_ok(np.array(alone, np.int64))  # a node of several samples: equal looks, unless too plain
-    clusters, reps, pairs = [], [], []
+    links: dict[int, set[int]] = {}
+    for x, y in zip(passed_u.tolist(), passed_v.tolist()):
+        links.setdefault(x, set()).add(y)
+        links.setdefault(y, set()).add(x)
+    clusters, reps, stars = [], [], []
     for comp in _node_components(n_nodes, passed_u, passed_v, [k for k, ok in zip(alone, self_ok) if ok]):
-        for rep, nodes, scores in checks.stars(comp, passed_u, passed_v):
+        for rep, nodes, scores in checks.stars(comp, links):
             cl = np.sort(np.concatenate([node_samples[k] for k in nodes]))
             if len(cl) < 2:
                 continue
             if db is not None and not (cl[0] < n_a <= cl[-1]):
                 continue  # all on one side: no pair across
-            rep_sample = int(node_samples[rep][0])
-            ev = []
-            for k, sc in zip(nodes, scores):
-                for smp in node_samples[k].tolist():
-                    if smp != rep_sample:
-                        ev.append((smp, rep_sample, int(checks.distance(node_row[k], node_row[rep])), sc))
-            ev_arr = np.array(sorted(ev), dtype=PAIR_DTYPE)
             clusters.append(cl)
-            reps.append(rep_sample)
-            pairs.append(ev_arr)
+            reps.append(first_of[rep])
+            stars.append((rep, nodes, scores))
+    # the evidence: each sample against its cluster's representative, the distances of all in one call
+    near_of = [(int(node_row[k]), int(node_row[rep])) for rep, nodes, _ in stars for k in nodes]
+    dist_of = dict(zip(near_of, _row_distances(rows, near_of).tolist()))
+    pairs = []
+    for rep_sample, (rep, nodes, scores) in zip(reps, stars):
+        ev = [
+            (smp, rep_sample, dist_of[(int(node_row[k]), int(node_row[rep]))], sc)
+            for k, sc in zip(nodes, scores)
+            for smp in node_samples[k].tolist()
+            if smp != rep_sample
+        ]
+        pairs.append(np.array(sorted(ev), dtype=PAIR_DTYPE))
     order = sorted(range(len(clusters)), key=lambda c: (-len(clusters[c]), int(clusters[c][0])))
     found.clusters = [clusters[c] for c in order]
     found.representative = [reps[c] for c in order]
@@ -569,6 +587,18 @@ def _nearest_looks(look: np.ndarray, u: np.ndarray, v: np.ndarray, nearest: int)
     return keep
 
 
+def _row_distances(rows: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """The candidate distance (``near_distances``) of each pair of distinct rows, 0 for a row with itself."""
+    if not pairs:
+        return np.zeros(0, np.int64)
+    r, s = (np.array(x, np.int64) for x in zip(*pairs))
+    out = np.zeros(len(r), np.int64)
+    apart = r != s
+    if apart.any():
+        out[apart] = near_distances(rows[r[apart]] & _NO_FLAG, rows[s[apart]] & _NO_FLAG)
+    return out
+
+
 def _node_components(n: int, u: np.ndarray, v: np.ndarray, alone: list[int]) -> list[list[int]]:
     """The nodes joined by passed checks, in components (each sorted), and each node of several samples that
     passed against itself on its own; components in the order of their least node."""
@@ -586,11 +616,6 @@ class _Checks:
         self.rows, self.node_row, self.look, self.lay = rows, node_row, look, lay
         self.scores: dict[tuple[int, int], float] = {}  # (u, v), u < v: the score, or -1 where it failed
         self.count = 0
-
-    def distance(self, r: int, s: int) -> int:
-        if r == s:
-            return 0
-        return int(near_distances(self.rows[[r]] & _NO_FLAG, self.rows[[s]] & _NO_FLAG)[0])
 
     def run(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Check the pairs (u, v) not checked yet; the pairs of the given ones that passed."""
@@ -623,22 +648,19 @@ class _Checks:
             return []
         return compare(self.look[nodes], self.look[nodes]).passed.tolist()
 
-    def stars(self, comp: list[int], u: np.ndarray, v: np.ndarray) -> list[tuple[int, list[int], list[float]]]:
+    def stars(self, comp: list[int], links: dict[int, set[int]]) -> list[tuple[int, list[int], list[float]]]:
         """A component's clusters: (representative, its nodes, each node's score against it); the representative
-        is the node with the most passed checks among those left (then the first), every node left in the
-        component is checked against it, those that pass are its cluster, and the rest are taken the same way."""
-        inside = set(comp)
-        links: dict[int, set[int]] = {k: set() for k in comp}
-        for x, y in zip(u.tolist(), v.tolist()):
-            if x in inside and y in inside:
-                links[x].add(y)
-                links[y].add(x)
+        is the node with the most passed checks (``links``) among those left (then the first), every node left in
+        the component is checked against it, those that pass are its cluster, and the rest are taken the same way."""
         left = list(comp)
         out = []
         while left:
-            rep = max(left, key=lambda k: (len(links[k] & set(left)), -k))
+            here = set(left)
+            rep = max(left, key=lambda k: (len(links.get(k, set()) & here), -k))
             others = [k for k in left if k != rep]
-            self.run(np.full(len(others), rep, np.int64), np.array(others, np.int64))
+            missing = [k for k in others if (min(rep, k), max(rep, k)) not in self.scores]
+            if missing:
+                self.run(np.full(len(missing), rep, np.int64), np.array(missing, np.int64))
             nodes, scores = [rep], [1.0]
             for k in others:
                 sc = self.score(rep, k)

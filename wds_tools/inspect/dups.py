@@ -152,9 +152,11 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
     cols = read_samples(join(folder, meta["samples_file"]["name"]))
     side = int(meta["size"])
     shard_of = cols["shard"].astype(np.int64)
-    names = [sh["name"] for sh in meta["shards"]]
-    splits = [meta["shards"][s]["split"] for s in shard_of.tolist()]
-    labels = [meta["classes"][int(x)] for x in cols["label"].tolist()]
+    urls = [join(folder, sh["name"]) for sh in meta["shards"]]  # each shard's once, shared by its samples
+    shard_splits = [sh["split"] for sh in meta["shards"]]
+    splits = [shard_splits[s] for s in shard_of.tolist()]
+    classes = list(meta["classes"])
+    labels = [classes[x] for x in cols["label"].astype(np.int64).tolist()]
     if group is None:
         group = (meta.get("build") or {}).get("group")
     groups = None
@@ -173,7 +175,7 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         splits,
         labels,
         groups,
-        ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
+        ([urls[s] for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
         side,
         cols["npy_xxh3"] if "npy_xxh3" in cols else None,
     )
@@ -320,6 +322,15 @@ class DupsResult:
         return "\n".join(lines)
 
 
+def _ranks(datasets: list[_Dataset]) -> np.ndarray:
+    """Each sample's place in the order of (dataset, key): which of equal samples names a cluster."""
+    keys = [(d, k) for d, ds in enumerate(datasets) for k in ds.keys]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    out = np.empty(len(keys), np.int64)
+    out[order] = np.arange(len(keys))
+    return out
+
+
 def _iter_members(datasets: list[_Dataset], index: list[int]) -> Iterator[tuple[int, int]]:
     """(dataset, row) of each position into the datasets' samples laid end to end."""
     n0 = len(datasets[0].keys)
@@ -358,6 +369,7 @@ def find_dups(
         threshold,
         datasets[1].hashes if across is not None else None,
         looks=lambda side, rows: datasets[side].looks(rows),
+        rank=_ranks(datasets),
         progress=progress,
     )
     res = DupsResult([d.root for d in datasets], threshold, sum(len(d.keys) for d in datasets), group=gname)
