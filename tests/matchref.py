@@ -97,21 +97,21 @@ def doc_ratio(x: np.ndarray, y: np.ndarray, lam: float, ty: float, tx: float) ->
 
 def doc_best_ratio(a: np.ndarray, b: np.ndarray, turn: int = -1) -> float:
     """The least ``doc_ratio`` this reference finds over both orders, b as it is and turned by ``turn``: a grid of
-    scales (steps of 0.02) and shifts (steps of half a cell), then Nelder-Mead from the best five of each; inf
-    where a look is too plain to check (its detail under 16)."""
+    scales (steps of 0.04) and shifts (whole cells, up to 3 from the centred scaling), then Nelder-Mead from the
+    best three of each; inf where a look is too plain to check (its detail under 16)."""
     if doc_detail(a) < DOC_DETAIL or doc_detail(b) < DOC_DETAIL:
         return np.inf
     best = np.inf
     for y_b in [b] + ([doc_turned(b, turn)] if turn > 0 else []):
         for x, y in ((a, y_b), (y_b, a)):
             grid = []
-            for lam in np.arange(1 / DOC_SCALE, DOC_SCALE + 1e-9, 0.02):
+            for lam in np.arange(1 / DOC_SCALE, DOC_SCALE + 1e-9, 0.04):
                 centre = (1 - lam) * DOC_GRID / 2  # the scale about the centres
-                for dy in np.arange(-3.5, 3.51, 0.5):
-                    for dx in np.arange(-3.5, 3.51, 0.5):
+                for dy in np.arange(-3.0, 3.01, 1.0):
+                    for dx in np.arange(-3.0, 3.01, 1.0):
                         grid.append((doc_ratio(x, y, lam, centre + dy, centre + dx), lam, centre + dy, centre + dx))
             grid.sort(key=lambda g: g[0])
-            for r, lam, ty, tx in grid[:5]:
+            for r, lam, ty, tx in grid[:3]:
                 best = min(best, r)
                 if np.isfinite(r):
                     res = minimize(

@@ -326,13 +326,12 @@ def _components(n: int, pairs: set) -> list[list[int]]:
 
 def _one_way(p: np.ndarray, q: np.ndarray) -> int:
     """FORMAT.md's bits from row p to row q, flags cleared: p's whole-image hash under each of its eight variants
-    against each of q's hashes, and (seven hashes) p's top and left windows (2, 4) as they are against q's centre
-    window."""
+    against each of q's hashes, and (seven hashes) p's edge windows (2-5) as they are against q's centre window."""
     p = [int(x) & ((1 << 63) - 1) for x in p]
     q = [int(x) & ((1 << 63) - 1) for x in q]
     out = min(bin(int(g) ^ h).count("1") for g in variants_array(np.array([p[0]], np.uint64))[0] for h in q)
     if len(p) == 7:
-        out = min(out, *(bin(p[e] ^ q[1]).count("1") for e in (2, 4)))
+        out = min(out, *(bin(p[e] ^ q[1]).count("1") for e in (2, 3, 4, 5)))
     return out
 
 

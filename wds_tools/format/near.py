@@ -78,10 +78,11 @@ _MOST = 1 << 24  # candidates compared at once: bounds memory when many samples 
 _BUFFER = 1 << 22  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
-SHIFT_WINDOWS = (2, 4)
-"""The windows (top and left: ``phash.window_boxes``) whose hashes are compared, as they are, with the other sample's
-centre window (1): a copy shifted by a few percent along a side is near there (down or right: its top or left
-window against the original's centre; up or left: the original's against the copy's)."""
+SHIFT_WINDOWS = (2, 3, 4, 5)
+"""The windows (top, bottom, left, right: ``phash.window_boxes``) whose hashes are compared, as they are, with the
+other sample's centre window (1): a copy shifted by a few percent along a side is near there (shifted down, its
+bottom window is near its original's centre, and its original's top window near its centre; both are asked: on
+dermoscopic photos one of the two alone missed 5 of 200 such copies)."""
 HASH_NEAREST = 32
 """Candidates kept per distinct hash row by the search: its nearest rows within the threshold (then by row). Smooth
 photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear in N."""
