@@ -148,7 +148,7 @@ def search(pixels: np.ndarray, nearest: int) -> tuple[object, dict]:
 def families(args: argparse.Namespace) -> None:
     print(
         f"skin lesion photos, {args.count:,} per family (seed {args.seed}), edits of the first {args.edited}, "
-        f"stored at {args.size} px, threshold {DEFAULT_THRESHOLD}, {args.nearest} nearest per hash:\n"
+        f"stored at {args.size} px, threshold {DEFAULT_THRESHOLD}, {args.nearest} checked per look:\n"
     )
     print(
         "| family | photos | too flat to hash | clusters | clusters of > 2 photos | false pairs | per 1,000 photos | "
@@ -217,7 +217,7 @@ def scale(args: argparse.Namespace) -> None:
     w, h = (int(x) for x in args.scale_size.split("x"))
     print(
         f"cost on {args.scale:,} photos per family ({w}x{h} JPEGs stored at {args.size} px), threshold "
-        f"{DEFAULT_THRESHOLD}, {args.nearest} nearest per hash; the looks of all made first (dups reads those of the "
+        f"{DEFAULT_THRESHOLD}, {args.nearest} checked per look; the looks of all made first (dups reads those of the "
         "candidates from the shards):\n"
     )
     print(
@@ -294,9 +294,9 @@ def dedup_cost(args: argparse.Namespace) -> None:
                 t0 = time.perf_counter()
                 convert(
                     root / "m.csv",
-                    version=f"v{r}{int(dedup)}",
+                    version="v1",
                     size=args.size,
-                    out=root / "out",
+                    out=root / f"out{r}{int(dedup)}",  # a folder each: no earlier version to keep splits of
                     workers=1,
                     progress=False,
                     dedup=dedup,

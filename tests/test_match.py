@@ -255,9 +255,7 @@ def test_the_clusters_are_the_same_whatever_the_order(lesions):
     h, lay, look = phash_batch(pixels), colour_layout(pixels), looks(pixels)
 
     def run(order: np.ndarray) -> set:
-        res = near_clusters(
-            h[order], 5, looks=lambda side, rows: (lay[order][rows], look[order][rows]), rank=order
-        )
+        res = near_clusters(h[order], 5, looks=lambda side, rows: (lay[order][rows], look[order][rows]), rank=order)
         out = set()
         for c, rep, ev in zip(res.clusters, res.representative, res.pairs):
             members = frozenset(files[order[x]][:2] for x in c.tolist())
