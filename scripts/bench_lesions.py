@@ -21,9 +21,10 @@ reads them from the stored pixels of the candidates only).
 With ``--quality-seeds``: scripts/bench_dups.py's quality set (copies drawn with those seeds) through the same
 search: recall and precision over all pairs of files (a pair found when both are in one cluster).
 
-With ``--scale N``: time and peak memory of the search on N photos of each of ``--scale-families`` (the families'
-photos drawn at ``--scale-size``, 300x225 by default, to make them in reasonable time; each a JPEG stored at 224 px),
-so that a smooth set's cost can be set beside a textured one's.
+With ``--scale N``: time and peak memory of the search on the first N/10, N/4, N/2 and N photos of each of
+``--scale-families`` (the families' photos drawn at ``--scale-size``, 300x225 by default, to make them in reasonable
+time; each a JPEG stored at 224 px; only their hashes, colour layouts and looks kept), so that a smooth set's cost
+can be set beside a textured one's, and its growth with N seen.
 
 With ``--dedup-cost N``: what ``convert --dedup`` adds to the decode it rides on (``dedup_cost``).
 
@@ -118,6 +119,31 @@ def family_set(
         Path(args.cache).mkdir(parents=True, exist_ok=True)
         np.savez(Path(args.cache) / name, pixels=pixels, ids=ids, kinds=kinds)
     return pixels, ids, kinds
+
+
+def _compact(job: tuple[str, int, bool, tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One photo's hashes, colour layout and look (what the search needs), not its pixels."""
+    px = _one(job)
+    return phash_batch(px), colour_layout(px), looks(px)
+
+
+def compact_set(family: str, count: int, args: argparse.Namespace, dims: tuple[int, int]) -> tuple[np.ndarray, ...]:
+    """(hashes, layouts, looks) of ``count`` photos, made on ``--workers`` processes: about 1.1 kB a photo kept
+    (their pixels, 150 kB each, are not), in ``--cache`` if given."""
+    first = args.seed * 1_000_000
+    name = f"{family}-{args.seed}-{count}-compact-{dims[0]}x{dims[1]}-{args.size}.npz"
+    if args.cache and (Path(args.cache) / name).exists():
+        with np.load(Path(args.cache) / name) as z:
+            return z["hashes"], z["layouts"], z["looks"]
+    jobs = [(family, first + k, False, dims, args.size) for k in range(count)]
+    parts = []
+    with Pool(args.workers) as pool:
+        parts = list(pool.imap(_compact, jobs, chunksize=64))
+    hashes, layouts, lk = (np.concatenate(x) for x in zip(*parts))
+    if args.cache:
+        Path(args.cache).mkdir(parents=True, exist_ok=True)
+        np.savez(Path(args.cache) / name, hashes=hashes, layouts=layouts, looks=lk)
+    return hashes, layouts, lk
 
 
 def search(pixels: np.ndarray, nearest: int) -> tuple[object, dict]:
@@ -217,27 +243,37 @@ def scale(args: argparse.Namespace) -> None:
     w, h = (int(x) for x in args.scale_size.split("x"))
     print(
         f"cost on {args.scale:,} photos per family ({w}x{h} JPEGs stored at {args.size} px), threshold "
-        f"{DEFAULT_THRESHOLD}, {args.nearest} checked per look; the looks of all made first (dups reads those of the "
-        "candidates from the shards):\n"
+        f"{DEFAULT_THRESHOLD}, {args.nearest} checked per look; the hashes, colour layouts and looks of all made "
+        "first (dups reads the candidates' pixels from the shards and makes theirs: not timed here):\n"
     )
     print(
         "| family | photos | clusters | pairs checked | passed | search + checks s | peak MiB (search) | "
-        "looks asked | looks s (all) |"
+        "looks asked | load |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for family in args.scale_families.split(","):
-        pixels, _, _ = family_set(family, args.scale, 0, args, dims=(w, h))
-        tracemalloc.start()
-        found, t = search(pixels, args.nearest)
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-        print(
-            f"| {family} | {args.scale:,} | {len(found.clusters):,} | {found.candidates:,} | {found.passed:,} | "
-            f"{t['search']:.1f} | {peak:.0f} | {t['asked']:,} | {t['looks']:.1f} |",
-            flush=True,
-        )
-        del pixels
-    print(f"(load {os.getloadavg()[0]:.1f}; peak MiB: tracemalloc's, the pixels and the looks included)\n")
+        all_hashes, all_lay, all_lk = compact_set(family, args.scale, args, (w, h))
+        for n in sorted({max(1, args.scale // d) for d in (10, 4, 2, 1)}):  # the first n photos: growth with N
+            hashes, lay, lk = all_hashes[:n], all_lay[:n], all_lk[:n]
+            asked = [0]
+
+            def looks_of(_side: int, rows: np.ndarray, lay=lay, lk=lk, asked=asked) -> tuple[np.ndarray, np.ndarray]:
+                asked[0] += len(rows)
+                return lay[rows], lk[rows]
+
+            load = os.getloadavg()[0]
+            tracemalloc.start()
+            t0, c0 = time.perf_counter(), time.process_time()
+            found = near_clusters(hashes, DEFAULT_THRESHOLD, looks=looks_of, nearest=args.nearest)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            print(
+                f"| {family} | {n:,} | {len(found.clusters):,} | {found.candidates:,} | {found.passed:,} | "
+                f"{wall:.1f} (CPU {cpu:.1f}) | {peak:.0f} | {asked[0]:,} | {load:.1f} |",
+                flush=True,
+            )
+    print("(peak MiB: tracemalloc's peak of the search's own allocations; the looks, 1 kB a photo, were made before)\n")
 
 
 def dedup_cost(args: argparse.Namespace) -> None:

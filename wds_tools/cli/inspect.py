@@ -100,8 +100,9 @@ def dups(
     PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
     OUT/<version>/<size>/. Candidates: every sample's whole-image perceptual hash (samples.npz phash,
     docs/FORMAT.md), under its eight flips and quarter turns, is compared with every other's hashes
-    of the whole image and of six windows (for slightly cropped copies), and each distinct hash keeps
-    its 8 nearest within --threshold bits. Each candidate pair is then checked on its stored pixels
+    of the whole image and of six windows (for slightly cropped copies; an edge window against the
+    other's centre, for shifted ones), and each distinct hash keeps its 32 nearest within --threshold
+    bits. Each sample's 8 candidates nearest by a coarse look are then checked on their stored pixels
     (read for the candidates only): colours that agree (the mean chroma of each quarter; a grey
     picture agrees with any) and grey images that, aligned by a scale and shift (crops to 85%,
     shifts) and mapped by a brightness curve, differ by little more than a recompression leaves.

@@ -1,25 +1,32 @@
-"""Samples whose perceptual hashes (``format.phash``) are within a distance: their clusters, and the pairs.
+"""Near-duplicates: candidates by the perceptual hashes (``format.phash``), each checked on its looks
+(``format.match``), and clusters of checked pairs (docs/FORMAT.md, "Near-duplicates").
 
-The distance is ``phash.distance``: the whole-image hash of one sample, under the eight flips and
-quarter turns, against any of the other's seven hashes. A sample too flat to hash (``phash.is_flat``)
-is nobody's near-duplicate: it is set aside and listed. Samples with the same hashes (one image under
-many keys) are collapsed first, so that the work and the memory follow the distinct hashes, not the
-samples: N copies are one cluster found in O(N log N), never N^2 pairs.
+Candidates. The distance is ``phash.distance`` (the whole-image hash of one sample, under the eight flips
+and quarter turns, against any of the other's seven hashes), or the bits between an edge window of one and
+the other's centre window (a copy shifted along a side: ``near_distances``). Samples with the same hashes
+(one image under many keys) are collapsed first, so that the work and the memory follow the distinct
+hashes, not the samples: N copies are one cluster found in O(N log N), never N^2 pairs. Each distinct
+hash keeps its ``HASH_NEAREST`` nearest (``_Nearest``): on smooth photos (skin of one tone with a darker
+lesion) every hash has hundreds within 5 bits, and the cap keeps the pairs linear in N. A sample too flat
+to hash (``phash.is_flat``) is searched by its bits as they are, and listed.
 
 The search over the distinct hashes is multi-index hashing, without an all-pairs scan. The 63 used
 bits are cut into three 21-bit bands; two hashes within distance t differ in at most t // 3 bits on
 at least one band (pigeonhole). Every hash of every sample is filed, per band, by its band value;
 each whole-image hash, in its eight variants, probes the buckets within that radius of its band
-values, and only the hashes found there are compared in full. The probes are sorted by band value
-first, so the buckets are read in memory order. The probes per band grow as the number of band
-values within the radius (1 for t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on):
-``MAX_THRESHOLD`` is the largest threshold served. ``near_clusters`` joins the pairs into clusters
-(union-find); used by ``inspect.dups`` and by ``convert --dedup``.
+values, and only the hashes found there are compared in full; each edge window, as it is, probes the
+filed centre windows the same way. The probes are sorted by band value first, so the buckets are read
+in memory order. The probes per band grow as the number of band values within the radius (1 for
+t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on): ``MAX_THRESHOLD`` is the largest
+threshold served. ``find_pairs`` gives every pair within a threshold by the hashes alone (exact, for the
+benches and the tests).
 
-The hashes see grey only. Given ``colours`` (a function giving the colour layouts, ``phash.colour_layout``,
-of the samples it is asked for), a pair must also agree in colour (``phash.colour_alike``): the search runs
-on the hashes alone, then again on the samples of its clusters with each one's colour layout beside its
-hashes, so that only those samples' pixels are read, and equal hashes of unlike colours are not collapsed.
+The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
+only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
+``NEAREST`` candidates by their coarse looks, and checks those pairs (colour agreement, then
+``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
+never a chain; its evidence is each sample's distance and score against the representative. Used by
+``inspect.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ samples (positions) of ``a`` (side 0) or ``b`` (side 1)."""
 # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set that keeps the search to
 # radius-1 probes (6 and more need radius 2: ten times the probes); README, "Near-duplicates"
 DEFAULT_THRESHOLD = 5
-"""The distance (``phash.distance``, bits) at or below which two images are near-duplicates."""
+"""The distance (bits) at or below which two images are near-duplicate candidates (``near_clusters``)."""
 MAX_THRESHOLD = 8
 """The largest threshold the search serves: radius-2 probes, 232 band values per band and hash variant
 (the default's 22 times 10.5). Above it they grow to 1,562 (9 to 11; 20,000 samples: 47 s against
@@ -677,9 +684,12 @@ class _Checks:
 def find_pairs(
     a: np.ndarray, threshold: int, b: np.ndarray | None = None, *, colours: Colours | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair of samples within ``threshold`` (``phash.distance``): (i, j, distance) arrays, sorted.
+    """Every pair of samples within ``threshold`` (``phash.distance``), by the hashes alone (and, given ``colours``,
+    agreeing in colour): (i, j, distance) arrays, sorted. Not the near-duplicates (``near_clusters`` checks its
+    candidates on their looks); the exact pairs of the hashes, for the benches and the tests.
 
-    ``a`` (and ``b``) and ``colours`` as for ``near_clusters``. Within ``a`` (i < j) when ``b`` is None,
+    ``a`` (and ``b``) as for ``near_clusters``; ``colours`` (``Colours``) gives the colour layouts of the samples
+    asked for. Within ``a`` (i < j) when ``b`` is None,
     else between ``a`` (i) and ``b`` (j); samples too flat to hash are in no pair. Exact: the same pairs
     as comparing every pair. N samples with equal hashes are N (N - 1) / 2 pairs: ``near_clusters`` is
     what grows with the distinct hashes only.
