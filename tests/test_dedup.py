@@ -330,3 +330,63 @@ def test_an_unchanged_source_unreadable_for_its_check_is_said(tmp_path, monkeypa
     r = run(write(tmp_path / "b", [*rows, ("p0c", 0, 3, None)]), tmp_path / "out2", "v2", False, val_fraction=0.5)
     assert any("1 cluster of near-duplicates (within 5 bits) joined 2" in n for n in r.notes), r.notes
     assert not [n for n in r.notes if "could not be read again" in n]
+
+
+# smooth lesion photos (synth.skin_lesion_photo("smooth", k, 300, 225)) of different lesions whose hashes at 96 px
+# are within 5 bits of the first's (1-4 bits) and whose colours agree: one cluster by the hashes and colour alone
+HUB = (4009, 4084, 4128, 4144)
+
+
+def test_dedup_and_dups_give_the_same_clusters(tmp_path):
+    """One rule everywhere: on skin lesion photos made like HAM10000's (synth.skin_lesion_photo), three with their
+    edits (a crop to 90%, JPEG quality 30, a 4% shift, brighter) and four of different lesions that the hashes and
+    colour alone join, convert --dedup's search of the sources (``near_rows``, from its own decodes) and ``dups`` of
+    the converted set (from the stored pixels) give the same clusters: each photo with its edits, no two photos
+    together."""
+    import numpy as np
+    from PIL import ImageEnhance
+    from test_dups import _stored_pixels  # read with stock tarfile and numpy
+
+    from wds_tools.convert.decode import DecodeSettings
+    from wds_tools.convert.dedup import near_rows
+    from wds_tools.format.near import clusters_of, find_pairs
+    from wds_tools.format.phash import colour_layout, phash_batch
+    from wds_tools.inspect.dups import find_dups
+    from wds_tools.synth import skin_lesion_photo
+
+    (tmp_path / "img").mkdir()
+    rows = []
+    photos = [("smooth", 4000), ("hairs", 4001), ("grey", 4002)] + [("smooth", k) for k in HUB]
+    for n, (family, k) in enumerate(photos):
+        im = skin_lesion_photo(family, k, 300, 225)
+        edits = {"": im}
+        if n < 3:
+            w, h = im.size
+            s = round(0.04 * h)
+            shifted = np.pad(np.asarray(im), ((s, 0), (0, 0), (0, 0)), mode="edge")[:h]
+            edits |= {
+                "crop": im.crop((w // 20, h // 20, w - w // 20, h - h // 20)),
+                "q30": Image.open(io.BytesIO(jpeg_bytes(im, 30))).convert("RGB"),
+                "shift": Image.fromarray(shifted),
+                "bright": ImageEnhance.Brightness(im).enhance(1.12),
+            }
+        for how, pic in edits.items():
+            key = f"p{k}{how}"
+            (tmp_path / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(pic, 90))
+            rows.append(key)
+    with open(tmp_path / "m.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "path", "label"])
+        w.writerows([key, f"img/{key}.jpg", "ab"[n % 2]] for n, key in enumerate(rows))
+    size = 96
+    convert(tmp_path / "m.csv", version="v1", size=size, out=tmp_path / "out", workers=1, progress=False)
+    folder = tmp_path / "out" / "v1" / str(size)
+    every = _stored_pixels(folder)
+    stored = np.stack([every[f"p{k}"] for k in HUB])
+    i, j, _ = find_pairs(phash_batch(stored), 5, colours=lambda side, r: colour_layout(stored)[r])
+    assert clusters_of(len(HUB), i, j) == [list(range(len(HUB)))]  # the hashes and colour alone: one cluster
+    by_dups = sorted(sorted(m["key"] for m in c.members) for c in find_dups(folder).clusters)
+    found = near_rows(size, "center-crop", DecodeSettings(), 5)([str(tmp_path / "img" / f"{key}.jpg") for key in rows])
+    by_dedup = sorted(sorted(rows[x] for x in c) for c in found.clusters)
+    want = [sorted(f"p{k}{how}" for how in ("", "crop", "q30", "shift", "bright")) for k in (4000, 4001, 4002)]
+    assert by_dups == by_dedup == sorted(want), (by_dups, by_dedup)
