@@ -398,9 +398,10 @@ def near_clusters(
     samples of both, from candidates across ``a`` and ``b`` only.
 
     ``a`` (and ``b``) hold each sample's hashes, uint64 [N, K] as ``phash_batch`` gives them (or [N]: whole-image
-    hashes only). Candidates: each distinct hash row's ``nearest`` rows within ``threshold`` (``_candidates``;
-    samples too flat to hash are searched by their bits as they are, and listed in ``flat``). Each candidate pair
-    of looks that differ is checked (``match.compare``; colour agreement first); a cluster is a representative
+    hashes only). Candidates: each distinct hash row's ``hash_nearest`` rows within ``threshold`` (``_candidates``;
+    samples too flat to hash are searched by their bits as they are, and listed in ``flat``). Of the pairs of looks
+    of candidate rows, each look's ``nearest`` by the cosine of their coarse looks are checked (colour agreement,
+    then ``match.compare``); a cluster is a representative
     and the samples that passed the check against it, never a chain. ``looks`` is asked only for the samples of
     candidate rows. ``rank`` (one integer per sample, ``a``'s then ``b``'s; default: their positions) orders the
     samples with equal hashes, looks and layouts, the first of which is named as a representative, so that the
