@@ -81,8 +81,8 @@ PROGRESS_AFTER = 2.0
 _BANDS = 3
 _BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is the flat flag, never a search bit)
 _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
-_MOST = 1 << 24  # candidates compared at once: bounds memory when many samples share a bucket
-_BUFFER = 1 << 22  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
+_MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
+_BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
 SHIFT_WINDOWS = (2, 3, 4, 5)
@@ -495,14 +495,26 @@ def _verified(
     nodes_of_row: dict[int, list[int]] = {}
     for k, r in enumerate(node_row.tolist()):
         nodes_of_row.setdefault(r, []).append(k)
+    # a row of one node (nearly all): its pairs by arrays; the few rows of several nodes by their lists
+    one = np.full(len(rows), -1, np.int64)
+    several: dict[int, list[int]] = {}
+    for r, ks in nodes_of_row.items():
+        if len(ks) == 1:
+            one[r] = ks[0]
+        else:
+            several[r] = ks[:hash_nearest]
+    simple = (one[p] >= 0) & (one[q] >= 0)
+    parts = [np.stack([one[p[simple]], one[q[simple]]], axis=1)]
     uv: list[tuple[int, int]] = []
-    for x, y in zip(p.tolist(), q.tolist()):
-        for i in nodes_of_row.get(x, [])[:hash_nearest]:
-            uv.extend((i, j) for j in nodes_of_row.get(y, [])[:hash_nearest])
-    for ks in nodes_of_row.values():
-        for i in ks[:hash_nearest]:
-            uv.extend((i, j) for j in ks if j > i)
-    pairs_uv = np.array(uv, np.int64).reshape(-1, 2)
+    for x, y in zip(p[~simple].tolist(), q[~simple].tolist()):
+        xs = several.get(x, [int(one[x])] if one[x] >= 0 else [])
+        ys = several.get(y, [int(one[y])] if one[y] >= 0 else [])
+        uv.extend((i, j) for i in xs for j in ys)
+    for r, ks in several.items():
+        for i in ks:
+            uv.extend((i, j) for j in nodes_of_row[r] if j > i)
+    parts.append(np.array(uv, np.int64).reshape(-1, 2))
+    pairs_uv = np.concatenate(parts)
     keep = _nearest_looks(node_look, pairs_uv[:, 0], pairs_uv[:, 1], nearest)
     checks = _Checks(rows, node_row, node_look, node_lay)
     passed_u, passed_v = checks.run(pairs_uv[keep, 0], pairs_uv[keep, 1])
