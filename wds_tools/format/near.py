@@ -165,7 +165,7 @@ def _probe(
     stored: np.ndarray,
     threshold: int,
     tick: Callable[[], None] = lambda: None,
-    reduce: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    reduce: _Nearest | None = None,
     turned: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(query row, stored row) of every whole-image hash of ``queries`` that, in one of its eight
@@ -217,6 +217,8 @@ def _probe(
                         else:
                             out_q.append(lo + by_value[owner] // per)
                             out_s.append(row_of[pos[keep]])
+        if reduce is not None:
+            reduce.flush()  # the chunk's queries are searched
     return np.concatenate(out_q), np.concatenate(out_s)
 
 
@@ -277,28 +279,35 @@ def near_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class _Nearest:
     """The ``nearest`` candidates of each query row found so far, by (bits apart, stored row): the probe's steps
-    are gathered and, past ``_BUFFER`` entries, cut down, so memory follows the rows, not the pairs."""
+    are gathered and, past ``_BUFFER`` entries, cut down; at the end of each chunk of queries (``flush``) its
+    rows' candidates are cut down and set aside, so that memory and the sorting follow the rows, not the pairs."""
 
-    def __init__(self, nearest: int, same: bool) -> None:
-        self.nearest, self.same = nearest, same
+    def __init__(self, nearest: int, same: bool, per: int = 1) -> None:
+        self.nearest, self.same, self.per = nearest, same, per  # per: queries per row (a row's edge windows)
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
 
     def __call__(self, q: np.ndarray, s: np.ndarray, bits: np.ndarray) -> None:
+        q = q // self.per if self.per > 1 else q
         if self.same:  # a row with itself is no pair
             keep = q != s
             q, s, bits = q[keep], s[keep], bits[keep]
         self.parts.append((q.astype(np.int64), s.astype(np.int64), bits.astype(np.int64)))
         self.size += len(q)
         if self.size > _BUFFER:
-            self.parts = [self.result()]
+            self.parts = [self._cut(self.parts)]
             self.size = len(self.parts[0][0])
 
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(query row, stored row, bits apart): each query's ``nearest`` stored rows, each once, sorted."""
-        if not self.parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        q, s, bits = (np.concatenate(x) for x in zip(*self.parts))
+    def flush(self) -> None:
+        """The chunk of queries is searched: its rows' nearest are final for this probe."""
+        if self.parts:
+            self.done.append(self._cut(self.parts))
+        self.parts, self.size = [], 0
+
+    def _cut(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's ``nearest`` stored rows among ``parts``, each once, sorted."""
+        q, s, bits = (np.concatenate(x) for x in zip(*parts))
         if not len(q):
             return q, s, bits
         order = np.lexsort((s, bits, q))
@@ -309,6 +318,13 @@ class _Nearest:
         rank = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
         keep = rank < self.nearest
         return q[keep], s[keep], bits[keep]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query row, stored row, bits apart): each query's ``nearest`` stored rows, each once, sorted."""
+        self.flush()
+        if not self.done:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return self._cut(self.done)
 
 
 def _candidates(
@@ -326,7 +342,9 @@ def _candidates(
         if queries.shape[1] >= SHIFT_WINDOWS[-1] + 1 and stored.shape[1] > 1:  # edge windows against centres
             edges = np.ascontiguousarray(queries[:, list(SHIFT_WINDOWS)]).reshape(-1, 1)
             centres = np.ascontiguousarray(stored[:, 1:2])
-            _probe(edges, centres, threshold, tick, lambda e, s, bits: found(e // len(SHIFT_WINDOWS), s, bits), False)
+            by_edge = _Nearest(nearest, same, per=len(SHIFT_WINDOWS))
+            _probe(edges, centres, threshold, tick, by_edge, False)
+            found.done.append(by_edge.result())
         qi, sj, _ = found.result()
         return qi, sj
 
