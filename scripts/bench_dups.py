@@ -85,7 +85,13 @@ from wds_tools.format.phash import (  # noqa: E402
     popcount,
     variants_array,
 )
-from wds_tools.similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD, find_pairs, near_clusters  # noqa: E402
+from wds_tools.similar.near import (  # noqa: E402
+    DEFAULT_THRESHOLD,
+    MAX_THRESHOLD,
+    clusters_of,
+    find_pairs,
+    near_clusters,
+)
 from wds_tools.synth import FLAT_KINDS, flat_picture, jpeg_bytes, lesion_photo  # noqa: E402
 
 KINDS = ("jpeg", "rescale", "crop", "turn", "brightness", "blur")
@@ -348,9 +354,15 @@ def quality(args: argparse.Namespace) -> None:
         f"too flat to hash (docs/FORMAT.md): {int(is_flat(hashes).sum())} of {len(hashes)} images; "
         f"no colour (every layout value within {COLOUR_GREY} of 0: agrees with any): {grey}\n"
     )
+    table(
+        "wds-tools near_clusters (what dups finds: candidates by the hashes, each checked on its stored pixels, "
+        "similar.match; a pair found when both are in one cluster)",
+        cluster_curve(pixels, hashes, layouts, ids, kinds, range(3, 9)),
+        DEFAULT_THRESHOLD,
+    )
     methods = [
         (
-            "wds-tools phash (whole image + 6 windows, 8 flips/turns) and colour agreement: what dups finds",
+            "wds-tools phash (whole image + 6 windows, 8 flips/turns) and colour agreement: the candidates' pairs",
             pair_distances(hashes, True, layouts=layouts),
             DEFAULT_THRESHOLD,
         ),
@@ -408,6 +420,35 @@ def quality(args: argparse.Namespace) -> None:
             curve(np.where(fastdup_listed, 0, 1), ids, kinds, [0]),
             0,
         )
+
+
+def cluster_curve(
+    pixels: np.ndarray, hashes: np.ndarray, layouts: np.ndarray, ids: np.ndarray, kinds: list[str], thresholds
+) -> list[dict]:
+    """``curve``'s rows for near_clusters at each threshold: a pair is found when both are in one cluster."""
+    from wds_tools.similar.match import looks
+
+    lk = looks(pixels)
+    iu, ju = np.triu_indices(len(ids), 1)
+    same = ids[iu] == ids[ju]
+    kind_arr = np.array(kinds)
+    rows = []
+    for t in thresholds:
+        found = near_clusters(hashes, t, looks=lambda _side, r: (layouts[r], lk[r]))
+        cluster_of = np.full(len(ids), -1)
+        for c, members in enumerate(found.clusters):
+            cluster_of[members] = c
+        together = (cluster_of[iu] == cluster_of[ju]) & (cluster_of[iu] >= 0)
+        tp, fp = int((together & same).sum()), int((together & ~same).sum())
+        row = {"t": t, "recall": tp / max(1, int(same.sum())), "precision": tp / max(1, tp + fp), "fp": fp}
+        for k in KINDS:
+            sel = same & (
+                ((kind_arr[iu] == "original") & (kind_arr[ju] == k))
+                | ((kind_arr[ju] == "original") & (kind_arr[iu] == k))
+            )
+            row[k] = float((together & sel).sum() / max(1, sel.sum()))
+        rows.append(row)
+    return rows
 
 
 def table(name: str, rows: list[dict], default: float) -> None:
@@ -677,10 +718,10 @@ def command_cost(args: argparse.Namespace) -> None:
         return
     import wds_tools.similar.dups as dups
 
-    plain = dups._Dataset.colours
+    plain = dups._Dataset.looks
     spent, asked = [0.0, 0.0], [0]
 
-    def timed(self: dups._Dataset, rows: np.ndarray) -> np.ndarray:
+    def timed(self: dups._Dataset, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             return plain(self, rows)
@@ -691,31 +732,38 @@ def command_cost(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         write_hash_index(tmp, hashes, with_pixels=with_pixels, pixels_of=pixels_of)
-        dups._Dataset.colours = timed  # type: ignore[method-assign]
+        dups._Dataset.looks = timed  # type: ignore[method-assign]
         try:
             t0, c0 = time.perf_counter(), time.process_time()
             res = find_dups(tmp)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         finally:
-            dups._Dataset.colours = plain  # type: ignore[method-assign]
+            dups._Dataset.looks = plain  # type: ignore[method-assign]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     c = res.counts()
     print(
         f"find_dups on an index of {n:,} samples: {wall:.1f} s (CPU {cpu:.1f} s), peak RSS {rss:.0f} MiB (this "
-        f"process, index building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits; of "
-        f"which the colour layouts of {asked[0]:,} clustered samples (their pixels read from the tars, which this "
-        f"process has just written): {spent[0]:.1f} s (CPU {spent[1]:.1f} s)"
+        f"process, index building included), {c['clusters']:,} clusters, {c['cross_split']:,} cross splits, "
+        f"{res.checked:,} candidate pairs checked, {res.passed:,} passed; of which the colour layouts and looks of "
+        f"{asked[0]:,} candidate samples (their pixels read from the tars, which this process has just written): "
+        f"{spent[0]:.1f} s (CPU {spent[1]:.1f} s)"
     )
 
 
 def clustered_pixels(hashes: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
-    """The samples the hashes alone put in clusters at the default threshold (``near_clusters``, run here
-    once), and pixels for each: its cluster's one of 16 stored lesion photos, with its top-left pixel set
-    from the sample's number, so that every sample is a ``.npy`` of its own (read on its own, as distinct
-    files are) and a cluster's samples agree in colour (its clusters are those of the hashes)."""
-    found = near_clusters(hashes, DEFAULT_THRESHOLD)
+    """The samples of the candidate pairs at the default threshold (``near._candidates``, run here once), and
+    pixels for each: one of 16 stored lesion photos per component of those pairs, with its top-left pixel set
+    from the sample's number, so that every sample is a ``.npy`` of its own (read on its own, as distinct files
+    are) and the samples the hashes join are copies of one photo (the planted copies pass the check; a chance
+    pair of random hashes whose components meet does too)."""
+    from wds_tools.similar.near import HASH_NEAREST, _candidates, _distinct, clusters_of
+
+    d = _distinct(hashes, keep_flat=True)
+    p, q, _ = _candidates(d, DEFAULT_THRESHOLD, None, HASH_NEAREST, lambda: None)
+    comps = clusters_of(len(d.rows), p, q)
     pool = [decode_image(jpeg_bytes(lesion_photo(320, 320, k % 3, 500 + k)), 224).pixels for k in range(16)]
-    photo = {int(m): c % len(pool) for c, members in enumerate(found.clusters) for m in members.tolist()}
+    photo_of_row = {r: c % len(pool) for c, rows in enumerate(comps) for r in rows}
+    photo = {s: photo_of_row[int(r)] for s, r in enumerate(d.of.tolist()) if int(r) in photo_of_row}
 
     def pixels_of(sample: int) -> np.ndarray:
         px = pool[photo[sample]].copy()
@@ -867,43 +915,51 @@ def flat_set(args: argparse.Namespace) -> None:
     cleared, the hashes alone) and with it and colour agreement (what ``dups`` finds), at the default
     threshold and at 8."""
     print(f"pictures with little or no detail ({args.flat:,} of each kind, all different) at {args.size} px:\n")
-    print("| kind | too flat | threshold | pairs, no flat rule | clusters (samples), no flat rule | pairs | clusters |")
+    print(
+        "| kind | too flat | threshold | pairs, no flat rule | clusters (samples), no flat rule | pairs passing the "
+        "check | clusters |"
+    )
     print("|---|---|---|---|---|---|---|")
+    from wds_tools.similar.match import looks
+
     for kind in FLAT_KINDS:
         pixels = [decode_image(jpeg_bytes(flat_picture(kind, k), 90), args.size).pixels for k in range(args.flat)]
         hashes = phash_batch(pixels)
-        layouts = colour_layout(pixels)
+        layouts, lk = colour_layout(pixels), looks(pixels)
         bare = hashes.copy()
         bare[:, 0] &= np.uint64((1 << 63) - 1)
         for t in (DEFAULT_THRESHOLD, 8):
-            cells = []
-            for h, colours in ((bare, None), (hashes, colours_of(layouts))):
-                i, j, _ = find_pairs(h, t, colours=colours)
-                found = near_clusters(h, t, colours=colours)
-                cells += [f"{len(i):,}", f"{len(found.clusters):,} ({sum(len(c) for c in found.clusters):,})"]
+            i, j, _ = find_pairs(bare, t)
+            comps = clusters_of(len(pixels), i, j)
+            cells = [f"{len(i):,}", f"{len(comps):,} ({sum(len(c) for c in comps):,})"]
+            found = near_clusters(hashes, t, looks=lambda _side, r, la=layouts, lo=lk: (la[r], lo[r]))
+            cells += [f"{found.passed:,} of {found.candidates:,} checked", f"{len(found.clusters):,}"]
             print(f"| {kind} | {int(is_flat(hashes).sum()):,} | {t} | " + " | ".join(cells) + " |")
     print()
 
 
 def threshold_cost(args: argparse.Namespace) -> None:
-    """``near_clusters`` on ``--threshold-scale`` samples of seven random hashes (a chain of 1% planted
-    copies, each 2 bits from a window of the next: one cluster) at each of ``--thresholds``: seconds, CPU
-    seconds, peak RSS of this process so far, clusters (those beyond one: chance pairs of random hashes);
-    a threshold above MAX_THRESHOLD (or ``--max-threshold``) is refused at once. The hashes alone: random
-    hashes have no pixels to take a colour layout from."""
+    """The candidate search of ``near_clusters`` (``near._candidates``) on ``--threshold-scale`` samples of seven
+    random hashes (a chain of 1% planted copies, each 2 bits from a window of the next) at each of
+    ``--thresholds``: seconds, CPU seconds, peak RSS of this process so far, candidate pairs; a threshold above
+    MAX_THRESHOLD (or ``--max-threshold``) is refused at once. The search alone: random hashes have no pixels
+    to check."""
+    from wds_tools.similar.near import HASH_NEAREST, _candidates, _distinct, check_threshold
+
     rng = np.random.default_rng(1)
     n = args.threshold_scale
     hashes = rng.integers(0, 2**63, (n, WINDOWS), dtype=np.uint64)
     src = rng.choice(n, n // 100, replace=False)
     hashes[np.roll(src, 1), 0] = hashes[src, 1] ^ np.uint64(5)  # a chain of copies of a window, 2 bits apart
     print(f"search cost by threshold, {n:,} samples of random hashes + 1% planted copies:\n")
-    print("| threshold | wall s | CPU s | peak RSS MiB (process so far) | clusters |")
+    print("| threshold | wall s | CPU s | peak RSS MiB (process so far) | candidate pairs |")
     print("|---|---|---|---|---|")
     for t in args.thresholds:
         t0, c0 = time.perf_counter(), time.process_time()
         try:
-            found = near_clusters(hashes, t, progress=True)
-            what = f"{len(found.clusters):,}"
+            check_threshold(t)
+            p_, _, _ = _candidates(_distinct(hashes, keep_flat=True), t, None, HASH_NEAREST, lambda: None)
+            what = f"{len(p_):,}"
         except Exception as e:  # the refusal above MAX_THRESHOLD
             what = f"{type(e).__name__}: {e}"
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

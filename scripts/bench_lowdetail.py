@@ -395,23 +395,25 @@ def verify(args: argparse.Namespace) -> None:
 
 def clusters(args: argparse.Namespace) -> None:
     """``--clusters N``: the issue's measure, clusters among N different pictures of a family (each of
-    ``--cluster-seeds``), by the hashes alone and with colour agreement, at 5 and 8 bits."""
-    from bench_dups import colours_of
-
-    from wds_tools.similar.near import near_clusters
+    ``--cluster-seeds``), by the hashes alone (the components of their pairs) and as dups finds them (each
+    candidate pair checked on its pixels, ``near_clusters``), at 5 and 8 bits."""
+    from wds_tools.similar.match import looks
+    from wds_tools.similar.near import clusters_of, near_clusters
 
     print(f"clusters among {args.clusters} different pictures (all false), clusters (samples) at thresholds 5 / 8\n")
-    print("| family | seed | hashes alone | with colour |")
+    print("| family | seed | hashes alone | checked (what dups finds) |")
     print("|---|---|---|---|")
     for kind in args.families.split(","):
         for seed in [int(x) for x in args.cluster_seeds.split(",")]:
             one = argparse.Namespace(**{**vars(args), "count": args.clusters, "seed": seed})
             px, _ = family(kind, one)
             h = phash_batch(px)
-            cells = []
-            for colours in (None, colours_of(colour_layout(px))):
-                found = [near_clusters(h, t, colours=colours).clusters for t in THRESHOLDS]
-                cells.append(" / ".join(f"{len(c)} ({sum(len(x) for x in c)})" for c in found))
+            lay, lk = colour_layout(px), looks(px)
+            hashed = [clusters_of(len(px), *find_pairs(h, t)[:2]) for t in THRESHOLDS]
+            checked = [
+                near_clusters(h, t, looks=lambda _side, r, la=lay, lo=lk: (la[r], lo[r])).clusters for t in THRESHOLDS
+            ]
+            cells = [" / ".join(f"{len(c)} ({sum(len(x) for x in c)})" for c in found) for found in (hashed, checked)]
             print(f"| {kind} | {seed} | " + " | ".join(cells) + " |", flush=True)
     print()
 

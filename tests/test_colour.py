@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from phashref import DOC_COLOUR_GREY, DOC_COLOUR_LEVEL, DOC_COLOUR_SHARE, doc_colour_alike, doc_colour_layout
 from PIL import Image, ImageEnhance
-from test_dups import _components  # the breadth-first walk test_dups checks the search against
 
 from wds_tools.format import phash
 from wds_tools.format.phash import colour_alike, colour_layout, phash_batch
+from wds_tools.similar.match import looks
 from wds_tools.similar.near import find_pairs, near_clusters
 from wds_tools.synth import jpeg_bytes, lesion_photo
 
@@ -167,11 +167,12 @@ def test_a_copy_of_opposite_colours_is_no_near_duplicate_but_a_greyscale_copy_is
     assert (0, 1) not in pairs and {(0, 2), (0, 3)} <= pairs
     for x, y in pairs:
         assert doc_colour_alike(doc_colour_layout(pics[x]), doc_colour_layout(pics[y]))
+    look = looks(pics)
     three = [0, 2, 3]  # the photo, its brighter and its greyscale copy: one cluster
-    res = near_clusters(h[three], 5, colours=lambda side, rows: lay[three][rows])
+    res = near_clusters(h[three], 5, looks=lambda side, rows: (lay[three][rows], look[three][rows]))
     assert [c.tolist() for c in res.clusters] == [[0, 1, 2]]
-    res = near_clusters(h[:2], 5, colours=lambda s, r: lay[r])
-    assert res.clusters == []
+    res = near_clusters(h[:2], 5, looks=lambda s, r: (lay[r], look[r]))  # equal in grey, apart in colour
+    assert res.clusters == [] and res.candidates == 1 and res.passed == 0
 
 
 def _random_case(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -188,20 +189,29 @@ def _random_case(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.slow  # 9 s: two searches per example, each filing its bucket tables
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32), st.integers(2, 40), st.booleans())
-def test_clusters_with_colour_are_the_components_of_the_alike_pairs(seed, n, across):
-    """With equal hashes (the collapse's hardest case: one hash row, many colours), near_clusters gives the
-    connected components of the pairs the reference calls alike, and is asked only for those samples."""
+def test_clusters_with_colour_are_stars_of_alike_pairs(seed, n, across):
+    """With equal hashes and equal looks (the collapse's hardest case: one hash row, many colours), each cluster is
+    a representative and samples the reference calls alike with it (across: holding samples of both sets), no
+    sample is in two clusters, and a sample alike with none is in none."""
     h, lay = _random_case(seed, n)
     m = n // 2 if across else n
     a, b = h[:m], (h[m:] if across else None)
     la, lb = lay[:m], lay[m:]
-    res = near_clusters(a, 5, b, colours=lambda side, rows: (la if side == 0 else lb)[rows])
+    one = looks([_stored(lesion_photo(320, 320, 1, 7))])[0]
+    res = near_clusters(
+        a, 5, b, looks=lambda side, rows: ((la if side == 0 else lb)[rows], np.repeat(one[None], len(rows), axis=0))
+    )
     flat = [x.reshape(-1).tolist() for x in lay]
-    pairs = {
-        (x, y, 0)
-        for x in range(n)
-        for y in range(x + 1, n)
-        if (not across or x < m <= y) and doc_colour_alike(flat[x], flat[y])
-    }
-    comps = [c for c in _components(n, pairs) if not across or min(c) < m <= max(c)]
-    assert [c.tolist() for c in res.clusters] == sorted(comps, key=lambda c: (-len(c), c[0]))
+    seen: set[int] = set()
+    for c, rep, ev in zip(res.clusters, res.representative, res.pairs):
+        members = c.tolist()
+        assert rep in members and not seen & set(members)
+        seen |= set(members)
+        assert sorted(x for x, *_ in ev.tolist()) == sorted(set(members) - {rep})
+        for x in members:
+            assert x == rep or doc_colour_alike(flat[x], flat[rep]), (x, rep)
+        if across:
+            assert min(members) < m <= max(members)
+    for x in range(n):  # (across, a cluster's members may be on one side with its representative)
+        if not any(doc_colour_alike(flat[x], flat[y]) for y in range(n) if y != x):
+            assert x not in seen

@@ -264,7 +264,10 @@ def test_flat_pictures_are_joined_with_none_and_named(tmp_path):
     r = run(manifest, tmp_path / "out", "v1", False, val_fraction=0.5)
     notes = "\n".join(r.notes)
     assert "--dedup: 1 cluster of near-duplicates (within 5 bits) joined 2 samples' groups or keys" in notes
-    assert "--dedup: 16 samples too flat to hash (flat or smooth pictures, docs/FORMAT.md) joined with none: " in notes
+    assert (
+        "--dedup: 16 samples too flat to hash (flat or smooth pictures, docs/FORMAT.md), searched by their hashes as "
+        "they are, which a copy may not share: " in notes
+    )
     assert "flat00, flat01, flat02, flat03, flat04, flat05, flat06, flat07, flat08, flat09 and 6 more" in notes
     assert "flat00" in r.to_text() and r.to_dict()["notes"] == r.notes
 
@@ -298,10 +301,10 @@ def test_a_copy_in_other_colours_is_not_joined_but_a_greyscale_copy_is(tmp_path,
         assert split["p0c"] == split["p0"]
 
 
-def test_an_unchanged_source_unreadable_for_its_colour_is_said(tmp_path, monkeypatch):
-    """Incremental: p0's hash comes from the base; reading it again for its colour fails (its size and mtime
-    still match). It is compared by its hashes alone, so the chroma-mirrored copy joins it, and the summary
-    names it rather than passing in silence."""
+def test_an_unchanged_source_unreadable_for_its_check_is_said(tmp_path, monkeypatch):
+    """Incremental: p0's hash comes from the base; reading it again to check it against its recompressed copy fails
+    (its size and mtime still match). It has no pixels to be checked on, so it joins nothing (the copy would join
+    it: the same run with p0 readable joins the two), and the summary names it rather than passing in silence."""
     import wds_tools.convert.dedup as dedup
 
     rows = [("p0", 0, 0, None), ("p1", 1, 0, None), ("p2", 2, 0, None), ("p3", 3, 0, None)]
@@ -315,10 +318,75 @@ def test_an_unchanged_source_unreadable_for_its_colour_is_said(tmp_path, monkeyp
         return real(path, *a, **k)
 
     monkeypatch.setattr(dedup, "open_source", failing)
-    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, 4, None)]), out, "v2", False, val_fraction=0.5)
+    r = run(write(tmp_path / "a", [*rows, ("p0c", 0, 3, None)]), out, "v2", False, val_fraction=0.5)
     said = [n for n in r.notes if "could not be read again" in n]
     assert said == [
-        "--dedup: 1 unchanged source could not be read again for its colour and was joined by its stored "
-        "hashes alone (docs/FORMAT.md, Colour agreement): p0"
+        "--dedup: 1 unchanged source could not be read again to be checked against its near-duplicate candidates "
+        "and was joined with none (docs/FORMAT.md, Near-duplicates): p0"
     ], r.notes
+    assert any("0 clusters of near-duplicates (within 5 bits) joined 0" in n for n in r.notes), r.notes
+    monkeypatch.setattr(dedup, "open_source", real)
+    run(write(tmp_path / "b", rows), tmp_path / "out2", "v1", False, val_fraction=0.5)
+    r = run(write(tmp_path / "b", [*rows, ("p0c", 0, 3, None)]), tmp_path / "out2", "v2", False, val_fraction=0.5)
     assert any("1 cluster of near-duplicates (within 5 bits) joined 2" in n for n in r.notes), r.notes
+    assert not [n for n in r.notes if "could not be read again" in n]
+
+
+# smooth lesion photos (synth.skin_lesion_photo("smooth", k, 300, 225)) of different lesions whose hashes at 96 px
+# are within 5 bits of the first's (1-4 bits) and whose colours agree: one cluster by the hashes and colour alone
+HUB = (4009, 4084, 4128, 4144)
+
+
+def test_dedup_and_dups_give_the_same_clusters(tmp_path):
+    """One rule everywhere: on skin lesion photos made like HAM10000's (synth.skin_lesion_photo), three with their
+    edits (a crop to 90%, JPEG quality 30, a 4% shift, brighter) and four of different lesions that the hashes and
+    colour alone join, convert --dedup's search of the sources (``near_rows``, from its own decodes) and ``dups`` of
+    the converted set (from the stored pixels) give the same clusters: each photo with its edits, no two photos
+    together."""
+    import numpy as np
+    from PIL import ImageEnhance
+    from test_dups import _stored_pixels  # read with stock tarfile and numpy
+
+    from wds_tools.convert.decode import DecodeSettings
+    from wds_tools.convert.dedup import near_rows
+    from wds_tools.format.phash import colour_layout, phash_batch
+    from wds_tools.similar.dups import find_dups
+    from wds_tools.similar.near import clusters_of, find_pairs
+    from wds_tools.synth import skin_lesion_photo
+
+    (tmp_path / "img").mkdir()
+    rows = []
+    photos = [("smooth", 4000), ("hairs", 4001), ("grey", 4002)] + [("smooth", k) for k in HUB]
+    for n, (family, k) in enumerate(photos):
+        im = skin_lesion_photo(family, k, 300, 225)
+        edits = {"": im}
+        if n < 3:
+            w, h = im.size
+            s = round(0.04 * h)
+            shifted = np.pad(np.asarray(im), ((s, 0), (0, 0), (0, 0)), mode="edge")[:h]
+            edits |= {
+                "crop": im.crop((w // 20, h // 20, w - w // 20, h - h // 20)),
+                "q30": Image.open(io.BytesIO(jpeg_bytes(im, 30))).convert("RGB"),
+                "shift": Image.fromarray(shifted),
+                "bright": ImageEnhance.Brightness(im).enhance(1.12),
+            }
+        for how, pic in edits.items():
+            key = f"p{k}{how}"
+            (tmp_path / "img" / f"{key}.jpg").write_bytes(jpeg_bytes(pic, 90))
+            rows.append(key)
+    with open(tmp_path / "m.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["key", "path", "label"])
+        w.writerows([key, f"img/{key}.jpg", "ab"[n % 2]] for n, key in enumerate(rows))
+    size = 96
+    convert(tmp_path / "m.csv", version="v1", size=size, out=tmp_path / "out", workers=1, progress=False)
+    folder = tmp_path / "out" / "v1" / str(size)
+    every = _stored_pixels(folder)
+    stored = np.stack([every[f"p{k}"] for k in HUB])
+    i, j, _ = find_pairs(phash_batch(stored), 5, colours=lambda side, r: colour_layout(stored)[r])
+    assert clusters_of(len(HUB), i, j) == [list(range(len(HUB)))]  # the hashes and colour alone: one cluster
+    by_dups = sorted(sorted(m["key"] for m in c.members) for c in find_dups(folder).clusters)
+    found = near_rows(size, "center-crop", DecodeSettings(), 5)([str(tmp_path / "img" / f"{key}.jpg") for key in rows])
+    by_dedup = sorted(sorted(rows[x] for x in c) for c in found.clusters)
+    want = [sorted(f"p{k}{how}" for how in ("", "crop", "q30", "shift", "bright")) for k in (4000, 4001, 4002)]
+    assert by_dups == by_dedup == sorted(want), (by_dups, by_dedup)

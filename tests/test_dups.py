@@ -23,7 +23,7 @@ from wds_tools.cli import cli
 from wds_tools.format.index import read_npz
 from wds_tools.format.phash import popcount, variants_array
 from wds_tools.similar.dups import DEFAULT_THRESHOLD, clusters_of, find_dups, find_pairs
-from wds_tools.similar.near import near_clusters
+from wds_tools.similar.near import _candidates, _distinct
 from wds_tools.synth import jpeg_bytes, lesion_photo
 
 S = 64
@@ -165,20 +165,42 @@ def test_json_schema_and_plot(folder, tmp_path):
         "cross_split",
         "label_conflict",
         "cross_group",
+        "checked",
+        "passed",
         "cluster_list",
         "flat",
         "flat_list",
     }
     assert d["samples"] == len(ROWS) and d["clusters"] == 3 and d["threshold"] == DEFAULT_THRESHOLD
     assert d["flat"] == 0 and d["flat_list"] == []
+    assert d["passed"] >= 4 and d["checked"] >= d["passed"]  # a0-a1, b0-b1, and c0, c1, c2 against one of them
     for c in d["cluster_list"]:
-        assert set(c) == {"size", "max_distance", "cross_split", "label_conflict", "cross_group", "members"}
+        assert set(c) == {
+            "size",
+            "max_distance",
+            "cross_split",
+            "label_conflict",
+            "cross_group",
+            "representative",
+            "members",
+            "pairs",
+        }
         assert all(set(m) == {"key", "split", "label", "group", "dataset"} for m in c["members"])
         assert 0 <= c["max_distance"] <= DEFAULT_THRESHOLD and c["size"] == len(c["members"])
+        # the evidence: each member but the representative, against it, with its distance and score
+        keys = {m["key"] for m in c["members"]}
+        rep = c["representative"]["key"]
+        assert rep in keys and c["representative"]["dataset"] == 0
+        assert sorted(p["a"] for p in c["pairs"]) == sorted(keys - {rep})
+        for p in c["pairs"]:
+            assert set(p) == {"a", "a_dataset", "b", "b_dataset", "distance", "score"}
+            assert p["b"] == rep and 0 <= p["distance"] <= c["max_distance"] and 0.5 <= p["score"] <= 1.0
+        assert max(p["distance"] for p in c["pairs"]) == c["max_distance"]
     with Image.open(png) as im:
         assert im.size[1] > 3 * 64  # three rows of thumbnails
     r = CliRunner().invoke(cli, ["dups", str(folder)])
     assert r.exit_code == 0 and "3 near-duplicate clusters" in r.output
+    assert "(representative)" in r.output and " bits, score " in r.output
 
 
 def test_threshold_zero_keeps_only_exact_and_mirrored_copies(folder):
@@ -302,26 +324,70 @@ def _components(n: int, pairs: set) -> list[list[int]]:
     return out
 
 
-@pytest.mark.slow  # 8.5 s (load 7)
+def _one_way(p: np.ndarray, q: np.ndarray) -> int:
+    """FORMAT.md's bits from row p to row q, flags cleared: p's whole-image hash under each of its eight variants
+    against each of q's hashes, and (seven hashes) p's edge windows (2-5) as they are against q's centre window."""
+    p = [int(x) & ((1 << 63) - 1) for x in p]
+    q = [int(x) & ((1 << 63) - 1) for x in q]
+    out = min(bin(int(g) ^ h).count("1") for g in variants_array(np.array([p[0]], np.uint64))[0] for h in q)
+    if len(p) == 7:
+        out = min(out, *(bin(p[e] ^ q[1]).count("1") for e in (2, 3, 4, 5)))
+    return out
+
+
+def _brute_candidates(rows_a: np.ndarray, t: int, nearest: int, rows_b: np.ndarray | None) -> set:
+    """The candidate pairs of distinct rows, pair by pair: each row's ``nearest`` rows of the other set (or its own,
+    itself left out) within ``t`` bits by (bits from it, row), both ways; with the least of the two ways' bits."""
+    other = rows_a if rows_b is None else rows_b
+    out: dict[tuple[int, int], int] = {}
+    for side, (mine, theirs) in enumerate(
+        ((rows_a, other), (other, rows_a)) if rows_b is not None else ((rows_a, rows_a),)
+    ):
+        for x in range(len(mine)):
+            near = sorted(
+                (d, y)
+                for y in range(len(theirs))
+                if (rows_b is not None or y != x) and (d := _one_way(mine[x], theirs[y])) <= t
+            )[:nearest]
+            for _, y in near:
+                key = (x, y) if side == 0 else (y, x)
+                if rows_b is None:
+                    key = (min(x, y), max(x, y))
+                both = min(_one_way(rows_a[key[0]], other[key[1]]), _one_way(other[key[1]], rows_a[key[0]]))
+                out[key] = both
+    return {(x, y, d) for (x, y), d in out.items()}
+
+
+@pytest.mark.slow  # the all-pairs reference in Python
 @settings(max_examples=15, deadline=None)
-@given(st.integers(0, 2**32), st.integers(0, 8), st.integers(2, 60), st.booleans(), st.sampled_from([1, 6]))
-def test_near_clusters_are_the_components_of_every_pair(seed, t, n, across, k):
-    """near_clusters (equal hashes collapsed first) gives the connected components of the all-pairs
-    scan's pairs (across: of the pairs between the sets, those spanning both), each cluster's largest
-    pair distance, and the samples too flat to hash, which no cluster holds."""
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 8),
+    st.integers(2, 40),
+    st.booleans(),
+    st.sampled_from([1, 7]),
+    st.sampled_from([1, 2, 8]),
+)
+def test_the_candidates_are_each_rows_nearest(seed, t, n, across, k, nearest):
+    """The banded search, capped at each distinct row's ``nearest`` rows, finds exactly the pairs of the
+    all-pairs reference (planted near copies of any of a sample's hashes, some turned, exact copies, samples too
+    flat to hash searched by their bits), with FORMAT.md's candidate distance: so the pairs checked grow with the
+    rows, never as their square."""
     a = _hashes(seed, n, k)
+    if k == 7:  # every fourth row's edge window near the centre window of the row before: a shifted copy
+        rng = np.random.default_rng(seed)
+        for r in range(0, n - 1, 4):
+            x = int(a[r, 1])
+            for bit in rng.choice(63, int(rng.integers(0, 8)), replace=False):
+                x ^= 1 << int(bit)
+            a[r + 1, 2 + r % 4] = x
     b = np.concatenate([a[::-2], _hashes(seed + 1, 5, k)]) if across else None
-    res = near_clusters(a, t, b)
-    pairs = _brute(a, t, b)
-    if b is not None:
-        pairs = {(x, y + n, d) for x, y, d in pairs}
-    comps = _components(n + (len(b) if b is not None else 0), pairs)
-    want = sorted(comps, key=lambda c: (-len(c), c[0]))
-    assert [c.tolist() for c in res.clusters] == want
-    for c, worst in zip(res.clusters, res.max_distance):
-        assert worst == max(d for x, y, d in pairs if x in set(c.tolist()))
-    both = np.concatenate([a, b]) if b is not None else a
-    assert res.flat.tolist() == [x for x in range(len(both)) if int(both[x][0]) >> 63]
+    da = _distinct(a, keep_flat=True)
+    db = _distinct(b, keep_flat=True) if b is not None else None
+    p, q, d = _candidates(da, t, db, nearest, lambda: None)
+    want = _brute_candidates(da.rows, t, nearest, db.rows if db is not None else None)
+    assert set(zip(p.tolist(), q.tolist(), d.tolist())) == want
+    assert len(p) <= nearest * (len(da.rows) + (len(db.rows) if db is not None else 0))
 
 
 def test_clusters_are_the_connected_components():
@@ -510,12 +576,13 @@ def test_a_long_search_shows_its_progress_unless_quiet(folder, monkeypatch):
     monkeypatch.setattr(near, "PROGRESS_AFTER", 0.0)
     r = CliRunner().invoke(cli, ["dups", str(folder), "--json", "--threshold", "8"])
     assert r.exit_code == 0 and json.loads(r.stdout)["clusters"] == 3
-    assert "near-duplicate search: 696/696 step (100%)" in r.stderr, r.stderr  # 3 bands x 232 band values
+    # 3 bands x 232 band values, for the whole-image hashes and for the edge windows
+    assert "near-duplicate search: 1,392/1,392 step (100%)" in r.stderr, r.stderr
     r = CliRunner().invoke(cli, ["dups", str(folder), "--quiet"])
     assert r.exit_code == 0 and r.stderr == ""
     for command in (["stats", str(folder)], ["verify", str(folder), "--quick", "--no-leakage"]):
         r = CliRunner().invoke(cli, command)
-        assert "near-duplicate search: 66/66 step (100%)" in r.stderr, (command, r.stderr)  # 3 bands x 22
+        assert "near-duplicate search: 132/132 step (100%)" in r.stderr, (command, r.stderr)  # 2 x 3 bands x 22
         r = CliRunner().invoke(cli, [*command, "--quiet"])
         assert "near-duplicate search" not in r.stderr, (command, r.stderr)
 
@@ -617,7 +684,7 @@ def test_dups_says_which_samples_are_too_flat(flat_folder):
 
 def test_verify_no_leakage_passes_and_names_the_flat_samples(flat_folder):
     """The flat pictures sit in both splits; none is leakage. verify --no-leakage passes (it failed) and
-    says in a warning which samples it could not compare."""
+    says in a warning which samples are too flat to hash."""
     r = CliRunner().invoke(cli, ["verify", str(flat_folder), "--quick", "--no-leakage", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -775,8 +842,9 @@ def test_a_base_flagged_by_older_rules_is_hashed_again(tmp_path):
     meta["samples_file"].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
     (v1 / "index.json").write_text(dumps_canonical(meta) + "\n")
     keys = columns["key"].astype("U").tolist()
-    stale = {keys[r] for c in near_clusters(columns["phash"], DEFAULT_THRESHOLD).clusters for r in c.tolist()}
-    assert stale & set(smooth)  # as stored, the unflagged smooth pictures pair: the tampering took
+    i, j, _ = find_pairs(columns["phash"], DEFAULT_THRESHOLD)
+    stale = {keys[r] for r in np.concatenate([i, j]).tolist()}
+    assert stale & set(smooth)  # as stored, the unflagged smooth pictures pair by their hashes: the tampering took
     v1_clustered = {m["key"] for c in find_dups(v1).clusters for m in c.members}
     assert v1_clustered and not v1_clustered & set(smooth)  # dups hashes such a table again from its pixels
     assert known_hashes(tmp_path / "out", "v1", wanted) == {}  # --dedup hashes such a base's files again
@@ -858,6 +926,6 @@ def test_a_shard_that_cannot_give_the_pixels_is_named(folder, tmp_path, damage):
             f.truncate(1024 + 128 + 100)  # the first sample's pixels end past this
     r = CliRunner().invoke(cli, ["dups", str(copy)])
     assert r.exit_code == 1, r.output
-    assert "train-000000.tar" in r.output and "for its colour" in r.output and "Traceback" not in r.output
-    want = "No such file or directory" if damage == "missing" else "bytes short (for its colour"
+    assert "train-000000.tar" in r.output and "near-duplicate candidate" in r.output and "Traceback" not in r.output
+    want = "No such file or directory" if damage == "missing" else "bytes short (to check it against"
     assert want in r.output, r.output

@@ -1,6 +1,7 @@
 """similar/near.py: the search's cost follows the distinct hashes (one image under many keys is one
 cluster, not N^2 pairs), thresholds it cannot serve are refused at once, and a long search shows its
-progress. (Exactness against an all-pairs scan: tests/test_dups.py.)"""
+progress. (Exactness against an all-pairs scan: tests/test_dups.py; the check and the clusters of verified
+pairs: tests/test_match.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from wds_tools.errors import OptionError
 from wds_tools.similar import near
+from wds_tools.similar.match import GRID
 from wds_tools.similar.near import MAX_THRESHOLD, find_pairs, near_clusters
 
 
@@ -22,11 +24,30 @@ def _copies(n: int, others: int = 200, seed: int = 0) -> np.ndarray:
     return np.concatenate([np.repeat(one, n, axis=0), rng.integers(0, 2**63, (others, 7), dtype=np.uint64)])
 
 
+def looks_by_hash(*sets: np.ndarray):
+    """``near_clusters``' ``looks`` for samples of random hashes: each sample's look is a random texture drawn from
+    its whole-image hash (equal hashes, equal looks: they pass the check; any two others fail it), its colour
+    grey."""
+
+    def looks(side: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h = np.asarray(sets[side], np.uint64).reshape(len(sets[side]), -1)[rows, 0]
+        uniq, inverse = np.unique(h, return_inverse=True)
+        made = np.stack([np.random.default_rng(int(x)).integers(0, 256, (GRID, GRID), dtype=np.uint8) for x in uniq])
+        return np.zeros((len(rows), 2, 2, 2), np.int16), made[inverse.reshape(-1)]
+
+    return looks
+
+
+def clusters(a: np.ndarray, t: int, b: np.ndarray | None = None, **kw) -> near.NearClusters:
+    """near_clusters with ``looks_by_hash``."""
+    return near_clusters(a, t, b, looks=looks_by_hash(a, *([] if b is None else [b])), **kw)
+
+
 def _peak(h: np.ndarray) -> tuple[near.NearClusters, int]:
     """near_clusters at the default threshold, and the peak of Python and numpy allocations it made."""
     tracemalloc.start()
     try:
-        return near_clusters(h, 5), tracemalloc.get_traced_memory()[1]
+        return clusters(h, 5), tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
@@ -48,12 +69,12 @@ def test_copies_cost_the_same_as_one():
     """The search's own work follows the distinct hashes: 20,000 copies take about the time of 20 (both well
     under a second; the bound is loose for a loaded machine)."""
     few, many = _copies(20), _copies(20_000)
-    near_clusters(few, 5)  # warm the caches
+    clusters(few, 5)  # warm the caches
     t0 = time.process_time()
-    near_clusters(few, 5)
+    clusters(few, 5)
     t_few = time.process_time() - t0
     t0 = time.process_time()
-    res = near_clusters(many, 5)
+    res = clusters(many, 5)
     t_many = time.process_time() - t0
     assert len(res.clusters) == 1 and len(res.clusters[0]) == 20_000
     assert t_many < 5 * t_few + 0.5, (t_few, t_many)
@@ -63,7 +84,7 @@ def test_copies_across_two_sets():
     """Across: copies on both sides are one cluster; copies on one side only are no cluster."""
     a, b = _copies(300, 50, seed=1), _copies(200, 50, seed=2)
     b[:100] = a[0]  # a hundred of b's samples are the image a has 300 copies of
-    res = near_clusters(a, 5, b)
+    res = clusters(a, 5, b)
     assert [c.tolist() for c in res.clusters] == [list(range(300)) + list(range(350, 450))]
 
 
@@ -72,7 +93,7 @@ def test_thresholds_the_search_cannot_serve_are_refused_at_once(threshold):
     """Above MAX_THRESHOLD the probes grow to 1,562 band values per hash and band and more (--threshold 20
     ran 18 minutes and grew past 3 GB; 63 took 89 s on 20 samples): refused before any work, naming the limit."""
     h = _copies(2, 18)
-    for call in (lambda: near_clusters(h, threshold), lambda: find_pairs(h, threshold)):
+    for call in (lambda: clusters(h, threshold), lambda: find_pairs(h, threshold)):
         t0 = time.perf_counter()
         with pytest.raises(OptionError, match=rf"--threshold must be 0\.\.{MAX_THRESHOLD} bits, not {threshold}"):
             call()
@@ -82,7 +103,7 @@ def test_thresholds_the_search_cannot_serve_are_refused_at_once(threshold):
 def test_the_largest_threshold_served_is_fast_on_a_small_set():
     h = _copies(2, 18)
     t0 = time.process_time()
-    res = near_clusters(h, MAX_THRESHOLD)
+    res = clusters(h, MAX_THRESHOLD)
     assert time.process_time() - t0 < 10
     assert [c.tolist() for c in res.clusters] == [[0, 1]]
 
@@ -91,12 +112,12 @@ def test_a_long_search_shows_progress(monkeypatch, capsys):
     """Past PROGRESS_AFTER seconds the search shows its steps on stderr (plain lines off a terminal); a short
     search, or one asked for none, shows nothing."""
     h = _copies(2, 200)
-    near_clusters(h, 5, progress=True)
+    clusters(h, 5, progress=True)
     assert capsys.readouterr().err == ""  # well under PROGRESS_AFTER
     monkeypatch.setattr(near, "PROGRESS_AFTER", 0.0)
-    near_clusters(h, 5)
+    clusters(h, 5)
     assert capsys.readouterr().err == ""  # not asked
-    near_clusters(h, 5, progress=True)
+    clusters(h, 5, progress=True)
     err = capsys.readouterr().err
-    steps = 3 * (1 + 21)  # three bands, each probed at the band values within 1 bit
+    steps = 2 * 3 * (1 + 21)  # three bands, each probed at the band values within 1 bit; whole hashes, edge windows
     assert f"near-duplicate search: {steps}/{steps} step (100%)" in err, err

@@ -148,7 +148,7 @@ _SIZES = _Sizes()
     "joined with the --group values it touches (or its keys) before splits are drawn; an earlier "
     "version's assignments are kept and new copies follow them; a cluster that would join groups the "
     "earlier version holds in different splits is refused, naming them (--resplit draws all again). "
-    "Pictures too flat to hash join nothing and are listed. Decodes every source once more.",
+    "Pictures too flat to hash are listed (their copies may be missed). Decodes every source once more.",
 )
 @click.option(
     "--stratify",

@@ -99,20 +99,24 @@ def dups(
     """List clusters of near-duplicate images, flagging those that cross splits, labels or groups.
 
     PATH is a shards folder (shards/v1/224) or its index.json, local or a URL. Default: the newest
-    OUT/<version>/<size>/. Every sample's whole-image perceptual hash (samples.npz phash,
+    OUT/<version>/<size>/. Candidates: every sample's whole-image perceptual hash (samples.npz phash,
     docs/FORMAT.md), under its eight flips and quarter turns, is compared with every other's hashes
-    of the whole image and of six windows (for slightly cropped copies); pairs within --threshold
-    bits whose colours agree (the mean chroma of each quarter of the stored pixels, read for the
-    samples the hashes pair; a grey picture agrees with any) are joined into clusters (copies with
-    equal hashes are collapsed first). A cluster is
+    of the whole image and of six windows (for slightly cropped copies; an edge window against the
+    other's centre, for shifted ones), and each distinct hash keeps its 32 nearest within --threshold
+    bits. Each sample's 8 candidates nearest by a coarse look are then checked on their stored pixels
+    (read for the candidates only): colours that agree (the mean chroma of each quarter; a grey
+    picture agrees with any) and grey images that, aligned by a scale and shift (crops to 85%,
+    shifts) and mapped by a brightness curve, differ by little more than a recompression leaves.
+    A cluster is a representative and the samples that passed the check against it (never a chain);
+    each member's line shows its distance and score against the representative. A cluster is
     CROSS-SPLIT when its samples sit in more than one split (leakage), LABEL-CONFLICT when they
     carry different labels, CROSS-GROUP when they have different values of the group column (e.g.
     one lesion filed under two lesion ids). A flat picture (fewer than 16 of its hash's bits from
     firm DCT coefficients) or a smooth one (its detail the sum of four patterns or fewer: a colour
     grid interpolated, soft blobs, a blurred photo; docs/FORMAT.md) is too flat to hash: it is
-    listed, and in no cluster. Indexes of format versions 1 and 2 have no hash column, and one written
-    before index.json recorded phash_flat_rules has flags from older rules: the hashes are computed from
-    the stored pixels.
+    listed, and searched by its hashes as they are, which a copy may not share. Indexes of format
+    versions 1 and 2 have no hash column, and one written before index.json recorded
+    phash_flat_rules has flags from older rules: the hashes are computed from the stored pixels.
 
     \b
     Examples:

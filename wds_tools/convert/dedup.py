@@ -1,15 +1,17 @@
 """``convert --dedup``: near-duplicate clusters among a source's rows, found before splits are drawn.
 
-Every row's source is decoded at the conversion's (largest) size as the writer will decode it, and
-hashed (``format.phash``); ``similar.near.near_clusters`` gives the clusters within the threshold
-(equal hashes collapsed first: N copies of one image cost O(N log N)) and the rows too flat to hash,
-which join nothing and are listed. Rows naming one path share one read and decode. The source's split drawing (``source._with_splits``) then joins
+Every row's source is decoded at the conversion's (largest) size as the writer will decode it, hashed
+(``format.phash``) and its colour layout and look (``similar.match.looks``, 1 KiB) kept; ``similar.near.near_clusters``
+gives the clusters (candidates within the threshold, each hash row's nearest; equal hashes collapsed first: N
+copies of one image cost O(N log N); each candidate pair checked on its looks, as ``dups`` checks them) and the
+rows too flat to hash, which are listed. Rows naming one path share one read and decode. The source's split drawing (``source._with_splits``) then joins
 the units (group or key) of each cluster's rows, so a cluster of near-duplicates, with every group it
 touches, lands in one split. A row whose source cannot be read or decoded has no hash here; the
 conversion reports it as it would without --dedup.
 A local source that an earlier version recorded with the same path, size and mtime (its stat cache,
 as the quick check of an incremental conversion takes it) takes the hash that version stored for
-its fingerprint, when that version's pixels were made the same way: it is not decoded again.
+its fingerprint, when that version's pixels were made the same way: it is not decoded to be searched,
+only when the search makes it a candidate (for its colour and look).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from ..errors import DecodeError, IndexFormatError
 from ..format.index import load_index
 from ..format.phash import colour_layout, flagged_alike, phash
+from ..similar.match import GRID, looks
 from ..similar.near import near_clusters
 from ..storage.transport import is_remote
 from .decode import DecodeSettings, decode_image
@@ -42,6 +45,7 @@ class NearRows:
     clusters: list[list[int]] = field(default_factory=list)
     flat: list[int] = field(default_factory=list)
     uncoloured: list[int] = field(default_factory=list)  # rows hashed from a base whose source no longer read
+    checked: int = 0  # candidate pairs of distinct looks checked (similar.match)
 
 
 NearFinder = Callable[[Sequence[str]], NearRows]
@@ -76,8 +80,10 @@ def near_rows(
     earlier version."""
 
     def clusters(paths: Sequence[str]) -> NearRows:
-        hashes, where = [], []
-        layouts: list[np.ndarray | None] = []  # colour layouts of the decoded rows; None: hash known, not decoded
+        hashes: list[np.ndarray] = []
+        where: list[int] = []
+        # colour layout and look of each decoded row; None: hash known, not decoded
+        layouts: list[tuple[np.ndarray, np.ndarray] | None] = []
         seen: dict[str, int | None] = {}  # a path several rows name is read and decoded once: its entry
         for pos, path in enumerate(paths):
             if path in seen:
@@ -105,37 +111,39 @@ def near_rows(
                 continue
             seen[path] = len(hashes)
             hashes.append(phash(pixels))
-            layouts.append(colour_layout([pixels])[0])
+            layouts.append((colour_layout([pixels])[0], looks([pixels])[0]))
             where.append(pos)
         if not hashes:
             return NearRows()
 
         uncoloured: list[int] = []
-        by_path: dict[str, np.ndarray] = {}  # a path several rows name is decoded once for its colour too
+        by_path: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # a path several rows name is decoded once again
 
-        def colours(_side: int, rows: np.ndarray) -> np.ndarray:
-            out = []
+        def looks_of(_side: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             for r in rows.tolist():
-                if layouts[r] is None:  # hash known from the base: decoded now, for its colour
+                if layouts[r] is None:  # hash known from the base: decoded now, for its colour and look
                     path = paths[where[r]]
                     if path not in by_path:
                         pixels = _stored(path)
-                        # unreadable now (its size and mtime matched): no colour, compared by its hashes alone
-                        # (FORMAT.md: a grey layout agrees with any), and said in the summary
+                        # unreadable now (its size and mtime matched): no pixels to check it on, so it passes
+                        # against none (its look blank: too plain to check), and said in the summary
                         by_path[path] = (
-                            colour_layout([pixels])[0] if pixels is not None else np.zeros((2, 2, 2), np.int16)
+                            (colour_layout([pixels])[0], looks([pixels])[0])
+                            if pixels is not None
+                            else (np.zeros((2, 2, 2), np.int16), np.zeros((GRID, GRID), np.uint8))
                         )
                         if pixels is None:
                             uncoloured.append(where[r])
                     layouts[r] = by_path[path]
-                out.append(layouts[r])
-            return np.stack(out)
+            got = [layouts[r] for r in rows.tolist()]
+            return np.stack([g[0] for g in got if g is not None]), np.stack([g[1] for g in got if g is not None])
 
-        found = near_clusters(np.stack(hashes).astype(np.uint64), threshold, colours=colours)
+        found = near_clusters(np.stack(hashes).astype(np.uint64), threshold, looks=looks_of)
         return NearRows(
             [[where[x] for x in c.tolist()] for c in found.clusters],
             [where[x] for x in found.flat.tolist()],
             sorted(uncoloured),
+            found.candidates,
         )
 
     def _stored(path: str) -> np.ndarray | None:

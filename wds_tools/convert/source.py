@@ -607,15 +607,16 @@ def dedup_notes(src: Source) -> list[str]:
         keys = _some_keys(flat)
         out.append(
             f"--dedup: {len(flat):,} {'sample' if len(flat) == 1 else 'samples'} too flat to hash (flat or smooth "
-            f"pictures, docs/FORMAT.md) joined with none: {keys} (wds-tools dups lists them all)"
+            f"pictures, docs/FORMAT.md), searched by their hashes as they are, which a copy may not share: {keys} "
+            "(wds-tools dups lists them all)"
         )
     if src.dedup_uncoloured:
         some = src.dedup_uncoloured
         keys = _some_keys(some)
         out.append(
             f"--dedup: {len(some):,} unchanged {'source' if len(some) == 1 else 'sources'} could not be read again "
-            f"for {'its' if len(some) == 1 else 'their'} colour and {'was' if len(some) == 1 else 'were'} joined "
-            f"by {'its' if len(some) == 1 else 'their'} stored hashes alone (docs/FORMAT.md, Colour agreement): {keys}"
+            f"to be checked against {'its' if len(some) == 1 else 'their'} near-duplicate candidates and "
+            f"{'was' if len(some) == 1 else 'were'} joined with none (docs/FORMAT.md, Near-duplicates): {keys}"
         )
     return out
 

@@ -1,10 +1,13 @@
-"""Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash.
+"""Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash and a check
+of the stored pixels.
 
-``similar.near.near_clusters`` joins the samples within a Hamming distance (least over the eight flips
-and quarter turns) into clusters without an all-pairs scan, equal hashes collapsed first; ``find_dups``
-says, per cluster, its keys, splits, labels, group values, its largest distance, and whether it
-crosses splits (leakage), labels (a conflict) or groups (a missed group); and lists the samples too
-flat to hash (``format.phash.is_flat``), which are in no cluster.
+``similar.near.near_clusters`` finds candidates within a Hamming distance (least over the eight flips and quarter
+turns) without an all-pairs scan, equal hashes collapsed first and each hash row's nearest kept, and checks each
+candidate pair on the looks of its stored pixels (``similar.match``; read here, once per distinct ``.npy``); a
+cluster is a representative and the samples that passed against it. ``find_dups`` says, per cluster, its keys,
+splits, labels, group values, the evidence of each of its pairs (distance and score), and whether it crosses
+splits (leakage), labels (a conflict) or groups (a missed group); and lists the samples too flat to hash
+(``format.phash.is_flat``), whose copies the hashes may miss.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from ..format.npy import NPY_HEADER_BYTES
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
 from ..storage.fsutil import atomic_write_bytes
 from ..storage.transport import join, open_ranged
+from .match import GRID
+from .match import looks as looks_of
 from .near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
+
+LOOK_SHAPE = (GRID, GRID)
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -54,9 +61,10 @@ class _Dataset:
     side: int
     xxh3: np.ndarray | None  # samples.npz npy_xxh3 (format version 2 on): equal stored pixels
 
-    def colours(self, rows: np.ndarray) -> np.ndarray:
-        """The colour layouts (``format.phash.colour_layout``) of samples ``rows``, from their stored pixels:
-        one read per distinct ``.npy`` (by its XXH3-64), so N copies of one image cost one read."""
+    def looks(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The colour layouts (``format.phash.colour_layout``) and looks (``similar.match.looks``) of samples
+        ``rows``, from their stored pixels: one read per distinct ``.npy`` (by its XXH3-64), so N copies of one
+        image cost one read."""
         rows = np.asarray(rows, np.int64)
         if self.xxh3 is not None:
             _, first, again = np.unique(self.xxh3[rows], return_index=True, return_inverse=True)
@@ -64,6 +72,7 @@ class _Dataset:
             first, again = np.arange(len(rows)), np.arange(len(rows))
         read = rows[first]
         out = np.zeros((len(read), 2, 2, 2), np.int16)
+        look = np.zeros((len(read), *LOOK_SHAPE), np.uint8)
         urls = self.npy[0]
         by_shard: dict[str, list[int]] = {}
         for k, r in enumerate(read.tolist()):
@@ -78,10 +87,12 @@ class _Dataset:
                     offsets,
                     [self.keys[r] for r in samples],
                     self.side,
-                    "for its colour (near-duplicates agree in colour too)",
+                    "to check it against a near-duplicate candidate",
                 )
                 out[part] = colour_layout(pixels)
-        return out[np.asarray(again).reshape(-1)]
+                look[part] = looks_of(pixels)
+        again = np.asarray(again).reshape(-1)
+        return out[again], look[again]
 
 
 def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why: str) -> list[np.ndarray]:
@@ -141,9 +152,11 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
     cols = read_samples(join(folder, meta["samples_file"]["name"]))
     side = int(meta["size"])
     shard_of = cols["shard"].astype(np.int64)
-    names = [sh["name"] for sh in meta["shards"]]
-    splits = [meta["shards"][s]["split"] for s in shard_of.tolist()]
-    labels = [meta["classes"][int(x)] for x in cols["label"].tolist()]
+    urls = [join(folder, sh["name"]) for sh in meta["shards"]]  # each shard's once, shared by its samples
+    shard_splits = [sh["split"] for sh in meta["shards"]]
+    splits = [shard_splits[s] for s in shard_of.tolist()]
+    classes = list(meta["classes"])
+    labels = [classes[x] for x in cols["label"].astype(np.int64).tolist()]
     if group is None:
         group = (meta.get("build") or {}).get("group")
     groups = None
@@ -162,7 +175,7 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         splits,
         labels,
         groups,
-        ([join(folder, names[s]) for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
+        ([urls[s] for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
         side,
         cols["npy_xxh3"] if "npy_xxh3" in cols else None,
     )
@@ -177,6 +190,8 @@ class Cluster:
     cross_split: bool
     label_conflict: bool
     cross_group: bool
+    representative: dict = field(default_factory=dict)  # {"key", "dataset"}: the sample the others passed against
+    pairs: list[dict] = field(default_factory=list)  # {"a", "a_dataset", "b", "b_dataset", "distance", "score"}
 
     def to_dict(self) -> dict:
         """The cluster as plain JSON types."""
@@ -186,7 +201,9 @@ class Cluster:
             "cross_split": self.cross_split,
             "label_conflict": self.label_conflict,
             "cross_group": self.cross_group,
+            "representative": self.representative,
             "members": self.members,
+            "pairs": self.pairs,
         }
 
 
@@ -201,8 +218,8 @@ FLAT_LISTED = 10
 
 @dataclass
 class DupsResult:
-    """``find_dups``' answer: the clusters, worst first, their counts by flag, and the samples too flat
-    to hash (in no cluster)."""
+    """``find_dups``' answer: the clusters, worst first, their counts by flag, the candidate pairs checked, and
+    the samples too flat to hash (searched by their bits as they are)."""
 
     paths: list[str]
     threshold: int
@@ -211,6 +228,8 @@ class DupsResult:
     group: str | None = None
     flat: list[dict] = field(default_factory=list)  # {"key", "split", "label", "group", "dataset"} per sample
     places: dict[tuple[int, str], tuple[str, int, int]] = field(default_factory=dict, repr=False)  # for --plot
+    checked: int = 0  # candidate pairs of distinct looks checked on their pixels (similar.match)
+    passed: int = 0  # of which passed
 
     def counts(self) -> dict[str, int]:
         """Clusters, samples in them, clusters per flag, and samples too flat to hash."""
@@ -231,6 +250,8 @@ class DupsResult:
             "samples": self.samples,
             "group": self.group,
             **self.counts(),
+            "checked": self.checked,
+            "passed": self.passed,
             "cluster_list": [c.to_dict() for c in self.clusters],
             "flat_list": self.flat,
         }
@@ -245,7 +266,7 @@ class DupsResult:
         more = f" and {len(self.flat) - FLAT_LISTED:,} more (--json lists all)" if len(self.flat) > FLAT_LISTED else ""
         return (
             f"{count(len(self.flat), 'sample')} too flat to hash (a flat picture, or a smooth one with too little "
-            f"detail: docs/FORMAT.md), compared with none: {shown}{more}"
+            f"detail: docs/FORMAT.md), searched by their hashes as they are, which a copy may not share: {shown}{more}"
         )
 
     def to_text(self, limit: int = 20) -> str:
@@ -262,6 +283,7 @@ class DupsResult:
                 if self.group
                 else ""
             )
+            + f"; {count(self.checked, 'candidate pair')} checked on the pixels, {self.passed:,} passed"
         ]
         if self.flat:
             lines.append(f"  {self.flat_text()}")
@@ -279,15 +301,34 @@ class DupsResult:
                 f"  cluster {k + 1}: {len(cl.members)} samples, max distance {cl.max_distance}"
                 + (f"  [{' '.join(flags)}]" if flags else "")
             )
+            rep = (cl.representative.get("dataset"), cl.representative.get("key"))
+            evidence = {(p["a_dataset"], p["a"]): p for p in cl.pairs}
             for m in cl.members:
                 where = f"{m['dataset']}:" if len(self.paths) > 1 else ""
                 grp = f" {self.group}={m['group']}" if self.group else ""
-                lines.append(f"    {where}{m['key']}  split={m['split']} label={m['label']}{grp}")
+                ev = evidence.get((m["dataset"], m["key"]))
+                said = (
+                    "  (representative)"
+                    if (m["dataset"], m["key"]) == rep
+                    else f"  {ev['distance']} bits, score {ev['score']:.2f}"
+                    if ev
+                    else ""
+                )
+                lines.append(f"    {where}{m['key']}  split={m['split']} label={m['label']}{grp}{said}")
         if len(self.clusters) > limit:
             lines.append(
                 f"  ... and {count(len(self.clusters) - limit, 'more cluster', 'more clusters')} (--json lists all)"
             )
         return "\n".join(lines)
+
+
+def _ranks(datasets: list[_Dataset]) -> np.ndarray:
+    """Each sample's place in the order of (dataset, key): which of equal samples names a cluster."""
+    keys = [(d, k) for d, ds in enumerate(datasets) for k in ds.keys]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    out = np.empty(len(keys), np.int64)
+    out[order] = np.arange(len(keys))
+    return out
 
 
 def _iter_members(datasets: list[_Dataset], index: list[int]) -> Iterator[tuple[int, int]]:
@@ -327,10 +368,12 @@ def find_dups(
         datasets[0].hashes,
         threshold,
         datasets[1].hashes if across is not None else None,
-        colours=lambda side, rows: datasets[side].colours(rows),
+        looks=lambda side, rows: datasets[side].looks(rows),
+        rank=_ranks(datasets),
         progress=progress,
     )
     res = DupsResult([d.root for d in datasets], threshold, sum(len(d.keys) for d in datasets), group=gname)
+    res.checked, res.passed = found.candidates, found.passed
     places = res.places
 
     def member(dset: int, r: int) -> dict:
@@ -347,7 +390,12 @@ def find_dups(
         (member(dset, r) for dset, r in _iter_members(datasets, found.flat.tolist())),
         key=lambda m: (m["dataset"], m["key"]),
     )
-    for members, worst in zip(found.clusters, found.max_distance):
+
+    def where(x: int) -> tuple[int, str]:
+        dset, r = next(_iter_members(datasets, [x]))
+        return dset, datasets[dset].keys[r]
+
+    for members, worst, rep, evidence in zip(found.clusters, found.max_distance, found.representative, found.pairs):
         rows = []
         for dset, r in _iter_members(datasets, members.tolist()):
             rows.append(member(dset, r))
@@ -355,6 +403,21 @@ def find_dups(
             places[(dset, ds.keys[r])] = (ds.npy[0][r], int(ds.npy[1][r]), int(ds.npy[2][r]))
         rows.sort(key=lambda m: (m["dataset"], m["key"]))
         groups = {m["group"] for m in rows if m["group"] is not None}
+        rep_dset, rep_key = where(rep)
+        pairs = []
+        for e in evidence.tolist():
+            (ad, ak), (bd, bk) = where(e[0]), where(e[1])
+            pairs.append(
+                {
+                    "a": ak,
+                    "a_dataset": ad,
+                    "b": bk,
+                    "b_dataset": bd,
+                    "distance": int(e[2]),
+                    "score": round(float(e[3]), 4),
+                }
+            )
+        pairs.sort(key=lambda x: (x["a_dataset"], x["a"]))
         res.clusters.append(
             Cluster(
                 rows,
@@ -363,6 +426,8 @@ def find_dups(
                 label_conflict=len({m["label"] for m in rows}) > 1,
                 cross_group=gname is not None
                 and (len(groups) > 1 or (len(groups) == 1 and any(m["group"] is None for m in rows))),
+                representative={"key": rep_key, "dataset": rep_dset},
+                pairs=pairs,
             )
         )
     res.clusters.sort(

@@ -1,25 +1,32 @@
-"""Samples whose perceptual hashes (``format.phash``) are within a distance: their clusters, and the pairs.
+"""Near-duplicates: candidates by the perceptual hashes (``format.phash``), each checked on its looks
+(``similar.match``), and clusters of checked pairs (docs/FORMAT.md, "Near-duplicates").
 
-The distance is ``phash.distance``: the whole-image hash of one sample, under the eight flips and
-quarter turns, against any of the other's seven hashes. A sample too flat to hash (``phash.is_flat``)
-is nobody's near-duplicate: it is set aside and listed. Samples with the same hashes (one image under
-many keys) are collapsed first, so that the work and the memory follow the distinct hashes, not the
-samples: N copies are one cluster found in O(N log N), never N^2 pairs.
+Candidates. The distance is ``phash.distance`` (the whole-image hash of one sample, under the eight flips
+and quarter turns, against any of the other's seven hashes), or the bits between an edge window of one and
+the other's centre window (a copy shifted along a side: ``near_distances``). Samples with the same hashes
+(one image under many keys) are collapsed first, so that the work and the memory follow the distinct
+hashes, not the samples: N copies are one cluster found in O(N log N), never N^2 pairs. Each distinct
+hash keeps its ``HASH_NEAREST`` nearest (``_Nearest``): on smooth photos (skin of one tone with a darker
+lesion) every hash has hundreds within 5 bits, and the cap keeps the pairs linear in N. A sample too flat
+to hash (``phash.is_flat``) is searched by its bits as they are, and listed.
 
 The search over the distinct hashes is multi-index hashing, without an all-pairs scan. The 63 used
 bits are cut into three 21-bit bands; two hashes within distance t differ in at most t // 3 bits on
 at least one band (pigeonhole). Every hash of every sample is filed, per band, by its band value;
 each whole-image hash, in its eight variants, probes the buckets within that radius of its band
-values, and only the hashes found there are compared in full. The probes are sorted by band value
-first, so the buckets are read in memory order. The probes per band grow as the number of band
-values within the radius (1 for t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on):
-``MAX_THRESHOLD`` is the largest threshold served. ``near_clusters`` joins the pairs into clusters
-(union-find); used by ``similar.dups`` and by ``convert --dedup``.
+values, and only the hashes found there are compared in full; each edge window, as it is, probes the
+filed centre windows the same way. The probes are sorted by band value first, so the buckets are read
+in memory order. The probes per band grow as the number of band values within the radius (1 for
+t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on): ``MAX_THRESHOLD`` is the largest
+threshold served. ``find_pairs`` gives every pair within a threshold by the hashes alone (exact, for the
+benches and the tests).
 
-The hashes see grey only. Given ``colours`` (a function giving the colour layouts, ``phash.colour_layout``,
-of the samples it is asked for), a pair must also agree in colour (``phash.colour_alike``): the search runs
-on the hashes alone, then again on the samples of its clusters with each one's colour layout beside its
-hashes, so that only those samples' pixels are read, and equal hashes of unlike colours are not collapsed.
+The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
+only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
+``NEAREST`` candidates by their coarse looks, and checks those pairs (colour agreement, then
+``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
+never a chain; its evidence is each sample's distance and score against the representative. Used by
+``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
 """
 
 from __future__ import annotations
@@ -27,23 +34,31 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import OptionError
-from ..format.phash import colour_alike, distances, is_flat, variants_array
+from ..format.phash import FLAT_BIT, colour_alike, distances, is_flat, popcount, variants_array
 from ..progress import Progress
+from .match import GRID, compare, inverse_turn
 
 __all__ = [
     "DEFAULT_THRESHOLD",
     "MAX_THRESHOLD",
+    "NEAREST",
+    "HASH_NEAREST",
+    "COARSE_LOOK",
+    "PAIR_DTYPE",
     "NearClusters",
     "near_clusters",
     "find_pairs",
     "clusters_of",
     "check_threshold",
     "Colours",
+    "Looks",
+    "near_distances",
+    "SHIFT_WINDOWS",
 ]
 
 Colours = Callable[[int, np.ndarray], np.ndarray]
@@ -53,7 +68,7 @@ samples (positions) of ``a`` (side 0) or ``b`` (side 1)."""
 # bits: the largest with precision >= 0.99 on scripts/bench_dups.py's set that keeps the search to
 # radius-1 probes (6 and more need radius 2: ten times the probes); README, "Near-duplicates"
 DEFAULT_THRESHOLD = 5
-"""The distance (``phash.distance``, bits) at or below which two images are near-duplicates."""
+"""The distance (bits) at or below which two images are near-duplicate candidates (``near_clusters``)."""
 MAX_THRESHOLD = 8
 """The largest threshold the search serves: radius-2 probes, 232 band values per band and hash variant
 (the default's 22 times 10.5). Above it they grow to 1,562 (9 to 11; 20,000 samples: 47 s against
@@ -66,7 +81,23 @@ PROGRESS_AFTER = 2.0
 _BANDS = 3
 _BAND_BITS = 21  # 3 x 21 = the 63 bits a hash uses (its top bit is the flat flag, never a search bit)
 _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
-_MOST = 1 << 24  # candidates compared at once: bounds memory when many samples share a bucket
+_MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
+_BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
+_ASKED = 4096  # samples whose looks are asked for at once
+_NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
+SHIFT_WINDOWS = (2, 3, 4, 5)
+"""The windows (top, bottom, left, right: ``phash.window_boxes``) whose hashes are compared, as they are, with the
+other sample's centre window (1): a copy shifted by a few percent along a side is near there (shifted down, its
+bottom window is near its original's centre, and its original's top window near its centre; both are asked: on
+dermoscopic photos one of the two alone missed 5 of 200 such copies)."""
+HASH_NEAREST = 32
+"""Candidates kept per distinct hash row by the search: its nearest rows within the threshold (then by row). Smooth
+photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear in N."""
+NEAREST = 8
+"""Of those, the candidates checked per look: the nearest by their coarse looks (``COARSE_LOOK``), a finer
+signature than the hashes' bits (on smooth photos, a copy's rank among the 5-bit candidates: at most 2 against 296)."""
+COARSE_LOOK = 8
+"""The coarse look: a look's means over 4x4 cells (8x8 values), less their mean, over their norm."""
 
 
 def check_threshold(threshold: int) -> None:
@@ -122,15 +153,26 @@ class _Ticker:
             self.bar.__exit__(None, None, None)
 
 
-def _steps(queries: int, threshold: int) -> int:
-    return -(-queries // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS))
+def _steps(queries: int, threshold: int, shifts: bool = False) -> int:
+    """The search's steps for ``queries`` rows (with ``shifts``: and their edge windows' probes too)."""
+    one = -(-queries // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS))
+    edges = len(SHIFT_WINDOWS) * queries
+    return one + (-(-edges // _CHUNK) * _BANDS * len(_flip_masks(threshold // _BANDS)) if shifts else 0)
 
 
 def _probe(
-    queries: np.ndarray, stored: np.ndarray, threshold: int, tick: Callable[[], None] = lambda: None
+    queries: np.ndarray,
+    stored: np.ndarray,
+    threshold: int,
+    tick: Callable[[], None] = lambda: None,
+    reduce: _Nearest | None = None,
+    turned: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(query row, stored row) of every whole-image hash of ``queries`` that, in one of its eight
-    variants, is within ``threshold`` bits of one of the hashes of a ``stored`` row; may repeat."""
+    variants (``turned``; else as it is), is within ``threshold`` bits of one of the hashes of a ``stored``
+    row; may repeat. With ``reduce``, each step's (query row, stored row, bits apart) are handed to it instead
+    (the answer empty)."""
+    per = 8 if turned else 1
     k = stored.shape[1]
     flat = stored.reshape(-1)
     tables = []  # per band: stored hashes sorted by band value, their rows, each value's first position and count
@@ -146,7 +188,8 @@ def _probe(
     masks = _flip_masks(threshold // _BANDS)
     out_q, out_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(queries), _CHUNK):
-        variants = variants_array(queries[lo : lo + _CHUNK, 0]).reshape(-1)  # each query's 8 variants
+        part = queries[lo : lo + _CHUNK, 0]
+        variants = variants_array(part).reshape(-1) if turned else part  # each query's 8 variants
         for band, (sorted_hashes, row_of, counts, firsts) in enumerate(tables):
             qb = _band(variants, band)
             by_value = np.argsort(qb, kind="stable")  # probes in bucket order: the reads run through memory
@@ -165,11 +208,17 @@ def _probe(
                         continue
                     ea = np.cumsum(na)
                     pos = np.repeat(firsts[probe[a:b]] - (ea - na), na) + np.arange(total)
-                    keep = np.flatnonzero(np.bitwise_count(np.repeat(q[a:b], na) ^ sorted_hashes[pos]) <= threshold)
+                    bits = np.bitwise_count(np.repeat(q[a:b], na) ^ sorted_hashes[pos])
+                    keep = np.flatnonzero(bits <= threshold)
                     if keep.size:
                         owner = a + np.searchsorted(ea, keep, side="right")
-                        out_q.append(lo + by_value[owner] // 8)
-                        out_s.append(row_of[pos[keep]])
+                        if reduce is not None:
+                            reduce(lo + by_value[owner] // per, row_of[pos[keep]].astype(np.int64), bits[keep])
+                        else:
+                            out_q.append(lo + by_value[owner] // per)
+                            out_s.append(row_of[pos[keep]])
+        if reduce is not None:
+            reduce.flush()  # the chunk's queries are searched
     return np.concatenate(out_q), np.concatenate(out_s)
 
 
@@ -182,9 +231,9 @@ class _Distinct:
     flat: np.ndarray  # [F] the samples too flat to hash
 
 
-def _distinct(h: np.ndarray) -> _Distinct:
+def _distinct(h: np.ndarray, keep_flat: bool = False) -> _Distinct:
     flat = is_flat(h)
-    keep = np.flatnonzero(~flat)
+    keep = np.arange(len(h)) if keep_flat else np.flatnonzero(~flat)
     of = np.full(len(h), -1, np.int64)
     if not len(keep):
         return _Distinct(np.zeros((0, h.shape[1]), np.uint64), of, np.flatnonzero(flat))
@@ -195,13 +244,12 @@ def _distinct(h: np.ndarray) -> _Distinct:
 
 
 def _distinct_pairs(
-    a: _Distinct, threshold: int, b: _Distinct | None, tick: Callable[[], None], coloured: bool = False
+    a: _Distinct, threshold: int, b: _Distinct | None, tick: Callable[[], None]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p, q, distance) of the distinct rows within ``threshold``: of ``a`` with p < q, or of ``a`` (p)
-    against ``b`` (q); each pair once. ``coloured``: each row's last column is its colour layout
-    (``_with_colour``), not a hash, and a pair must agree in colour too."""
-    ka = a.rows[:, :-1] if coloured else a.rows
-    kb = (b.rows[:, :-1] if coloured else b.rows) if b is not None else ka
+    against ``b`` (q); each pair once."""
+    ka = a.rows
+    kb = b.rows if b is not None else ka
     if b is None:
         qi, sj = _probe(ka, ka, threshold, tick)
         apart = qi != sj  # a row with itself is no pair
@@ -214,23 +262,109 @@ def _distinct_pairs(
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     pairs = np.unique(np.stack([p, q], axis=1), axis=0)
     p, q = pairs[:, 0], pairs[:, 1]
-    if coloured:
-        other = a.rows if b is None else b.rows
-        keep = colour_alike(_layouts(a.rows[p, -1]), _layouts(other[q, -1]))
-        p, q = p[keep], q[keep]
     return p, q, distances(ka[p], kb[q])
 
 
-def _with_colour(rows: np.ndarray, layouts: np.ndarray) -> np.ndarray:
-    """[N, K] hashes and their samples' colour layouts [N, 2, 2, 2] -> uint64 [N, K + 1], the layout's eight
-    values (-127..127) packed into the last column, a byte each."""
-    packed = np.ascontiguousarray(np.asarray(layouts).reshape(-1, 8).astype(np.int8)).view(np.uint64)
-    return np.concatenate([rows, packed.reshape(-1, 1)], axis=1)
+def near_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The candidate distance of each row pair of two [P, K] hash arrays (flags cleared): the least of
+    ``phash.distances`` and, with seven hashes, the bits between an edge window of either (``SHIFT_WINDOWS``) and
+    the other's centre window, as they are: [P]."""
+    d = distances(a, b)
+    if a.shape[1] > SHIFT_WINDOWS[-1]:
+        w = list(SHIFT_WINDOWS)
+        shift = np.minimum(popcount(a[:, w] ^ b[:, 1:2]).min(axis=1), popcount(b[:, w] ^ a[:, 1:2]).min(axis=1))
+        d = np.minimum(d, shift)
+    return d
 
 
-def _layouts(packed: np.ndarray) -> np.ndarray:
-    """The colour layouts [P, 2, 2, 2] packed by ``_with_colour``."""
-    return np.ascontiguousarray(packed, np.uint64).view(np.int8).reshape(-1, 2, 2, 2).astype(np.int16)
+class _Nearest:
+    """The ``nearest`` candidates of each query row found so far, by (bits apart, stored row): the probe's steps
+    are gathered and, past ``_BUFFER`` entries, cut down; at the end of each chunk of queries (``flush``) its
+    rows' candidates are cut down and set aside, so that memory and the sorting follow the rows, not the pairs."""
+
+    def __init__(self, nearest: int, same: bool, per: int = 1) -> None:
+        self.nearest, self.same, self.per = nearest, same, per  # per: queries per row (a row's edge windows)
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.size = 0
+
+    def __call__(self, q: np.ndarray, s: np.ndarray, bits: np.ndarray) -> None:
+        q = q // self.per if self.per > 1 else q
+        if self.same:  # a row with itself is no pair
+            keep = q != s
+            q, s, bits = q[keep], s[keep], bits[keep]
+        self.parts.append((q.astype(np.int64), s.astype(np.int64), bits.astype(np.int64)))
+        self.size += len(q)
+        if self.size > _BUFFER:
+            self.parts = [self._cut(self.parts)]
+            self.size = len(self.parts[0][0])
+
+    def flush(self) -> None:
+        """The chunk of queries is searched: its rows' nearest are final for this probe."""
+        if self.parts:
+            self.done.append(self._cut(self.parts))
+        self.parts, self.size = [], 0
+
+    def _cut(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's ``nearest`` stored rows among ``parts``, each once, sorted."""
+        q, s, bits = (np.concatenate(x) for x in zip(*parts))
+        if not len(q):
+            return q, s, bits
+        order = np.lexsort((s, bits, q))
+        q, s, bits = q[order], s[order], bits[order]
+        first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
+        q, s, bits = q[first], s[first], bits[first]
+        starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+        rank = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
+        keep = rank < self.nearest
+        return q[keep], s[keep], bits[keep]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query row, stored row, bits apart): each query's ``nearest`` stored rows, each once, sorted."""
+        self.flush()
+        if not self.done:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return self._cut(self.done)
+
+
+def _candidates(
+    a: _Distinct, threshold: int, b: _Distinct | None, nearest: int, tick: Callable[[], None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p, q, distance) of the candidate pairs of distinct rows (``near_clusters``): each row's ``nearest`` rows
+    within ``threshold`` (of ``a`` with p < q, or of ``a`` (p) against ``b`` (q)), by the bits between its
+    whole-image hash, turned, and their hashes (then by row), both ways; each pair once, with its distance."""
+    ka = a.rows & _NO_FLAG
+    kb = ka if b is None else b.rows & _NO_FLAG
+
+    def search(queries: np.ndarray, stored: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
+        found = _Nearest(nearest, same)
+        _probe(queries, stored, threshold, tick, found)
+        if queries.shape[1] >= SHIFT_WINDOWS[-1] + 1 and stored.shape[1] > 1:  # edge windows against centres
+            edges = np.ascontiguousarray(queries[:, list(SHIFT_WINDOWS)]).reshape(-1, 1)
+            centres = np.ascontiguousarray(stored[:, 1:2])
+            by_edge = _Nearest(nearest, same, per=len(SHIFT_WINDOWS))
+            _probe(edges, centres, threshold, tick, by_edge, False)
+            found.done.append(by_edge.result())
+        qi, sj, _ = found.result()
+        return qi, sj
+
+    if b is None:
+        qi, sj = search(ka, ka, True)
+        p, q = np.minimum(qi, sj), np.maximum(qi, sj)
+    else:
+        qi, sj = search(ka, kb, False)
+        qj, si = search(kb, ka, False)
+        p, q = np.concatenate([qi, si]), np.concatenate([sj, qj])
+    if not len(p):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs = np.unique(np.stack([p, q], axis=1), axis=0)
+    p, q = pairs[:, 0], pairs[:, 1]
+    return p, q, near_distances(ka[p], kb[q])
+
+
+Looks = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""``looks(side, samples)``: the colour layouts (``phash.colour_layout``, [n, 2, 2, 2]) and the looks
+(``match.looks``, uint8 [n, GRID, GRID]) of those samples (positions) of ``a`` (side 0) or ``b`` (side 1)."""
 
 
 @dataclass
@@ -238,9 +372,207 @@ class NearClusters:
     """``near_clusters``' answer: sample positions (into ``a``, then ``b`` after ``a``'s)."""
 
     clusters: list[np.ndarray]  # each cluster's samples, sorted; largest cluster first
-    max_distance: list[int]  # per cluster, its largest distance between two of its linked distinct hashes
-    flat: np.ndarray  # the samples too flat to hash (``phash.is_flat``): in no cluster
+    max_distance: list[int]  # per cluster, the largest distance of its evidence pairs
+    flat: np.ndarray  # the samples too flat to hash (``phash.is_flat``): searched by their bits as they are
     distinct: int  # distinct hash rows searched
+    representative: list[int] = field(default_factory=list)  # per cluster, the sample all its others passed against
+    pairs: list[np.ndarray] = field(default_factory=list)  # per cluster, PAIR_DTYPE rows: each other sample against it
+    candidates: int = 0  # pairs of distinct looks checked (``match.compare``)
+    passed: int = 0  # of which passed
+
+
+PAIR_DTYPE = np.dtype([("a", np.int64), ("b", np.int64), ("distance", np.int64), ("score", np.float64)])
+"""An evidence pair: a cluster's sample (a), its representative (b), their distance (bits) and the check's score."""
+
+
+def _turns(ha: np.ndarray, hb: np.ndarray) -> np.ndarray:
+    """For each pair of hash rows, the flip or turn of b's image (``match.turned``) that its hashes say makes it
+    a's, when that is not the identity (else -1): the variant of the least distance, b's own first, ties to the
+    first variant."""
+    ha, hb = ha & _NO_FLAG, hb & _NO_FLAG
+    # a's whole hash turned by g is near b's: b ~ g(a), so b turned back by g^-1 is a; b's turned by g near a's
+    from_a = popcount(variants_array(ha[:, 0])[:, :, None] ^ hb[:, None, :]).min(axis=2)  # [P, 8]
+    from_b = popcount(variants_array(hb[:, 0])[:, :, None] ^ ha[:, None, :]).min(axis=2)
+    both = np.concatenate([from_b, from_a], axis=1)  # b's first
+    k = both.argmin(axis=1)
+    g = k % 8
+    inverse = np.array([inverse_turn(x) for x in range(8)])
+    g = np.where(k >= 8, inverse[g], g)
+    return np.where(g == 0, -1, g)
+
+
+def near_clusters(
+    a: np.ndarray,
+    threshold: int,
+    b: np.ndarray | None = None,
+    *,
+    looks: Looks,
+    nearest: int = NEAREST,
+    hash_nearest: int = HASH_NEAREST,
+    rank: np.ndarray | None = None,
+    progress: bool = False,
+) -> NearClusters:
+    """The near-duplicate clusters (docs/FORMAT.md, Near-duplicates) within ``a``, or (``b`` given) those holding
+    samples of both, from candidates across ``a`` and ``b`` only.
+
+    ``a`` (and ``b``) hold each sample's hashes, uint64 [N, K] as ``phash_batch`` gives them (or [N]: whole-image
+    hashes only). Candidates: each distinct hash row's ``hash_nearest`` rows within ``threshold`` (``_candidates``;
+    samples too flat to hash are searched by their bits as they are, and listed in ``flat``). Of the pairs of looks
+    of candidate rows, each look's ``nearest`` by the cosine of their coarse looks are checked (colour agreement,
+    then ``match.compare``); a cluster is a representative
+    and the samples that passed the check against it, never a chain. ``looks`` is asked only for the samples of
+    candidate rows. ``rank`` (one integer per sample, ``a``'s then ``b``'s; default: their positions) orders the
+    samples with equal hashes, looks and layouts, the first of which is named as a representative, so that the
+    answer does not hang on the samples' order. ``progress`` shows the search's progress on stderr once it has
+    run ``PROGRESS_AFTER`` s.
+    """
+    check_threshold(threshold)
+    ra = _as_rows(a)
+    rb = _as_rows(b) if b is not None else None
+    da = _distinct(ra, keep_flat=True)
+    db = _distinct(rb, keep_flat=True) if rb is not None else None
+    shifts = ra.shape[1] > SHIFT_WINDOWS[-1]
+    steps = _steps(len(da.rows), threshold, shifts) + (_steps(len(db.rows), threshold, shifts) if db is not None else 0)
+    tick = _Ticker(steps, progress, "near-duplicate search")
+    try:
+        p, q, d = _candidates(da, threshold, db, hash_nearest, tick)
+    finally:
+        tick.close()
+    flat = np.flatnonzero(is_flat(ra))
+    if rb is not None:
+        flat = np.concatenate([flat, len(ra) + np.flatnonzero(is_flat(rb))])
+    return _verified(ra, rb, da, db, p, q, d, looks, nearest, hash_nearest, flat, rank)
+
+
+def _verified(
+    ra: np.ndarray,
+    rb: np.ndarray | None,
+    da: _Distinct,
+    db: _Distinct | None,
+    p: np.ndarray,
+    q: np.ndarray,
+    d: np.ndarray,
+    looks: Looks,
+    nearest: int,
+    hash_nearest: int,
+    flat: np.ndarray,
+    rank: np.ndarray | None = None,
+) -> NearClusters:
+    """``near_clusters`` from its candidate pairs of distinct rows (p of ``da``, q of ``db`` or ``da``)."""
+    n_a = len(ra)
+    offset = len(da.rows)
+    rows = np.concatenate([da.rows, db.rows]) if db is not None else da.rows  # node rows: a's, then b's
+    q = q + offset if db is not None else q
+    members = _members(da) + (_members(db) if db is not None else [])
+    if db is not None:
+        members = members[:offset] + [m + n_a for m in members[offset:]]
+    # every sample of a candidate row, and of a row several samples share
+    wanted = np.unique(np.concatenate([p, q, [r for r, m in enumerate(members) if len(m) > 1]]).astype(np.int64))
+    found = NearClusters([], [], flat, len(rows))
+    if not len(wanted):
+        return found
+    # nodes: the samples of one row with equal looks and layouts (by their XXH3-64), in the order of (row, that
+    # digest); the looks are asked for in parts, and only each node's first kept, so N copies cost one look
+    import xxhash
+
+    samples = np.concatenate([members[r] for r in wanted.tolist()])
+    row_of = np.concatenate([np.full(len(members[r]), r) for r in wanted.tolist()])
+    key_of: dict[tuple[int, int], int] = {}
+    first_look: list[np.ndarray] = []
+    first_lay: list[np.ndarray] = []
+    node_list: list[list[int]] = []
+    for lo in range(0, len(samples), _ASKED):
+        part, part_rows = samples[lo : lo + _ASKED], row_of[lo : lo + _ASKED]
+        for side in (0, 1):
+            sel = np.flatnonzero((part < n_a) if side == 0 else (part >= n_a))
+            if not len(sel):
+                continue
+            got_lay, got_look = looks(side, part[sel] - (0 if side == 0 else n_a))
+            got_lay = np.ascontiguousarray(got_lay, np.int16)
+            got_look = np.ascontiguousarray(got_look, np.uint8)
+            for k, x in enumerate(sel.tolist()):
+                key = (int(part_rows[x]), xxhash.xxh3_64_intdigest(got_look[k].tobytes() + got_lay[k].tobytes()))
+                node = key_of.get(key)
+                if node is None:
+                    node = key_of[key] = len(node_list)
+                    node_list.append([])
+                    first_look.append(got_look[k])
+                    first_lay.append(got_lay[k])
+                node_list[node].append(int(part[x]))
+    keys = list(key_of)
+    order = sorted(range(len(node_list)), key=lambda k: keys[k])
+    n_nodes = len(order)
+    node_row = np.array([keys[k][0] for k in order], np.int64)
+    node_look = np.stack([first_look[k] for k in order])
+    node_lay = np.stack([first_lay[k] for k in order])
+    node_samples = [np.array(sorted(node_list[k]), np.int64) for k in order]
+    # each node's samples in the order of ``rank``: its first is the one a representative node is named by
+    first_of = [int(m[np.argmin(rank[m])]) if rank is not None else int(m[0]) for m in node_samples]
+    # the node pairs: across each candidate row pair (at most ``hash_nearest`` nodes of each row), and within each
+    # row (its first ``hash_nearest`` nodes against the others); each node's ``nearest`` by their coarse looks checked
+    nodes_of_row: dict[int, list[int]] = {}
+    for k, r in enumerate(node_row.tolist()):
+        nodes_of_row.setdefault(r, []).append(k)
+    # a row of one node (nearly all): its pairs by arrays; the few rows of several nodes by their lists
+    one = np.full(len(rows), -1, np.int64)
+    several: dict[int, list[int]] = {}
+    for r, ks in nodes_of_row.items():
+        if len(ks) == 1:
+            one[r] = ks[0]
+        else:
+            several[r] = ks[:hash_nearest]
+    simple = (one[p] >= 0) & (one[q] >= 0)
+    parts = [np.stack([one[p[simple]], one[q[simple]]], axis=1)]
+    uv: list[tuple[int, int]] = []
+    for x, y in zip(p[~simple].tolist(), q[~simple].tolist()):
+        xs = several.get(x, [int(one[x])] if one[x] >= 0 else [])
+        ys = several.get(y, [int(one[y])] if one[y] >= 0 else [])
+        uv.extend((i, j) for i in xs for j in ys)
+    for r, ks in several.items():
+        for i in ks:
+            uv.extend((i, j) for j in nodes_of_row[r] if j > i)
+    parts.append(np.array(uv, np.int64).reshape(-1, 2))
+    pairs_uv = np.concatenate(parts)
+    keep = _nearest_looks(node_look, pairs_uv[:, 0], pairs_uv[:, 1], nearest)
+    checks = _Checks(rows, node_row, node_look, node_lay)
+    passed_u, passed_v = checks.run(pairs_uv[keep, 0], pairs_uv[keep, 1])
+    found.candidates = checks.count
+    found.passed = len(passed_u)
+    alone = [k for k in range(n_nodes) if len(node_samples[k]) > 1]
+    self_ok = checks.plain_ok(np.array(alone, np.int64))  # a node of several samples: equal looks, unless too plain
+    links: dict[int, set[int]] = {}
+    for x, y in zip(passed_u.tolist(), passed_v.tolist()):
+        links.setdefault(x, set()).add(y)
+        links.setdefault(y, set()).add(x)
+    clusters, reps, stars = [], [], []
+    for comp in _node_components(n_nodes, passed_u, passed_v, [k for k, ok in zip(alone, self_ok) if ok]):
+        for rep, nodes, scores in checks.stars(comp, links):
+            cl = np.sort(np.concatenate([node_samples[k] for k in nodes]))
+            if len(cl) < 2:
+                continue
+            if db is not None and not (cl[0] < n_a <= cl[-1]):
+                continue  # all on one side: no pair across
+            clusters.append(cl)
+            reps.append(first_of[rep])
+            stars.append((rep, nodes, scores))
+    # the evidence: each sample against its cluster's representative, the distances of all in one call
+    near_of = [(int(node_row[k]), int(node_row[rep])) for rep, nodes, _ in stars for k in nodes]
+    dist_of = dict(zip(near_of, _row_distances(rows, near_of).tolist()))
+    pairs = []
+    for rep_sample, (rep, nodes, scores) in zip(reps, stars):
+        ev = [
+            (smp, rep_sample, dist_of[(int(node_row[k]), int(node_row[rep]))], sc)
+            for k, sc in zip(nodes, scores)
+            for smp in node_samples[k].tolist()
+            if smp != rep_sample
+        ]
+        pairs.append(np.array(sorted(ev), dtype=PAIR_DTYPE))
+    order = sorted(range(len(clusters)), key=lambda c: (-len(clusters[c]), int(clusters[c][0])))
+    found.clusters = [clusters[c] for c in order]
+    found.representative = [reps[c] for c in order]
+    found.pairs = [pairs[c] for c in order]
+    found.max_distance = [int(pairs[c]["distance"].max()) if len(pairs[c]) else 0 for c in order]
+    return found
 
 
 def _components(n: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -264,91 +596,131 @@ def _components(n: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
         parent = up
 
 
-def near_clusters(
-    a: np.ndarray,
-    threshold: int,
-    b: np.ndarray | None = None,
-    *,
-    colours: Colours | None = None,
-    progress: bool = False,
-) -> NearClusters:
-    """The clusters of samples joined by distances within ``threshold`` (``phash.distance``): within
-    ``a``, or (``b`` given) those holding samples of both, joined by pairs across ``a`` and ``b`` only.
-
-    ``a`` (and ``b``) hold each sample's hashes, uint64 [N, K] as ``phash_batch`` gives them (or [N]:
-    whole-image hashes only). Samples too flat to hash are listed in ``flat``, in no cluster. Time and
-    memory follow the distinct hashes: copies with equal hashes are collapsed first. ``colours``
-    (``Colours``): a pair must also agree in colour (``phash.colour_alike``), as docs/FORMAT.md defines a
-    near-duplicate; it is asked only for the samples of the clusters the hashes alone give. ``progress``
-    shows the search's progress on stderr once it has run ``PROGRESS_AFTER`` seconds.
-    """
-    check_threshold(threshold)
-    ra = _as_rows(a)
-    rb = _as_rows(b) if b is not None else None
-    found = _clusters(ra, threshold, rb, progress)
-    if colours is None or not found.clusters:
-        return found
-    # again, on the clustered samples only, each with its colour layout beside its hashes
-    members = np.concatenate(found.clusters)
-    n_a = len(ra)
-    in_a, in_b = members[members < n_a], members[members >= n_a] - n_a
-    sub_a = _with_colour(ra[in_a], colours(0, in_a))
-    sub_b = _with_colour(rb[in_b], colours(1, in_b)) if rb is not None else None
-    again = _clusters(sub_a, threshold, sub_b, False, coloured=True)
-    back = np.concatenate([in_a, in_b + n_a])  # a position in the second search -> the sample's
-    clusters = [np.sort(back[c]) for c in again.clusters]
-    order = sorted(range(len(clusters)), key=lambda c: (-len(clusters[c]), int(clusters[c][0])))
-    return NearClusters(
-        [clusters[c] for c in order], [again.max_distance[c] for c in order], found.flat, found.distinct
+def _coarse_looks(look: np.ndarray) -> np.ndarray:
+    """Each look's 4x4-cell means (8x8), less their mean, over their norm: [N, 64] (``COARSE_LOOK``)."""
+    n = GRID // COARSE_LOOK
+    c = (
+        look.astype(np.float64)
+        .reshape(len(look), COARSE_LOOK, n, COARSE_LOOK, n)
+        .mean(axis=(2, 4))
+        .reshape(len(look), -1)
     )
+    c -= c.mean(axis=1, keepdims=True)
+    return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-9)
 
 
-def _clusters(
-    ra: np.ndarray, threshold: int, rb: np.ndarray | None, progress: bool, coloured: bool = False
-) -> NearClusters:
-    """``near_clusters`` of rows as they are (``coloured``: their last column is a colour layout)."""
-    da = _distinct(ra)
-    db = _distinct(rb) if rb is not None else None
-    steps = _steps(len(da.rows), threshold) + (_steps(len(db.rows), threshold) if db is not None else 0)
-    tick = _Ticker(steps, progress, "near-duplicate search")
-    try:
-        p, q, d = _distinct_pairs(da, threshold, db, tick, coloured)
-    finally:
-        tick.close()
-    offset = len(da.rows)
-    nodes = offset + (len(db.rows) if db is not None else 0)
-    if db is not None:
-        q = q + offset
-    root = _components(nodes, p, q)
-    worst = np.zeros(nodes, np.int64)
-    np.maximum.at(worst, root[p], d)
-    # each sample's node, then its component; samples of a component sorted together
-    n_a = len(da.of)
-    node_of = da.of if db is None else np.concatenate([da.of, np.where(db.of >= 0, db.of + offset, -1)])
-    hashed = np.flatnonzero(node_of >= 0)
-    comp = root[node_of[hashed]]
-    order = np.lexsort((hashed, comp))
-    hashed, comp = hashed[order], comp[order]
-    starts = np.flatnonzero(np.r_[True, comp[1:] != comp[:-1]]) if len(comp) else np.zeros(0, np.int64)
-    ends = np.r_[starts[1:], len(comp)].astype(np.int64)
-    clusters, worst_of = [], []
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        members = hashed[s:e]
-        if len(members) < 2 or (db is not None and not (members[0] < n_a <= members[-1])):
-            continue  # alone, or (across) all on one side: no pair across
-        clusters.append(members)
-        worst_of.append(int(worst[comp[s]]))
-    order_c = sorted(range(len(clusters)), key=lambda c: (-len(clusters[c]), int(clusters[c][0])))
-    flat = da.flat if db is None else np.concatenate([da.flat, db.flat + n_a])
-    return NearClusters([clusters[c] for c in order_c], [worst_of[c] for c in order_c], flat, nodes)
+def _nearest_looks(look: np.ndarray, u: np.ndarray, v: np.ndarray, nearest: int) -> np.ndarray:
+    """Which of the node pairs (u, v) are among the ``nearest`` of u's or of v's by the cosine of their coarse looks
+    (greatest first, then by the other node): bool [len(u)]."""
+    if not len(u):
+        return np.zeros(0, bool)
+    c = _coarse_looks(look)
+    cos = np.einsum("ij,ij->i", c[u], c[v])
+    keep = np.zeros(len(u), bool)
+    for x, y in ((u, v), (v, u)):
+        order = np.lexsort((y, -cos, x))
+        xs = x[order]
+        starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+        rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
+        keep[order[rank < nearest]] = True
+    return keep
+
+
+def _row_distances(rows: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """The candidate distance (``near_distances``) of each pair of distinct rows, 0 for a row with itself."""
+    if not pairs:
+        return np.zeros(0, np.int64)
+    r, s = (np.array(x, np.int64) for x in zip(*pairs))
+    out = np.zeros(len(r), np.int64)
+    apart = r != s
+    if apart.any():
+        out[apart] = near_distances(rows[r[apart]] & _NO_FLAG, rows[s[apart]] & _NO_FLAG)
+    return out
+
+
+def _node_components(n: int, u: np.ndarray, v: np.ndarray, alone: list[int]) -> list[list[int]]:
+    """The nodes joined by passed checks, in components (each sorted), and each node of several samples that
+    passed against itself on its own; components in the order of their least node."""
+    root = _components(n, u, v)
+    groups: dict[int, list[int]] = {}
+    for x in sorted(set(u.tolist()) | set(v.tolist()) | set(alone)):
+        groups.setdefault(int(root[x]), []).append(x)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+class _Checks:
+    """The checks of pairs of nodes (``match.compare`` and colour agreement), each pair once."""
+
+    def __init__(self, rows: np.ndarray, node_row: np.ndarray, look: np.ndarray, lay: np.ndarray) -> None:
+        self.rows, self.node_row, self.look, self.lay = rows, node_row, look, lay
+        self.scores: dict[tuple[int, int], float] = {}  # (u, v), u < v: the score, or -1 where it failed
+        self.count = 0
+
+    def run(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Check the pairs (u, v) not checked yet; the pairs of the given ones that passed."""
+        if not len(u):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+        todo = np.array([pq for pq in pairs.tolist() if tuple(pq) not in self.scores], np.int64).reshape(-1, 2)
+        if len(todo):
+            x, y = todo[:, 0], todo[:, 1]
+            self.count += len(todo)
+            alike = colour_alike(self.lay[x], self.lay[y])
+            score = np.full(len(todo), -1.0)
+            idx = np.flatnonzero(alike)
+            if len(idx):
+                turns = _turns(self.rows[self.node_row[x[idx]]], self.rows[self.node_row[y[idx]]])
+                got = compare(self.look[x[idx]], self.look[y[idx]], turns)
+                score[idx] = np.where(got.passed, got.score, -1.0)
+            for (xx, yy), sc in zip(todo.tolist(), score.tolist()):
+                self.scores[(xx, yy)] = sc
+        ok = np.array([self.scores[(int(x), int(y))] >= 0 for x, y in pairs.tolist()], bool)
+        return pairs[ok, 0], pairs[ok, 1]
+
+    def score(self, u: int, v: int) -> float:
+        return self.scores[(min(u, v), max(u, v))]
+
+    def plain_ok(self, nodes: np.ndarray) -> list[bool]:
+        """Whether each node's look passes against itself (not too plain to check)."""
+        if not len(nodes):
+            return []
+        return compare(self.look[nodes], self.look[nodes]).passed.tolist()
+
+    def stars(self, comp: list[int], links: dict[int, set[int]]) -> list[tuple[int, list[int], list[float]]]:
+        """A component's clusters: (representative, its nodes, each node's score against it); the representative
+        is the node with the most passed checks (``links``) among those left (then the first), every node left in
+        the component is checked against it, those that pass are its cluster, and the rest are taken the same way."""
+        left = list(comp)
+        out = []
+        while left:
+            here = set(left)
+            rep = max(left, key=lambda k: (len(links.get(k, set()) & here), -k))
+            others = [k for k in left if k != rep]
+            missing = [k for k in others if (min(rep, k), max(rep, k)) not in self.scores]
+            if missing:
+                self.run(np.full(len(missing), rep, np.int64), np.array(missing, np.int64))
+            nodes, scores = [rep], [1.0]
+            for k in others:
+                sc = self.score(rep, k)
+                if sc >= 0:
+                    nodes.append(k)
+                    scores.append(sc)
+            out.append((rep, nodes, scores))
+            taken = set(nodes)
+            left = [k for k in left if k not in taken]
+        return out
 
 
 def find_pairs(
     a: np.ndarray, threshold: int, b: np.ndarray | None = None, *, colours: Colours | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair of samples within ``threshold`` (``phash.distance``): (i, j, distance) arrays, sorted.
+    """Every pair of samples within ``threshold`` (``phash.distance``), by the hashes alone (and, given ``colours``,
+    agreeing in colour): (i, j, distance) arrays, sorted. Not the near-duplicates (``near_clusters`` checks its
+    candidates on their looks); the exact pairs of the hashes, for the benches and the tests.
 
-    ``a`` (and ``b``) and ``colours`` as for ``near_clusters``. Within ``a`` (i < j) when ``b`` is None,
+    ``a`` (and ``b``) as for ``near_clusters``; ``colours`` (``Colours``) gives the colour layouts of the samples
+    asked for. Within ``a`` (i < j) when ``b`` is None,
     else between ``a`` (i) and ``b`` (j); samples too flat to hash are in no pair. Exact: the same pairs
     as comparing every pair. N samples with equal hashes are N (N - 1) / 2 pairs: ``near_clusters`` is
     what grows with the distinct hashes only.

@@ -411,7 +411,7 @@ class StatsReport:
         if d.get("flat"):
             out.append(
                 f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or smooth "
-                f"pictures), compared with none for near-duplicates, e.g. {' '.join(d['flat_keys'][:5])}: "
+                f"pictures), whose near-duplicates the hashes may miss, e.g. {' '.join(d['flat_keys'][:5])}: "
                 "wds-tools dups lists them"
             )
         return out
