@@ -83,8 +83,9 @@ def test_ordered_yields_in_order_and_bounds_what_is_started(workers):
     assert len(got) == 20
     if workers == 1:
         assert set(got) == {os.getpid()}
-    else:  # workers pool processes; the calling process only hands out work and takes results
-        assert os.getpid() not in got and len(set(got)) == workers
+    else:  # workers pool processes; the calling process only hands out work and takes results. How many
+        # of the pool's processes take a call is the scheduler's business: under load one may take them all
+        assert os.getpid() not in got and 1 <= len(set(got)) <= workers
 
 
 def test_fork_only_without_threads():
