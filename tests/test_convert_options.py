@@ -48,7 +48,6 @@ def test_workers_default_to_the_usable_cpus_locally_only():
         ({"workers": 0}, "--workers 0"),
         ({"shard_size": "lots"}, "--shard-size 'lots'"),
         ({"max_errors": "many"}, "--max-errors 'many'"),
-        ({"trust_mtime": True, "checksum": True}, "--trust-mtime and --checksum"),
         # the first bad option is the one reported, in the order the CLI checks them
         ({"version": "v 1", "size": 4, "workers": 0}, "--version 'v 1'"),
         ({"size": 4, "resize": "stretch"}, "--size 4"),

@@ -8,7 +8,7 @@ import click
 
 from ..convert.decode import COLOUR_MODES, RESIZE_MODES, DecodeSettings
 from ..convert.runner import EXECUTORS
-from ..errors import OptionError, WdsToolsError
+from ..errors import WdsToolsError
 from ..exitcodes import ExitCode
 from ..signals import Interrupted, signal_behind
 from .common import Command, Failure, fail, json_option, quiet_option
@@ -193,12 +193,6 @@ _SIZES = _Sizes()
     "equal the base's, is taken as unchanged without being read (misses an edit that kept "
     "size and mtime; see the README).",
 )
-@click.option(
-    "--trust-mtime",
-    is_flag=True,
-    help="Deprecated, no effect: taking a source with the base's path, size and mtime as "
-    "unchanged is now the default (--checksum reads every source).",
-)
 @click.option("--dry-run", is_flag=True, help="Print what would be decoded, reused and removed; write nothing.")
 @click.option(
     "--executor",
@@ -247,7 +241,6 @@ def convert(
     base: str | None,
     no_reuse: bool,
     checksum: bool,
-    trust_mtime: bool,
     dry_run: bool,
     executor: str,
     ray_address: str | None,
@@ -294,14 +287,6 @@ def convert(
     """
     from ..convert import convert as run_convert
 
-    if trust_mtime:
-        click.echo(
-            "note: --trust-mtime is deprecated and has no effect: the quick check by path, size "
-            "and mtime is now the default; --checksum reads every source.",
-            err=True,
-        )
-        if checksum:
-            fail(OptionError("--trust-mtime and --checksum contradict each other; pass --checksum alone"))
     try:
         result = run_convert(
             source,

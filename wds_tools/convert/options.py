@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,7 +69,6 @@ class ConvertOptions:
     reuse: bool = True
     base: str | None = None
     checksum: bool = False
-    trust_mtime: bool = False
     dry_run: bool = False
     executor: str = "local"
     ray_address: str | None = None
@@ -90,18 +88,6 @@ class ConvertOptions:
             raise OptionError(f"--resize {self.resize!r}: expected one of {', '.join(RESIZE_MODES)}")
         if self.executor not in EXECUTORS:
             raise OptionError(f"--executor {self.executor!r}: expected one of {', '.join(EXECUTORS)}")
-        if self.trust_mtime:
-            if self.checksum:
-                raise OptionError(
-                    "--trust-mtime and --checksum contradict each other; pass --checksum alone to read every source"
-                )
-            # stacklevel 4: past this method and __init__, the caller of convert()
-            warnings.warn(
-                "trust_mtime / --trust-mtime is deprecated: taking a source with the base's path, "
-                "size and mtime as unchanged is now the default (--checksum reads every source)",
-                DeprecationWarning,
-                stacklevel=4,
-            )
         workers = self.workers
         if workers is None and self.executor == "local":
             workers = usable_cpus()

@@ -96,7 +96,6 @@ def convert(
     reuse: bool = True,
     base: str | None = None,
     checksum: bool = False,
-    trust_mtime: bool = False,
     dry_run: bool = False,
     executor: str = "local",
     ray_address: str | None = None,
@@ -152,7 +151,6 @@ def convert(
         reuse: Copy unchanged samples from an earlier version's shards; False decodes everything.
         base: The earlier version to reuse from and keep group splits of; None: the newest.
         checksum: Read and fingerprint every source instead of trusting path, size and mtime.
-        trust_mtime: Deprecated (the quick check is the default); contradicts ``checksum``.
         dry_run: Report the plan and write nothing.
         executor: ``"local"`` (a process pool) or ``"ray"`` (one task per shard on a Ray cluster,
             same plan and bytes; needs the ``ray`` extra).
@@ -199,7 +197,6 @@ def convert(
         reuse=reuse,
         base=base,
         checksum=checksum,
-        trust_mtime=trust_mtime,
         dry_run=dry_run,
         executor=executor,
         ray_address=ray_address,
