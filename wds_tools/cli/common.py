@@ -19,6 +19,7 @@ __all__ = [
     "path_and_out",
     "apply_config",
     "Command",
+    "TomlOption",
     "Failure",
     "fail",
     "json_option",
@@ -49,6 +50,14 @@ class Failure(click.ClickException):
 def fail(e: WdsToolsError) -> NoReturn:
     """Stop the command with ``e``'s message and exit status (``exitcodes.for_error``)."""
     raise Failure(str(e), for_error(e))
+
+
+class TomlOption(click.Option):
+    """An option that says whether wds-tools.toml may set it (``toml``; a plain ``click.Option`` may)."""
+
+    def __init__(self, *args: Any, toml: bool = True, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.toml = toml
 
 
 class Command(click.Command):
@@ -132,19 +141,21 @@ def json_option(what: str) -> Callable[[F], F]:
 def table_keys(path: str, command: str, table: dict, params: list[click.Parameter]) -> dict:
     """A [command] table of wds-tools.toml with its keys as click parameter names: a key is an option's
     long name without the dashes (``shard-size``, ``from``, ``json``; ``_`` for ``-`` also goes).
-    A key that names none of the command's options is refused, naming the file and the options."""
-    names: dict[str, str] = {}
-    for p in params:
-        if isinstance(p, click.Option) and p.name:
-            for opt in p.opts + p.secondary_opts:
-                if opt.startswith("--"):
-                    names[opt[2:]] = p.name
+    A key that names none of the command's options, or one that the file may not set (``TomlOption``), is
+    refused, naming the file and the options."""
+    names = {
+        o[2:]: p for p in params if isinstance(p, click.Option) for o in p.opts + p.secondary_opts if o[:2] == "--"
+    }
     out = {}
     for key, value in table.items():
-        name = names.get(key) or names.get(key.replace("_", "-"))
-        if name is None:
+        option = names.get(key) or names.get(key.replace("_", "-"))
+        if option is None or option.name is None:
             raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {', '.join(sorted(names))}")
-        out[name] = value
+        if not getattr(option, "toml", True):
+            raise OptionError(
+                f"{path}: [{command}] {key!r} is not taken from {CONFIG_FILE}: give {option.opts[0]} when you run"
+            )
+        out[option.name] = value
     return out
 
 
