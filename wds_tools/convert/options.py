@@ -238,9 +238,11 @@ def _max_errors(v: Any) -> Any:
 
 
 def _folder(v: Any) -> str | os.PathLike:
-    if isinstance(v, (str, os.PathLike)) and os.fspath(v):
-        return v
-    raise Refused("expected a folder (a path or a URL)")
+    if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
+        raise Refused("expected a folder (a path or a URL)")
+    if not is_remote(v) and os.path.exists(v) and not os.path.isdir(v):
+        raise Refused("is a file; expected a folder")
+    return v
 
 
 def _decode(v: Any) -> DecodeSettings:
