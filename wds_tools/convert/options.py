@@ -1,9 +1,8 @@
 """``convert`` and its options, each declared once in ``ConvertOptions``.
 
-A field's ``option(...)`` gives its check, its help and flag on the command line, whether
-wds-tools.toml may set it and whether it decides the output bytes; cli/convert.py makes the
-command's options from it and tests/test_convert_options.py holds ``convert``'s signature to it
-(docs/guide/converter-internals.md, "Options").
+A field's ``option(...)`` gives its check, its help and flag on the command line, whether wds-tools.toml may
+set it and whether it decides the output bytes; the CLI's options are made from it and a test holds
+``convert``'s signature to it (docs/guide/converter-internals.md, "Options").
 """
 
 from __future__ import annotations
