@@ -5,6 +5,7 @@ import inspect
 import json
 import re
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import make_images, write_manifest
@@ -165,3 +166,28 @@ def test_out_naming_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(OptionError, match=r"--out .*f.\)?: is a file; expected a folder"):
         ConvertOptions(version="v1", size=8, out=tmp_path / "f")
+
+
+def test_numpy_values_are_kept_as_plain_python_and_other_kinds_refused_by_name():
+    """A value from a numpy computation is kept as the plain type index.json records (json cannot write numpy's);
+    a bool where a number is meant, a string from Python or a float seed is refused, naming the option."""
+    opts = ConvertOptions(
+        version="v1", size=8, seed=np.int64(7), workers=np.int32(2), val_fraction=np.float64(0.25), dedup=np.bool_(1)
+    )
+    kept = (opts.seed, opts.workers, opts.val_fraction, opts.dedup)
+    assert kept == (7, 2, 0.25, True) and [type(v) for v in kept] == [int, int, float, bool]
+    for name, value in [("seed", True), ("seed", "7"), ("seed", 1.5), ("workers", True), ("val_fraction", True)]:
+        with pytest.raises(OptionError, match=f"--{name.replace('_', '-')} {value!r}: expected"):
+            ConvertOptions(version="v1", size=8, **{name: value})
+    with pytest.raises(OptionError, match="--stratify 1: expected True or False"):
+        ConvertOptions(version="v1", size=8, stratify=1)
+
+
+def test_wds_tools_toml_may_give_sizes_as_a_list_and_a_shard_size_as_a_number(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(wds_tools.convert, "convert_with", lambda source, opts: seen.append(opts))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wds-tools.toml").write_text("[convert]\nsize = [16, 384]\nshard-size = 2000\n")
+    res = CliRunner().invoke(cli, ["convert", "--source", "m.csv", "--version", "v1"])
+    assert seen, res.output
+    assert seen[0].sides == (384, 16) and seen[0].shard_samples == ((384, 2000), (16, 2000))

@@ -52,7 +52,7 @@ Check = Callable[[Any], Any]  # a value -> the value as kept; Refused (or Option
 
 
 def _is_bool(v: Any) -> bool:
-    return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's, without importing numpy
+    return isinstance(v, bool) or type(v).__name__ in ("bool", "bool_")  # numpy's (2.x, 1.x) without importing it
 
 
 def _integer(v: Any) -> int | None:
