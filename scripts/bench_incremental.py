@@ -163,12 +163,13 @@ def measure_costs(paths: list[Path], base_dir: Path, size: int, work: Path) -> l
     # planning memory per manifest row: read a 100,000-row manifest and plan it (no files are opened)
     big = work / "plan-100k.csv"
     write_rows(big, [(f"k{i:07d}", f"images/{i % 1000:03d}/img_{i:07d}.jpg", CLASSES[i % 3]) for i in range(100_000)])
+    from wds_tools.convert.options import ConvertOptions
     from wds_tools.convert.plan import plan_split
     from wds_tools.convert.source import read_source
     from wds_tools.convert.write import SampleTask
 
     tracemalloc.start()
-    src = read_source(big)
+    src = read_source(big, ConvertOptions(version="plan", size=224))
     labels = src.label_index()
     stats = [(bytes(16), 4_000_000, 1_700_000_000_000_000_000) for _ in src.rows]  # what the scan keeps
     plans = plan_split("train", [(r.key, labels[r.label]) for r in src.rows], shard_size=1700, seed=0)

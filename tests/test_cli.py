@@ -151,7 +151,7 @@ def test_python_dash_m_entry_point():
     assert res.returncode == 0 and "wds-tools" in res.stdout
 
 
-def test_checksum_and_the_deprecated_trust_mtime(runner, tmp_path):
+def test_checksum_reads_every_source(runner, tmp_path):
     root = tmp_path / "c"
     manifest = write_manifest(root / "m.csv", make_images(root, 6))
 
@@ -178,8 +178,3 @@ def test_checksum_and_the_deprecated_trust_mtime(runner, tmp_path):
     assert (quick["unchanged_by_stat"], quick["sources_read"], quick["checksum"]) == (6, 0, False)
     careful = json.loads(runner.invoke(cli, args("v3", "--checksum")).stdout)
     assert (careful["unchanged_by_stat"], careful["sources_read"], careful["checksum"]) == (0, 6, True)
-    old = runner.invoke(cli, args("v4", "--trust-mtime"))
-    assert old.exit_code == 0 and "--trust-mtime is deprecated" in old.stderr
-    assert json.loads(old.stdout)["unchanged_by_stat"] == 6
-    both = runner.invoke(cli, args("v5", "--trust-mtime", "--checksum"))
-    assert both.exit_code == 2 and "contradict" in both.output

@@ -1,5 +1,5 @@
 """Issue 25, point 4: one CLI vocabulary. Every command has -q/--quiet and --json and help on every
-option; --workers is the command's own parallelism (old spellings are hidden deprecated aliases);
+option; --workers is the command's own parallelism;
 help does not depend on the folder; exit codes are the table in docs/exit-codes.md; progress is
 plain lines off a terminal; stats models the reader make_loader would use."""
 
@@ -19,13 +19,11 @@ from shardkit import copy_tars
 
 from wds_tools import progress as progress_module
 from wds_tools.cli import cli
-from wds_tools.cli.common import DeprecatedAlias
-from wds_tools.cli.defaults import load_cli_defaults, load_config
+from wds_tools.cli.defaults import load_cli_defaults
 from wds_tools.exitcodes import EXIT_CODES, ExitCode
 from wds_tools.inspect.stats.figures import distribute
 
 ROOT = Path(__file__).resolve().parent.parent
-OLD_SPELLINGS = {("verify", "--threads"): "--workers", ("stats", "--workers"): "--loader-workers"}
 
 
 @pytest.fixture
@@ -54,15 +52,10 @@ def test_every_command_has_quiet_json_and_help_on_every_option():
         assert spellings["-q"] is spellings["--quiet"] and spellings["--quiet"].is_flag, name
         for p in _options(cmd):
             assert p.help and len(p.help) > 10, f"{name} {p.opts[0]} has no help"
-            if p.hidden:  # the only hidden options are the old spellings, kept for one release
-                assert isinstance(p, DeprecatedAlias), f"{name} {p.opts[0]} is hidden but not a deprecated alias"
-                assert OLD_SPELLINGS[(name, p.opts[0])] == p.new and p.new in spellings
-        visible = {o for p in _options(cmd) if not p.hidden for o in p.opts}
+            assert not p.hidden, f"{name} {p.opts[0]} is hidden"
+        visible = {o for p in _options(cmd) for o in p.opts}
         assert "--threads" not in visible, name
         assert "--loader-workers" not in visible or name in ("stats", "report"), name  # report shows stats' epoch
-        for (command, old), _new in OLD_SPELLINGS.items():
-            if command == name:
-                assert old not in visible, f"{name} {old} is visible"
 
 
 def test_workers_is_the_commands_own_parallelism():
@@ -88,42 +81,28 @@ def test_the_two_versions_say_which_they_are(runner):
     assert runner.invoke(cli, ["--version"]).output.startswith("wds-tools, version ")
 
 
-# ------------------------------------------------------------------ deprecated spellings
-
-
-def test_verify_threads_is_a_deprecated_workers(runner, converted):
+def test_workers_options_and_their_toml_keys_work_without_a_word(runner, converted, tmp_path, monkeypatch):
+    """What the tests of the removed old spellings (verify --threads, stats --workers) also checked of the
+    new ones: they run with nothing on stderr, from the command line and from wds-tools.toml."""
     new = runner.invoke(cli, ["verify", str(converted), "--workers", "1", "--json", "-q"])
-    old = runner.invoke(cli, ["verify", str(converted), "--threads", "1", "--json", "-q"])
-    assert new.exit_code == old.exit_code == 0, old.output
-    assert new.stderr == ""
-    assert old.stderr.strip() == "warning: --threads is deprecated and will be removed; use --workers"
-    assert json.loads(old.stdout)["ok"] is json.loads(new.stdout)["ok"] is True
-    both = runner.invoke(cli, ["verify", str(converted), "--threads", "1", "--workers", "2"])
-    assert both.exit_code == 2 and "give --workers alone" in both.output
-
-
-def test_stats_workers_keeps_its_old_meaning_with_a_warning(runner, converted):
-    old = runner.invoke(cli, ["stats", str(converted), "--workers", "3", "--json"])
-    assert old.exit_code == 0, old.output
-    assert "--workers is deprecated and will be removed; use --loader-workers" in old.stderr
-    assert json.loads(old.stdout)["workers"] == 3
+    assert new.exit_code == 0 and new.stderr == "" and json.loads(new.stdout)["ok"] is True
     new = runner.invoke(cli, ["stats", str(converted), "--loader-workers", "3", "--json"])
     assert new.stderr == "" and json.loads(new.stdout)["workers"] == 3
-
-
-def test_old_keys_in_wds_tools_toml_are_read_with_a_warning(runner, converted, tmp_path, monkeypatch):
-    (tmp_path / "wds-tools.toml").write_text("[stats]\nworkers = 5\n[verify]\nthreads = 1\n")
+    (tmp_path / "wds-tools.toml").write_text("[stats]\nloader-workers = 4\n")
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(cli, ["stats", str(converted), "--json"])
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["workers"] == 5
-    assert "[stats] workers is deprecated and will be removed; use loader-workers" in res.stderr
-    assert "[verify]" not in res.stderr  # each command warns of its own table only
-    res = runner.invoke(cli, ["verify", str(converted), "-q"])
-    assert res.exit_code == 0 and "[verify] threads is deprecated and will be removed; use workers" in res.stderr
-    (tmp_path / "wds-tools.toml").write_text("[stats]\nloader-workers = 4\n")
-    res = runner.invoke(cli, ["stats", str(converted), "--json"])
     assert json.loads(res.stdout)["workers"] == 4 and res.stderr == ""
+    for old in (["verify", str(converted), "--threads", "1"], ["stats", str(converted), "--workers", "3"]):
+        assert runner.invoke(cli, old).exit_code == 2  # the old spellings are gone (0.1.0 never had users)
+
+
+def test_load_cli_defaults_reads_a_file_without_a_warning(tmp_path):
+    p = tmp_path / "wds-tools.toml"
+    p.write_text('out = "sh"\n[convert]\nworkers = 2\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = load_cli_defaults(p)
+    assert new["convert"] == {"workers": 2} and new["out"].endswith("sh")
 
 
 def test_wds_tools_toml_keys_are_the_options_long_names(runner, converted, tmp_path, monkeypatch):
@@ -138,28 +117,6 @@ def test_wds_tools_toml_keys_are_the_options_long_names(runner, converted, tmp_p
     res = runner.invoke(cli, ["stats", str(converted)])
     assert res.exit_code == 2 and "[stats] unknown key 'loader-wrkers'; expected one of" in res.output
     assert "loader-workers" in res.output and "world-size" in res.output
-
-
-def test_verify_threads_keyword_is_a_deprecated_workers(converted):
-    from wds_tools.inspect.verify import verify
-
-    with pytest.warns(DeprecationWarning, match=r"verify\(threads=...\) is deprecated; use workers="):
-        old = verify(converted, threads=1)
-    assert old.ok and old.to_dict()["shards"] == verify(converted, workers=1).to_dict()["shards"] == 5
-
-
-def test_load_config_is_a_deprecated_name_of_load_cli_defaults(tmp_path):
-    p = tmp_path / "wds-tools.toml"
-    p.write_text('out = "sh"\n[convert]\nworkers = 2\n')
-    with pytest.warns(DeprecationWarning, match="use wds_tools.cli.defaults.load_cli_defaults"):
-        old = load_config(p)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        new = load_cli_defaults(p)
-    assert old == new and new["convert"] == {"workers": 2} and new["out"].endswith("sh")
-
-
-# ------------------------------------------------------------------ help does not depend on the folder
 
 
 def test_help_is_the_same_in_a_folder_with_a_wds_tools_toml(runner, tmp_path, monkeypatch):

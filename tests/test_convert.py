@@ -475,7 +475,7 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
     assert set(idx.splits) == {"train", "val"}
     v = _cli("verify", folder, "--json")
     assert v.exit_code == 0 and json.loads(v.stdout)["ok"], v.output
-    st = _cli("stats", folder, "--by", "localization", "--workers", 1)
+    st = _cli("stats", folder, "--by", "localization", "--loader-workers", 1)
     assert st.exit_code == 0 and "train by localization (string): samples per class" in st.output
     assert "頭皮" in st.output and "groups of lesion_id: 10; each in one split" in st.output
     from wds_tools.inspect.stats.render import display_width
@@ -484,7 +484,7 @@ def test_a_ham10000_metadata_file_through_the_cli(tmp_path):
     rows = [line for line in table.splitlines() if line.startswith("  ") and not line.startswith("  ...")]
     assert any("頭皮" in r for r in rows) and len({display_width(r) for r in rows}) == 1, table  # columns line up
     assert display_width("頭皮") == 4 and display_width("e\u0301") == 1 and display_width("back") == 4
-    js = json.loads(_cli("stats", folder, "--by", "age", "--workers", 1, "--json").stdout)
+    js = json.loads(_cli("stats", folder, "--by", "age", "--loader-workers", 1, "--json").stdout)
     assert js["by"]["values"][-1] is None and js["groups"] == {
         "column": "lesion_id",
         "groups": 10,

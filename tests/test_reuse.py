@@ -168,9 +168,6 @@ def test_an_edit_that_keeps_size_and_mtime_is_missed_by_default_and_caught_by_ch
     manifest = write_manifest(root / "v2.csv", rows)
     quick = _convert(manifest, out, "v2", dry_run=True)
     assert (quick.decoded, quick.reused, quick.unchanged_by_stat, quick.sources_read) == (0, 30, 30, 0)
-    with pytest.warns(DeprecationWarning, match="trust-mtime"):
-        trusting = _convert(manifest, out, "v2", trust_mtime=True, dry_run=True)  # the deprecated alias
-    assert (trusting.decoded, trusting.reused) == (0, 30)
     careful = _convert(manifest, out, "v2", checksum=True, dry_run=True)
     assert careful.decoded == 1 and careful.reused == 29 and careful.sources_read == 30
     # written: the default keeps the old pixels; --checksum equals a fresh conversion
@@ -236,8 +233,6 @@ def test_checksum_reads_every_source_and_gives_the_same_bytes(v1, tmp_path):
     assert res.checksum and (res.sources_read, res.unchanged_by_stat) == (31, 0)
     assert (res.decoded, res.relabeled, res.reused) == (3, 1, 27)
     _assert_same_as_fresh(manifest, out, tmp_path)
-    with pytest.raises(OptionError, match="--trust-mtime and --checksum"):
-        _convert(manifest, out, "v3", checksum=True, trust_mtime=True)
 
 
 @pytest.mark.parametrize("algo", ["sha256", "md5"])

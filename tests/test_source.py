@@ -5,17 +5,42 @@ from conftest import make_images, write_ham, write_isic, write_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wds_tools.convert import source
 from wds_tools.convert.manifest import Columns
-from wds_tools.convert.source import read_source, sanitize_keys
+from wds_tools.convert.options import ConvertOptions
+from wds_tools.convert.outfolder import spec
+from wds_tools.convert.source import sanitize_keys
 from wds_tools.convert.splitbase import SplitBase
 from wds_tools.errors import InvalidKeyError, OptionError, SourceError
+
+PLAIN = Columns()
+
+
+def options(columns: Columns = PLAIN, **kw) -> ConvertOptions:
+    """A conversion's options with these column options (``Columns``) and keywords, as ``convert`` makes them."""
+    named = {"key": columns.key, "label": columns.label, "path": columns.path, "split": columns.split}
+    return ConvertOptions(version="v1", size=8, group=columns.group, **named, **kw)
+
+
+def read(path, columns: Columns = PLAIN, split_base=None, **kw) -> source.Source:
+    """``source.read_source`` with ``options(columns, **kw)``."""
+    return source.read_source(path, options(columns, **kw), split_base=split_base)
+
+
+def build_fields(src: source.Source, columns: Columns = PLAIN, **kw) -> dict:
+    """index.json ``build``'s fields of the column and split options (outfolder.spec), as ``src`` was read."""
+    built = spec(src, options(columns, **kw), 8)["build"]
+    return {
+        k: v for k, v in built.items() if k not in ("shard_size", "seed", "val_fraction", "sanitize_keys", "source")
+    }
+
 
 HAM = Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")
 ISIC = Columns(key="image_name", label="benign_malignant", path="train/{image_name}.jpg", group="patient_id")
 
 
 def test_csv_manifest_rows_labels_and_hash_split(corpus):
-    src = read_source(corpus, val_fraction=0.25, seed=0)
+    src = read(corpus, val_fraction=0.25, seed=0)
     assert src.kind == "csv"
     assert len(src.rows) == 40
     assert src.classes == ["a", "b", "c"]
@@ -23,15 +48,15 @@ def test_csv_manifest_rows_labels_and_hash_split(corpus):
     assert r.key == "s0000" and r.source_path == "img/s0000.jpg" and r.label == "a"
     assert r.path == str(corpus.parent / "img/s0000.jpg")
     assert {r.split for r in src.rows} == {"train", "val"}
-    assert read_source(corpus, val_fraction=0.25).digest() == src.digest()
-    assert read_source(corpus, val_fraction=0.5).digest() != src.digest()
+    assert read(corpus, val_fraction=0.25).digest() == src.digest()
+    assert read(corpus, val_fraction=0.5).digest() != src.digest()
 
 
 def test_split_column_is_kept(tmp_path):
     rows = make_images(tmp_path, 4)
     for r, s in zip(rows, ["train", "val", "test", ""]):
         r["split"] = s
-    src = read_source(write_manifest(tmp_path / "m.csv", rows), val_fraction=0.0)
+    src = read(write_manifest(tmp_path / "m.csv", rows), val_fraction=0.0)
     assert [r.split for r in src.rows] == ["train", "val", "test", "train"]
 
 
@@ -39,7 +64,7 @@ def test_jsonl_manifest(tmp_path):
     rows = make_images(tmp_path, 3)
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
-    src = read_source(path)
+    src = read(path)
     assert src.kind == "jsonl"
     assert [r.key for r in src.rows] == ["s0000", "s0001", "s0002"]
 
@@ -48,14 +73,14 @@ def test_jsonl_bad_line_is_named(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"key": "a", "path": "x.jpg", "label": "l"}\n{not json\n')
     with pytest.raises(SourceError, match="line 2 is not valid JSON"):
-        read_source(path)
+        read(path)
 
 
 def test_integer_labels_keep_their_value(tmp_path):
     rows = make_images(tmp_path, 3)
     for r, lab in zip(rows, ["0", "2", "10"]):
         r["label"] = lab
-    src = read_source(write_manifest(tmp_path / "m.csv", rows))
+    src = read(write_manifest(tmp_path / "m.csv", rows))
     assert src.classes == [str(i) for i in range(11)]
     assert src.label_index()["10"] == 10
 
@@ -64,22 +89,22 @@ def test_missing_columns_are_named(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("name,file\na,b.jpg\n")
     with pytest.raises(SourceError, match="missing column\\(s\\) key, label, path"):
-        read_source(path)
+        read(path)
 
 
 def test_empty_field_names_the_line(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("key,path,label\na,a.jpg,x\nb,,x\n")
     with pytest.raises(SourceError, match="line 3: empty or missing 'path'"):
-        read_source(path)
+        read(path)
 
 
 def test_unknown_manifest_type_and_missing_source(tmp_path):
     (tmp_path / "m.txt").write_text("x")
     with pytest.raises(SourceError, match="unknown manifest type"):
-        read_source(tmp_path / "m.txt")
+        read(tmp_path / "m.txt")
     with pytest.raises(SourceError, match="does not exist"):
-        read_source(tmp_path / "nope.csv")
+        read(tmp_path / "nope.csv")
 
 
 @pytest.mark.parametrize("bad", ["a.b", "a/b", "with space", "", "x" * 97])
@@ -87,22 +112,22 @@ def test_invalid_keys_are_refused_with_their_line(tmp_path, bad):
     path = tmp_path / "m.csv"
     path.write_text(f'key,path,label\ngood,a.jpg,x\n"{bad}",b.jpg,x\n')
     with pytest.raises((InvalidKeyError, SourceError), match="line 3"):
-        read_source(path)
+        read(path)
 
 
 def test_duplicate_keys_are_refused_with_their_lines(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("key,path,label\nk1,a.jpg,x\nk2,b.jpg,x\nk1,c.jpg,x\n")
     with pytest.raises(InvalidKeyError, match="duplicate key.*'k1' at lines 2, 4"):
-        read_source(path)
+        read(path)
 
 
 def test_sanitize_keys_maps_and_keeps_original(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("key,path,label\nIMG 1.jpg,a.jpg,x\nIMG_1_jpg,b.jpg,x\nok-key,c.jpg,x\n")
     with pytest.raises(InvalidKeyError, match="--sanitize-keys"):
-        read_source(path)
-    src = read_source(path, sanitize_keys=True)
+        read(path)
+    src = read(path, sanitize_keys=True)
     keys = [r.key for r in src.rows]
     assert len(set(keys)) == 3
     assert keys[2] == "ok-key" and src.rows[2].original_key is None
@@ -126,7 +151,7 @@ def test_image_folder(tmp_path):
         d.mkdir(parents=True)
         for name in ("a.jpg", "a.png", "b.JPEG", ".hidden.jpg", "notes.txt"):
             (d / name).write_bytes(b"x")
-    src = read_source(root, val_fraction=0.0)
+    src = read(root, val_fraction=0.0)
     assert src.kind == "image-folder"
     assert src.classes == ["benign", "malignant"]
     assert len(src.rows) == 6  # hidden files and non-images skipped
@@ -139,7 +164,7 @@ def test_image_folder(tmp_path):
 def test_empty_image_folder(tmp_path):
     (tmp_path / "empty" / "label").mkdir(parents=True)
     with pytest.raises(SourceError, match="no images found"):
-        read_source(tmp_path / "empty")
+        read(tmp_path / "empty")
 
 
 def test_labels_are_class_indexes_only_when_every_one_is_a_plain_ascii_integer():
@@ -159,16 +184,14 @@ def test_hash_columns_are_read_and_checked(tmp_path):
     for r, d in zip(rows, digests):
         r["sha256"] = d.upper() if r["key"] == "s0001" else d  # case does not matter
     rows[2]["sha256"] = ""  # a row without a hash is compared as if the column were absent
-    src = read_source(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
+    src = read(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
     assert [r.content_hash for r in src.rows] == [f"sha256:{digests[0]}", f"sha256:{digests[1]}", None]
-    plain = read_source(
-        write_manifest(tmp_path / "plain.csv", [{k: v for k, v in r.items() if k != "sha256"} for r in rows])
-    )
+    plain = read(write_manifest(tmp_path / "plain.csv", [{k: v for k, v in r.items() if k != "sha256"} for r in rows]))
     assert plain.digest() == src.digest()  # the hash is a means to compare, not the source's identity
     # jsonl, md5
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps({**rows[0], "sha256": None, "md5": "d41d8cd98f00b204e9800998ecf8427e"}) + "\n")
-    assert read_source(path).rows[0].content_hash == "md5:d41d8cd98f00b204e9800998ecf8427e"
+    assert read(path).rows[0].content_hash == "md5:d41d8cd98f00b204e9800998ecf8427e"
 
 
 @pytest.mark.parametrize("value", ["abc", "g" * 64, "0" * 63])
@@ -176,7 +199,7 @@ def test_a_malformed_hash_is_named(tmp_path, value):
     rows = make_images(tmp_path, 2)
     rows[1]["sha256"] = value
     with pytest.raises(SourceError, match=r"m.csv: line 3: sha256 .* is not 64 hex digits.*remove the sha256 column"):
-        read_source(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
+        read(write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "sha256")))
 
 
 # ------------------------------------------------------------------ a dataset's own metadata file
@@ -184,7 +207,7 @@ def test_a_malformed_hash_is_named(tmp_path, value):
 
 def test_a_ham10000_metadata_file_with_column_options(tmp_path):
     path = write_ham(tmp_path, [3, 1, 2])
-    src = read_source(path, columns=HAM, val_fraction=0.3)
+    src = read(path, columns=HAM, val_fraction=0.3)
     assert [r.key for r in src.rows] == [f"ISIC_{i:07d}" for i in range(6)]
     assert src.rows[0].source_path == "images/ISIC_0000000.jpg" and src.rows[0].path == str(
         tmp_path / "images" / "ISIC_0000000.jpg"
@@ -200,7 +223,7 @@ def test_a_ham10000_metadata_file_with_column_options(tmp_path):
     assert src.rows[4].meta == ("HAM_0000002", "follow_up", None, "female", "頭皮")  # age missing
     assert src.rows[0].meta[2] == 5.0 and isinstance(src.rows[0].meta[2], float)
     assert src.meta_items(src.rows[0])[0] == ("lesion_id", "HAM_0000000")
-    assert src.build_fields() == {
+    assert build_fields(src, HAM, val_fraction=0.3) == {
         "columns": {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "split": None},
         "group": "lesion_id",
         "split_base": None,
@@ -208,7 +231,7 @@ def test_a_ham10000_metadata_file_with_column_options(tmp_path):
 
 
 def test_an_isic_train_csv_with_column_options(tmp_path):
-    src = read_source(write_isic(tmp_path, [3, 2, 4]), columns=ISIC)
+    src = read(write_isic(tmp_path, [3, 2, 4]), columns=ISIC)
     assert src.classes == ["benign", "malignant"] and len(src.rows) == 9
     types = {c.name: c.type for c in src.metadata}
     assert types == {
@@ -226,13 +249,13 @@ def test_an_isic_train_csv_with_column_options(tmp_path):
 
 def test_the_digest_covers_the_metadata(tmp_path):
     path = write_ham(tmp_path, [2, 2])
-    before = read_source(path, columns=HAM).digest()
+    before = read(path, columns=HAM).digest()
     text = path.read_text(encoding="utf-8")
     path.write_text(text.replace("épaule", "shoulder"), encoding="utf-8")
-    assert read_source(path, columns=HAM).digest() != before
+    assert read(path, columns=HAM).digest() != before
     plain = tmp_path / "plain.csv"
     plain.write_text("key,path,label\na,a.jpg,x\n")
-    src = read_source(plain)
+    src = read(plain)
     import hashlib
 
     assert src.digest() == hashlib.sha256(f"a\ta.jpg\tx\t{src.rows[0].split}\n".encode()).hexdigest()  # v1's
@@ -260,7 +283,7 @@ def test_no_group_lands_in_two_splits(tmp_path_factory, lesions, frac, stratify,
             for i in range(n)
         ]
     write_manifest(path, rows, ("key", "path", "label", "lesion"))
-    src = read_source(path, columns=Columns(group="lesion"), val_fraction=frac, stratify=stratify, seed=seed)
+    src = read(path, columns=Columns(group="lesion"), val_fraction=frac, stratify=stratify, seed=seed)
     splits: dict[str, set] = {}
     for r in src.rows:
         splits.setdefault(dict(src.meta_items(r))["lesion"], set()).add(r.split)
@@ -274,7 +297,7 @@ def test_a_split_column_wins_and_carries_its_group(tmp_path):
         {"key": "c", "path": "c.jpg", "label": "y", "split": "", "lesion": "L2"},
     ]
     path = write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "split", "lesion"))
-    src = read_source(path, columns=Columns(group="lesion"), val_fraction=0.0)
+    src = read(path, columns=Columns(group="lesion"), val_fraction=0.0)
     assert [r.split for r in src.rows] == ["test", "test", "train"]
 
 
@@ -290,8 +313,8 @@ def test_a_group_in_two_splits_of_the_split_column_is_refused(tmp_path):
         match=r"m.csv: group 'L1' of column 'lesion' is in 2 splits of the manifest's "
         r"split column \(train at line\(s\) 2; val at line\(s\) 3, 4\)",
     ):
-        read_source(path, columns=Columns(group="lesion"))
-    assert {r.split for r in read_source(path).rows} == {"train", "val"}  # without --group: rows as given
+        read(path, columns=Columns(group="lesion"))
+    assert {r.split for r in read(path).rows} == {"train", "val"}  # without --group: rows as given
 
 
 def test_base_groups_keep_their_split_and_rows_without_a_group_are_their_own(tmp_path):
@@ -299,22 +322,22 @@ def test_base_groups_keep_their_split_and_rows_without_a_group_are_their_own(tmp
         {"key": f"k{i}", "path": f"{i}.jpg", "label": "x", "lesion": f"L{i // 2}" if i < 6 else ""} for i in range(8)
     ]
     path = write_manifest(tmp_path / "m.csv", rows, ("key", "path", "label", "lesion"))
-    free = read_source(path, columns=Columns(group="lesion"), val_fraction=0.5)
+    free = read(path, columns=Columns(group="lesion"), val_fraction=0.5)
     flipped = {
         ("g", "L0"): "val" if free.rows[0].split == "train" else "train",
         ("k", "k7"): "test",
         ("g", "L9"): "val",
     }  # a base group the new version lacks is ignored
-    src = read_source(path, columns=Columns(group="lesion"), val_fraction=0.5, split_base=SplitBase("v0", flipped))
+    src = read(path, columns=Columns(group="lesion"), val_fraction=0.5, split_base=SplitBase("v0", flipped))
     assert src.rows[0].split == src.rows[1].split == flipped[("g", "L0")] and src.rows[7].split == "test"
     assert [r.split for r in src.rows[2:7]] == [r.split for r in free.rows[2:7]]
-    assert src.build_fields()["split_base"] == "v0"
+    assert build_fields(src, Columns(group="lesion"), val_fraction=0.5)["split_base"] == "v0"
 
 
 def test_an_empty_template_cell_fails_its_row_only(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("id,folder,label\na,x,cat\nb,,cat\n")
-    src = read_source(path, columns=Columns(key="id", path="{folder}/{id}.jpg"))
+    src = read(path, columns=Columns(key="id", path="{folder}/{id}.jpg"))
     assert [r.error for r in src.rows] == [None, "column 'folder' is empty; --path '{folder}/{id}.jpg' needs it"]
     assert src.rows[1].source_path == "/b.jpg"
 
@@ -323,8 +346,8 @@ def test_column_options_do_not_apply_to_an_image_folder(tmp_path):
     (tmp_path / "photos" / "cat").mkdir(parents=True)
     (tmp_path / "photos" / "cat" / "a.jpg").write_bytes(b"x")
     with pytest.raises(OptionError, match="image folder .* which has none"):
-        read_source(tmp_path / "photos", columns=Columns(group="lesion"))
-    assert read_source(tmp_path / "photos", stratify=True).rows[0].split == "train"
+        read(tmp_path / "photos", columns=Columns(group="lesion"))
+    assert read(tmp_path / "photos", stratify=True).rows[0].split == "train"
 
 
 def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
@@ -340,7 +363,7 @@ def test_jsonl_with_column_options_keeps_typed_values(tmp_path):
         + "\n",
         encoding="utf-8",
     )
-    src = read_source(path, columns=Columns(key="image", label="dx", path="img/{image}.jpg"))
+    src = read(path, columns=Columns(key="image", label="dx", path="img/{image}.jpg"))
     assert [(c.name, c.type) for c in src.metadata] == [("age", "float"), ("site", "string"), ("flag", "string")]
     assert [r.meta for r in src.rows] == [(40.0, "dos", "true"), (52.5, None, "false")]
     assert src.rows[1].source_path == "img/b.jpg"
@@ -354,7 +377,7 @@ def test_labels_written_as_floats_are_classes_by_integer_value(tmp_path):
     rows = make_images(tmp_path, 12)
     for i, r in enumerate(rows):
         r["label"] = f"{i}.0"
-    src = read_source(write_manifest(tmp_path / "m.csv", rows))
+    src = read(write_manifest(tmp_path / "m.csv", rows))
     assert src.classes == [str(i) for i in range(12)]
     index = src.label_index()
     assert [index[r.label] for r in src.rows] == list(range(12))  # label 2.0 is class 2, not 4
@@ -365,7 +388,7 @@ def test_one_value_in_three_spellings_is_one_class(tmp_path):
     path = tmp_path / "m.jsonl"
     labels = [3, "3", 3.0, 0]
     path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, labels)))
-    src = read_source(path)
+    src = read(path)
     assert src.classes == ["0", "1", "2", "3"]
     assert [r.label for r in src.rows] == ["3", "3", "3", "0"]
 
@@ -375,14 +398,14 @@ def test_a_boolean_among_numeric_labels_is_refused_naming_the_row(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [3, True, 1])))
     with pytest.raises(SourceError, match=r"m\.jsonl: the label at line\(s\) 2 is a JSON boolean"):
-        read_source(path)
+        read(path)
 
 
 def test_boolean_labels_alone_are_names(tmp_path):
     rows = make_images(tmp_path, 2)
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [True, False])))
-    assert read_source(path).classes == ["false", "true"]
+    assert read(path).classes == ["false", "true"]
 
 
 def test_one_non_integer_value_written_two_ways_is_refused(tmp_path):
@@ -390,14 +413,14 @@ def test_one_non_integer_value_written_two_ways_is_refused(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, [2.5, "2.50"])))
     with pytest.raises(SourceError, match=r"'2\.5' at line\(s\) 1; '2\.50' at line\(s\) 2 name one value"):
-        read_source(path)
+        read(path)
 
 
 def test_leading_zero_labels_stay_names(tmp_path):
     rows = make_images(tmp_path, 2)
     for r, lab in zip(rows, ["07", "7"]):
         r["label"] = lab
-    assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]
+    assert read(write_manifest(tmp_path / "m.csv", rows)).classes == ["07", "7"]
 
 
 # --- integer labels never go through a double (issue 32, point 8) ---
@@ -414,7 +437,7 @@ def test_integer_labels_past_a_doubles_digits_are_kept_exactly(tmp_path, kind):
         cells = BIG if kind == "jsonl-text" else [lab if lab == "cat" else int(lab) for lab in BIG]
         path = tmp_path / "m.jsonl"
         path.write_text("".join(json.dumps({**r, "label": lab}) + "\n" for r, lab in zip(rows, cells)))
-    src = read_source(path)
+    src = read(path)
     assert [r.label for r in src.rows] == BIG  # 12345678901234567 and ...568 are two classes, ...993 not ...992
     assert src.classes == sorted(BIG)
     assert len(set(src.label_index()[r.label] for r in src.rows)) == len(BIG)
@@ -423,7 +446,7 @@ def test_integer_labels_past_a_doubles_digits_are_kept_exactly(tmp_path, kind):
 def test_integer_labels_written_with_a_zero_fraction_keep_their_digits(tmp_path):
     rows = make_images(tmp_path, 3)
     labels = ["9007199254740993.0", "9007199254740992.00", "dog"]
-    src = read_source(write_manifest(tmp_path / "m.csv", [{**r, "label": lab} for r, lab in zip(rows, labels)]))
+    src = read(write_manifest(tmp_path / "m.csv", [{**r, "label": lab} for r, lab in zip(rows, labels)]))
     assert [r.label for r in src.rows] == ["9007199254740993", "9007199254740992", "dog"]
 
 
@@ -432,7 +455,7 @@ def test_an_integer_label_too_large_for_a_class_index_is_quoted_exactly(tmp_path
     for r, lab in zip(rows, ["99999999999999999999", "3"]):
         r["label"] = lab
     with pytest.raises(SourceError, match=r"m\.csv: integer label 99999999999999999999 \(line 2\) is too large"):
-        read_source(write_manifest(tmp_path / "m.csv", rows))
+        read(write_manifest(tmp_path / "m.csv", rows))
 
 
 def test_a_json_float_label_past_2_53_is_refused_naming_its_line(tmp_path):
@@ -442,14 +465,14 @@ def test_a_json_float_label_past_2_53_is_refused_naming_its_line(tmp_path):
     second = json.dumps({k: v for k, v in rows[1].items() if k != "label"})[:-1] + ', "label": 12345678901234567.0}'
     path.write_text(json.dumps({**rows[0], "label": "cat"}) + "\n" + second + "\n")
     with pytest.raises(SourceError, match=r"m\.jsonl: the label at line\(s\) 2 is a JSON number with a fraction"):
-        read_source(path)
+        read(path)
 
 
 def test_two_decimal_labels_one_double_holds_are_two_values_not_one_spelt_twice(tmp_path):
     rows = make_images(tmp_path, 2)
     for r, lab in zip(rows, ["0.1", "0.10000000000000000001"]):  # one double, two decimal values
         r["label"] = lab
-    assert read_source(write_manifest(tmp_path / "m.csv", rows)).classes == ["0.1", "0.10000000000000000001"]
+    assert read(write_manifest(tmp_path / "m.csv", rows)).classes == ["0.1", "0.10000000000000000001"]
 
 
 # --- every file of an image folder accounted for (issue 22, row 2) ---
@@ -464,7 +487,7 @@ def test_every_file_not_taken_is_listed_with_its_reason(tmp_path):
     (root / "cat" / ".thumbs" / "t.jpg").write_bytes(b"x")
     (root / "README.md").write_text("a corpus")
     (root / ".git").mkdir()
-    src = read_source(root, val_fraction=0.0)
+    src = read(root, val_fraction=0.0)
     assert sorted(r.source_path for r in src.rows) == [
         f"cat/{n}" for n in ("a.jpg", "b.jfif", "c.jpe", "d.heic", "e.avif", "f.HEIF")
     ]
@@ -486,7 +509,7 @@ def test_a_symlinked_subfolder_is_followed_and_a_loop_is_listed(tmp_path):
     (elsewhere / "b.jpg").write_bytes(b"x")
     os.symlink(elsewhere, root / "cat" / "linked")
     os.symlink(root / "cat", root / "cat" / "loop")  # back to its own parent
-    src = read_source(root, val_fraction=0.0)
+    src = read(root, val_fraction=0.0)
     assert sorted(r.source_path for r in src.rows) == ["cat/a.jpg", "cat/linked/b.jpg"]
     assert [s["path"] for s in src.skipped] == ["cat/loop"]
     assert "already walked" in src.skipped[0]["reason"]
@@ -530,7 +553,7 @@ def test_a_template_listing_extensions_or_ending_with_a_star_takes_each_file_of_
     """Each row takes the first listed extension that exists ('.*': the first image file by name); a
     row with two candidates is named in a note; one with none fails naming every path tried."""
     manifest, colours = _mixed_ham(tmp_path)
-    src = read_source(manifest, val_fraction=0.0, columns=Columns(key="image_id", label="dx", path=template))
+    src = read(manifest, val_fraction=0.0, columns=Columns(key="image_id", label="dx", path=template))
     taken = {r.key: r.source_path for r in src.rows}
     assert taken == {
         "ISIC_0000000": "images/ISIC_0000000.jpg",

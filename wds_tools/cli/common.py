@@ -1,6 +1,5 @@
-"""What every ``wds-tools`` command shares: ``-q/--quiet`` and ``--json``, deprecated option
-aliases, help that shows the built-in defaults, and errors turned into a message and the exit
-status of ``exitcodes``.
+"""What every ``wds-tools`` command shares: ``-q/--quiet`` and ``--json``, help that shows the
+built-in defaults, and errors turned into a message and the exit status of ``exitcodes``.
 """
 
 from __future__ import annotations
@@ -14,19 +13,18 @@ import click
 from ..errors import OptionError, WdsToolsError
 from ..exitcodes import ExitCode, for_error
 from ..signals import Interrupted, signal_behind
-from .defaults import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults, renamed_keys
+from .defaults import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults
 
 __all__ = [
     "path_and_out",
     "apply_config",
     "Command",
-    "DeprecatedAlias",
+    "TomlOption",
     "Failure",
     "fail",
     "json_option",
     "quiet_option",
     "CONFIG_ERROR",
-    "RENAMED_KEYS_META",
     "DEFAULTS_NOTE",
 ]
 
@@ -34,8 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 CONFIG_ERROR = "wds_tools.config_error"
 """The ``ctx.meta`` key holding a wds-tools.toml error, raised when a command runs (so ``--help`` still works)."""
-RENAMED_KEYS_META = "wds_tools.renamed_keys"
-"""The ``ctx.meta`` key holding, per command, the deprecation warnings of its wds-tools.toml keys."""
 DEFAULTS_NOTE = (
     f"Defaults shown are built in; any option takes its default from {CONFIG_FILE} when one applies "
     f"(./{CONFIG_FILE}, or wds-tools --config FILE)."
@@ -56,32 +52,16 @@ def fail(e: WdsToolsError) -> NoReturn:
     raise Failure(str(e), for_error(e))
 
 
-class DeprecatedAlias(click.Option):
-    """A hidden old spelling of an option, kept for one release: its value goes to ``new``'s
-    parameter, with a one-line warning on stderr naming the new option."""
+class TomlOption(click.Option):
+    """An option that says whether wds-tools.toml may set it (``toml``; a plain ``click.Option`` may)."""
 
-    def __init__(self, decls: list[str], *, new: str, dest: str, **kw: Any) -> None:
-        super().__init__(decls, hidden=True, default=None, help=f"Deprecated: use {new}.", **kw)
-        self.new, self.dest = new, dest
-
-
-def _take_aliases(ctx: click.Context) -> None:
-    """Move each given deprecated alias's value to its new option's parameter, warning once."""
-    for param in ctx.command.params:
-        if not isinstance(param, DeprecatedAlias) or param.name is None:
-            continue
-        value = ctx.params.pop(param.name, None)
-        if value is None:
-            continue
-        old = param.opts[0]
-        click.echo(f"warning: {old} is deprecated and will be removed; use {param.new}", err=True)
-        if ctx.get_parameter_source(param.dest) == click.core.ParameterSource.COMMANDLINE:
-            raise click.UsageError(f"{old} is the deprecated spelling of {param.new}; give {param.new} alone", ctx)
-        ctx.params[param.dest] = value
+    def __init__(self, *args: Any, toml: bool = True, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.toml = toml
 
 
 class Command(click.Command):
-    """A subcommand: help with built-in defaults, deprecated aliases, errors as exit statuses."""
+    """A subcommand: help with built-in defaults, errors as exit statuses."""
 
     def get_help(self, ctx: click.Context) -> str:
         """The help text with the built-in defaults, whatever wds-tools.toml the folder holds."""
@@ -98,20 +78,12 @@ class Command(click.Command):
         with formatter.indentation():
             formatter.write_text(DEFAULTS_NOTE)
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Parse, then hand the deprecated aliases' values to their new options."""
-        rest = super().parse_args(ctx, args)
-        _take_aliases(ctx)
-        return rest
-
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; a WdsToolsError becomes its message and exit status, any other exception
         (a bug) its traceback and ``ExitCode.INTERNAL``."""
         error = ctx.meta.get(CONFIG_ERROR)
         if error is not None:
             fail(error)
-        for message in ctx.meta.get(RENAMED_KEYS_META, {}).get(ctx.info_name, []):
-            click.echo(message, err=True)
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -169,19 +141,21 @@ def json_option(what: str) -> Callable[[F], F]:
 def table_keys(path: str, command: str, table: dict, params: list[click.Parameter]) -> dict:
     """A [command] table of wds-tools.toml with its keys as click parameter names: a key is an option's
     long name without the dashes (``shard-size``, ``from``, ``json``; ``_`` for ``-`` also goes).
-    A key that names none of the command's options is refused, naming the file and the options."""
-    names: dict[str, str] = {}
-    for p in params:
-        if isinstance(p, click.Option) and not isinstance(p, DeprecatedAlias) and p.name:
-            for opt in p.opts + p.secondary_opts:
-                if opt.startswith("--"):
-                    names[opt[2:]] = p.name
+    A key that names none of the command's options, or one that the file may not set (``TomlOption``), is
+    refused, naming the file and the options."""
+    names = {
+        o[2:]: p for p in params if isinstance(p, click.Option) for o in p.opts + p.secondary_opts if o[:2] == "--"
+    }
     out = {}
     for key, value in table.items():
-        name = names.get(key) or names.get(key.replace("_", "-"))
-        if name is None:
+        option = names.get(key) or names.get(key.replace("_", "-"))
+        if option is None or option.name is None:
             raise OptionError(f"{path}: [{command}] unknown key {key!r}; expected one of {', '.join(sorted(names))}")
-        out[name] = value
+        if not getattr(option, "toml", True):
+            raise OptionError(
+                f"{path}: [{command}] {key!r} is not taken from {CONFIG_FILE}: give {option.opts[0]} when you run"
+            )
+        out[option.name] = value
     return out
 
 
@@ -200,6 +174,5 @@ def apply_config(ctx: click.Context, config_path: str | None) -> None:
             table = {k: v for k, v in table.items() if k in takes or k not in SHARED_KEYS}
             dm[command] = table_keys(config.get("_path", CONFIG_FILE), command, table, params)
         ctx.default_map = dm
-        ctx.meta[RENAMED_KEYS_META] = renamed_keys(config)
     except WdsToolsError as e:
         ctx.meta[CONFIG_ERROR] = e

@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import os
 import tomllib
-import warnings
 from pathlib import Path
 
 from ..errors import OptionError
 
 __all__ = [
     "CONFIG_FILE",
-    "RENAMED_KEYS",
     "SHARED_KEYS",
     "load_cli_defaults",
-    "load_config",
     "default_map",
-    "renamed_keys",
 ]
 
 CONFIG_FILE = "wds-tools.toml"
@@ -28,8 +24,6 @@ SHARED_KEYS = _TOP_LEVEL = frozenset({"source", "out"})
 """Top-level wds-tools.toml keys that feed every command taking that option."""
 _PATH_KEYS = {"source", "out"}
 _COMMANDS = {"convert", "diff", "dups", "index", "stats", "verify"}
-RENAMED_KEYS = {("verify", "threads"): "workers", ("stats", "workers"): "loader-workers"}
-"""(command, old key) -> new key: old wds-tools.toml keys still read, with a warning, for one release."""
 
 
 def load_cli_defaults(path: str | os.PathLike | None = None) -> dict:
@@ -75,41 +69,8 @@ def load_cli_defaults(path: str | os.PathLike | None = None) -> dict:
     }
 
 
-def load_config(path: str | os.PathLike | None = None) -> dict:
-    """Deprecated name of ``load_cli_defaults`` (kept for one release)."""
-    warnings.warn(
-        "wds_tools.cli.defaults.load_config is deprecated; use wds_tools.cli.defaults.load_cli_defaults "
-        "(training_adapter.load_config reads a trainer's config, a different thing)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return load_cli_defaults(path)
-
-
-def renamed_keys(config: dict) -> dict[str, list[str]]:
-    """Per command, one deprecation message per old key ``config`` uses in its table (``RENAMED_KEYS``)."""
-    where = config.get("_path", CONFIG_FILE)
-    out: dict[str, list[str]] = {}
-    for (command, old), new in RENAMED_KEYS.items():
-        if old in config.get(command, {}):
-            out.setdefault(command, []).append(
-                f"warning: {where}: [{command}] {old} is deprecated and will be removed; use {new}"
-            )
-    return out
-
-
 def default_map(config: dict) -> dict:
     """Per command, the defaults ``config`` gives it: top-level keys feed every command, [command]
-    tables override; an old key (``RENAMED_KEYS``) feeds its new option unless the new key is there
-    too. Keys stay as written (``shard-size``); the CLI turns them into click's parameter names."""
+    tables override. Keys stay as written (``shard-size``); the CLI turns them into click's parameter names."""
     shared = {k: config[k] for k in _TOP_LEVEL if k in config}
-    out = {}
-    for c in _COMMANDS:
-        table = dict(config.get(c, {}))
-        for (command, old), new in RENAMED_KEYS.items():
-            if command == c and old in table:
-                value = table.pop(old)
-                if new not in table and new.replace("-", "_") not in table:
-                    table[new] = value
-        out[c] = {**shared, **table}
-    return out
+    return {c: {**shared, **config.get(c, {})} for c in _COMMANDS}

@@ -9,7 +9,7 @@ import click
 from ..errors import WdsToolsError, install_hint
 from ..exitcodes import ExitCode
 from ..similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
-from .common import Command, DeprecatedAlias, fail, json_option, path_and_out, quiet_option
+from .common import Command, fail, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["diff", "dups", "index_files", "stats", "verify"]
@@ -214,14 +214,6 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
     "picks, the index reader where an index lists the shards (local or object storage), else streaming.",
 )
 @click.option(
-    "--workers",
-    "old_workers",
-    cls=DeprecatedAlias,
-    new="--loader-workers",
-    dest="loader_workers",
-    type=click.IntRange(min=1),
-)
-@click.option(
     "--scan",
     is_flag=True,
     help="Read the tars instead of the index (works without index.json; reads every byte, slower).",
@@ -346,9 +338,6 @@ def stats(
     type=click.IntRange(min=1),
     default=None,
     help="Threads checking shards at once. Default: twice this machine's cores (reads and hashing overlap).",
-)
-@click.option(
-    "--threads", "old_threads", cls=DeprecatedAlias, new="--workers", dest="workers", type=click.IntRange(min=1)
 )
 @click.option(
     "--no-stats",

@@ -1,12 +1,8 @@
 """Tar fragments: a batch of samples laid out as whole tar members, appended to its shard in one write.
 
-A worker lays out its batch's members (``format.tarwrite`` headers, the data, zero padding) in one
-buffer: a slot of the memory its pool shares with the converter's process (``runner.shared_memory``),
-else a ``bytearray`` that travels back in the result (a spawned pool, a batch larger than a slot, one
-process). Nothing in a fragment depends on where its shard puts it: its rows hold offsets from the
-fragment's start, which the shard's assembler moves by the fragment's place. After the tar members
-come the ``.npy`` of the batch's other sizes (a multi-size run's spill), one block per size, in
-ascending order of size.
+Laid out in a slot of the memory the pool shares with the converter's process (``runner.shared_memory``),
+else in a ``bytearray`` returned in the result; its rows hold offsets from its start, so it does not depend
+on where its shard puts it. A multi-size run's other sizes follow the members (spill.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Build one size's index from its shards' work files: errors.jsonl, then samples.npz, the sidecars and
-index.json assembled from the per-shard columns and metas (finish.py decides when), and the
-quick-check stats of the sources written."""
+index.json assembled from the per-shard columns and metas (publish.py decides when), and the
+quick-check stats of the sources written.
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
 """One writer per output folder: a conversion holds an exclusive lock on each ``OUT/VERSION/SIZE``.
 
-Local folders, NFS included: the lock file ``.wds-tools-lock`` is locked with ``fcntl.lockf``, a
-POSIX record lock (NFSv3 through lockd/NLM, NFSv4 natively). The kernel releases it when its
-holder dies, ``kill -9`` included (on NFS the server does, once a dead client's lease runs out),
-so no stale lock is ever guessed at: a lock file whose lock is free is simply taken, and its
-previous text names the run that was interrupted. The file's text (host, pid, since when, the
-command) only names the holder in a refusal. A finishing holder unlinks the file while it still
-holds the lock, so a taker checks, once locked, that the path still names the file it locked, and
-starts again if not: two takers never both win. POSIX locks belong to a process (a thread of the
-same process would not be refused, and closing any descriptor of the file drops the lock), so this
-module also keeps a table of the locks this process holds, refuses a second conversion into a
-held folder from another thread, and never opens a lock file it holds. Forked pool workers do not
-inherit the lock.
-
-Object storage, and a local filesystem that refuses POSIX locks (ENOLCK, e.g. NFS without lockd):
-a marker created only when absent, a conditional create (S3: PUT with ``If-None-Match: *``, which
-AWS S3, MinIO and moto honour; a local file: ``O_CREAT | O_EXCL``). Nothing removes a marker when
-its holder is killed: one left by a process of this host that no longer runs is taken over
-(re-read, deleted and created again; the takers of one host are serialised by a ``lockf`` lock in
-the temporary folder, and only this host can tell that the holder is gone); one from another host
-is never taken over, and the refusal names the marker to delete once that run is known to be
-gone. On fsspec stores other than S3, ``pipe_file(mode="create")`` may be a check then a write, so
-two runs starting within the same moment could both win there.
+Local folders (NFS included): a POSIX ``fcntl.lockf`` lock on ``.wds-tools-lock``, released by the kernel
+when its holder dies, so no stale lock is guessed at; object storage, or a filesystem without POSIX locks: a
+marker created only when absent. Why, and the races each closes: docs/guide/converter-internals.md, "Locks".
 """
 
 from __future__ import annotations

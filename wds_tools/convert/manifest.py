@@ -1,12 +1,8 @@
 """A manifest as a table: its columns, which of them are the key, label, path (or a path template),
 split and group, and every other column kept as typed metadata (docs/FORMAT.md, "Metadata").
 
-``read_table`` reads a CSV/TSV or JSON-lines file into rows of cells, each row a record or a refusal
-naming its line (a .csv cell in double quotes may span lines, a .tsv row is one line: docs/guide/convert.md,
-"Manifests"); ``Columns`` names the columns the options chose and ``bind`` checks them against the
-file's header (a missing or misspelt name is refused with the file's columns and a close match);
-``column_type`` and ``typed`` turn a column's cells into ints, floats or strings, decided from all its
-values.
+``read_table`` reads a CSV/TSV or JSON-lines file, ``bind`` checks the chosen ``Columns`` against its header,
+``column_type`` and ``typed`` type a column from all its values.
 """
 
 from __future__ import annotations

@@ -6,22 +6,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..dataset.identity import RECORD_ONLY
-from ..errors import IndexFormatError, OptionError, OutputExistsError
+from ..errors import IndexFormatError, OutputExistsError
 from ..format.index import ERRORS_FILE, INDEX_FILE, LOCK_FILE, WORK_DIR, parse_index_meta
 from ..storage.objects import Store
 from ..storage.transport import is_remote, join
 from . import sourcecache as hashes
 from .decode import recorded_decode
-from .options import ConvertOptions
 from .plan import sample_bytes
 from .reuse import Base, find_base
 from .source import Source
 from .summary import ConvertResult
 from .write import SampleTask, ShardTask
+
+if TYPE_CHECKING:
+    from .options import ConvertOptions
 
 __all__ = [
     "WORK_DIR",
@@ -56,21 +59,42 @@ class Target:
         return self.store.join(WORK_DIR)
 
 
+_RECORDED = {"version", "size", "resize", "decode", "shard_size", "seed", "val_fraction", "sanitize_keys"}
+_RECORDED |= {"key", "label", "path", "split", "group", "stratify", "dedup"}  # build.columns, group, ...
+
+
 def spec(source: Source, opts: ConvertOptions, side: int) -> dict:
-    """What determines the bytes of a conversion at ``side`` pixels; equal specs give identical output."""
+    """What determines the bytes of a conversion at ``side`` pixels (the options declared ``spec``, and the
+    source); equal specs give identical output. index.json records it (``build``: docs/FORMAT.md); an option
+    declared ``spec`` after these is recorded in ``build`` under its name when it is not its default, so a
+    folder made before it stays the same conversion."""
+    build: dict = {
+        "shard_size": opts.samples_per_shard(side),
+        "seed": opts.seed,
+        "val_fraction": opts.val_fraction,
+        "sanitize_keys": opts.sanitize_keys,
+        "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
+    }
+    if not opts.columns.default:
+        build["columns"] = opts.columns.record()
+    if opts.group is not None:
+        build["group"] = opts.group
+    if opts.stratify:
+        build["stratify"] = True
+    if source.dedup is not None:
+        build["dedup"] = source.dedup
+    if opts.draws_units:
+        build["split_base"] = source.split_base
+    for f in fields(opts):
+        o = f.metadata.get("option")
+        if o is not None and o.spec and f.name not in _RECORDED and getattr(opts, f.name) != f.default:
+            build[f.name] = getattr(opts, f.name)
     return {
         "dataset_version": opts.version,
         "size": side,
         "resize": opts.resize,
         "decode": opts.decode.to_dict(),
-        "build": {
-            "shard_size": opts.samples_per_shard(side),
-            "seed": opts.seed,
-            "val_fraction": opts.val_fraction,
-            "sanitize_keys": opts.sanitize_keys,
-            "source": {"kind": source.kind, "rows": len(source.rows), "digest": source.digest()},
-            **source.build_fields(),
-        },
+        "build": build,
     }
 
 
@@ -184,18 +208,10 @@ def finished_meta(store: Store, task: ShardTask) -> dict | None:
 
 def select_base(opts: ConvertOptions, side: int, decoders: dict) -> Base | None:
     """The base of a conversion at ``side`` pixels (see reuse.find_base); ``decoders`` are this run's
-    decoder_versions, which a base must share."""
-    out, version, base = opts.out_root, str(opts.version), opts.base
-    if not opts.reuse:
-        if base is not None:
-            raise OptionError("--from and --no-reuse contradict each other; pass one of them")
-        return None
-    if is_remote(out):  # reading a base's shards by offset is implemented for local folders only
-        if base is not None:
-            raise OptionError(
-                f"--from {base}: reusing pixels from object storage is not supported; "
-                "convert with --no-reuse, or into a local --out"
-            )
+    decoder_versions, which a base must share. None without reuse, or into object storage (a base's
+    shards are read by offset: local folders only; ``ConvertOptions`` refuses --from there)."""
+    out, version, base = opts.out_root, opts.version, opts.base
+    if not opts.reuse or is_remote(out):
         return None
     wanted = {"size": side, "resize": opts.resize, "decode": opts.decode.to_dict(), "decoder_versions": decoders}
     found = find_base(Path(out), version, wanted, base)

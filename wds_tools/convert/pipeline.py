@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
 from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
@@ -30,7 +31,6 @@ from .decode import DecodeSettings, decoder_versions
 from .dedup import known_hashes, near_rows
 from .indexwrite import errors_order, write_errors
 from .lock import FolderLock, lock_folders, release_all
-from .options import ConvertOptions, parse_sizes
 from .outfolder import Target, finished_meta, prepare_dest, select_base, spec, task_digest
 from .plan import plan_split
 from .publish import ErrorGate, clean_after_index, clean_complete_folder, finish_size
@@ -42,179 +42,26 @@ from .source import Source, SourceRow, dedup_notes, read_source, with_other_exte
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .splitbase import find_split_base
-from .summary import (
-    ConvertResult,
-    ConvertResults,
-    allowed_errors,
-    base_text,
-    count,
-    dry_run_result,
-    first_failures,
-    parse_max_errors,
-    result_from_index,
-)
+from .summary import ConvertResult, ConvertResults, base_text, count, dry_run_result, first_failures, result_from_index
 from .write import Reuse, SampleTask, ShardTask
 
-__all__ = [
-    "convert",
-    "convert_with",
-    "ConvertOptions",
-    "ConvertResult",
-    "ConvertResults",
-    "parse_max_errors",
-    "parse_sizes",
-    "WORK_DIR",
-]
+if TYPE_CHECKING:
+    from .options import ConvertOptions
+
+__all__ = ["convert_with"]
 
 _SCAN_CHUNK = 256  # rows per header-scan or stat task at most
 _HASH_CHUNK = 32  # rows per fingerprint task at most when files are read whole
 _LISTED_FAILURES = 10  # failures the summary names (result.first_failures)
 
 
-def convert(
-    source: str | os.PathLike,
-    *,
-    version: str,
-    size: int | str | Sequence[int],
-    out: str | os.PathLike = "shards",
-    workers: int | None = None,
-    shard_size: str | int | None = None,
-    resize: str = "center-crop",
-    val_fraction: float = 0.1,
-    seed: int = 0,
-    sanitize_keys: bool = False,
-    key: str = "key",
-    label: str = "label",
-    path: str = "path",
-    split: str | None = None,
-    group: str | None = None,
-    stratify: bool = False,
-    resplit: bool = False,
-    dedup: bool = False,
-    max_errors: str | int | float = "1%",
-    decode: DecodeSettings = DecodeSettings(),
-    reuse: bool = True,
-    base: str | None = None,
-    checksum: bool = False,
-    trust_mtime: bool = False,
-    dry_run: bool = False,
-    executor: str = "local",
-    ray_address: str | None = None,
-    progress: bool = True,
-) -> ConvertResult | ConvertResults:
-    """Convert ``source`` into ``out/version/size/<split>-NNNNNN.tar`` shards plus their index.
-
-    Resumes an interrupted run with the same arguments; refuses a folder made with other options
-    or another source. Bad source files are skipped and listed in errors.jsonl. Each size folder is
-    locked for the run (lock.py). When an earlier version with the same size and decode settings
-    exists, samples whose source it already holds are copied from its shards instead of decoded: a
-    source is unchanged when its manifest sha256/md5 is one the base recorded, or else when its path,
-    size and mtime equal the base's; neither reads it.
-
-    Args:
-        source: A manifest (.csv, .tsv or .jsonl; local or an fsspec URL such as ``s3://...``) or a
-            local image folder laid out as ``ROOT/<label>/<file>``.
-        version: The dataset version, the folder under ``out`` (letters, digits, ``.``, ``_``, ``-``;
-            at most 64), e.g. ``"v1"``.
-        size: The side in pixels of the stored square images (8 to 8192), or several
-            (``[224, 384]`` or ``"224,384"``): each source is then read and decoded once for all of
-            them, and every folder equals a conversion at that size alone.
-        out: The root folder of the versions (local or a URL).
-        workers: Decode processes (None: the usable CPUs; 1: everything in this process); with
-            ``executor="ray"`` the cluster CPUs used (None: all of them).
-        shard_size: Samples per shard (``2000``) or a byte target (``"256MB"``, ``"1GiB"``);
-            None: about 256 MB per shard.
-        resize: ``"center-crop"``, ``"squash"`` or ``"pad"``: how a non-square image becomes square.
-        val_fraction: The fraction of rows (or of groups, with ``group``) drawn into ``val`` where
-            the source gives no split, in [0, 1).
-        seed: Seeds the split draw.
-        sanitize_keys: Map invalid or duplicate sample keys to valid ones (the original is kept in
-            the sample's json) instead of refusing them.
-        key: The manifest column holding sample keys.
-        label: The manifest column holding class names.
-        path: The manifest column holding image paths, or a template such as
-            ``"images/{image_id}.jpg"``.
-        split: The manifest column holding each row's split; None: the column ``split`` if there
-            is one, else the splits are drawn.
-        group: A column whose groups (lesion, patient) each land in one split; ``val_fraction``
-            then applies to groups.
-        stratify: Keep each split's class mix close to the whole's.
-        resplit: With ``group``, ``stratify`` or ``dedup``, draw every unit's split afresh instead of
-            keeping the split an earlier version gave its group (``base``, else the newest other
-            version under ``out``).
-        dedup: Join near-duplicate images (``similar.near``, default threshold) into one unit with
-            their groups before the splits are drawn, so a cluster lands in one split (each source is
-            decoded once more).
-        max_errors: How many source files may fail: a count (``25``), a fraction (``0.01``) or a
-            percentage (``"1%"``).
-        decode: How source bytes become pixels (JPEG draft mode, resampling filter, colour
-            management, decompression-bomb guard).
-        reuse: Copy unchanged samples from an earlier version's shards; False decodes everything.
-        base: The earlier version to reuse from and keep group splits of; None: the newest.
-        checksum: Read and fingerprint every source instead of trusting path, size and mtime.
-        trust_mtime: Deprecated (the quick check is the default); contradicts ``checksum``.
-        dry_run: Report the plan and write nothing.
-        executor: ``"local"`` (a process pool) or ``"ray"`` (one task per shard on a Ray cluster,
-            same plan and bytes; needs the ``ray`` extra).
-        ray_address: The Ray cluster to join; None: a local instance.
-        progress: Draw progress bars on stderr.
-
-    Returns:
-        A ``ConvertResult`` (the folder, counts, errors, reuse and timings) for one size, or a
-        ``ConvertResults`` holding one per size when ``size`` names several.
-
-    Raises:
-        OptionError: An option is out of range or malformed.
-        SourceError: The manifest or image folder cannot be read as given (``InvalidKeyError``:
-            invalid or duplicate keys without ``sanitize_keys``).
-        OutputExistsError: The folder holds a conversion made with other options or another source.
-        OutputBusyError: Another conversion is writing the folder; the message names it.
-        TooManyErrorsError: More files failed than ``max_errors`` allows; no index is written, and
-            a rerun with a higher limit finishes.
-        DiskFullError: The filesystem is full; the message names the folder and the space still
-            needed.
-        ReadOnlyOutputError: The folder cannot be written (unless it is complete with these options).
-        ExtraNotInstalledError: ``executor="ray"`` (or a HEIC source) without its extra.
-    """
-    options = ConvertOptions(
-        version=version,
-        size=size,
-        out=out,
-        workers=workers,
-        shard_size=shard_size,
-        resize=resize,
-        val_fraction=val_fraction,
-        seed=seed,
-        sanitize_keys=sanitize_keys,
-        key=key,
-        label=label,
-        path=path,
-        split=split,
-        group=group,
-        stratify=stratify,
-        resplit=resplit,
-        dedup=dedup,
-        max_errors=max_errors,
-        decode=decode,
-        reuse=reuse,
-        base=base,
-        checksum=checksum,
-        trust_mtime=trust_mtime,
-        dry_run=dry_run,
-        executor=executor,
-        ray_address=ray_address,
-        progress=progress,
-    )
-    return convert_with(source, options)
-
-
-def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertResult | ConvertResults:
+def convert_with(source: str | os.PathLike, opts: ConvertOptions) -> ConvertResult | ConvertResults:
     """``convert`` with its options already made and checked: one result per size, as ``convert`` returns."""
     t0 = time.perf_counter()
-    opts, version = options, options.version
+    version = opts.version
     split_base = (
-        find_split_base(opts.out_root, str(version), opts.sides, opts.base, opts.group)
-        if (opts.group is not None or opts.stratify or opts.dedup) and not opts.resplit
+        find_split_base(opts.out_root, version, opts.sides, opts.base, opts.group)
+        if opts.draws_units and not opts.resplit
         else None
     )
     near = None
@@ -227,18 +74,8 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
         }
         known = known_hashes(opts.out_root, split_base.version, wanted) if split_base is not None else None
         near = near_rows(opts.sides[0], opts.resize, opts.decode, DEFAULT_THRESHOLD, known)
-    src = read_source(
-        source,
-        val_fraction=opts.val_fraction,
-        seed=opts.seed,
-        sanitize_keys=opts.sanitize_keys,
-        columns=opts.columns,
-        stratify=opts.stratify,
-        split_base=split_base,
-        near=near,
-        dedup=DEFAULT_THRESHOLD if opts.dedup else None,
-    )
-    stores = [Store(join(opts.out_root, str(version), str(side))) for side in opts.sides]
+    src = read_source(source, opts, split_base=split_base, near=near)
+    stores = [Store(join(opts.out_root, version, str(side))) for side in opts.sides]
     # one writer per folder, taken before the folder's state is read; a dry run writes nothing
     try:
         locks = [] if opts.dry_run else lock_folders(stores)
@@ -250,28 +87,17 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
         targets = []
         held: list[FolderLock | None] = list(locks) or [None] * len(opts.sides)
         for side, store, lock in zip(opts.sides, stores, held):
-            sp = spec(src, opts, side)
             # a complete folder an interrupted run left unclean is cleaned by any run
             unclean = clean_complete_folder(store) if lock is not None else False
-            state, done_meta = prepare_dest(store, sp)
-            result = ConvertResult(
-                out_dir=str(store.root),
-                dataset_version=version,
-                size=side,
-                max_errors_allowed=allowed_errors(opts.max_errors_rule, len(src.rows)),
-                dry_run=opts.dry_run,
-                checksum=opts.checksum,
-                resplit=opts.resplit,
-                skipped=list(src.skipped),
-            )
-            result.notes += src.notes  # nothing silent: manifest rows on several lines, quotes kept as written
+            t = _target(src, opts, side, store)
+            t.result.notes += src.notes  # nothing silent: manifest rows on several lines, quotes kept as written
             if src.dedup is not None:  # nothing silent: what --dedup changed
-                result.notes += dedup_notes(src)
-            if lock is not None and lock.taken_over is not None and state != "fresh":
-                result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was interrupted")
-            targets.append(Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side)))
+                t.result.notes += dedup_notes(src)
+            if lock is not None and lock.taken_over is not None and t.state != "fresh":
+                t.result.notes.append(f"resumed the conversion of {lock.taken_over.describe()}, which was interrupted")
+            targets.append(t)
             if unclean:
-                _cleaned(targets[-1], src, out=opts.out_root, version=str(version))
+                _cleaned(t, src, out=opts.out_root, version=version)
         for t in targets:
             if t.state == "complete":
                 _already_complete(t, src, t0)
@@ -285,6 +111,23 @@ def convert_with(source: str | os.PathLike, options: ConvertOptions) -> ConvertR
     return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
 
 
+def _target(src: Source, opts: ConvertOptions, side: int, store: Store) -> Target:
+    """One size of the conversion: its spec, its folder's state (``prepare_dest``), its result begun."""
+    sp = spec(src, opts, side)
+    state, done_meta = prepare_dest(store, sp)  # a folder not there yet is fresh
+    result = ConvertResult(
+        out_dir=str(store.root),
+        dataset_version=opts.version,
+        size=side,
+        max_errors_allowed=opts.allowed_errors(len(src.rows)),
+        dry_run=opts.dry_run,
+        checksum=opts.checksum,
+        resplit=opts.resplit,
+        skipped=list(src.skipped),
+    )
+    return Target(side, store, sp, state, done_meta, result, opts.samples_per_shard(side))
+
+
 def _read_only(
     src: Source, opts: ConvertOptions, stores: list[Store], e: OSError, t0: float
 ) -> ConvertResult | ConvertResults:
@@ -292,25 +135,9 @@ def _read_only(
     these options, read without writing a byte; else the one-line refusal naming the folder."""
     results = []
     for side, store in zip(opts.sides, stores):
-        sp = spec(src, opts, side)
-        state, done_meta = prepare_dest(store, sp) if store.exists(store.root) else ("fresh", None)
-        if state != "complete":
+        t = _target(src, opts, side, store)
+        if t.state != "complete":
             raise read_only_error(store.root, e, "write the conversion") from None
-        t = Target(
-            side,
-            store,
-            sp,
-            state,
-            done_meta,
-            ConvertResult(
-                out_dir=str(store.root),
-                dataset_version=opts.version,
-                size=side,
-                checksum=opts.checksum,
-                resplit=opts.resplit,
-            ),
-            opts.samples_per_shard(side),
-        )
         _already_complete(t, src, t0)
         t.result.notes.append("the folder is read-only: read, nothing written")
         results.append(t.result)
@@ -654,7 +481,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         src,
         failures + result.narrow_pixels,
         out=opts.out_root,  # golden test pins
-        version=str(opts.version),
+        version=opts.version,
         provenance=provenance,
     )
     result_from_index(result, store, meta, drawn=not src.split_given)

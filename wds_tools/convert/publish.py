@@ -1,14 +1,6 @@
 """Finish one size's folder in an order a kill at any point leaves resumable: the --max-errors gate
-while its shards are written, then errors.jsonl and the index (built by assemble.py), then the clean-up.
-
-1. ``ErrorGate``: as each shard finishes, the failures so far (scan + finished shards) are counted;
-   past --max-errors the run stops with no index.json, keeping the shards and their resume state,
-   so a rerun with a raised limit only writes what is missing, and a rerun with the same limit
-   stops again.
-2. errors.jsonl, samples.npz, the sidecars, then index.json (atomic): the folder is complete.
-3. ``clean_after_index``: the manifest-hash pairs, leftovers of interrupted runs (partial files,
-   temporary files, shards the plan no longer has), then the work folder, last. Any later run
-   into a complete folder whose work folder is still there (killed during 3) does 3 again.
+while its shards are written (``ErrorGate``), then errors.jsonl and the index (built by indexwrite.py),
+then the clean-up (``clean_after_index``); docs/guide/converter-internals.md, "Finishing a folder".
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Main side of writing: run a conversion's pending shards on the runner.
 
-With the local pool every shard is cut into small batches of samples, and the batches of all shards
-are encoded across the workers in plan order, whatever the number of shards. A worker lays its batch
-out as a tar fragment (fragment.py) in a slot of the memory the pool shares with this process and
-sends back only its rows and counts. This process places the fragments in plan order, one shard at
-a time (each batch's offset follows the batch before it, so each tar is byte-identical to a
-one-process run), and hands each placed fragment to a worker to write at its offset: this process
-moves no pixel. A shard whose bytes are all written is hashed (read back), synced and renamed by a
-worker (``seal_shard``: a shard's SHA-256 is one sequential pass, so shards are hashed in parallel,
-not batches); this process then writes its columns and meta. At most ``2 x workers + 2`` batches
-(of at most 8 MiB of pixels each) are handed out and not yet placed, and as many placed ones wait
-to be written, one slot each. Without shared memory (a spawned pool) a fragment comes back with
-its result and this process writes it. On Ray each shard is one task (``write_shard``); with one
-worker everything happens in this process.
+The local pool encodes small batches of all shards across the workers in plan order, in memory it
+shares with this process, which places the fragments and moves no pixel; on Ray, and with one worker,
+``write.write_shard`` writes whole shards (docs/guide/converter-internals.md, "One write path, two drivers").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A shard's files on the converter's side: fragments placed and appended in plan order, sealed, completed.
 
-``ShardAssembler`` gives each batch of a shard its place after the batches before it and writes the
-fragment there (one process), or leaves the writing to a pool worker (``place``); ``end`` finishes
-the tar's bytes; ``seal_shard`` (any process) hashes the tar as the filesystem holds it, syncs it
-and its spill files and renames (uploads) them; ``complete`` then writes the shard's sample columns
-and its meta, the resume marker, last.
+``ShardAssembler`` places each batch after the ones before it; ``seal_shard`` (any process) hashes, syncs and
+renames (uploads) the tar; ``complete`` writes its sample columns and meta, the resume marker, last.
 """
 
 from __future__ import annotations

@@ -10,15 +10,20 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
 from ..format.meta import MetaColumn, meta_object, value_text
+from ..similar.near import DEFAULT_THRESHOLD
 from ..storage.transport import exists, is_remote, join
 from .dedup import NearFinder, NearRows
 from .manifest import ANY_EXTENSION, Bound, Columns, bind, cell_text, metadata_values, read_table
 from .plan import Unit, split_groups
 from .scan import HASH_ALGORITHMS
 from .splitbase import SplitBase
+
+if TYPE_CHECKING:
+    from .options import ConvertOptions
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -86,8 +91,7 @@ class Source:
     classes: list[str]  # class names; the label index of a row is its position here
     metadata: tuple[MetaColumn, ...] = ()  # the manifest's other columns, typed
     columns: Columns = Columns()
-    stratify: bool = False
-    split_base: str | None = None  # the version whose groups kept their split (--group / --stratify)
+    split_base: str | None = None  # the version whose groups kept their split (ConvertOptions.draws_units)
     skipped: tuple[dict, ...] = ()  # an image folder's files not converted: {"path", "reason"}, in walk order
     dedup: int | None = None  # --dedup: the threshold near-duplicate clusters were joined within
     dedup_joined: tuple[int, int] = (0, 0)  # --dedup: (joined units of several units, the rows in them)
@@ -117,21 +121,6 @@ class Source:
             tail = f"\t{self.meta_json(r)}" if self.metadata else ""
             h.update(f"{r.key}\t{r.source_path}\t{r.label}\t{r.split}{tail}\n".encode())
         return h.hexdigest()
-
-    def build_fields(self) -> dict:
-        """index.json ``build`` fields of the column options, present only when used."""
-        out: dict = {}
-        if not self.columns.default:
-            out["columns"] = self.columns.record()
-        if self.columns.group is not None:
-            out["group"] = self.columns.group
-        if self.stratify:
-            out["stratify"] = True
-        if self.dedup is not None:
-            out["dedup"] = self.dedup
-        if self.columns.group is not None or self.stratify or self.dedup is not None:
-            out["split_base"] = self.split_base
-        return out
 
 
 def _key_hash(key: str) -> str:
@@ -350,19 +339,8 @@ def _choose(candidates: list[str], base: str, folders: _Folders) -> tuple[str, s
     return candidates[0], f"missing file: none of {tried} exists", []
 
 
-def _read_manifest(
-    path: str,
-    *,
-    val_fraction: float,
-    seed: int,
-    sanitize: bool,
-    columns: Columns,
-    stratify: bool,
-    split_base: SplitBase | None,
-    near: NearFinder | None = None,
-    dedup: int | None = None,
-) -> Source:
-    table = read_table(path)
+def _read_manifest(path: str, opts: ConvertOptions, split_base: SplitBase | None, near: NearFinder | None) -> Source:
+    table, columns = read_table(path), opts.columns
     if not table.records:
         raise SourceError(f"{path}: the manifest has no rows")
     bound = bind(table, columns)
@@ -385,7 +363,7 @@ def _read_manifest(
             raise SourceError(f"{path}: line {line}: split {split!r} must match [A-Za-z0-9_-]{{1,32}}")
         originals.append(key)
         raw.append((line, rel, label, split, _content_hash(obj, path, line), error))
-    keys = sanitize_keys(originals) if sanitize else originals
+    keys = sanitize_keys(originals) if opts.sanitize_keys else originals
     check_keys([(r[0], k) for r, k in zip(raw, keys)], str(path))
     texts = _label_texts([(r[0], r[2]) for r in raw], str(path))
     raw = [(r[0], r[1], t, *r[3:]) for r, t in zip(raw, texts)]
@@ -418,14 +396,12 @@ def _read_manifest(
         _classes({r.label for r in rows}, str(path), {r.label: r.line for r in reversed(rows)}),
         tuple(meta_columns),
         columns,
-        stratify,
         split_base.version if split_base is not None else None,
+        dedup=DEFAULT_THRESHOLD if opts.dedup else None,
         notes=tuple(table.notes() + _several_note(bound.template.text, several)),
         split_given=sum(1 for r in rows if r.split),
     )
-    return _with_splits(
-        replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
-    )
+    return _with_splits(src, opts, split_base, near)
 
 
 def with_other_extensions(src: Source, errors: list[str | None]) -> list[str | None]:
@@ -485,14 +461,12 @@ def _joined(units: list[Unit], clusters: list[list[int]]) -> dict[Unit, Unit]:
     return {u: root(u) for u in parent}
 
 
-def _with_splits(
-    src: Source, *, seed: int, val_fraction: float, split_base: SplitBase | None, near: NearFinder | None = None
-) -> Source:
+def _with_splits(src: Source, opts: ConvertOptions, split_base: SplitBase | None, near: NearFinder | None) -> Source:
     """Every row's split: the manifest's when given; else the key's hash (v1's rule), or, with a group
     column, stratification or ``near`` (--dedup), its unit's split (plan.split_groups), a base's units
     keeping theirs; with ``near``, the units of near-duplicate rows are joined first."""
-    rows = src.rows
-    if src.columns.group is None and not src.stratify and near is None:  # a unit per key: assign_split, no split empty
+    rows, seed, val_fraction = src.rows, opts.seed, opts.val_fraction
+    if not opts.draws_units:  # a unit per key: assign_split, no split empty
         keyed = split_groups(
             {("k", r.key): {} for r in rows},
             seed=seed,
@@ -551,7 +525,7 @@ def _with_splits(
         if moved:  # joining them would move a unit the base holds; keeping them apart would split a cluster
             raise _moves_a_base_unit(src, split_base.version, moved, found.clusters, own, rep)
         fixed = {**{u: next(iter(where)) for u, where in held.items()}, **fixed}
-    chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=src.stratify, fixed=fixed)
+    chosen = split_groups(unit_labels, seed=seed, val_fraction=val_fraction, stratify=opts.stratify, fixed=fixed)
     return replace(src, rows=[replace(r, split=chosen[u]) for r, u in zip(rows, units)])
 
 
@@ -670,16 +644,7 @@ def _folder_files(root: Path) -> tuple[list[tuple[str, str]], list[dict]]:
     return files, skipped
 
 
-def _read_folder(
-    root: Path,
-    *,
-    val_fraction: float,
-    seed: int,
-    stratify: bool,
-    split_base: SplitBase | None,
-    near: NearFinder | None = None,
-    dedup: int | None = None,
-) -> Source:
+def _read_folder(root: Path, opts: ConvertOptions, split_base: SplitBase | None, near: NearFinder | None) -> Source:
     files, skipped = _folder_files(root)
     if not files:
         listed = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:3])
@@ -701,71 +666,39 @@ def _read_folder(
         str(root),
         rows,
         _classes({r.label for r in rows}, str(root)),
-        stratify=stratify,
         split_base=split_base.version if split_base is not None else None,
         skipped=tuple(skipped),
+        dedup=DEFAULT_THRESHOLD if opts.dedup else None,
     )
-    return _with_splits(
-        replace(src, dedup=dedup), seed=seed, val_fraction=val_fraction, split_base=split_base, near=near
-    )
+    return _with_splits(src, opts, split_base, near)
 
 
 def read_source(
     path: str | os.PathLike,
+    opts: ConvertOptions,
     *,
-    val_fraction: float = 0.1,
-    seed: int = 0,
-    sanitize_keys: bool = False,
-    columns: Columns | None = None,
-    stratify: bool = False,
     split_base: SplitBase | None = None,
     near: NearFinder | None = None,
-    dedup: int | None = None,
 ) -> Source:
-    """Read a manifest (.csv/.tsv/.jsonl) or an image folder.
+    """Read a manifest (.csv/.tsv/.jsonl) or an image folder with a conversion's options.
 
-    A manifest's columns are ``key,path,label[,split][,sha256|md5]`` unless ``columns`` names others
-    (``Columns(key="image_id", label="dx", path="images/{image_id}.jpg", group="lesion_id")``); its
-    other columns are kept as typed metadata. With a group column or ``stratify``, splits are drawn
-    per group (plan.split_groups), the groups of ``split_base`` keeping their split. The manifest and
-    the paths in it may be fsspec URLs (s3://...); an image folder is local. ``near`` (--dedup, its
-    threshold ``dedup``) gives the near-duplicate pairs among the rows, whose units are joined first.
+    A manifest's columns are ``key,path,label[,split][,sha256|md5]`` unless ``opts.columns`` names others
+    (--key image_id --label dx --path 'images/{image_id}.jpg' --group lesion_id); its other columns are
+    kept as typed metadata. With a group column or --stratify, splits are drawn per group
+    (plan.split_groups), the groups of ``split_base`` keeping their split. The manifest and the paths in
+    it may be fsspec URLs (s3://...); an image folder is local. ``near`` (--dedup) gives the
+    near-duplicate pairs among the rows, whose units are joined first.
     """
-    columns = columns or Columns()
-    if not 0.0 <= val_fraction < 1.0:
-        raise SourceError(f"val_fraction must be in [0, 1), not {val_fraction}")
     if is_remote(path):
-        return _read_manifest(
-            os.fspath(path),
-            val_fraction=val_fraction,
-            seed=seed,
-            sanitize=sanitize_keys,
-            columns=columns,
-            stratify=stratify,
-            split_base=split_base,
-            near=near,
-            dedup=dedup,
-        )
+        return _read_manifest(os.fspath(path), opts, split_base, near)
     p = Path(path)
     if p.is_dir():
-        if not columns.default or columns.group is not None:
+        if not opts.columns.default or opts.columns.group is not None:
             raise OptionError(
                 f"--key, --label, --path, --split and --group name a manifest's columns; {p} is an "
                 "image folder (ROOT/<label>/<file>), which has none"
             )
-        return _read_folder(
-            p, val_fraction=val_fraction, seed=seed, stratify=stratify, split_base=split_base, near=near, dedup=dedup
-        )
+        return _read_folder(p, opts, split_base, near)
     if not p.exists():
         raise SourceNotFoundError(f"source {p} does not exist; pass a manifest (.csv/.jsonl) or an image folder")
-    return _read_manifest(
-        str(p),
-        val_fraction=val_fraction,
-        seed=seed,
-        sanitize=sanitize_keys,
-        columns=columns,
-        stratify=stratify,
-        split_base=split_base,
-        near=near,
-        dedup=dedup,
-    )
+    return _read_manifest(str(p), opts, split_base, near)

@@ -1,23 +1,8 @@
 """What a later version needs to skip reading unchanged sources, kept outside the format.
 
-Two files per version in ``OUT/.wds-tools-cache/<version>/`` (the sizes of a version share them):
-``source-hashes.npz`` (manifest hashes, below) and ``source-stats.npz``: for every written sample
-of a local source, the file's absolute path, size, mtime (ns) and fingerprint when it was read.
-The quick check takes a source whose path, size and mtime equal an entry as unchanged, with that
-entry's fingerprint. samples.npz holds no mtime (format version 2), so that the same corpus in
-another folder converts to the same bytes; a version-1 base still has ``src_mtime_ns`` there,
-and is used as before. Losing either file costs speed (sources are read again), never correctness.
-
-Manifest content hashes (a ``sha256`` or ``md5`` column) and the fingerprints they stand for.
-
-The index keeps the format's fingerprint of every source, XXH3-128 of its bytes. A manifest may
-also give each file a sha256 or md5, as published datasets often do. Every (manifest hash,
-fingerprint) pair a conversion wrote a sample for is a fact about one byte string: the file was
-read and matched its manifest hash, or the pair came from a base where that was so. These pairs
-are kept outside the format, in ``OUT/.wds-tools-cache/<version>/source-hashes.npz``; a later
-version looks a row's manifest hash up in its base's pairs and, when found, takes the source as
-unchanged without reading it. Losing the file costs speed (sources are read again), never
-correctness.
+``OUT/.wds-tools-cache/<version>/``: ``source-stats.npz`` (path, size, mtime and fingerprint of each local
+source written: the quick check) and ``source-hashes.npz`` (manifest sha256/md5 -> fingerprint pairs).
+Losing either costs speed, never correctness (docs/guide/converter-internals.md, "Unchanged sources").
 """
 
 from __future__ import annotations

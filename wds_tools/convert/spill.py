@@ -1,11 +1,7 @@
 """Spill: the pixels a multi-size run decodes for its other sizes while it writes the largest one.
 
-A run with ``--size 224,384`` writes the 384 shards first; each sample is decoded once for both
-sizes (see ``decode_sizes``) and its 224 pixels are appended to a spill file in 224's work folder,
-one file of .npy members plus a table per 384 shard. The 224 shards, whose plan and order differ,
-are then written by copying checked pixels from the spill, as an incremental run copies from a
-base. Spill files live until that size's index is written; they are resume state like the rest of
-the work folder.
+Each sample is decoded once for all sizes; the smaller sizes' pixels go to spill files in their work
+folders, from which their shards are then written as from a base (docs/guide/converter-internals.md).
 """
 
 from __future__ import annotations

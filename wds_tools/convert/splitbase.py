@@ -1,9 +1,6 @@
-"""Splits that stay put across versions: which earlier version a grouped (or stratified) conversion
-follows, and the split each of its groups had there.
-
-A *unit* is what a split is drawn for (``plan.split_groups``): a group, ``("g", value as text)``, or a
-row without a group value, ``("k", key)``. A unit found in one split of the base keeps that split; one
-found in several (a base converted without --group) is drawn again.
+"""Splits that stay put across versions: which earlier version a grouped (or stratified, or
+deduplicated) conversion follows, and the split each of its units had there
+(docs/guide/converter-internals.md, "Splits that stay put").
 """
 
 from __future__ import annotations

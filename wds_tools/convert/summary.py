@@ -1,15 +1,13 @@
 """What a conversion did: one ``ConvertResult`` per size (``ConvertResults`` for several), printed
-by the CLI as text or JSON; and the --max-errors rule."""
+by the CLI as text or JSON."""
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
 from ..dataset.splits import class_gaps, gap_warnings
-from ..errors import OptionError
 from ..format.names import url_pattern
 from ..storage.objects import Store
 from ..storage.transport import join
@@ -19,8 +17,6 @@ from .write import ShardTask
 __all__ = [
     "ConvertResult",
     "ConvertResults",
-    "parse_max_errors",
-    "allowed_errors",
     "dry_run_result",
     "first_failures",
     "base_text",
@@ -205,31 +201,6 @@ def base_text(base: str, rule: str | None) -> str:
     if rule == "from":
         return f"base {base} (--from; --no-reuse for none)"
     return f"base {base}, the newest earlier version with these settings (--from V picks another, --no-reuse none)"
-
-
-def parse_max_errors(value: str | int | float) -> tuple[str, float]:
-    """ "25" -> at most 25 files; "1%" or "0.01" -> at most that fraction of the rows."""
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            frac = float(text[:-1]) / 100
-        elif re.fullmatch(r"\d+", text):
-            return "count", int(text)
-        else:
-            frac = float(text)
-    except ValueError:
-        raise OptionError(
-            f"--max-errors {value!r}: expected a count (25), a fraction (0.01) or a percentage (1%)"
-        ) from None
-    if not 0.0 <= frac <= 1.0:
-        raise OptionError(f"--max-errors {value!r}: a fraction must lie between 0 and 1 (0% to 100%)")
-    return "fraction", frac
-
-
-def allowed_errors(max_errors: tuple[str, float], total: int) -> int:
-    """The number of failed files ``parse_max_errors``' rule allows among ``total`` rows."""
-    kind, v = max_errors
-    return int(v) if kind == "count" else math.floor(v * total + 1e-9)
 
 
 @dataclass

@@ -1,11 +1,8 @@
 """Writing shards: samples become tar members in batches; a shard's batches are appended in plan order.
 
-``encode_batch`` (worker side) turns a slice of a shard's samples into a tar fragment (fragment.py:
-whole members, laid out where the converter's process can append them with one write) and index
-fields, by copying checked pixels from a base or by decoding the source (all sizes of a multi-size
-run from one decode where the pixels allow). shard.py puts the fragments of a shard in its tar in
-plan order (``open_shard``), then seals and completes it. ``write_shard`` does it all for a whole
-shard in one process (``--workers 1``; one Ray task per shard).
+``encode_batch`` (worker side) makes a batch's tar fragment (fragment.py) and index fields, copying checked
+pixels from a base or decoding the source; shard.py places and seals the fragments; ``write_shard`` drives
+both for one whole shard in one process (``--workers 1``, one Ray task per shard).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -49,7 +48,6 @@ def verify(
     allow_mixed: bool = False,
     progress: bool = False,
     no_leakage: bool = False,
-    threads: int | None = None,
     phash: bool = False,
 ) -> VerifyReport:
     """Check every shard named by ``path`` and the index listing them; the bytes are the ground truth.
@@ -72,7 +70,6 @@ def verify(
         no_leakage: Report as a problem each near-duplicate cluster (``similar.dups``, default
             threshold) with samples in more than one split; samples too flat to hash, which no
             cluster holds, in a warning.
-        threads: The deprecated old name of ``workers`` (a DeprecationWarning).
         phash: Also recompute each sample's perceptual hashes (samples.npz ``phash``) from its pixels
             and report those that differ (full mode; about doubles a full verify's time).
 
@@ -85,9 +82,6 @@ def verify(
         OptionError: A spec naming no shards, or shards of different datasets without ``allow_mixed``.
     """
     t0 = time.perf_counter()
-    if threads is not None:
-        warnings.warn("verify(threads=...) is deprecated; use workers=...", DeprecationWarning, stacklevel=2)
-        workers = threads if workers is None else workers
     target = resolve_target(path, out=out, scan=scan, strict=False, allow_mixed=allow_mixed)
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
