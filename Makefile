@@ -51,7 +51,7 @@ test: $(FULL_STAMP)
 test-fast: $(FULL_STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow"
 
-## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy on wds_tools.format and training_adapter
+## make lint: ruff (rules in pyproject.toml), ruff's format check, mypy over every module of wds_tools and training_adapter
 lint: $(FULL_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
