@@ -17,6 +17,7 @@ from .defaults import CONFIG_FILE, SHARED_KEYS, default_map, load_cli_defaults
 
 __all__ = [
     "path_and_out",
+    "epoch_split_options",
     "apply_config",
     "Command",
     "TomlOption",
@@ -116,6 +117,36 @@ def path_and_out(f: F) -> F:
         help="Root folder of all versions; without PATH, the newest version under it is used.",
     )(f)
     return click.argument("path", required=False)(f)
+
+
+def epoch_split_options(f: F) -> F:
+    """``--world-size``, ``--loader-workers`` and ``--reader``: the training run whose epoch split over ranks and workers
+    ``stats`` and ``report`` show."""
+    # click lists options in the reverse order of the decorators applied: --world-size first
+    f = click.option(
+        "--reader",
+        type=click.Choice(["auto", "index", "stream"]),
+        default="auto",
+        show_default=True,
+        help="The training loader's reader to model (make_loader's reader=): auto is the one make_loader "
+        "picks, the index reader where an index lists the shards (local or object storage), else streaming.",
+    )(f)
+    f = click.option(
+        "--loader-workers",
+        "loader_workers",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="W",
+        help="DataLoader workers per rank of the training loader this models (make_loader's num_workers). "
+        "Default: this machine's cores.",
+    )(f)
+    return click.option(
+        "--world-size",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Training ranks (processes) the shards are split over, shard i to rank i % R.",
+    )(f)
 
 
 def quiet_option(f: F) -> F:

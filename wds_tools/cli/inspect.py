@@ -9,7 +9,7 @@ import click
 from ..errors import WdsToolsError, install_hint
 from ..exitcodes import ExitCode
 from ..similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
-from .common import Command, fail, json_option, path_and_out, quiet_option
+from .common import Command, epoch_split_options, fail, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["diff", "dups", "index_files", "stats", "verify"]
@@ -189,30 +189,7 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
 
 @cli.command(cls=Command)
 @path_and_out
-@click.option(
-    "--world-size",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Training ranks (processes) the shards are split over, shard i to rank i % R.",
-)
-@click.option(
-    "--loader-workers",
-    "loader_workers",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="W",
-    help="DataLoader workers per rank of the training loader this models (make_loader's num_workers). "
-    "Default: this machine's cores.",
-)
-@click.option(
-    "--reader",
-    type=click.Choice(["auto", "index", "stream"]),
-    default="auto",
-    show_default=True,
-    help="The training loader's reader to model (make_loader's reader=): auto is the one make_loader "
-    "picks, the index reader where an index lists the shards (local or object storage), else streaming.",
-)
+@epoch_split_options
 @click.option(
     "--scan",
     is_flag=True,

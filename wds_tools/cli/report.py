@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import WdsToolsError
-from .common import Command, fail, json_option, path_and_out, quiet_option
+from .common import Command, epoch_split_options, fail, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["report"]
@@ -46,28 +46,7 @@ __all__ = ["report"]
     show_default=True,
     help="Thumbnails per class in the sample grid (480 in all at most; 0: none).",
 )
-@click.option(
-    "--world-size",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Training ranks of the epoch split shown (as wds-tools stats).",
-)
-@click.option(
-    "--loader-workers",
-    "loader_workers",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="W",
-    help="DataLoader workers per rank of the epoch split shown (as wds-tools stats). Default: this machine's cores.",
-)
-@click.option(
-    "--reader",
-    type=click.Choice(["auto", "index", "stream"]),
-    default="auto",
-    show_default=True,
-    help="The training loader's reader whose epoch split is shown (as wds-tools stats).",
-)
+@epoch_split_options
 @click.option(
     "--seed",
     type=int,
