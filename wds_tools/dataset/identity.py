@@ -67,8 +67,8 @@ class Part(Protocol):
         ...
 
     @property
-    def meta(self) -> dict | None:
-        """The index.json beside its shards (None: none)."""
+    def raw(self) -> dict | None:
+        """The index.json beside its shards, as written (None: none)."""
         ...
 
     @property
@@ -78,7 +78,7 @@ class Part(Protocol):
 
     @property
     def names(self) -> list[str] | None:
-        """Each shard's entry in ``meta["shards"]`` (None: not every shard is listed)."""
+        """Each shard's name in that index's ``shards`` (None: not every shard is listed)."""
         ...
 
     def __len__(self) -> int:
@@ -209,27 +209,27 @@ def _about(index_file: str, meta: dict) -> str:
 
 
 class _Indexed(NamedTuple):
-    """A part with an index: its index.json and that file's path."""
+    """A part with an index: its index.json as written and that file's path."""
 
-    meta: dict
+    raw: dict
     index_file: str
     part: Part
 
 
 def _by_dataset(parts: Sequence[Part]) -> dict[str, list[_Indexed]]:
     """The parts with an index, grouped by dataset (in the order first named)."""
-    indexed = [_Indexed(p.meta, p.index_file, p) for p in parts if p.meta is not None and p.index_file is not None]
-    if len({id(i.meta) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
+    indexed = [_Indexed(p.raw, p.index_file, p) for p in parts if p.raw is not None and p.index_file is not None]
+    if len({id(i.raw) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
         return {"": indexed} if indexed else {}
     groups: dict[str, list[_Indexed]] = {}
     for i in indexed:
-        groups.setdefault(dataset_key(i.meta), []).append(i)
+        groups.setdefault(dataset_key(i.raw), []).append(i)
     return groups
 
 
 def datasets(parts: Sequence[Part]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
-    return [g[0].meta for g in _by_dataset(parts).values()]
+    return [g[0].raw for g in _by_dataset(parts).values()]
 
 
 def check_mixed(spec: str, parts: Sequence[Part]) -> None:
@@ -242,11 +242,11 @@ def check_mixed(spec: str, parts: Sequence[Part]) -> None:
         tags = [f"[{i + 1}]" for i in range(len(firsts))]
         lines = [f"{spec}: these shards belong to {len(firsts)} different datasets, which cannot be read as one set:"]
         lines += [
-            f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text([i.part for i in g])}"
+            f"  {t} {_about(g[0].index_file, g[0].raw)}: {_parts_text([i.part for i in g])}"
             for t, g in zip(tags, groups.values())
         ]
         for t, p in zip(tags[1:], firsts[1:]):
-            lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].meta, p.meta, tags[0], t)))
+            lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].raw, p.raw, tags[0], t)))
         lines.append(
             f"Read as one set, a label can name different classes in different shards and a key can "
             f"occur twice. Give the shards of one dataset, or {MIXED_HINT}."
@@ -298,7 +298,7 @@ def gaps(parts: Sequence[Part]) -> list[Gap]:
         if not listing:
             continue
         p, names = listing[0][0], {n for _, listed_names in listing for n in listed_names}
-        listed = p.meta.get("shards")
+        listed = p.raw.get("shards")
         by_split: dict[str, list[str]] = {}
         for s in listed if isinstance(listed, list) else []:
             if isinstance(s, dict) and indexed_name_problem(s.get("name")) is None:  # never read otherwise

@@ -9,7 +9,7 @@ import hashlib
 import io
 import os
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,7 @@ from ..storage.fsutil import atomic_write_bytes, dumps_canonical
 from ..storage.transport import is_local, join, local_path, parent, read_bytes
 from .meta import MetaColumn, MetaValues, column_names, npz_dtypes, read_metadata
 from .model import FORMAT_NAME, READABLE_VERSIONS, IndexMeta, Problem, load_json, parse
+from .names import ERRORS_FILE, INDEX_FILE, SAMPLES_FILE
 from .packed import unpack_strings
 from .phash import WINDOWS
 from .sidecars import sidecar_files
@@ -42,6 +43,8 @@ __all__ = [
     "table_problems",
     "DatasetIndex",
     "SampleTable",
+    "read_sample_table",
+    "row_problems",
     "load_index",
     "read_index",
     "index_of",
@@ -58,12 +61,6 @@ __all__ = [
 
 FORMAT_VERSION = 3
 """The index format version the converter writes; 3 added the phash column (docs/FORMAT.md)."""
-INDEX_FILE = "index.json"
-"""A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
-SAMPLES_FILE = "samples.npz"
-"""A converted folder's per-sample table, beside its shards."""
-ERRORS_FILE = "errors.jsonl"
-"""A converted folder's list of the source files that failed, beside its shards."""
 # A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
 # definition being here; dataset.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
@@ -118,15 +115,23 @@ def sample_columns(version: int = FORMAT_VERSION) -> dict[str, str]:
 
 
 def table_problems(
-    found: Mapping[str, tuple[np.dtype, tuple[int, ...]]], version: int, metadata: Sequence[MetaColumn] = ()
+    found: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+    version: int,
+    metadata: Sequence[MetaColumn] = (),
+    *,
+    rows: int | None = None,
 ) -> tuple[int, set[str], list[Problem]]:
     """(rows, the columns as the format has them, a problem for each other column): samples.npz's columns,
-    found with these (dtype, shape), against a format version's and its metadata columns'."""
-    key = found.get("key")
-    rows = key[1][0] if key is not None and len(key[1]) == 1 else None
-    n = rows or 0
+    found with these (dtype, shape), against a format version's and its metadata columns'. ``rows`` given (a
+    reader's selection): only the columns found are checked, each column of rows having that many."""
     wanted: list[tuple[str, str, MetaColumn | None]] = [(k, d, None) for k, d in sample_columns(version).items()]
     wanted += [(a, d, c) for i, c in enumerate(metadata) for a, d in npz_dtypes(i, c.type).items()]
+    if rows is None:
+        key = found.get("key")
+        rows = key[1][0] if key is not None and len(key[1]) == 1 else None
+    else:
+        wanted = [w for w in wanted if w[0] in found]
+    n = rows or 0
     usable: set[str] = set()
     problems = []
     for name, want, column in wanted:
@@ -194,15 +199,41 @@ def read_npz(
 
 @dataclass
 class SampleTable:
-    """The per-sample columns of an index, as numpy arrays (see ``SAMPLE_COLUMNS``)."""
+    """samples.npz's columns (all, or those read), as numpy arrays (``SAMPLE_COLUMNS``); ``read_sample_table`` reads
+    them checked. The columns every reader indexes by are typed here once."""
 
     columns: dict[str, np.ndarray]
 
     def __len__(self) -> int:
-        return len(self.columns["key"])
+        return len(next(iter(self.columns.values()))) if self.columns else 0
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
+
+    @cached_property
+    def label(self) -> np.ndarray:
+        """Each row's label (an index into ``classes``), int64."""
+        return self.columns["label"].astype(np.int64)
+
+    @cached_property
+    def shard(self) -> np.ndarray:
+        """Each row's shard: its position in index.json's ``shards``, int64."""
+        return self.columns["shard"].astype(np.int64)
+
+    @cached_property
+    def npy_offset(self) -> np.ndarray:
+        """Each row's ``.npy`` member: the file offset of its NPY header in its shard, int64."""
+        return self.columns["npy_offset"].astype(np.int64)
+
+    def key(self, i: int) -> str:
+        """Row i's key."""
+        return self.columns["key"][i].decode("ascii")
+
+    def metadata(
+        self, info: IndexMeta, names: Iterable[str] | None = None, where: str = "samples.npz"
+    ) -> dict[str, MetaValues]:
+        """The metadata columns ``names`` (None: all) of index ``info``, by name (``format.meta.read_metadata``)."""
+        return read_metadata(self.columns, info.metadata, names, where)
 
     @cached_property
     def keys(self) -> list[str]:
@@ -364,6 +395,58 @@ def read_samples_checked(
     if digest != want_sha:
         raise IndexFormatError(f"{url}: sha256 {digest[:16]}..., {where} says {want_sha[:16]}...: {fix}")
     return read_npz(local or url, names, data=data)
+
+
+def read_sample_table(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> SampleTable:
+    """The columns ``names`` (None: all) of the samples.npz beside index.json at ``base``, checked: its size
+    and sha256 against ``samples_file`` (``read_samples_checked``), then the columns against the format
+    (``table_problems``) and index.json (``row_problems``); the first problem raises ``IndexFormatError``."""
+    cols = read_samples_checked(base, info, names)
+    found = {n: (a.dtype, a.shape) for n, a in cols.items()}
+    _, _, problems = table_problems(found, info.format_version, info.metadata, rows=info.samples)
+    for p in [*problems, *row_problems(cols, info)]:
+        raise IndexFormatError(
+            f"{join(base, info.samples_file.name)}: {p.message}; the index is damaged or was edited "
+            "(run wds-tools verify, or convert again)"
+        )
+    return SampleTable(cols)
+
+
+def row_problems(columns: Mapping[str, np.ndarray], info: IndexMeta) -> Iterator[Problem]:
+    """samples.npz's rows against index.json (of the columns given): every label a class, every row's shard
+    one the index lists, each shard as many rows as its ``samples``."""
+    if "label" in columns:
+        label = columns["label"].astype(np.int64)
+        bad = np.flatnonzero((label < 0) | (label >= len(info.classes)))
+        if len(bad):
+            r = int(bad[0])
+            yield Problem(
+                "label",
+                "label",
+                f"{len(bad):,} label(s) are not a class index 0..{len(info.classes) - 1} (first: row {r:,}, "
+                f"{int(label[r])})",
+            )
+    if "shard" in columns:
+        shard = columns["shard"].astype(np.int64)
+        n = len(info.shards)
+        bad = np.flatnonzero((shard < 0) | (shard >= n))
+        if len(bad):
+            r = int(bad[0])
+            yield Problem(
+                "shard",
+                "column",
+                f"{len(bad):,} row(s) name a shard position past the {n} in index.json (first: row {r:,})",
+            )
+            return
+        rows = np.bincount(shard, minlength=n)
+        for s in info.shards:  # every count a reader prints is one the table holds (an index may claim any)
+            if s.samples != int(rows[s.pos]):
+                yield Problem(
+                    f"shards[{s.pos}].samples",
+                    "count",
+                    f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has {int(rows[s.pos]):,} "
+                    "rows of it",
+                )
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:

@@ -24,7 +24,17 @@ __all__ = [
     "indexed_name_problem",
     "samples_file_name",
     "MIN_SAMPLE_BYTES",
+    "INDEX_FILE",
+    "SAMPLES_FILE",
+    "ERRORS_FILE",
 ]
+
+INDEX_FILE = "index.json"
+"""A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
+SAMPLES_FILE = "samples.npz"
+"""A converted folder's per-sample table, beside its shards: the one name ``samples_file.name`` may hold."""
+ERRORS_FILE = "errors.jsonl"
+"""A converted folder's list of the source files that failed: the one name ``errors_file`` may hold (or null)."""
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
 # What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the

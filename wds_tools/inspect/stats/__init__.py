@@ -102,6 +102,6 @@ def model_reader(target: Shards, scan: bool) -> str:
     the index reader when an index.json lists them and every URL can be read by offset, else
     streaming. ``scan`` (the tars read without the index) models streaming, as a loader given only
     the tars would read them."""
-    if not scan and target.meta is not None and all(readable_by_offset(u) for u in target.urls):
+    if not scan and target.info is not None and all(readable_by_offset(u) for u in target.urls):
         return "index"
     return "stream"

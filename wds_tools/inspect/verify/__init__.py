@@ -92,7 +92,7 @@ def verify(
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
     threads = workers or 2 * usable_cpus()
-    if scan or target.meta is None:
+    if scan or target.raw is None:
         report = verify_scan(target, quick, threads)
         report.warnings += [
             f"{option} needs the index, which a scan does not read: not checked"
@@ -133,11 +133,11 @@ def _leakage(folder: str, progress: bool = False) -> tuple[list[Problem], list[s
 def _verify_index(
     target: Shards, quick: bool, threads: int, progress: bool, stats: bool, phash: bool = False
 ) -> VerifyReport:
-    meta, base = target.meta, target.index_base
-    if meta is None or base is None:  # (verify comes here only when the spec has an index)
+    raw, base = target.raw, target.index_base
+    if raw is None or base is None:  # (verify comes here only when the spec has an index)
         raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to check the tars")
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
-    index, found = salvage(meta)
+    index, found = salvage(raw)  # every problem, and what is usable despite them
     report.problems += [
         Problem(INDEX, p.kind, p.message + ("; it is not read" if p.path != "errors_file" else ""))
         if p.kind == "shard_name"
