@@ -1,16 +1,8 @@
-"""Whether the shards a spec names belong together: one dataset, and whole splits of it.
+"""Whether the shards a spec names belong together: one dataset (``dataset_identity``), and whole splits.
 
-docs/FORMAT.md, "Layout". ``dataset.resolve.resolve`` calls these on the parts of a spec (each
-folder, index file or pattern, one ``Shards`` per folder) before any reader sees a shard:
-
-- *mixed*: the parts' index.json files are different datasets (``dataset_identity`` differs: a
-  version that added a class shifts every class index, so a label would mean different classes in
-  different shards, and keys repeat);
-- *partial*: the named shards of one dataset leave out some of the shards of a split they touch.
-
-Copies of one dataset (a mirror: the same ``dataset_identity``, every shard the same bytes) are one
-dataset wherever they are. Shards without an index (bare tars, ``pipe:``) have nothing to be
-compared with here.
+``dataset.resolve`` asks before any reader sees a shard: parts from different datasets are *mixed* (a version
+that added a class shifts every label), a split named only in part is *partial*. Copies of one dataset are one
+dataset wherever they are; shards without an index are not compared. The rules: docs/FORMAT.md, "Layout".
 """
 
 from __future__ import annotations

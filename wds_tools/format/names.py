@@ -1,10 +1,7 @@
-"""Names: what a shard file is called, the brace patterns that name several, and which names an
-index.json may hold.
-
-docs/FORMAT.md, "Layout". A version's shards are ``<split>-NNNNNN.tar`` beside ``index.json`` and
-``samples.npz`` in ``OUT/<version>/<size>/``; a pattern such as ``train-{000000..000041}.tar``
-names a split's shards. An index.json names only files in its own folder (``indexed_name_problem``,
-checked by ``format.model``), so a reader never opens a file elsewhere because of what an index says.
+"""Names: what a shard file is called (``<split>-NNNNNN.tar``), the brace patterns that name several, and
+which names an index.json may hold: only files in its own folder (``indexed_name_problem``, checked by
+``format.model``), so a reader never opens a file elsewhere because of what an index says (docs/FORMAT.md,
+"Layout").
 """
 
 from __future__ import annotations

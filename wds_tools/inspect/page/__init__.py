@@ -1,11 +1,9 @@
 """``wds-tools report``: one self-contained HTML page about a converted folder (a version at one size).
 
-``write_report`` is the entry point. Data flow: the index (index.json, samples.npz, errors.jsonl;
-``facts`` with ``inspect.stats``' report) -> the thumbnails of a fixed-seed sample per class
-(``thumbs``: only their pixels are read from the shards) -> near-duplicates and the changes against the
-version it was built from (``evidence``) -> charts as inline SVG (``charts``, matplotlib) -> the page
-(``render``, Jinja2) -> written atomically. Nothing on the page depends on the clock or the run: the
-same folder and options give the same bytes. Needs the ``report`` extra (Jinja2, matplotlib).
+``write_report``: the index (``facts``, with ``inspect.stats``' report) -> thumbnails per class (``thumbs``)
+-> near-duplicates and the changes against the base version (``evidence``) -> inline SVG charts (``charts``)
+-> the page (``render``, Jinja2), written atomically; the same folder and options give the same bytes.
+Needs the ``report`` extra (docs/guide/report.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""Prove a converted set is intact: index.json against itself, samples.npz against index.json, and
-every shard's bytes against both (the bytes are the ground truth).
+"""Prove a converted set is intact: index.json against itself, samples.npz against index.json, and every
+shard's bytes against both (the bytes are the ground truth).
 
-Data flow: index.json's every problem (``format.model.salvage``: fields, types, names confined to the
-folder, splits, URL patterns) -> ``table`` (samples.npz streamed in row blocks: its columns, order,
-ranges, keys, metadata) -> ``shards`` (each shard once, on a small thread pool: size, sha256, member
-table, .npy headers and XXH3-64, labels and .json against its rows, pixel sums) -> ``totals`` (counts,
-class names, image size, mean/std from the pixels); ``report`` holds the problems. ``quick`` reads no
-pixels; without an index, ``scan`` checks the tars against each other. A name in the index that would
-lead outside the folder is reported and never opened.
+index.json (``format.model.salvage``: every problem) -> ``table`` (samples.npz in row blocks) -> ``shards``
+(each shard once, on a thread pool) -> ``totals`` (counts, class names, mean/std from the pixels);
+``problems`` holds the report. How each step works: docs/guide/inspect.md, "How verify works".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""samples.npz, streamed: its columns read by row ranges (never a whole column at once, but the shard
-column's per-row hash of keys), checked against their format (``format.index.table_problems``) and
-against index.json.
-
-``SampleColumns`` reads rows ``[start, stop)`` of any column with positioned reads (ranged requests on
-object storage and http), so verify's memory does not grow with the table: at 1M samples the
-whole-table state is the 8-byte key hash per row. ``scan_table`` makes one pass in blocks of
-``BLOCK_ROWS`` rows: shard order and range, labels, npy_length, path offsets, unique keys, the
-metadata's values, and no ``build.group`` group in two splits.
+"""samples.npz, streamed: its columns read by row ranges (``SampleColumns``: positioned or ranged reads) and
+checked in one pass (``scan_table``) against their format (``format.index.table_problems``) and index.json,
+so verify's memory does not grow with the table (docs/guide/inspect.md, "How verify works").
 """
 
 from __future__ import annotations
