@@ -363,15 +363,11 @@ def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | 
     return read_npz(local_path(url) or url, names, data=data)
 
 
-def read_samples_checked(
-    base: str, info: IndexMeta | dict, names: Sequence[str] | None = None
-) -> dict[str, np.ndarray]:
-    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``; or as a dict), after
-    checking the file's size and sha256 against its ``samples_file``: another version's table of the same
-    size is refused (``IndexFormatError``), not read as this index's."""
+def read_samples_checked(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``), after checking the file's
+    size and sha256 against its ``samples_file``: another version's table of the same size is refused
+    (``IndexFormatError``), not read as this index's."""
     where = join(base, INDEX_FILE)
-    if not isinstance(info, IndexMeta):
-        info = parse(info, where)
     url = join(base, info.samples_file.name)
     want_bytes, want_sha = info.samples_file.bytes, info.samples_file.sha256
     local = local_path(url)
