@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..errors import OptionError
-from ..format.names import indexed_name_problem
+from ..format.model import salvage
 
 __all__ = [
     "Part",
@@ -290,11 +290,10 @@ def gaps(parts: Sequence[Part]) -> list[Gap]:
         if not listing:
             continue
         p, names = listing[0][0], {n for _, listed_names in listing for n in listed_names}
-        listed = p.raw.get("shards")
         by_split: dict[str, list[str]] = {}
-        for s in listed if isinstance(listed, list) else []:
-            if isinstance(s, dict) and indexed_name_problem(s.get("name")) is None:  # never read otherwise
-                by_split.setdefault(str(s.get("split")), []).append(s["name"])
+        for s in salvage(p.raw)[0].shards:  # (an entry with a problem is never read: verify reports it)
+            if s is not None:
+                by_split.setdefault(s.split, []).append(s.name)
         for split, all_names in by_split.items():
             have = [n for n in all_names if n in names]
             if have and len(have) < len(all_names):
