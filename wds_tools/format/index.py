@@ -9,7 +9,7 @@ import hashlib
 import io
 import os
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +45,7 @@ __all__ = [
     "SampleTable",
     "read_sample_table",
     "row_problems",
+    "RowCheck",
     "load_index",
     "read_index",
     "index_of",
@@ -408,41 +409,75 @@ def read_sample_table(base: str, info: IndexMeta, names: Sequence[str] | None = 
     return SampleTable(cols)
 
 
-def row_problems(columns: Mapping[str, np.ndarray], info: IndexMeta) -> Iterator[Problem]:
-    """samples.npz's rows against index.json (of the columns given): every label a class, every row's shard
-    one the index lists, each shard as many rows as its ``samples``."""
-    if "label" in columns:
-        label = columns["label"].astype(np.int64)
-        bad = np.flatnonzero((label < 0) | (label >= len(info.classes)))
-        if len(bad):
-            r = int(bad[0])
-            yield Problem(
-                "label",
-                "label",
-                f"{len(bad):,} label(s) are not a class index 0..{len(info.classes) - 1} (first: row {r:,}, "
-                f"{int(label[r])})",
+@dataclass
+class RowCheck:
+    """samples.npz's ``label`` and ``shard`` columns against index.json, fed in row blocks (a reader feeds
+    the columns it read at once, verify streams the table): every label a class index (``n_classes`` None:
+    classes unknown, only negative labels are out), every shard position one of index.json's ``n_shards``;
+    ``per_shard`` counts the rows of each listed shard."""
+
+    n_classes: int | None
+    n_shards: int
+    bad_labels: int = 0
+    first_label: tuple[int, int] | None = None  # (row, label)
+    bad_shards: int = 0
+    first_shard: int | None = None
+
+    def __post_init__(self) -> None:
+        self.per_shard = np.zeros(self.n_shards, np.int64)
+
+    def add(self, start: int, label: np.ndarray | None, shard: np.ndarray | None) -> None:
+        """Rows ``start...`` of the columns (None: not read)."""
+        if label is not None:
+            lab = label.astype(np.int64)
+            top = self.n_classes if self.n_classes is not None else np.iinfo(np.int64).max
+            bad = np.flatnonzero((lab < 0) | (lab >= top))
+            if len(bad) and self.first_label is None:
+                self.first_label = (start + int(bad[0]), int(lab[bad[0]]))
+            self.bad_labels += len(bad)
+        if shard is not None:
+            sh = shard.astype(np.int64)
+            inside = (sh >= 0) & (sh < self.n_shards)
+            if not inside.all() and self.first_shard is None:
+                self.first_shard = start + int(np.argmin(inside))
+            self.bad_shards += int(len(sh) - inside.sum())
+            self.per_shard += np.bincount(sh[inside], minlength=self.n_shards)
+
+    def problems(self) -> list[Problem]:
+        """What was found wrong so far (each named by its column)."""
+        out = []
+        if self.first_shard is not None:
+            message = (
+                f"{self.bad_shards:,} row(s) name a shard position past the {self.n_shards} in index.json "
+                f"(first: row {self.first_shard:,})"
             )
-    if "shard" in columns:
-        shard = columns["shard"].astype(np.int64)
-        n = len(info.shards)
-        bad = np.flatnonzero((shard < 0) | (shard >= n))
-        if len(bad):
-            r = int(bad[0])
-            yield Problem(
-                "shard",
-                "column",
-                f"{len(bad):,} row(s) name a shard position past the {n} in index.json (first: row {r:,})",
+            out.append(Problem("shard", "column", message))
+        if self.first_label is not None:
+            row, value = self.first_label
+            top = f" 0..{self.n_classes - 1}" if self.n_classes is not None else ""
+            message = f"{self.bad_labels:,} label(s) are not a class index{top} (first: row {row:,}, {value})"
+            out.append(Problem("label", "label", message))
+        return out
+
+
+def row_problems(columns: Mapping[str, np.ndarray], info: IndexMeta) -> list[Problem]:
+    """samples.npz's rows against index.json (of the columns given): ``RowCheck``, and each shard as many
+    rows as its ``samples``."""
+    check = RowCheck(len(info.classes), len(info.shards))
+    check.add(0, columns.get("label"), columns.get("shard"))
+    problems = check.problems()
+    if "shard" in columns and not check.bad_shards:  # every count a reader prints is one the table holds
+        problems += [
+            Problem(
+                f"shards[{s.pos}].samples",
+                "count",
+                f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has "
+                f"{int(check.per_shard[s.pos]):,} rows of it",
             )
-            return
-        rows = np.bincount(shard, minlength=n)
-        for s in info.shards:  # every count a reader prints is one the table holds (an index may claim any)
-            if s.samples != int(rows[s.pos]):
-                yield Problem(
-                    f"shards[{s.pos}].samples",
-                    "count",
-                    f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has {int(rows[s.pos]):,} "
-                    "rows of it",
-                )
+            for s in info.shards
+            if s.samples != int(check.per_shard[s.pos])
+        ]
+    return problems
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
