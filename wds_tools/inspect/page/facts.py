@@ -80,7 +80,7 @@ def clip(text: object, most: int = CLIP) -> str:
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+    return f"{n:,} {word if n == 1 else plural or word + ('es' if word.endswith('s') else 's')}"
 
 
 # ------------------------------------------------------------------ the conversion
