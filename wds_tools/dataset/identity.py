@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..errors import OptionError
-from ..format.model import salvage
+from ..format.model import IndexMeta, salvage
 
 __all__ = [
     "Part",
@@ -61,6 +61,11 @@ class Part(Protocol):
     @property
     def raw(self) -> dict | None:
         """The index.json beside its shards, as written (None: none)."""
+        ...
+
+    @property
+    def info(self) -> IndexMeta | None:
+        """That index.json typed (None: none, or one with a problem)."""
         ...
 
     @property
@@ -291,7 +296,8 @@ def gaps(parts: Sequence[Part]) -> list[Gap]:
             continue
         p, names = listing[0][0], {n for _, listed_names in listing for n in listed_names}
         by_split: dict[str, list[str]] = {}
-        for s in salvage(p.raw)[0].shards:  # (an entry with a problem is never read: verify reports it)
+        listed = p.part.info.shards if p.part.info is not None else salvage(p.raw)[0].shards
+        for s in listed:  # (an entry with a problem is never read: verify reports it)
             if s is not None:
                 by_split.setdefault(s.split, []).append(s.name)
         for split, all_names in by_split.items():

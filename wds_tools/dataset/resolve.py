@@ -255,8 +255,9 @@ def _sizes(folder: Path) -> list[str]:
 
 
 def _entries(raw: dict, where: str, strict: bool) -> tuple[IndexMeta | None, list[ShardInfo], list[str]]:
-    """(index.json typed, the shard entries a reader may open, the split names): ``strict``, the index's
-    first problem raises; otherwise the entries with one are left out, never opened (verify reports them)."""
+    """(index.json typed, None where it has a problem; the shard entries a reader may open; the split names):
+    ``strict``, the index's first problem raises; otherwise the entries with one are left out, never opened
+    (verify reports them)."""
     try:
         info = parse(raw, where)
         return info, list(info.shards), list(info.splits)
