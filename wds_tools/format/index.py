@@ -44,7 +44,6 @@ __all__ = [
     "DatasetIndex",
     "SampleTable",
     "read_sample_table",
-    "row_problems",
     "RowCheck",
     "load_index",
     "read_index",
@@ -396,12 +395,29 @@ def read_samples_checked(base: str, info: IndexMeta, names: Sequence[str] | None
 
 def read_sample_table(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> SampleTable:
     """The columns ``names`` (None: all) of the samples.npz beside index.json at ``base``, checked: its size
-    and sha256 against ``samples_file`` (``read_samples_checked``), then the columns against the format
-    (``table_problems``) and index.json (``row_problems``); the first problem raises ``IndexFormatError``."""
+    and sha256 against ``samples_file`` (``read_samples_checked``), the columns against the format
+    (``table_problems``) and index.json (``RowCheck``, and each shard as many rows as its ``samples``); the
+    first problem raises ``IndexFormatError``."""
     cols = read_samples_checked(base, info, names)
     found = {n: (a.dtype, a.shape) for n, a in cols.items()}
     _, _, problems = table_problems(found, info.format_version, info.metadata, rows=info.samples)
-    for p in [*problems, *row_problems(cols, info)]:
+    if not problems:  # the columns as the format has them: their rows against index.json
+        check = RowCheck(len(info.classes), len(info.shards))
+        check.add(0, cols.get("label"), cols.get("shard"))
+        problems = check.problems()
+        rows = check.per_shard.tolist()
+        if "shard" in cols and not problems:  # every count a reader prints is one the table holds
+            problems = [
+                Problem(
+                    s.name,
+                    "count",
+                    f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has "
+                    f"{rows[s.pos]:,} rows of it",
+                )
+                for s in info.shards
+                if s.samples != rows[s.pos]
+            ]
+    for p in problems[:1]:
         raise IndexFormatError(
             f"{join(base, info.samples_file.name)}: {p.message}; the index is damaged or was edited "
             "(run wds-tools verify, or convert again)"
@@ -458,26 +474,6 @@ class RowCheck:
             message = f"{self.bad_labels:,} label(s) are not a class index{top} (first: row {row:,}, {value})"
             out.append(Problem("label", "label", message))
         return out
-
-
-def row_problems(columns: Mapping[str, np.ndarray], info: IndexMeta) -> list[Problem]:
-    """samples.npz's rows against index.json (of the columns given): ``RowCheck``, and each shard as many
-    rows as its ``samples``."""
-    check = RowCheck(len(info.classes), len(info.shards))
-    check.add(0, columns.get("label"), columns.get("shard"))
-    problems = check.problems()
-    if "shard" in columns and not check.bad_shards:  # every count a reader prints is one the table holds
-        problems += [
-            Problem(
-                f"shards[{s.pos}].samples",
-                "count",
-                f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has "
-                f"{int(check.per_shard[s.pos]):,} rows of it",
-            )
-            for s in info.shards
-            if s.samples != int(check.per_shard[s.pos])
-        ]
-    return problems
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:
