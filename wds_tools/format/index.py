@@ -229,12 +229,6 @@ class SampleTable:
         """Row i's key."""
         return self.columns["key"][i].decode("ascii")
 
-    def metadata(
-        self, info: IndexMeta, names: Iterable[str] | None = None, where: str = "samples.npz"
-    ) -> dict[str, MetaValues]:
-        """The metadata columns ``names`` (None: all) of index ``info``, by name (``format.meta.read_metadata``)."""
-        return read_metadata(self.columns, info.metadata, names, where)
-
     @cached_property
     def keys(self) -> list[str]:
         """Every sample's key, in row order."""

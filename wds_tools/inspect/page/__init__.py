@@ -17,7 +17,7 @@ import numpy as np
 from ...dataset.resolve import resolve_target
 from ...errors import OptionError, unwritable_file_error
 from ...format.index import read_sample_table
-from ...format.meta import MetaValues, npz_names
+from ...format.meta import MetaValues, npz_names, read_metadata
 from ...format.model import IndexMeta
 from ...progress import Progress
 from ...similar.near import PROGRESS_AFTER
@@ -199,7 +199,7 @@ def write_report(
         splits, w = facts.splits_section(report)
         warns += w
         step()
-        values = table.metadata(info, names, join(folder, info.samples_file.name))
+        values = read_metadata(table.columns, info.metadata, names, join(folder, info.samples_file.name))
         columns, columns_left_out, w = facts.metadata_section(values, row_split, list(report.splits), info.group)
         warns += w
         step()

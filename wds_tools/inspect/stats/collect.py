@@ -17,7 +17,7 @@ from ...cpus import usable_cpus
 from ...dataset.resolve import Shards
 from ...errors import IndexFormatError, OptionError, ShardError
 from ...format.index import histogram_mean_std, read_sample_table
-from ...format.meta import npz_names
+from ...format.meta import npz_names, read_metadata
 from ...format.model import IndexMeta
 from ...format.names import shard_split
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
@@ -99,7 +99,7 @@ def from_index(
         metadata=[c.to_dict() for c in info.metadata],
     )
     if wanted:
-        values = table.metadata(info, wanted, join(base, info.samples_file.name))
+        values = read_metadata(table.columns, info.metadata, wanted, join(base, info.samples_file.name))
         names = list(splits)
         split_of = np.array(
             [
