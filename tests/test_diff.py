@@ -62,3 +62,18 @@ def test_diff_of_versions_in_s3(tmp_path, bucket):
     assert (remote.old, remote.new) == (f"{url}/v1/32", f"{url}/v2/32")
     assert {**remote.to_dict(), "old": "", "new": ""} == {**local.to_dict(), "old": "", "new": ""}
     assert remote.added == ["extra"]
+
+
+def test_diff_refuses_a_samples_table_that_is_not_its_index(tmp_path):
+    """Each version's samples.npz is read checked against its index.json (size and sha256, labels in its
+    classes): another version's table is refused naming it, never diffed as this one's."""
+    import shutil
+
+    import pytest
+
+    from wds_tools.errors import IndexFormatError
+
+    a, b = _versions(tmp_path)
+    shutil.copy(a / "samples.npz", b / "samples.npz")
+    with pytest.raises(IndexFormatError, match=r"samples\.npz.*it is not the table this index was written with"):
+        diff_versions(a, b)

@@ -116,7 +116,7 @@ def test_the_resolver_refuses_mixed_versions_naming_both(versions):
         assert "build.source.rows 30 / 33" in msg and "pass allow_mixed=True" in msg and "--allow-mixed" in msg
     s = resolve(mixed_specs(versions)[1], split="train", allow_mixed=True)
     assert [json.dumps(m["classes"]) for m in s.datasets] == ['["a", "b", "c"]', '["A", "a", "b", "c"]']
-    assert s.names is None and s.meta["dataset_version"] == "v1"  # no one index lists them all
+    assert s.names is None and s.raw["dataset_version"] == "v1"  # no one index lists them all
 
 
 @pytest.mark.parametrize("reader", ["auto", "index", "stream"])

@@ -106,3 +106,37 @@ def test_an_index_naming_a_samples_file_outside_its_folder_is_refused(tmp_path):
 
     with pytest.raises(IndexFormatError, match="samples_file.name"):
         write_reader_indexes(folder, dali=True)
+
+
+def test_read_sample_table_checks_the_columns_read_against_the_index(tmp_path):
+    """read_sample_table refuses, naming it, a label that is no class, a row naming a shard the index does not
+    list, a shard whose rows are not its ``samples``, a column of another type or row count; a selection of
+    columns without ``key`` is read, its rows counted by index.json's ``samples``."""
+    from wds_tools.format.index import open_index, read_sample_table
+
+    good = _columns(5)
+    good["label"][:] = 0
+    good["shard"][:] = 0
+    good["phash"] = np.zeros((5, 7), np.uint64)  # (_columns gives it one value a row; the format: 7 windows)
+    write_index(tmp_path, _meta(5), good)
+    t = read_sample_table(*open_index(tmp_path), ("fingerprint",))
+    assert len(t) == 5 and t["fingerprint"].tolist() == good["fingerprint"].tolist()
+    whole = read_sample_table(*open_index(tmp_path))
+    assert whole.label.tolist() == [0] * 5 and whole.key(4) == "k4" and whole.npy_offset.dtype == np.int64
+    one = {"name": "train-000000.tar", "split": "train", "bytes": 10240, "sha256": "0" * 64}
+    cases = [
+        ("label", 1, {}, r"1 label\(s\) are not a class index 0\.\.0 \(first: row 3, 1\)"),
+        ("shard", 1, {}, r"1 row\(s\) name a shard position past the 1 in index\.json \(first: row 3\)"),
+        (None, None, {"shards": [{**one, "samples": 4}]}, r"shards\[0\] \(train-000000\.tar\) says 4 samples, "),
+        ("label", np.float32, {}, r"column 'label' is <f4 \[5\]; expected <"),
+        (None, None, {"samples": 6}, r"column 'label' is <\w+ \[5\]; expected <\w+ \[6\]"),
+    ]
+    for column, value, fields, message in cases:
+        cols = {k: v.copy() for k, v in good.items()}
+        if isinstance(value, type):
+            cols[column] = cols[column].astype(value)
+        elif column is not None:
+            cols[column][3] = value
+        write_index(tmp_path, _meta(5, **fields), cols)
+        with pytest.raises(IndexFormatError, match=r"samples\.npz: " + message):
+            read_sample_table(*open_index(tmp_path), ("label", "shard"))

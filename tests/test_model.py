@@ -135,6 +135,45 @@ DAMAGE = [
     ("decoder_versions", {"pillow": 11}, ("decoder_versions", "field"), r"expected an object of strings$"),
     ("phash_flat_rules", "2", ("phash_flat_rules", "field"), r"^phash_flat_rules is '2' \(str\); expected a count"),
     ("format_version", 4, ("format_version", "field"), r"has format_version 4; this wds-tools reads versions 1, 2"),
+    # FORMAT.md names the two files: another plain name in the folder is not one of them
+    (
+        "samples_file.name",
+        "other.npz",
+        ("samples_file.name", "field"),
+        r"^samples_file\.name is 'other\.npz'; expected "
+        r"'samples\.npz'$",
+    ),
+    (
+        "errors_file",
+        "failed.jsonl",
+        ("errors_file", "field"),
+        r"^errors_file is 'failed\.jsonl'; expected null or "
+        r"'errors\.jsonl'$",
+    ),
+    # build's fields are typed as FORMAT.md states them
+    ("build.seed", "0", ("build.seed", "field"), r"^build\.seed is '0' \(str\); expected an integer$"),
+    (
+        "build.val_fraction",
+        1.5,
+        ("build.val_fraction", "field"),
+        r"^build\.val_fraction is 1\.5 \(float\); expected a "
+        r"number in \[0, 1\]$",
+    ),
+    (
+        "build.shard_size",
+        0,
+        ("build.shard_size", "field"),
+        r"^build\.shard_size is 0 \(int\); expected an integer >= 1",
+    ),
+    ("build.sanitize_keys", 1, ("build.sanitize_keys", "field"), r"^build\.sanitize_keys is 1 \(int\); expected true"),
+    ("build.source.rows", -1, ("build.source.rows", "field"), r"^build\.source\.rows is -1 \(int\); expected a count"),
+    ("build.source.digest", "x", ("build.source.digest", "field"), r"expected 64 lowercase hex digits$"),
+    (
+        "build.source_path",
+        None,
+        ("build.source_path", "field"),
+        r"^build\.source_path is None \(NoneType\); expected a",
+    ),
 ]
 
 
@@ -244,10 +283,7 @@ _OTHER = {
     "object": {},
 }
 # fields a value of another JSON type may stand in (null, or not typed by the model: kept as written)
-_FREE = re.compile(
-    r"^(errors_file|build\.(group|base|split_base|columns\.\w+|shard_size|seed|val_fraction|sanitize_keys|source.*"
-    r"|source_path)|decode\.colour)$"
-)
+_FREE = re.compile(r"^(errors_file|build\.(group|base|split_base|columns\.\w+)|decode\.colour)$")
 
 
 @settings(max_examples=150, deadline=None)
@@ -263,6 +299,49 @@ def test_a_value_of_another_type_in_any_typed_field_is_a_problem_of_that_field(h
     raw = _damaged(ham, path, _OTHER[other])
     problems = list(validate(raw))
     assert any(path.startswith(p.path) or p.path.startswith(path) for p in problems), (path, other, problems)
+
+
+def test_the_converters_build_fields_are_typed(ham):
+    build = parse(ham, "ham").build
+    assert build is not None and build.source is not None
+    raw = ham["build"]
+    assert (build.shard_size, build.seed, build.val_fraction, build.sanitize_keys, build.source_path) == (
+        raw["shard_size"],
+        raw["seed"],
+        raw["val_fraction"],
+        raw["sanitize_keys"],
+        raw["source_path"],
+    )
+    assert (build.source.kind, build.source.rows, build.source.digest) == (
+        "csv",
+        raw["source"]["rows"],
+        raw["source"]["digest"],
+    )
+
+
+def _doc_fields(which: str) -> list[str]:
+    """The fields FORMAT.md's index.json section lists after "Required:" or "Optional:"."""
+    text = (Path(__file__).parents[1] / "docs" / "FORMAT.md").read_text()
+    section = text.split("## index.json", 1)[1].split("\n## ", 1)[0]
+    line = re.search(rf"^{which}: (.+?)\.$", section, re.M | re.S)
+    assert line, f"FORMAT.md's index.json section has no {which}: list"
+    return re.findall(r"`(\w+)`", line.group(1))
+
+
+def test_the_fields_format_md_calls_optional_are_those_a_reader_takes_absent(ham):
+    """Each top-level field of a converted index removed: a problem of that field exactly when FORMAT.md lists it
+    as required (classes_digest: from version 2 on, which this index is); the two lists name every field of the
+    table."""
+    required, optional = _doc_fields("Required"), _doc_fields("Optional")
+    text = (Path(__file__).parents[1] / "docs" / "FORMAT.md").read_text().split("## index.json", 1)[1]
+    table = {
+        f for row in re.findall(r"^\| (`.+?) \|", text.split("\n## ", 1)[0], re.M) for f in re.findall(r"`(\w+)`", row)
+    }
+    assert set(required) | set(optional) == table and not set(required) & set(optional)
+    for field in sorted(ham):
+        problems = [p for p in validate(_damaged(ham, field, DELETE)) if re.match(rf"{field}\b(?!_)", p.path)]
+        assert bool(problems) == (field in required), (field, problems)  # (not: a field checked against it)
+    assert set(ham) >= set(required)
 
 
 def test_every_reader_refuses_the_first_problem_verify_reports(ham_set, tmp_path):

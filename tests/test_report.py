@@ -529,6 +529,10 @@ def test_share_rule_by_hand():
     assert share_rule(["x", "y"], rare, ["train", "val"], "class", every_missing=True) == [
         "val: no sample of 1 class (x) although val holds 20.0% of the samples"
     ]
+    two = np.array([[4, 0], [4, 0], [0, 2]])  # "classes", not "classs"
+    assert share_rule(["a", "b", "c"], two, ["train", "val"], "class", every_missing=True)[1] == (
+        "val: no sample of 2 classes (a, b) although val holds 20.0% of the samples"
+    )
 
 
 def test_draw_per_class_is_fixed_by_the_seed():

@@ -46,7 +46,7 @@ def test_folder_index_file_and_file_url_agree(folder, names):
     assert a.urls == b.urls == c.urls == [str(folder / n) for n in names]
     assert a.names == names and a.counts == b.counts and sum(a.counts) == 30 and len(a) == 9
     assert a.folder == a.index_base == str(folder) and a.index_file == str(folder / "index.json")
-    assert a.meta["format"] == "wds-tools-index" and not a.selected
+    assert a.raw["format"] == "wds-tools-index" and not a.selected
     train = resolve(folder, split="train")
     assert len(train) == 7 and sum(train.counts) == 25 and all("/train-" in u for u in train.urls)
 
@@ -62,7 +62,7 @@ def test_pattern_in_an_indexed_folder(folder, samples):
 def test_pattern_and_folder_without_index(folder, tmp_path):
     bare = copy_tars(folder, tmp_path / "bare")
     s = resolve(str(bare / "train-{000000..000006}.tar"))
-    assert len(s) == 7 and s.meta is None and s.counts is None and s.names is None and s.folder == str(bare)
+    assert len(s) == 7 and s.raw is None and s.counts is None and s.names is None and s.folder == str(bare)
     listed = resolve(bare, scan=True)
     assert [Path(u).name for u in listed.urls] == sorted(p.name for p in folder.glob("*.tar"))
     with pytest.raises(IndexFormatError, match=r"no index at .*bare/index.json; convert first \(a folder wds-tools"):
@@ -157,7 +157,7 @@ def test_index_of_another_format_version_is_refused(folder, tmp_path):
     with pytest.raises(IndexFormatError, match="has format_version 99"):
         resolve(str(newer / "train-000000.tar"), need_index=True)
     # the loader reads a pattern's shards without an index it cannot use
-    assert resolve(str(newer / "train-000000.tar")).meta is None
+    assert resolve(str(newer / "train-000000.tar")).raw is None
 
 
 @pytest.mark.parametrize(
@@ -232,7 +232,7 @@ def test_s3_folder_index_and_pattern(folder, names, bucket, tmp_path):
     for spec in (base, f"{base}/", f"{base}/index.json"):
         s = resolve(spec)
         assert s.urls == [f"{base}/{n}" for n in names] and s.counts == local.counts and s.index_base == base
-        assert s.meta == local.meta
+        assert s.raw == local.raw
     p = resolve(f"{base}/train-{{000001..000002}}.tar", need_index=True, allow_partial=True)
     assert p.names == ["train-000001.tar", "train-000002.tar"] and p.counts == local.counts[1:3] and p.selected
     bare = upload(fs, folder, f"{url}/bare", skip=("index.json", "samples.npz"))
@@ -253,7 +253,7 @@ def test_http_index_pattern_and_folder(folder, names, serve_http, tmp_path):
     p = resolve(f"{base}/train-{{000000..000006}}.tar", need_index=True)
     assert p.counts == resolve(folder, split="train").counts and p.index_base == base
     bare = serve_http(copy_tars(folder, tmp_path / "bare"))
-    assert resolve(f"{bare}/train-000000.tar").meta is None
+    assert resolve(f"{bare}/train-000000.tar").raw is None
     with pytest.raises(
         IndexFormatError,
         match=r"no index at http://.*/index.json, and a http:// folder cannot "

@@ -1297,3 +1297,27 @@ def test_a_phash_recheck_that_cannot_run_says_so(split_set, tmp_path):
     assert full.ok and not any("--phash" in w for w in full.warnings)
     r = CliRunner().invoke(cli, ["verify", str(two), "--phash", "--json"])
     assert r.exit_code == 0 and any("no usable phash column" in w for w in json.loads(r.stdout)["warnings"])
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("label", 7, r"1 label\(s\) are not a class index 0\.\.2 \(first: row 5, 7\)"),
+        ("shard", 9, r"1 row\(s\) name a shard position past the 7 in index\.json \(first: row 5\)"),
+    ],
+)
+def test_verify_and_the_readers_name_a_row_outside_the_index_alike(split_set, column, value, message):
+    """A consistent rewrite of samples.npz (its hash recorded) with one row's label past the 3 classes, or its
+    shard past the 7 shards: verify reports it by the rule the readers refuse it by (format.index.RowCheck),
+    in the same words; stats refuses it too."""
+    from wds_tools.format.index import open_index, read_sample_table
+    from wds_tools.inspect.stats import compute_stats
+
+    _edit_table(split_set, lambda cols, meta: cols[column].__setitem__(5, value))
+    r = verify(split_set, quick=True)
+    assert not r.ok
+    _found(r, "label" if column == "label" else "column", "^" + message + "$")
+    with pytest.raises(IndexFormatError, match=r"samples\.npz: " + message):
+        read_sample_table(*open_index(split_set), ("label", "shard"))
+    with pytest.raises(IndexFormatError, match=message):
+        compute_stats(split_set)

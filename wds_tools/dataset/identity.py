@@ -1,16 +1,8 @@
-"""Whether the shards a spec names belong together: one dataset, and whole splits of it.
+"""Whether the shards a spec names belong together: one dataset (``dataset_identity``), and whole splits.
 
-docs/FORMAT.md, "Layout". ``dataset.resolve.resolve`` calls these on the parts of a spec (each
-folder, index file or pattern, one ``Shards`` per folder) before any reader sees a shard:
-
-- *mixed*: the parts' index.json files are different datasets (``dataset_identity`` differs: a
-  version that added a class shifts every class index, so a label would mean different classes in
-  different shards, and keys repeat);
-- *partial*: the named shards of one dataset leave out some of the shards of a split they touch.
-
-Copies of one dataset (a mirror: the same ``dataset_identity``, every shard the same bytes) are one
-dataset wherever they are. Shards without an index (bare tars, ``pipe:``) have nothing to be
-compared with here.
+``dataset.resolve`` asks before any reader sees a shard: parts from different datasets are *mixed* (a version
+that added a class shifts every label), a split named only in part is *partial*. Copies of one dataset are one
+dataset wherever they are; shards without an index are not compared. The rules: docs/FORMAT.md, "Layout".
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ..errors import OptionError
-from ..format.names import indexed_name_problem
+from ..format.model import IndexMeta, salvage
 
 __all__ = [
     "Part",
@@ -67,8 +59,13 @@ class Part(Protocol):
         ...
 
     @property
-    def meta(self) -> dict | None:
-        """The index.json beside its shards (None: none)."""
+    def raw(self) -> dict | None:
+        """The index.json beside its shards, as written (None: none)."""
+        ...
+
+    @property
+    def info(self) -> IndexMeta | None:
+        """That index.json typed (None: none, or one with a problem)."""
         ...
 
     @property
@@ -78,7 +75,7 @@ class Part(Protocol):
 
     @property
     def names(self) -> list[str] | None:
-        """Each shard's entry in ``meta["shards"]`` (None: not every shard is listed)."""
+        """Each shard's name in that index's ``shards`` (None: not every shard is listed)."""
         ...
 
     def __len__(self) -> int:
@@ -209,27 +206,27 @@ def _about(index_file: str, meta: dict) -> str:
 
 
 class _Indexed(NamedTuple):
-    """A part with an index: its index.json and that file's path."""
+    """A part with an index: its index.json as written and that file's path."""
 
-    meta: dict
+    raw: dict
     index_file: str
     part: Part
 
 
 def _by_dataset(parts: Sequence[Part]) -> dict[str, list[_Indexed]]:
     """The parts with an index, grouped by dataset (in the order first named)."""
-    indexed = [_Indexed(p.meta, p.index_file, p) for p in parts if p.meta is not None and p.index_file is not None]
-    if len({id(i.meta) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
+    indexed = [_Indexed(p.raw, p.index_file, p) for p in parts if p.raw is not None and p.index_file is not None]
+    if len({id(i.raw) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
         return {"": indexed} if indexed else {}
     groups: dict[str, list[_Indexed]] = {}
     for i in indexed:
-        groups.setdefault(dataset_key(i.meta), []).append(i)
+        groups.setdefault(dataset_key(i.raw), []).append(i)
     return groups
 
 
 def datasets(parts: Sequence[Part]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
-    return [g[0].meta for g in _by_dataset(parts).values()]
+    return [g[0].raw for g in _by_dataset(parts).values()]
 
 
 def check_mixed(spec: str, parts: Sequence[Part]) -> None:
@@ -242,11 +239,11 @@ def check_mixed(spec: str, parts: Sequence[Part]) -> None:
         tags = [f"[{i + 1}]" for i in range(len(firsts))]
         lines = [f"{spec}: these shards belong to {len(firsts)} different datasets, which cannot be read as one set:"]
         lines += [
-            f"  {t} {_about(g[0].index_file, g[0].meta)}: {_parts_text([i.part for i in g])}"
+            f"  {t} {_about(g[0].index_file, g[0].raw)}: {_parts_text([i.part for i in g])}"
             for t, g in zip(tags, groups.values())
         ]
         for t, p in zip(tags[1:], firsts[1:]):
-            lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].meta, p.meta, tags[0], t)))
+            lines.append(f"  {tags[0]} vs {t}: " + "; ".join(differences(firsts[0].raw, p.raw, tags[0], t)))
         lines.append(
             f"Read as one set, a label can name different classes in different shards and a key can "
             f"occur twice. Give the shards of one dataset, or {MIXED_HINT}."
@@ -298,11 +295,11 @@ def gaps(parts: Sequence[Part]) -> list[Gap]:
         if not listing:
             continue
         p, names = listing[0][0], {n for _, listed_names in listing for n in listed_names}
-        listed = p.meta.get("shards")
         by_split: dict[str, list[str]] = {}
-        for s in listed if isinstance(listed, list) else []:
-            if isinstance(s, dict) and indexed_name_problem(s.get("name")) is None:  # never read otherwise
-                by_split.setdefault(str(s.get("split")), []).append(s["name"])
+        listed = p.part.info.shards if p.part.info is not None else salvage(p.raw)[0].shards
+        for s in listed:  # (an entry with a problem is never read: verify reports it)
+            if s is not None:
+                by_split.setdefault(s.split, []).append(s.name)
         for split, all_names in by_split.items():
             have = [n for n in all_names if n in names]
             if have and len(have) < len(all_names):

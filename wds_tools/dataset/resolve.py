@@ -30,18 +30,18 @@ __all__ = ["Shards", "resolve", "resolve_target", "newest_dataset", "unfinished_
 class Shards:
     """What a spec names: the shards' URLs (plain paths for local files) and the index listing them.
 
-    ``meta`` is the index.json in the folder of the (first) shards as written, when there is one, and
-    ``info`` the same typed (None where it has problems and ``resolve`` was not strict); ``names`` and
-    ``counts`` are set when it lists every shard named (``counts``: also when several indexes do, one
-    per folder).
+    ``info`` is the index.json in the folder of the (first) shards, typed, when there is one (None also where
+    it has problems and ``resolve`` was not strict: ``raw``, the JSON as written, is then what verify reports
+    on); ``names`` and ``counts`` are set when it lists every shard named (``counts``: also when several
+    indexes do, one per folder).
     """
 
     spec: str  # as given; several joined with "::"
     urls: list[str]
     folder: str | None = None  # the one folder holding every shard; None when they are in several
-    meta: dict | None = field(default=None, repr=False)
-    index_base: str | None = None  # the folder holding meta's index.json (and samples.npz)
-    names: list[str] | None = field(default=None, repr=False)  # each URL's entry in meta["shards"]
+    raw: dict | None = field(default=None, repr=False)  # index.json as written: identity compares it
+    index_base: str | None = None  # the folder holding that index.json (and samples.npz)
+    names: list[str] | None = field(default=None, repr=False)  # each URL's name in index.json's shards
     counts: list[int] | None = field(default=None, repr=False)  # samples per shard
     selected: bool = False  # named by a pattern or a .tar (some shards), not a whole folder or index
     gaps: list = field(default_factory=list, repr=False)  # identity.Gap: splits named only in part
@@ -53,7 +53,7 @@ class Shards:
 
     @property
     def index_file(self) -> str | None:
-        """The index.json that ``meta`` was read from (None: no index)."""
+        """The index.json that ``raw`` was read from (None: no index)."""
         return join(self.index_base, INDEX_FILE) if self.index_base is not None else None
 
 
@@ -147,7 +147,7 @@ def _combine(spec: str, parts: list[Shards], texts: int, one_folder: bool) -> Sh
         spec,
         [u for p in parts for u in p.urls],
         folder,
-        first.meta,
+        first.raw,
         first.index_base,
         [n for p in parts for n in p.names or ()] if one_index else None,
         None if any(p.counts is None for p in parts) else [c for p in parts for c in p.counts or ()],
@@ -177,8 +177,8 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
         missing = _missing_folder(parent(path)) if local is not None else ""
         if missing:  # a mistyped size or version: say what there is
             raise IndexFormatError(f"no index at {path}; {missing}")
-        meta = read_index(path, required=True, strict=False)
-        return [_listed(text, parent(path), meta, rules.split, rules.strict)]
+        raw = read_index(path, required=True, strict=False)
+        return [_listed(text, parent(path), raw, rules.split, rules.strict)]
     if "{" in path or "}" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
     if kind in ("", "file"):
@@ -190,9 +190,9 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
 
 
 def _folder(text: str, folder: str, rules: _Rules) -> Shards:
-    meta = rules.index_in(folder)
-    if meta is not None:
-        return _listed(text, folder, meta, rules.split, rules.strict)
+    raw = rules.index_in(folder)
+    if raw is not None:
+        return _listed(text, folder, raw, rules.split, rules.strict)
     _refuse_unfinished(text, folder)
     where = join(folder, INDEX_FILE)
     below = _datasets_below(text, folder)
@@ -254,19 +254,23 @@ def _sizes(folder: Path) -> list[str]:
     return sorted(names, key=lambda n: (not n.isdigit(), -int(n) if n.isdigit() else 0, n))
 
 
-def _entries(meta: dict, where: str, strict: bool) -> tuple[IndexMeta | None, list[ShardInfo], list[str]]:
-    """(index.json typed, the shard entries a reader may open, the split names): ``strict``, the index's
-    first problem raises; otherwise the entries with one are left out, never opened (verify reports them)."""
-    if strict:
-        info = parse(meta, where)
+def _entries(raw: dict, where: str, strict: bool) -> tuple[IndexMeta | None, list[ShardInfo], list[str]]:
+    """(index.json typed, None where it has a problem; the shard entries a reader may open; the split names):
+    ``strict``, the index's first problem raises; otherwise the entries with one are left out, never opened
+    (verify reports them)."""
+    try:
+        info = parse(raw, where)
         return info, list(info.shards), list(info.splits)
-    part, _ = salvage(meta)
+    except IndexFormatError:
+        if strict:
+            raise
+    part, _ = salvage(raw)
     return None, [s for s in part.shards if s is not None], list(part.splits)
 
 
-def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = True) -> Shards:
+def _listed(text: str, base: str, raw: dict, split: str | None, strict: bool = True) -> Shards:
     """Every shard the index lists (of ``split``, when given)."""
-    info, shards, splits = _entries(meta, join(base, INDEX_FILE), strict)
+    info, shards, splits = _entries(raw, join(base, INDEX_FILE), strict)
     if split is not None:
         if split not in splits:
             raise IndexFormatError(
@@ -275,7 +279,7 @@ def _listed(text: str, base: str, meta: dict, split: str | None, strict: bool = 
         shards = [s for s in shards if s.split == split]
     names = [s.name for s in shards]
     urls = [join(base, n) for n in names]
-    return Shards(text, urls, base, meta, base, names, [s.samples for s in shards], info=info)
+    return Shards(text, urls, base, raw, base, names, [s.samples for s in shards], info=info)
 
 
 def _pattern(text: str, pattern: str, rules: _Rules) -> list[Shards]:
@@ -299,20 +303,20 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
     info: IndexMeta | None = None
     listed: list[ShardInfo] = []
     try:
-        meta = rules.index_in(folder)
-        if meta is not None:
-            info, listed, _ = _entries(meta, join(folder, INDEX_FILE), rules.strict)
+        raw = rules.index_in(folder)
+        if raw is not None:
+            info, listed, _ = _entries(raw, join(folder, INDEX_FILE), rules.strict)
     except IndexFormatError:
         if rules.need_index:
             raise
-        meta = None  # a damaged or unreachable index beside a pattern: read the shards without it
-    if meta is None:
+        raw = None  # a damaged or unreachable index beside a pattern: read the shards without it
+    if raw is None:
         _refuse_unfinished(text, folder)
     names = [basename(u) for u in urls]
     by_name = {s.name: s.samples for s in listed}
     unknown = [n for n in names if n not in by_name]
     if rules.need_index:
-        if meta is None:
+        if raw is None:
             missing = _missing_folder(folder)
             raise IndexFormatError(f"{text}: {missing}" if missing else rules.no_index(join(folder, INDEX_FILE)))
         if unknown:
@@ -321,8 +325,8 @@ def _in_folder(text: str, folder: str, urls: list[str], rules: _Rules) -> Shards
                 f"(first: {unknown[0]}); use --scan to read the tars themselves"
             )
     if unknown:
-        return Shards(text, urls, folder, meta, folder if meta else None, selected=True, info=info)
-    return Shards(text, urls, folder, meta, folder, names, [by_name[n] for n in names], selected=True, info=info)
+        return Shards(text, urls, folder, raw, folder if raw else None, selected=True, info=info)
+    return Shards(text, urls, folder, raw, folder, names, [by_name[n] for n in names], selected=True, info=info)
 
 
 def unfinished_conversion(folder: str) -> str | None:
@@ -411,11 +415,11 @@ def _check_exist(text: str, urls: list[str]) -> None:
 def _listed_patterns(folder: str) -> str:
     """What an existing folder's index.json lists, split by split (``train-{000000..000005}.tar``); "" without one."""
     try:
-        meta = read_index(join(folder, INDEX_FILE))
-        splits = meta.get("splits") or {}
-        listed = ", ".join(f"{sp['urls']} ({sp['shards']:,} {name})" for name, sp in splits.items())
-    except (OSError, ValueError, TypeError, KeyError, IndexFormatError):
+        where = join(folder, INDEX_FILE)
+        info = parse(read_index(where, strict=False), where)
+    except (OSError, IndexFormatError):
         return ""
+    listed = ", ".join(f"{sp.urls} ({sp.shards:,} {name})" for name, sp in info.splits.items())
     return f"{join(folder, INDEX_FILE)} lists {listed}" if listed else ""
 
 

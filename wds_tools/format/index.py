@@ -22,6 +22,7 @@ from ..storage.fsutil import atomic_write_bytes, dumps_canonical
 from ..storage.transport import is_local, join, local_path, parent, read_bytes
 from .meta import MetaColumn, MetaValues, column_names, npz_dtypes, read_metadata
 from .model import FORMAT_NAME, READABLE_VERSIONS, IndexMeta, Problem, load_json, parse
+from .names import ERRORS_FILE, INDEX_FILE, SAMPLES_FILE
 from .packed import unpack_strings
 from .phash import WINDOWS
 from .sidecars import sidecar_files
@@ -42,6 +43,8 @@ __all__ = [
     "table_problems",
     "DatasetIndex",
     "SampleTable",
+    "read_sample_table",
+    "RowCheck",
     "load_index",
     "read_index",
     "index_of",
@@ -58,12 +61,6 @@ __all__ = [
 
 FORMAT_VERSION = 3
 """The index format version the converter writes; 3 added the phash column (docs/FORMAT.md)."""
-INDEX_FILE = "index.json"
-"""A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
-SAMPLES_FILE = "samples.npz"
-"""A converted folder's per-sample table, beside its shards."""
-ERRORS_FILE = "errors.jsonl"
-"""A converted folder's list of the source files that failed, beside its shards."""
 # A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
 # definition being here; dataset.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
@@ -118,15 +115,23 @@ def sample_columns(version: int = FORMAT_VERSION) -> dict[str, str]:
 
 
 def table_problems(
-    found: Mapping[str, tuple[np.dtype, tuple[int, ...]]], version: int, metadata: Sequence[MetaColumn] = ()
+    found: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+    version: int,
+    metadata: Sequence[MetaColumn] = (),
+    *,
+    rows: int | None = None,
 ) -> tuple[int, set[str], list[Problem]]:
     """(rows, the columns as the format has them, a problem for each other column): samples.npz's columns,
-    found with these (dtype, shape), against a format version's and its metadata columns'."""
-    key = found.get("key")
-    rows = key[1][0] if key is not None and len(key[1]) == 1 else None
-    n = rows or 0
+    found with these (dtype, shape), against a format version's and its metadata columns'. ``rows`` given (a
+    reader's selection): only the columns found are checked, each column of rows having that many."""
     wanted: list[tuple[str, str, MetaColumn | None]] = [(k, d, None) for k, d in sample_columns(version).items()]
     wanted += [(a, d, c) for i, c in enumerate(metadata) for a, d in npz_dtypes(i, c.type).items()]
+    if rows is None:
+        key = found.get("key")
+        rows = key[1][0] if key is not None and len(key[1]) == 1 else None
+    else:
+        wanted = [w for w in wanted if w[0] in found]
+    n = rows or 0
     usable: set[str] = set()
     problems = []
     for name, want, column in wanted:
@@ -194,15 +199,35 @@ def read_npz(
 
 @dataclass
 class SampleTable:
-    """The per-sample columns of an index, as numpy arrays (see ``SAMPLE_COLUMNS``)."""
+    """samples.npz's columns (all, or those read), as numpy arrays (``SAMPLE_COLUMNS``); ``read_sample_table`` reads
+    them checked. The columns every reader indexes by are typed here once."""
 
     columns: dict[str, np.ndarray]
 
     def __len__(self) -> int:
-        return len(self.columns["key"])
+        return len(next(iter(self.columns.values()))) if self.columns else 0
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
+
+    @cached_property
+    def label(self) -> np.ndarray:
+        """Each row's label (an index into ``classes``), int64."""
+        return self.columns["label"].astype(np.int64)
+
+    @cached_property
+    def shard(self) -> np.ndarray:
+        """Each row's shard: its position in index.json's ``shards``, int64."""
+        return self.columns["shard"].astype(np.int64)
+
+    @cached_property
+    def npy_offset(self) -> np.ndarray:
+        """Each row's ``.npy`` member: the file offset of its NPY header in its shard, int64."""
+        return self.columns["npy_offset"].astype(np.int64)
+
+    def key(self, i: int) -> str:
+        """Row i's key."""
+        return self.columns["key"][i].decode("ascii")
 
     @cached_property
     def keys(self) -> list[str]:
@@ -332,15 +357,11 @@ def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | 
     return read_npz(local_path(url) or url, names, data=data)
 
 
-def read_samples_checked(
-    base: str, info: IndexMeta | dict, names: Sequence[str] | None = None
-) -> dict[str, np.ndarray]:
-    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``; or as a dict), after
-    checking the file's size and sha256 against its ``samples_file``: another version's table of the same
-    size is refused (``IndexFormatError``), not read as this index's."""
+def read_samples_checked(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``), after checking the file's
+    size and sha256 against its ``samples_file``: another version's table of the same size is refused
+    (``IndexFormatError``), not read as this index's."""
     where = join(base, INDEX_FILE)
-    if not isinstance(info, IndexMeta):
-        info = parse(info, where)
     url = join(base, info.samples_file.name)
     want_bytes, want_sha = info.samples_file.bytes, info.samples_file.sha256
     local = local_path(url)
@@ -364,6 +385,89 @@ def read_samples_checked(
     if digest != want_sha:
         raise IndexFormatError(f"{url}: sha256 {digest[:16]}..., {where} says {want_sha[:16]}...: {fix}")
     return read_npz(local or url, names, data=data)
+
+
+def read_sample_table(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> SampleTable:
+    """The columns ``names`` (None: all) of the samples.npz beside index.json at ``base``, checked: its size
+    and sha256 against ``samples_file`` (``read_samples_checked``), the columns against the format
+    (``table_problems``) and index.json (``RowCheck``, and each shard as many rows as its ``samples``); the
+    first problem raises ``IndexFormatError``."""
+    cols = read_samples_checked(base, info, names)
+    found = {n: (a.dtype, a.shape) for n, a in cols.items()}
+    _, _, problems = table_problems(found, info.format_version, info.metadata, rows=info.samples)
+    if not problems:  # the columns as the format has them: their rows against index.json
+        check = RowCheck(len(info.classes), len(info.shards))
+        check.add(0, cols.get("label"), cols.get("shard"))
+        problems = check.problems()
+        rows = check.per_shard.tolist()
+        if "shard" in cols and not problems:  # every count a reader prints is one the table holds
+            problems = [
+                Problem(
+                    s.name,
+                    "count",
+                    f"shards[{s.pos}] ({s.name}) says {s.samples!r} samples, samples.npz has "
+                    f"{rows[s.pos]:,} rows of it",
+                )
+                for s in info.shards
+                if s.samples != rows[s.pos]
+            ]
+    for p in problems[:1]:
+        raise IndexFormatError(
+            f"{join(base, info.samples_file.name)}: {p.message}; the index is damaged or was edited "
+            "(run wds-tools verify, or convert again)"
+        )
+    return SampleTable(cols)
+
+
+@dataclass
+class RowCheck:
+    """samples.npz's ``label`` and ``shard`` columns against index.json, fed in row blocks (a reader feeds
+    the columns it read at once, verify streams the table): every label a class index (``n_classes`` None:
+    classes unknown, only negative labels are out), every shard position one of index.json's ``n_shards``;
+    ``per_shard`` counts the rows of each listed shard."""
+
+    n_classes: int | None
+    n_shards: int
+    bad_labels: int = 0
+    first_label: tuple[int, int] | None = None  # (row, label)
+    bad_shards: int = 0
+    first_shard: int | None = None
+
+    def __post_init__(self) -> None:
+        self.per_shard = np.zeros(self.n_shards, np.int64)
+
+    def add(self, start: int, label: np.ndarray | None, shard: np.ndarray | None) -> None:
+        """Rows ``start...`` of the columns (None: not read)."""
+        if label is not None:
+            lab = label.astype(np.int64)
+            top = self.n_classes if self.n_classes is not None else np.iinfo(np.int64).max
+            bad = np.flatnonzero((lab < 0) | (lab >= top))
+            if len(bad) and self.first_label is None:
+                self.first_label = (start + int(bad[0]), int(lab[bad[0]]))
+            self.bad_labels += len(bad)
+        if shard is not None:
+            sh = shard.astype(np.int64)
+            inside = (sh >= 0) & (sh < self.n_shards)
+            if not inside.all() and self.first_shard is None:
+                self.first_shard = start + int(np.argmin(inside))
+            self.bad_shards += int(len(sh) - inside.sum())
+            self.per_shard += np.bincount(sh[inside], minlength=self.n_shards)
+
+    def problems(self) -> list[Problem]:
+        """What was found wrong so far (each named by its column)."""
+        out = []
+        if self.first_shard is not None:
+            message = (
+                f"{self.bad_shards:,} row(s) name a shard position past the {self.n_shards} in index.json "
+                f"(first: row {self.first_shard:,})"
+            )
+            out.append(Problem("shard", "column", message))
+        if self.first_label is not None:
+            row, value = self.first_label
+            top = f" 0..{self.n_classes - 1}" if self.n_classes is not None else ""
+            message = f"{self.bad_labels:,} label(s) are not a class index{top} (first: row {row:,}, {value})"
+            out.append(Problem("label", "label", message))
+        return out
 
 
 def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[Path]:

@@ -15,7 +15,15 @@ from typing import Any
 
 from ..errors import IndexFormatError
 from .meta import META_TYPES, MetaColumn
-from .names import MIN_SAMPLE_BYTES, expand, indexed_name_problem, shard_name, url_pattern
+from .names import (
+    ERRORS_FILE,
+    MIN_SAMPLE_BYTES,
+    SAMPLES_FILE,
+    expand,
+    indexed_name_problem,
+    shard_name,
+    url_pattern,
+)
 from .sample import MEMBERS, MEMBERS_V1, classes_digest
 
 __all__ = [
@@ -27,6 +35,7 @@ __all__ = [
     "ShardInfo",
     "SamplesFile",
     "BuildInfo",
+    "SourceInfo",
     "DecodeInfo",
     "IndexMeta",
     "Partial",
@@ -100,8 +109,17 @@ class SamplesFile:
 
 
 @dataclass(frozen=True)
+class SourceInfo:
+    """``build.source``: what was converted (each field None where absent)."""
+
+    kind: str | None  # csv, jsonl or image-folder
+    rows: int | None  # failed rows included
+    digest: str | None
+
+
+@dataclass(frozen=True)
 class BuildInfo:
-    """``build``: the fields code reads, typed; ``raw`` holds them all as written."""
+    """``build``, typed (each field None where absent); ``raw`` as written, for what compares it whole."""
 
     raw: Mapping[str, Any]
     group: str | None  # --group
@@ -110,6 +128,12 @@ class BuildInfo:
     split_base: str | None
     base: str | None  # the version whose pixels were copied
     columns: Mapping[str, str | None] | None  # --key, --label, --path, --split when not their defaults
+    shard_size: int | None
+    seed: int | None
+    val_fraction: float | None
+    sanitize_keys: bool | None
+    source: SourceInfo | None
+    source_path: str | None
 
 
 @dataclass(frozen=True)
@@ -285,6 +309,8 @@ def _colour(v: object) -> bool:
 # type name -> (test, what the message says is expected)
 _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "count": (_count, "a count (an integer >= 0)"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "fraction": (lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
     "size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
     "text": (lambda v: isinstance(v, str), "a string"),
     "text_or_null": (lambda v: v is None or isinstance(v, str), "a string or null"),
@@ -343,6 +369,16 @@ class _Check:
         if problem:
             self.bad(path, f"{path} {problem}", "shard_name")
         return None if problem else value
+
+    def file(self, value: Any, path: str, expected: str, told: str) -> str | None:
+        """``value`` where it is the one name the format gives that file (``expected``); None (and a problem)
+        otherwise: a name leading elsewhere is a ``shard_name`` problem, another plain name a ``field`` one."""
+        if self.name(value, path, shard=False) is None:
+            return None
+        if value != expected:
+            self.bad(path, f"{path} is {value!r}; expected {told}")
+            return None
+        return value
 
     def fields(self, obj: Mapping[str, Any], prefix: str, spec: str) -> dict[str, Any]:
         """``get`` of each ``key:kind`` of ``spec`` (``key:kind?``: optional) under ``prefix``; lists as tuples."""
@@ -467,14 +503,19 @@ def _build(
     if b is None:
         return None, None
     got = c.fields(
-        b, "build.", "group:text_or_null? stratify:bool? dedup:count? split_base:text_or_null? base:text_or_null?"
+        b,
+        "build.",
+        "group:text_or_null? stratify:bool? dedup:count? split_base:text_or_null? base:text_or_null? "
+        "columns:texts_or_null? shard_size:size? seed:int? val_fraction:fraction? sanitize_keys:bool? "
+        "source_path:text? source:object?",
     )
-    got |= c.fields(b, "build.", "columns:texts_or_null?")
     group = got["group"]
     if group is not None and metadata is not None and group not in {m.name for m in metadata}:
         c.bad("build.group", f"build.group is {str(group)[:60]!r}, which is not a column of metadata")
         group = None
     got["stratify"] = bool(got["stratify"])
+    if got["source"] is not None:
+        got["source"] = SourceInfo(**c.fields(got["source"], "build.source.", "kind:text? rows:count? digest:sha256?"))
     return BuildInfo(raw=b, **got), group if metadata is not None else None
 
 
@@ -483,13 +524,13 @@ def _files(c: _Check, raw: Mapping[str, Any]) -> tuple[str | None, SamplesFile |
     info = c.get(raw, "samples_file", "samples_file", "object")
     name = entry = errors = None
     if info is not None:
-        name = c.name(info.get("name"), "samples_file.name", shard=False)
+        name = c.file(info.get("name"), "samples_file.name", SAMPLES_FILE, repr(SAMPLES_FILE))
         got = c.fields(info, "samples_file.", "bytes:count sha256:sha256")
         entry = SamplesFile(name, **got) if name is not None and None not in got.values() else None
     if "errors_file" not in raw:
-        c.bad("errors_file", "errors_file is missing; expected null or 'errors.jsonl'")
+        c.bad("errors_file", f"errors_file is missing; expected null or {ERRORS_FILE!r}")
     elif raw["errors_file"] is not None:
-        errors = c.name(raw["errors_file"], "errors_file", shard=False)
+        errors = c.file(raw["errors_file"], "errors_file", ERRORS_FILE, f"null or {ERRORS_FILE!r}")
     return name, entry, errors
 
 

@@ -1,10 +1,7 @@
-"""Names: what a shard file is called, the brace patterns that name several, and which names an
-index.json may hold.
-
-docs/FORMAT.md, "Layout". A version's shards are ``<split>-NNNNNN.tar`` beside ``index.json`` and
-``samples.npz`` in ``OUT/<version>/<size>/``; a pattern such as ``train-{000000..000041}.tar``
-names a split's shards. An index.json names only files in its own folder (``indexed_name_problem``,
-checked by ``format.model``), so a reader never opens a file elsewhere because of what an index says.
+"""Names: what a shard file is called (``<split>-NNNNNN.tar``), the brace patterns that name several, and
+which names an index.json may hold: only files in its own folder (``indexed_name_problem``, checked by
+``format.model``), so a reader never opens a file elsewhere because of what an index says (docs/FORMAT.md,
+"Layout").
 """
 
 from __future__ import annotations
@@ -24,7 +21,17 @@ __all__ = [
     "indexed_name_problem",
     "samples_file_name",
     "MIN_SAMPLE_BYTES",
+    "INDEX_FILE",
+    "SAMPLES_FILE",
+    "ERRORS_FILE",
 ]
+
+INDEX_FILE = "index.json"
+"""A converted folder's index, beside its shards (docs/FORMAT.md, "Layout")."""
+SAMPLES_FILE = "samples.npz"
+"""A converted folder's per-sample table, beside its shards: the one name ``samples_file.name`` may hold."""
+ERRORS_FILE = "errors.jsonl"
+"""A converted folder's list of the source files that failed: the one name ``errors_file`` may hold (or null)."""
 
 _SHARD_NAME = re.compile(r"^(?P<split>.+)-(?P<num>\d{6})\.tar$")
 # What an index.json may name: files in its own folder (no "/", "..", absolute path), a shard by the

@@ -1,21 +1,9 @@
 """The perceptual hash of a sample's stored pixels (samples.npz ``phash``, format version 3).
 
-docs/FORMAT.md ("The perceptual hash") states the recipe; change the two together. In short: the
-grey image, each pixel replaced by the mean of its f x f block (f = 8, 4 or 2 where that divides the
-side S and leaves S / f >= 32); seven 64-bit hashes per sample, of the whole image and of six windows
-(the centre and the four edge-centred squares S // 32 pixels in from the sides, and the centre S // 18
-in); each is the window area-averaged to 32x32, its 2-D DCT-II, and one bit per coefficient of the
-lowest 8x8 frequencies, set when the coefficient is positive (the DC bit is always 0). Because only
-signs are kept, a flip or a quarter turn of the image maps the whole
-image's hash to another by a bit permutation and a mask (``variants``). Two samples are near when the
-whole-image hash of one, under one of the eight flips and turns, is near any of the other's seven
-(``distance``): a copy cropped by a few percent matches a window of its original. A sample whose
-whole image has fewer than ``FIRM_BITS`` of those 63 coefficients at ``FIRM_LEVEL`` or more (a flat or
-nearly flat picture: its bits are rounding noise), or whose 7x7 block of two-dimensional frequencies has
-fewer than ``DETAIL_RANK`` singular values at ``DETAIL_SHARE`` of the largest and at ``DETAIL_LEVEL`` (a
-smooth picture, the sum of a few patterns: its bits are a function of a few numbers, and unrelated such
-pictures share them), is *too flat to hash*: the whole-image hash's top bit (``FLAT_BIT``, else always
-0) says so, and such a sample is never anyone's near-duplicate.
+docs/FORMAT.md, "The perceptual hash", states the recipe and its reasons; change the two together. Seven
+64-bit hashes per sample (the whole image and six windows, each the signs of its lowest 8x8 DCT
+coefficients); ``distance`` compares two samples under the eight flips and quarter turns (``variants``); the
+whole-image hash's top bit (``FLAT_BIT``) marks a sample too flat to hash, which is no one's near-duplicate.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """A sample in a shard: its members, their order, and its ``.json`` (docs/FORMAT.md, "Shards").
 
-Version 2 (written): ``<key>.cls``, ``<key>.i32``, ``<key>.json``, ``<key>.npy``, in that order
-(code-point order of the extensions). ``.i32`` is the label as a 4-byte little-endian int32, a
-member NVIDIA DALI can type (``ext=[..., "i32"], dtypes=[..., types.INT32]``). Its extension has
-four characters, no more than ``.json``'s five, so the longest member name is still
-``<key>.json`` and keys of 95 characters still fit ustar's 100-byte name field (``.cls.i32``
-would have cut the key limit to 92). Version 1 (read): ``cls``, ``json``, ``npy``.
-
-Every ``.json`` of a version-2 conversion holds the same keys: ``dataset_version`` and
-``classes_digest`` name the dataset (so a reader without the index can refuse mixed shards),
-``original_key`` is always there (the key itself when it was not mapped), and ``meta`` is there
-for every sample exactly when the conversion has metadata columns.
+Versions 2 and 3 write ``<key>.cls``, ``<key>.i32``, ``<key>.json``, ``<key>.npy``, in that order; version 1
+(read) has ``cls``, ``json``, ``npy``. Why ``.i32`` rather than ``.cls.i32`` (keys of 95 characters fit
+ustar's name field), and the keys every ``.json`` holds: docs/FORMAT.md, "Shards" and "Keys".
 """
 
 from __future__ import annotations

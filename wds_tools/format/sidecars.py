@@ -1,13 +1,6 @@
-"""Sidecar index files for readers other than ours, derived from index.json and samples.npz alone.
-
-- ``<split>.wids.json``: the shard list webdataset's indexed reader (``wids.ShardListDataset``)
-  takes: ``wids_version`` 1 and, per shard, its URL relative to the file, its sample count and size.
-- ``<shard>.idx``: NVIDIA DALI's webdataset index (``fn.readers.webdataset(index_paths=...)``), the
-  text its ``wds2idx`` tool writes: ``v1.2 <samples>``, then one line per sample listing each
-  member as ``<ext> <data offset> <size> <member name>`` in file order.
-
-No shard is read: samples.npz already holds every member's offset and length. docs/FORMAT.md
-documents both files.
+"""Sidecar index files for other readers, from index.json and samples.npz alone (docs/FORMAT.md, "Index
+files for other readers"): ``<split>.wids.json`` for webdataset's ``wids.ShardListDataset``, ``<shard>.idx``
+for NVIDIA DALI's webdataset reader. No shard is read: samples.npz holds every member's offset and length.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Tar: the one reader of shard bytes (headers, member names, PAX and GNU long-name records).
+"""Tar: the one reader of shard bytes (docs/FORMAT.md, "Shards"): every header anywhere is decoded by
+``decode_header``, every member name split into key and extension by ``split_name``, every PAX record read
+by ``pax_path``.
 
-docs/FORMAT.md, "Shards". Every tar header anywhere in wds-tools is decoded by ``decode_header``,
-every member name split into key and extension by ``split_name`` (webdataset's rule: the first
-dot of the base name), and every PAX record parsed by ``pax_path``. Two walkers drive them:
-
-- ``TarWalker`` is pushed consecutive buffers (the ones a caller also hashes, so a file is read
-  once) and lists every member; ``scan_file`` feeds it a whole file, ``walk_headers`` jumps from
-  header to header with small positioned reads. Strict: shards wds-tools writes hold plain ustar
-  regular files only, so anything else is recorded as the walk's ``error``.
-- ``iter_members`` pulls from a stream in large chunks and yields zero-copy views of each
-  member's data, following PAX and GNU long names as webdataset does; ``iter_samples`` groups
-  them by key. Every malformed input ends in ``ShardError`` naming the URL and byte offset: each
-  header or record advances the position by at least one block, so the walk always ends.
+``TarWalker`` lists the members of buffers a caller also hashes, so a file is read once (``scan_file``;
+``walk_headers`` jumps with small positioned reads); strict, as shards wds-tools writes hold plain ustar files
+only. ``iter_members`` yields zero-copy views of a stream's members as webdataset reads them (PAX and GNU
+long names), ``iter_samples`` groups them by key. Malformed input is a ``ShardError`` naming URL and offset.
 """
 
 from __future__ import annotations
@@ -390,7 +384,7 @@ def iter_members(
     """
     buf = _Chunks(stream, url, chunk_size)
     long_name: str | None = None
-    while True:
+    while True:  # each header or record moves on at least one block, so any input ends
         offset = buf.offset()
         if not buf.have(BLOCK):
             raise ShardError(

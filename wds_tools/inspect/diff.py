@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..format.index import SampleTable, open_index, read_samples
-from ..storage.transport import join
+from ..format.index import SampleTable, open_index, read_sample_table
 
 __all__ = ["DiffResult", "diff_versions"]
 
@@ -48,11 +47,10 @@ class DiffResult:
 
 def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
     """Diff two shards folders (or index files, local or URLs) by sample key, source fingerprint and label name."""
-    (root_a, a), (root_b, b) = _version(old), _version(new)
-    sa, sb = a.samples, b.samples
+    (root_a, ca, sa), (root_b, cb, sb) = _version(old), _version(new)
     pos_a = sa.key_positions
     fa, fb = sa["fingerprint"], sb["fingerprint"]
-    la, lb = sa["label"], sb["label"]
+    la, lb = sa.label.tolist(), sb.label.tolist()
     res = DiffResult(old=root_a, new=root_b)
     for j, key in enumerate(sb.keys):
         i = pos_a.get(key)
@@ -60,9 +58,9 @@ def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
             res.added.append(key)
         elif fa[i].tobytes() != fb[j].tobytes():
             res.changed.append(key)
-        elif a.classes[int(la[i])] != b.classes[int(lb[j])]:
+        elif ca[la[i]] != cb[lb[j]]:
             res.relabeled.append(key)
-            res.relabels.append({"key": key, "old": a.classes[int(la[i])], "new": b.classes[int(lb[j])]})
+            res.relabels.append({"key": key, "old": ca[la[i]], "new": cb[lb[j]]})
         else:
             res.unchanged += 1
     keys_b = sb.key_positions
@@ -73,13 +71,7 @@ def diff_versions(old: str | os.PathLike, new: str | os.PathLike) -> DiffResult:
     return res
 
 
-@dataclass
-class _Version:
-    classes: tuple[str, ...]
-    samples: SampleTable
-
-
-def _version(spec: str | os.PathLike) -> tuple[str, _Version]:
+def _version(spec: str | os.PathLike) -> tuple[str, tuple[str, ...], SampleTable]:
+    """(folder, classes, the samples' key, fingerprint and label) of one version, checked (``read_sample_table``)."""
     folder, info = open_index(spec)
-    cols = read_samples(join(folder, info.samples_file.name), ("key", "fingerprint", "label"))
-    return folder, _Version(info.classes, SampleTable(cols))
+    return folder, info.classes, read_sample_table(folder, info, ("key", "fingerprint", "label"))

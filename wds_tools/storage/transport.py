@@ -1,14 +1,9 @@
-"""Transport: the bytes of a file named by a local path or a URL, by its scheme.
+"""Transport: the bytes of a file named by a local path or a URL (``file://``, fsspec such as ``s3://``,
+``http(s)://``; ``pipe:CMD`` for the loader only), by its ``scheme``, which every other module asks.
 
-docs/FORMAT.md, "Layout". A path is a local path, a ``file://`` URL, an fsspec URL (``s3://``,
-``gs://``...) or an ``http(s)://`` URL (``pipe:CMD`` passes through, for the loader only);
-``scheme`` tells which, and every other module asks it.
-
-``open_stream`` for sequential reads (local files unbuffered, filled with ``readinto``;
-webdataset's ``gopen`` for ``pipe:`` and ``http(s)://``, as stock webdataset opens them; fsspec with
-large readahead blocks for object stores), ``open_file`` for a seekable file (the converter's
-sources), ``read_bytes`` for a whole small file, ``file_size``, ``open_ranged`` and ``read_ranges``
-for bytes at offsets, ``list_tars`` where the store can list a folder (not over http).
+``open_stream`` reads sequentially (local files unbuffered; ``pipe:`` and http through webdataset's ``gopen``,
+as stock webdataset opens them; fsspec with large readahead blocks), ``open_file`` seekably, ``read_bytes`` a
+whole small file, ``open_ranged`` and ``read_ranges`` bytes at offsets, ``list_tars`` a folder (not over http).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``wds-tools report``: one self-contained HTML page about a converted folder (a version at one size).
 
-``write_report`` is the entry point. Data flow: the index (index.json, samples.npz, errors.jsonl;
-``facts`` with ``inspect.stats``' report) -> the thumbnails of a fixed-seed sample per class
-(``thumbs``: only their pixels are read from the shards) -> near-duplicates and the changes against the
-version it was built from (``evidence``) -> charts as inline SVG (``charts``, matplotlib) -> the page
-(``render``, Jinja2) -> written atomically. Nothing on the page depends on the clock or the run: the
-same folder and options give the same bytes. Needs the ``report`` extra (Jinja2, matplotlib).
+``write_report``: the index (``facts``, with ``inspect.stats``' report) -> thumbnails per class (``thumbs``)
+-> near-duplicates and the changes against the base version (``evidence``) -> inline SVG charts (``charts``)
+-> the page (``render``, Jinja2), written atomically; the same folder and options give the same bytes.
+Needs the ``report`` extra (docs/guide/report.md).
 """
 
 from __future__ import annotations
@@ -16,10 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...dataset.resolve import Shards, resolve_target
+from ...dataset.resolve import resolve_target
 from ...errors import OptionError, unwritable_file_error
-from ...format.index import read_samples_checked
-from ...format.meta import npz_names, read_metadata
+from ...format.index import read_sample_table
+from ...format.meta import MetaValues, npz_names, read_metadata
+from ...format.model import IndexMeta
 from ...progress import Progress
 from ...similar.near import PROGRESS_AFTER
 from ...storage.fsutil import atomic_write_bytes
@@ -103,9 +102,9 @@ class _Steps:
             self.bar.__exit__(None, None, None)
 
 
-def default_output(meta: dict) -> str:
+def default_output(info: IndexMeta) -> str:
     """``report-<version>-<size>.html``, in the working directory: one page per converted folder."""
-    return f"report-{meta.get('dataset_version')}-{meta.get('size')}.html"
+    return f"report-{info.dataset_version}-{info.size}.html"
 
 
 def write_report(
@@ -167,29 +166,28 @@ def write_report(
     if reader not in ("auto", "index", "stream"):
         raise OptionError(f"reader {reader!r}: expected auto, index or stream (make_loader's reader=)")
     target = resolve_target(path, out=out)
-    if target.selected or target.meta is None or target.index_base is None:
+    if target.selected or target.info is None or target.index_base is None:
         raise OptionError(
             f"{target.spec}: a report is of a whole converted folder; give the folder (OUT/<version>/<size>) or "
             "its index.json, not a shard pattern"
         )
     step = _Steps(progress)
-    folder, meta = target.index_base, target.meta
-    dest = os.fspath(output) if output is not None else default_output(meta)
+    folder, info = target.index_base, target.info
+    dest = os.fspath(output) if output is not None else default_output(info)
     try:
         report = from_index(
             target, world_size, workers, None, None, model_reader(target, False) if reader == "auto" else reader
         )
         step()
-        names = [c["name"] for c in report.metadata or []]
-        cols = read_samples_checked(
-            folder, meta, ("key", "label", "shard", "npy_offset", *metadata_arrays(target, names))
-        )
-        label = cols["label"].astype(np.int64)
-        split_of = np.array([list(report.splits).index(s["split"]) for s in meta["shards"]], np.int64)
-        row_split = split_of[cols["shard"].astype(np.int64)]
-        failed, warned, problems = facts.read_errors(folder, meta)
+        names = [c.name for c in info.metadata]
+        arrays = [a for i, c in enumerate(info.metadata) for a in npz_names(i, c.type)]
+        table = read_sample_table(folder, info, ("key", "label", "shard", "npy_offset", *arrays))
+        label = table.label
+        split_of = np.array([list(report.splits).index(s.split) for s in info.shards], np.int64)
+        row_split = split_of[table.shard]
+        failed, warned, problems = facts.read_errors(folder, info)
         warns = [facts.Warn("conversion", p) for p in problems]
-        conv = facts.conversion(folder, meta, failed, warned)
+        conv = facts.conversion(folder, info, failed, warned)
         if conv["unaccounted"]:
             warns.append(
                 facts.Warn(
@@ -201,22 +199,20 @@ def write_report(
         splits, w = facts.splits_section(report)
         warns += w
         step()
-        values = read_metadata(cols, meta, names, join(folder, meta["samples_file"]["name"])) if names else {}
-        columns, columns_left_out, w = facts.metadata_section(
-            values, row_split, list(report.splits), (meta.get("build") or {}).get("group")
-        )
+        values = read_metadata(table.columns, info.metadata, names, join(folder, info.samples_file.name))
+        columns, columns_left_out, w = facts.metadata_section(values, row_split, list(report.splits), info.group)
         warns += w
         step()
         budget = thumbs.Budget()
-        pixels = evidence.folder_pixels(folder, meta, cols)
+        pixels = evidence.folder_pixels(folder, info, table)
         grid, grid_note = _grid(
             report.classes, label, row_split, list(report.splits), values, pixels, budget, thumbs_per_class, seed
         )
         step()
-        dup, w = evidence.dups_section(folder, meta, dups, budget, progress=progress)
+        dup, w = evidence.dups_section(folder, info, dups, budget, progress=progress)
         warns += w
         step()
-        versions, w = evidence.versions_section(folder, meta, cols, against, budget)
+        versions, w = evidence.versions_section(folder, info, table, against, budget)
         warns += w
         step()
         shards = facts.shards_section(report)
@@ -255,8 +251,8 @@ def write_report(
     return ReportResult(
         path=dest,
         folder=folder,
-        dataset_version=meta.get("dataset_version"),
-        size=meta.get("size"),
+        dataset_version=info.dataset_version,
+        size=info.size,
         bytes=len(html),
         replaced=replaced,
         samples=report.samples,
@@ -274,7 +270,7 @@ def _grid(
     label: np.ndarray,
     row_split: np.ndarray,
     split_names: list[str],
-    values: dict,
+    values: dict[str, MetaValues],
     pixels: thumbs.Pixels,
     budget: thumbs.Budget,
     per_class: int,
@@ -313,15 +309,6 @@ def _grid(
     return grid, note
 
 
-def _value(v: object, r: int) -> str:
-    from ...format.meta import MetaValues
-
-    x = v.value(r) if isinstance(v, MetaValues) else None
+def _value(v: MetaValues, r: int) -> str:
+    x = v.value(r)
     return "missing" if x is None else str(x)
-
-
-def metadata_arrays(target: Shards, names: list[str]) -> list[str]:
-    """The samples.npz arrays holding the metadata columns ``names``."""
-    info = target.info
-    columns = info.metadata if info is not None else []
-    return [a for i, c in enumerate(columns) if c.name in names for a in npz_names(i, c.type)]

@@ -1,11 +1,7 @@
 """The page's charts: SVG text drawn by matplotlib's SVG backend (the ``report`` extra), to be put inline.
 
-matplotlib rather than pygal (both render SVG offline): its SVG is the same bytes on every run
-(``svg.hashsalt`` fixed, no date), where pygal writes a random id and the day into every chart, and
-it was smaller (a 7-class, 2-split bar chart 13-15 KB against 21 KB; a 30-bin histogram 14 KB against
-37 KB), at about 50 ms a chart drawn on a ``Figure`` without pyplot against pygal's 5-20 ms (the page
-has a few dozen at most: ``page.facts`` caps them). Text stays text (``svg.fonttype`` none): the
-browser draws it in the page's font, and a chart's labels can be searched.
+The same bytes on every run (``svg.hashsalt`` fixed, no date); text stays text (``svg.fonttype`` none), drawn
+in the page's font. Why matplotlib and not pygal: docs/guide/report.md, "Requirements and the libraries".
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...format.index import index_of, read_samples
+from ...format.index import SampleTable, open_index, read_sample_table
+from ...format.model import IndexMeta
 from ...similar.dups import STATS_LIMIT, find_dups
 from ...storage.transport import exists, join, parent
 from ..diff import diff_versions
@@ -46,15 +47,9 @@ DUPS_LIMIT = STATS_LIMIT
 about a minute per million samples, more than the page's own budget."""
 
 
-def folder_pixels(folder: str, meta: dict, cols: dict[str, np.ndarray]) -> Pixels:
+def folder_pixels(folder: str, info: IndexMeta, table: SampleTable) -> Pixels:
     """Where a converted folder's samples' pixels are (columns ``key``, ``shard``, ``npy_offset``)."""
-    return Pixels(
-        [join(folder, sh["name"]) for sh in meta["shards"]],
-        cols["shard"].astype(np.int64),
-        cols["npy_offset"].astype(np.int64),
-        int(meta["size"]),
-        cols["key"],
-    )
+    return Pixels([join(folder, s.name) for s in info.shards], table.shard, table.npy_offset, info.size, table["key"])
 
 
 def _evidence(d: dict) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -87,13 +82,12 @@ def _text(v: object) -> str:
 
 
 def dups_section(
-    folder: str, meta: dict, dups: bool | None, budget: Budget, *, progress: bool = False
+    folder: str, info: IndexMeta, dups: bool | None, budget: Budget, *, progress: bool = False
 ) -> tuple[dict, list[Warn]]:
     """Near-duplicate clusters with their samples side by side and the evidence, cross-split ones first;
     or why the search was not run and how to run it. ``dups``: None searches sets of format version 3 up
     to ``DUPS_LIMIT`` samples, True always, False never."""
-    n = int(meta.get("samples", 0))
-    version = int(meta.get("format_version", 0))
+    n, version = info.samples, info.format_version
     how = f"wds-tools report {folder} --dups (or wds-tools dups {folder})"
     if dups is False:
         return {"skipped": f"not searched (--no-dups); {how} searches them"}, []
@@ -110,7 +104,7 @@ def dups_section(
     res = find_dups(folder, progress=progress)
     counts = res.counts()
     ordered = sorted(res.clusters, key=lambda cl: not cl.cross_split)  # stable: find_dups' order within
-    side = int(meta["size"])
+    side = info.size
     shown = []
     for k, cl in enumerate(ordered[:MAX_CLUSTERS]):
         members = cl.members[:MAX_MEMBERS]
@@ -167,42 +161,49 @@ def dups_section(
     }, warns
 
 
-def built_from(folder: str, meta: dict) -> str | None:
+def built_from(folder: str, info: IndexMeta) -> str | None:
     """The folder of the version this one was built from (``build.base``: its pixels were copied from
     it), as OUT/<base>/<size> beside this one; None when the index names none."""
-    base = (meta.get("build") or {}).get("base")
+    base = info.build.base if info.build is not None else None
     if not base:
         return None
-    root = parent(parent(folder.rstrip("/")))
-    return join(root, str(base), str(meta.get("size")))
+    return join(parent(parent(folder.rstrip("/"))), base, str(info.size))
 
 
 @dataclass
 class _Side:
+    """One version of the comparison: where its samples' pixels are, and their classes."""
+
     folder: str
-    meta: dict
-    cols: dict[str, np.ndarray]
+    info: IndexMeta
+    table: SampleTable
+    pixels: Pixels
 
     def rows(self, keys: list[str]) -> dict[str, int]:
-        wanted = np.array([k.encode() for k in keys], dtype=self.cols["key"].dtype) if keys else None
-        if wanted is None:
+        if not keys:
             return {}
-        hit = np.flatnonzero(np.isin(self.cols["key"], wanted))
-        return {self.cols["key"][r].decode("ascii"): int(r) for r in hit.tolist()}
+        key = self.table["key"]
+        hit = np.flatnonzero(np.isin(key, np.array([k.encode() for k in keys], dtype=key.dtype)))
+        return {self.table.key(r): r for r in hit.tolist()}
+
+    def label(self, row: int) -> str:
+        return self.info.classes[int(self.table.label[row])]
 
 
-def _side(folder: str) -> _Side:
-    root, meta = index_of(folder)
-    cols = read_samples(join(root, meta["samples_file"]["name"]), ("key", "label", "shard", "npy_offset"))
-    return _Side(root, meta, cols)
+def _side(folder: str, info: IndexMeta | None = None, table: SampleTable | None = None) -> _Side:
+    """A version's side: read checked from its folder, or the one the page is of (``info``, ``table``)."""
+    if info is None or table is None:
+        folder, info = open_index(folder)
+        table = read_sample_table(folder, info, ("key", "label", "shard", "npy_offset"))
+    return _Side(folder, info, table, folder_pixels(folder, info, table))
 
 
 def versions_section(
-    folder: str, meta: dict, cols: dict[str, np.ndarray], against: str | os.PathLike | None, budget: Budget
+    folder: str, info: IndexMeta, table: SampleTable, against: str | os.PathLike | None, budget: Budget
 ) -> tuple[dict, list[Warn]]:
     """Added, removed, relabelled and changed samples against ``against`` (default: the version this one
     was built from, ``built_from``), with thumbnails; or why there is nothing to compare with."""
-    old = os.fspath(against) if against is not None else built_from(folder, meta)
+    old = os.fspath(against) if against is not None else built_from(folder, info)
     if old is None:
         return {
             "skipped": "this version was not built from another (its index names no base version); "
@@ -210,45 +211,31 @@ def versions_section(
         }, []
     if against is None and not exists(join(old, "index.json")):
         return {
-            "skipped": f"built from {meta['build']['base']}, whose folder {old} holds no index.json: "
+            "skipped": f"built from {info.build and info.build.base}, whose folder {old} holds no index.json: "
             "not compared (--against OLD names another folder)"
         }, []
     res = diff_versions(old, folder)
-    a = _side(old)
-    b = _Side(folder, meta, cols)
-    pa, pb = folder_pixels(a.folder, a.meta, a.cols), folder_pixels(folder, meta, cols)
-    side = int(meta["size"])
+    a, b = _side(old), _side(folder, info, table)
     shown: dict[str, list[Thumb]] = {}
-    why = "for the changes' thumbnails"
 
-    def grid(which: _Side, px: Pixels, keys: list[str], captions: list[str] | None = None) -> list[Thumb]:
+    def grid(which: _Side, keys: list[str], captions: list[str] | None = None) -> list[Thumb]:
         rows = which.rows(keys)
         order = [rows[k] for k in keys]
-        images = px.read(order, why)
-        classes = which.meta["classes"]
-        titles = [f"{k} · {classes[int(which.cols['label'][r])]}" for k, r in zip(keys, order)]
-        caps = [f"{k} · {c}" for k, c in zip(keys, captions or [classes[int(which.cols["label"][r])] for r in order])]
+        images = which.pixels.read(order, "for the changes' thumbnails")
+        titles = [f"{k} · {which.label(r)}" for k, r in zip(keys, order)]
+        caps = [f"{k} · {c}" for k, c in zip(keys, captions or [which.label(r) for r in order])]
         return thumbs_of(keys, [images[r] for r in order], titles, budget, caps)
 
-    if int(a.meta["size"]) != side:  # (a base has the same size; --against may name another)
-        side_note = f"{a.folder} holds {a.meta['size']} px images, this version {side} px"
-    else:
-        side_note = ""
-    shown["added"] = grid(b, pb, res.added[:MAX_CHANGES])
-    shown["removed"] = grid(a, pa, res.removed[:MAX_CHANGES])
+    side_note = ""
+    if a.info.size != info.size:  # (a base has the same size; --against may name another)
+        side_note = f"{a.folder} holds {a.info.size} px images, this version {info.size} px"
+    shown["added"] = grid(b, res.added[:MAX_CHANGES])
+    shown["removed"] = grid(a, res.removed[:MAX_CHANGES])
     relabelled = res.relabeled[:MAX_CHANGES]
     ra, rb = a.rows(relabelled), b.rows(relabelled)
-    shown["relabelled"] = grid(
-        b,
-        pb,
-        relabelled,
-        [
-            f"{a.meta['classes'][int(a.cols['label'][ra[k]])]} → {meta['classes'][int(cols['label'][rb[k]])]}"
-            for k in relabelled
-        ],
-    )
+    shown["relabelled"] = grid(b, relabelled, [f"{a.label(ra[k])} → {b.label(rb[k])}" for k in relabelled])
     changed = res.changed[:MAX_CHANGES]
-    pairs = list(zip(grid(a, pa, changed), grid(b, pb, changed)))
+    pairs = list(zip(grid(a, changed), grid(b, changed)))
     return {
         "skipped": None,
         "old": res.old,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...format.meta import MetaValues
+from ...format.model import IndexMeta
 from ...storage.transport import join, read_bytes
 from ..stats.figures import StatsReport, group_report
 from . import charts
@@ -79,18 +80,17 @@ def clip(text: object, most: int = CLIP) -> str:
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+    return f"{n:,} {word if n == 1 else plural or word + ('es' if word.endswith('s') else 's')}"
 
 
 # ------------------------------------------------------------------ the conversion
 
 
-def read_errors(folder: str, meta: dict) -> tuple[list[dict], list[dict], list[str]]:
+def read_errors(folder: str, info: IndexMeta) -> tuple[list[dict], list[dict], list[str]]:
     """(failed files, warnings such as narrow pixels, problems reading the file) of errors.jsonl."""
-    name = meta.get("errors_file")
-    if not name:
+    if info.errors_file is None:
         return [], [], []
-    url = join(folder, str(name))
+    url = join(folder, info.errors_file)
     try:
         data = read_bytes(url)
     except FileNotFoundError:
@@ -115,46 +115,42 @@ def read_errors(folder: str, meta: dict) -> tuple[list[dict], list[dict], list[s
     return failed, warned, problems
 
 
-def conversion(folder: str, meta: dict, failed: list[dict], warned: list[dict]) -> dict:
+def conversion(folder: str, info: IndexMeta, failed: list[dict], warned: list[dict]) -> dict:
     """What was converted, from what, how: the facts index.json records, and the counts."""
-    build = meta.get("build") or {}
-    source = build.get("source") or {}
-    decode = meta.get("decode") or {}
-    rows = source.get("rows")
-    samples = int(meta.get("samples", 0))
-    colour = decode.get("colour")
+    b, d = info.build, info.decode
+    rows = b.source.rows if b is not None and b.source is not None else None
     return {
         "folder": folder,
-        "dataset_version": meta.get("dataset_version"),
-        "size": meta.get("size"),
-        "format_version": meta.get("format_version"),
-        "created_by": meta.get("created_by"),
-        "source_path": build.get("source_path"),
-        "source_kind": source.get("kind"),
+        "dataset_version": info.dataset_version,
+        "size": info.size,
+        "format_version": info.format_version,
+        "created_by": info.created_by,
+        "source_path": b and b.source_path,
+        "source_kind": b.source.kind if b is not None and b.source is not None else None,
         "rows": rows,
-        "samples": samples,
+        "samples": info.samples,
         "failed": len(failed),
         # rows neither written nor listed as failed: none in a conversion that kept its errors.jsonl
-        "unaccounted": (rows - samples - len(failed)) if isinstance(rows, int) else None,
+        "unaccounted": rows - info.samples - len(failed) if rows is not None else None,
         "narrow": len(warned),
-        "resize": meta.get("resize"),
-        "filter": decode.get("filter"),
-        "draft": decode.get("draft"),
-        "pad_fill": decode.get("pad_fill"),
-        "alpha_background": decode.get("alpha_background"),
-        "max_pixels": decode.get("max_pixels"),
-        "colour": colour if colour is not None else "raw",
-        "colour_recorded": colour is not None,
-        "decoder_versions": meta.get("decoder_versions") or {},
-        "shard_size": build.get("shard_size"),
-        "seed": build.get("seed"),
-        "val_fraction": build.get("val_fraction"),
-        "split_column": (build.get("columns") or {}).get("split"),
-        "group": build.get("group"),
-        "stratify": bool(build.get("stratify")),
-        "dedup": build.get("dedup"),
-        "base": build.get("base"),
-        "split_base": build.get("split_base"),
+        "resize": info.resize,
+        "filter": d and d.filter,
+        "draft": d and d.draft,
+        "pad_fill": d and list(d.pad_fill),
+        "alpha_background": d and list(d.alpha_background),
+        "max_pixels": d and d.max_pixels,
+        "colour": d.colour if d is not None else "raw",
+        "colour_recorded": d is not None and "colour" in d.raw,
+        "decoder_versions": dict(info.decoder_versions or {}),
+        "shard_size": b and b.shard_size,
+        "seed": b and b.seed,
+        "val_fraction": b and b.val_fraction,
+        "split_column": (b.columns or {}).get("split") if b is not None else None,
+        "group": info.group,
+        "stratify": b is not None and b.stratify,
+        "dedup": b and b.dedup,
+        "base": b and b.base,
+        "split_base": b and b.split_base,
         "failed_list": failed[:MAX_FAILED],
         "failed_left_out": max(0, len(failed) - MAX_FAILED),
     }

@@ -1,9 +1,8 @@
 """Shard statistics: balance, class drift, the rank/worker split of an epoch, mean/std and size.
 
-``compute_stats`` is the entry point. Data flow: ``sources`` (the index, or with ``scan`` the tars,
-local or through a URL) -> ``report`` (the figures and their arithmetic, ``distribute`` among them;
-``to_dict`` is the ``--json`` schema) -> ``render`` (text) and ``plot`` (a PNG, with the ``plot``
-extra).
+``compute_stats``: ``collect`` (from the index, or with ``scan`` the tars, local or a URL) -> ``figures`` (the
+figures and their arithmetic; ``to_dict`` is the ``--json`` schema) -> ``render`` (text) and ``plot`` (a PNG,
+the ``plot`` extra).
 """
 
 from __future__ import annotations
@@ -102,6 +101,6 @@ def model_reader(target: Shards, scan: bool) -> str:
     the index reader when an index.json lists them and every URL can be read by offset, else
     streaming. ``scan`` (the tars read without the index) models streaming, as a loader given only
     the tars would read them."""
-    if not scan and target.meta is not None and all(readable_by_offset(u) for u in target.urls):
+    if not scan and target.info is not None and all(readable_by_offset(u) for u in target.urls):
         return "index"
     return "stream"

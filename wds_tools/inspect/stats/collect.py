@@ -16,7 +16,7 @@ import numpy as np
 from ...cpus import usable_cpus
 from ...dataset.resolve import Shards
 from ...errors import IndexFormatError, OptionError, ShardError
-from ...format.index import histogram_mean_std, read_samples_checked
+from ...format.index import histogram_mean_std, read_sample_table
 from ...format.meta import npz_names, read_metadata
 from ...format.model import IndexMeta
 from ...format.names import shard_split
@@ -51,24 +51,10 @@ def from_index(
     group = group if group is not None else info.group
     wanted = [n for n in (by, group) if n is not None]
     arrays = [a for i, c in enumerate(info.metadata) if c.name in wanted for a in npz_names(i, c.type)]
-    cols = read_samples_checked(base, info, ("label", "shard", *arrays))  # size, sha256
-    label = cols["label"].astype(np.int64)
-    shard = cols["shard"].astype(np.int64)
+    table = read_sample_table(base, info, ("label", "shard", *arrays))  # its size, sha256, and rows against the index
+    label, shard = table.label, table.shard
     n_shards, n_classes = len(shards), len(info.classes)
-    if len(label) and (label.min() < 0 or label.max() >= n_classes or shard.max() >= n_shards):
-        raise IndexFormatError(
-            f"{index_file}: samples.npz has labels or shard numbers "
-            "outside the index's classes/shards; the index is damaged (run verify)"
-        )
     counts = np.bincount(shard * n_classes + label, minlength=n_shards * n_classes).reshape(n_shards, n_classes)
-    rows = counts.sum(axis=1)
-    for s in shards:  # every count printed is one the table holds (a damaged index may claim any)
-        if s.samples != int(rows[s.pos]):
-            raise IndexFormatError(
-                f"{index_file}: shards[{s.pos}] ({s.name}) says {s.samples!r} samples, "
-                f"samples.npz has {int(rows[s.pos]):,} rows of it; the index is damaged or was "
-                f"edited (run wds-tools verify, or convert again)"
-            )
     chosen = set(target.names or ()) if target.selected else None
     per_split: dict[str, list[int]] = {}
     for s in shards:
@@ -113,7 +99,7 @@ def from_index(
         metadata=[c.to_dict() for c in info.metadata],
     )
     if wanted:
-        values = read_metadata(cols, info.metadata, wanted, join(base, info.samples_file.name))
+        values = read_metadata(table.columns, info.metadata, wanted, join(base, info.samples_file.name))
         names = list(splits)
         split_of = np.array(
             [

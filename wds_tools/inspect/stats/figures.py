@@ -4,7 +4,7 @@
 each reader gets; ``SplitStats`` holds one split's per-shard counts and derives balance and class
 drift; ``StatsReport`` is the whole report, whose ``to_dict`` is the stable ``--json`` schema
 (``SCHEMA``); ``breakdown`` and ``group_report`` count the per-sample metadata (``--by``,
-``--group``). ``sources`` fills these from the index or the tars; ``render`` turns them into text.
+``--group``). ``collect`` fills these from the index or the tars; ``render`` turns them into text.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""Prove a converted set is intact: index.json against itself, samples.npz against index.json, and
-every shard's bytes against both (the bytes are the ground truth).
+"""Prove a converted set is intact: index.json against itself, samples.npz against index.json, and every
+shard's bytes against both (the bytes are the ground truth).
 
-Data flow: index.json's every problem (``format.model.salvage``: fields, types, names confined to the
-folder, splits, URL patterns) -> ``table`` (samples.npz streamed in row blocks: its columns, order,
-ranges, keys, metadata) -> ``shards`` (each shard once, on a small thread pool: size, sha256, member
-table, .npy headers and XXH3-64, labels and .json against its rows, pixel sums) -> ``totals`` (counts,
-class names, image size, mean/std from the pixels); ``report`` holds the problems. ``quick`` reads no
-pixels; without an index, ``scan`` checks the tars against each other. A name in the index that would
-lead outside the folder is reported and never opened.
+index.json (``format.model.salvage``: every problem) -> ``table`` (samples.npz in row blocks) -> ``shards``
+(each shard once, on a thread pool) -> ``totals`` (counts, class names, mean/std from the pixels);
+``problems`` holds the report. How each step works: docs/guide/inspect.md, "How verify works".
 """
 
 from __future__ import annotations
@@ -86,7 +82,7 @@ def verify(
     # twice the cores: while one thread waits for the disk another hashes (cold cache, 2 cores,
     # 1 MiB reads: 0.72 of cat's speed on 2 threads, 0.86 on 4)
     threads = workers or 2 * usable_cpus()
-    if scan or target.meta is None:
+    if scan or target.raw is None:
         report = verify_scan(target, quick, threads)
         report.warnings += [
             f"{option} needs the index, which a scan does not read: not checked"
@@ -127,11 +123,11 @@ def _leakage(folder: str, progress: bool = False) -> tuple[list[Problem], list[s
 def _verify_index(
     target: Shards, quick: bool, threads: int, progress: bool, stats: bool, phash: bool = False
 ) -> VerifyReport:
-    meta, base = target.meta, target.index_base
-    if meta is None or base is None:  # (verify comes here only when the spec has an index)
+    raw, base = target.raw, target.index_base
+    if raw is None or base is None:  # (verify comes here only when the spec has an index)
         raise IndexFormatError(f"{target.spec}: no index.json lists these shards; pass --scan to check the tars")
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
-    index, found = salvage(meta)
+    index, found = salvage(raw)  # every problem, and what is usable despite them
     report.problems += [
         Problem(INDEX, p.kind, p.message + ("; it is not read" if p.path != "errors_file" else ""))
         if p.kind == "shard_name"

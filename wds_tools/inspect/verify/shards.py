@@ -1,12 +1,8 @@
 """One shard against its rows of samples.npz: the bytes are the ground truth.
 
-Full mode reads the shard once in 1 MiB chunks (``format.tar.scan_file``); each chunk is hashed
-(SHA-256 of the file), walked for tar headers, and its ``.npy`` data is hashed per member (XXH3-64,
-against ``npy_xxh3``) and added to exact per-channel pixel sums (for mean/std), all from the same
-bytes. Quick mode walks the headers with small positioned reads (``walk_headers``). Both capture
-each ``.cls`` and ``.json`` member and each ``.npy`` header, then compare every member's name, offset
-and length, and every sample's label, key, class name, fingerprint, size and source path with the
-sample's row.
+Full mode reads the shard once in 1 MiB chunks and hashes, walks and sums each (``format.tar.scan_file``);
+quick mode walks the headers with small positioned reads. Both compare every member and sample with its row
+(docs/guide/inspect.md, "How verify works").
 """
 
 from __future__ import annotations

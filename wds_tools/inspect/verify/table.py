@@ -1,12 +1,6 @@
-"""samples.npz, streamed: its columns read by row ranges (never a whole column at once, but the shard
-column's per-row hash of keys), checked against their format (``format.index.table_problems``) and
-against index.json.
-
-``SampleColumns`` reads rows ``[start, stop)`` of any column with positioned reads (ranged requests on
-object storage and http), so verify's memory does not grow with the table: at 1M samples the
-whole-table state is the 8-byte key hash per row. ``scan_table`` makes one pass in blocks of
-``BLOCK_ROWS`` rows: shard order and range, labels, npy_length, path offsets, unique keys, the
-metadata's values, and no ``build.group`` group in two splits.
+"""samples.npz, streamed: its columns read by row ranges (``SampleColumns``: positioned or ranged reads) and
+checked in one pass (``scan_table``) against their format (``format.index.table_problems``) and index.json,
+so verify's memory does not grow with the table (docs/guide/inspect.md, "How verify works").
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...format.index import table_problems
+from ...format.index import RowCheck, table_problems
 from ...format.meta import MetaColumn, npz_names, string_values
 from ...format.model import Partial
 from ...format.npy import NPY_HEADER_BYTES
@@ -272,14 +266,14 @@ def scan_table(
         np.int64,
     )
     want_len = NPY_HEADER_BYTES + 3 * index.size**2 if index.size else None
-    per_shard = np.zeros(n_shards, np.int64)
+    check = RowCheck(n_classes, n_shards)  # labels and shard positions, as readers check them
     label_counts = np.zeros(max(n_classes or 0, 1), np.int64)
     by_split = np.zeros((len(split_names) + 1, max(n_classes or 0, 1)), np.int64)
     hashes = np.empty(rows, np.uint64) if "key" in usable else None
     lengths: dict[int, int] = {}  # npy_length -> first row
     shard_ok = "shard" in usable and n_shards > 0
-    out_of_range = unordered = bad_labels = 0
-    first_range = first_order = first_label = None
+    unordered = 0
+    first_order = None
     last_shard = -1
     paths_ok = {"path_offsets", "path_data"} <= usable
     path_total = table.columns["path_data"].shape[0] if paths_ok else 0
@@ -297,34 +291,25 @@ def scan_table(
         block = table.read(wanted, start, stop)
         if categories is not None and meta_cols and len(meta_problems) < MAX_PER_KIND:
             meta_problems += block_problems(name, start, block, meta_cols, categories)
-        if shard_ok:
-            sh = block["shard"].astype(np.int64)
-            outside = np.flatnonzero(sh >= n_shards)
-            if len(outside) and first_range is None:
-                first_range = start + int(outside[0])
-            out_of_range += len(outside)
+        sh = block["shard"].astype(np.int64) if shard_ok else None
+        lab = block["label"].astype(np.int64) if "label" in usable else None
+        check.add(start, lab, sh)
+        if sh is not None:
             down = np.flatnonzero(np.diff(np.concatenate([[last_shard], sh])) < 0)
             if len(down) and first_order is None:
                 first_order = start + int(down[0])
             unordered += len(down)
             last_shard = int(sh[-1])
-            inside = sh[sh < n_shards]
-            per_shard += np.bincount(inside, minlength=n_shards)[:n_shards]
             if groups is not None:
                 groups.add(block, split_of[np.minimum(sh, n_shards)])
-        if "label" in usable:
-            lab = block["label"].astype(np.int64)
+        if lab is not None:
             top = n_classes if n_classes is not None else int(lab.max(initial=-1)) + 1
-            bad_rows = np.flatnonzero((lab < 0) | (lab >= top))
-            if len(bad_rows) and first_label is None:
-                first_label = (start + int(bad_rows[0]), int(lab[bad_rows[0]]))
-            bad_labels += len(bad_rows)
             good = (lab >= 0) & (lab < top)
             if top > len(label_counts):
                 label_counts = np.pad(label_counts, (0, top - len(label_counts)))
                 by_split = np.pad(by_split, ((0, 0), (0, top - by_split.shape[1])))
             label_counts += np.bincount(lab[good], minlength=len(label_counts))
-            if shard_ok:
+            if sh is not None:
                 sp = split_of[np.minimum(sh, n_shards)][good]
                 flat = np.bincount((sp + 1) * by_split.shape[1] + lab[good], minlength=by_split.size)
                 by_split += flat.reshape(by_split.shape)
@@ -349,29 +334,20 @@ def scan_table(
         paths_ok = False
         bad(f"path_offsets ends at {last_path:,}; path_data holds {path_total:,} bytes")
     out.paths_ok = paths_ok
-    if out_of_range:
-        bad(
-            f"{out_of_range:,} row(s) name a shard position past the {n_shards} in index.json "
-            f"(first: row {first_range:,})"
-        )
+    for p in check.problems():
+        bad(p.message, p.kind)
     if unordered:
         bad(
             f"rows are not in shard order ({unordered:,} step(s) back, first at row {first_order:,}); the "
             "format orders rows by shard, then file position"
         )
-    if bad_labels and first_label is not None:
-        row, value = first_label
-        bad(
-            f"{bad_labels:,} label(s) are not a class index 0..{(n_classes or 1) - 1} (first: row {row:,}, {value})",
-            kind="label",
-        )
     if shard_ok:
-        out.per_shard = per_shard
+        out.per_shard = check.per_shard
     if "label" in usable:
         out.labels = label_counts
         if shard_ok:
             out.labels_by_split = {s: by_split[i + 1] for i, s in enumerate(split_names)}
-    out.ranges = _ranges(out, index, shard_ok and not out_of_range and not unordered)
+    out.ranges = _ranges(out, index, shard_ok and not check.bad_shards and not unordered)
     problems += meta_problems
     if groups is not None:
         problems += groups.problems()
