@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, WORK_DIR, read_sample_table
-from ..format.model import IndexMeta, load_json, parse
+from ..format.model import IndexMeta
 from ..storage.objects import Store
 from . import sourcecache as hashes
 from .indexwrite import assemble_index, source_stats, write_errors
-from .outfolder import Target
+from .outfolder import Target, read_meta
 from .source import Source
 from .summary import count
 
@@ -104,9 +104,8 @@ def clean_complete_folder(store: Store) -> bool:
     ``clean_after_index``, which the run with the folder's own options calls."""
     if not needs_cleaning(store):
         return False
-    path = store.join(INDEX_FILE)
     try:
-        info = parse(load_json(store.read_bytes(path), path), path)
+        info = read_meta(store)
     except (WdsToolsError, OSError):  # not an index to act on: touch nothing
         return False
     clean_after_index(store, None, info, out="", version="")
