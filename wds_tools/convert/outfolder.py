@@ -147,13 +147,9 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, IndexMeta | None]:
     dest, run_file = store.root, store.join(WORK_DIR, "run.json")
     if store.exists(store.join(INDEX_FILE)):
         info = read_meta(store)
-        old: dict[str, Any] = {
-            "dataset_version": info.dataset_version,
-            "size": info.size,
-            "resize": info.resize,
-            "decode": recorded_decode(dict(info.decode.raw) if info.decode is not None else None),
-            "build": {k: v for k, v in (info.build.raw if info.build else {}).items() if k not in RECORD_ONLY},
-        }
+        old: dict[str, Any] = {"dataset_version": info.dataset_version, "size": info.size, "resize": info.resize}
+        old["decode"] = recorded_decode(dict(info.decode.raw) if info.decode is not None else None)
+        old["build"] = {k: v for k, v in (info.build.raw if info.build else {}).items() if k not in RECORD_ONLY}
         diffs = spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(

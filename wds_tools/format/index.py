@@ -303,7 +303,7 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
 
     Returns:
         A ``DatasetIndex``: ``info`` is index.json (classes, splits, shards, mean/std, build); its
-        ``samples`` (samples.npz) are read on first use.
+        ``samples`` (samples.npz, checked against it) are read on first use.
 
     Raises:
         IndexFormatError: No index.json there, or one that cannot be read, is of a format version
