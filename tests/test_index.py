@@ -10,11 +10,14 @@ from wds_tools.format.sample import MEMBERS, classes_digest
 
 
 def _columns(n: int) -> dict:
+    """samples.npz's columns of ``n`` samples of class 0 in shard 0, as ``_meta`` lists them."""
     cols = {
         name: np.arange(n).astype(dtype)
         for name, dtype in SAMPLE_COLUMNS.items()
-        if name not in ("key", "fingerprint", "path_offsets", "path_data")
+        if name not in ("key", "label", "shard", "fingerprint", "phash", "path_offsets", "path_data")
     }
+    cols["label"], cols["shard"] = np.zeros(n, "<i4"), np.zeros(n, "<u4")
+    cols["phash"] = np.zeros((n, 7), np.uint64)
     cols["key"] = np.array([f"k{i}".encode() for i in range(n)], dtype="S")
     cols["fingerprint"] = np.arange(n * 16, dtype=np.uint8).reshape(n, 16)
     cols["path_offsets"], cols["path_data"] = pack_strings([f"p/ü{i}.jpg" for i in range(n)])
@@ -115,9 +118,6 @@ def test_read_sample_table_checks_the_columns_read_against_the_index(tmp_path):
     from wds_tools.format.index import open_index, read_sample_table
 
     good = _columns(5)
-    good["label"][:] = 0
-    good["shard"][:] = 0
-    good["phash"] = np.zeros((5, 7), np.uint64)  # (_columns gives it one value a row; the format: 7 windows)
     write_index(tmp_path, _meta(5), good)
     t = read_sample_table(*open_index(tmp_path), ("fingerprint",))
     assert len(t) == 5 and t["fingerprint"].tolist() == good["fingerprint"].tolist()

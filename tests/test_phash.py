@@ -231,3 +231,25 @@ def test_the_flat_bit_is_the_same_for_every_flip_and_turn():
         assert len(set(flags.tolist())) == 1
     assert is_flat(phash_batch([np.ascontiguousarray(ramp)]))[0]
     assert is_flat(np.array([1 << 63, 5], np.uint64)).tolist() == [True, False]  # [N] whole-image hashes
+
+
+def test_flagged_alike_reads_the_typed_index_and_its_dict_alike(tmp_path):
+    """A version's stored phash is used as it is when it has the column and index.json's phash_flat_rules is
+    this code's (2: docs/FORMAT.md, index.json); from ``IndexMeta`` as from the dict."""
+    import json
+
+    from conftest import convert_images
+
+    from wds_tools.format.index import load_index
+    from wds_tools.format.phash import flagged_alike
+
+    folder = convert_images(tmp_path, 4, size=8, shard_size=2)
+    idx = load_index(folder)
+    cols = idx.samples.columns
+    assert flagged_alike(idx.info, cols) and flagged_alike(idx.meta, cols)
+    assert not flagged_alike(idx.info, [c for c in cols if c != "phash"])
+    meta = json.loads((folder / "index.json").read_text())
+    meta["phash_flat_rules"] += 1  # hashes flagged by other rules: computed again
+    (folder / "index.json").write_text(json.dumps(meta))
+    idx = load_index(folder)
+    assert not flagged_alike(idx.info, cols) and not flagged_alike(idx.meta, cols)

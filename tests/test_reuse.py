@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,8 @@ import pytest
 from conftest import make_images, write_manifest
 
 from wds_tools.convert import convert
-from wds_tools.errors import OptionError
-from wds_tools.format.index import load_index
+from wds_tools.errors import IndexFormatError, OptionError
+from wds_tools.format.index import load_index, read_npz, write_npz
 from wds_tools.synth import jpeg_bytes, photo_like
 
 
@@ -67,6 +68,41 @@ def _assert_same_as_fresh(manifest, out, tmp_path, version="v2"):
         if name != "index.json":
             assert a[name] == b[name], f"{name} differs from a fresh conversion"
     assert _index_without_base(inc_dir) == _index_without_base(fresh_dir)
+
+
+def test_a_base_whose_samples_npz_is_not_its_index_table_is_refused_naming_it(v1):
+    """The base's samples.npz is read checked against index.json's samples_file: a table of the same size with
+    two rows' keys swapped (another version's table, say) would tell which stored pixels are whose wrongly."""
+    root, rows, out = v1
+    table = out / "v1" / "32" / "samples.npz"
+    cols = read_npz(table)
+    cols["key"][[0, 1]] = cols["key"][[1, 0]]
+    swapped = write_npz(cols)
+    assert len(swapped) == table.stat().st_size and swapped != table.read_bytes()
+    table.write_bytes(swapped)
+    with pytest.raises(
+        IndexFormatError, match=rf"^{re.escape(str(table))}: sha256 [0-9a-f]{{16}}\.\.\., .*index\.json says"
+    ):
+        _convert(write_manifest(root / "v2.csv", rows), out, "v2")
+    assert not (out / "v2" / "32" / "index.json").exists()
+
+
+def test_base_incompatibilities_of_the_typed_index_and_of_its_dict_agree(v1):
+    """What makes a version's pixels unusable for another, read from ``IndexMeta`` (convert) and from index.json's
+    dict (convert/dedup.py): the same, field by field, against the options v1 was converted with."""
+    from wds_tools.convert.decode import DecodeSettings, decoder_versions
+    from wds_tools.convert.reuse import base_incompatibilities
+
+    idx = load_index(v1[2] / "v1" / "32")
+    same = {"size": 32, "resize": "center-crop", "decode": DecodeSettings().to_dict()}
+    same["decoder_versions"] = decoder_versions()
+    others = {"size": 64, "resize": "pad", "decode": DecodeSettings(draft=False).to_dict(), "decoder_versions": {}}
+    assert base_incompatibilities(idx.info, same) == base_incompatibilities(idx.meta, same) == []
+    for field, value in others.items():
+        wanted = {**same, field: value}
+        got = base_incompatibilities(idx.info, wanted)
+        assert got == base_incompatibilities(idx.meta, wanted) and len(got) == 1, (field, got)
+        assert got[0].startswith(f"{field}: ") and got[0].endswith(f", {value!r} here")
 
 
 def test_mixed_changes_decode_only_what_changed(v1, tmp_path):

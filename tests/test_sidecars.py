@@ -56,6 +56,30 @@ def test_index_command_writes_them_for_an_existing_folder(folder, tmp_path):
     assert r.exit_code == 1 and "no index at" in r.output
 
 
+def test_index_command_refuses_a_samples_npz_that_is_not_its_index_table(folder, tmp_path):
+    """A samples.npz of the size index.json records but other bytes (two rows' keys swapped: another
+    version's table, say) would give DALI index files naming the wrong samples: refused, naming the file
+    and the field that disagrees, and nothing written."""
+    from click.testing import CliRunner
+
+    from wds_tools.cli import cli
+    from wds_tools.format.index import read_npz, write_npz
+
+    copy = tmp_path / "v1" / "8"
+    shutil.copytree(folder, copy)
+    table = copy / "samples.npz"
+    cols = read_npz(table)
+    cols["key"][[0, 1]] = cols["key"][[1, 0]]
+    swapped = write_npz(cols)
+    assert len(swapped) == table.stat().st_size and swapped != table.read_bytes()
+    table.write_bytes(swapped)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    r = CliRunner().invoke(cli, ["index", str(copy)])
+    assert r.exit_code == 1, r.output
+    assert f"{table}: sha256 " in r.output and f"{copy / 'index.json'} says" in r.output, r.output
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
 def test_index_command_writes_to_object_storage(folder, bucket):
     from wds_tools.convert.reindex import write_reader_indexes
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from wds_tools.convert import convert
 from wds_tools.convert.splitbase import base_units, find_split_base
-from wds_tools.errors import OptionError
+from wds_tools.errors import OptionError, OutputExistsError
 from wds_tools.format.index import load_index
 
 HAM = {"key": "image_id", "label": "dx", "path": "images/{image_id}.jpg", "group": "lesion_id"}
@@ -75,6 +75,23 @@ def test_splits_do_not_depend_on_reusing_pixels_and_follow_from(tmp_path):
     assert load_index(out / "v3" / "8").meta["build"]["split_base"] == "v2"  # the newest other version
     _convert(manifest, out, "v4", base="v1")
     assert load_index(out / "v4" / "8").meta["build"]["split_base"] == "v1"
+
+
+def test_a_recorded_split_base_of_a_damaged_index_is_not_followed(tmp_path):
+    """An index.json whose build.split_base is no version name is damaged: not followed (which would fail on the
+    value), and the run refuses the folder naming the file and the field."""
+    out = tmp_path / "out"
+    _convert(write_ham(tmp_path / "a", [2, 2, 2, 1]), out, "v1")
+    manifest = write_ham(tmp_path / "b", [2, 2, 2, 1, 3])
+    _convert(manifest, out, "v2")
+    index = out / "v2" / "8" / "index.json"
+    meta = json.loads(index.read_text())
+    meta["build"]["split_base"] = 5
+    index.write_text(json.dumps(meta))
+    with pytest.raises(
+        OutputExistsError, match=rf"^{index}: build\.split_base is 5 \(int\); expected a string or null"
+    ):
+        _convert(manifest, out, "v2")
 
 
 def test_running_the_command_again_follows_the_recorded_base(tmp_path, interrupt_writes):

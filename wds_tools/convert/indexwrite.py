@@ -14,12 +14,14 @@ from ..format.index import (
     ERRORS_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
+    INDEX_FILE,
     SAMPLE_COLUMNS,
     histogram_mean_std,
     read_npz,
     write_index,
 )
 from ..format.meta import encode_columns
+from ..format.model import IndexMeta, parse
 from ..format.names import url_pattern
 from ..format.phash import FLAT_RULES, WINDOWS
 from ..format.sample import MEMBERS, classes_digest
@@ -65,8 +67,8 @@ def assemble_index(
     base: Base | None,
     has_errors: bool,
     provenance: dict,
-) -> dict:
-    """Write samples.npz, the sidecars and index.json from the shards' columns and metas.
+) -> IndexMeta:
+    """Write samples.npz, the sidecars and index.json from the shards' columns and metas; returns the index.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
@@ -155,7 +157,7 @@ def assemble_index(
     }
     if src.metadata:
         meta["metadata"] = [c.to_dict() for c in src.metadata]
-    return write_index(store.root, meta, columns, write_bytes=store.write_bytes)
+    return parse(write_index(store.root, meta, columns, write_bytes=store.write_bytes), store.join(INDEX_FILE))
 
 
 def source_stats(store: Store, work: str, tasks: list[ShardTask], src: Source) -> dict[str, tuple[int, int, bytes]]:

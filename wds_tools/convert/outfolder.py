@@ -8,11 +8,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..dataset.identity import RECORD_ONLY
 from ..errors import IndexFormatError, OutputExistsError
-from ..format.index import ERRORS_FILE, INDEX_FILE, LOCK_FILE, WORK_DIR, parse_index_meta
+from ..format.index import ERRORS_FILE, INDEX_FILE, LOCK_FILE, WORK_DIR
+from ..format.model import IndexMeta, load_json, parse
 from ..storage.objects import Store
 from ..storage.transport import is_remote, join
 from . import sourcecache as hashes
@@ -46,7 +47,7 @@ class Target:
     store: Store
     spec: dict
     state: str  # "fresh", "resume" or "complete"
-    done_meta: dict | None
+    done_meta: IndexMeta | None
     result: ConvertResult
     shard_samples: int  # samples per shard
     base: Base | None = None
@@ -131,24 +132,24 @@ def _colour_hint(diffs: list[str]) -> str:
     )
 
 
-def read_meta(store: Store) -> dict:
-    """The folder's index.json meta; a malformed one refuses the folder."""
+def read_meta(store: Store) -> IndexMeta:
+    """The folder's index.json; a malformed one refuses the folder."""
     path = store.join(INDEX_FILE)
     try:
-        return parse_index_meta(store.read_bytes(path), path)
+        return parse(load_json(store.read_bytes(path), path), path)
     except IndexFormatError as e:
         raise OutputExistsError(f"{e}; nothing was changed") from None
 
 
-def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
-    """('complete', its index meta), ('resume', None) or ('fresh', None); refuse a folder made with
+def prepare_dest(store: Store, spec: dict) -> tuple[str, IndexMeta | None]:
+    """('complete', its index.json), ('resume', None) or ('fresh', None); refuse a folder made with
     other options or another source."""
     dest, run_file = store.root, store.join(WORK_DIR, "run.json")
     if store.exists(store.join(INDEX_FILE)):
-        meta = read_meta(store)
-        old = {k: meta.get(k) for k in ("dataset_version", "size", "resize", "decode")}
-        old["decode"] = recorded_decode(old["decode"])
-        old["build"] = {k: v for k, v in meta.get("build", {}).items() if k not in RECORD_ONLY}
+        info = read_meta(store)
+        old: dict[str, Any] = {"dataset_version": info.dataset_version, "size": info.size, "resize": info.resize}
+        old["decode"] = recorded_decode(dict(info.decode.raw) if info.decode is not None else None)
+        old["build"] = {k: v for k, v in (info.build.raw if info.build else {}).items() if k not in RECORD_ONLY}
         diffs = spec_differences(old, spec)
         if diffs:
             raise OutputExistsError(
@@ -156,7 +157,7 @@ def prepare_dest(store: Store, spec: dict) -> tuple[str, dict | None]:
                 f"({'; '.join(diffs[:6])}). Nothing was changed. Choose another --version or --out, "
                 f"or remove {dest} to convert again.{_colour_hint(diffs)}"
             )
-        return "complete", meta
+        return "complete", info
     if store.exists(run_file):
         try:
             old = json.loads(store.read_bytes(run_file))
@@ -217,4 +218,4 @@ def select_base(opts: ConvertOptions, side: int, decoders: dict) -> Base | None:
     found = find_base(Path(out), version, wanted, base)
     if found is None:
         return None
-    return Base(found, hashes.load_stats(out, found.meta["dataset_version"]))
+    return Base(found, hashes.load_stats(out, found.info.dataset_version or ""))

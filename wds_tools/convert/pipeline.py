@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import READ_ONLY_ERRNOS, TooManyErrorsError, WdsToolsError, read_only_error
-from ..format.index import ERRORS_FILE, WORK_DIR, read_npz
+from ..format.index import ERRORS_FILE, WORK_DIR, read_sample_table
 from ..format.sample import classes_digest
 from ..progress import progress as show_progress
 from ..similar.near import DEFAULT_THRESHOLD
@@ -189,7 +189,7 @@ def _cleaned(t: Target, src: Source, *, out: str, version: str) -> None:
     if t.state == "complete" and not t.store.remote and any(r.content_hash for r in src.rows):
         # the same source: save the manifest-hash pairs the killed run may not have saved
         assert t.done_meta is not None  # a complete folder has its index meta
-        clean_after_index(t.store, src, {x["name"] for x in t.done_meta["shards"]}, out=out, version=version)
+        clean_after_index(t.store, src, t.done_meta, out=out, version=version)
 
 
 def _already_complete(t: Target, src: Source, t0: float) -> None:
@@ -476,7 +476,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
     narrow = [w for task in t.tasks for w in t.metas[task.name].get("narrow", [])]
     result.narrow_pixels = errors_order(narrow, src.kind == "image-folder")
     provenance = {"version": __version__, "decoder_versions": decoder_versions()}  # looked up here: the
-    meta = finish_size(
+    info = finish_size(
         t,
         src,
         failures + result.narrow_pixels,
@@ -484,14 +484,10 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         version=opts.version,
         provenance=provenance,
     )
-    result_from_index(result, store, meta, drawn=not src.split_given)
+    result_from_index(result, store, info, drawn=not src.split_given)
     if t.base is not None:  # the version against its base by key, as `wds-tools diff` counts
-        path = store.join(meta["samples_file"]["name"])
-        cols = read_npz(path, ["key", "fingerprint", "label"], data=store.read_bytes(path))
-        classes = meta["classes"]
-        result.by_key = t.base.by_key(
-            cols["key"].astype("U").tolist(), cols["fingerprint"], [classes[int(i)] for i in cols["label"]]
-        )
+        cols = read_sample_table(store.root, info, ["key", "fingerprint", "label"])
+        result.by_key = t.base.by_key(cols.keys, cols["fingerprint"], [info.classes[i] for i in cols.label.tolist()])
         result.removed = result.by_key["removed"]
     result.failed = len(failures)
     result.failures = first_failures(failures, src.kind == "image-folder")

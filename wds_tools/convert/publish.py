@@ -11,11 +11,12 @@ import re
 from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
-from ..format.index import INDEX_FILE, SAMPLES_FILE, WORK_DIR, parse_index_meta, read_npz
+from ..format.index import INDEX_FILE, WORK_DIR, read_sample_table
+from ..format.model import IndexMeta
 from ..storage.objects import Store
 from . import sourcecache as hashes
 from .indexwrite import assemble_index, source_stats, write_errors
-from .outfolder import Target
+from .outfolder import Target, read_meta
 from .source import Source
 from .summary import count
 
@@ -61,20 +62,20 @@ class ErrorGate:
         )
 
 
-def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str, provenance: dict) -> dict:
-    """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the meta.
+def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, version: str, provenance: dict) -> IndexMeta:
+    """Write errors.jsonl and the index (the folder is then complete), then clean up; returns the index.
 
     ``provenance``: {"version": wds-tools version, "decoder_versions": {...}}, recorded as given.
     """
     store = t.store
     t.result.errors_file = write_errors(store, failures, folder=src.kind == "image-folder")  # before the index
-    meta = assemble_index(
+    info = assemble_index(
         store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None, provenance
     )
     if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
         _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
-    clean_after_index(store, src, {task.name for task in t.tasks}, out=out, version=version)
-    return meta
+    clean_after_index(store, src, info, out=out, version=version)
+    return info
 
 
 def needs_cleaning(store: Store) -> bool:
@@ -84,12 +85,13 @@ def needs_cleaning(store: Store) -> bool:
     )
 
 
-def clean_after_index(store: Store, src: Source | None, planned: set[str], *, out: str, version: str) -> None:
-    """After index.json: record manifest-hash pairs (when ``src`` is the folder's source), remove
+def clean_after_index(store: Store, src: Source | None, info: IndexMeta, *, out: str, version: str) -> None:
+    """After index.json (``info``): record manifest-hash pairs (when ``src`` is the folder's source), remove
     leftovers, then the work folder (last: its presence tells a later run that this step did not
     finish)."""
     if src is not None and not store.remote and any(r.content_hash for r in src.rows):
-        _save_hash_pairs(out, version, src, store)
+        _save_hash_pairs(out, version, src, store, info)
+    planned = {s.name for s in info.shards}
     for name in store.names(store.root):  # leftovers of interrupted runs, and shards of an older plan
         if (name.endswith(".tar") and name not in planned) or _TEMPORARY.search(name):
             store.remove(store.join(name))
@@ -103,17 +105,16 @@ def clean_complete_folder(store: Store) -> bool:
     if not needs_cleaning(store):
         return False
     try:
-        meta = parse_index_meta(store.read_bytes(store.join(INDEX_FILE)), store.join(INDEX_FILE))
-        planned = {str(s["name"]) for s in meta["shards"]}
-    except (WdsToolsError, OSError, KeyError, TypeError):  # not an index to act on: touch nothing
+        info = read_meta(store)
+    except (WdsToolsError, OSError):  # not an index to act on: touch nothing
         return False
-    clean_after_index(store, None, planned, out="", version="")
+    clean_after_index(store, None, info, out="", version="")
     return True
 
 
-def _save_hash_pairs(out: str, version: str, src: Source, store: Store) -> None:
+def _save_hash_pairs(out: str, version: str, src: Source, store: Store, info: IndexMeta) -> None:
     """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
-    cols = read_npz(store.join(SAMPLES_FILE), ["key", "fingerprint"])
+    cols = read_sample_table(store.root, info, ["key", "fingerprint"])
     fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
     save_pairs_locked(
         out, version, {r.content_hash: fp_of[r.key] for r in src.rows if r.content_hash is not None and r.key in fp_of}

@@ -10,11 +10,9 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import READ_ONLY_ERRNOS, read_only_error
-from ..format.index import index_of, read_samples
-from ..format.names import samples_file_name
+from ..format.index import open_index, read_sample_table
 from ..format.sidecars import sidecar_files
 from ..storage.objects import Store
-from ..storage.transport import join
 
 __all__ = ["write_reader_indexes", "ReaderIndexes"]
 
@@ -42,10 +40,10 @@ class ReaderIndexes:
 def write_reader_indexes(path: str | os.PathLike, *, wids: bool = True, dali: bool = True) -> ReaderIndexes:
     """Write ``<split>.wids.json`` (``wids``) and ``<shard>.idx`` (``dali``) beside the index at
     ``path`` (a shards folder or its index.json, local or an fsspec URL); returns their names."""
-    folder, meta = index_of(path)
-    columns = read_samples(join(folder, samples_file_name(meta, join(folder, "index.json")))) if dali else {}
+    folder, info = open_index(path)
+    columns = read_sample_table(folder, info).columns if dali else {}
     store = Store(folder)
-    files = sidecar_files(meta, columns, wids=wids, dali=dali)
+    files = sidecar_files(info, columns, wids=wids, dali=dali)
     out = ReaderIndexes(folder)
     for name, data in sorted(files.items()):
         path = store.join(name)

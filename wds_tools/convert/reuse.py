@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import OptionError
 from ..format.index import INDEX_FILE, DatasetIndex, indexes_newest_first, load_index
+from ..format.model import IndexMeta
 from ..format.phash import flagged_alike
 from ..signals import reraise_interruption
 from .decode import recorded_decode
@@ -22,10 +25,14 @@ __all__ = ["Base", "find_base", "base_incompatibilities"]
 _PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
 
 
-def base_incompatibilities(meta: dict, wanted: dict) -> list[str]:
-    """Differences that make a version's pixels unusable for another: size, resize, decode, decoder."""
-    meta = {**meta, "decode": recorded_decode(meta.get("decode"))}
-    return [f"{k}: {meta.get(k)!r} there, {wanted[k]!r} here" for k in _PIXEL_FIELDS if meta.get(k) != wanted[k]]
+def base_incompatibilities(info: IndexMeta | Mapping[str, Any], wanted: dict) -> list[str]:
+    """Differences that make a version's pixels unusable for another: size, resize, decode, decoder
+    (``info``: its index.json; as a dict where convert/dedup.py still passes one)."""
+    if isinstance(info, IndexMeta):
+        decode = info.decode.raw if info.decode is not None else None
+        info = {"size": info.size, "resize": info.resize, "decode": decode, "decoder_versions": info.decoder_versions}
+    have = {k: info.get(k) for k in _PIXEL_FIELDS} | {"decode": recorded_decode(info.get("decode"))}
+    return [f"{k}: {have[k]!r} there, {wanted[k]!r} here" for k in _PIXEL_FIELDS if have[k] != wanted[k]]
 
 
 def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> DatasetIndex | None:
@@ -39,7 +46,7 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
         if not (path / INDEX_FILE).exists():
             raise OptionError(f"--from {explicit}: no finished conversion at {path} (no {INDEX_FILE})")
         base = load_index(path)
-        diffs = base_incompatibilities(base.meta, wanted)
+        diffs = base_incompatibilities(base.info, wanted)
         if diffs:
             raise OptionError(
                 f"--from {explicit}: its pixels were made differently ({'; '.join(diffs)}); "
@@ -54,7 +61,7 @@ def find_base(out: Path, version: str, wanted: dict, explicit: str | None) -> Da
         except Exception as e:  # an unreadable neighbour is no base, and no reason to fail
             reraise_interruption(e)
             continue
-        if not base_incompatibilities(base.meta, wanted):
+        if not base_incompatibilities(base.info, wanted):
             return base
     return None
 
@@ -69,7 +76,7 @@ class Base:
     @property
     def version(self) -> str:
         """The base's dataset version."""
-        return self.index.meta["dataset_version"]
+        return self.index.info.dataset_version or ""
 
     @cached_property
     def by_fingerprint(self) -> dict[bytes, int]:
@@ -120,10 +127,10 @@ class Base:
             if i is None:
                 return None
         assert i is not None  # found by key or by fingerprint
-        shard = idx.shards[int(s["shard"][i])]
+        shard = idx.info.shards[int(s["shard"][i])]
         return Reuse(
-            shard_path=str(Path(idx.root) / shard["name"]),
-            shard_bytes=int(shard["bytes"]),
+            shard_path=str(Path(idx.root) / shard.name),
+            shard_bytes=shard.bytes,
             npy_offset=int(s["npy_offset"][i]),
             npy_length=int(s["npy_length"][i]),
             npy_xxh3=int(s["npy_xxh3"][i]),
@@ -131,7 +138,7 @@ class Base:
             height=int(s["height"][i]),
             fingerprint=fingerprint,
             relabeled=same_key and idx.classes[int(s["label"][i])] != label_name,
-            phash=tuple(int(x) for x in s["phash"][i]) if flagged_alike(idx.meta, s.columns) else None,
+            phash=tuple(int(x) for x in s["phash"][i]) if flagged_alike(idx.info, s.columns) else None,
         )
 
     def removed(self, keys: set[str]) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import IndexFormatError, OptionError
 from ..format.index import INDEX_FILE, WORK_DIR, DatasetIndex, indexes_newest_first, load_index
 from ..format.meta import value_text
+from ..format.model import load_json, parse
 from ..storage.transport import is_remote
 from .plan import Unit
 
@@ -45,7 +46,7 @@ def base_units(index: DatasetIndex, group: str | None) -> dict[Unit, str]:
     """Each unit of ``index`` found in exactly one split -> that split; groups are read from the base's
     metadata column named ``group`` when it has one (else every row is a unit of its own key)."""
     s = index.samples
-    splits = np.array([sh["split"] for sh in index.shards] + [""], dtype=object)
+    splits = np.array([sh.split for sh in index.info.shards] + [""], dtype=object)
     row_split = splits[np.minimum(s["shard"].astype(np.int64), len(splits) - 1)]
     values = index.metadata.get(group) if group is not None else None
     found: dict[Unit, set] = {}
@@ -65,9 +66,11 @@ def recorded_split_base(
     for side in sides:
         folder = Path(out) / version / str(side)
         for path in (folder / INDEX_FILE, folder / WORK_DIR / "run.json"):  # the index, or the run's spec
-            try:
-                build = json.loads(path.read_bytes()).get("build")
-            except (OSError, ValueError, AttributeError):
+            try:  # a damaged index is not trusted (convert then refuses it)
+                data = path.read_bytes()
+                raw = parse(load_json(data, path), path).raw if path.name == INDEX_FILE else json.loads(data)
+                build = raw.get("build")
+            except (OSError, ValueError, AttributeError, IndexFormatError):
                 continue
             if isinstance(build, dict) and "split_base" in build:
                 return build["split_base"]

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..dataset.splits import class_gaps, gap_warnings
+from ..format.model import IndexMeta
 from ..format.names import url_pattern
 from ..storage.objects import Store
 from ..storage.transport import join
@@ -255,25 +256,24 @@ def first_failures(failures: list[dict], folder: bool) -> list[dict]:
     return errors_order(failures, folder)[:_LISTED]
 
 
-def result_from_index(result: ConvertResult, store: Store, meta: dict, drawn: bool | None = None) -> None:
-    """Fill ``result``'s totals from an index's meta; ``drawn``: no split came from a manifest split
-    column (None: as the index's ``build.columns`` tells, which names only a --split option)."""
-    result.samples_written = meta["samples"]
-    result.shards = len(meta["shards"])
+def result_from_index(result: ConvertResult, store: Store, info: IndexMeta, drawn: bool | None = None) -> None:
+    """Fill ``result``'s totals from an index; ``drawn``: no split came from a manifest split column (None:
+    as the index's ``build.columns`` tells, which names only a --split option)."""
+    result.samples_written = info.samples
+    result.shards = len(info.shards)
     result.splits = {
-        name: {"samples": sp["samples"], "shards": sp["shards"], "urls": store.join(sp["urls"])}
-        for name, sp in meta["splits"].items()
+        name: {"samples": sp.samples, "shards": sp.shards, "urls": store.join(sp.urls)}
+        for name, sp in info.splits.items()
     }
-    build = meta.get("build", {})
-    result.split_base = build.get("split_base")
-    report = split_report(meta, drawn)
+    result.split_base = info.build.split_base if info.build is not None else None
+    report = split_report(info, drawn)
     result.split_shares, result.class_val_shares, result.split_warnings, result.class_gaps = report
 
 
 def split_report(
-    meta: dict, drawn: bool | None = None
+    info: IndexMeta, drawn: bool | None = None
 ) -> tuple[dict[str, float], dict[str, float], list[str], list[dict]]:
-    """(each split's share, each class's val share, warnings, class gaps) of an index's meta.
+    """(each split's share, each class's val share, warnings, class gaps) of an index.
 
     Warned first, whoever chose the splits: each class with samples but none in train or none in
     val (``dataset.splits.class_gaps``). Then, when the splits were drawn (``drawn``: no manifest
@@ -281,26 +281,23 @@ def split_report(
     or of a class holding at least 2/f samples (a smaller class cannot come that close: one sample
     moves it by more than f/2), outside f ± max(0.05, f/2).
     """
-    total = meta["samples"]
-    splits = meta["splits"]
-    shares = {name: round(sp["samples"] / total, 4) for name, sp in splits.items()} if total else {}
-    classes = meta["classes"]
-    val = splits.get("val", {}).get("class_counts", [0] * len(classes))
-    whole = meta.get("class_counts", [0] * len(classes))
+    total, splits, classes, whole = info.samples, info.splits, info.classes, info.class_counts
+    shares = {name: round(sp.samples / total, 4) for name, sp in splits.items()} if total else {}
+    val = splits["val"].class_counts if "val" in splits else [0] * len(classes)
     val_shares = {c: round(v / n, 4) for c, v, n in zip(classes, val, whole) if n}
-    build = meta.get("build", {})
-    f = float(build.get("val_fraction") or 0.0)
+    build = info.build
+    f = float(build.val_fraction or 0.0) if build is not None else 0.0
     if drawn is None:
-        drawn = (build.get("columns") or {}).get("split") is None
-    gaps = class_gaps(classes, {name: sp.get("class_counts", [0] * len(classes)) for name, sp in splits.items()})
+        drawn = build is None or (build.columns or {}).get("split") is None
+    gaps = class_gaps(classes, {name: sp.class_counts for name, sp in splits.items()})
     if not drawn:
         hint = "the manifest's split column put them there"
-    elif build.get("group") is not None:
+    elif build is not None and build.group is not None:
         hint = (
-            f"splits are drawn per group of {build['group']!r}, each group whole, so a class held by few groups "
+            f"splits are drawn per group of {build.group!r}, each group whole, so a class held by few groups "
             "can land whole in one split: give such rows a split in a split column, or --stratify"
         )
-    elif (build.get("source") or {}).get("kind") == "image-folder":
+    elif build is not None and build.source is not None and build.source.kind == "image-folder":
         hint = "a class of few samples can land whole in one split: a manifest's split column chooses them"
     else:
         hint = "a class of few samples can land whole in one split: give its rows a split in a split column"
@@ -308,18 +305,15 @@ def split_report(
     if not (drawn and f > 0 and total):
         return shares, val_shares, warnings, gaps
     tol = max(0.05, f / 2)
-    fix = (
-        f"; --resplit draws every group again (the splits are kept from {build['split_base']})"
-        if build.get("split_base")
-        else ""
-    )
+    base = build.split_base if build is not None else None
+    fix = f"; --resplit draws every group again (the splits are kept from {base})" if base else ""
     if "val" not in splits:
         warnings.append(
             f"no val split although --val-fraction is {f:g}: too few groups or samples to draw one from{fix}"
         )
         return shares, val_shares, warnings, gaps
     rule = f"±{tol:.1%}: 5 points or half --val-fraction, whichever is larger"
-    share = splits["val"]["samples"] / total
+    share = splits["val"].samples / total
     if abs(share - f) > tol:
         warnings.append(
             f"val holds {share:.1%} of the samples, --val-fraction asks {f:.1%} (tolerance "
@@ -329,7 +323,7 @@ def split_report(
     off = [f"{c} {val_shares[c]:.1%}" for c, n in zip(classes, whole) if n >= 2 / f and abs(val_shares[c] - f) > tol]
     if off:
         more = f" and {len(off) - 5} more" if len(off) > 5 else ""
-        hint = "" if build.get("stratify") else "; --stratify draws each class's share"
+        hint = "" if build is not None and build.stratify else "; --stratify draws each class's share"
         warnings.append(
             f"val share of {count(len(off), 'class', 'classes')} outside {f:.1%} (tolerance {rule}; "
             f"checked for classes of at least 2/{f:g} = {least:,} samples): {', '.join(off[:5])}{more}{hint}"

@@ -51,7 +51,6 @@ __all__ = [
     "open_index",
     "read_samples",
     "read_samples_checked",
-    "parse_index_meta",
     "indexes_newest_first",
     "histogram_mean_std",
     "write_index",
@@ -263,9 +262,9 @@ class DatasetIndex:
 
     @property
     def samples(self) -> SampleTable:
-        """samples.npz, read on first use."""
+        """samples.npz, read checked (``read_sample_table``) on first use."""
         if self._samples is None:
-            self._samples = SampleTable(read_npz(self.root / self.info.samples_file.name))
+            self._samples = read_sample_table(str(self.root), self.info)
         return self._samples
 
     @property
@@ -304,7 +303,7 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
 
     Returns:
         A ``DatasetIndex``: ``info`` is index.json (classes, splits, shards, mean/std, build); its
-        ``samples`` (samples.npz) are read on first use.
+        ``samples`` (samples.npz, checked against it) are read on first use.
 
     Raises:
         IndexFormatError: No index.json there, or one that cannot be read, is of a format version
@@ -331,7 +330,10 @@ def read_index(url: str, *, required: bool = False, strict: bool = True) -> dict
         raise
     except OSError as e:
         raise IndexFormatError(f"cannot read index {url}: {e}") from None
-    return parse_index_meta(data, url) if strict else load_json(data, url)
+    raw = load_json(data, url)
+    if strict:
+        parse(raw, url)
+    return raw
 
 
 def open_index(spec: str | os.PathLike) -> tuple[str, IndexMeta]:
@@ -474,14 +476,6 @@ def indexes_newest_first(out: str | os.PathLike, size: int | str = "*") -> list[
     """The folders ``OUT/<version>/<size>/`` that hold an index.json, the most recently written first."""
     found = [(p.stat().st_mtime_ns, str(p.parent), p.parent) for p in Path(out).glob(f"*/{size}/{INDEX_FILE}")]
     return [folder for _, _, folder in sorted(found, reverse=True)]
-
-
-def parse_index_meta(data: bytes | str, where: str | os.PathLike) -> dict:
-    """index.json's bytes -> its dict as written, refused (``IndexFormatError``, the first problem) unless a
-    wds-tools index of a version this code reads without a problem (``format.model.parse``)."""
-    raw = load_json(data, where)
-    parse(raw, where)
-    return raw
 
 
 def histogram_mean_std(hist: np.ndarray, empty: tuple[Any, Any] = (None, None)) -> tuple[Any, Any]:

@@ -19,7 +19,6 @@ __all__ = [
     "expand",
     "unexpanded",
     "indexed_name_problem",
-    "samples_file_name",
     "MIN_SAMPLE_BYTES",
     "INDEX_FILE",
     "SAMPLES_FILE",
@@ -64,11 +63,6 @@ def indexed_name_problem(name: object, *, shard: bool = True) -> str | None:
     if isinstance(name, str) and (_INDEXED_SHARD if shard else _INDEXED_FILE).fullmatch(name):
         return None
     return f"is {name!r}; expected {'<split>-NNNNNN.tar' if shard else 'a file name'} in the index's own folder"
-
-
-def samples_file_name(meta: dict, where: str) -> str:
-    """A checked index.json's ``samples_file.name`` (``format.model``: a plain name in its folder)."""
-    return meta["samples_file"]["name"]
 
 
 # The fewest bytes one sample takes in a shard: its .npy member, a 512-byte tar header and at least one

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .model import IndexMeta, parse
+from .model import IndexMeta
 from .sample import MEMBERS, column_prefix
 
 __all__ = ["MEMBERS", "wids_name", "dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
@@ -56,11 +56,9 @@ def dali_index(columns: Mapping[str, np.ndarray], shard: int, members: tuple[str
 
 
 def sidecar_files(
-    info: IndexMeta | dict, columns: Mapping[str, np.ndarray], *, wids: bool = True, dali: bool = True
+    info: IndexMeta, columns: Mapping[str, np.ndarray], *, wids: bool = True, dali: bool = True
 ) -> dict[str, bytes]:
-    """File name -> bytes of every sidecar of one converted folder (``info``: its index.json, or as a dict)."""
-    if not isinstance(info, IndexMeta):
-        info = parse(info, "index.json")
+    """File name -> bytes of every sidecar of one converted folder (``info``: its index.json)."""
     out: dict[str, bytes] = {}
     if wids:
         for split in info.splits:
