@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wds_tools.format.index import FORMAT_NAME, load_index, write_index
+from wds_tools.format.index import load_index, write_index
 from wds_tools.format.packed import pack_strings
 
 
@@ -41,20 +41,41 @@ def make_index(dest: Path, n: int, n_shards: int) -> None:
         cols[f"{member}_offset"] = (pos * 154112 + 512 + j * 1024).astype("<u8")
         cols[f"{member}_length"] = np.full(n, (1, 200, 150656)[j], "<u8")
     cols["path_offsets"], cols["path_data"] = pack_strings(paths)
+    rows = np.bincount(cols["shard"], minlength=n_shards)  # the last shard holds the remainder
     shards = [
-        {"name": f"train-{s:06d}.tar", "split": "train", "samples": per, "bytes": per * 154112, "sha256": "0" * 64}
-        for s in range(n_shards)
+        {
+            "name": f"train-{s:06d}.tar",
+            "split": "train",
+            "samples": int(k),
+            "bytes": int(k) * 154112,
+            "sha256": "0" * 64,
+        }
+        for s, k in enumerate(rows)
     ]
-    meta = {
-        "format": FORMAT_NAME,
-        "format_version": 1,
-        "dataset_version": "bench",  # version 1's columns (still read)
-        "size": 224,
-        "classes": [f"c{i}" for i in range(7)],
-        "samples": n,
-        "shards": shards,
-        "splits": {"train": {"samples": n, "shards": n_shards, "urls": f"train-{{000000..{n_shards - 1:06d}}}.tar"}},
-    }
+    # the golden version-1 index.json (every field the format requires), with this index's shards and counts
+    meta = json.loads((Path(__file__).resolve().parents[1] / "tests/golden/format-v1/index.json").read_text())
+    classes = [f"c{i}" for i in range(7)]
+    counts = [int(k) for k in np.bincount(cols["label"], minlength=7)]
+    stats = {"mean": meta["mean"], "std": meta["std"]}
+    meta.update(
+        dataset_version="bench",  # version 1's columns (still read)
+        size=224,
+        classes=classes,
+        class_counts=counts,
+        samples=n,
+        shards=shards,
+        splits={
+            "train": {
+                "samples": n,
+                "shards": n_shards,
+                "urls": f"train-{{000000..{n_shards - 1:06d}}}.tar",
+                "class_counts": counts,
+                **stats,
+            }
+        },
+        stats_split="train",
+    )
+    meta["sample"]["npy_shape"] = [224, 224, 3]
     dest.mkdir(parents=True, exist_ok=True)
     write_index(dest, meta, cols)
     with open(dest / "baseline.jsonl", "w") as f:
