@@ -57,15 +57,6 @@ def _integer(lo: int, hi: int = _I64, *, none: bool = False) -> Check:
     return check
 
 
-def _flag(*, none: bool = False) -> Check:
-    def check(v: Any) -> str | None:
-        if isinstance(v, bool) or (none and v is None):
-            return None
-        return "expected True or False" + (" or None" if none else "")
-
-    return check
-
-
 def _weights(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return None
