@@ -107,7 +107,16 @@ def test_the_documented_numbers():
     from wds_tools.similar import near
 
     assert (near.HASH_NEAREST, near.NEAREST, near.COARSE_LOOK) == (32, 8, 8)
-    for text in ("keeps the 32 groups nearest", "each node keeps the 8", "means over 4×4 cells (8×8 values)"):
+    assert (near.LOOK_TREES, near.LOOK_LEAF) == (8, 32)
+    for text in (
+        "keeps the 32 groups nearest",
+        "each node keeps the 8",
+        "means over 4×4 cells (8×8 values)",
+        "in one of 8 random-projection trees",
+        "Tree t (0 … 7)",
+        "holds more than 32 nodes",
+        "`numpy.random.RandomState(t).standard_normal`",
+    ):
         assert text in doc, text
 
 

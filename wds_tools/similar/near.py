@@ -23,8 +23,8 @@ benches and the tests).
 
 The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
 only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
-``NEAREST`` candidates by their coarse looks, and checks those pairs (colour agreement, then
-``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
+``NEAREST`` candidates by their coarse looks and its look neighbour (``LOOK_TREES``: a copy whose hash
+moved beyond the threshold), and checks those pairs (colour agreement, then ``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
 never a chain; its evidence is each sample's distance and score against the representative. Used by
 ``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
 """
