@@ -86,7 +86,7 @@ _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
 _MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
 _BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
-_LEAVES = 4096  # leaves whose dot products are taken at once (``_look_neighbours``): 32 MiB
+_LEAVES = 1024  # leaves whose dot products are taken at once (``_look_neighbours``): about 20 MiB
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
 SHIFT_WINDOWS = (2, 3, 4, 5)
 """The windows (top, bottom, left, right: ``phash.window_boxes``) whose hashes are compared, as they are, with the
@@ -614,12 +614,9 @@ def _components(n: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
 def _coarse_looks(look: np.ndarray) -> np.ndarray:
     """Each look's 4x4-cell means (8x8), less their mean, over their norm: [N, 64] (``COARSE_LOOK``)."""
     n = GRID // COARSE_LOOK
-    c = (
-        look.astype(np.float64)
-        .reshape(len(look), COARSE_LOOK, n, COARSE_LOOK, n)
-        .mean(axis=(2, 4))
-        .reshape(len(look), -1)
-    )
+    # the cells' sums in int32 (exact), then their means: no float copy of the whole looks (8 bytes a cell)
+    sums = np.asarray(look).reshape(len(look), COARSE_LOOK, n, COARSE_LOOK, n).sum(axis=(2, 4), dtype=np.int32)
+    c = sums.reshape(len(look), -1) / float(n * n)
     c -= c.mean(axis=1, keepdims=True)
     return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-9)
 
@@ -649,6 +646,7 @@ def _look_neighbours(look: np.ndarray, side: np.ndarray | None = None) -> tuple[
     if n < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     c = _coarse_looks(look)
+    padded = np.concatenate([c, np.zeros((1, c.shape[1]))])  # row n: a leaf's empty places
     best_cos = np.full(n, -np.inf)
     best = np.full(n, n, np.int64)  # n: none yet
     for tree in range(LOOK_TREES):
@@ -674,7 +672,7 @@ def _look_neighbours(look: np.ndarray, side: np.ndarray | None = None) -> tuple[
             sel = (part >= lo) & (part < lo + _LEAVES)
             leaf = np.full((min(_LEAVES, parts - lo), LOOK_LEAF), n, np.int64)
             leaf[part[sel] - lo, at[sel]] = order[sel]
-            cl = np.concatenate([c, np.zeros((1, c.shape[1]))])[leaf]
+            cl = padded[leaf]
             dots = np.einsum("lik,ljk->lij", cl, cl)
             bad = (leaf[:, :, None] == n) | (leaf[:, None, :] == n) | (leaf[:, :, None] == leaf[:, None, :])
             if side is not None:
