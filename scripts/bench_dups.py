@@ -622,9 +622,11 @@ def write_hash_index(
     import xxhash
 
     from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, write_index
+    from wds_tools.format.names import shard_name, url_pattern
     from wds_tools.format.npy import npy_header
     from wds_tools.format.packed import pack_strings
     from wds_tools.format.phash import FLAT_RULES
+    from wds_tools.format.sample import MEMBERS, classes_digest
     from wds_tools.format.tarwrite import ShardWriter
 
     n = len(hashes)
@@ -639,11 +641,14 @@ def write_hash_index(
     cols["phash"] = hashes
     cols["path_offsets"], cols["path_data"] = pack_strings([f"img/{i}.jpg" for i in range(n)])
     Path(dest).mkdir(parents=True, exist_ok=True)
+    # every tenth shard in val; each split's shards numbered from 000000 in order (format.model checks it)
+    split_of = ["train" if s % 10 else "val" for s in range(n_shards)]
+    names = [shard_name(sp, sum(x == sp for x in split_of[:s])) for s, sp in enumerate(split_of)]
     if with_pixels is not None and pixels_of is not None:
         header = npy_header((224, 224, 3))
         rows = np.unique(np.asarray(with_pixels, np.int64))
         for s in np.unique(cols["shard"][rows]).tolist():
-            w = ShardWriter(str(Path(dest) / f"{'train' if s % 10 else 'val'}-{s:06d}.tar"), digest=False)
+            w = ShardWriter(str(Path(dest) / names[s]), digest=False)
             members: dict[int, tuple[int, int]] = {}  # xxh3 -> (offset, length): equal pixels, one member
             for r in rows[cols["shard"][rows] == s].tolist():
                 data = header + np.ascontiguousarray(pixels_of(r), np.uint8).tobytes()
@@ -654,25 +659,47 @@ def write_hash_index(
                 cols["npy_xxh3"][r] = x
             w.end()
             os.replace(w.tmp, w.path)
+    counts = np.bincount(cols["shard"], minlength=n_shards).tolist()
     shards = [
         {
-            "name": f"{'train' if s % 10 else 'val'}-{s:06d}.tar",
-            "split": "train" if s % 10 else "val",
-            "samples": per,
-            "bytes": 0,
+            "name": names[s],
+            "split": split_of[s],
+            "samples": counts[s],
+            "bytes": 160_000 * counts[s],  # as if each sample's members were there (the index's checks)
             "sha256": "0" * 64,
         }
         for s in range(n_shards)
     ]
+    classes = [f"c{i}" for i in range(7)]
+    grey = [0.5, 0.5, 0.5]
+    splits = {}
+    for sp in ("train", "val"):
+        mine = np.isin(cols["shard"], [s for s in range(n_shards) if split_of[s] == sp])
+        k = split_of.count(sp)
+        splits[sp] = {
+            "samples": int(mine.sum()),
+            "shards": k,
+            "urls": url_pattern(sp, k),
+            "class_counts": np.bincount(cols["label"][mine], minlength=7).tolist(),
+            "mean": grey,
+            "std": grey,
+        }
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "dataset_version": "bench",
         "size": 224,
-        "classes": [f"c{i}" for i in range(7)],
+        "sample": {"members": list(MEMBERS), "npy_dtype": "uint8", "npy_shape": [224, 224, 3]},
+        "classes": classes,
+        "classes_digest": classes_digest(classes),
+        "class_counts": np.bincount(cols["label"], minlength=7).tolist(),
+        "mean": grey,
+        "std": grey,
+        "stats_split": "train",
+        "errors_file": None,
         "samples": n,
         "shards": shards,
-        "splits": {},
+        "splits": splits,
         "phash_flat_rules": FLAT_RULES,  # the hashes as given (no pixels to hash them again from)
     }
     write_index(str(dest), meta, cols, sidecars=False)
@@ -752,25 +779,38 @@ def command_cost(args: argparse.Namespace) -> None:
 
 def clustered_pixels(hashes: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
     """The samples of the candidate pairs at the default threshold (``near._candidates``, run here once), and
-    pixels for each: one of 16 stored lesion photos per component of those pairs, with its top-left pixel set
+    pixels for each: per component of those pairs a picture of its own (one of 16 stored lesion photos averaged
+    with a smooth random pattern drawn from the component's number: pictures of two components fail the check,
+    as different photos do, and are not each other's look neighbours' copies), with its top-left pixel set
     from the sample's number, so that every sample is a ``.npy`` of its own (read on its own, as distinct files
-    are) and the samples the hashes join are copies of one photo (the planted copies pass the check; a chance
-    pair of random hashes whose components meet does too)."""
+    are) and the samples the hashes join are copies of one picture (the planted copies pass the check; a
+    chance pair of random hashes whose components meet does too)."""
     from wds_tools.similar.near import HASH_NEAREST, _candidates, _distinct, clusters_of
 
     d = _distinct(hashes, keep_flat=True)
     p, q, _ = _candidates(d, DEFAULT_THRESHOLD, None, HASH_NEAREST, lambda: None)
     comps = clusters_of(len(d.rows), p, q)
     pool = [decode_image(jpeg_bytes(lesion_photo(320, 320, k % 3, 500 + k)), 224).pixels for k in range(16)]
-    photo_of_row = {r: c % len(pool) for c, rows in enumerate(comps) for r in rows}
-    photo = {s: photo_of_row[int(r)] for s, r in enumerate(d.of.tolist()) if int(r) in photo_of_row}
+    comp_of_row = {r: c for c, rows in enumerate(comps) for r in rows}
+    comp = {s: comp_of_row[int(r)] for s, r in enumerate(d.of.tolist()) if int(r) in comp_of_row}
+
+    def picture(c: int) -> np.ndarray:
+        small = np.random.default_rng([c, 37]).integers(0, 256, (5, 5, 3), dtype=np.uint8)
+        pattern = np.asarray(Image.fromarray(small).resize((224, 224), Image.Resampling.BICUBIC), np.uint16)
+        return ((pool[c % len(pool)].astype(np.uint16) + pattern) // 2).astype(np.uint8)
+
+    last: dict[int, np.ndarray] = {}  # the last component's picture (samples are asked for shard by shard)
 
     def pixels_of(sample: int) -> np.ndarray:
-        px = pool[photo[sample]].copy()
+        c = comp[sample]
+        if c not in last:
+            last.clear()
+            last[c] = picture(c)
+        px = last[c].copy()
         px[0, 0] = (sample & 255, (sample >> 8) & 255, (sample >> 16) & 255)
         return px
 
-    return np.array(sorted(photo), np.int64), pixels_of
+    return np.array(sorted(comp), np.int64), pixels_of
 
 
 _TIMED = """

@@ -21,10 +21,10 @@ reads them from the stored pixels of the candidates only).
 With ``--quality-seeds``: scripts/bench_dups.py's quality set (copies drawn with those seeds) through the same
 search: recall and precision over all pairs of files (a pair found when both are in one cluster).
 
-With ``--scale N``: time and peak memory of the search on the first N/10, N/4, N/2 and N photos of each of
-``--scale-families`` (the families' photos drawn at ``--scale-size``, 300x225 by default, to make them in reasonable
-time; each a JPEG stored at 224 px; only their hashes, colour layouts and looks kept), so that a smooth set's cost
-can be set beside a textured one's, and its growth with N seen.
+With ``--scale N``: time and peak memory of the search on the first N/10, N/4, N/2 and N photos
+(``--scale-divisors``) of each of ``--scale-families`` (the families' photos drawn at ``--scale-size``, 300x225 by default, to
+make them in reasonable time; each a JPEG stored at 224 px; only their hashes, colour layouts and looks kept), so
+that a smooth set's cost can be set beside a textured one's, and its growth with N seen.
 
 With ``--dedup-cost N``: what ``convert --dedup`` adds to the decode it rides on (``dedup_cost``).
 
@@ -253,7 +253,8 @@ def scale(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for family in args.scale_families.split(","):
         all_hashes, all_lay, all_lk = compact_set(family, args.scale, args, (w, h))
-        for n in sorted({max(1, args.scale // d) for d in (10, 4, 2, 1)}):  # the first n photos: growth with N
+        fractions = [int(x) for x in args.scale_divisors.split(",")]
+        for n in sorted({max(1, args.scale // d) for d in fractions}):  # the first n photos: growth with N
             hashes, lay, lk = all_hashes[:n], all_lay[:n], all_lk[:n]
             asked = [0]
 
@@ -361,6 +362,9 @@ def main() -> None:
     p.add_argument("--scale", type=int, default=0, help="photos per family for the cost run (0: skip)")
     p.add_argument("--scale-families", default="smooth,textured")
     p.add_argument("--scale-size", default="300x225", help="the cost run's photos' size, WxH")
+    p.add_argument(
+        "--scale-divisors", default="10,4,2,1", help="the cost run times the first N/d photos for each d (1: N alone)"
+    )
     p.add_argument("--dedup-cost", type=int, default=0, help="photos for convert --dedup's cost (0: skip)")
     args = p.parse_args()
     if args.count:

@@ -107,7 +107,16 @@ def test_the_documented_numbers():
     from wds_tools.similar import near
 
     assert (near.HASH_NEAREST, near.NEAREST, near.COARSE_LOOK) == (32, 8, 8)
-    for text in ("keeps the 32 groups nearest", "each node keeps the 8", "means over 4×4 cells (8×8 values)"):
+    assert (near.LOOK_TREES, near.LOOK_LEAF) == (8, 32)
+    for text in (
+        "keeps the 32 groups nearest",
+        "each node keeps the 8",
+        "means over 4×4 cells (8×8 values)",
+        "in one of 8 random-projection trees",
+        "Tree t (0 … 7)",
+        "holds more than 32 nodes",
+        "`numpy.random.RandomState(t).standard_normal`",
+    ):
         assert text in doc, text
 
 
@@ -274,3 +283,33 @@ def test_the_clusters_are_the_same_whatever_the_order(lesions):
     assert found == {f[:2] for f in files}  # every edit found with its photo
     reps = {m: r for m, r, _ in forward}
     assert reps == {m: r for m, r, _ in backward}
+
+
+def test_a_recompression_whose_hash_moved_beyond_the_threshold_is_found():
+    """A smooth grey lesion photo (scripts/bench_lesions.py's grey photo 9, a 600x450 JPEG at quality 94) and its
+    recompression at JPEG quality 30: the recompression moves the hash by 8 bits, beyond the default 5, so the
+    hashes do not make them candidates. Among 6 other grey photos whose hashes are each 1 bit from one of the two
+    (a crowd of smooth photos, as in a set of thousands: both are candidates of others, so their looks are read),
+    each is the other's look neighbour (docs/FORMAT.md) and the pair, checked, is one cluster; no other photo
+    joins. Across two sets (the photo and the crowd near the copy in one, the copy and the crowd near the photo in
+    the other), the same."""
+    from wds_tools.format.phash import FLAT_BIT
+    from wds_tools.similar.near import find_pairs, near_distances
+
+    data = jpeg_bytes(skin_lesion_photo("grey", 9), 94)
+    again = jpeg_bytes(Image.open(io.BytesIO(data)).convert("RGB"), 30)
+    others = [_stored(jpeg_bytes(skin_lesion_photo("grey", 40 + k), 90)) for k in range(6)]
+    pixels = np.stack([_stored(data), _stored(again), *others])
+    h, lay, look = phash_batch(pixels), colour_layout(pixels), looks(pixels)
+    bits = near_distances(h[:1] & ~FLAT_BIT, h[1:2] & ~FLAT_BIT)[0]
+    assert bits > 5, bits  # the candidates' distance, edge windows too (flags cleared)
+    assert not len(find_pairs(h[:2], 5)[0])
+    for k in range(6):  # the crowd: photo k's hashes, its whole-image hash 1 bit from the photo's or the copy's
+        h[2 + k] = h[k % 2]
+        h[2 + k, 0] ^= np.uint64(1 << (3 * k % 60))
+    res = near_clusters(h, 5, looks=lambda side, rows: (lay[rows], look[rows]))
+    assert [c.tolist() for c in res.clusters] == [[0, 1]], res.clusters
+    assert res.pairs[0]["distance"][0] == bits and res.pairs[0]["score"][0] >= 0.5
+    a, b = [0, *range(3, 8, 2)], [1, *range(2, 8, 2)]  # each side: one of the two, the crowd near the other
+    across = near_clusters(h[a], 5, h[b], looks=lambda side, rows: (lay[[a, b][side]][rows], look[[a, b][side]][rows]))
+    assert [c.tolist() for c in across.clusters] == [[0, len(a)]], across.clusters

@@ -121,3 +121,54 @@ def test_a_long_search_shows_progress(monkeypatch, capsys):
     err = capsys.readouterr().err
     steps = 2 * 3 * (1 + 21)  # three bands, each probed at the band values within 1 bit; whole hashes, edge windows
     assert f"near-duplicate search: {steps}/{steps} step (100%)" in err, err
+
+
+def _doc_look_neighbours(look: np.ndarray, side: np.ndarray | None = None) -> set[tuple[int, int]]:
+    """docs/FORMAT.md's look neighbours, written from its text with Python lists: each node's coarse look (4x4-cell
+    means less their mean, over their norm); per tree t of 8, parts halved level by level while one holds more than
+    32 nodes (each part's direction drawn in part order from RandomState(t), its nodes sorted by (dot product, node),
+    the first floor(m/2) the first half); each node's neighbour the node of greatest dot product, then least node,
+    among those sharing one of its leaves (across two sets: of the other set)."""
+    n = len(look)
+    m = look.astype(np.float64).reshape(n, 8, 4, 8, 4).mean(axis=(2, 4)).reshape(n, 64)
+    m -= m.mean(axis=1, keepdims=True)
+    c = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-9)
+    best: dict[int, tuple[float, int]] = {}
+    for t in range(8):
+        gen = np.random.RandomState(t)
+        parts = [list(range(n))]
+        while max(len(p) for p in parts) > 32:
+            halves = []
+            for p in parts:
+                d = gen.standard_normal(64)
+                ordered = sorted(p, key=lambda x: (float(c[x] @ d), x))
+                halves += [ordered[: len(p) // 2], ordered[len(p) // 2 :]]
+            parts = halves
+        for leaf in parts:
+            for x in leaf:
+                for y in leaf:
+                    if y == x or (side is not None and side[x] == side[y]):
+                        continue
+                    key = (float(c[x] @ c[y]), -y)
+                    if x not in best or key > (best[x][0], -best[x][1]):
+                        best[x] = (key[0], y)
+    return {(min(x, y), max(x, y)) for x, (_, y) in best.items()}
+
+
+@pytest.mark.parametrize("n", [2, 31, 300, 1000])
+def test_look_neighbours_are_the_documented_rule(n):
+    """near._look_neighbours against the rule as docs/FORMAT.md writes it: looks of random smooth blobs (with some
+    equal coarse looks, for the ties), within one set and across two."""
+    rng = np.random.default_rng(n)
+    yy, xx = np.mgrid[0:GRID, 0:GRID]
+    centres = rng.uniform(8, 24, (n, 2))
+    look = 180 - 60 * np.exp(-((yy - centres[:, :1, None]) ** 2 + (xx - centres[:, 1:, None]) ** 2) / 40)
+    look = np.clip(look + rng.normal(0, 2, look.shape), 0, 255).astype(np.uint8)
+    look[n // 2 :: 7] = look[0]  # equal looks: the least node wins a tie
+    got = near._look_neighbours(look)
+    assert set(zip(got[0].tolist(), got[1].tolist())) == _doc_look_neighbours(look)
+    assert len(got[0]) >= n // 2
+    side = np.arange(n) >= n // 3
+    got = near._look_neighbours(look, side)
+    assert set(zip(got[0].tolist(), got[1].tolist())) == _doc_look_neighbours(look, side)
+    assert all(side[x] != side[y] for x, y in zip(got[0].tolist(), got[1].tolist()))

@@ -23,8 +23,8 @@ benches and the tests).
 
 The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
 only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
-``NEAREST`` candidates by their coarse looks, and checks those pairs (colour agreement, then
-``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
+``NEAREST`` candidates by their coarse looks and its look neighbour (``LOOK_TREES``: a copy whose hash
+moved beyond the threshold), and checks those pairs (colour agreement, then ``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
 never a chain; its evidence is each sample's distance and score against the representative. Used by
 ``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
 """
@@ -49,6 +49,8 @@ __all__ = [
     "NEAREST",
     "HASH_NEAREST",
     "COARSE_LOOK",
+    "LOOK_TREES",
+    "LOOK_LEAF",
     "PAIR_DTYPE",
     "NearClusters",
     "near_clusters",
@@ -84,6 +86,7 @@ _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
 _MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
 _BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
+_LEAVES = 1024  # leaves whose dot products are taken at once (``_look_neighbours``): about 20 MiB
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
 SHIFT_WINDOWS = (2, 3, 4, 5)
 """The windows (top, bottom, left, right: ``phash.window_boxes``) whose hashes are compared, as they are, with the
@@ -98,6 +101,13 @@ NEAREST = 8
 signature than the hashes' bits (on smooth photos, a copy's rank among the 5-bit candidates: at most 2 against 296)."""
 COARSE_LOOK = 8
 """The coarse look: a look's means over 4x4 cells (8x8 values), less their mean, over their norm."""
+LOOK_TREES = 8
+"""Each node is also checked against its look neighbour: the nearest by coarse look among the nodes that share a
+leaf of one of these random-projection trees (``_look_neighbours``; docs/FORMAT.md). The hashes miss such a copy
+on smooth photos: a recompression at JPEG quality 30 moves a smooth grey photo's hash by 8 bits, and a shifted
+copy can be outranked among its group's 32 candidates by other smooth photos; by its look it is the nearest."""
+LOOK_LEAF = 32
+"""A tree halves its parts until none holds more than this many nodes (its leaves): linear in the nodes."""
 
 
 def check_threshold(threshold: int) -> None:
@@ -534,8 +544,13 @@ def _verified(
     parts.append(np.array(uv, np.int64).reshape(-1, 2))
     pairs_uv = np.concatenate(parts)
     keep = _nearest_looks(node_look, pairs_uv[:, 0], pairs_uv[:, 1], nearest)
+    # and each node's look neighbour: a copy whose hash moved beyond the threshold (a smooth photo recompressed),
+    # or one outranked among its group's candidates by other smooth photos, is nearest by its look
+    near_u, near_v = _look_neighbours(node_look, node_row >= offset if db is not None else None)
     checks = _Checks(rows, node_row, node_look, node_lay)
-    passed_u, passed_v = checks.run(pairs_uv[keep, 0], pairs_uv[keep, 1])
+    passed_u, passed_v = checks.run(
+        np.concatenate([pairs_uv[keep, 0], near_u]), np.concatenate([pairs_uv[keep, 1], near_v])
+    )
     found.candidates = checks.count
     found.passed = len(passed_u)
     alone = [k for k in range(n_nodes) if len(node_samples[k]) > 1]
@@ -599,12 +614,9 @@ def _components(n: int, p: np.ndarray, q: np.ndarray) -> np.ndarray:
 def _coarse_looks(look: np.ndarray) -> np.ndarray:
     """Each look's 4x4-cell means (8x8), less their mean, over their norm: [N, 64] (``COARSE_LOOK``)."""
     n = GRID // COARSE_LOOK
-    c = (
-        look.astype(np.float64)
-        .reshape(len(look), COARSE_LOOK, n, COARSE_LOOK, n)
-        .mean(axis=(2, 4))
-        .reshape(len(look), -1)
-    )
+    # the cells' sums in int32 (exact), then their means: no float copy of the whole looks (8 bytes a cell)
+    sums = np.asarray(look).reshape(len(look), COARSE_LOOK, n, COARSE_LOOK, n).sum(axis=(2, 4), dtype=np.int32)
+    c = sums.reshape(len(look), -1) / float(n * n)
     c -= c.mean(axis=1, keepdims=True)
     return c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-9)
 
@@ -624,6 +636,61 @@ def _nearest_looks(look: np.ndarray, u: np.ndarray, v: np.ndarray, nearest: int)
         rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
         keep[order[rank < nearest]] = True
     return keep
+
+
+def _look_neighbours(look: np.ndarray, side: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(u, v), u < v, each pair once: each node with its *look neighbour* (``LOOK_TREES``), the node of the greatest
+    dot product of coarse looks (then the least node) among those sharing a leaf with it in one of the trees; with
+    ``side`` (bool per node: of ``b``), among the nodes of the other side only."""
+    n = len(look)
+    if n < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    c = _coarse_looks(look)
+    padded = np.concatenate([c, np.zeros((1, c.shape[1]))])  # row n: a leaf's empty places
+    best_cos = np.full(n, -np.inf)
+    best = np.full(n, n, np.int64)  # n: none yet
+    for tree in range(LOOK_TREES):
+        gen = np.random.RandomState(tree)  # the legacy generator: its stream is fixed (docs/FORMAT.md states it)
+        order = np.arange(n)
+        parts = 1
+        part = np.zeros(n, np.int64)  # the part of each position of ``order``, ascending
+        while -(-n // parts) > LOOK_LEAF:
+            d = gen.standard_normal((parts, c.shape[1]))
+            proj = np.einsum("ij,ij->i", c[order], d[part])
+            o = np.lexsort((order, proj, part))
+            order = order[o]
+            starts = np.searchsorted(part, np.arange(parts))
+            sizes = np.diff(np.r_[starts, n])
+            at = np.arange(n) - np.repeat(starts, sizes)
+            part = 2 * part + (at >= np.repeat(sizes // 2, sizes))
+            parts *= 2
+        # each leaf as a row of LOOK_LEAF places (n where it has fewer nodes), its dot products at once
+        starts = np.searchsorted(part, np.arange(parts))
+        sizes = np.diff(np.r_[starts, n])
+        at = np.arange(n) - np.repeat(starts, sizes)
+        for lo in range(0, parts, _LEAVES):
+            sel = (part >= lo) & (part < lo + _LEAVES)
+            leaf = np.full((min(_LEAVES, parts - lo), LOOK_LEAF), n, np.int64)
+            leaf[part[sel] - lo, at[sel]] = order[sel]
+            cl = padded[leaf]
+            dots = np.einsum("lik,ljk->lij", cl, cl)
+            bad = (leaf[:, :, None] == n) | (leaf[:, None, :] == n) | (leaf[:, :, None] == leaf[:, None, :])
+            if side is not None:
+                sd = np.r_[side, False][leaf]
+                bad |= sd[:, :, None] == sd[:, None, :]
+            dots[bad] = -np.inf
+            top = dots.max(axis=2, keepdims=True)
+            other = np.where((dots == top) & ~bad, leaf[:, None, :], n).min(axis=2)  # the least node of the best
+            top = top[:, :, 0]
+            x, o_, t_ = leaf.reshape(-1), other.reshape(-1), top.reshape(-1)
+            ok = (x < n) & (o_ < n)
+            x, o_, t_ = x[ok], o_[ok], t_[ok]
+            better = (t_ > best_cos[x]) | ((t_ == best_cos[x]) & (o_ < best[x]))
+            best_cos[x[better]], best[x[better]] = t_[better], o_[better]
+    x = np.flatnonzero(best < n)
+    y = best[x]
+    pairs = np.unique(np.stack([np.minimum(x, y), np.maximum(x, y)], axis=1), axis=0)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def _row_distances(rows: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
