@@ -172,3 +172,36 @@ def test_look_neighbours_are_the_documented_rule(n):
     got = near._look_neighbours(look, side)
     assert set(zip(got[0].tolist(), got[1].tolist())) == _doc_look_neighbours(look, side)
     assert all(side[x] != side[y] for x, y in zip(got[0].tolist(), got[1].tolist()))
+
+
+def _cut_by_hand(q: list[int], s: list[int], bits: list[int], nearest: int) -> list[tuple[int, int, int]]:
+    """``_Nearest``'s cut in plain Python: the entries sorted by (query, bits, row), one dropped where its (query,
+    row) is the entry's before it, then each query's first ``nearest``."""
+    out: list[tuple[int, int, int]] = []
+    taken: dict[int, int] = {}
+    before = None
+    for qq, bb, ss in sorted(zip(q, bits, s)):
+        if before == (qq, ss):
+            continue
+        before = (qq, ss)
+        if taken.get(qq, 0) < nearest:
+            taken[qq] = taken.get(qq, 0) + 1
+            out.append((qq, ss, bb))
+    return out
+
+
+@pytest.mark.parametrize("offset", [0, 1 << 26])  # 0: the packed key's sort; 2^26 and more: the lexsort
+@pytest.mark.parametrize("seed", range(4))
+def test_the_nearest_cut_is_the_plain_sort(seed, offset):
+    """The cap's cut (each query's ``nearest`` rows by bits, then row) equals a plain Python sort of its entries,
+    repeats of one (query, row) at several bits among them, whichever sort it takes."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    q = rng.integers(0, 40, n) + offset
+    s = rng.integers(0, 60, n) * (1 + (rng.random(n) < 0.1) * ((1 << 31) // 64 - 1))  # some rows near 2^31
+    bits = rng.integers(0, 9, n)
+    cut = near._Nearest(5, same=False)
+    got = cut._cut([(q.astype(np.int64), s.astype(np.int64), bits.astype(np.int64))])
+    want = _cut_by_hand(q.tolist(), s.tolist(), bits.tolist(), 5)
+    assert list(zip(*(x.tolist() for x in got))) == want
+    assert len(want) == 40 * 5

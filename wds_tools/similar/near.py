@@ -320,8 +320,14 @@ class _Nearest:
         q, s, bits = (np.concatenate(x) for x in zip(*parts))
         if not len(q):
             return q, s, bits
-        order = np.lexsort((s, bits, q))
-        q, s, bits = q[order], s[order], bits[order]
+        if int(q.max()) < 1 << 26 and int(s.max()) < 1 << 31 and int(bits.max()) < 64:
+            # (query, bits, row) packed in one int64 (all >= 0), one sort of it: the order of the lexsort below; the
+            # search 1.5x faster on smooth photos, whose entries within the threshold grow as N^2 (docs/guide/figures.md)
+            key = np.sort((q << 37) | (bits << 31) | s)
+            q, bits, s = key >> 37, (key >> 31) & 63, key & ((1 << 31) - 1)
+        else:
+            order = np.lexsort((s, bits, q))
+            q, s, bits = q[order], s[order], bits[order]
         first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
         q, s, bits = q[first], s[first], bits[first]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
