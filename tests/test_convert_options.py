@@ -160,6 +160,12 @@ def test_an_option_that_decides_the_bytes_changes_the_spec_and_no_other_does(tmp
     plain = spec_of()
     changed = {name for name, (_, value) in OTHER.items() if spec_of(**{name: value}) != plain}
     assert changed == {name for name, o in declared().items() if o.spec}
+    # and, not from the declaration: what docs/FORMAT.md says index.json records of a conversion (dataset_version,
+    # size, resize, decode, build's shard_size, seed, val_fraction, columns, group, dedup, stratify, sanitize_keys)
+    assert changed == {
+        "version", "size", "resize", "decode", "shard_size", "seed", "val_fraction", "key", "label", "path",
+        "split", "group", "dedup", "stratify", "sanitize_keys",
+    }  # fmt: skip
 
 
 def test_out_naming_a_file_is_refused(tmp_path):
