@@ -3,7 +3,8 @@
 A bar redraws itself with carriage returns, which a log file or a CI page keeps as noise; off a
 terminal ``progress`` prints whole lines instead: one when another tenth is done (at most one per
 ``MIN_SECONDS``, so a short job is not a page of lines) or ``LINE_SECONDS`` have passed, and a last
-one when the work ends. Used by ``convert`` and ``verify``.
+one when the work ends. Used by ``convert`` and ``verify``; ``Delayed`` shows only work that runs past a few
+seconds (the near-duplicate search, the report).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import time
 from typing import Protocol, TextIO
 
-__all__ = ["Progress", "progress", "LINE_SECONDS", "MIN_SECONDS"]
+__all__ = ["Progress", "progress", "Delayed", "LINE_SECONDS", "MIN_SECONDS"]
 
 LINE_SECONDS = 30.0
 """Off a terminal: a progress line at least this often (seconds) while work goes on."""
@@ -94,3 +95,28 @@ def progress(
     from tqdm import tqdm  # imported only for a bar: importing tqdm alone costs ~0.1 s
 
     return tqdm(total=total, desc=desc, unit=unit, smoothing=0.1, dynamic_ncols=True, leave=True, file=stream)
+
+
+class Delayed:
+    """Counts ``total`` steps, one per call, and from ``after`` seconds on shows them (``progress``): work
+    that usually ends sooner prints nothing. ``close`` ends the display if one was shown."""
+
+    def __init__(self, total: int, desc: str, unit: str, *, enabled: bool, after: float) -> None:
+        self.total, self.desc, self.unit, self.enabled, self.after = total, desc, unit, enabled, after
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self.bar: Progress | None = None
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.enabled and time.perf_counter() - self.t0 >= self.after:
+            bar = progress(self.total, self.desc, self.unit).__enter__()
+            bar.update(self.done)
+            self.bar = bar
+
+    def close(self) -> None:
+        """End the display, if one was shown."""
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)

@@ -32,7 +32,6 @@ never a chain; its evidence is each sample's distance and score against the repr
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..format.phash import FLAT_BIT, colour_alike, distances, is_flat, popcount, variants_array
-from ..progress import Progress
+from ..progress import Delayed
 from .match import GRID, compare, inverse_turn
 
 __all__ = [
@@ -136,31 +135,6 @@ def _as_rows(h: np.ndarray) -> np.ndarray:
     """[N] whole-image hashes or [N, K] hashes per sample -> uint64 [N, K]."""
     h = np.asarray(h, dtype=np.uint64)
     return h.reshape(-1, 1) if h.ndim == 1 else h
-
-
-class _Ticker:
-    """Counts the search's steps; from ``PROGRESS_AFTER`` seconds on, shows them (``wds_tools.progress``)."""
-
-    def __init__(self, total: int, enabled: bool, desc: str) -> None:
-        self.total, self.enabled, self.desc = total, enabled, desc
-        self.done = 0
-        self.t0 = time.perf_counter()
-        self.bar: Progress | None = None
-
-    def __call__(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-        elif self.enabled and time.perf_counter() - self.t0 >= PROGRESS_AFTER:
-            from ..progress import progress
-
-            bar = progress(self.total, self.desc, "step").__enter__()
-            bar.update(self.done)
-            self.bar = bar
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
 
 
 def _steps(queries: int, threshold: int, shifts: bool = False) -> int:
@@ -449,7 +423,7 @@ def near_clusters(
     db = _distinct(rb, keep_flat=True) if rb is not None else None
     shifts = ra.shape[1] > SHIFT_WINDOWS[-1]
     steps = _steps(len(da.rows), threshold, shifts) + (_steps(len(db.rows), threshold, shifts) if db is not None else 0)
-    tick = _Ticker(steps, progress, "near-duplicate search")
+    tick = Delayed(steps, "near-duplicate search", "step", enabled=progress, after=PROGRESS_AFTER)
     try:
         p, q, d = _candidates(da, threshold, db, hash_nearest, tick)
     finally:

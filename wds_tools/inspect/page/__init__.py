@@ -19,7 +19,7 @@ from ...errors import OptionError, unwritable_file_error
 from ...format.index import read_sample_table
 from ...format.meta import MetaValues, npz_names, read_metadata
 from ...format.model import IndexMeta
-from ...progress import Progress
+from ...progress import Delayed
 from ...similar.near import PROGRESS_AFTER
 from ...storage.fsutil import atomic_write_bytes
 from ...storage.transport import join
@@ -77,29 +77,6 @@ class ReportResult:
             lines.append(f"  compared with {self.compared_with}")
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-
-class _Steps:
-    """Counts the report's steps; from ``PROGRESS_AFTER`` seconds on, shows them (``wds_tools.progress``)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled, self.done, self.t0 = enabled, 0, time.perf_counter()
-        self.bar: Progress | None = None
-
-    def __call__(self) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(1)
-        elif self.enabled and time.perf_counter() - self.t0 >= PROGRESS_AFTER:
-            from ...progress import progress
-
-            bar = progress(_STEPS, "report", "step").__enter__()
-            bar.update(self.done)
-            self.bar = bar
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
 
 
 def default_output(info: IndexMeta) -> str:
@@ -171,7 +148,7 @@ def write_report(
             f"{target.spec}: a report is of a whole converted folder; give the folder (OUT/<version>/<size>) or "
             "its index.json, not a shard pattern"
         )
-    step = _Steps(progress)
+    step = Delayed(_STEPS, "report", "step", enabled=progress, after=PROGRESS_AFTER)
     folder, info = target.index_base, target.info
     dest = os.fspath(output) if output is not None else default_output(info)
     try:
