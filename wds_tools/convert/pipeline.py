@@ -269,7 +269,7 @@ def _scan(
                 errors[k], stats[k] = res.error, SourceStat(fp, res.src_nbytes, res.src_mtime_ns)
             bar.update(len(out))
 
-        runner.map(fn, [(items[i : i + chunk], settings) for i in starts], lambda n: None, on_result)
+        runner.map(fn, [(items[i : i + chunk], settings) for i in starts], on_result)
     return errors, stats, counts
 
 

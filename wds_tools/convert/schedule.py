@@ -76,7 +76,7 @@ def write_shards(
             on_done(tasks[i], meta)
             on_samples(len(tasks[i].samples))
 
-        runner.map(write.write_shard, [(t,) for t in tasks], lambda n: None, done)
+        runner.map(write.write_shard, [(t,) for t in tasks], done)
         return
     per_sample = sum(side * side * 3 for side in {tasks[0].side, *(side for side, _ in tasks[0].spill)})
     pieces = _pieces(tasks, runner.workers, per_sample)
@@ -87,7 +87,7 @@ def write_shards(
     calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
     shard: ShardAssembler | None = None
     try:
-        for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls, lambda n: None)):
+        for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls)):
             if lo == 0:
                 shard = write.open_shard(t)
             assert shard is not None  # a shard's batches come in order, its first opens it
