@@ -155,13 +155,6 @@ class SpillWriter:
         cols["bytes"] = np.array([self.offset], dtype="<u8")
         self.store.write_bytes(self.table, write_npz(cols))
 
-    def finish(self) -> None:
-        """Put the spill file in place (upload it) and write its table, in this process."""
-        job = self.end()
-        if job is not None:
-            sync_into_place(*job)
-            self.write_table()
-
     def abort(self) -> None:
         """Close and remove the unfinished spill file."""
         fd, self.fd = self.fd, None
