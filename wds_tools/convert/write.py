@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 
 import numpy as np
@@ -352,12 +352,15 @@ def open_shard(task: ShardTask) -> ShardAssembler:
     return ShardAssembler(task)
 
 
-def write_shard(task: ShardTask, batch: int = 16) -> dict:
-    """Write one whole shard in this process, ``batch`` samples at a time; returns its meta."""
+def write_shard(task: ShardTask, batch: int = 16, on_samples: Callable[[int], None] | None = None) -> dict:
+    """Write one whole shard in this process, ``batch`` samples at a time (``on_samples``: the samples of
+    each batch written); returns its meta."""
     shard = open_shard(task)
     try:
         for start in range(0, len(task.samples), batch):
             shard.append(encode_batch(task, start, start + batch))
+            if on_samples is not None:
+                on_samples(len(task.samples[start : start + batch]))
         return shard.finish()
     except BaseException:
         shard.abort()
