@@ -218,10 +218,10 @@ def test_leftover_temporary_files_go_when_the_index_is_written(corpus, tmp_path,
 
 
 def _save(out, i):
-    from wds_tools.convert.publish import save_pairs_locked
+    from wds_tools.convert.sourcecache import save_pairs
 
     for j in range(20):
-        save_pairs_locked(out, "v1", {f"sha256:{i:02d}{j:062d}": bytes([i, j]) * 8})
+        save_pairs(out, "v1", {f"sha256:{i:02d}{j:062d}": bytes([i, j]) * 8})
 
 
 def test_concurrent_saves_of_a_versions_hash_pairs_lose_none(tmp_path):

@@ -22,7 +22,7 @@ def test_local_runner_in_process_and_pool_agree():
         runner = LocalRunner(workers)
         got = {}
         try:
-            runner.map(_square, [(i,) for i in range(7)], lambda n: None, got.__setitem__)
+            runner.map(_square, [(i,) for i in range(7)], got.__setitem__)
         finally:
             runner.close()
         assert got == {i: i * i for i in range(7)}
@@ -75,7 +75,7 @@ def test_ordered_yields_in_order_and_bounds_what_is_started(workers):
     runner = LocalRunner(workers)
     try:
         got = []
-        for i, pid in enumerate(runner.ordered(_pid_after, args(), lambda n: None)):
+        for i, pid in enumerate(runner.ordered(_pid_after, args())):
             assert len(pulled) - i <= window  # started (pulled) but not yet yielded
             got.append(pid)
     finally:
@@ -215,7 +215,7 @@ def test_only_runners_with_ordered_results_get_batches():
     class WholeShards:
         workers = 2
 
-        def map(self, fn, args_list, on_progress, on_result):
+        def map(self, fn, args_list, on_result):
             for i, args in enumerate(args_list):
                 on_result(i, fn(*args))
 

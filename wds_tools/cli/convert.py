@@ -11,10 +11,9 @@ from typing import Any
 import click
 
 from ..convert.options import ConvertOptions, Flag, Fraction, Integer, OneOf, Option, declared
-from ..errors import WdsToolsError
 from ..exitcodes import ExitCode
 from ..signals import Interrupted, signal_behind
-from .common import Command, Failure, TomlOption, fail, json_option, quiet_option
+from .common import Command, Failure, TomlOption, json_option, quiet_option
 from .group import cli, emit, interrupted
 
 __all__ = ["convert"]
@@ -131,12 +130,10 @@ def convert(source: str, as_json: bool, quiet: bool, **given: Any) -> None:
         interrupted(
             getattr(e, "signum", signal.SIGINT), "finished shards are kept; run the same command again to resume."
         )
-    except Exception as e:  # the consequence of a signal (signals.signal_behind), a user's error, or a bug
+    except Exception as e:  # the consequence of a signal (signals.signal_behind); else Command.invoke's
         signum = signal_behind(e)
         if signum is not None:
             interrupted(signum, "finished shards are kept; run the same command again to resume.")
-        if isinstance(e, WdsToolsError):
-            fail(e)
         raise
     emit(result, as_json)
     for r in getattr(result, "results", [result]):

@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from ..errors import WdsToolsError, install_hint
+from ..errors import install_hint
 from ..exitcodes import ExitCode
 from ..similar.near import DEFAULT_THRESHOLD, MAX_THRESHOLD
-from .common import Command, epoch_split_options, fail, json_option, path_and_out, quiet_option
+from .common import Command, epoch_split_options, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["diff", "dups", "index_files", "stats", "verify"]
@@ -39,10 +39,7 @@ def diff(old: str, new: str, as_json: bool, limit: int, quiet: bool) -> None:
     """
     from ..inspect.diff import diff_versions
 
-    try:
-        result = diff_versions(old, new)
-    except WdsToolsError as e:
-        fail(e)
+    result = diff_versions(old, new)
     emit(result, as_json, limit=limit)
 
 
@@ -127,18 +124,15 @@ def dups(
     from ..dataset.resolve import newest_dataset
     from ..similar.dups import find_dups, plot_dups
 
-    try:
-        result = find_dups(
-            path if path is not None else newest_dataset(out),
-            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-            across=across,
-            group=group,
-            progress=not quiet,
-        )
-        if plot_path:
-            plot_dups(result, plot_path)
-    except WdsToolsError as e:
-        fail(e)
+    result = find_dups(
+        path if path is not None else newest_dataset(out),
+        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+        across=across,
+        group=group,
+        progress=not quiet,
+    )
+    if plot_path:
+        plot_dups(result, plot_path)
     emit(result, as_json, limit=limit)
     if plot_path and not as_json and not quiet:
         click.echo(f"\ncontact sheet written to {plot_path}")
@@ -177,10 +171,7 @@ def index_files(path: str | None, out: str, wids: bool, dali: bool, as_json: boo
 
     if not wids and not dali:
         wids = dali = True
-    try:
-        result = write_reader_indexes(path if path is not None else newest_dataset(out), wids=wids, dali=dali)
-    except WdsToolsError as e:
-        fail(e)
+    result = write_reader_indexes(path if path is not None else newest_dataset(out), wids=wids, dali=dali)
     emit(result, as_json)
 
 
@@ -275,25 +266,22 @@ def stats(
     from ..inspect.stats import compute_stats
     from ..inspect.stats.plot import plot_stats, require_matplotlib
 
-    try:
-        if plot_path:
-            require_matplotlib()
-        report = compute_stats(
-            path,
-            out=out,
-            world_size=world_size,
-            workers=loader_workers,
-            reader=reader,
-            scan=scan,
-            by=by,
-            group=group,
-            allow_mixed=allow_mixed,
-            progress=not quiet,
-        )
-        if plot_path:
-            plot_stats(report, plot_path)
-    except WdsToolsError as e:
-        fail(e)
+    if plot_path:
+        require_matplotlib()
+    report = compute_stats(
+        path,
+        out=out,
+        world_size=world_size,
+        workers=loader_workers,
+        reader=reader,
+        scan=scan,
+        by=by,
+        group=group,
+        allow_mixed=allow_mixed,
+        progress=not quiet,
+    )
+    if plot_path:
+        plot_stats(report, plot_path)
     emit(report, as_json)
     if plot_path and not as_json and not quiet:
         click.echo(f"\nplot written to {plot_path}")
@@ -383,21 +371,18 @@ def verify(
     """
     from ..inspect.verify import verify as run_verify
 
-    try:
-        report = run_verify(
-            path,
-            out=out,
-            quick=quick,
-            scan=scan,
-            workers=workers,
-            stats=not no_stats,
-            allow_mixed=allow_mixed,
-            progress=not quiet,
-            no_leakage=no_leakage,
-            phash=phash,
-        )
-    except WdsToolsError as e:
-        fail(e)
+    report = run_verify(
+        path,
+        out=out,
+        quick=quick,
+        scan=scan,
+        workers=workers,
+        stats=not no_stats,
+        allow_mixed=allow_mixed,
+        progress=not quiet,
+        no_leakage=no_leakage,
+        phash=phash,
+    )
     emit(report, as_json)
     if not report.ok:
         sys.exit(int(ExitCode.DATA))

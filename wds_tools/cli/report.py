@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import WdsToolsError
-from .common import Command, epoch_split_options, fail, json_option, path_and_out, quiet_option
+from .common import Command, epoch_split_options, json_option, path_and_out, quiet_option
 from .group import cli, emit
 
 __all__ = ["report"]
@@ -94,20 +93,17 @@ def report(
     """
     from ..inspect.page import write_report
 
-    try:
-        result = write_report(
-            path,
-            output=output,
-            out=out,
-            against=against,
-            dups=dups,
-            thumbs_per_class=thumbs_per_class,
-            world_size=world_size,
-            workers=loader_workers,
-            reader=reader,
-            seed=seed,
-            progress=not quiet,
-        )
-    except WdsToolsError as e:
-        fail(e)
+    result = write_report(
+        path,
+        output=output,
+        out=out,
+        against=against,
+        dups=dups,
+        thumbs_per_class=thumbs_per_class,
+        world_size=world_size,
+        workers=loader_workers,
+        reader=reader,
+        seed=seed,
+        progress=not quiet,
+    )
     emit(result, as_json)

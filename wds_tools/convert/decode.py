@@ -381,23 +381,37 @@ def decode_image(
     if resize not in RESIZE_MODES:
         raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
     im, orientation, w, h = _open_checked(data, settings)
-    swap = orientation in _TRANSPOSED_ORIENTATIONS
-    sx, sy = _resize_scale(w, h, size, resize)
+    need = _draft_size(w, h, size, resize, orientation) if settings.draft and im.format == "JPEG" else None
+    return Decoded(_resize(_upright_rgb(im, data, orientation, settings, need), size, resize, settings), w, h)
+
+
+def _draft_size(w: int, h: int, side: int, resize: str, orientation: int) -> tuple[int, int]:
+    """The stored (not displayed) size a JPEG draft must still cover for ``side`` after ``resize``."""
+    sx, sy = _resize_scale(w, h, side, resize)
+    need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
+    return (need[1], need[0]) if orientation in _TRANSPOSED_ORIENTATIONS else need
+
+
+def _corrupt(e: Exception) -> DecodeError:
+    """``e`` (truncated data, broken chunks: OSError, SyntaxError, ...) as a ``DecodeError``."""
+    reraise_interruption(e)
+    return e if isinstance(e, DecodeError) else DecodeError(f"truncated or corrupt image data: {e}")
+
+
+def _upright_rgb(
+    im: Image.Image, data: bytes, orientation: int, settings: DecodeSettings, draft: tuple[int, int] | None = None
+) -> Image.Image:
+    """``im``'s pixels (first drafted to cover ``draft``, if given) upright and in RGB, to be resized."""
     try:
-        if settings.draft and im.format == "JPEG":
-            need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
-            im.draft(im.mode, (need[1], need[0]) if swap else need)
+        if draft is not None:
+            im.draft(im.mode, draft)
         im.load()
         icc, sbit = im.info.get("icc_profile"), _sbit_of(im, data)
         if orientation != 1:
             im = ImageOps.exif_transpose(im)
-        im = _to_rgb(_to_srgb(im, icc, settings), settings, sbit)
-    except DecodeError:
-        raise
-    except Exception as e:  # truncated data, broken chunks: OSError, SyntaxError, ValueError...
-        reraise_interruption(e)
-        raise DecodeError(f"truncated or corrupt image data: {e}") from None
-    return Decoded(_resize(im, size, resize, settings), w, h)
+        return _to_rgb(_to_srgb(im, icc, settings), settings, sbit)
+    except Exception as e:
+        raise _corrupt(e) from None
 
 
 def decode_sizes(
@@ -418,20 +432,16 @@ def decode_sizes(
     if resize not in RESIZE_MODES:
         raise OptionError(f"resize must be one of {', '.join(RESIZE_MODES)}, not {resize!r}")
     im, orientation, w, h = _open_checked(data, settings)
-    swap = orientation in _TRANSPOSED_ORIENTATIONS
-    groups: dict[tuple, tuple[Image.Image | Exception, list[int]]] = {}
+    groups: dict[tuple, tuple[Image.Image | DecodeError, list[int]]] = {}
     for side in sorted(set(sizes), reverse=True):
-        sx, sy = _resize_scale(w, h, side, resize)
         cand = im
         if settings.draft and im.format == "JPEG":
             # the same calls as decode_image, on a fresh header: draft() can be called once per image
             cand = im if not groups else _open_checked(data, settings)[0]
-            need = (max(1, math.ceil(w * sx)), max(1, math.ceil(h * sy)))
             try:
-                cand.draft(cand.mode, (need[1], need[0]) if swap else need)
+                cand.draft(cand.mode, _draft_size(w, h, side, resize, orientation))
             except Exception as e:
-                reraise_interruption(e)
-                groups[("error", side)] = (e, [side])
+                groups[("error", side)] = (_corrupt(e), [side])
                 continue
         key = (cand.mode, cand.size)  # PIL's (w, h) after the draft
         if key in groups:
@@ -441,20 +451,11 @@ def decode_sizes(
     out: dict[int, Decoded | DecodeError] = {}
     for picture, members in groups.values():
         try:
-            if isinstance(picture, Exception):
+            if isinstance(picture, DecodeError):
                 raise picture
-            picture.load()
-            icc, sbit = picture.info.get("icc_profile"), _sbit_of(picture, data)
-            if orientation != 1:
-                picture = ImageOps.exif_transpose(picture)
-            picture = _to_rgb(_to_srgb(picture, icc, settings), settings, sbit)
+            picture = _upright_rgb(picture, data, orientation, settings)
         except DecodeError as e:
             out.update((side, e) for side in members)
-            continue
-        except Exception as e:  # as decode_image words it
-            reraise_interruption(e)
-            err = DecodeError(f"truncated or corrupt image data: {e}")
-            out.update((side, err) for side in members)
             continue
         for side in members:
             out[side] = Decoded(_resize(picture, side, resize, settings), w, h)

@@ -145,10 +145,6 @@ class PathTemplate:
         """Whether the template lists texts to try or takes any extension (a row's file is looked for)."""
         return any(isinstance(p, Choice) for p in self.parts)
 
-    def render(self, cells: dict[str, str]) -> str:
-        """The path for a row's cells (with choices: the first candidate)."""
-        return self.candidates(cells)[0]
-
     def candidates(self, cells: dict[str, str]) -> list[str]:
         """Every path the row's cells may name, in the order tried: each choice's texts in the order
         listed, the leftmost choice varying slowest; one ending with ``.*`` ends with ``*`` (any

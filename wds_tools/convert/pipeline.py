@@ -27,7 +27,7 @@ from ..storage.objects import Store
 from ..storage.transport import join
 from ..version import __version__
 from . import sourcecache as hashes
-from .decode import DecodeSettings, decoder_versions
+from .decode import decoder_versions
 from .dedup import known_hashes, near_rows
 from .indexwrite import errors_order, write_errors
 from .lock import FolderLock, lock_folders, release_all
@@ -42,8 +42,8 @@ from .source import Source, SourceRow, dedup_notes, read_source, with_other_exte
 from .space import DISK_FULL_ERRNOS, disk_full_error
 from .spill import SPILL_DIR, load_spill
 from .splitbase import find_split_base
-from .summary import ConvertResult, ConvertResults, base_text, count, dry_run_result, first_failures, result_from_index
-from .write import Reuse, SampleTask, ShardTask
+from .summary import ConvertResult, ConvertResults, base_text, count, dry_run_result, result_from_index
+from .write import SampleTask, ShardTask
 
 if TYPE_CHECKING:
     from .options import ConvertOptions
@@ -106,9 +106,12 @@ def convert_with(source: str | os.PathLike, opts: ConvertOptions) -> ConvertResu
             _convert_todo(src, todo, opts, t0)
     finally:
         release_all(locks)
-    if len(targets) == 1:
-        return targets[0].result
-    return ConvertResults([t.result for t in targets], round(time.perf_counter() - t0, 3))
+    return _results([t.result for t in targets], t0)
+
+
+def _results(results: list[ConvertResult], t0: float) -> ConvertResult | ConvertResults:
+    """One result per size, as ``convert`` returns them."""
+    return results[0] if len(results) == 1 else ConvertResults(results, round(time.perf_counter() - t0, 3))
 
 
 def _target(src: Source, opts: ConvertOptions, side: int, store: Store) -> Target:
@@ -141,9 +144,7 @@ def _read_only(
         _already_complete(t, src, t0)
         t.result.notes.append("the folder is read-only: read, nothing written")
         results.append(t.result)
-    if len(results) == 1:
-        return results[0]
-    return ConvertResults(results, round(time.perf_counter() - t0, 3))
+    return _results(results, t0)
 
 
 def _convert_todo(src: Source, todo: list[Target], opts: ConvertOptions, t0: float) -> None:
@@ -212,9 +213,7 @@ def _scan(
     runner: Runner,
     base: Base | None,
     pairs: dict[str, bytes],
-    settings: DecodeSettings,
-    checksum: bool,
-    progress: bool,
+    opts: ConvertOptions,
 ) -> tuple[list[str | None], list[SourceStat], dict[str, int]]:
     """Check every source; with a base, also decide which are unchanged (reading as few as it can).
 
@@ -223,6 +222,7 @@ def _scan(
     errors: list[str | None] = [None] * len(rows)
     stats: list[SourceStat] = [SourceStat(None, 0, 0)] * len(rows)
     counts = {"unchanged_by_stat": 0, "unchanged_by_hash": 0, "sources_read": 0}
+    checksum = opts.checksum
     fn: Callable[..., list[Scanned]] | Callable[..., list[Checked]]
     items: list[str] | list[Check]
     if base is None:
@@ -248,7 +248,7 @@ def _scan(
         )
     chunk = max(1, min(most, -(-len(rows) // (4 * runner.workers))))  # every worker gets some
     starts = list(range(0, len(rows), chunk))
-    with show_progress(len(rows), "scan" if base is None else "compare", "file", enabled=progress) as bar:
+    with show_progress(len(rows), "scan" if base is None else "compare", "file", enabled=opts.progress) as bar:
 
         def on_result(j: int, out: Sequence[Scanned | Checked]) -> None:
             for k, res in enumerate(out, starts[j]):
@@ -269,7 +269,7 @@ def _scan(
                 errors[k], stats[k] = res.error, SourceStat(fp, res.src_nbytes, res.src_mtime_ns)
             bar.update(len(out))
 
-        runner.map(fn, [(items[i : i + chunk], settings) for i in starts], lambda n: None, on_result)
+        runner.map(fn, [(items[i : i + chunk], opts.decode) for i in starts], on_result)
     return errors, stats, counts
 
 
@@ -280,7 +280,7 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
     pairs = {}
     if scan_base is not None and not opts.checksum and any(r.content_hash for r in rows):
         pairs = hashes.load_pairs(opts.out_root, scan_base.version)
-    scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts.decode, opts.checksum, opts.progress)
+    scan, stats, counts = _scan(rows, runner, scan_base, pairs, opts)
     scan = [r.error if r.error is not None else err for r, err in zip(rows, scan)]  # a template's empty cell
     scan = with_other_extensions(src, scan)  # a missing images/x.jpg names images/x.png beside it
     failures = [
@@ -351,22 +351,18 @@ def _run(src: Source, todo: list[Target], runner: Runner, opts: ConvertOptions, 
 
 
 def _with_spill(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> list[ShardTask]:
-    """``t``'s tasks, where a sample the base does not hold copies the pixels spilled for it."""
-    spilled = _spill_reuse(t, rows, stats)
-    if not spilled:
-        return t.tasks
-    return [
-        replace(
-            task,
-            samples=tuple(
-                replace(s, reuse=spilled[s.key][0], src_nbytes=spilled[s.key][1], src_mtime_ns=spilled[s.key][2])
-                if s.reuse is None and s.key in spilled
-                else s
-                for s in task.samples
-            ),
-        )
-        for task in t.tasks
-    ]
+    """``t``'s tasks, where a sample the base does not hold copies the pixels spilled for it, if its
+    source still has the path, size and mtime it had when it was decoded (a later run may find it changed)."""
+    now = {r.key: (r.source_path, stats[i].src_nbytes, stats[i].src_mtime_ns) for i, r in enumerate(rows)}
+    spilled = load_spill(t.store, join(t.work, SPILL_DIR))
+
+    def pixels(s: SampleTask) -> SampleTask:
+        sp = spilled.get(s.key) if s.reuse is None else None
+        if sp is None or now.get(s.key) != (sp.source_path, sp.src_nbytes, sp.src_mtime_ns):
+            return s
+        return replace(s, reuse=sp.reuse, src_nbytes=sp.src_nbytes, src_mtime_ns=sp.src_mtime_ns)
+
+    return [replace(task, samples=tuple(map(pixels, task.samples))) for task in t.tasks] if spilled else t.tasks
 
 
 def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts: ConvertOptions) -> list[ShardTask]:
@@ -418,32 +414,6 @@ def _plan(src: Source, good: list[int], stats: list[SourceStat], t: Target, opts
     return tasks
 
 
-def _spill_reuse(t: Target, rows: list[SourceRow], stats: list[SourceStat]) -> dict[str, tuple[Reuse, int, int]]:
-    """key -> (Reuse, src_nbytes, mtime_ns) of the pixels spilled for ``t``, where the source still has
-    the path, size and mtime it had when it was decoded (a later run may find it changed)."""
-    current = {r.key: (r.source_path, stats[i].src_nbytes, stats[i].src_mtime_ns) for i, r in enumerate(rows)}
-    out = {}
-    for key, sp in load_spill(t.store, join(t.work, SPILL_DIR)).items():
-        if current.get(key) == (sp.source_path, sp.src_nbytes, sp.src_mtime_ns):
-            out[key] = (
-                Reuse(
-                    sp.file,
-                    sp.file_bytes,
-                    sp.npy_offset,
-                    sp.npy_length,
-                    sp.npy_xxh3,
-                    sp.width,
-                    sp.height,
-                    sp.fingerprint,
-                    relabeled=False,
-                    spilled=True,
-                ),
-                sp.src_nbytes,
-                sp.src_mtime_ns,
-            )
-    return out
-
-
 def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], opts: ConvertOptions, t0: float) -> None:
     """Write ``t``'s pending shards (those a previous run finished are kept), then its index."""
     result, store = t.result, t.store
@@ -489,9 +459,7 @@ def _write(t: Target, src: Source, runner: Runner, scan_failures: list[dict], op
         cols = read_sample_table(store.root, info, ["key", "fingerprint", "label"])
         result.by_key = t.base.by_key(cols.keys, cols["fingerprint"], [info.classes[i] for i in cols.label.tolist()])
         result.removed = result.by_key["removed"]
-    result.failed = len(failures)
-    result.failures = first_failures(failures, src.kind == "image-folder")
-    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.count_failures(failures, src.kind == "image-folder")
     written = result.decoded + result.reused + result.relabeled
     result.images_per_second = round(written / write_seconds, 2) if write_seconds > 0 and written else 0.0
     result.seconds = round(time.perf_counter() - t0, 3)

@@ -5,10 +5,7 @@ then the clean-up (``clean_after_index``); docs/guide/converter-internals.md, "F
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-from collections.abc import Callable
 
 from ..errors import TooManyErrorsError, WdsToolsError
 from ..format.index import INDEX_FILE, WORK_DIR, read_sample_table
@@ -73,7 +70,7 @@ def finish_size(t: Target, src: Source, failures: list[dict], *, out: str, versi
         store, t.work, t.tasks, t.metas, t.spec, src, t.base, t.result.errors_file is not None, provenance
     )
     if not store.remote:  # the quick check's mtimes, outside the format (hashes.py); from the work columns
-        _locked(out, version, hashes.save_stats, source_stats(store, t.work, t.tasks, src))
+        hashes.save_stats(out, version, source_stats(store, t.work, t.tasks, src))
     clean_after_index(store, src, info, out=out, version=version)
     return info
 
@@ -116,28 +113,6 @@ def _save_hash_pairs(out: str, version: str, src: Source, store: Store, info: In
     """Record (manifest hash, fingerprint) of every written sample whose row has a hash (hashes.py)."""
     cols = read_sample_table(store.root, info, ["key", "fingerprint"])
     fp_of = {k.decode(): cols["fingerprint"][i].tobytes() for i, k in enumerate(cols["key"])}
-    save_pairs_locked(
+    hashes.save_pairs(
         out, version, {r.content_hash: fp_of[r.key] for r in src.rows if r.content_hash is not None and r.key in fp_of}
     )
-
-
-def save_pairs_locked(out: str, version: str, pairs: dict[str, bytes]) -> None:
-    """``hashes.save_pairs`` under a lock of the version's cache folder."""
-    _locked(out, version, hashes.save_pairs, pairs)
-
-
-def _locked(out: str, version: str, save: Callable[[str, str, dict], None], entries: dict) -> None:
-    """``save(out, version, entries)`` (a read-merge-write of a cache file) under a lock of the
-    version's cache folder."""
-    if not entries:
-        return
-    folder = hashes.cache_file(out, version).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    # the sizes of a version share the file, and two of them may finish at once: the read-merge-write
-    # of one must not drop the other's entries
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
-        save(out, version, entries)
-    finally:
-        os.close(fd)

@@ -1,19 +1,17 @@
-"""Run work in-process or on a process pool (plus the calling process), with progress messages from the workers."""
+"""Run work in-process, on a process pool (plus the calling process) or on Ray."""
 
 from __future__ import annotations
 
 import contextlib
 import mmap
 import os
-import queue as queue_mod
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
-from multiprocessing.queues import Queue
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -23,7 +21,6 @@ __all__ = [
     "LocalRunner",
     "RayRunner",
     "make_runner",
-    "report_progress",
     "orphaned",
     "shared_memory",
     "EXECUTORS",
@@ -43,7 +40,6 @@ class Runner(Protocol):
         self,
         fn: Callable[..., Any],
         args_list: list[tuple],
-        on_progress: Callable[[int], None],
         on_result: Callable[[int, Any], None],
     ) -> None:
         """Call fn(*args) for each; ``on_result(i, result)`` as each finishes."""
@@ -61,7 +57,6 @@ class BatchRunner(Runner, Protocol):
         self,
         fn: Callable[..., Any],
         args_iter: Iterable[tuple],
-        on_progress: Callable[[int], None],
         window: int | None = None,
     ) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order."""
@@ -78,15 +73,8 @@ class PoolRunner(BatchRunner, Protocol):
         """Start fn(*args) on a worker."""
 
 
-_progress: Callable[[int], None] | None = None
 _parent_pid: int | None = None
 _shared: mmap.mmap | None = None
-
-
-def report_progress(n: int) -> None:
-    """Called by work functions: n more items done (a no-op when nobody listens)."""
-    if _progress is not None:
-        _progress(n)
 
 
 def orphaned() -> bool:
@@ -100,9 +88,8 @@ def shared_memory() -> mmap.mmap | None:
     return _shared
 
 
-def _init_worker(q: Queue, parent: int, shared: mmap.mmap | None = None) -> None:
-    global _progress, _parent_pid, _shared
-    _progress = q.put
+def _init_worker(parent: int, shared: mmap.mmap | None = None) -> None:
+    global _parent_pid, _shared
     _parent_pid = parent
     _shared = shared
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -237,19 +224,17 @@ class LocalRunner:
     def __init__(self, workers: int, shared_bytes: int = 0) -> None:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
-        self.queue: Queue | None = None
         self.shared: mmap.mmap | None = None
         if workers > 1:
             method = _start_method()
             ctx = get_context(method)
-            self.queue = ctx.Queue()
             if method == "fork":  # a spawned worker would have to map it by name; it gets results by pipe
                 self.shared = _map_shared(shared_bytes)
             self.pool = ProcessPoolExecutor(
                 workers,
                 mp_context=ctx,
                 initializer=_init_worker,
-                initargs=(self.queue, os.getpid(), self.shared),
+                initargs=(os.getpid(), self.shared),
             )
             # The pool spawns a process only when a task finds no idle one; start them all now,
             # while the source is scanned, instead of one by one during the first shards.
@@ -276,18 +261,16 @@ class LocalRunner:
         self,
         fn: Callable[..., Any],
         args_list: list[tuple],
-        on_progress: Callable[[int], None],
         on_result: Callable[[int, Any], None],
     ) -> None:
         """Call fn(*args) for each; on_result(i, result) in order."""
-        for i, result in enumerate(self.ordered(fn, args_list, on_progress)):
+        for i, result in enumerate(self.ordered(fn, args_list)):
             on_result(i, result)
 
     def ordered(
         self,
         fn: Callable[..., Any],
         args_iter: Iterable[tuple],
-        on_progress: Callable[[int], None],
         window: int | None = None,
     ) -> Iterator[Any]:
         """Yield fn(*args) for each args, in order.
@@ -295,16 +278,10 @@ class LocalRunner:
         At most ``window`` calls (default ``self.window``) are started and not yet yielded, so
         results that finish early wait in memory only that far ahead of the one needed next.
         """
-        global _progress
         todo = iter(args_iter)
         if self.pool is None:
             for args in todo:
-                _progress = on_progress
-                try:
-                    result = fn(*args)
-                finally:
-                    _progress = None
-                yield result
+                yield fn(*args)
             return
         window = max(2, window or self.window)
         running: dict[int, Future] = {}  # seq -> its call, started and not yet yielded
@@ -320,24 +297,9 @@ class LocalRunner:
                 issued += 1
             if next_seq == issued:
                 break
-            fut = running[next_seq]
-            while not fut.done():
-                wait([fut], timeout=0.2)
-                self._drain(on_progress)
-            self._drain(on_progress)
-            del running[next_seq]
+            fut = running.pop(next_seq)
             next_seq += 1
             yield fut.result()
-        self._drain(on_progress)
-
-    def _drain(self, on_progress: Callable[[int], None]) -> None:
-        if self.queue is None:
-            return
-        while True:
-            try:
-                on_progress(self.queue.get_nowait())
-            except queue_mod.Empty:
-                return
 
     def close(self, cancel: bool = False) -> None:
         """Shut the pool down: after its calls finish, or at once with ``cancel``."""
@@ -423,7 +385,6 @@ class RayRunner:
         self,
         fn: Callable[..., Any],
         args_list: list[tuple],
-        on_progress: Callable[[int], None],
         on_result: Callable[[int, Any], None],
     ) -> None:
         """Call fn(*args) for each as a Ray task; on_result(i, result) as each finishes."""

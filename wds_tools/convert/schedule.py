@@ -70,36 +70,19 @@ def write_shards(
     """Write ``tasks`` (in plan order); ``on_done(task, meta)`` as each shard is finished."""
     if not tasks:
         return
+    per_sample = sum(side * side * 3 for side in {tasks[0].side, *(side for side, _ in tasks[0].spill)})
     if not isinstance(runner, BatchRunner):  # Ray: one task per shard
 
         def done(i: int, meta: dict) -> None:
             on_done(tasks[i], meta)
             on_samples(len(tasks[i].samples))
 
-        runner.map(write.write_shard, [(t,) for t in tasks], lambda n: None, done)
-        return
-    per_sample = sum(side * side * 3 for side in {tasks[0].side, *(side for side, _ in tasks[0].spill)})
-    pieces = _pieces(tasks, runner.workers, per_sample)
-    if isinstance(runner, PoolRunner) and runner.workers > 1:
-        _Pooled(pieces, runner, on_done, on_samples).run()
-        return
-    # one process: each call gets only its slice of the shard, as a worker would
-    calls = ((replace(t, samples=t.samples[lo:hi]), 0, hi - lo) for t, lo, hi in pieces)
-    shard: ShardAssembler | None = None
-    try:
-        for (t, lo, hi), enc in zip(pieces, runner.ordered(write.encode_batch, calls, lambda n: None)):
-            if lo == 0:
-                shard = write.open_shard(t)
-            assert shard is not None  # a shard's batches come in order, its first opens it
-            shard.append(enc)
-            on_samples(hi - lo)
-            if hi == len(t.samples):
-                meta, shard = shard.finish(), None
-                on_done(t, meta)
-    except BaseException:
-        if shard is not None:
-            shard.abort()
-        raise
+        runner.map(write.write_shard, [(t,) for t in tasks], done)
+    elif isinstance(runner, PoolRunner) and runner.workers > 1:
+        _Pooled(_pieces(tasks, runner.workers, per_sample), runner, on_done, on_samples).run()
+    else:  # one process, shard by shard
+        for t in tasks:
+            on_done(t, write.write_shard(t, batch_size(len(t.samples), 1, per_sample), on_samples))
 
 
 class _Shard:

@@ -10,9 +10,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .decode import DecodeSettings
-from .spill import SpillRow
 
-__all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "Encoded"]
+__all__ = ["Reuse", "SampleTask", "ShardTask", "SampleRow", "SpillRow", "Encoded"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,21 @@ class SampleRow(NamedTuple):
     source_path: str
     phash: tuple[int, ...] = ()  # format.phash of the stored pixels (WINDOWS hashes)
     placed: tuple[tuple[int, int], ...] = ()  # (offset, length) of each of MEMBERS in the tar
+
+
+class SpillRow(NamedTuple):
+    """A sample's pixels at another size of the run, as ``encode_batch`` hands them to ``SpillWriter``
+    (the .npy itself travels in the batch's fragment)."""
+
+    key: str
+    source_path: str
+    fingerprint: bytes
+    width: int  # the source image's, as its .json records them
+    height: int
+    src_nbytes: int  # the source file's size and mtime when it was decoded
+    src_mtime_ns: int
+    npy_xxh3: int
+    npy_length: int  # header and pixels
 
 
 @dataclass

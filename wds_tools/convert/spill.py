@@ -19,42 +19,22 @@ from ..format.tarwrite import partial_path, write_at
 from ..signals import reraise_interruption
 from ..storage.objects import Store
 from ..storage.transport import join
+from .shardtasks import Reuse, SpillRow
 
-__all__ = ["SPILL_DIR", "Staged", "SpillRow", "Spilled", "SpillWriter", "load_spill", "sync_into_place"]
+__all__ = ["SPILL_DIR", "Staged", "Spilled", "SpillWriter", "load_spill", "sync_into_place"]
 
 SPILL_DIR = "spill"
 """The folder, in a size's work folder, of the other sizes' pixels a multi-size conversion spills."""
 
 
-class SpillRow(NamedTuple):
-    """A sample's pixels at another size of the run, as ``encode_batch`` hands them to ``SpillWriter``
-    (the .npy itself travels in the batch's fragment)."""
-
-    key: str
-    source_path: str
-    fingerprint: bytes
-    width: int  # the source image's, as its .json records them
-    height: int
-    src_nbytes: int  # the source file's size and mtime when it was decoded
-    src_mtime_ns: int
-    npy_xxh3: int
-    npy_length: int  # header and pixels
-
-
 class Spilled(NamedTuple):
-    """A spilled sample as ``load_spill`` finds it: its source when decoded, and where its .npy sits."""
+    """A spilled sample as ``load_spill`` finds it: its source's path, size and mtime when it was decoded,
+    and where its pixels sit."""
 
     source_path: str
-    fingerprint: bytes
-    width: int
-    height: int
     src_nbytes: int
     src_mtime_ns: int
-    file: str  # the spill file
-    file_bytes: int
-    npy_offset: int
-    npy_length: int
-    npy_xxh3: int
+    reuse: Reuse
 
 
 class Staged:
@@ -155,13 +135,6 @@ class SpillWriter:
         cols["bytes"] = np.array([self.offset], dtype="<u8")
         self.store.write_bytes(self.table, write_npz(cols))
 
-    def finish(self) -> None:
-        """Put the spill file in place (upload it) and write its table, in this process."""
-        job = self.end()
-        if job is not None:
-            sync_into_place(*job)
-            self.write_table()
-
     def abort(self) -> None:
         """Close and remove the unfinished spill file."""
         fd, self.fd = self.fd, None
@@ -192,18 +165,17 @@ def load_spill(store: Store, folder: str) -> dict[str, Spilled]:
         paths = unpack_strings(cols["path_offsets"], cols["path_data"])
         nbytes = int(cols["bytes"][0])
         for i, key in enumerate(cols["key"]):
-            path = paths[i]
-            out[key.decode()] = Spilled(
-                path,
-                cols["fingerprint"][i].tobytes(),
-                int(cols["width"][i]),
-                int(cols["height"][i]),
-                int(cols["src_size"][i]),
-                int(cols["src_mtime_ns"][i]),
+            pixels = Reuse(
                 blob,
                 nbytes,
                 int(cols["npy_offset"][i]),
                 int(cols["npy_length"][i]),
                 int(cols["npy_xxh3"][i]),
+                int(cols["width"][i]),
+                int(cols["height"][i]),
+                cols["fingerprint"][i].tobytes(),
+                relabeled=False,
+                spilled=True,
             )
+            out[key.decode()] = Spilled(paths[i], int(cols["src_size"][i]), int(cols["src_mtime_ns"][i]), pixels)
     return out

@@ -19,7 +19,6 @@ __all__ = [
     "ConvertResult",
     "ConvertResults",
     "dry_run_result",
-    "first_failures",
     "base_text",
     "result_from_index",
     "count",
@@ -196,6 +195,11 @@ class ConvertResult:
         """The result as JSON-ready values (the CLI's --json)."""
         return asdict(self)
 
+    def count_failures(self, failures: list[dict], folder: bool) -> None:
+        """Set the failures, the first ``_LISTED`` as errors.jsonl orders them, and whether --max-errors is passed."""
+        self.failed, self.failures = len(failures), errors_order(failures, folder)[:_LISTED]
+        self.max_errors_exceeded = self.failed > self.max_errors_allowed
+
 
 def base_text(base: str, rule: str | None) -> str:
     """Which version a conversion reuses and keeps splits from, and how to choose another."""
@@ -244,16 +248,9 @@ def dry_run_result(
         sp["urls"] = join(result.out_dir, url_pattern(name, sp["shards"]))
     result.samples_written = 0
     result.shards = len(tasks)
-    result.failed = len(failures)
-    result.failures = first_failures(failures, folder)
-    result.max_errors_exceeded = result.failed > result.max_errors_allowed
+    result.count_failures(failures, folder)
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
-
-
-def first_failures(failures: list[dict], folder: bool) -> list[dict]:
-    """The first ``_LISTED`` failures in errors.jsonl's order (``assemble.errors_order``), for the summary."""
-    return errors_order(failures, folder)[:_LISTED]
 
 
 def result_from_index(result: ConvertResult, store: Store, info: IndexMeta, drawn: bool | None = None) -> None:

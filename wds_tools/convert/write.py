@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
-from typing import Protocol
 
 import numpy as np
 import xxhash
@@ -21,14 +20,13 @@ from ..format.npy import npy_header
 from ..format.phash import phash_batch
 from ..format.sample import label_i32
 from ..format.sample import sample_json as json_bytes
-from ..storage.transport import open_ranged
+from ..storage.transport import RangedFile, open_ranged
 from .decode import Decoded, DecodeError, decode_image, decode_sizes
 from .fragment import SLOT_BYTES, Member, Ranges, members_bytes, put_block, put_members, write_slots
 from .runner import orphaned, shared_memory
 from .scan import content_hasher, hash_mismatch, open_source, os_reason
 from .shard import ShardAssembler
-from .shardtasks import Encoded, Reuse, SampleRow, SampleTask, ShardTask
-from .spill import SpillRow
+from .shardtasks import Encoded, Reuse, SampleRow, SampleTask, ShardTask, SpillRow
 
 __all__ = [
     "Reuse",
@@ -68,23 +66,11 @@ def sample_json(
     return json_bytes(meta)
 
 
-class _Ranged(Protocol):
-    """What ``_StoredPixels`` uses of an ``open_ranged`` file."""
-
-    size: int
-
-    def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset``."""
-
-    def close(self) -> None:
-        """Release the file."""
-
-
 class _StoredPixels:
     """Open base shards (or spill files) on demand; one whose size differs from its record is refused."""
 
     def __init__(self) -> None:
-        self.files: dict[str, _Ranged | str] = {}
+        self.files: dict[str, RangedFile | str] = {}
 
     def read(self, r: Reuse, header: bytes) -> bytes | str:
         """The stored .npy, checked against ``r``, or why it cannot be used."""
@@ -366,12 +352,15 @@ def open_shard(task: ShardTask) -> ShardAssembler:
     return ShardAssembler(task)
 
 
-def write_shard(task: ShardTask, batch: int = 16) -> dict:
-    """Write one whole shard in this process, ``batch`` samples at a time; returns its meta."""
+def write_shard(task: ShardTask, batch: int = 16, on_samples: Callable[[int], None] | None = None) -> dict:
+    """Write one whole shard in this process, ``batch`` samples at a time (``on_samples``: the samples of
+    each batch written); returns its meta."""
     shard = open_shard(task)
     try:
         for start in range(0, len(task.samples), batch):
             shard.append(encode_batch(task, start, start + batch))
+            if on_samples is not None:
+                on_samples(len(task.samples[start : start + batch]))
         return shard.finish()
     except BaseException:
         shard.abort()
