@@ -13,11 +13,10 @@ import shutil
 from .fsutil import atomic_write_bytes
 from .transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 
-__all__ = ["Store", "open_input", "read_input"]
+__all__ = ["Store", "open_input"]
 
 
 open_input = open_file  # a source or shard, local or any fsspec URL
-read_input = read_bytes
 
 
 class Store:
@@ -41,7 +40,7 @@ class Store:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file."""
-        return read_input(path)
+        return read_bytes(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a whole file: atomically (renamed into place) when local."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import ExtraNotInstalledError, install_hint
+from ...errors import require_extra
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -32,14 +32,7 @@ _LABEL = 18  # characters of a category label shown under its bars (the table be
 
 def require_matplotlib() -> ModuleType:
     """matplotlib, or a message naming the ``report`` extra."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ExtraNotInstalledError(
-            f"wds-tools report draws its charts with matplotlib, which is not installed; install the report "
-            f"extra: {install_hint('report')}"
-        ) from None
-    return matplotlib
+    return require_extra("matplotlib", "wds-tools report draws its charts with matplotlib", "report")
 
 
 def _figure(height: float = 2.6) -> Figure:

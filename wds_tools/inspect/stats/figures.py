@@ -10,7 +10,7 @@ drift; ``StatsReport`` is the whole report, whose ``to_dict`` is the stable ``--
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -78,26 +78,7 @@ class Distribution:
 
     def to_dict(self) -> dict:
         """The distribution as plain JSON types."""
-        return {k: getattr(self, k) for k in _DISTRIBUTION_KEYS}
-
-
-_DISTRIBUTION_KEYS = (
-    "world_size",
-    "workers",
-    "shards",
-    "samples",
-    "rank_shards",
-    "rank_samples",
-    "worker_shards",
-    "worker_samples",
-    "idle_workers",
-    "even_shards_below",
-    "even_shards_above",
-    "warnings",
-    "reader",
-    "left_out",
-    "mode",
-)
+        return asdict(self)
 
 
 def distribute(
