@@ -1,9 +1,5 @@
-"""Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...).
-
-Just the operations a conversion needs, on top of ``storage.transport`` (which reads). Writes are
-atomic: local files are written to a temporary name and renamed; an object store PUT is
-all-or-nothing by itself.
-"""
+"""Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...), with the operations a
+conversion needs; writes are atomic (local: a temporary name renamed; an object store PUT is all-or-nothing)."""
 
 from __future__ import annotations
 
