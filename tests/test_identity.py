@@ -20,7 +20,7 @@ from shardkit import copy_tars
 from training_adapter import ShardIndexDataset, load_config, make_loader
 from wds_tools.cli import cli
 from wds_tools.convert import convert
-from wds_tools.dataset.identity import Gap, class_difference, dataset_key, differences
+from wds_tools.dataset.identity import Gap, dataset_key, differences
 from wds_tools.dataset.resolve import resolve
 from wds_tools.errors import OptionError
 from wds_tools.inspect.stats import compute_stats
@@ -355,6 +355,13 @@ def test_shards_without_an_index_are_not_compared(versions, tmp_path):
 
 
 def test_class_difference():
+    """The classes part of ``differences``: names only in one list, shared names at another index."""
+
+    def class_difference(a: list, b: list, na: str = "[1]", nb: str = "[2]") -> str | None:
+        found = differences({"classes": a}, {"classes": b}, na, nb)
+        assert len(found) <= 1
+        return found[0] if found else None
+
     assert class_difference(["a", "b"], ["a", "b"]) is None
     assert class_difference(["a", "b", "c"], ["b", "a", "c"]) == (
         "classes: 3 / 3; 2 of the 3 shared classes has another index ('a' 0 / 1, 'b' 1 / 0): the same label "

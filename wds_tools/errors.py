@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 __all__ = [
     "WdsToolsError",
@@ -18,6 +20,7 @@ __all__ = [
     "ExtraNotInstalledError",
     "EXTRAS",
     "install_hint",
+    "require_extra",
     "TooManyErrorsError",
     "OutputBusyError",
     "DiskFullError",
@@ -107,6 +110,16 @@ def install_hint(extra: str, *packages: str) -> str:
         f"pip install {' '.join(pinned)} ({part}the {extra!r} extra: from a checkout, "
         f"pip install -e '.[{extra}]' -c constraints.txt)"
     )
+
+
+def require_extra(module: str, need: str, extra: str) -> ModuleType:
+    """``module`` imported, or ``ExtraNotInstalledError``: "<need>, which is not installed; install the <extra> extra"."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ExtraNotInstalledError(
+            f"{need}, which is not installed; install the {extra} extra: {install_hint(extra)}"
+        ) from None
 
 
 class TooManyErrorsError(WdsToolsError):

@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import OptionError
-from ..format.model import IndexMeta, salvage
+from ..format.model import salvage
+
+if TYPE_CHECKING:
+    from .resolve import Shards  # (resolve imports this module)
 
 __all__ = [
-    "Part",
     "RECORD_ONLY",
     "dataset_identity",
     "dataset_key",
     "differences",
-    "class_difference",
     "datasets",
     "Gap",
     "check_mixed",
@@ -50,39 +51,6 @@ PARTIAL_HINT = (
 """How to read a pattern naming part of a split anyway, for refusals."""
 
 
-class Part(Protocol):
-    """What these rules read of one part of a spec: a ``dataset.resolve.Shards``."""
-
-    @property
-    def spec(self) -> str:
-        """The part of the spec, as given."""
-        ...
-
-    @property
-    def raw(self) -> dict | None:
-        """The index.json beside its shards, as written (None: none)."""
-        ...
-
-    @property
-    def info(self) -> IndexMeta | None:
-        """That index.json typed (None: none, or one with a problem)."""
-        ...
-
-    @property
-    def index_file(self) -> str | None:
-        """That index.json's path."""
-        ...
-
-    @property
-    def names(self) -> list[str] | None:
-        """Each shard's name in that index's ``shards`` (None: not every shard is listed)."""
-        ...
-
-    def __len__(self) -> int:
-        """How many shards."""
-        ...
-
-
 # ------------------------------------------------------------------ what a dataset is
 
 
@@ -106,15 +74,9 @@ def dataset_key(meta: dict) -> str:
     return json.dumps(dataset_identity(meta), sort_keys=True, default=repr)
 
 
-def class_difference(a: object, b: object, na: str = "[1]", nb: str = "[2]") -> str | None:
-    """How class list ``b`` differs from ``a`` (None: equal): names only in one, and shared names
-    whose index differs (a label meaning one class in ``a`` means another in ``b``)."""
-    if a == b:
-        return None
-    return _class_difference(a, b, na, nb)
-
-
 def _class_difference(a: object, b: object, na: str, nb: str) -> str:
+    """How class list ``b`` differs from ``a``: names only in one, and shared names whose index differs
+    (a label meaning one class in ``a`` means another in ``b``)."""
     if not (isinstance(a, list) and isinstance(b, list)):
         return f"classes {_short(a)} / {_short(b)}"
     pos_a, pos_b = {c: i for i, c in enumerate(a)}, {c: i for i, c in enumerate(b)}
@@ -210,10 +172,10 @@ class _Indexed(NamedTuple):
 
     raw: dict
     index_file: str
-    part: Part
+    part: Shards
 
 
-def _by_dataset(parts: Sequence[Part]) -> dict[str, list[_Indexed]]:
+def _by_dataset(parts: Sequence[Shards]) -> dict[str, list[_Indexed]]:
     """The parts with an index, grouped by dataset (in the order first named)."""
     indexed = [_Indexed(p.raw, p.index_file, p) for p in parts if p.raw is not None and p.index_file is not None]
     if len({id(i.raw) for i in indexed}) <= 1:  # one index read once (the usual spec): nothing to compare
@@ -224,12 +186,12 @@ def _by_dataset(parts: Sequence[Part]) -> dict[str, list[_Indexed]]:
     return groups
 
 
-def datasets(parts: Sequence[Part]) -> list[dict]:
+def datasets(parts: Sequence[Shards]) -> list[dict]:
     """The index.json of each dataset the parts belong to (copies count once), in the order named."""
     return [g[0].raw for g in _by_dataset(parts).values()]
 
 
-def check_mixed(spec: str, parts: Sequence[Part]) -> None:
+def check_mixed(spec: str, parts: Sequence[Shards]) -> None:
     """Refuse (``OptionError``) parts of different datasets, naming each (its index, version, size,
     classes, the parts of the spec in it) and how it differs from the first. Parts without an index
     are not compared."""
@@ -251,7 +213,7 @@ def check_mixed(spec: str, parts: Sequence[Part]) -> None:
         raise OptionError("\n".join(lines))
 
 
-def _parts_text(parts: Sequence[Part]) -> str:
+def _parts_text(parts: Sequence[Shards]) -> str:
     shown = [f"{len(p)} shard{'s' if len(p) != 1 else ''} of {p.spec}" for p in parts[:SHOWN]]
     return "; ".join(shown) + (f"; and {len(parts) - SHOWN} more parts" if len(parts) > SHOWN else "")
 
@@ -286,7 +248,7 @@ class Gap:
         }
 
 
-def gaps(parts: Sequence[Part]) -> list[Gap]:
+def gaps(parts: Sequence[Shards]) -> list[Gap]:
     """Per dataset (copies count as one), the splits whose shards the parts name only in part."""
     out = []
     for group in _by_dataset(parts).values():

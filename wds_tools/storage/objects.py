@@ -1,9 +1,5 @@
-"""Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...).
-
-Just the operations a conversion needs, on top of ``storage.transport`` (which reads). Writes are
-atomic: local files are written to a temporary name and renamed; an object store PUT is
-all-or-nothing by itself.
-"""
+"""Where output goes: a local folder, or any fsspec URL (s3://, gs://, file://...), with the operations a
+conversion needs; writes are atomic (local: a temporary name renamed; an object store PUT is all-or-nothing)."""
 
 from __future__ import annotations
 
@@ -13,11 +9,10 @@ import shutil
 from .fsutil import atomic_write_bytes
 from .transport import filesystem, is_remote, join, local_path, open_file, read_bytes
 
-__all__ = ["Store", "open_input", "read_input"]
+__all__ = ["Store", "open_input"]
 
 
 open_input = open_file  # a source or shard, local or any fsspec URL
-read_input = read_bytes
 
 
 class Store:
@@ -41,7 +36,7 @@ class Store:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole file."""
-        return read_input(path)
+        return read_bytes(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write a whole file: atomically (renamed into place) when local."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import ExtraNotInstalledError, install_hint
+from ...errors import require_extra
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -32,22 +32,28 @@ _LABEL = 18  # characters of a category label shown under its bars (the table be
 
 def require_matplotlib() -> ModuleType:
     """matplotlib, or a message naming the ``report`` extra."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ExtraNotInstalledError(
-            f"wds-tools report draws its charts with matplotlib, which is not installed; install the report "
-            f"extra: {install_hint('report')}"
-        ) from None
-    return matplotlib
+    return require_extra("matplotlib", "wds-tools report draws its charts with matplotlib", "report")
 
 
-def _figure(height: float = 2.6) -> Figure:
+def _axes(height: float, top: float, bottom: float) -> tuple[Figure, Axes]:
+    """A chart's figure, transparent, and its one pair of axes (no top or right spine, light y grid)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, height))
     fig.set_facecolor("none")
-    return fig
+    fig.subplots_adjust(left=0.09, right=0.99, top=top, bottom=bottom)
+    ax = fig.add_subplot()
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(labelsize=8, color="#777")
+    ax.grid(axis="y", color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    return fig, ax
+
+
+def _legend(ax: Axes, series: int) -> None:
+    if series > 1:
+        ax.legend(frameon=False, fontsize=8, ncols=min(series, 4), loc="lower right", bbox_to_anchor=(1, 1))
 
 
 def _svg(fig: Figure, chart_id: str) -> str:
@@ -74,14 +80,6 @@ def _svg(fig: Figure, chart_id: str) -> str:
     return re.sub(r'(\bid="|href="#|url\(#)(?!chart-)([^")]+)', lambda m: f"{m.group(1)}{chart_id}-{m.group(2)}", text)
 
 
-def _style(ax: Axes) -> None:
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.tick_params(labelsize=8, color="#777")
-    ax.grid(axis="y", color="#e5e5e5", linewidth=0.6)
-    ax.set_axisbelow(True)
-
-
 def _short(label: str) -> str:
     return label if len(label) <= _LABEL else label[: _LABEL - 1] + "…"
 
@@ -97,12 +95,9 @@ def bars(
     """Grouped bars: one group per category, one bar per series (a split), as SVG text."""
     import matplotlib.ticker as mticker
 
-    fig = _figure()
     n, k = len(categories), max(1, len(series))
     rotate = n > 8 or any(len(c) > 8 for c in categories)
-    fig.subplots_adjust(left=0.09, right=0.99, top=0.9, bottom=0.34 if rotate else 0.14)
-    ax = fig.add_subplot()
-    _style(ax)
+    fig, ax = _axes(2.6, 0.9, 0.34 if rotate else 0.14)
     x = np.arange(n)
     width = 0.8 / k
     for j, (name, values) in enumerate(series.items()):
@@ -120,8 +115,7 @@ def bars(
     ax.set_ylabel(ylabel, fontsize=8)
     if percent:
         ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0, decimals=0))
-    if len(series) > 1:
-        ax.legend(frameon=False, fontsize=8, ncols=min(len(series), 4), loc="lower right", bbox_to_anchor=(1, 1))
+    _legend(ax, len(series))
     return _svg(fig, chart_id)
 
 
@@ -136,10 +130,7 @@ def histogram(
     """Step histograms over shared bin ``edges``, one per series (a split's share per bin), as SVG text."""
     import matplotlib.ticker as mticker
 
-    fig = _figure()
-    fig.subplots_adjust(left=0.09, right=0.99, top=0.9, bottom=0.17)
-    ax = fig.add_subplot()
-    _style(ax)
+    fig, ax = _axes(2.6, 0.9, 0.17)
     for j, (name, shares) in enumerate(series.items()):
         colour = SPLIT_COLOURS[j % len(SPLIT_COLOURS)]
         ax.stairs(np.asarray(shares, np.float64), edges, label=name, color=colour, linewidth=1.4)
@@ -147,8 +138,7 @@ def histogram(
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.yaxis.set_major_formatter(mticker.PercentFormatter(1.0, decimals=0))
-    if len(series) > 1:
-        ax.legend(frameon=False, fontsize=8, ncols=min(len(series), 4), loc="lower right", bbox_to_anchor=(1, 1))
+    _legend(ax, len(series))
     return _svg(fig, chart_id)
 
 
@@ -162,10 +152,7 @@ def per_shard(values: Mapping[str, np.ndarray], *, chart_id: str, ylabel: str) -
         edges = np.linspace(lo, hi if hi > lo else lo + 1, 31)
         shares = {s: np.histogram(np.asarray(v, np.float64), edges)[0] / max(1, len(v)) for s, v in values.items()}
         return histogram(edges, shares, chart_id=chart_id, xlabel=f"{ylabel} per shard", ylabel="share of the shards")
-    fig = _figure(2.2)
-    fig.subplots_adjust(left=0.09, right=0.99, top=0.88, bottom=0.17)
-    ax = fig.add_subplot()
-    _style(ax)
+    fig, ax = _axes(2.2, 0.88, 0.17)
     start = 0
     for j, (name, v) in enumerate(values.items()):
         x = np.arange(start, start + len(v))
@@ -174,6 +161,5 @@ def per_shard(values: Mapping[str, np.ndarray], *, chart_id: str, ylabel: str) -
     ax.set_xlim(-0.5, max(start, 1) - 0.5)
     ax.set_xlabel("shard (in each split's order)", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
-    if len(values) > 1:
-        ax.legend(frameon=False, fontsize=8, ncols=min(len(values), 4), loc="lower right", bbox_to_anchor=(1, 1))
+    _legend(ax, len(values))
     return _svg(fig, chart_id)

@@ -1,11 +1,6 @@
 """The page's two sections about pairs of samples: near-duplicate clusters (``similar.dups.find_dups``),
 cross-split ones first, and the changes against the version this one was built from
-(``inspect.diff.diff_versions``), each with the thumbnails of the samples it names.
-
-A cluster's evidence is rendered from ``Cluster.to_dict()`` as it comes (every field but the members):
-scalars as name and value, a list of objects (such as a list of pairs with their distances) as a table,
-so a field the near-duplicate search adds shows without a change here.
-"""
+(``inspect.diff.diff_versions``), each with the thumbnails of the samples it names."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ from ...format.model import IndexMeta
 from ...similar.dups import STATS_LIMIT, find_dups
 from ...storage.transport import exists, join, parent
 from ..diff import diff_versions
+from ..stats.figures import cluster_warning
 from .facts import Warn
 from .thumbs import Budget, Pixels, Thumb, read_places, thumbs_of
 
@@ -53,7 +49,8 @@ def folder_pixels(folder: str, info: IndexMeta, table: SampleTable) -> Pixels:
 
 
 def _evidence(d: dict) -> tuple[list[tuple[str, str]], list[dict]]:
-    """(name, value) of each scalar field of a cluster's ``to_dict()``; a table per list of objects."""
+    """(name, value) of each scalar field of a cluster's ``to_dict()``; a table per list of objects: a field the
+    near-duplicate search adds shows without a change here."""
     fields, tables = [], []
     for name, value in d.items():
         if name in ("members",):
@@ -133,23 +130,11 @@ def dups_section(
                 "tables": tables,
             }
         )
-    warns = []
-    if counts["cross_split"]:
-        warns.append(
-            Warn(
-                "duplicates",
-                f"{counts['cross_split']:,} near-duplicate cluster{'s' if counts['cross_split'] != 1 else ''} "
-                f"cross{'es' if counts['cross_split'] == 1 else ''} splits (leakage; within {res.threshold} bits)",
-            )
-        )
-    if counts["label_conflict"]:
-        warns.append(
-            Warn(
-                "duplicates",
-                f"{counts['label_conflict']:,} near-duplicate cluster{'s' if counts['label_conflict'] != 1 else ''} "
-                f"carr{'ies' if counts['label_conflict'] == 1 else 'y'} different labels",
-            )
-        )
+    warns = [
+        Warn("duplicates", cluster_warning(kind, counts[kind], res.threshold))
+        for kind in ("cross_split", "label_conflict")
+        if counts[kind]
+    ]
     return {
         "skipped": None,
         "threshold": res.threshold,

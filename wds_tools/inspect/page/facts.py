@@ -1,10 +1,6 @@
-"""The page's figures, from index.json, samples.npz and errors.jsonl (no shard is read here): the
-conversion, each split's samples and classes, each metadata column per split, the shards' balance and
-the loader's epoch split (``inspect.stats``' report), and the warnings of the split rule (``share_rule``).
-
-Each function returns plain values (dicts, lists, SVG text) that the template lays out; the caps
-(``MAX_*``) keep the page small whatever the dataset's size, and each cut is said on the page.
-"""
+"""The page's figures, from index.json, samples.npz and errors.jsonl (no shard is read here), as plain values
+(dicts, lists, SVG text) that the template lays out; the caps (``MAX_*``) keep the page small whatever the
+dataset's size, and each cut is said on the page."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import numpy as np
 from ...format.meta import MetaValues
 from ...format.model import IndexMeta
 from ...storage.transport import join, read_bytes
-from ..stats.figures import StatsReport, group_report
+from ..stats.figures import StatsReport, group_report, plural
 from . import charts
 
 __all__ = [
@@ -77,10 +73,6 @@ def clip(text: object, most: int = CLIP) -> str:
     swell the page (it is repeated in tooltips and warnings)."""
     t = str(text)
     return t if len(t) <= most else t[: most - 1] + "…"
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else plural or word + ('es' if word.endswith('s') else 's')}"
 
 
 # ------------------------------------------------------------------ the conversion
@@ -189,14 +181,14 @@ def share_rule(
         if gone:
             more = f" and {len(gone) - _NAMED:,} more" if len(gone) > _NAMED else ""
             out.append(
-                f"{s}: no sample of {_plural(len(gone), what)} ({', '.join(gone[:_NAMED])}{more}) although "
+                f"{s}: no sample of {plural(len(gone), what)} ({', '.join(gone[:_NAMED])}{more}) although "
                 f"{s} holds {f:.1%} of the samples"
             )
         far = [f"{clip(names[i])} {share[i]:.1%}" for i in np.flatnonzero(off)]
         if far:
             more = f" and {len(far) - _NAMED:,} more" if len(far) > _NAMED else ""
             out.append(
-                f"{s}: the share of {_plural(len(far), what)} found in {s} is outside {f:.1%} ± {tol:.1%} "
+                f"{s}: the share of {plural(len(far), what)} found in {s} is outside {f:.1%} ± {tol:.1%} "
                 f"(the split's share of all samples): {', '.join(far[:_NAMED])}{more}"
             )
     return out
@@ -314,7 +306,7 @@ def metadata_section(
                 warns.append(
                     Warn(
                         col["anchor"],
-                        f"column {name!r}: {_plural(len(g.in_several), 'value')} found in more than one split "
+                        f"column {name!r}: {plural(len(g.in_several), 'value')} found in more than one split "
                         f"(e.g. {ex})" + (" — the column the splits were drawn by" if name == group else ""),
                         "metadata",
                     )

@@ -6,42 +6,16 @@ from __future__ import annotations
 
 from importlib import resources
 from types import ModuleType
-from typing import Any
 
-from ...errors import ExtraNotInstalledError, install_hint
+from ...errors import require_extra
+from ..stats.render import num, size_text
 
 __all__ = ["require_jinja2", "render_page"]
 
 
 def require_jinja2() -> ModuleType:
     """jinja2, or a message naming the ``report`` extra."""
-    try:
-        import jinja2
-    except ImportError:
-        raise ExtraNotInstalledError(
-            f"wds-tools report lays out its page with Jinja2, which is not installed; install the report extra: "
-            f"{install_hint('report')}"
-        ) from None
-    return jinja2
-
-
-def _bytes(n: float | int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:,.1f} {unit}"
-    return f"{int(n):,} B"
-
-
-def _num(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not x.is_integer():
-        return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.1f}"
-    if isinstance(x, (int, float)):
-        return f"{int(x):,}"
-    return str(x)
+    return require_extra("jinja2", "wds-tools report lays out its page with Jinja2", "report")
 
 
 def render_page(context: dict) -> str:
@@ -56,7 +30,7 @@ def render_page(context: dict) -> str:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["bytes"] = _bytes
-    env.filters["num"] = _num
+    env.filters["bytes"] = size_text
+    env.filters["num"] = num
     env.filters["pct"] = lambda x, d=1: "-" if x is None else f"{100 * x:.{d}f}%"
     return env.get_template("report.html.j2").render(**context)

@@ -26,7 +26,6 @@ __all__ = [
     "draw_per_class",
     "encode",
     "thumbs_of",
-    "make_thumbs",
 ]
 
 THUMB_PX = 112
@@ -144,12 +143,3 @@ def thumbs_of(
         Thumb(k, budget.take(encode(px)), titles[i], captions[i] if i < len(captions) else "")
         for i, (k, px) in enumerate(zip(keys, images, strict=True))
     ]
-
-
-def make_thumbs(
-    pixels: Pixels, rows: Sequence[int], titles: Sequence[str], budget: Budget, why: str, captions: Sequence[str] = ()
-) -> list[Thumb]:
-    """Thumbnails of ``rows`` of a folder (their pixels read once), in order, as far as ``budget`` lasts."""
-    got = pixels.read(rows, why)
-    rows = [int(r) for r in rows]
-    return thumbs_of([pixels.key(r) for r in rows], [got[r] for r in rows], titles, budget, captions)

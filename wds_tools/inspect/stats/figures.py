@@ -1,16 +1,10 @@
-"""The figures ``wds-tools stats`` reports, and the arithmetic that makes them from per-shard counts.
-
-``distribute`` deals an epoch's shards to ranks and workers (``ranks.deal``) and counts what
-each reader gets; ``SplitStats`` holds one split's per-shard counts and derives balance and class
-drift; ``StatsReport`` is the whole report, whose ``to_dict`` is the stable ``--json`` schema
-(``SCHEMA``); ``breakdown`` and ``group_report`` count the per-sample metadata (``--by``,
-``--group``). ``collect`` fills these from the index or the tars; ``render`` turns them into text.
-"""
+"""The figures ``wds-tools stats`` reports (``StatsReport``, its ``to_dict`` the ``--json`` schema), and the
+arithmetic that makes them from per-shard counts: balance, class drift, the epoch's split, ``--by``/``--group``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -31,6 +25,8 @@ __all__ = [
     "GroupReport",
     "breakdown",
     "group_report",
+    "plural",
+    "cluster_warning",
 ]
 
 # 2: "reader", "left_out"; the index reader's null shard counts (issue 25). 3 (issue 32): "metadata" (the index's
@@ -38,6 +34,7 @@ __all__ = [
 SCHEMA = "wds-tools-stats/3"
 """The ``--json`` schema name and version of ``stats``."""
 TOP_DRIFT = 5  # shards named as deviating most, per split
+_LISTS = "wds-tools dups lists them"
 
 
 # ------------------------------------------------------------------ rank / worker arithmetic
@@ -48,17 +45,9 @@ READERS = ("index", "stream")  # the training loader's readers (make_loader's re
 
 @dataclass
 class Distribution:
-    """How one epoch of a split is dealt to ``world_size`` ranks × ``workers`` DataLoader workers
-    by the training loader's ``reader``.
-
-    ``stream``: shard i goes to rank i % R (webdataset's ``split_by_node``); the j-th shard of a rank
-    goes to its worker j % W (``split_by_worker``): ``ranks.deal``. ``worker_*`` are
-    [rank][worker]. ``index``: the epoch's samples are permuted and rank r gets every R-th one, the
-    same count per rank in training (``left_out``: the last samples % R), every sample once in
-    evaluation (``mode`` ``"eval"``: the first samples % R ranks one more); its batches go round-robin
-    to its workers, whatever the shard count, so ``*_shards`` and ``worker_samples`` (which depends
-    on the batch size) are None and so are the shard counts that divide evenly.
-    """
+    """How one epoch of a split is dealt to ``world_size`` ranks × ``workers`` DataLoader workers by the
+    training loader's ``reader`` (the model: docs/guide/inspect.md). ``worker_*`` are [rank][worker]; the index
+    reader deals batches round-robin whatever the shard count: its ``*_shards`` and ``worker_samples`` are None."""
 
     world_size: int
     workers: int
@@ -78,26 +67,7 @@ class Distribution:
 
     def to_dict(self) -> dict:
         """The distribution as plain JSON types."""
-        return {k: getattr(self, k) for k in _DISTRIBUTION_KEYS}
-
-
-_DISTRIBUTION_KEYS = (
-    "world_size",
-    "workers",
-    "shards",
-    "samples",
-    "rank_shards",
-    "rank_samples",
-    "worker_shards",
-    "worker_samples",
-    "idle_workers",
-    "even_shards_below",
-    "even_shards_above",
-    "warnings",
-    "reader",
-    "left_out",
-    "mode",
-)
+        return asdict(self)
 
 
 def distribute(
@@ -138,9 +108,9 @@ def distribute(
     if n < readers:
         no_rank = int((rank_shards == 0).sum())
         warnings.append(
-            f"{_n(n, 'shard')} for {_n(r, 'rank')} × {_n(w, 'worker')} = {_n(readers, 'reader')}: "
-            f"{_n(idle, 'reader')} get{'s' if idle == 1 else ''} no shard"
-            f"{f' (ranks without any shard: {no_rank})' if no_rank else ''}; use at least {_n(readers, 'shard')}"
+            f"{plural(n, 'shard')} for {plural(r, 'rank')} × {plural(w, 'worker')} = {plural(readers, 'reader')}: "
+            f"{plural(idle, 'reader')} get{'s' if idle == 1 else ''} no shard"
+            f"{f' (ranks without any shard: {no_rank})' if no_rank else ''}; use at least {plural(readers, 'shard')}"
         )
     if n and rank_samples.min() != rank_samples.max():
         warnings.append(
@@ -180,13 +150,13 @@ def _deal_samples(counts: np.ndarray, r: int, w: int, evaluation: bool = False) 
         if total and empty:
             idle = empty * w
             warnings.append(
-                f"{_n(total, 'sample')} for {_n(r, 'rank')}: {_n(empty, 'rank')} get{'s' if empty == 1 else ''} "
+                f"{plural(total, 'sample')} for {plural(r, 'rank')}: {plural(empty, 'rank')} get{'s' if empty == 1 else ''} "
                 "no sample in evaluation (each sample is read once, by one rank)"
             )
         elif min(ranks) < w:
             idle = sum(w - x for x in ranks if x < w)
             warnings.append(
-                f"{_n(min(ranks), 'sample')} on the smallest rank for {_n(w, 'worker')}: some workers get no batch"
+                f"{plural(min(ranks), 'sample')} on the smallest rank for {plural(w, 'worker')}: some workers get no batch"
             )
         return Distribution(
             r, w, n, total, None, ranks, None, None, idle, None, None, warnings, "index", 0, mode="eval"
@@ -194,21 +164,29 @@ def _deal_samples(counts: np.ndarray, r: int, w: int, evaluation: bool = False) 
     if total and per == 0:
         idle = r * w
         warnings.append(
-            f"{_n(total, 'sample')} for {_n(r, 'rank')}: every rank gets no sample in training (the "
-            f"index reader gives each rank samples // ranks); use at most {_n(total, 'rank')}"
+            f"{plural(total, 'sample')} for {plural(r, 'rank')}: every rank gets no sample in training (the "
+            f"index reader gives each rank samples // ranks); use at most {plural(total, 'rank')}"
         )
     elif per < w:  # fewer samples than workers: some worker gets no batch whatever the batch size
         idle = r * (w - per)
         warnings.append(
-            f"{_n(per, 'sample')} per rank for {_n(w, 'worker')}: {_n(w - per, 'worker')} per rank get no batch"
+            f"{plural(per, 'sample')} per rank for {plural(w, 'worker')}: {plural(w - per, 'worker')} per rank get no batch"
         )
     return Distribution(
         r, w, n, total, None, [per] * r, None, None, idle, None, None, warnings, "index", total - per * r
     )
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}{'s' if count != 1 else ''}"
+def plural(n: int, word: str) -> str:
+    """``1 sample``, ``2 samples``, ``2 classes``."""
+    return f"{n:,} {word if n == 1 else word + ('es' if word.endswith('s') else 's')}"
+
+
+def cluster_warning(kind: str, n: int, threshold: int) -> str:
+    """How many near-duplicate clusters cross splits (``kind`` ``cross_split``) or carry different labels."""
+    if kind == "cross_split":
+        return f"{plural(n, 'near-duplicate cluster')} {'crosses' if n == 1 else 'cross'} splits (leakage; within {threshold} bits)"
+    return f"{plural(n, 'near-duplicate cluster')} {'carries' if n == 1 else 'carry'} different labels"
 
 
 # ------------------------------------------------------------------ the report
@@ -398,21 +376,14 @@ class StatsReport:
             return [f"near-duplicates not counted: {d['skipped']}"]
         out = []
         if d["cross_split"]:
-            out.append(
-                f"{_clusters(d['cross_split'])} {'crosses' if d['cross_split'] == 1 else 'cross'} splits "
-                f"(leakage; within {d['threshold']} bits), e.g. {' '.join(d['cross_split_keys'][0])}: "
-                "wds-tools dups lists them"
-            )
+            example = " ".join(d["cross_split_keys"][0])
+            out.append(f"{cluster_warning('cross_split', d['cross_split'], d['threshold'])}, e.g. {example}: {_LISTS}")
         if d["label_conflict"]:
-            out.append(
-                f"{_clusters(d['label_conflict'])} {'carries' if d['label_conflict'] == 1 else 'carry'} different "
-                "labels: wds-tools dups lists them"
-            )
+            out.append(f"{cluster_warning('label_conflict', d['label_conflict'], d['threshold'])}: {_LISTS}")
         if d.get("flat"):
             out.append(
-                f"{d['flat']:,} {'sample' if d['flat'] == 1 else 'samples'} too flat to hash (flat or smooth "
-                f"pictures), whose near-duplicates the hashes may miss, e.g. {' '.join(d['flat_keys'][:5])}: "
-                "wds-tools dups lists them"
+                f"{plural(d['flat'], 'sample')} too flat to hash (flat or smooth "
+                f"pictures), whose near-duplicates the hashes may miss, e.g. {' '.join(d['flat_keys'][:5])}: " + _LISTS
             )
         return out
 
@@ -465,10 +436,6 @@ class StatsReport:
                 f"{'carries' if d['label_conflict'] == 1 else 'carry'} different labels"
             )
         return text
-
-
-def _clusters(n: int) -> str:
-    return f"{n:,} near-duplicate {'cluster' if n == 1 else 'clusters'}"
 
 
 # ------------------------------------------------------------------ per-sample metadata (--by, --group)

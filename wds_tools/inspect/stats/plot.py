@@ -9,7 +9,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ...errors import ExtraNotInstalledError, ShardError, install_hint, unwritable_file_error
+from ...errors import ShardError, require_extra, unwritable_file_error
 from ...storage.fsutil import atomic_write_bytes
 from .figures import StatsReport
 
@@ -59,10 +59,4 @@ def plot_stats(report: StatsReport, path: str | os.PathLike) -> str:
 
 def require_matplotlib() -> ModuleType:
     """matplotlib, or a message naming the extra to install."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ExtraNotInstalledError(
-            f"--plot needs matplotlib, which is not installed; install the plot extra: {install_hint('plot')}"
-        ) from None
-    return matplotlib
+    return require_extra("matplotlib", "--plot needs matplotlib", "plot")

@@ -16,6 +16,8 @@ __all__ = [
     "display_width",
     "printable",
     "pad",
+    "size_text",
+    "num",
 ]
 
 TEXT_CLASSES = 20
@@ -40,19 +42,25 @@ def group_warnings(column: str, in_several: list[dict]) -> list[str]:
     ]
 
 
-def _mb(n: int) -> str:
+def size_text(n: float | int | None) -> str:
+    """Bytes in B, kB, MB or GB ("-": unknown); the report page's ``bytes`` filter too."""
+    if n is None:
+        return "-"
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= div:
             return f"{n / div:,.1f} {unit}"
-    return f"{n} B"
+    return f"{int(n):,} B"
 
 
-def _num(x: float | int | None) -> str:
+def num(x: object) -> str:
+    """A count with thousands separators, a fraction to 3 (or 1) decimals, "-" for None; the page's ``num``."""
     if x is None:
         return "-"
     if isinstance(x, float) and not x.is_integer():
         return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.1f}"
-    return f"{int(x):,}"
+    if isinstance(x, (int, float)):
+        return f"{int(x):,}"
+    return str(x)
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -73,7 +81,7 @@ def _distribution_lines(dist: dict) -> list[str]:
     head = f"  per epoch with {dist['world_size']} rank(s) × {dist['workers']} worker(s), {dist['reader']} reader:"
     if dist["reader"] == "index" and dist["mode"] == "eval":
         low, high = min(rn), max(rn)
-        counts = _num(low) if low == high else f"{_num(low)} to {_num(high)}"
+        counts = num(low) if low == high else f"{num(low)} to {num(high)}"
         more = sum(x == high for x in rn) if low != high else 0
         return [
             head,
@@ -81,7 +89,7 @@ def _distribution_lines(dist: dict) -> list[str]:
             + (f"; the first {more} rank(s) read one more)" if more else ")"),
         ]
     if dist["reader"] == "index":
-        lines = [head, f"    samples per rank: {_num(min(rn))} (training; each rank the same)"]
+        lines = [head, f"    samples per rank: {num(min(rn))} (training; each rank the same)"]
         if dist["left_out"]:
             lines.append(
                 f"    {dist['left_out']:,} sample(s) left out per training epoch (samples % ranks, a different "
@@ -96,8 +104,8 @@ def _distribution_lines(dist: dict) -> list[str]:
         *_table(
             [
                 ["", "shards min", "max", "samples min", "max"],
-                ["per rank", _num(min(rs)), _num(max(rs)), _num(min(rn)), _num(max(rn))],
-                ["per worker", _num(min(ws)), _num(max(ws)), _num(min(wn)), _num(max(wn))],
+                ["per rank", num(min(rs)), num(max(rs)), num(min(rn)), num(max(rn))],
+                ["per worker", num(min(ws)), num(max(ws)), num(min(wn)), num(max(wn))],
             ],
             "    ",
         ),
@@ -120,8 +128,8 @@ def render_text(d: dict, notes: list[str], loud: list[str] | None = None) -> str
     lines.append(f"{d['root']}  ({what}; from the {src})")
     lines.append(
         f"  {d['samples']:,} samples in {d['shards']:,} shard{'s' if d['shards'] != 1 else ''}; "
-        f"{_mb(d['bytes']['total'])} on disk "
-        f"({_mb(d['bytes']['shards'])} shards + {_mb(d['bytes']['index'])} index)"
+        f"{size_text(d['bytes']['total'])} on disk "
+        f"({size_text(d['bytes']['shards'])} shards + {size_text(d['bytes']['index'])} index)"
     )
     if d["mean"]:
         lines.append(
@@ -137,7 +145,7 @@ def render_text(d: dict, notes: list[str], loud: list[str] | None = None) -> str
         lines.append("")
         lines.append(
             f"{name}: {sp['samples']:,} samples in {sp['shards']:,} shard{'s' if sp['shards'] != 1 else ''}, "
-            f"{_mb(sp['bytes'])}"
+            f"{size_text(sp['bytes'])}"
         )
         s, b = sp["samples_per_shard"], sp["bytes_per_shard"]
         imb = "-" if s["imbalance"] is None else f"{s['imbalance']:.3f}"
@@ -145,8 +153,8 @@ def render_text(d: dict, notes: list[str], loud: list[str] | None = None) -> str
         lines += _table(
             [
                 ["per shard", "min", "median", "max", "max/min", "cv"],
-                ["samples", _num(s["min"]), _num(s["median"]), _num(s["max"]), imb, cv],
-                ["bytes", _num(b["min"]), _num(b["median"]), _num(b["max"]), "", ""],
+                ["samples", num(s["min"]), num(s["median"]), num(s["max"]), imb, cv],
+                ["bytes", num(b["min"]), num(b["median"]), num(b["max"]), "", ""],
             ]
         )
         drift = sp["class_drift"]
@@ -215,10 +223,7 @@ def render_metadata(by: dict | None, groups: dict | None, classes: list[str], ma
             for v, row in list(zip(by["values"], counts))[:TEXT_VALUES]:
                 cell = "(missing)" if v is None else printable(str(v))
                 rows.append([cell, *(f"{int(x):,}" for x in row[:max_classes]), f"{int(sum(row)):,}"])
-            widths = [max(display_width(r[c]) for r in rows) for c in range(len(rows[0]))]
-            lines += [
-                "  " + "  ".join(pad(cell, widths[c], left=c == 0) for c, cell in enumerate(r)).rstrip() for r in rows
-            ]
+            lines += _table(rows)
             if len(by["values"]) > TEXT_VALUES:
                 lines.append(f"  ... {len(by['values']) - TEXT_VALUES} more values (all in --json)")
             if len(classes) > max_classes:

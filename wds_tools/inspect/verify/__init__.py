@@ -129,9 +129,7 @@ def _verify_index(
     report = VerifyReport(target.spec, base, target.index_file, "quick" if quick else "full")
     index, found = salvage(raw)  # every problem, and what is usable despite them
     report.problems += [
-        Problem(INDEX, p.kind, p.message + ("; it is not read" if p.path != "errors_file" else ""))
-        if p.kind == "shard_name"
-        else Problem(INDEX, p.kind, p.message)
+        Problem(INDEX, p.kind, p.message + ("; it is not read" * (p.kind == "shard_name" and p.path != "errors_file")))
         for p in found
     ]
     table, tf, categories = None, None, None

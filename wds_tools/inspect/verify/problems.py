@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["SCHEMA", "PROBLEM_KINDS", "MAX_PER_KIND", "INDEX", "Problem", "VerifyReport", "capped"]
+__all__ = ["SCHEMA", "PROBLEM_KINDS", "MAX_PER_KIND", "INDEX", "Problem", "VerifyReport", "capped", "duplicate_keys"]
 
 SCHEMA = "wds-tools-verify/1"
 """The ``--json`` schema name and version of ``verify``."""
@@ -178,3 +178,16 @@ def capped(problems: list[Problem]) -> list[Problem]:
     for (shard, kind), n in dropped.items():
         kept.append(Problem(shard, kind, f"... and {n} more {kind} problems in this file"))
     return kept
+
+
+def duplicate_keys(found: list[tuple[str, list[str]]], total: int, says: str, rest_in: str) -> list[Problem]:
+    """A problem in each file holding one of the first ``MAX_PER_KIND`` duplicated keys (``found``: each with
+    the file of each occurrence; ``says``: how often, as "... {n} ..."), one in ``rest_in`` counting the
+    other ``total`` - ``MAX_PER_KIND``."""
+    problems = []
+    for key, names in found[:MAX_PER_KIND]:
+        what = f"key {key} {says.format(n=len(names))} ({', '.join(sorted(set(names)))})"
+        problems += [Problem(shard, "duplicate_key", what, key=key) for shard in sorted(set(names))]
+    if total > MAX_PER_KIND:
+        problems.append(Problem(rest_in, "duplicate_key", f"... and {total - MAX_PER_KIND} more duplicated keys"))
+    return problems

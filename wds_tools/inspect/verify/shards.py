@@ -194,10 +194,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
     if ctx.quick:
         try:
             walker = walk_headers(job.url, _capture)
-        except FileNotFoundError:
-            return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
         except OSError as e:
-            return ShardResult([Problem(job.name, "unreadable", f"cannot read {job.url}: {e.strerror or e}")], 0, 0)
+            return ShardResult([read_problem(job.name, job.url, e)], 0, 0)
         problems = _size_problem(job, walker.pos)
         result = ShardResult(problems, len(walker.members) * BLOCK, 0)
         digests, sha_ok, rehashed = None, None, {}
@@ -206,11 +204,8 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         try:
             file_size(job.url)  # a missing file is named as such before a stream (gopen) would hide it
             scan_file(job.url, on_chunk=scan.on_chunk, walker=scan.walker)
-        except FileNotFoundError:
-            return ShardResult([Problem(job.name, "missing", f"{job.url} does not exist")], 0, 0)
         except OSError as e:
-            what = f"cannot read {job.url} (after {scan.walker.pos:,} bytes): {e.strerror or e}"
-            return ShardResult([Problem(job.name, "unreadable", what)], scan.walker.pos, 0)
+            return ShardResult([read_problem(job.name, job.url, e, scan.walker.pos)], scan.walker.pos, 0)
         walker = scan.walker
         problems = _size_problem(job, walker.pos)
         digest = scan.sha.hexdigest()
@@ -229,7 +224,7 @@ def check_shard(job: ShardJob, ctx: Context) -> ShardResult:
         if side is not None:
             result.sides.add(side)
     if rows is None:  # no usable rows: the shard's own structure only
-        result.problems += _structure_only(job, walker)
+        result.problems += walk_problems(job.name, walker) + _headers(job, walker, None)
         result.samples = sum(1 for m in walker.members if m.name.endswith(".npy"))
         result.problems = capped(result.problems)
         return result
@@ -353,25 +348,35 @@ def _size_problem(job: ShardJob, size: int) -> list[Problem]:
     return [Problem(job.name, "size", f"{what}: {size:,} bytes, the index says {job.bytes:,}")]
 
 
-def _walk_error(job: ShardJob, walker: TarWalker, more: str = "", key: str | None = None) -> list[Problem]:
+def read_problem(name: str, url: str, e: OSError, after: int | None = None) -> Problem:
+    """A shard that is missing, or that cannot be opened or read (on) ``after`` so many bytes."""
+    if isinstance(e, FileNotFoundError):
+        return Problem(name, "missing", f"{url} does not exist")
+    at = f" (after {after:,} bytes)" if after is not None else ""
+    return Problem(name, "unreadable", f"cannot read {url}{at}: {e.strerror or e}")
+
+
+def walk_problems(name: str, walker: TarWalker, more: str = "", key: str | None = None) -> list[Problem]:
+    """Where the walk of the tar stopped early, if it did."""
     if not walker.error:
         return []
     kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
-    return [Problem(job.name, kind, walker.error + more, key=key, offset=walker.error_offset)]
+    return [Problem(name, kind, walker.error + more, key=key, offset=walker.error_offset)]
 
 
-def _structure_only(job: ShardJob, walker: TarWalker) -> list[Problem]:
-    return _walk_error(job, walker) + _headers(job, walker, None)
+def header_problem(name: str, member: str, header: bytes, expected: bytes | None, offset: int | None) -> Problem:
+    """A .npy member whose header is not ``expected`` (None: not of any [S, S, 3] uint8 image)."""
+    want = describe_npy(expected) if expected is not None else "dtype |u1, shape [S, S, 3]"
+    what = f"{member}: the header says {describe_npy(header)}; expected {want}"
+    return Problem(name, "npy_header", what, key=split_name(member)[0], offset=offset)
 
 
 def _headers(job: ShardJob, walker: TarWalker, header: bytes | None) -> list[Problem]:
-    problems = []
-    for m in walker.members:
-        if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None):
-            expected = describe_npy(header) if header is not None else "dtype |u1, shape [S, S, 3]"
-            what = f"{m.name}: the header says {describe_npy(m.data)}; expected {expected}"
-            problems.append(Problem(job.name, "npy_header", what, key=split_name(m.name)[0], offset=m.offset))
-    return problems
+    return [
+        header_problem(job.name, m.name, m.data, header, m.offset)
+        for m in walker.members
+        if m.name.endswith(".npy") and (m.data != header if header is not None else image_side_or_none(m.data) is None)
+    ]
 
 
 def _compare(
@@ -390,8 +395,8 @@ def _compare(
     unreached = sum(1 for n, o, _ in exp if n not in seen and o >= reach) if walker.error else 0
     at = walker.error_offset if walker.error else None
     here = [n for n, o, _ in exp if at is not None and o - BLOCK <= at < o + BLOCK]
-    problems = _walk_error(
-        job,
+    problems = walk_problems(
+        job.name,
         walker,
         f"; {unreached} indexed member(s) after it were not reached" if unreached else "",
         key=split_name(here[0])[0] if here else None,

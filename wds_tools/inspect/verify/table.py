@@ -22,7 +22,7 @@ from ...format.npy import NPY_HEADER_BYTES
 from ...format.sample import column_prefix
 from ...format.tar import iter_chunks
 from ...storage.transport import RangedFile, file_size, is_local, open_ranged, read_ranges, scheme
-from .problems import INDEX, MAX_PER_KIND, Problem
+from .problems import INDEX, MAX_PER_KIND, Problem, duplicate_keys
 
 __all__ = [
     "row_columns",
@@ -397,24 +397,15 @@ def _duplicates(table: SampleColumns, hashes: np.ndarray, index: Partial) -> lis
     by_key: dict[bytes, list[int]] = {}
     for r in rows.tolist():
         by_key.setdefault(bytes(table.read(["key"], r, r + 1)["key"][0]), []).append(r)
-    shard_col = "shard" in table.columns
-    problems = []
+    shard_col, listed = "shard" in table.columns, index.shard_names
+
+    def where(r: int) -> str:
+        pos = int(table.read(["shard"], r, r + 1)["shard"][0]) if shard_col else -1
+        return listed[pos] or f"shards[{pos}]" if 0 <= pos < len(listed) else f"row {r}"
+
     dups = [(k, v) for k, v in by_key.items() if len(v) > 1]
-    for k, where in dups[:MAX_PER_KIND]:
-        key = k.decode("ascii", "replace")
-        names = []
-        for r in where:
-            pos = int(table.read(["shard"], r, r + 1)["shard"][0]) if shard_col else -1
-            listed = index.shard_names
-            names.append(listed[pos] or f"shards[{pos}]" if 0 <= pos < len(listed) else f"row {r}")
-        for shard in sorted(set(names)):
-            what = f"key {key} is in the index {len(where)} times ({', '.join(sorted(set(names)))})"
-            problems.append(Problem(shard, "duplicate_key", what, key=key))
-    if len(dups) > MAX_PER_KIND:
-        problems.append(
-            Problem(table.name, "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys")
-        )
-    return problems
+    found = [(k.decode("ascii", "replace"), [where(r) for r in rows]) for k, rows in dups[:MAX_PER_KIND]]
+    return duplicate_keys(found, len(dups), "is in the index {n} times", table.name)
 
 
 # ------------------------------------------------------------------ the metadata columns, block by block

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from ...dataset.resolve import Shards
 from ...format.npy import NPY_HEADER_BYTES, image_side_or_none
-from ...format.npy import describe as describe_npy
 from ...format.sample import MEMBERS, MEMBERS_V1
 from ...format.tar import BLOCK, scan_file, split_name, walk_headers
 from ...storage.transport import basename, file_size
-from .problems import MAX_PER_KIND, Problem, VerifyReport, capped
+from .problems import MAX_PER_KIND, Problem, VerifyReport, capped, duplicate_keys
+from .shards import header_problem, read_problem, walk_problems
 
 __all__ = ["verify_scan"]
 
@@ -41,14 +41,9 @@ def _check_scan(url: str, quick: bool, name: str) -> _ScanResult:
             file_size(url)  # a missing file is named as such before a stream (gopen) would hide it
             walker = scan_file(url, _capture_npy)
             size = read = walker.pos
-    except FileNotFoundError:
-        return _ScanResult(name, [Problem(name, "missing", f"{url} does not exist")], [], {}, 0, 0)
     except OSError as e:
-        return _ScanResult(name, [Problem(name, "unreadable", f"cannot read {url}: {e.strerror or e}")], [], {}, 0, 0)
-    problems = []
-    if walker.error:
-        kind = "truncated" if walker.error.startswith("truncated") else "tar_header"
-        problems.append(Problem(name, kind, walker.error, offset=walker.error_offset))
+        return _ScanResult(name, [read_problem(name, url, e)], [], {}, 0, 0)
+    problems = walk_problems(name, walker)
     groups: dict[str, list] = {}
     order: list[str] = []
     headers: dict[bytes, str] = {}
@@ -94,23 +89,13 @@ def verify_scan(target: Shards, quick: bool, threads: int) -> VerifyReport:
         report.bytes += r.bytes
         report.bytes_read += r.bytes_read
         report.samples += len(r.keys)
-        for h, member in r.headers.items():
-            if h != reference:
-                expected = describe_npy(reference) if reference else "dtype |u1, shape [S, S, 3]"
-                what = f"{member}: the header says {describe_npy(h)}; expected {expected}"
-                report.problems.append(Problem(r.name, "npy_header", what, key=split_name(member)[0]))
+        report.problems += [
+            header_problem(r.name, m, h, reference, None) for h, m in r.headers.items() if h != reference
+        ]
         for k in r.keys:
             where.setdefault(k, []).append(r.name)
     dups = [(k, v) for k, v in where.items() if len(v) > 1]
-    for k, shards in dups[:MAX_PER_KIND]:
-        for name in sorted(set(shards)):
-            what = f"key {k} occurs in {len(shards)} samples ({', '.join(sorted(set(shards)))})"
-            report.problems.append(Problem(name, "duplicate_key", what, key=k))
-    if len(dups) > MAX_PER_KIND:
-        report.problems.append(
-            Problem(
-                dups[MAX_PER_KIND][1][0], "duplicate_key", f"... and {len(dups) - MAX_PER_KIND} more duplicated keys"
-            )
-        )
+    rest_in = dups[MAX_PER_KIND][1][0] if len(dups) > MAX_PER_KIND else ""
+    report.problems += duplicate_keys(dups, len(dups), "occurs in {n} samples", rest_in)
     report.shards = len(results)
     return report
