@@ -161,7 +161,7 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         names += npz_names(have.index(group), info.metadata[have.index(group)].type)
     table = read_sample_table(folder, info, names)
     cols = table.columns
-    shard_of = table.shard.tolist()
+    shard_of = table.shard
     urls = [join(folder, sh.name) for sh in info.shards]  # each shard's once, shared by its samples
     groups = None
     if group is not None:
@@ -171,11 +171,11 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         folder,
         table.keys,
         dataset_hashes(folder, info, cols),
-        [info.shards[s].split for s in shard_of],
+        [info.shards[s].split for s in shard_of.tolist()],
         [info.classes[x] for x in table.label.tolist()],
         group,
         groups,
-        ([urls[s] for s in shard_of], cols["npy_offset"], cols["npy_length"]),
+        ([urls[s] for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
         info.size,
         cols["npy_xxh3"],
     )
