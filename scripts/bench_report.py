@@ -29,7 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from wds_tools.format.index import FORMAT_NAME, FORMAT_VERSION, SAMPLE_COLUMNS, read_samples, write_index
+from wds_tools.format.index import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SAMPLE_COLUMNS,
+    open_index,
+    read_sample_table,
+    write_index,
+)
 from wds_tools.format.npy import npy_header
 from wds_tools.format.packed import pack_strings
 from wds_tools.format.phash import FLAT_RULES
@@ -141,16 +148,15 @@ def build(root: Path, n: int) -> tuple[Path, Path]:
 def write_pixels(folder: Path, rows: np.ndarray) -> None:
     """Tars holding the ``.npy`` of ``rows`` only (lesion photos), their offsets written into samples.npz."""
     from wds_tools.convert.decode import decode_image
-    from wds_tools.format.index import read_index
     from wds_tools.synth import jpeg_bytes, lesion_photo
 
-    meta = read_index(str(folder / "index.json"))
-    cols = read_samples(str(folder / "samples.npz"))
+    _, info = open_index(folder)
+    meta, cols = info.raw, read_sample_table(str(folder), info).columns
     pool = [decode_image(jpeg_bytes(lesion_photo(320, 320, k % 3, 700 + k)), SIZE).pixels for k in range(14)]
     header = npy_header((SIZE, SIZE, 3))
     rows = np.unique(rows)
     for s in np.unique(cols["shard"][rows]).tolist():
-        name = meta["shards"][s]["name"]
+        name = info.shards[s].name
         w = ShardWriter(str(folder / name), digest=False)
         for r in rows[cols["shard"][rows] == s].tolist():
             data = header + pool[int(cols["label"][r]) * 2 + r % 2].tobytes()
@@ -167,8 +173,8 @@ def _rows_read(v0: Path, v1: Path) -> tuple[np.ndarray, np.ndarray]:
     from wds_tools.inspect.page.evidence import MAX_CHANGES
     from wds_tools.inspect.page.thumbs import draw_per_class
 
-    c0 = read_samples(str(v0 / "samples.npz"), ("key", "label"))
-    c1 = read_samples(str(v1 / "samples.npz"), ("key", "label"))
+    c0 = read_sample_table(*open_index(v0), ("key", "label"))
+    c1 = read_sample_table(*open_index(v1), ("key", "label"))
     per = max(1, min(THUMBS_PER_CLASS, GRID_LIMIT // 7))
     grid = np.concatenate(draw_per_class(c1["label"].astype(np.int64), 7, per, 0))
     d = diff_versions(v0, v1)
@@ -214,7 +220,7 @@ def main() -> None:
         if args.dups:  # random hashes pair a few samples by chance: the search reads their pixels for their colour
             from wds_tools.similar.near import DEFAULT_THRESHOLD, near_clusters
 
-            found = near_clusters(read_samples(str(v1 / "samples.npz"), ("phash",))["phash"], DEFAULT_THRESHOLD)
+            found = near_clusters(read_sample_table(*open_index(v1), ("phash",))["phash"], DEFAULT_THRESHOLD)
             rows1 = np.concatenate([rows1, *found.clusters]).astype(np.int64)
         write_pixels(v0, rows0)
         write_pixels(v1, rows1)

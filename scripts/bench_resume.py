@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from shardkit import build_dataset  # noqa: E402
 
 from training_adapter import make_loader  # noqa: E402
-from wds_tools.format.index import load_index, read_samples, write_index  # noqa: E402
+from wds_tools.format.index import load_index, write_index  # noqa: E402
 from wds_tools.format.names import url_pattern  # noqa: E402
 from wds_tools.format.packed import pack_strings  # noqa: E402
 
@@ -49,8 +49,8 @@ def build(work: Path, samples: int) -> Path:
     if (dest / "index.json").exists():
         return dest
     build_dataset(dest, {"train": [[(i + j) % 3 for i in range(1000)] for j in range(4)]}, size=32)
-    meta = load_index(dest).meta
-    cols = read_samples(str(dest / "samples.npz"))
+    index = load_index(dest)
+    meta, cols = index.meta, index.samples.columns
     n = len(cols["key"])
     real = meta["shards"]
     rows_of = [np.flatnonzero(cols["shard"] == k) for k in range(len(real))]

@@ -20,7 +20,7 @@ from phashref import doc_hash
 from PIL import Image
 
 from wds_tools.cli import cli
-from wds_tools.format.index import read_npz
+from wds_tools.format.index import read_npz, write_npz
 from wds_tools.format.phash import popcount, variants_array
 from wds_tools.similar.dups import DEFAULT_THRESHOLD, clusters_of, find_dups, find_pairs
 from wds_tools.similar.near import _candidates, _distinct
@@ -424,6 +424,53 @@ def test_verify_fails_on_leakage_only_when_asked(folder):
     problems = json.loads(r.stdout)["problems"]
     assert [p["kind"] for p in problems] == ["leakage"]
     assert "a0 (train) a1 (val)" in problems[0]["message"]
+
+
+def _damaged_copy(folder: Path, dest: Path, damage: str) -> Path:
+    """A copy of ``folder`` whose samples.npz is not its index's table: ``swapped``, two rows' labels swapped
+    (a table of the same size: index.json's sha256 tells it apart); ``label``, row 3 labelled 99 (no class)
+    with index.json's samples_file rewritten to its size and sha256, as an edited index would be."""
+    copy = shutil.copytree(folder, dest)
+    table = copy / "samples.npz"
+    cols = read_npz(table)
+    if damage == "swapped":
+        a, b = np.flatnonzero(cols["label"] != cols["label"][0])[0], 0
+        cols["label"][[a, b]] = cols["label"][[b, a]]
+        data = write_npz(cols)
+        assert len(data) == table.stat().st_size and data != table.read_bytes()
+    else:
+        cols["label"][3] = 99
+        data = write_npz(cols)
+        meta = json.loads((copy / "index.json").read_text())
+        meta["samples_file"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (copy / "index.json").write_text(json.dumps(meta))
+    table.write_bytes(data)
+    return table
+
+
+@pytest.mark.parametrize("damage", ["swapped", "label"])
+def test_dups_refuses_a_samples_npz_that_is_not_its_index_table(folder, tmp_path, damage):
+    """dups reads samples.npz checked: another table of the same size, or labels naming no class, is one line
+    naming the file (exit 1), not clusters of the wrong labels (it searched them, exit 0) or a traceback."""
+    table = _damaged_copy(folder, tmp_path / "copy", damage)
+    r = CliRunner().invoke(cli, ["dups", str(table.parent)])
+    assert r.exit_code == 1 and "Traceback" not in r.output and "cluster" not in r.output, r.output
+    if damage == "swapped":
+        assert f"{table}: sha256 " in r.output and f"{table.parent / 'index.json'} says" in r.output, r.output
+    else:  # three classes: benign, malignant, nevus
+        assert f"{table}: 1 label(s) are not a class index 0..2 (first: row 3, 99)" in r.output, r.output
+
+
+def test_verify_no_leakage_reports_a_damaged_table_instead_of_failing(folder, tmp_path):
+    """verify --no-leakage on a table dups refuses: verify's own problems listed (exit 3), the leakage check
+    said not done, naming the file, instead of one error line (exit 1) or a traceback."""
+    table = _damaged_copy(folder, tmp_path / "copy", "label")
+    r = CliRunner().invoke(cli, ["verify", str(table.parent), "--quick", "--no-leakage", "--json"])
+    assert r.exit_code == 3, r.output
+    report = json.loads(r.stdout)
+    assert any(p["kind"] == "label" and "not a class index 0..2" in p["message"] for p in report["problems"])
+    assert not any(p["kind"] == "leakage" for p in report["problems"])
+    assert f"--no-leakage: not checked: {table}: 1 label(s) are not a class index" in "\n".join(report["warnings"])
 
 
 def test_the_benchmark_duplicate_set_at_small_scale():

@@ -47,7 +47,7 @@ def _round_trip(columns, rows):
     arrays = encode_columns(columns, rows)
     assert list(arrays) == column_names(meta)  # every array, in stored order
     stored = read_npz("t.npz", data=write_npz(arrays))  # through the bytes of an .npz
-    return meta, stored, read_metadata(stored, meta)
+    return meta, stored, read_metadata(stored, metadata_columns(meta))
 
 
 def _same(a, b) -> bool:
@@ -123,21 +123,20 @@ def test_mask_refuses_a_value_of_another_kind():
 
 
 def test_a_version_1_index_has_no_metadata():
-    assert metadata_columns({"format_version": 1}) == [] and read_metadata({}, {}) == {}
+    assert metadata_columns({"format_version": 1}) == [] and read_metadata({}, metadata_columns({})) == {}
     with pytest.raises(IndexFormatError, match="metadata is not a list"):
         metadata_columns({"metadata": [{"name": "a", "type": "date"}]})
 
 
 def test_damaged_string_codes_are_refused():
     columns = [MetaColumn("site", "string")]
-    meta = {"metadata": [c.to_dict() for c in columns]}
     arrays = encode_columns(columns, [("back",), ("face",)])
     arrays["meta0"] = np.array([0, 5], "<i4")
     with pytest.raises(IndexFormatError, match="codes outside -1..1"):
-        read_metadata(arrays, meta)
+        read_metadata(arrays, columns)
     del arrays["meta0_data"]
     with pytest.raises(IndexFormatError, match="no column 'meta0_data' \\(metadata column 'site'\\)"):
-        read_metadata(arrays, meta)
+        read_metadata(arrays, columns)
 
 
 def test_value_text_is_a_groups_identity():

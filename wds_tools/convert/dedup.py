@@ -62,7 +62,7 @@ def known_hashes(out: str | os.PathLike, version: str, wanted: dict) -> dict[str
         index = load_index(folder)
     except (IndexFormatError, OSError):
         return {}
-    if base_incompatibilities(index.meta, wanted) or not flagged_alike(index.meta, index.samples.columns):
+    if base_incompatibilities(index.info, wanted) or not flagged_alike(index.info, index.samples.columns):
         return {}
     by_fp = {fp.tobytes(): h for fp, h in zip(index.samples["fingerprint"], index.samples["phash"])}
     out_: dict[str, np.ndarray] = {}

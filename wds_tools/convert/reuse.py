@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -25,13 +23,11 @@ __all__ = ["Base", "find_base", "base_incompatibilities"]
 _PIXEL_FIELDS = ("size", "resize", "decode", "decoder_versions")
 
 
-def base_incompatibilities(info: IndexMeta | Mapping[str, Any], wanted: dict) -> list[str]:
-    """Differences that make a version's pixels unusable for another: size, resize, decode, decoder
-    (``info``: its index.json; as a dict where convert/dedup.py still passes one)."""
-    if isinstance(info, IndexMeta):
-        decode = info.decode.raw if info.decode is not None else None
-        info = {"size": info.size, "resize": info.resize, "decode": decode, "decoder_versions": info.decoder_versions}
-    have = {k: info.get(k) for k in _PIXEL_FIELDS} | {"decode": recorded_decode(info.get("decode"))}
+def base_incompatibilities(info: IndexMeta, wanted: dict) -> list[str]:
+    """Differences that make a version's pixels (``info``: its index.json) unusable for another: size, resize,
+    decode, decoder."""
+    decode = recorded_decode(dict(info.decode.raw) if info.decode is not None else None)
+    have = {"size": info.size, "resize": info.resize, "decode": decode, "decoder_versions": info.decoder_versions}
     return [f"{k}: {have[k]!r} there, {wanted[k]!r} here" for k in _PIXEL_FIELDS if have[k] != wanted[k]]
 
 

@@ -79,7 +79,7 @@ class _Rules:
         """The index.json in ``folder``; None where there is none."""
         if folder not in self.indexes:
             try:
-                self.indexes[folder] = read_index(join(folder, INDEX_FILE), strict=False)  # checked by _entries
+                self.indexes[folder] = read_index(join(folder, INDEX_FILE))  # checked by _entries
             except FileNotFoundError:
                 self.indexes[folder] = None
         return self.indexes[folder]
@@ -177,7 +177,7 @@ def _resolve_one(text: str, rules: _Rules) -> list[Shards]:
         missing = _missing_folder(parent(path)) if local is not None else ""
         if missing:  # a mistyped size or version: say what there is
             raise IndexFormatError(f"no index at {path}; {missing}")
-        raw = read_index(path, required=True, strict=False)
+        raw = read_index(path, required=True)
         return [_listed(text, parent(path), raw, rules.split, rules.strict)]
     if "{" in path or "}" in path or path.endswith(".tar"):
         return _pattern(text, path, rules)
@@ -416,7 +416,7 @@ def _listed_patterns(folder: str) -> str:
     """What an existing folder's index.json lists, split by split (``train-{000000..000005}.tar``); "" without one."""
     try:
         where = join(folder, INDEX_FILE)
-        info = parse(read_index(where, strict=False), where)
+        info = parse(read_index(where), where)
     except (OSError, IndexFormatError):
         return ""
     listed = ", ".join(f"{sp.urls} ({sp.shards:,} {name})" for name, sp in info.splits.items())

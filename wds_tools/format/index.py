@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import IndexFormatError
 from ..storage.fsutil import atomic_write_bytes, dumps_canonical
-from ..storage.transport import is_local, join, local_path, parent, read_bytes
+from ..storage.transport import join, local_path, parent, read_bytes
 from .meta import MetaColumn, MetaValues, column_names, npz_dtypes, read_metadata
 from .model import FORMAT_NAME, READABLE_VERSIONS, IndexMeta, Problem, load_json, parse
 from .names import ERRORS_FILE, INDEX_FILE, SAMPLES_FILE
@@ -47,9 +47,7 @@ __all__ = [
     "RowCheck",
     "load_index",
     "read_index",
-    "index_of",
     "open_index",
-    "read_samples",
     "read_samples_checked",
     "indexes_newest_first",
     "histogram_mean_std",
@@ -311,12 +309,12 @@ def load_index(path: str | os.PathLike) -> DatasetIndex:
     """
     p = Path(path)
     index_path = str(p / INDEX_FILE if p.is_dir() else p)
-    return DatasetIndex(Path(index_path).parent, parse(read_index(index_path, required=True, strict=False), index_path))
+    return DatasetIndex(Path(index_path).parent, parse(read_index(index_path, required=True), index_path))
 
 
-def read_index(url: str, *, required: bool = False, strict: bool = True) -> dict:
-    """index.json at ``url`` as written, checked to be a wds-tools index of a version this code reads and,
-    when ``strict``, to have no problem (``format.model.validate``; the first raises ``IndexFormatError``).
+def read_index(url: str, *, required: bool = False) -> dict:
+    """index.json at ``url`` as written, checked only to be a wds-tools index of a version this code reads
+    (``format.model.load_json``; ``parse`` checks the rest).
 
     A missing file raises ``FileNotFoundError``, or ``IndexFormatError`` when ``required``.
     """
@@ -330,37 +328,18 @@ def read_index(url: str, *, required: bool = False, strict: bool = True) -> dict
         raise
     except OSError as e:
         raise IndexFormatError(f"cannot read index {url}: {e}") from None
-    raw = load_json(data, url)
-    if strict:
-        parse(raw, url)
-    return raw
+    return load_json(data, url)
 
 
 def open_index(spec: str | os.PathLike) -> tuple[str, IndexMeta]:
     """(folder, index.json) of a shards folder or its index.json, local or a URL."""
     text = os.fspath(spec)
     url = text if text.endswith(".json") and not os.path.isdir(text) else join(text, INDEX_FILE)
-    return parent(url), parse(read_index(url, required=True, strict=False), url)
-
-
-def index_of(spec: str | os.PathLike) -> tuple[str, dict]:
-    """``open_index``, index.json as written (a dict)."""
-    folder, info = open_index(spec)
-    return folder, info.raw
-
-
-def read_samples(url: str, names: Sequence[str] | None = None, *, data: bytes | None = None) -> dict[str, np.ndarray]:
-    """Columns of a samples.npz (``names``, or all); a local file is read only for those columns."""
-    if data is None and not is_local(url):
-        try:
-            data = read_bytes(url)
-        except OSError as e:
-            raise IndexFormatError(f"cannot read sample table {url}: {e}") from None
-    return read_npz(local_path(url) or url, names, data=data)
+    return parent(url), parse(read_index(url, required=True), url)
 
 
 def read_samples_checked(base: str, info: IndexMeta, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """``read_samples`` of the samples.npz beside index.json at ``base`` (``info``), after checking the file's
+    """Columns (``names``, or all) of the samples.npz beside index.json at ``base`` (``info``), after checking the file's
     size and sha256 against its ``samples_file``: another version's table of the same size is refused
     (``IndexFormatError``), not read as this index's."""
     where = join(base, INDEX_FILE)

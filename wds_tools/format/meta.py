@@ -224,13 +224,12 @@ class MetaValues:
 
 def read_metadata(
     columns: Mapping[str, np.ndarray],
-    meta: Mapping | Sequence[MetaColumn],
+    listed: Sequence[MetaColumn],
     names: Iterable[str] | None = None,
     where: str = "samples.npz",
 ) -> dict[str, MetaValues]:
-    """The metadata columns ``names`` (default: all) of an index (``metadata_columns``) from samples.npz
-    arrays ``columns`` (which must hold their ``npz_names``), by name."""
-    listed = metadata_columns(meta)
+    """The metadata columns ``names`` (default: all) of an index (``listed``: ``format.model.IndexMeta.metadata``)
+    from samples.npz arrays ``columns`` (which must hold their ``npz_names``), by name."""
     wanted = None if names is None else set(names)
     out = {}
     for i, c in enumerate(listed):

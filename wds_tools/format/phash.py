@@ -9,8 +9,8 @@ whole-image hash's top bit (``FLAT_BIT``) marks a sample too flat to hash, which
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -108,13 +108,11 @@ FLAT_RULES = 2
 records it as ``phash_flat_rules``, and a base's hashes whose flags came from other rules are computed again."""
 
 
-def flagged_alike(meta: IndexMeta | Mapping[str, Any], columns: Iterable[str]) -> bool:
+def flagged_alike(info: IndexMeta, columns: Iterable[str]) -> bool:
     """Whether a converted version's samples.npz ``phash`` can be used as it is: it has one (format version 3) and
     its too-flat flags came from the rules this code flags by (index.json ``phash_flat_rules``, absent before it was
-    recorded). Otherwise the hashes are computed again from the stored pixels (docs/FORMAT.md). ``meta``: index.json,
-    as a dict where wds_tools/similar and convert/dedup.py still pass one."""
-    rules = meta.get("phash_flat_rules") if isinstance(meta, Mapping) else meta.phash_flat_rules
-    return "phash" in columns and rules == FLAT_RULES
+    recorded). Otherwise the hashes are computed again from the stored pixels (docs/FORMAT.md)."""
+    return "phash" in columns and info.phash_flat_rules == FLAT_RULES
 
 
 def block_factor(side: int) -> int:

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from ..errors import OptionError, ShardError, unwritable_file_error
-from ..format.index import index_of, read_samples
-from ..format.meta import read_metadata
+from ..format.index import open_index, read_sample_table, sample_columns
+from ..format.meta import npz_names, read_metadata
+from ..format.model import IndexMeta
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
 from ..storage.fsutil import atomic_write_bytes
@@ -56,20 +57,18 @@ class _Dataset:
     hashes: np.ndarray
     splits: list[str]
     labels: list[str]
-    groups: list[str | None] | None  # the group column's value per sample (None: missing), or no column
+    group: str | None  # the metadata column a cluster should not cross
+    groups: list[str | None] | None  # its value per sample (None: missing), or no column
     npy: tuple[list[str], np.ndarray, np.ndarray]  # (shard url per sample, npy offset, npy length): --plot
     side: int
-    xxh3: np.ndarray | None  # samples.npz npy_xxh3 (format version 2 on): equal stored pixels
+    xxh3: np.ndarray  # samples.npz npy_xxh3: equal stored pixels
 
     def looks(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The colour layouts (``format.phash.colour_layout``) and looks (``similar.match.looks``) of samples
         ``rows``, from their stored pixels: one read per distinct ``.npy`` (by its XXH3-64), so N copies of one
         image cost one read."""
         rows = np.asarray(rows, np.int64)
-        if self.xxh3 is not None:
-            _, first, again = np.unique(self.xxh3[rows], return_index=True, return_inverse=True)
-        else:
-            first, again = np.arange(len(rows)), np.arange(len(rows))
+        _, first, again = np.unique(self.xxh3[rows], return_index=True, return_inverse=True)
         read = rows[first]
         out = np.zeros((len(read), 2, 2, 2), np.int16)
         look = np.zeros((len(read), *LOOK_SHAPE), np.uint8)
@@ -128,56 +127,57 @@ def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why:
         f.close()
 
 
-def dataset_hashes(folder: str, meta: dict, cols: dict[str, np.ndarray], side: int) -> np.ndarray:
+def dataset_hashes(folder: str, info: IndexMeta, cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """samples.npz ``phash`` (format version 3; uint64 [N, 7]) where its flags are this code's
     (``format.phash.flagged_alike``), else computed from the stored pixels (versions 1 and 2, and a version 3
     table written before index.json recorded ``phash_flat_rules``)."""
-    if flagged_alike(meta, cols):
+    if flagged_alike(info, cols):
         return cols["phash"].astype(np.uint64).reshape(len(cols["key"]), WINDOWS)
     out = np.zeros((len(cols["key"]), WINDOWS), np.uint64)
     keys = cols["key"].astype("U")
-    for pos, sh in enumerate(meta["shards"]):
-        rows = np.flatnonzero(cols["shard"] == pos)
+    for sh in info.shards:
+        rows = np.flatnonzero(cols["shard"] == sh.pos)
         for lo in range(0, len(rows), 256):
             part = rows[lo : lo + 256]
             offsets = [int(cols["npy_offset"][r]) for r in part]
             out[part] = phash_batch(
-                stored_pixels(join(folder, sh["name"]), offsets, keys[part].tolist(), side, "for its perceptual hash")
+                stored_pixels(join(folder, sh.name), offsets, keys[part].tolist(), info.size, "for its perceptual hash")
             )
     return out
 
 
 def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
-    folder, meta = index_of(spec)
-    cols = read_samples(join(folder, meta["samples_file"]["name"]))
-    side = int(meta["size"])
-    shard_of = cols["shard"].astype(np.int64)
-    urls = [join(folder, sh["name"]) for sh in meta["shards"]]  # each shard's once, shared by its samples
-    shard_splits = [sh["split"] for sh in meta["shards"]]
-    splits = [shard_splits[s] for s in shard_of.tolist()]
-    classes = list(meta["classes"])
-    labels = [classes[x] for x in cols["label"].astype(np.int64).tolist()]
-    if group is None:
-        group = (meta.get("build") or {}).get("group")
+    folder, info = open_index(spec)
+    group = group if group is not None else info.group
+    have = [c.name for c in info.metadata]
+    if group is not None and group not in have:
+        raise OptionError(
+            f"--group {group}: {folder} has no metadata column {group!r} (it has: {', '.join(have) or 'none'})"
+        )
+    # only the columns used here (the file is checked whole: its size and sha256)
+    names = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3"]
+    names += ["phash"] if flagged_alike(info, sample_columns(info.format_version)) else []
+    if group is not None:
+        names += npz_names(have.index(group), info.metadata[have.index(group)].type)
+    table = read_sample_table(folder, info, names)
+    cols = table.columns
+    shard_of = table.shard
+    urls = [join(folder, sh.name) for sh in info.shards]  # each shard's once, shared by its samples
     groups = None
     if group is not None:
-        values = read_metadata(cols, meta)
-        if group not in values:
-            have = ", ".join(values) or "none"
-            raise OptionError(f"--group {group}: {folder} has no metadata column {group!r} (it has: {have})")
-        v = values[group]
+        v = read_metadata(cols, info.metadata, [group], join(folder, info.samples_file.name))[group]
         groups = [None if v.missing[i] else str(v.value(i)) for i in range(len(v))]
-    keys = cols["key"].astype("U").tolist()
     return _Dataset(
         folder,
-        keys,
-        dataset_hashes(folder, meta, cols, side),
-        splits,
-        labels,
+        table.keys,
+        dataset_hashes(folder, info, cols),
+        [info.shards[s].split for s in shard_of.tolist()],
+        [info.classes[x] for x in table.label.tolist()],
+        group,
         groups,
         ([urls[s] for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
-        side,
-        cols["npy_xxh3"] if "npy_xxh3" in cols else None,
+        info.size,
+        cols["npy_xxh3"],
     )
 
 
@@ -359,11 +359,7 @@ def find_dups(
     datasets = [_load(path, group)]
     if across is not None:
         datasets.append(_load(across, group))
-    gname = (
-        group
-        if group is not None
-        else (None if datasets[0].groups is None else (index_of(path)[1].get("build") or {}).get("group"))
-    )
+    gname = datasets[0].group
     found = near_clusters(
         datasets[0].hashes,
         threshold,
@@ -476,10 +472,10 @@ def duplicate_counts(
     ``phash`` column (format versions 1 and 2: ``wds-tools dups`` computes it); ``{"threshold",
     "skipped"}`` for a set of more than ``limit`` samples (the search then takes a minute or more).
     ``progress``: show the search's progress on stderr when it runs long."""
-    folder_, meta = index_of(folder)
-    if meta.get("format_version", 0) < 3:
+    folder_, info = open_index(folder)
+    if info.format_version < 3:
         return None
-    n = int(meta.get("samples", 0))
+    n = info.samples
     if limit is not None and n > limit:
         return {
             "threshold": threshold,

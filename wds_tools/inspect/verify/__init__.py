@@ -92,7 +92,12 @@ def verify(
     else:
         report = _verify_index(target, quick, threads, progress, stats, phash)
         if no_leakage and target.index_base is not None:
-            problems, notes = _leakage(target.index_base, progress)
+            try:
+                problems, notes = _leakage(target.index_base, progress)
+            except IndexFormatError as e:  # the index or table the search reads checked: reported above
+                if not report.problems:
+                    raise
+                problems, notes = [], [f"--no-leakage: not checked: {e}"]
             report.problems += problems
             report.warnings += notes
     report.warnings[:0] = [
