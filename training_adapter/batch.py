@@ -186,28 +186,16 @@ class BatchDataset(IterableDataset):
         stored pixels; ``meta`` the ``metadata`` columns' values (float64 arrays or lists)."""
         try:
             with no_autocast(torch.device("cpu")):  # in the caller's next() (or a worker forked from it) under autocast
-                return self._collate(keys, labels, epoch, stored, S, meta)
+                if self.options.transform is None:
+                    return self._built_in(keys, labels, epoch, stored, S, meta=meta)
+                first = self._built_in(keys, labels, epoch, stored, S, final=False)
+                return self._transformed(self.options.transform, first, keys or [], epoch, meta)
         except BaseException:
             if self._claimed is not None and self.ring is not None:  # a failed batch gives its slot back
                 self.ring.release(self._claimed)
             raise
         finally:
             self._claimed = None
-
-    def _collate(
-        self,
-        keys: list[str] | None,
-        labels: Sequence[int] | np.ndarray,
-        epoch: int,
-        stored: Stored,
-        S: int,
-        meta: dict[str, Any] | None,
-    ) -> Batch:
-        o = self.options
-        if o.transform is not None:
-            first = self._built_in(keys, labels, epoch, stored, S, final=False)
-            return self._transformed(o.transform, first, keys or [], epoch, meta)
-        return self._built_in(keys, labels, epoch, stored, S, meta=meta)
 
     def _acquire(self, shape: tuple[int, ...], chw: bool = False, params: bool = False) -> tuple[Any, torch.Tensor]:
         """(the ring slot, its memory as ``shape``) in a worker with a ring, else (None, fresh memory)."""
@@ -239,8 +227,6 @@ class BatchDataset(IterableDataset):
                 images[i].copy_(y)
         else:
             images = torch.stack(outs) if outs else batch[0]
-        if o.normalize and self.shards.mean is not None and self.shards.std is not None:
-            images = normalize(images.float(), self.shards.mean, self.shards.std)
         return self._finish(images, torch.as_tensor(batch[1], dtype=torch.int64), None, ref, keys, meta)
 
     def _finish(
@@ -252,8 +238,11 @@ class BatchDataset(IterableDataset):
         keys: list[str] | None,
         meta: dict[str, Any] | None,
     ) -> Batch:
-        """The batch tuple; images left in a ring slot (``ref``) travel as the slot, the rest as arrays."""
+        """The batch tuple (images normalised under ``normalize``); images left in a ring slot (``ref``)
+        travel as the slot, the rest as arrays."""
         o = self.options
+        if o.normalize and self.shards.mean is not None and self.shards.std is not None:
+            images = normalize(images.float(), self.shards.mean, self.shards.std)
         ring = self.ring
         label_out: Any = label_t
         params_out: Any = None
@@ -329,8 +318,6 @@ class BatchDataset(IterableDataset):
             images = x.to(torch.uint8).contiguous(memory_format=torch.channels_last)
         if not final:
             return images, labels
-        if o.normalize and self.shards.mean is not None and self.shards.std is not None:
-            images = normalize(images.float(), self.shards.mean, self.shards.std)
         return self._finish(images, label_t, params, ref, keys, meta)
 
 

@@ -1,31 +1,9 @@
 """Lightning: ``make_loader``'s loaders as a PyTorch Lightning ``LightningDataModule`` (``ShardDataModule``).
 
-``ShardDataModule`` takes what ``make_loader`` takes (a shards folder, its index.json, patterns, or a
-trainer config's ``dataset:`` block) and gives Lightning ``train_dataloader()``, ``val_dataloader()``,
-``test_dataloader()`` and ``predict_dataloader()``, each a ``TrainerLoader``: a ``ShardLoader`` as
-Lightning's loops take it.
-
-- Ranks: the loader deals each epoch to the ranks itself (``RANK``/``WORLD_SIZE`` or torch.distributed,
-  which Lightning's DDP strategies set up before asking for a loader); the data module checks that they
-  are the trainer's ``global_rank`` and ``world_size``. A ``TrainerLoader`` is no torch ``DataLoader``, so
-  Lightning injects no ``DistributedSampler`` into it.
-- Epochs: at the first batch of each pass the loader is set to Lightning's epoch (the one Lightning
-  itself hands its samplers' ``set_epoch``), so order and augmentation follow the trainer's epochs,
-  also after a resume.
-- Mid-epoch resume with no user code: a ``TrainerLoader`` has ``state_dict``/``load_state_dict``, which
-  Lightning's fit loop saves in every checkpoint and loads on ``fit(ckpt_path=...)``; the next batch is
-  then the one after the checkpoint's. Lightning asks a sized loader for no batch ahead, so the state
-  counts exactly the batches trained on. ``limit_train_batches`` becomes the loader's ``epoch_batches``:
-  Lightning's epoch and the loader's end together, and a checkpoint at that end names the next epoch.
-- The device path: ``device="auto"`` makes the loader yield batches on the trainer's
-  ``strategy.root_device``, normalised (``make_loader(device=...)``: copied on a side stream ahead of
-  the step); Lightning's own transfer then has nothing to move.
-- No false warning: Lightning warns that an ``IterableDataset`` with ``__len__`` may count wrongly under
-  several workers. It takes any object whose ``dataset`` is an ``IterableDataset`` for a torch DataLoader
-  over one; a ``TrainerLoader`` has no ``dataset``, and its length is this rank's batches per epoch.
-
-Lightning is an optional extra (``lightning``): this module imports it, ``import training_adapter``
-does not.
+Each of its ``*_dataloader()`` is a ``TrainerLoader``: a ``ShardLoader`` as Lightning's loops take it (ranks
+checked against the trainer's, set to its epoch, resumed from its checkpoints, ``limit_train_batches`` as
+``epoch_batches``); why each is so: docs/guide/lightning.md. Lightning is an optional extra (``lightning``):
+this module imports it, ``import training_adapter`` does not.
 """
 
 from __future__ import annotations

@@ -378,11 +378,9 @@ class Gather:
         """The pixels of ``rows`` into ``out[:k]`` ([len(rows), S*S*3] uint8), k = the rows read;
         returns their positions in ``rows`` (all of them unless ``skip`` left some out)."""
         rows = np.asarray(rows, np.int64)
-        if self._remote(rows):
-            return self._read_remote(rows, out)
-        good, located = self._local(rows)
-        located.copy_into(out)
-        self.bytes_read += len(rows) * self.want
+        good, located = self.locate(rows, out)
+        if not self._remote(rows):  # read from object storage into ``out`` itself; local: in the mappings
+            located.copy_into(out)
         return good
 
     # --- object storage -----------------------------------------------------------------------

@@ -19,7 +19,7 @@ import xxhash
 from wds_tools.errors import OptionError
 from wds_tools.ranks import deal
 
-from .shardlist import cut_to, rank_world
+from .shardlist import rank_world, worker_batches
 from .statedict import (
     STATE_VERSION,
     check_plan,
@@ -162,17 +162,6 @@ class StreamReplay:
     batches: int
 
 
-def _quota(per_worker_samples: list[list[int]], batch_size: int, drop_last: bool, cover: bool) -> list[list[int]]:
-    """Each worker's batches: one rank, or ``cover`` (evaluation), all its samples; several ranks in
-    training, full batches cut to the smallest rank's total (the rule of ``shardlist.plan_epoch``)."""
-    B = batch_size
-    if len(per_worker_samples) == 1 or cover:
-        return [[c // B if drop_last else -(-c // B) for c in ranks] for ranks in per_worker_samples]
-    full = [[c // B for c in ranks] for ranks in per_worker_samples]
-    quota = min(sum(f) for f in full)
-    return [cut_to(f, quota) for f in full]
-
-
 @dataclass(frozen=True)
 class StreamRest:
     """The rest of a streamed epoch (``stream_rest``): its plan; ``skipped``, the samples of shards
@@ -228,7 +217,7 @@ def stream_rest(
         pooled = [i for r in range(len(rest)) for w in range(len(rest[r])) for i in rest[r][w]]
         dealt = deal(pooled, world, num_workers)
     samples = [[sum(counts[i] for i in w) for w in r] for r in dealt]
-    batches = _quota(samples, B, drop_last, cover)
+    batches = worker_batches(samples, B, drop_last=drop_last, cover=cover)
     left_out = sum(c - min(c, b * B) for cs, bs in zip(samples, batches) for c, b in zip(cs, bs))
     return StreamRest(StreamPlan(dealt, batches), skipped, left_out)
 
@@ -435,21 +424,10 @@ class Resumable:
     def _refuse_lossy(self, state: Mapping[str, Any], old: StreamPlan, k: int) -> None:
         """Refuse a streamed ``state`` (``k`` batches of ``old`` yielded) that these ranks and workers
         cannot continue exactly: on others, the samples its readers had pulled and not yielded would be lost."""
-        ds, o = self.dataset, self.dataset.options
         _, world, workers = self._where()
         if (world, workers) == (state["world"], state["workers"]):
             return  # replayed: exact
-        rest = stream_rest(
-            old,
-            ds.shards.counts,
-            k,
-            batch_size=o.batch_size,
-            buffer=o.buffer,
-            world=world,
-            num_workers=workers,
-            drop_last=o.drops_last,
-            cover=o.covers,
-        )
+        rest = self._stream_rest(old, k)
         if not rest.skipped:
             return
 
@@ -463,6 +441,22 @@ class Resumable:
             f"shards they were reading) and not yielded would be lost, since only a reader's own stream gives "
             f"them; resume on {readers(state['world'], state['workers'])} (exact), read with the index reader "
             f"(exact on any ranks), or start epoch {state['epoch'] + 1} afresh without the state"
+        )
+
+    def _stream_rest(self, old: StreamPlan, k: int) -> StreamRest:
+        """``stream_rest`` of ``old`` after ``k`` batches, on this loader's ranks and workers."""
+        ds, o = self.dataset, self.dataset.options
+        _, world, workers = self._where()
+        return stream_rest(
+            old,
+            ds.shards.counts,
+            k,
+            batch_size=o.batch_size,
+            buffer=o.buffer,
+            world=world,
+            num_workers=workers,
+            drop_last=o.drops_last,
+            cover=o.covers,
         )
 
     def _after_load(self) -> None:
@@ -515,17 +509,7 @@ class Resumable:
             elif o.resampled:
                 plan = resampled_rest(old, k, world=world, num_workers=workers)
             else:
-                rest = stream_rest(
-                    old,
-                    ds.shards.counts,
-                    k,
-                    batch_size=o.batch_size,
-                    buffer=o.buffer,
-                    world=world,
-                    num_workers=workers,
-                    drop_last=o.drops_last,
-                    cover=o.covers,
-                )
+                rest = self._stream_rest(old, k)
                 if rest.skipped:  # load_state_dict refused it, unless the ranks were not known then
                     self._loaded = state  # kept: the next iteration refuses it again
                     self._refuse_lossy(state, old, k)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,7 @@ __all__ = [
     "shard_order",
     "plan_epoch",
     "plan_grid",
+    "worker_batches",
     "worker_info",
     "rank_world",
     "cut_to",
@@ -170,57 +171,19 @@ def cut_to(batches: Sequence[int], quota: int) -> list[int]:
     return out
 
 
-def plan_epoch(
-    n_shards: int,
-    counts: Sequence[int] | None,
-    *,
-    batch_size: int,
-    seed: int,
-    epoch: int,
-    rank: int,
-    world: int,
-    num_workers: int,
-    shuffle: bool,
-    drop_last: bool,
-    resampled: bool = False,
-    epoch_batches: int | None = None,
-    cover: bool = False,
-) -> list[WorkerPlan]:
-    """Plans of every worker of ``rank``: shards dealt round-robin to ranks, then to workers (``ranks.deal``).
+def plan_epoch(n_shards: int, counts: Sequence[int] | None, *, rank: int, **options: Any) -> list[WorkerPlan]:
+    """Plans of every worker of ``rank`` (``options``: ``plan_grid``'s keywords), with their spares.
 
-    ``cover`` (evaluation): every sample once across the ranks; each worker reads all of its shards
-    (a short last batch unless ``drop_last``), so ranks may differ in batches, and a reader left
-    without a shard (fewer shards than ranks x workers) yields none.
-
-    Without resampling every rank gets the same number of batches: with ``world > 1`` each worker
-    yields only full batches, and ranks are cut to the smallest rank's total (needs ``counts``).
-    With resampling each worker draws shards with replacement and yields its share of
-    ``epoch_batches`` batches per rank.
-
-    Spares (several ranks only): worker ``w`` of rank ``r`` may top up from the shards that worker
+    Spares (several ranks in training only): worker ``w`` of rank ``r`` may top up from the shards that worker
     ``w`` of ranks r+1, r+2, ... reads, in that order. The spare lists of one rank's workers are
     disjoint and hold none of the rank's own shards, so topping up never repeats a sample within a
     rank; it repeats, on another rank, only samples that replace skipped ones.
     """
-    grid = plan_grid(
-        n_shards,
-        counts,
-        batch_size=batch_size,
-        seed=seed,
-        epoch=epoch,
-        world=world,
-        num_workers=num_workers,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        resampled=resampled,
-        epoch_batches=epoch_batches,
-        cover=cover,
-    )
-    plans = grid[rank]
-    if resampled or ((world == 1 or cover) and epoch_batches is None):
-        return plans
-    others = [grid[(rank + d) % world] for d in range(1, world)]
-    return [WorkerPlan(p.shards, p.batches, [i for o in others for i in o[w].shards]) for w, p in enumerate(plans)]
+    grid, world = plan_grid(n_shards, counts, **options), options["world"]
+    if options.get("cover") and options.get("epoch_batches") is None:  # evaluation: every sample once, no spares
+        return grid[rank]
+    others = [grid[(rank + d) % world] for d in range(1, world)]  # none with one rank; resampled: no shards
+    return [WorkerPlan(p.shards, p.batches, [i for o in others for i in o[w].shards]) for w, p in enumerate(grid[rank])]
 
 
 def plan_grid(
@@ -238,8 +201,11 @@ def plan_grid(
     epoch_batches: int | None = None,
     cover: bool = False,
 ) -> list[list[WorkerPlan]]:
-    """Every rank's plans, [rank][worker], by ``plan_epoch``'s rules, without spares: one deal for all
-    ranks, so planning R ranks costs O(shards + R x workers), not R times that."""
+    """Every rank's plans, [rank][worker], without spares: shards dealt round-robin to ranks, then to
+    workers (``ranks.deal``), their batches by ``worker_batches``; one deal for all ranks, so planning R
+    ranks costs O(shards + R x workers), not R times that. ``cover`` (evaluation): a reader left without
+    a shard (fewer shards than ranks x workers) yields none. With resampling each worker draws shards
+    with replacement and yields its share of ``epoch_batches`` batches per rank."""
     slots = world * num_workers
     if resampled:
         if epoch_batches is None:
@@ -264,21 +230,29 @@ def plan_grid(
         )
     order = shard_order(n_shards, seed=seed, epoch=epoch, shuffle=shuffle)
     dealt = deal(order, world, num_workers)  # [rank][worker] -> shards
-    if (world == 1 or cover) and epoch_batches is None:
-        if counts is None:
-            return [[WorkerPlan(p, None) for p in plans] for plans in dealt]
-        B = batch_size
-        per = [[sum(counts[i] for i in p) for p in plans] for plans in dealt]
-        return [
-            [WorkerPlan(p, c // B if drop_last else -(-c // B)) for p, c in zip(plans, cs)]
-            for plans, cs in zip(dealt, per)
-        ]
     if counts is None:
+        if (world == 1 or cover) and epoch_batches is None:
+            return [[WorkerPlan(p, None) for p in plans] for plans in dealt]
         raise OptionError(
             f"{world} ranks need the samples per shard to give every rank the same number of batches; "
             f"point urls at the shards folder or its index.json (not a bare pattern), or pass epoch_batches"
         )
-    full = [[sum(counts[i] for i in shards) // batch_size for shards in plans] for plans in dealt]
+    samples = [[sum(counts[i] for i in p) for p in plans] for plans in dealt]
+    batches = worker_batches(samples, batch_size, drop_last=drop_last, cover=cover, epoch_batches=epoch_batches)
+    return [[WorkerPlan(p, b) for p, b in zip(plans, bs)] for plans, bs in zip(dealt, batches)]
+
+
+def worker_batches(
+    samples: list[list[int]], batch_size: int, *, drop_last: bool, cover: bool, epoch_batches: int | None = None
+) -> list[list[int]]:
+    """[rank][worker] batches of the [rank][worker] ``samples``. One rank, or ``cover`` (evaluation: ranks
+    may differ), without ``epoch_batches``: all of each worker's, a short last batch unless ``drop_last``.
+    Else every rank the same: full batches only, cut (``cut_to``) to the smallest rank's total, or to
+    ``epoch_batches``."""
+    B = batch_size
+    if (len(samples) == 1 or cover) and epoch_batches is None:
+        return [[c // B if drop_last else -(-c // B) for c in ranks] for ranks in samples]
+    full = [[c // B for c in ranks] for ranks in samples]
     quota = min(sum(f) for f in full)
     if epoch_batches is not None:
         if epoch_batches > quota:
@@ -287,4 +261,4 @@ def plan_grid(
                 f"of {batch_size} this epoch; use epoch_batches <= {quota} or resampled=True"
             )
         quota = epoch_batches
-    return [[WorkerPlan(p, b) for p, b in zip(plans, cut_to(f, quota))] for plans, f in zip(dealt, full)]
+    return [cut_to(f, quota) for f in full]
