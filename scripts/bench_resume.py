@@ -1,8 +1,10 @@
 """Resume: time from ``load_state_dict`` to the first batch, with an index of 1,000,000 samples.
 
-Builds real shards of a few thousand samples (tests/shardkit.py: real tars, no conversion), then an
-index whose samples.npz lists 1,000,000 rows: the real rows repeated under new keys (every row
-points at a real .npy and .cls, so the reader reads and checks them as usual). A loader reads a few
+Builds real shards of --samples samples of 32 px, --per-shard a shard (977 shards for 1,000,000; about 7 GB,
+kept in --work for the next run), as the converter writes them: each sample is one of a real conversion's
+(``wds_tools.convert.convert`` of 12 photos) under its own key, its .json naming that key, so the reader reads
+and checks them as usual (the .npy's tar header names its key); the index is the conversion's index.json with
+these shards and counts, written by ``write_index``. A loader reads a few
 batches and saves its state at --at of the epoch; a fresh loader (made beforehand: reading
 samples.npz is make_loader's work) then times ``load_state_dict`` + the first batch. The baseline,
 in the same rounds: the same fresh loader's first batch of a fresh epoch (``iter`` + ``next``).
@@ -22,7 +24,7 @@ again, and collates), and ``load_state_dict`` + the first batch of the rest.
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import statistics
 import sys
 import time
@@ -39,50 +41,84 @@ from training_adapter import make_loader  # noqa: E402
 from wds_tools.format.index import load_index, write_index  # noqa: E402
 from wds_tools.format.names import url_pattern  # noqa: E402
 from wds_tools.format.packed import pack_strings  # noqa: E402
+from wds_tools.format.sample import column_prefix, sample_json  # noqa: E402
+from wds_tools.format.tarwrite import ShardWriter  # noqa: E402
+
+PER_SHARD = 1024  # samples a shard: 977 shards for 1,000,000, as many as the figures in docs/guide/training.md had
 
 
-def build(work: Path, samples: int) -> Path:
-    """Real shards of 4 x 1,000 samples of 32 px, hard-linked under as many shard names as it takes for
-    ``samples`` rows: each name's rows repeat its file's real rows, no more than a shard of its size
-    can hold (the readers refuse an index claiming more samples than 1 per KiB of shard)."""
-    dest = work / f"resume-{samples}-linked"
+TEMPLATE = 12  # photos of the template conversion, 3 classes
+
+
+def template(work: Path) -> Path:
+    """A real conversion (``wds_tools.convert.convert``) of TEMPLATE photos at 32 px, every sample train: the
+    samples and index.json ``build`` repeats."""
+    from wds_tools.convert import convert
+    from wds_tools.synth import jpeg_bytes, lesion_photo
+
+    src = work / "template-source"
+    (src / "images").mkdir(parents=True, exist_ok=True)
+    lines = ["key,label,path"]
+    for k in range(TEMPLATE):
+        (src / "images" / f"t{k:02d}.jpg").write_bytes(jpeg_bytes(lesion_photo(96, 96, k % 3, 900 + k)))
+        lines.append(f"t{k:02d},c{k % 3},images/t{k:02d}.jpg")
+    (src / "manifest.csv").write_text("\n".join(lines) + "\n")
+    convert(src / "manifest.csv", version="template", size=32, out=work / "template", workers=1, val_fraction=0.0,
+            progress=False)  # fmt: skip
+    return work / "template" / "template" / "32"
+
+
+def build(work: Path, samples: int, per: int = PER_SHARD) -> Path:
+    """Real shards of ``samples`` samples of 32 px, ``per`` a shard, as the converter writes them: each sample the
+    template conversion's sample ``i % TEMPLATE`` (its .cls, .i32, .npy, and its .json with the new key) under
+    its own key ``r<i>`` (the loader checks each .npy's tar header against its key), written by the format's
+    ShardWriter; the index (``write_index``) is the template's with these rows, shards and counts."""
+    dest = work / f"resume-{samples}-{per}"
     if (dest / "index.json").exists():
         return dest
-    build_dataset(dest, {"train": [[(i + j) % 3 for i in range(1000)] for j in range(4)]}, size=32)
-    index = load_index(dest)
-    meta, cols = index.meta, index.samples.columns
-    n = len(cols["key"])
-    real = meta["shards"]
-    rows_of = [np.flatnonzero(cols["shard"] == k) for k in range(len(real))]
-    per_name = min(int(s["bytes"]) // 1024 for s in real)
-    names = -(-samples // per_name)
-    shards, take, shard_col = [], [], []
+    tmpl = load_index(template(work))
+    tcols = tmpl.samples.columns
+    order = np.argsort(tcols["key"])
+    members = tmpl.meta["sample"]["members"]
+    parts = []  # each template sample's members' bytes, in key order
+    for r in order.tolist():
+        with open(tmpl.root / tmpl.shards[int(tcols["shard"][r])]["name"], "rb") as f:
+            got = {}
+            for m in members:
+                f.seek(int(tcols[f"{column_prefix(m)}_offset"][r]))
+                got[m] = f.read(int(tcols[f"{column_prefix(m)}_length"][r]))
+        parts.append((got, json.loads(got["json"])))
+    dest.mkdir(parents=True, exist_ok=True)
+    names = -(-samples // per)
+    cols = {f"{column_prefix(m)}_{x}": np.zeros(samples, "<u8") for m in members for x in ("offset", "length")}
+    shards = []
     for j in range(names):
-        k = j % len(real)
-        entry = dict(real[k])
-        if j >= len(real):  # another name for the same bytes
-            entry["name"] = f"train-{j:06d}.tar"
-            os.link(dest / real[k]["name"], dest / entry["name"])
-        count = min(per_name, samples - j * per_name)
-        entry["samples"] = count
-        shards.append(entry)
-        take.append(rows_of[k][np.arange(count) % len(rows_of[k])])
-        shard_col.append(np.full(count, j))
-    take_all = np.concatenate(take)
-    out = {}
-    for name, col in cols.items():
-        if name in ("path_offsets", "path_data"):
-            continue
-        out[name] = col[take_all] if len(col) == n else col
-    out["shard"] = np.concatenate(shard_col).astype(cols["shard"].dtype)
-    out["key"] = np.array([f"r{i:07d}".encode() for i in range(samples)], dtype="S")
-    out["path_offsets"], out["path_data"] = pack_strings([f"img/r{i:07d}.jpg" for i in range(samples)])
-    meta["shards"] = shards
-    meta["samples"] = meta["splits"]["train"]["samples"] = samples
-    meta["splits"]["train"]["shards"] = names
-    meta["splits"]["train"]["urls"] = url_pattern("train", names)
-    meta["class_counts"] = meta["splits"]["train"]["class_counts"] = np.bincount(out["label"], minlength=3).tolist()
-    write_index(dest, meta, out)
+        w = ShardWriter(str(dest / f"train-{j:06d}.tar"))
+        for i in range(j * per, min(samples, (j + 1) * per)):
+            got, fields = parts[i % TEMPLATE]
+            key = f"r{i:07d}"
+            data = {**got, "json": sample_json({**fields, "key": key, "original_key": key,
+                                                 "source_path": f"img/{key}.jpg"})}  # fmt: skip
+            for m in members:
+                p = column_prefix(m)
+                cols[f"{p}_offset"][i], cols[f"{p}_length"][i] = w.add(f"{key}.{m}", data[m])
+        nbytes, sha = w.close()
+        shards.append({"name": f"train-{j:06d}.tar", "split": "train", "samples": min(per, samples - j * per),
+                       "bytes": nbytes, "sha256": sha})  # fmt: skip
+    take = order[np.arange(samples) % TEMPLATE]
+    for name, col in tcols.items():
+        if name not in cols and name not in ("path_offsets", "path_data") and len(col) == len(order):
+            cols[name] = col[take]
+    cols["shard"] = (np.arange(samples) // per).astype("<u4")
+    cols["key"] = np.array([f"r{i:07d}".encode() for i in range(samples)], dtype="S")
+    cols["path_offsets"], cols["path_data"] = pack_strings([f"img/r{i:07d}.jpg" for i in range(samples)])
+    counts = np.bincount(cols["label"], minlength=len(tmpl.classes)).tolist()
+    meta = {k: v for k, v in tmpl.meta.items() if k != "samples_file"}
+    train = {**tmpl.meta["splits"]["train"], "samples": samples, "shards": names, "class_counts": counts,
+             "urls": url_pattern("train", names)}  # fmt: skip
+    meta.update(dataset_version="bench", samples=samples, class_counts=counts, shards=shards, splits={"train": train})
+    meta["build"] = {**meta["build"], "shard_size": per, "source": {**meta["build"]["source"], "rows": samples}}
+    write_index(dest, meta, cols)
     return dest
 
 
@@ -137,6 +173,7 @@ def main() -> None:
     ap.add_argument("--reader", choices=("index", "stream"), default="index")
     ap.add_argument("--stream-samples", type=int, default=16_000)
     ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--per-shard", type=int, default=PER_SHARD, help="samples a shard (default %(default)s)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--at", type=float, default=0.9, help="where in the epoch the state is saved (fraction)")
@@ -145,7 +182,7 @@ def main() -> None:
     if args.reader == "stream":
         return stream(Path(args.work), args.stream_samples, args.batch, args.at, args.rounds)
     t = time.perf_counter()
-    dest = build(Path(args.work), args.samples)
+    dest = build(Path(args.work), args.samples, args.per_shard)
     print(f"index of {args.samples:,} samples in {dest} ({time.perf_counter() - t:.1f} s to build or find)")
     kw = dict(train=True, batch_size=args.batch)
     ld = make_loader(dest, num_workers=0, **kw)

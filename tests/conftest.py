@@ -344,6 +344,13 @@ SLOW_TESTS: dict[str, dict[str, float]] = {
         "test_crop_draws_like_torchvision": 0.74,  # s CPU in the fast run
         "test_per_sample_and_batch_paths_match_the_reference": 0.9,  # in the fast run
     },
+    "test_bench_scripts.py": {
+        # each runs a benchmark script end to end in its own process (imports, a template conversion, a loader
+        # with 2 workers or three CLI processes): 5 s of wall each at load 3-4, 2-2.5 s of CPU in its children
+        "test_bench_report_runs_and_prints_its_figures": 5.0,
+        "test_bench_resume_runs_and_prints_its_figures": 5.0,
+        "test_bench_resume_stream_runs_and_prints_its_figures": 5.0,
+    },
     "test_buffers.py": {
         "test_a_failed_batch_gives_its_slot_back": 0.8,  # in the fast run
         "test_a_worker_waiting_for_a_slot_finds_its_main_process_under_every_start_method": 4.3,  # spawn's torch import

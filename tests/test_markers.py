@@ -12,7 +12,7 @@ from conftest import SLOW_TESTS
 TESTS = Path(__file__).resolve().parent
 # test_learning.py: its one test trains a CNN (31 s under load); test_loader_oracle.py: every test compares epochs
 # with the reference loader, or needs its module's fixtures (2.9 s of CPU for one test of an error message)
-ALL_SLOW = {"test_learning.py", "test_loader_oracle.py"}
+ALL_SLOW = {"test_bench_scripts.py", "test_learning.py", "test_loader_oracle.py"}
 
 
 @cache
