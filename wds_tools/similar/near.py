@@ -50,6 +50,7 @@ __all__ = [
     "COARSE_LOOK",
     "LOOK_TREES",
     "LOOK_LEAF",
+    "BUCKET_READ",
     "PAIR_DTYPE",
     "NearClusters",
     "near_clusters",
@@ -85,6 +86,7 @@ _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
 _MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
 _BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
+_PAIRS = 1 << 15  # node pairs whose looks (or coarse looks) are gathered at once: memory follows the nodes
 _LEAVES = 1024  # leaves whose dot products are taken at once (``_look_neighbours``): about 20 MiB
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
 SHIFT_WINDOWS = (2, 3, 4, 5)
@@ -105,6 +107,10 @@ LOOK_TREES = 8
 leaf of one of these random-projection trees (``_look_neighbours``; docs/FORMAT.md). The hashes miss such a copy
 on smooth photos: a recompression at JPEG quality 30 moves a smooth grey photo's hash by 8 bits, and a shifted
 copy can be outranked among its group's 32 candidates by other smooth photos; by its look it is the nearest."""
+BUCKET_READ = 32
+"""The hashes read per probed bucket of a band value: a bucket of more holds alike photos (smooth skin); of it, the
+query reads the ``BUCKET_READ`` nearest its own place in the bucket's order (``_key``), so that the search's time is
+linear in the photos, not N^2 (docs/FORMAT.md, "Near-duplicates"). Below it the search is exact."""
 LOOK_LEAF = 32
 """A tree halves its parts until none holds more than this many nodes (its leaves): linear in the nodes."""
 
@@ -121,6 +127,14 @@ def check_threshold(threshold: int) -> None:
 
 def _band(h: np.ndarray, b: int) -> np.ndarray:
     return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int64)
+
+
+def _key(h: np.ndarray, b: int) -> np.ndarray:
+    """The hashes' bits with band ``b`` on top, then the next band, then the last: the order of a crowded bucket."""
+    top = np.uint64(2 * _BAND_BITS)
+    one = np.uint64((1 << _BAND_BITS) - 1)
+    bands = [(h >> np.uint64(((b + i) % _BANDS) * _BAND_BITS)) & one for i in range(_BANDS)]
+    return (bands[0] << top) | (bands[1] << np.uint64(_BAND_BITS)) | bands[2]
 
 
 def _flip_masks(radius: int) -> list[int]:
@@ -151,11 +165,13 @@ def _probe(
     tick: Callable[[], None] = lambda: None,
     reduce: _Nearest | None = None,
     turned: bool = True,
+    read: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(query row, stored row) of every whole-image hash of ``queries`` that, in one of its eight
     variants (``turned``; else as it is), is within ``threshold`` bits of one of the hashes of a ``stored``
     row; may repeat. With ``reduce``, each step's (query row, stored row, bits apart) are handed to it instead
-    (the answer empty)."""
+    (the answer empty). With ``read``, a bucket of more than ``read`` hashes is read only where the query would
+    stand in it, ordered by the key of that band (``_key``): the ``read`` hashes around that place."""
     per = 8 if turned else 1
     k = stored.shape[1]
     flat = stored.reshape(-1)
@@ -167,21 +183,43 @@ def _probe(
         order = np.argsort(values, kind="stable")
         del values
         before = np.cumsum(sizes) - sizes
-        tables.append((flat[order], (order // k).astype(row_type), sizes.astype(row_type), before.astype(row_type)))
+        deep = np.zeros(0, np.uint64)  # the keys of the crowded buckets' hashes, sorted (``read``)
+        if read is not None and int(sizes.max(initial=0)) > read:
+            at = np.flatnonzero(np.repeat(sizes > read, sizes))  # their places in the table: whole buckets
+            deep = _key(flat[order[at]], band)
+            by_key = np.argsort(deep, kind="stable")  # within each bucket (the key's top bits), by the rest
+            order[at], deep = order[at][by_key], deep[by_key]
+        tables.append(
+            (flat[order], (order // k).astype(row_type), sizes.astype(row_type), before.astype(row_type), deep)
+        )
         del order
     masks = _flip_masks(threshold // _BANDS)
     out_q, out_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(queries), _CHUNK):
         part = queries[lo : lo + _CHUNK, 0]
         variants = variants_array(part).reshape(-1) if turned else part  # each query's 8 variants
-        for band, (sorted_hashes, row_of, counts, firsts) in enumerate(tables):
+        for band, (sorted_hashes, row_of, counts, firsts, deep) in enumerate(tables):
             qb = _band(variants, band)
             by_value = np.argsort(qb, kind="stable")  # probes in bucket order: the reads run through memory
             qb, q = qb[by_value], variants[by_value]
+            rest = _key(q, band) & np.uint64((1 << (2 * _BAND_BITS)) - 1) if len(deep) else None
             for m in masks:  # every band value within the radius
                 tick()
                 probe = qb ^ m if m else qb
                 n = counts[probe]
+                skip = None
+                if rest is not None and read is not None:
+                    crowded = np.flatnonzero(n > read)
+                    if len(crowded):  # read only the ``read`` hashes around where the query's key would stand
+                        cp = probe[crowded]
+                        place = np.searchsorted(
+                            deep, (cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS)) | rest[crowded]
+                        )
+                        place -= np.searchsorted(deep, cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS))
+                        skip = np.zeros(len(probe), np.int64)
+                        skip[crowded] = np.clip(place - read // 2, 0, n[crowded] - read)
+                        n = n.copy()
+                        n[crowded] = read
                 ends = np.cumsum(n)
                 # cut the probes where their candidates pass _MOST (a crowded bucket: many alike images)
                 cuts = np.unique(np.searchsorted(ends, np.arange(_MOST, int(ends[-1]) if len(ends) else 0, _MOST)))
@@ -191,7 +229,8 @@ def _probe(
                     if not total:
                         continue
                     ea = np.cumsum(na)
-                    pos = np.repeat(firsts[probe[a:b]] - (ea - na), na) + np.arange(total)
+                    start = firsts[probe[a:b]] if skip is None else firsts[probe[a:b]] + skip[a:b]
+                    pos = np.repeat(start - (ea - na), na) + np.arange(total)
                     bits = np.bitwise_count(np.repeat(q[a:b], na) ^ sorted_hashes[pos])
                     keep = np.flatnonzero(bits <= threshold)
                     if keep.size:
@@ -295,15 +334,20 @@ class _Nearest:
         if not len(q):
             return q, s, bits
         if int(q.max()) < 1 << 26 and int(s.max()) < 1 << 31 and int(bits.max()) < 64:
-            # (query, bits, row) packed in one int64 (all >= 0), one sort of it: the order of the lexsort below; the
-            # search 1.5x faster on smooth photos, whose entries within the threshold grow as N^2 (docs/guide/figures.md)
+            # packed in one int64 (all >= 0), one sort of it each: first (query, row, bits), each (query, row) kept
+            # at its fewest bits, then (query, bits, row); the search 1.5x faster than with lexsorts
+            key = np.sort((q << 37) | (s << 6) | bits)
+            key = key[np.r_[True, (key[1:] >> 6) != (key[:-1] >> 6)]]
+            q, s, bits = key >> 37, (key >> 6) & ((1 << 31) - 1), key & 63
             key = np.sort((q << 37) | (bits << 31) | s)
             q, bits, s = key >> 37, (key >> 31) & 63, key & ((1 << 31) - 1)
         else:
+            order = np.lexsort((bits, s, q))
+            q, s, bits = q[order], s[order], bits[order]
+            first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
+            q, s, bits = q[first], s[first], bits[first]
             order = np.lexsort((s, bits, q))
             q, s, bits = q[order], s[order], bits[order]
-        first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
-        q, s, bits = q[first], s[first], bits[first]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
         rank = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
         keep = rank < self.nearest
@@ -318,7 +362,12 @@ class _Nearest:
 
 
 def _candidates(
-    a: _Distinct, threshold: int, b: _Distinct | None, nearest: int, tick: Callable[[], None]
+    a: _Distinct,
+    threshold: int,
+    b: _Distinct | None,
+    nearest: int,
+    tick: Callable[[], None],
+    read: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p, q, distance) of the candidate pairs of distinct rows (``near_clusters``): each row's ``nearest`` rows
     within ``threshold`` (of ``a`` with p < q, or of ``a`` (p) against ``b`` (q)), by the bits between its
@@ -328,12 +377,12 @@ def _candidates(
 
     def search(queries: np.ndarray, stored: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
         found = _Nearest(nearest, same)
-        _probe(queries, stored, threshold, tick, found)
+        _probe(queries, stored, threshold, tick, found, read=read)
         if queries.shape[1] >= SHIFT_WINDOWS[-1] + 1 and stored.shape[1] > 1:  # edge windows against centres
             edges = np.ascontiguousarray(queries[:, list(SHIFT_WINDOWS)]).reshape(-1, 1)
             centres = np.ascontiguousarray(stored[:, 1:2])
             by_edge = _Nearest(nearest, same, per=len(SHIFT_WINDOWS))
-            _probe(edges, centres, threshold, tick, by_edge, False)
+            _probe(edges, centres, threshold, tick, by_edge, False, read=read)
             found.done.append(by_edge.result())
         qi, sj, _ = found.result()
         return qi, sj
@@ -425,7 +474,7 @@ def near_clusters(
     steps = _steps(len(da.rows), threshold, shifts) + (_steps(len(db.rows), threshold, shifts) if db is not None else 0)
     tick = Delayed(steps, "near-duplicate search", "step", enabled=progress, after=PROGRESS_AFTER)
     try:
-        p, q, d = _candidates(da, threshold, db, hash_nearest, tick)
+        p, q, d = _candidates(da, threshold, db, hash_nearest, tick, BUCKET_READ)
     finally:
         tick.close()
     flat = np.flatnonzero(is_flat(ra))
@@ -607,14 +656,16 @@ def _nearest_looks(look: np.ndarray, u: np.ndarray, v: np.ndarray, nearest: int)
     if not len(u):
         return np.zeros(0, bool)
     c = _coarse_looks(look)
-    cos = np.einsum("ij,ij->i", c[u], c[v])
+    cos = np.concatenate(
+        [np.einsum("ij,ij->i", c[u[lo : lo + _PAIRS]], c[v[lo : lo + _PAIRS]]) for lo in range(0, len(u), _PAIRS)]
+    )
     keep = np.zeros(len(u), bool)
-    for x, y in ((u, v), (v, u)):
-        order = np.lexsort((y, -cos, x))
-        xs = x[order]
-        starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-        rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
-        keep[order[rank < nearest]] = True
+    x, y = np.concatenate([u, v]), np.concatenate([v, u])  # each node's pairs, whichever side it is on
+    order = np.lexsort((y, -np.concatenate([cos, cos]), x))
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
+    keep[order[rank < nearest] % len(u)] = True
     return keep
 
 
@@ -715,8 +766,9 @@ class _Checks:
             self.count += len(todo)
             alike = colour_alike(self.lay[x], self.lay[y])
             score = np.full(len(todo), -1.0)
-            idx = np.flatnonzero(alike)
-            if len(idx):
+            alike_at = np.flatnonzero(alike)
+            for lo in range(0, len(alike_at), _PAIRS):  # the looks of a part of the pairs at a time
+                idx = alike_at[lo : lo + _PAIRS]
                 turns = _turns(self.rows[self.node_row[x[idx]]], self.rows[self.node_row[y[idx]]])
                 got = compare(self.look[x[idx]], self.look[y[idx]], turns)
                 score[idx] = np.where(got.passed, got.score, -1.0)
