@@ -1,32 +1,14 @@
 """Near-duplicates: candidates by the perceptual hashes (``format.phash``), each checked on its looks
-(``similar.match``), and clusters of checked pairs (docs/FORMAT.md, "Near-duplicates").
+(``similar.match``), and clusters of checked pairs (the rule: docs/FORMAT.md, "Near-duplicates").
 
-Candidates. The distance is ``phash.distance`` (the whole-image hash of one sample, under the eight flips
-and quarter turns, against any of the other's seven hashes), or the bits between an edge window of one and
-the other's centre window (a copy shifted along a side: ``near_distances``). Samples with the same hashes
-(one image under many keys) are collapsed first, so that the work and the memory follow the distinct
-hashes, not the samples: N copies are one cluster found in O(N log N), never N^2 pairs. Each distinct
-hash keeps its ``HASH_NEAREST`` nearest (``_Nearest``): on smooth photos (skin of one tone with a darker
-lesion) every hash has hundreds within 5 bits, and the cap keeps the pairs linear in N. A sample too flat
-to hash (``phash.is_flat``) is searched by its bits as they are, and listed.
-
-The search over the distinct hashes is multi-index hashing, without an all-pairs scan. The 63 used
-bits are cut into three 21-bit bands; two hashes within distance t differ in at most t // 3 bits on
-at least one band (pigeonhole). Every hash of every sample is filed, per band, by its band value;
-each whole-image hash, in its eight variants, probes the buckets within that radius of its band
-values, and only the hashes found there are compared in full; each edge window, as it is, probes the
-filed centre windows the same way. The probes are sorted by band value first, so the buckets are read
-in memory order. The probes per band grow as the number of band values within the radius (1 for
-t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on): ``MAX_THRESHOLD`` is the largest
-threshold served. ``find_pairs`` gives every pair within a threshold by the hashes alone (exact, for the
-benches and the tests).
-
-The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
-only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
-``NEAREST`` candidates by their coarse looks and its look neighbour (``LOOK_TREES``: a copy whose hash
-moved beyond the threshold), and checks those pairs (colour agreement, then ``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
-never a chain; its evidence is each sample's distance and score against the representative. Used by
-``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
+Candidates: samples of equal hashes are one group (N copies cost one); each group keeps its ``HASH_NEAREST``
+nearest within the threshold, found by multi-index hashing over three 21-bit bands (``_probe``), a crowded
+bucket read only around the asked hash's place in it (``BUCKET_READ``), so that work and memory follow the
+groups, not their pairs, on smooth photos too. The check: ``near_clusters`` asks ``looks`` for the candidates'
+samples only, keeps each node's ``NEAREST`` by coarse look and its look neighbour (``LOOK_TREES``), checks those
+pairs, and makes each cluster a representative and what passed against it, never a chain. Used by
+``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and ``convert --dedup``. ``find_pairs`` is the
+exact search by the hashes alone, for the benches and the tests.
 """
 
 from __future__ import annotations
@@ -95,8 +77,8 @@ other sample's centre window (1): a copy shifted by a few percent along a side i
 bottom window is near its original's centre, and its original's top window near its centre; both are asked: on
 dermoscopic photos one of the two alone missed 5 of 200 such copies)."""
 HASH_NEAREST = 32
-"""Candidates kept per distinct hash row by the search: its nearest rows within the threshold (then by row). Smooth
-photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear in N."""
+"""Candidates kept per distinct hash row by the search: its nearest rows read within the threshold (then by row).
+Smooth photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear."""
 NEAREST = 8
 """Of those, the candidates checked per look: the nearest by their coarse looks (``COARSE_LOOK``), a finer
 signature than the hashes' bits (on smooth photos, a copy's rank among the 5-bit candidates: at most 2 against 296)."""
@@ -398,7 +380,9 @@ def _candidates(
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     pairs = np.unique(np.stack([p, q], axis=1), axis=0)
     p, q = pairs[:, 0], pairs[:, 1]
-    return p, q, near_distances(ka[p], kb[q])
+    # in parts: ``near_distances`` compares every variant with every hash ([pairs, 8, 7] at once)
+    d = [near_distances(ka[p[lo : lo + _PAIRS]], kb[q[lo : lo + _PAIRS]]) for lo in range(0, len(p), _PAIRS)]
+    return p, q, np.concatenate(d)
 
 
 Looks = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]]
