@@ -343,3 +343,12 @@ def test_each_node_keeps_its_nearest_looks_whichever_side_it_is_on(seed):
     got = near._nearest_looks(look, u, v, 8)
     assert {(int(x), int(y)) for x, y, k in zip(u, v, got) if k} == kept
     assert 0 < len(kept) < len(pairs)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_band_values_are_sorted_as_numpy_sorts_them(dtype):
+    """The search's two-pass sort of band values gives numpy's stable argsort, repeats and the extremes included."""
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.integers(0, 1 << 21, 50_000), [0, (1 << 21) - 1] * 50, rng.integers(0, 40, 5_000)])
+    values = values.astype(dtype)
+    assert np.array_equal(near._by_value(values), np.argsort(values, kind="stable"))

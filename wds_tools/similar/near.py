@@ -119,6 +119,13 @@ def _key(h: np.ndarray, b: int) -> np.ndarray:
     return (bands[0] << top) | (bands[1] << np.uint64(_BAND_BITS)) | bands[2]
 
 
+def _by_value(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` of band values (0 .. 2^21 - 1), in two stable sorts of 11 and 10 bits as
+    uint16, which numpy sorts by radix: 1.8x (7,000,000 values) to 5x (262,144) faster."""
+    low = np.argsort((values & 0x7FF).astype(np.uint16), kind="stable")
+    return low[np.argsort((values[low] >> 11).astype(np.uint16), kind="stable")]
+
+
 def _flip_masks(radius: int) -> list[int]:
     """Every band value XOR mask with at most ``radius`` bits set."""
     masks = [0]
@@ -162,7 +169,7 @@ def _probe(
     for band in range(_BANDS):
         values = _band(flat, band).astype(np.int32)
         sizes = np.bincount(values, minlength=1 << _BAND_BITS)
-        order = np.argsort(values, kind="stable")
+        order = _by_value(values)
         del values
         before = np.cumsum(sizes) - sizes
         deep = np.zeros(0, np.uint64)  # the keys of the crowded buckets' hashes, sorted (``read``)
@@ -182,7 +189,7 @@ def _probe(
         variants = variants_array(part).reshape(-1) if turned else part  # each query's 8 variants
         for band, (sorted_hashes, row_of, counts, firsts, deep) in enumerate(tables):
             qb = _band(variants, band)
-            by_value = np.argsort(qb, kind="stable")  # probes in bucket order: the reads run through memory
+            by_value = _by_value(qb)  # probes in bucket order: the reads run through memory
             qb, q = qb[by_value], variants[by_value]
             rest = _key(q, band) & np.uint64((1 << (2 * _BAND_BITS)) - 1) if len(deep) else None
             for m in masks:  # every band value within the radius
@@ -486,11 +493,15 @@ def _verified(
     offset = len(da.rows)
     rows = np.concatenate([da.rows, db.rows]) if db is not None else da.rows  # node rows: a's, then b's
     q = q + offset if db is not None else q
-    members = _members(da) + (_members(db) if db is not None else [])
+    # the samples of each row, as one array (by row, then sample) and each row's first place in it: not a list of
+    # an array per row (a million rows: 2.5 s of making small arrays)
+    held, first = _member_table(da)
     if db is not None:
-        members = members[:offset] + [m + n_a for m in members[offset:]]
+        held_b, first_b = _member_table(db)
+        held, first = np.concatenate([held, held_b + n_a]), np.concatenate([first[:-1], first_b + len(held)])
+    count = np.diff(first)
     # every sample of a candidate row, and of a row several samples share
-    wanted = np.unique(np.concatenate([p, q, [r for r, m in enumerate(members) if len(m) > 1]]).astype(np.int64))
+    wanted = np.unique(np.concatenate([p, q, np.flatnonzero(count > 1)]).astype(np.int64))
     found = NearClusters([], [], flat, len(rows))
     if not len(wanted):
         return found
@@ -498,8 +509,9 @@ def _verified(
     # digest); the looks are asked for in parts, and only each node's first kept, so N copies cost one look
     import xxhash
 
-    samples = np.concatenate([members[r] for r in wanted.tolist()])
-    row_of = np.concatenate([np.full(len(members[r]), r) for r in wanted.tolist()])
+    size = count[wanted]
+    samples = held[np.repeat(first[wanted] - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))]
+    row_of = np.repeat(wanted, size)
     key_of: dict[tuple[int, int], int] = {}
     first_look: list[np.ndarray] = []
     first_lay: list[np.ndarray] = []
@@ -843,6 +855,14 @@ def _pairs(a: np.ndarray, threshold: int, b: np.ndarray | None) -> tuple[np.ndar
         i, j = np.minimum(i, j), np.maximum(i, j)
     order = np.lexsort((j, i))
     return i[order].astype(np.int64), j[order].astype(np.int64), dist[order]
+
+
+def _member_table(d: _Distinct) -> tuple[np.ndarray, np.ndarray]:
+    """The samples holding each distinct row, by row and then sample, and each row's first place among them (one
+    more at the end: their count)."""
+    hashed = np.flatnonzero(d.of >= 0)
+    held = hashed[np.argsort(d.of[hashed], kind="stable")]
+    return held, np.concatenate([[0], np.cumsum(np.bincount(d.of[hashed], minlength=len(d.rows)))])
 
 
 def _members(d: _Distinct) -> list[np.ndarray]:
