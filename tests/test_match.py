@@ -107,9 +107,11 @@ def test_the_documented_numbers():
     from wds_tools.similar import near
 
     assert (near.HASH_NEAREST, near.NEAREST, near.COARSE_LOOK) == (32, 8, 8)
-    assert (near.LOOK_TREES, near.LOOK_LEAF) == (8, 32)
+    assert (near.LOOK_TREES, near.LOOK_LEAF, near.BUCKET_READ) == (8, 32, 32)
     for text in (
-        "keeps the 32 groups nearest",
+        "keeps the 32 other groups of least one-way bits",
+        "A bucket of at most 32 hashes is read whole; of a larger one, the 32 from position `min(max(p − 16, 0), m − 32)`",
+        "band b being bits 21b … 21b + 20",
         "each node keeps the 8",
         "means over 4×4 cells (8×8 values)",
         "in one of 8 random-projection trees",

@@ -5,6 +5,8 @@ pairs: tests/test_match.py.)"""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 import tracemalloc
 
@@ -175,15 +177,14 @@ def test_look_neighbours_are_the_documented_rule(n):
 
 
 def _cut_by_hand(q: list[int], s: list[int], bits: list[int], nearest: int) -> list[tuple[int, int, int]]:
-    """``_Nearest``'s cut in plain Python: the entries sorted by (query, bits, row), one dropped where its (query,
-    row) is the entry's before it, then each query's first ``nearest``."""
+    """``_Nearest``'s cut in plain Python, as docs/FORMAT.md states it: each (query, row) once, at its fewest bits;
+    then each query's first ``nearest`` by (bits, row)."""
+    fewest: dict[tuple[int, int], int] = {}
+    for qq, ss, bb in zip(q, s, bits):
+        fewest[(qq, ss)] = min(bb, fewest.get((qq, ss), bb))
     out: list[tuple[int, int, int]] = []
     taken: dict[int, int] = {}
-    before = None
-    for qq, bb, ss in sorted(zip(q, bits, s)):
-        if before == (qq, ss):
-            continue
-        before = (qq, ss)
+    for qq, bb, ss in sorted((qq, bb, ss) for (qq, ss), bb in fewest.items()):
         if taken.get(qq, 0) < nearest:
             taken[qq] = taken.get(qq, 0) + 1
             out.append((qq, ss, bb))
@@ -193,8 +194,8 @@ def _cut_by_hand(q: list[int], s: list[int], bits: list[int], nearest: int) -> l
 @pytest.mark.parametrize("offset", [0, 1 << 26])  # 0: the packed key's sort; 2^26 and more: the lexsort
 @pytest.mark.parametrize("seed", range(4))
 def test_the_nearest_cut_is_the_plain_sort(seed, offset):
-    """The cap's cut (each query's ``nearest`` rows by bits, then row) equals a plain Python sort of its entries,
-    repeats of one (query, row) at several bits among them, whichever sort it takes."""
+    """The cap's cut (each query's ``nearest`` distinct rows by bits, then row) equals a plain Python sort of its
+    entries, repeats of one (query, row) at several bits among them, whichever sort it takes."""
     rng = np.random.default_rng(seed)
     n = 3000
     q = rng.integers(0, 40, n) + offset
@@ -205,3 +206,149 @@ def test_the_nearest_cut_is_the_plain_sort(seed, offset):
     want = _cut_by_hand(q.tolist(), s.tolist(), bits.tolist(), 5)
     assert list(zip(*(x.tolist() for x in got))) == want
     assert len(want) == 40 * 5
+
+
+def _key_by_hand(h: int, b: int) -> int:
+    """The hash's 63 bits with band ``b`` (bits 21b ... 21b + 20) on top, then band b + 1, then b + 2 (mod 3)."""
+    bands = [(h >> (21 * ((b + i) % 3))) & ((1 << 21) - 1) for i in range(3)]
+    return (bands[0] << 42) | (bands[1] << 21) | bands[2]
+
+
+def _probe_by_hand(queries: list[int], stored: list[list[int]], t: int, read: int) -> set[tuple[int, int, int]]:
+    """docs/FORMAT.md's candidate search in plain Python: (query, row, bits) of every stored hash the query reads
+    within ``t`` bits. Per band, each bucket (one band value) ordered by (key of that band, place in the rows);
+    the query probes every value within t // 3 bits of its own band value; of a bucket of more than ``read``
+    hashes it reads the ``read`` from (its key's place in the bucket - read // 2), kept within the bucket."""
+    found = set()
+    for b in range(3):
+        buckets: dict[int, list[tuple[int, int, int, int]]] = {}
+        for row, hashes in enumerate(stored):
+            for k, h in enumerate(hashes):
+                buckets.setdefault((h >> (21 * b)) & ((1 << 21) - 1), []).append(
+                    (_key_by_hand(h, b), row * 10 + k, h, row)
+                )
+        for bucket in buckets.values():
+            bucket.sort()
+        for qi, qh in enumerate(queries):
+            own = (qh >> (21 * b)) & ((1 << 21) - 1)
+            for r in range(t // 3 + 1):
+                for flips in itertools.combinations(range(21), r):
+                    v = own ^ sum(1 << f for f in flips)
+                    bucket = buckets.get(v, [])
+                    if len(bucket) > read:
+                        want = (v << 42) | (_key_by_hand(qh, b) & ((1 << 42) - 1))
+                        place = bisect.bisect_left([e[0] for e in bucket], want)
+                        start = min(max(place - read // 2, 0), len(bucket) - read)
+                        bucket = bucket[start : start + read]
+                    for _, _, h, row in bucket:
+                        bits = bin(qh ^ h).count("1")
+                        if bits <= t:
+                            found.add((qi, row, bits))
+    return found
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.found: set[tuple[int, int, int]] = set()
+
+    def __call__(self, q: np.ndarray, s: np.ndarray, bits: np.ndarray) -> None:
+        self.found |= set(zip(q.tolist(), s.tolist(), bits.tolist()))
+
+    def flush(self) -> None:
+        pass
+
+
+def _crowded(n: int, k: int, seed: int) -> list[list[int]]:
+    """Hashes as smooth photos give them: one base, each hash it with a few of 12 bits (4 per band) flipped, so that
+    each band takes few values and its buckets fill with n."""
+    rng = np.random.default_rng(seed)
+    base = int(rng.integers(0, 1 << 62)) | (1 << 61)
+    places = [21 * b + int(x) for b in range(3) for x in rng.choice(21, 4, replace=False)]
+    return [
+        [base ^ sum(1 << places[i] for i in rng.choice(12, int(rng.integers(0, 6)), replace=False)) for _ in range(k)]
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("threshold", [5, 7])
+@pytest.mark.parametrize("read", [4, 32, 1 << 20])
+def test_a_crowded_bucket_is_read_as_documented(read, threshold):
+    """The search reads a bucket of more than ``read`` hashes only around the query's place in it, by the rule
+    written in docs/FORMAT.md (a plain Python reference); with ``read`` above every bucket it is exact: every pair
+    within the threshold (all pairs compared by hand)."""
+    made = _crowded(340, 2, seed=read + threshold)
+    stored, queries = made[:300], [hs[0] for hs in made[300:]]
+    got = _Collect()
+    near._probe(
+        np.array(queries, np.uint64).reshape(-1, 1),
+        np.array(stored, np.uint64),
+        threshold,
+        reduce=got,  # type: ignore[arg-type]
+        turned=False,
+        read=read,
+    )
+    want = _probe_by_hand(queries, stored, threshold, read)
+    assert got.found == want
+    every = {
+        (qi, row, bin(qh ^ h).count("1"))
+        for qi, qh in enumerate(queries)
+        for row, hs in enumerate(stored)
+        for h in hs
+        if bin(qh ^ h).count("1") <= threshold
+    }
+    if read >= 600:
+        assert want == every  # nothing crowded: exact
+    else:
+        assert want < every  # buckets of up to 600 hashes, read at most ``read`` a probe: some pairs not read
+
+
+def test_near_clusters_bounds_its_reads(monkeypatch):
+    """``near_clusters`` searches with ``BUCKET_READ`` (32): the bound that keeps its time linear on smooth photos."""
+    asked = []
+    probe = near._probe
+
+    def spy(*args, **kw):
+        asked.append(kw.get("read"))
+        return probe(*args, **kw)
+
+    monkeypatch.setattr(near, "_probe", spy)
+    h = _copies(3, others=50)
+    near_clusters(h, 5, looks=looks_by_hash(h))
+    assert near.BUCKET_READ == 32 and asked and set(asked) == {32}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_node_keeps_its_nearest_looks_whichever_side_it_is_on(seed):
+    """docs/FORMAT.md, Looks: each node keeps the 8 of its pairs whose coarse looks (4x4-cell means less their mean,
+    over their norm) have the greatest dot product with its own (then by node), whether it is a pair's first or
+    second node; a pair either kept is checked (a plain Python reference)."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    look = rng.integers(0, 256, (n, GRID, GRID), dtype=np.uint8)
+    pairs = {(int(min(x, y)), int(max(x, y))) for x, y in rng.integers(0, n, (900, 2)) if x != y}
+    u = np.array([min(p) for p in sorted(pairs)], np.int64)
+    v = np.array([max(p) for p in sorted(pairs)], np.int64)
+    cells = look.astype(np.float64).reshape(n, 8, GRID // 8, 8, GRID // 8).mean(axis=(2, 4)).reshape(n, 64)
+    cells -= cells.mean(axis=1, keepdims=True)
+    cells /= np.linalg.norm(cells, axis=1, keepdims=True)
+    kept = set()
+    for node in range(n):
+        mine = [
+            (float(cells[node] @ cells[o]), o, (min(node, o), max(node, o)))
+            for o in range(n)
+            if (min(node, o), max(node, o)) in pairs
+        ]
+        mine.sort(key=lambda e: (-e[0], e[1]))
+        kept |= {pair for _, _, pair in mine[:8]}
+    got = near._nearest_looks(look, u, v, 8)
+    assert {(int(x), int(y)) for x, y, k in zip(u, v, got) if k} == kept
+    assert 0 < len(kept) < len(pairs)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_band_values_are_sorted_as_numpy_sorts_them(dtype):
+    """The search's two-pass sort of band values gives numpy's stable argsort, repeats and the extremes included."""
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.integers(0, 1 << 21, 50_000), [0, (1 << 21) - 1] * 50, rng.integers(0, 40, 5_000)])
+    values = values.astype(dtype)
+    assert np.array_equal(near._by_value(values), np.argsort(values, kind="stable"))

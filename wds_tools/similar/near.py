@@ -1,32 +1,14 @@
 """Near-duplicates: candidates by the perceptual hashes (``format.phash``), each checked on its looks
-(``similar.match``), and clusters of checked pairs (docs/FORMAT.md, "Near-duplicates").
+(``similar.match``), and clusters of checked pairs (the rule: docs/FORMAT.md, "Near-duplicates").
 
-Candidates. The distance is ``phash.distance`` (the whole-image hash of one sample, under the eight flips
-and quarter turns, against any of the other's seven hashes), or the bits between an edge window of one and
-the other's centre window (a copy shifted along a side: ``near_distances``). Samples with the same hashes
-(one image under many keys) are collapsed first, so that the work and the memory follow the distinct
-hashes, not the samples: N copies are one cluster found in O(N log N), never N^2 pairs. Each distinct
-hash keeps its ``HASH_NEAREST`` nearest (``_Nearest``): on smooth photos (skin of one tone with a darker
-lesion) every hash has hundreds within 5 bits, and the cap keeps the pairs linear in N. A sample too flat
-to hash (``phash.is_flat``) is searched by its bits as they are, and listed.
-
-The search over the distinct hashes is multi-index hashing, without an all-pairs scan. The 63 used
-bits are cut into three 21-bit bands; two hashes within distance t differ in at most t // 3 bits on
-at least one band (pigeonhole). Every hash of every sample is filed, per band, by its band value;
-each whole-image hash, in its eight variants, probes the buckets within that radius of its band
-values, and only the hashes found there are compared in full; each edge window, as it is, probes the
-filed centre windows the same way. The probes are sorted by band value first, so the buckets are read
-in memory order. The probes per band grow as the number of band values within the radius (1 for
-t <= 2, 22 up to 5, 232 up to 8, 1,562 up to 11, and so on): ``MAX_THRESHOLD`` is the largest
-threshold served. ``find_pairs`` gives every pair within a threshold by the hashes alone (exact, for the
-benches and the tests).
-
-The check. ``near_clusters`` asks ``looks`` for the colour layouts and looks of the candidates' samples
-only, collapses those of one hash row with equal looks and layouts into nodes, keeps each node's
-``NEAREST`` candidates by their coarse looks and its look neighbour (``LOOK_TREES``: a copy whose hash
-moved beyond the threshold), and checks those pairs (colour agreement, then ``match.compare``). A cluster is a representative and the nodes that passed against it (``_Checks.stars``),
-never a chain; its evidence is each sample's distance and score against the representative. Used by
-``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and by ``convert --dedup``.
+Candidates: samples of equal hashes are one group (N copies cost one); each group keeps its ``HASH_NEAREST``
+nearest within the threshold, found by multi-index hashing over three 21-bit bands (``_probe``), a crowded
+bucket read only around the asked hash's place in it (``BUCKET_READ``), so that work and memory follow the
+groups, not their pairs, on smooth photos too. The check: ``near_clusters`` asks ``looks`` for the candidates'
+samples only, keeps each node's ``NEAREST`` by coarse look and its look neighbour (``LOOK_TREES``), checks those
+pairs, and makes each cluster a representative and what passed against it, never a chain. Used by
+``similar.dups`` (``dups``, ``stats``, ``verify --no-leakage``) and ``convert --dedup``. ``find_pairs`` is the
+exact search by the hashes alone, for the benches and the tests.
 """
 
 from __future__ import annotations
@@ -50,6 +32,7 @@ __all__ = [
     "COARSE_LOOK",
     "LOOK_TREES",
     "LOOK_LEAF",
+    "BUCKET_READ",
     "PAIR_DTYPE",
     "NearClusters",
     "near_clusters",
@@ -85,6 +68,7 @@ _CHUNK = 1 << 15  # query samples per step: bounds the probe arrays
 _MOST = 1 << 22  # candidates compared at once: bounds memory when many samples share a bucket (smooth photos)
 _BUFFER = 1 << 21  # candidate entries gathered before each query's nearest are kept (``_Nearest``)
 _ASKED = 4096  # samples whose looks are asked for at once
+_PAIRS = 1 << 15  # node pairs whose looks (or coarse looks) are gathered at once: memory follows the nodes
 _LEAVES = 1024  # leaves whose dot products are taken at once (``_look_neighbours``): about 20 MiB
 _NO_FLAG = ~FLAT_BIT  # the hashes searched: a too-flat sample's whole-image hash with its flag cleared
 SHIFT_WINDOWS = (2, 3, 4, 5)
@@ -93,8 +77,8 @@ other sample's centre window (1): a copy shifted by a few percent along a side i
 bottom window is near its original's centre, and its original's top window near its centre; both are asked: on
 dermoscopic photos one of the two alone missed 5 of 200 such copies)."""
 HASH_NEAREST = 32
-"""Candidates kept per distinct hash row by the search: its nearest rows within the threshold (then by row). Smooth
-photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear in N."""
+"""Candidates kept per distinct hash row by the search: its nearest rows read within the threshold (then by row).
+Smooth photos (skin with one darker lesion) are within 5 bits of hundreds of others; the cap keeps the pairs linear."""
 NEAREST = 8
 """Of those, the candidates checked per look: the nearest by their coarse looks (``COARSE_LOOK``), a finer
 signature than the hashes' bits (on smooth photos, a copy's rank among the 5-bit candidates: at most 2 against 296)."""
@@ -105,6 +89,10 @@ LOOK_TREES = 8
 leaf of one of these random-projection trees (``_look_neighbours``; docs/FORMAT.md). The hashes miss such a copy
 on smooth photos: a recompression at JPEG quality 30 moves a smooth grey photo's hash by 8 bits, and a shifted
 copy can be outranked among its group's 32 candidates by other smooth photos; by its look it is the nearest."""
+BUCKET_READ = 32
+"""The hashes read per probed bucket of a band value: a bucket of more holds alike photos (smooth skin); of it, the
+query reads the ``BUCKET_READ`` nearest its own place in the bucket's order (``_key``), so that the search's time is
+linear in the photos, not N^2 (docs/FORMAT.md, "Near-duplicates"). Below it the search is exact."""
 LOOK_LEAF = 32
 """A tree halves its parts until none holds more than this many nodes (its leaves): linear in the nodes."""
 
@@ -121,6 +109,21 @@ def check_threshold(threshold: int) -> None:
 
 def _band(h: np.ndarray, b: int) -> np.ndarray:
     return ((h >> np.uint64(b * _BAND_BITS)) & np.uint64((1 << _BAND_BITS) - 1)).astype(np.int64)
+
+
+def _key(h: np.ndarray, b: int) -> np.ndarray:
+    """The hashes' bits with band ``b`` on top, then the next band, then the last: the order of a crowded bucket."""
+    top = np.uint64(2 * _BAND_BITS)
+    one = np.uint64((1 << _BAND_BITS) - 1)
+    bands = [(h >> np.uint64(((b + i) % _BANDS) * _BAND_BITS)) & one for i in range(_BANDS)]
+    return (bands[0] << top) | (bands[1] << np.uint64(_BAND_BITS)) | bands[2]
+
+
+def _by_value(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` of band values (0 .. 2^21 - 1), in two stable sorts of 11 and 10 bits as
+    uint16, which numpy sorts by radix: 1.8x (7,000,000 values) to 5x (262,144) faster."""
+    low = np.argsort((values & 0x7FF).astype(np.uint16), kind="stable")
+    return low[np.argsort((values[low] >> 11).astype(np.uint16), kind="stable")]
 
 
 def _flip_masks(radius: int) -> list[int]:
@@ -151,11 +154,13 @@ def _probe(
     tick: Callable[[], None] = lambda: None,
     reduce: _Nearest | None = None,
     turned: bool = True,
+    read: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(query row, stored row) of every whole-image hash of ``queries`` that, in one of its eight
     variants (``turned``; else as it is), is within ``threshold`` bits of one of the hashes of a ``stored``
     row; may repeat. With ``reduce``, each step's (query row, stored row, bits apart) are handed to it instead
-    (the answer empty)."""
+    (the answer empty). With ``read``, a bucket of more than ``read`` hashes is read only where the query would
+    stand in it, ordered by the key of that band (``_key``): the ``read`` hashes around that place."""
     per = 8 if turned else 1
     k = stored.shape[1]
     flat = stored.reshape(-1)
@@ -164,24 +169,46 @@ def _probe(
     for band in range(_BANDS):
         values = _band(flat, band).astype(np.int32)
         sizes = np.bincount(values, minlength=1 << _BAND_BITS)
-        order = np.argsort(values, kind="stable")
+        order = _by_value(values)
         del values
         before = np.cumsum(sizes) - sizes
-        tables.append((flat[order], (order // k).astype(row_type), sizes.astype(row_type), before.astype(row_type)))
+        deep = np.zeros(0, np.uint64)  # the keys of the crowded buckets' hashes, sorted (``read``)
+        if read is not None and int(sizes.max(initial=0)) > read:
+            at = np.flatnonzero(np.repeat(sizes > read, sizes))  # their places in the table: whole buckets
+            deep = _key(flat[order[at]], band)
+            by_key = np.argsort(deep, kind="stable")  # within each bucket (the key's top bits), by the rest
+            order[at], deep = order[at][by_key], deep[by_key]
+        tables.append(
+            (flat[order], (order // k).astype(row_type), sizes.astype(row_type), before.astype(row_type), deep)
+        )
         del order
     masks = _flip_masks(threshold // _BANDS)
     out_q, out_s = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(queries), _CHUNK):
         part = queries[lo : lo + _CHUNK, 0]
         variants = variants_array(part).reshape(-1) if turned else part  # each query's 8 variants
-        for band, (sorted_hashes, row_of, counts, firsts) in enumerate(tables):
+        for band, (sorted_hashes, row_of, counts, firsts, deep) in enumerate(tables):
             qb = _band(variants, band)
-            by_value = np.argsort(qb, kind="stable")  # probes in bucket order: the reads run through memory
+            by_value = _by_value(qb)  # probes in bucket order: the reads run through memory
             qb, q = qb[by_value], variants[by_value]
+            rest = _key(q, band) & np.uint64((1 << (2 * _BAND_BITS)) - 1) if len(deep) else None
             for m in masks:  # every band value within the radius
                 tick()
                 probe = qb ^ m if m else qb
                 n = counts[probe]
+                skip = None
+                if rest is not None and read is not None:
+                    crowded = np.flatnonzero(n > read)
+                    if len(crowded):  # read only the ``read`` hashes around where the query's key would stand
+                        cp = probe[crowded]
+                        place = np.searchsorted(
+                            deep, (cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS)) | rest[crowded]
+                        )
+                        place -= np.searchsorted(deep, cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS))
+                        skip = np.zeros(len(probe), np.int64)
+                        skip[crowded] = np.clip(place - read // 2, 0, n[crowded] - read)
+                        n = n.copy()
+                        n[crowded] = read
                 ends = np.cumsum(n)
                 # cut the probes where their candidates pass _MOST (a crowded bucket: many alike images)
                 cuts = np.unique(np.searchsorted(ends, np.arange(_MOST, int(ends[-1]) if len(ends) else 0, _MOST)))
@@ -191,7 +218,8 @@ def _probe(
                     if not total:
                         continue
                     ea = np.cumsum(na)
-                    pos = np.repeat(firsts[probe[a:b]] - (ea - na), na) + np.arange(total)
+                    start = firsts[probe[a:b]] if skip is None else firsts[probe[a:b]] + skip[a:b]
+                    pos = np.repeat(start - (ea - na), na) + np.arange(total)
                     bits = np.bitwise_count(np.repeat(q[a:b], na) ^ sorted_hashes[pos])
                     keep = np.flatnonzero(bits <= threshold)
                     if keep.size:
@@ -295,15 +323,20 @@ class _Nearest:
         if not len(q):
             return q, s, bits
         if int(q.max()) < 1 << 26 and int(s.max()) < 1 << 31 and int(bits.max()) < 64:
-            # (query, bits, row) packed in one int64 (all >= 0), one sort of it: the order of the lexsort below; the
-            # search 1.5x faster on smooth photos, whose entries within the threshold grow as N^2 (docs/guide/figures.md)
+            # packed in one int64 (all >= 0), one sort of it each: first (query, row, bits), each (query, row) kept
+            # at its fewest bits, then (query, bits, row); the search 1.5x faster than with lexsorts
+            key = np.sort((q << 37) | (s << 6) | bits)
+            key = key[np.r_[True, (key[1:] >> 6) != (key[:-1] >> 6)]]
+            q, s, bits = key >> 37, (key >> 6) & ((1 << 31) - 1), key & 63
             key = np.sort((q << 37) | (bits << 31) | s)
             q, bits, s = key >> 37, (key >> 31) & 63, key & ((1 << 31) - 1)
         else:
+            order = np.lexsort((bits, s, q))
+            q, s, bits = q[order], s[order], bits[order]
+            first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
+            q, s, bits = q[first], s[first], bits[first]
             order = np.lexsort((s, bits, q))
             q, s, bits = q[order], s[order], bits[order]
-        first = np.r_[True, (q[1:] != q[:-1]) | (s[1:] != s[:-1])]  # each (q, s) at its fewest bits
-        q, s, bits = q[first], s[first], bits[first]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
         rank = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
         keep = rank < self.nearest
@@ -318,7 +351,12 @@ class _Nearest:
 
 
 def _candidates(
-    a: _Distinct, threshold: int, b: _Distinct | None, nearest: int, tick: Callable[[], None]
+    a: _Distinct,
+    threshold: int,
+    b: _Distinct | None,
+    nearest: int,
+    tick: Callable[[], None],
+    read: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p, q, distance) of the candidate pairs of distinct rows (``near_clusters``): each row's ``nearest`` rows
     within ``threshold`` (of ``a`` with p < q, or of ``a`` (p) against ``b`` (q)), by the bits between its
@@ -328,12 +366,12 @@ def _candidates(
 
     def search(queries: np.ndarray, stored: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
         found = _Nearest(nearest, same)
-        _probe(queries, stored, threshold, tick, found)
+        _probe(queries, stored, threshold, tick, found, read=read)
         if queries.shape[1] >= SHIFT_WINDOWS[-1] + 1 and stored.shape[1] > 1:  # edge windows against centres
             edges = np.ascontiguousarray(queries[:, list(SHIFT_WINDOWS)]).reshape(-1, 1)
             centres = np.ascontiguousarray(stored[:, 1:2])
             by_edge = _Nearest(nearest, same, per=len(SHIFT_WINDOWS))
-            _probe(edges, centres, threshold, tick, by_edge, False)
+            _probe(edges, centres, threshold, tick, by_edge, False, read=read)
             found.done.append(by_edge.result())
         qi, sj, _ = found.result()
         return qi, sj
@@ -349,7 +387,9 @@ def _candidates(
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     pairs = np.unique(np.stack([p, q], axis=1), axis=0)
     p, q = pairs[:, 0], pairs[:, 1]
-    return p, q, near_distances(ka[p], kb[q])
+    # in parts: ``near_distances`` compares every variant with every hash ([pairs, 8, 7] at once)
+    d = [near_distances(ka[p[lo : lo + _PAIRS]], kb[q[lo : lo + _PAIRS]]) for lo in range(0, len(p), _PAIRS)]
+    return p, q, np.concatenate(d)
 
 
 Looks = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -425,7 +465,7 @@ def near_clusters(
     steps = _steps(len(da.rows), threshold, shifts) + (_steps(len(db.rows), threshold, shifts) if db is not None else 0)
     tick = Delayed(steps, "near-duplicate search", "step", enabled=progress, after=PROGRESS_AFTER)
     try:
-        p, q, d = _candidates(da, threshold, db, hash_nearest, tick)
+        p, q, d = _candidates(da, threshold, db, hash_nearest, tick, BUCKET_READ)
     finally:
         tick.close()
     flat = np.flatnonzero(is_flat(ra))
@@ -453,11 +493,15 @@ def _verified(
     offset = len(da.rows)
     rows = np.concatenate([da.rows, db.rows]) if db is not None else da.rows  # node rows: a's, then b's
     q = q + offset if db is not None else q
-    members = _members(da) + (_members(db) if db is not None else [])
+    # the samples of each row, as one array (by row, then sample) and each row's first place in it: not a list of
+    # an array per row (a million rows: 2.5 s of making small arrays)
+    held, first = _member_table(da)
     if db is not None:
-        members = members[:offset] + [m + n_a for m in members[offset:]]
+        held_b, first_b = _member_table(db)
+        held, first = np.concatenate([held, held_b + n_a]), np.concatenate([first[:-1], first_b + len(held)])
+    count = np.diff(first)
     # every sample of a candidate row, and of a row several samples share
-    wanted = np.unique(np.concatenate([p, q, [r for r, m in enumerate(members) if len(m) > 1]]).astype(np.int64))
+    wanted = np.unique(np.concatenate([p, q, np.flatnonzero(count > 1)]).astype(np.int64))
     found = NearClusters([], [], flat, len(rows))
     if not len(wanted):
         return found
@@ -465,8 +509,9 @@ def _verified(
     # digest); the looks are asked for in parts, and only each node's first kept, so N copies cost one look
     import xxhash
 
-    samples = np.concatenate([members[r] for r in wanted.tolist()])
-    row_of = np.concatenate([np.full(len(members[r]), r) for r in wanted.tolist()])
+    size = count[wanted]
+    samples = held[np.repeat(first[wanted] - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))]
+    row_of = np.repeat(wanted, size)
     key_of: dict[tuple[int, int], int] = {}
     first_look: list[np.ndarray] = []
     first_lay: list[np.ndarray] = []
@@ -607,14 +652,16 @@ def _nearest_looks(look: np.ndarray, u: np.ndarray, v: np.ndarray, nearest: int)
     if not len(u):
         return np.zeros(0, bool)
     c = _coarse_looks(look)
-    cos = np.einsum("ij,ij->i", c[u], c[v])
+    cos = np.concatenate(
+        [np.einsum("ij,ij->i", c[u[lo : lo + _PAIRS]], c[v[lo : lo + _PAIRS]]) for lo in range(0, len(u), _PAIRS)]
+    )
     keep = np.zeros(len(u), bool)
-    for x, y in ((u, v), (v, u)):
-        order = np.lexsort((y, -cos, x))
-        xs = x[order]
-        starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-        rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
-        keep[order[rank < nearest]] = True
+    x, y = np.concatenate([u, v]), np.concatenate([v, u])  # each node's pairs, whichever side it is on
+    order = np.lexsort((y, -np.concatenate([cos, cos]), x))
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    rank = np.arange(len(xs)) - np.repeat(starts, np.diff(np.r_[starts, len(xs)]))
+    keep[order[rank < nearest] % len(u)] = True
     return keep
 
 
@@ -715,8 +762,9 @@ class _Checks:
             self.count += len(todo)
             alike = colour_alike(self.lay[x], self.lay[y])
             score = np.full(len(todo), -1.0)
-            idx = np.flatnonzero(alike)
-            if len(idx):
+            alike_at = np.flatnonzero(alike)
+            for lo in range(0, len(alike_at), _PAIRS):  # the looks of a part of the pairs at a time
+                idx = alike_at[lo : lo + _PAIRS]
                 turns = _turns(self.rows[self.node_row[x[idx]]], self.rows[self.node_row[y[idx]]])
                 got = compare(self.look[x[idx]], self.look[y[idx]], turns)
                 score[idx] = np.where(got.passed, got.score, -1.0)
@@ -807,6 +855,14 @@ def _pairs(a: np.ndarray, threshold: int, b: np.ndarray | None) -> tuple[np.ndar
         i, j = np.minimum(i, j), np.maximum(i, j)
     order = np.lexsort((j, i))
     return i[order].astype(np.int64), j[order].astype(np.int64), dist[order]
+
+
+def _member_table(d: _Distinct) -> tuple[np.ndarray, np.ndarray]:
+    """The samples holding each distinct row, by row and then sample, and each row's first place among them (one
+    more at the end: their count)."""
+    hashed = np.flatnonzero(d.of >= 0)
+    held = hashed[np.argsort(d.of[hashed], kind="stable")]
+    return held, np.concatenate([[0], np.cumsum(np.bincount(d.of[hashed], minlength=len(d.rows)))])
 
 
 def _members(d: _Distinct) -> list[np.ndarray]:
