@@ -204,12 +204,20 @@ class ShardWriter:
             self.close()
 
 
-def seal(tmp: str, path: str | None, nbytes: int) -> str:
+def seal(tmp: str, path: str | None, nbytes: int, chunk: int = 1 << 20) -> str:
     """Hash the finished file ``tmp`` (``ShardWriter.end``), fsync it, rename it to ``path`` and sync
     that folder (None: leave it where it is); return its sha256 hex. Refuses a file whose length is not ``nbytes``."""
+    sha = hashlib.sha256()
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    seen = 0
     with open(tmp, "rb", buffering=0) as f:
-        sha = hashlib.file_digest(f, "sha256")
-        seen = f.tell()
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            sha.update(view[:n])
+            seen += n
         if seen != nbytes:
             raise OSError(f"{tmp} is {seen} bytes, {nbytes} were written")
         os.fsync(f.fileno())
