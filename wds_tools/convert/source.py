@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidKeyError, OptionError, SourceError, SourceNotFoundError
-from ..format.meta import MetaColumn, meta_object, value_text
+from ..format.meta import MetaColumn, value_text
 from ..similar.near import DEFAULT_THRESHOLD
 from ..storage.transport import exists, is_remote, join
 from .dedup import NearFinder, NearRows
@@ -106,9 +106,7 @@ class Source:
 
     def meta_json(self, row: SourceRow) -> str:
         """The row's ``"meta"`` object as its sample's .json writes it (keys sorted, compact)."""
-        return json.dumps(
-            meta_object(self.metadata, row.meta or ()), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        return json.dumps(dict(self.meta_items(row) or ()), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def meta_items(self, row: SourceRow) -> tuple | None:
         """(name, value) pairs of the row's metadata, or None without metadata columns."""

@@ -58,18 +58,13 @@ __all__ = [
 
 FORMAT_VERSION = 3
 """The index format version the converter writes; 3 added the phash column (docs/FORMAT.md)."""
-# A conversion in progress or interrupted: its work folder and lock file (the converter writes them, the one
-# definition being here; dataset.resolve refuses a folder holding either without index.json)
 WORK_DIR = ".wds-tools-work"
 """The work folder of a conversion in progress or interrupted (readers refuse a folder holding it without an index)."""
 LOCK_FILE = ".wds-tools-lock"
 """The lock file of a conversion in progress (readers refuse a folder holding it without an index)."""
 
-# Column name -> dtype, in the order they are stored (format version 3). "key" is |S<n> (n = longest
-# key); the source paths are packed as UTF-8 bytes in "path_data" with "path_offsets" [N + 1]. Each
-# member has <prefix>_offset and <prefix>_length (format.sample.column_prefix). No source mtime: the
-# quick check's mtimes are kept outside the format (convert/sourcecache.py), so the same corpus in another
-# folder gives the same bytes.
+# "key" is |S<n> (n = longest key); the paths are packed (format.packed). No source mtime: the quick check's
+# mtimes are kept outside the format (convert/sourcecache.py), so a corpus moved elsewhere gives the same bytes.
 SAMPLE_COLUMNS: dict[str, str] = {
     "key": "S",
     "label": "<i4",

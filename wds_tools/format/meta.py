@@ -27,7 +27,6 @@ __all__ = [
     "encode_columns",
     "read_metadata",
     "value_text",
-    "meta_object",
     "column_names",
     "string_values",
     "is_int_text",
@@ -76,7 +75,7 @@ def metadata_columns(meta: Mapping | Sequence[MetaColumn]) -> list[MetaColumn]:
 
 def npz_names(i: int, type: str) -> tuple[str, ...]:
     """samples.npz arrays of metadata column ``i``: ``meta<i>`` and its companions, in stored order."""
-    return tuple(f"meta{i}{suffix}" for suffix, _ in _NPZ[type])
+    return tuple(npz_dtypes(i, type))
 
 
 def npz_dtypes(i: int, type: str) -> dict[str, str]:
@@ -114,11 +113,6 @@ def value_text(value: object) -> str:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
     return str(value)
-
-
-def meta_object(columns: Sequence[MetaColumn], values: Sequence) -> dict:
-    """A sample's ``"meta"`` object: every column by name, None (null) where missing."""
-    return {c.name: v for c, v in zip(columns, values)}
 
 
 def encode_columns(columns: Sequence[MetaColumn], values: Sequence[Sequence]) -> dict[str, np.ndarray]:

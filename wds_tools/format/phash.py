@@ -52,46 +52,38 @@ __all__ = [
     "distances",
 ]
 
-HASH_SIDE = 32  # a window's grey image is area-averaged to HASH_SIDE x HASH_SIDE
+HASH_SIDE = 32
 """The side each window's grey image is area-averaged to."""
-BLOCK = 8  # each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits
+BLOCK = 8
 """Each hash keeps the BLOCK x BLOCK lowest DCT frequencies: 64 bits."""
-WINDOWS = 7  # hashes per sample: the whole image; the centre, top, bottom, left, right windows; a smaller centre
+WINDOWS = 7
 """Hashes per sample: the whole image, the centre, top, bottom, left and right windows, a smaller centre."""
-# the windows leave S // 32 pixels (3.1%), the smaller centre S // 18 (5.6%), at a side: chosen by measuring
-# scripts/bench_dups.py's set (README, Near-duplicates)
 MARGINS = (32, 18)
-"""The windows leave S // MARGINS[0] pixels at a side they are centred between, the smaller centre S // MARGINS[1]."""
+"""The windows leave S // MARGINS[0] pixels at a side they are centred between, the smaller centre S // MARGINS[1]
+(3.1% and 5.6%: measured, docs/guide/figures.md)."""
 BLOCK_FACTORS = (8, 4, 2)
 """The grey image is taken in f x f blocks for the first f of these that divides the side S and leaves
 S / f >= HASH_SIDE (else f = 1): 16 to 64 times less work after the first pass, for hashes as good."""
-GREY_WEIGHTS = (299, 587, 114)  # ITU-R BT.601 luma of R, G, B, times 1000: integers, exact in float32
-"""ITU-R BT.601 luma weights of R, G, B, times 1000."""
-# a recompression (JPEG q 60-90), a rescale or a blur of a photo moves these coefficients by 0.09-0.41
-# (medians; 0.23-1.20 at the 90th percentile; docs/guide/figures.md): a smaller one's sign is the copy's
+GREY_WEIGHTS = (299, 587, 114)
+"""ITU-R BT.601 luma weights of R, G, B, times 1000: integers, exact in float32."""
 FIRM_LEVEL = 1.0
 """A coefficient of the whole image's orthonormal 2-D DCT (of its 32x32 grey image in grey levels,
-0..255) whose magnitude is at least this is *firm*: its sign bit survives a recompression."""
+0..255) whose magnitude is at least this is *firm*: its sign bit survives a recompression (which moves
+them by 0.09-0.41 at the median, docs/guide/figures.md)."""
 FIRM_BITS = 16
 """A sample with fewer firm coefficients among the 63 its whole-image hash keeps is too flat to hash: one
 more than the 15 a picture symmetric about its centre can have (its odd frequencies are exactly 0)."""
-# random low-detail pictures (2x2/3x3 colour grids interpolated, soft blobs, noise upsampled from 4x4-8x8,
-# vignetted gradients, heavily blurred photos) pair with unrelated ones at any threshold while their
-# 2-D block is a sum of four separable patterns or fewer; the quality set's photos have five or more,
-# but for one hazy sky with a tree (scripts/bench_lowdetail.py --sweep, docs/guide/figures.md)
 DETAIL_RANK = 5
 """A sample whose whole image's 7x7 block of DCT coefficients with u, v >= 1 (``whole_dct``) has fewer singular
 values of at least ``DETAIL_SHARE`` times the largest and ``DETAIL_LEVEL`` is too flat to hash: its
-two-dimensional detail is, within those, the sum of four or fewer separable patterns."""
+two-dimensional detail is, within those, the sum of four or fewer separable patterns, which pair with
+unrelated pictures at any threshold (docs/guide/figures.md)."""
 DETAIL_SHARE = 1 / 96
-"""The share of the block's largest singular value that a singular value must reach to count (``DETAIL_RANK``):
-1/128 to 1/96 keep the same photos of the quality set and 1/80 loses one more copy; 1/96 pairs fewest smooth
-pictures of those (scripts/bench_lowdetail.py --sweep)."""
-# 1.5 (about what a JPEG recompression moves the block by: its largest singular value, 1.61 grey levels at the
-# median) pairs 2 fewer blobs of 5,000 at 5 bits, but flags twice as many photos squeezed to 1/10 of their
-# contrast (76 of 1,456 against 34: recall 0.908 against 0.924); the level of a firm coefficient is kept
+"""The share of the block's largest singular value that a singular value must reach to count (``DETAIL_RANK``;
+chosen by scripts/bench_lowdetail.py --sweep, docs/guide/figures.md)."""
 DETAIL_LEVEL = 1.0
-"""The least singular value, in grey levels, that counts (``DETAIL_RANK``): ``FIRM_LEVEL``'s."""
+"""The least singular value, in grey levels, that counts (``DETAIL_RANK``): ``FIRM_LEVEL``'s (1.5 is weighed
+in docs/guide/figures.md)."""
 FLAT_BIT = np.uint64(1 << 63)
 """Set in a too-flat sample's whole-image hash (``phash[:, 0]``): the DC bit, otherwise always 0."""
 COLOUR_GREY = 4
@@ -311,16 +303,11 @@ def is_flat(h: np.ndarray) -> np.ndarray:
     return (h if h.ndim == 1 else h[:, 0]) >= FLAT_BIT
 
 
-def _bit_index() -> np.ndarray:
-    u, v = np.meshgrid(np.arange(BLOCK), np.arange(BLOCK), indexing="ij")
-    return np.stack([u, v], axis=-1)
-
-
 def _mask(pred: np.ndarray) -> np.uint64:
     return np.uint64((pred.reshape(-1).astype(np.uint64) * _WEIGHTS).sum(dtype=np.uint64))
 
 
-_UV = _bit_index()
+_UV = np.stack(np.meshgrid(np.arange(BLOCK), np.arange(BLOCK), indexing="ij"), axis=-1)  # [u, v, (u, v)]
 _ODD_V = _mask(_UV[..., 1] % 2 == 1)  # a left-right flip negates the coefficients of odd column frequency
 _ODD_U = _mask(_UV[..., 0] % 2 == 1)  # an upside-down flip, those of odd row frequency
 _NOT_DC = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
@@ -377,11 +364,8 @@ _CHROMA = np.array([(-168736, -331264, 500000), (500000, -418688, -81312)], np.i
 
 def colour_layout(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """The colour layout of each stored image [S, S, 3] (docs/FORMAT.md, Colour agreement): the mean chroma
-    Cb and Cr (JPEG's, centred on 0) of its four quarters, top-left, top-right, bottom-left, bottom-right,
-    each rounded to a whole grey level (halves up) and clipped to -127..127: int16 [N, 2, 2, 2], indexed
-    (image, quarter row, quarter column, Cb or Cr). The quarters are rows 0 .. ceil(S/2)-1 and
-    floor(S/2) .. S-1 by the same columns (an odd side's middle row and column count in both), so a flip or
-    quarter turn of the image flips or turns its layout. Exact integer arithmetic."""
+    Cb and Cr of its four quarters, rounded and clipped as FORMAT.md says: int16 [N, 2, 2, 2], indexed
+    (image, quarter row, quarter column, Cb or Cr). Exact integer arithmetic."""
     if isinstance(images, np.ndarray) and images.ndim == 4:
         return _layouts_of(images)
     arrays = [np.asarray(img) for img in images]
@@ -396,7 +380,7 @@ def _layouts_of(a: np.ndarray) -> np.ndarray:
     """``colour_layout`` of images of one side, uint8 [N, S, S, 3]."""
     s = a.shape[1]
     hi, lo = (s + 1) // 2, s // 2
-    halves = (slice(0, hi), slice(lo, s))
+    halves = (slice(0, hi), slice(lo, s))  # an odd side's middle row and column are in both
     sums = np.zeros((len(a), 2, 2, 3), np.int64)  # per quarter, the sums of R, G and B
     for r, rows in enumerate(halves):
         band = a[:, rows].sum(axis=1, dtype=np.int32)  # [N, S, 3]: the half's columns (at most S/2 x 255)
@@ -420,9 +404,8 @@ def _layout_variants(c: np.ndarray) -> list[np.ndarray]:
 
 def colour_alike(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Whether each pair of colour layouts (``colour_layout``: [P, 2, 2, 2] each) agrees (docs/FORMAT.md,
-    Colour agreement): either has no colour (every value within ``COLOUR_GREY`` of 0), or under one of the
-    eight flips and quarter turns of ``a`` every value is within ``COLOUR_LEVEL`` plus 1 / ``COLOUR_PART`` of
-    the larger of it and ``b``'s: bool [P]."""
+    Colour agreement: either has no colour, or under one of the eight flips and quarter turns of ``a`` every
+    value is close to ``b``'s): bool [P]."""
     a = np.asarray(a, np.int64).reshape(-1, 2, 2, 2)
     b = np.asarray(b, np.int64).reshape(-1, 2, 2, 2)
     grey = (np.abs(a).reshape(len(a), -1).max(axis=1) < COLOUR_GREY) | (

@@ -13,14 +13,9 @@ import numpy as np
 from .model import IndexMeta
 from .sample import MEMBERS, column_prefix
 
-__all__ = ["MEMBERS", "wids_name", "dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
+__all__ = ["dali_name", "wids_shard_list", "dali_index", "sidecar_files"]
 
 DALI_VERSION = "v1.2"
-
-
-def wids_name(split: str) -> str:
-    """``train`` -> ``train.wids.json``."""
-    return f"{split}.wids.json"
 
 
 def dali_name(shard: str) -> str:
@@ -63,7 +58,7 @@ def sidecar_files(
     if wids:
         for split in info.splits:
             text = json.dumps(wids_shard_list(info, split), indent=1, sort_keys=True) + "\n"
-            out[wids_name(split)] = text.encode()
+            out[f"{split}.wids.json"] = text.encode()
     if dali:
         for s in info.shards:
             out[dali_name(s.name)] = dali_index(columns, s.pos, info.members).encode()

@@ -1,10 +1,8 @@
 """Deterministic ustar shard writing: fixed headers, known offsets, atomic and durable rename.
 
-A member's header is built from one precomputed template (docs/FORMAT.md, "Shards": only the name,
-the size and the checksum vary), byte for byte what Python's ``tarfile`` writes with
-``format=USTAR_FORMAT`` for such a member, at about a tenth of its cost (tests/test_tarwrite.py
-compares the two). A sample's members are position-independent: they can be laid out anywhere
-(``convert.fragment`` builds a batch of them in a worker) and appended with one write.
+A member's header comes from one template (docs/FORMAT.md, "Shards": only the name, the size and the checksum
+vary), byte for byte what ``tarfile`` writes with ``format=USTAR_FORMAT``, at about a tenth of its cost; so a
+sample's members can be laid out anywhere (``convert.fragment``) and appended with one write.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from ..storage.fsutil import sync_folder
 
 __all__ = [
     "ShardWriter",
-    "MTIME",
     "BLOCK",
     "NAME_MAX",
     "SIZE_MAX",
@@ -31,8 +28,6 @@ __all__ = [
 BLOCK = 512
 """The tar block size."""
 RECORD = 10240  # tar record size; GNU tar and Python's tarfile pad archives to it
-MTIME = 0
-"""Every member's mtime (with uid/gid 0, no user/group names, mode 0644): the bytes do not depend on when or who."""
 NAME_MAX = 100
 """The longest member name, in bytes: ustar's name field (the converter never uses the prefix field)."""
 SIZE_MAX = 8**11 - 1

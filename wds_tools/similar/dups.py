@@ -1,20 +1,15 @@
 """Near-duplicate images of a converted dataset (or across two), by the samples.npz perceptual hash and a check
-of the stored pixels.
+of the stored pixels (``similar.near.near_clusters``; the stored pixels are read here, once per distinct ``.npy``).
 
-``similar.near.near_clusters`` finds candidates within a Hamming distance (least over the eight flips and quarter
-turns) without an all-pairs scan, equal hashes collapsed first and each hash row's nearest kept, and checks each
-candidate pair on the looks of its stored pixels (``similar.match``; read here, once per distinct ``.npy``); a
-cluster is a representative and the samples that passed against it. ``find_dups`` says, per cluster, its keys,
-splits, labels, group values, the evidence of each of its pairs (distance and score), and whether it crosses
-splits (leakage), labels (a conflict) or groups (a missed group); and lists the samples too flat to hash
-(``format.phash.is_flat``), whose copies the hashes may miss.
+``find_dups`` says, per cluster, its keys, splits, labels, group values and evidence, whether it crosses splits,
+labels or groups, and lists the samples too flat to hash (docs/guide/inspect.md, Near-duplicates).
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +18,6 @@ from PIL import Image, ImageDraw
 from ..errors import OptionError, ShardError, unwritable_file_error
 from ..format.index import open_index, read_sample_table, sample_columns
 from ..format.meta import npz_names, read_metadata
-from ..format.model import IndexMeta
 from ..format.npy import NPY_HEADER_BYTES
 from ..format.phash import WINDOWS, colour_layout, flagged_alike, phash_batch
 from ..storage.fsutil import atomic_write_bytes
@@ -31,8 +25,6 @@ from ..storage.transport import join, open_ranged
 from .match import GRID
 from .match import looks as looks_of
 from .near import DEFAULT_THRESHOLD, MAX_THRESHOLD, clusters_of, find_pairs, near_clusters
-
-LOOK_SHAPE = (GRID, GRID)
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -42,7 +34,6 @@ __all__ = [
     "Cluster",
     "DupsResult",
     "find_dups",
-    "dataset_hashes",
     "plot_dups",
     "duplicate_counts",
 ]
@@ -69,29 +60,30 @@ class _Dataset:
         image cost one read."""
         rows = np.asarray(rows, np.int64)
         _, first, again = np.unique(self.xxh3[rows], return_index=True, return_inverse=True)
-        read = rows[first]
+        read = rows[first].tolist()
         out = np.zeros((len(read), 2, 2, 2), np.int16)
-        look = np.zeros((len(read), *LOOK_SHAPE), np.uint8)
-        urls = self.npy[0]
-        by_shard: dict[str, list[int]] = {}
-        for k, r in enumerate(read.tolist()):
-            by_shard.setdefault(urls[r], []).append(k)
-        for url, ks in by_shard.items():
-            for lo in range(0, len(ks), 256):
-                part = ks[lo : lo + 256]
-                samples = read[part].tolist()
-                offsets = [int(self.npy[1][r]) for r in samples]
-                pixels = stored_pixels(
-                    url,
-                    offsets,
-                    [self.keys[r] for r in samples],
-                    self.side,
-                    "to check it against a near-duplicate candidate",
-                )
-                out[part] = colour_layout(pixels)
-                look[part] = looks_of(pixels)
+        look = np.zeros((len(read), GRID, GRID), np.uint8)
+        why = "to check it against a near-duplicate candidate"
+        for part, pixels in _pixels_by_shard(self.npy[0], self.npy[1], self.keys, read, self.side, why):
+            out[part] = colour_layout(pixels)
+            look[part] = looks_of(pixels)
         again = np.asarray(again).reshape(-1)
         return out[again], look[again]
+
+
+def _pixels_by_shard(
+    urls: Sequence[str], offsets: np.ndarray, keys: Sequence[str], rows: Sequence[int], side: int, why: str
+) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+    """(positions into ``rows``, those samples' stored pixels): up to 256 samples of one shard at a time
+    (``urls``, ``offsets`` and ``keys``: each sample's shard, ``.npy`` offset and key)."""
+    by_shard: dict[str, list[int]] = {}
+    for k, r in enumerate(rows):
+        by_shard.setdefault(urls[r], []).append(k)
+    for url, ks in by_shard.items():
+        for lo in range(0, len(ks), 256):
+            part = [rows[k] for k in ks[lo : lo + 256]]
+            pixels = stored_pixels(url, [int(offsets[r]) for r in part], [keys[r] for r in part], side, why)
+            yield ks[lo : lo + 256], pixels
 
 
 def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why: str) -> list[np.ndarray]:
@@ -127,25 +119,6 @@ def stored_pixels(url: str, offsets: list[int], keys: list[str], side: int, why:
         f.close()
 
 
-def dataset_hashes(folder: str, info: IndexMeta, cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """samples.npz ``phash`` (format version 3; uint64 [N, 7]) where its flags are this code's
-    (``format.phash.flagged_alike``), else computed from the stored pixels (versions 1 and 2, and a version 3
-    table written before index.json recorded ``phash_flat_rules``)."""
-    if flagged_alike(info, cols):
-        return cols["phash"].astype(np.uint64).reshape(len(cols["key"]), WINDOWS)
-    out = np.zeros((len(cols["key"]), WINDOWS), np.uint64)
-    keys = cols["key"].astype("U")
-    for sh in info.shards:
-        rows = np.flatnonzero(cols["shard"] == sh.pos)
-        for lo in range(0, len(rows), 256):
-            part = rows[lo : lo + 256]
-            offsets = [int(cols["npy_offset"][r]) for r in part]
-            out[part] = phash_batch(
-                stored_pixels(join(folder, sh.name), offsets, keys[part].tolist(), info.size, "for its perceptual hash")
-            )
-    return out
-
-
 def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
     folder, info = open_index(spec)
     group = group if group is not None else info.group
@@ -156,26 +129,35 @@ def _load(spec: str | os.PathLike, group: str | None) -> _Dataset:
         )
     # only the columns used here (the file is checked whole: its size and sha256)
     names = ["key", "label", "shard", "npy_offset", "npy_length", "npy_xxh3"]
-    names += ["phash"] if flagged_alike(info, sample_columns(info.format_version)) else []
+    stored = flagged_alike(info, sample_columns(info.format_version))  # else hashed here, from the pixels
+    names += ["phash"] if stored else []
     if group is not None:
         names += npz_names(have.index(group), info.metadata[have.index(group)].type)
     table = read_sample_table(folder, info, names)
-    cols = table.columns
+    cols, keys = table.columns, table.keys
     shard_of = table.shard
-    urls = [join(folder, sh.name) for sh in info.shards]  # each shard's once, shared by its samples
+    shard_urls = [join(folder, sh.name) for sh in info.shards]  # each shard's once, shared by its samples
+    urls = [shard_urls[s] for s in shard_of.tolist()]
+    if stored:
+        hashes = cols["phash"].astype(np.uint64).reshape(len(keys), WINDOWS)
+    else:  # versions 1 and 2, and a version 3 table written before index.json recorded phash_flat_rules
+        hashes = np.zeros((len(keys), WINDOWS), np.uint64)
+        every = range(len(keys))
+        for part, px in _pixels_by_shard(urls, cols["npy_offset"], keys, every, info.size, "for its perceptual hash"):
+            hashes[part] = phash_batch(px)
     groups = None
     if group is not None:
         v = read_metadata(cols, info.metadata, [group], join(folder, info.samples_file.name))[group]
         groups = [None if v.missing[i] else str(v.value(i)) for i in range(len(v))]
     return _Dataset(
         folder,
-        table.keys,
-        dataset_hashes(folder, info, cols),
+        keys,
+        hashes,
         [info.shards[s].split for s in shard_of.tolist()],
         [info.classes[x] for x in table.label.tolist()],
         group,
         groups,
-        ([urls[s] for s in shard_of.tolist()], cols["npy_offset"], cols["npy_length"]),
+        (urls, cols["npy_offset"], cols["npy_length"]),
         info.size,
         cols["npy_xxh3"],
     )
@@ -207,9 +189,9 @@ class Cluster:
         }
 
 
-def count(n: int, word: str, plural: str | None = None) -> str:
+def count(n: int, word: str) -> str:
     """``n`` and ``word``, plural unless n is 1: "1 cluster", "12 clusters"."""
-    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+    return f"{n:,} {word if n == 1 else word + 's'}"
 
 
 FLAT_LISTED = 10
@@ -316,9 +298,7 @@ class DupsResult:
                 )
                 lines.append(f"    {where}{m['key']}  split={m['split']} label={m['label']}{grp}{said}")
         if len(self.clusters) > limit:
-            lines.append(
-                f"  ... and {count(len(self.clusters) - limit, 'more cluster', 'more clusters')} (--json lists all)"
-            )
+            lines.append(f"  ... and {count(len(self.clusters) - limit, 'more cluster')} (--json lists all)")
         return "\n".join(lines)
 
 
