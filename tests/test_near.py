@@ -352,3 +352,20 @@ def test_band_values_are_sorted_as_numpy_sorts_them(dtype):
     values = np.concatenate([rng.integers(0, 1 << 21, 50_000), [0, (1 << 21) - 1] * 50, rng.integers(0, 40, 5_000)])
     values = values.astype(dtype)
     assert np.array_equal(near._by_value(values), np.argsort(values, kind="stable"))
+
+
+def test_the_samples_of_each_row_are_grouped_as_by_hand():
+    """``_member_table`` (and ``_members`` from it): each distinct row's samples in sample order, samples too flat
+    to hash (row -1) in none, rows of no sample empty; against a plain Python grouping."""
+    rng = np.random.default_rng(11)
+    of = rng.integers(-1, 40, 500)
+    of[of == 7] = 3  # row 7 holds no sample
+    d = near._Distinct(np.zeros((41, 1), np.uint64), of, np.flatnonzero(of < 0))
+    by_hand: list[list[int]] = [[] for _ in range(41)]
+    for sample, row in enumerate(of.tolist()):
+        if row >= 0:
+            by_hand[row].append(sample)
+    held, first = near._member_table(d)
+    assert [held[first[r] : first[r + 1]].tolist() for r in range(41)] == by_hand
+    assert [m.tolist() for m in near._members(d)] == by_hand
+    assert by_hand[7] == [] and len(by_hand[40]) == 0

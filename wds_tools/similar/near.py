@@ -200,11 +200,8 @@ def _probe(
                 if rest is not None and read is not None:
                     crowded = np.flatnonzero(n > read)
                     if len(crowded):  # read only the ``read`` hashes around where the query's key would stand
-                        cp = probe[crowded]
-                        place = np.searchsorted(
-                            deep, (cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS)) | rest[crowded]
-                        )
-                        place -= np.searchsorted(deep, cp.astype(np.uint64) << np.uint64(2 * _BAND_BITS))
+                        bucket = probe[crowded].astype(np.uint64) << np.uint64(2 * _BAND_BITS)  # its first key
+                        place = np.searchsorted(deep, bucket | rest[crowded]) - np.searchsorted(deep, bucket)
                         skip = np.zeros(len(probe), np.int64)
                         skip[crowded] = np.clip(place - read // 2, 0, n[crowded] - read)
                         n = n.copy()
@@ -866,10 +863,9 @@ def _member_table(d: _Distinct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _members(d: _Distinct) -> list[np.ndarray]:
-    """The samples holding each distinct row, in sample order."""
-    hashed = np.flatnonzero(d.of >= 0)
-    order = np.argsort(d.of[hashed], kind="stable")
-    return np.split(hashed[order], np.cumsum(np.bincount(d.of[hashed], minlength=len(d.rows)))[:-1])
+    """The samples holding each distinct row, in sample order: ``_member_table`` as an array per row."""
+    held, first = _member_table(d)
+    return np.split(held, first[1:-1])
 
 
 def clusters_of(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
