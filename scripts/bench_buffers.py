@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -52,33 +51,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--work", default="/tmp/wds-bench")
     args = ap.parse_args()
-    from bench_loader import build
+    from bench_loader import build, served_rounds
 
     shards = build(Path(args.work) / f"n{args.samples}", args.samples)
-    procs = {}
-    for mode in ("eval", "train"):
-        for how in ("reused", "fresh"):
-            p = subprocess.Popen(
-                [sys.executable, "-c", SERVE, str(shards), mode, how],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert p.stdout is not None
-            if p.stdout.readline().strip() != "ready":
-                raise SystemExit(f"{mode} {how}: the loader did not start")
-            procs[(mode, how)] = p
-    rates: dict[tuple[str, str], list[float]] = {k: [] for k in procs}
-    for r in range(args.rounds):
-        for k, p in list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]:
-            assert p.stdin is not None and p.stdout is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            rates[k].append(float(p.stdout.readline()))
-    for p in procs.values():
-        assert p.stdin is not None
-        p.stdin.close()
-        p.wait()
+    servers = {
+        (mode, how): ([sys.executable, "-c", SERVE, str(shards), mode, how], None)
+        for mode in ("eval", "train")
+        for how in ("reused", "fresh")
+    }
+    rates = {k: [float(line) for line in v] for k, v in served_rounds(servers, args.rounds).items()}
     print(f"{args.rounds} interleaved rounds, batch 64, num_workers 0; samples/s of CPU time, median (min-max)")
     for (mode, how), v in rates.items():
         print(f"  {mode:5s} {how:6s} {statistics.median(v):8.0f}  ({min(v):.0f}-{max(v):.0f})")

@@ -468,45 +468,56 @@ for line in sys.stdin:
 """
 
 
-def main_cpu(trees: list[tuple[str, Path]], shards: Path, B: int, W: int, rounds: int) -> None:
-    """The training process's CPU per batch, each tree and (persistent_workers, pin_memory), interleaved rounds."""
-    configs = [(p, pin) for p in (True, False) for pin in ((False, True) if torch.cuda.is_available() else (False,))]
+def served_rounds(servers: dict, rounds: int) -> dict:
+    """Start each server (key -> (argv, cwd); it prints "ready" once warm, then one line per "go"), then time
+    them in interleaved rounds, every other round in the reverse order so that none always goes first: the
+    reply lines of each, by key."""
     procs = {}
-    for who, root in trees:
-        for persistent, pin in configs:
-            p = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    SERVE_CPU,
-                    str(root),
-                    str(shards),
-                    str(B),
-                    str(W),
-                    str(int(persistent)),
-                    str(int(pin)),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                cwd=str(root),
-            )
-            assert p.stdout is not None
-            if p.stdout.readline().strip() != "ready":
-                raise SystemExit(f"{who} persistent={persistent} pin={pin}: the loader did not start")
-            procs[(who, persistent, pin)] = p
-    got: dict[tuple, list[tuple[float, float, int]]] = {k: [] for k in procs}
-    for r in range(rounds):  # every other round in the reverse order
+    for key, (argv, cwd) in servers.items():
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd)
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{key}: the loader did not start")
+        procs[key] = p
+    replies: dict = {k: [] for k in procs}
+    for r in range(rounds):
         for k, p in list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]:
             assert p.stdin is not None and p.stdout is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-            ms, rate, copies = p.stdout.readline().split()
-            got[k].append((float(ms), float(rate), int(copies)))
+            replies[k].append(p.stdout.readline())
     for p in procs.values():
         assert p.stdin is not None
         p.stdin.close()
         p.wait()
+    return replies
+
+
+def main_cpu(trees: list[tuple[str, Path]], shards: Path, B: int, W: int, rounds: int) -> None:
+    """The training process's CPU per batch, each tree and (persistent_workers, pin_memory), interleaved rounds."""
+    configs = [(p, pin) for p in (True, False) for pin in ((False, True) if torch.cuda.is_available() else (False,))]
+    servers = {
+        (who, persistent, pin): (
+            [
+                sys.executable,
+                "-c",
+                SERVE_CPU,
+                str(root),
+                str(shards),
+                str(B),
+                str(W),
+                str(int(persistent)),
+                str(int(pin)),
+            ],
+            str(root),
+        )
+        for who, root in trees
+        for persistent, pin in configs
+    }
+    got = {
+        k: [(float(ms), float(rate), int(copies)) for ms, rate, copies in (line.split() for line in v)]
+        for k, v in served_rounds(servers, rounds).items()
+    }
     print(
         f"main-process CPU per batch of {B} (process_time, every thread), train defaults, num_workers {W}, "
         f"{rounds} interleaved rounds, median (min-max); samples/s wall; batches copied out of the ring"
@@ -545,30 +556,11 @@ def against(tree: Path, shards: Path, B: int, W: int, rounds: int) -> None:
         ("after", here, "crop-flip"),
         ("after", here, "transform"),
     ]
-    procs = {}
-    for who, root, mode in entries:
-        p = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(root), mode, str(shards), str(B), str(W)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=str(root),
-        )
-        assert p.stdout is not None and p.stdin is not None
-        if p.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{who} {mode}: the loader did not start")
-        procs[(who, mode)] = p
-    rates: dict[tuple[str, str], list[float]] = {k: [] for k in procs}
-    for r in range(rounds):  # every other round in the reverse order: neither tree always goes first
-        for k, p in list(procs.items()) if r % 2 == 0 else list(procs.items())[::-1]:
-            assert p.stdin is not None and p.stdout is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            rates[k].append(float(p.stdout.readline()))
-    for p in procs.values():
-        assert p.stdin is not None
-        p.stdin.close()
-        p.wait()
+    servers = {
+        (who, mode): ([sys.executable, "-c", SERVE, str(root), mode, str(shards), str(B), str(W)], str(root))
+        for who, root, mode in entries
+    }
+    rates = {k: [float(line) for line in v] for k, v in served_rounds(servers, rounds).items()}
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(
         f"{rounds} interleaved rounds, batch {B}, num_workers {W}; samples/s"
