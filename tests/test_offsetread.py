@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from shardkit import build_dataset
 
 from training_adapter import make_loader
 from training_adapter.indexplan import read_sample_index
-from training_adapter.offsetread import LABEL_BYTES, MERGE_MAX, Gather, label_digits, labels_differ
+from training_adapter.offsetread import LABEL_BYTES, MERGE_MAX, VECTOR_RUN, Gather, label_digits, labels_differ
 from training_adapter.shardlist import resolve_urls
 from wds_tools.errors import OptionError, ShardError
 
@@ -355,3 +356,101 @@ def test_gather_reads_rows_in_any_order(folder, stored):
     for i, r in enumerate(rows):
         assert out[i].tobytes() == stored[idx.key_str(int(r))].pixels.tobytes()
     assert g.bytes_read == len(rows) * (128 + S * S * 3)
+
+
+# Damage to shard 2 for the runs' differential test: {case: (the edit of the shard's bytes, given the
+# index and shard 2's rows; what a field-by-field reading finds, worked out by hand: {position in the
+# shard: the message's words})}. The name field's padding after its NUL and the tar padding after a
+# .cls's digits are not compared: runs compare them as part of whole fields first, so they must then
+# look field by field and find nothing.
+SHORT, HEADER_, NAME, LABEL = "shorter than its index says", "no .npy header", "its .npy names", "its .cls is"
+
+
+def _xor(*places, x: int = 0x01):
+    """Each byte at ``place(idx, mine)`` xor-ed with ``x``."""
+
+    def edit(data: bytearray, idx, mine) -> bytes:
+        for place in places:
+            data[place(idx, mine)] ^= x
+        return bytes(data)
+
+    return edit
+
+
+def _cut(place):
+    """The shard cut short at ``place(idx, mine)``."""
+    return lambda data, idx, mine: bytes(data[: place(idx, mine)])
+
+
+def _name(j: int, past: int):
+    """Row j's name field, ``past`` bytes after its key (0: the dot of <key>.npy, 4: its NUL)."""
+    return lambda idx, mine: int(idx.offset[mine[j]]) - 512 + len(idx.key_str(int(mine[j]))) + past
+
+
+def _cls(j: int, past: int = 0):
+    return lambda idx, mine: int(idx.cls_offset[mine[j]]) + past
+
+
+def _npy(j: int, past: int):
+    return lambda idx, mine: int(idx.offset[mine[j]]) + past
+
+
+RUN_DAMAGE = {
+    "none": (_xor(), {}),
+    "name's dot": (_xor(_name(5, 0)), {5: NAME}),
+    "name's NUL": (_xor(_name(5, 4)), {5: NAME}),
+    "name padding after its NUL": (_xor(_name(5, 5)), {}),
+    "a .cls digit": (_xor(_cls(5), x=0x03), {5: LABEL}),
+    "the .cls's tar padding": (_xor(_cls(5, 1)), {}),  # its label has one digit (asserted below)
+    "a NPY header byte": (_xor(_npy(5, 10)), {5: HEADER_}),
+    "a pixel": (_xor(_npy(5, 128 + 7)), {}),
+    "a name and a label": (_xor(_name(3, 1), _cls(4), x=0x02), {3: NAME, 4: LABEL}),
+    "cut in a row's pixels": (_cut(_npy(7, 128 + 10)), dict.fromkeys(range(7, 12), SHORT)),
+    "cut in a row's NPY header": (_cut(_npy(7, 50)), dict.fromkeys(range(7, 12), SHORT)),
+    "the index's .cls length": (_xor(), {5: LABEL}),  # the index, not the shard: one more than its label's digits
+}
+RUNS = [range(12), range(4), range(3, 8), range(8, 12), [8, 7, 6, 5, 4], [7, 7, 5, 5, 6], [11, 0, 5, 3, 9, 2]]
+RUNS += [[5], [4, 6], [3, 4, 5]]  # shorter than VECTOR_RUN: read row by row by locate
+
+
+@pytest.mark.parametrize("labels", [True, False])
+@pytest.mark.parametrize("case", list(RUN_DAMAGE))
+def test_runs_find_what_rows_checked_one_by_one_find(folder, tmp_path, case, labels):
+    """Issue 39: ``_check_run`` (whole fields of a run compared as bytes first, field by field where
+    they differ) reports, for runs in and out of file order and with repeats, exactly the problems
+    ``_check_one`` reports row by row, with the same messages and offsets, and those worked out by hand;
+    ``_run_exact`` is True only where there are none, and on the shard as written (the common case takes
+    it); ``locate`` with skip, which checks runs of VECTOR_RUN or more with ``_check_run`` and shorter
+    ones row by row, keeps exactly the rows without one."""
+    idx = index_of(folder)
+    mine = np.flatnonzero(idx.shard == 2)
+    assert len(mine) == 12 and idx.cls_length[mine[5]] == 1
+    edit, hand = RUN_DAMAGE[case]
+    if case == "the index's .cls length":
+        idx = dataclasses.replace(idx, cls_length=idx.cls_length + (np.arange(len(idx)) == mine[5]))
+    bad = tmp_path / "train-000002.tar"
+    bad.write_bytes(edit(bytearray(Path(idx.urls[2]).read_bytes()), idx, mine))
+    idx = dataclasses.replace(idx, urls=[*idx.urls[:2], str(bad), *idx.urls[3:]])
+    if not labels:  # check_samples=False: bounds and NPY headers only
+        hand = {j: w for j, w in hand.items() if w in (SHORT, HEADER_)}
+    g = Gather(idx, labels=labels, skip=True)
+    m = g._map(2)
+    assert {len(run) >= VECTOR_RUN for run in RUNS} == {True, False}  # both of locate's paths
+    assert g.labels == labels
+    for run in map(np.array, RUNS):
+        rows, o = mine[run], idx.offset[mine[run]]
+        found: dict = {}
+        g._check_run(2, m, rows, o, 0, found)
+        one: dict = {}
+        for i, r in enumerate(rows.tolist()):
+            g._check_one(m, r, int(o[i]), i, one)
+        assert [(i, str(e), e.offset, e.url) for i, e in sorted(found.items())] == [
+            (i, str(e), e.offset, e.url) for i, e in sorted(one.items())
+        ]
+        want = {i: hand[j] for i, j in enumerate(run.tolist()) if j in hand}
+        assert sorted(one) == sorted(want) and all(want[i] in str(e) and e.url == str(bad) for i, e in one.items())
+        exact = g._run_exact(2, m, rows, o)
+        assert not (exact and one)
+        assert exact or case != "none", "the shard as written takes the whole-field comparison"
+        good, _ = g.locate(rows)
+        assert good == [i for i in range(len(run)) if i not in want]

@@ -167,11 +167,13 @@ class Gather:
         # the name check: the bytes of a header's name field compared (the longest key's name and a NUL)
         self._name_bytes = min(NAME_BYTES, index.key.dtype.itemsize + len(_NPY) + 1)
         self._key_len: np.ndarray | None = None  # each row's key length, once
+        self._exact: bool | None = None  # whether runs may take the exact-bytes test first (_index_plain)
+        self._bounded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # _run_exact's windows
         self.bytes_read = 0
         self.skipped = 0  # samples left out (skip)
 
     def __getstate__(self) -> dict:  # mappings do not pickle (spawned workers map again)
-        return {**self.__dict__, "_maps": {}, "_windows": {}, "_views": {}}
+        return {**self.__dict__, "_maps": {}, "_windows": {}, "_views": {}, "_bounded": {}}
 
     # --- local shards ---------------------------------------------------------------------------
     def _map(self, shard: int) -> np.ndarray:
@@ -235,7 +237,11 @@ class Gather:
 
     def _check_run(self, s: int, m: np.ndarray, run: np.ndarray, o: np.ndarray, a: int, bad: dict) -> None:
         """Bounds, NPY headers and (``labels``) member names and .cls bytes of a run of rows of shard ``s``,
-        vectorised; problems go into ``bad`` by position (``a`` + position in the run)."""
+        vectorised; problems go into ``bad`` by position (``a`` + position in the run). A run whose bytes
+        are exactly as the writer puts them (``_run_exact``, the common case) has none; any other is
+        checked field by field, below."""
+        if self._run_exact(s, m, run, o):
+            return
         idx = self.index
         fits = o + self.want <= len(m)
         every = fits.all()
@@ -264,6 +270,59 @@ class Gather:
             cls = self._window(s, m, LABEL_BYTES)[co]
             for i in np.flatnonzero(labels_differ(cls, length, self._cls_want[run]) & fits & ~wrong):
                 bad[a + i] = self._problem(run[i], "label", got=cls[i, : max(0, int(length[i]))].tobytes())
+
+    def _index_plain(self) -> bool:
+        """Whether the index's own columns allow ``_run_exact``: every .npy at least a tar header into its
+        shard and, with ``labels``, every .cls offset not negative (a negative index would wrap) and every
+        .cls length its label's digit count (otherwise ``labels_differ`` reports it whatever the bytes)."""
+        idx = self.index
+        if len(idx) == 0 or int(idx.offset.min()) < HEADER:
+            return False
+        if not self.labels:
+            return True
+        if self._cls_want is None:  # every row's label as its .cls should read, once
+            self._cls_want = label_digits(idx.label)
+        return int(self._cls_offset.min()) >= 0 and bool((self._cls_length == (self._cls_want != 0).sum(axis=1)).all())
+
+    def _run_exact(self, s: int, m: np.ndarray, run: np.ndarray, o: np.ndarray) -> bool:
+        """Whether a run of rows of shard ``s`` passes every check of ``_check_run``, by comparing whole
+        fields with what the writer puts there, as bytes (a few array ops per run, not per field): each
+        .npy fits in the shard, its header is ``image_header``, its tar header's name field is
+        ``<key>.npy`` NUL-padded (over all ``_name_bytes``, the NULs after the one ``names_want`` ends
+        with included) and, with ``labels``, the ``LABEL_BYTES`` at its .cls are the label's digits
+        NUL-padded (the tar padding after them included). So True only where ``_check_run`` finds no
+        problem; False where it may, and then it looks field by field (and always where the index's
+        columns do not allow it, ``_index_plain``)."""
+        if self._exact is None:
+            self._exact = self._index_plain()
+        if not self._exact:
+            return False
+        heads, names, cls = self._bounded.get(s) or self._bound(s, m)
+        k = len(run)
+        try:  # a row past a window's end raises: the .npy (or .cls) does not fit in the shard
+            if heads[o].tobytes() != self._header_bytes * k:
+                return False
+            if not self.labels:
+                return True
+            W = self._name_bytes
+            want = np.strings.add(self.index.key.take(run), b".npy").astype(f"S{W}")  # NUL-padded, cut at W
+            if names[o - HEADER].tobytes() != want.tobytes():
+                return False
+            assert self._cls_want is not None  # _index_plain made it
+            return cls[self._cls_offset.take(run)].tobytes() == self._cls_want.take(run, axis=0).tobytes()
+        except IndexError:
+            return False
+
+    def _bound(self, s: int, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Shard ``s``'s windows for ``_run_exact``: NPY headers, one per offset whose whole .npy fits in
+        ``m``; name fields; ``LABEL_BYTES`` at a .cls."""
+        fits = m[: max(0, len(m) - self.want + NPY_HEADER_BYTES)]
+        self._bounded[s] = w = (
+            _windows(fits, NPY_HEADER_BYTES),
+            self._window(s, m, self._name_bytes),
+            self._window(s, m, LABEL_BYTES),
+        )
+        return w
 
     def _name_is(self, m: np.ndarray, r: int, o: int) -> bool:
         """Whether the tar header before row ``r``'s ``.npy`` (at ``o`` in ``m``) names ``<key>.npy`` (and
